@@ -1,0 +1,41 @@
+//! Replays a gdrshim capture through the decoder, the VA map and the shadow oracle, and prints
+//! what gdrshim would register for every user allocation. No GPU needed.
+//!
+//!     gdrshim-replay CAPTURE... [--quiet]
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quiet = args.iter().any(|a| a == "--quiet");
+    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    if files.is_empty() {
+        eprintln!("usage: gdrshim-replay CAPTURE... [--quiet]");
+        return ExitCode::from(2);
+    }
+    let mut bad = false;
+    for f in files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("{f}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let r = gdrshim::capture::replay(&text);
+        println!("== {f} (driver {})", r.version.map_or("unknown".into(), |v| v.to_string()));
+        if !quiet {
+            for line in &r.report {
+                println!("{line}");
+            }
+        }
+        let c = r.tracker.counts;
+        println!("gdrshim: summary replay={f} {}", gdrshim::capture::summary_fields(&r));
+        bad |= c.mismatched > 0 || c.uncovered > 0 || r.bad_lines > 0;
+    }
+    if bad {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,161 @@
+//! Environment configuration, read once. Every variable is documented in the README and in
+//! `include/gdrshim.h`. A bad value gives a warning naming the variable and what it accepts, then
+//! the default.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Pure pass-through: the hooks forward and do nothing else.
+    Off,
+    /// Decode every RM/UVM call and log it; build the map.
+    Trace,
+    /// Build the map, predict libcuda's registrations and compare with the native ones.
+    Shadow,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Trace => "trace",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+    Trace = 5,
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Level::Error => "ERROR",
+            Level::Warn => "WARN",
+            Level::Info => "INFO",
+            Level::Debug => "DEBUG",
+            Level::Trace => "TRACE",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub mode: Mode,
+    pub level: Level,
+    pub log_file: Option<String>,
+    pub capture_file: Option<String>,
+    pub summary: bool,
+    /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
+    /// in for the device nodes and /proc/driver/nvidia/version.
+    pub test_dev_dir: Option<String>,
+}
+
+pub const ENV_MODE: &str = "GDRSHIM_MODE";
+pub const ENV_LEVEL: &str = "GDRSHIM_LOG_LEVEL";
+pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
+pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";
+pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
+pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, test_dev_dir: None }
+    }
+}
+
+impl Config {
+    /// Parses from a variable getter; returns the config and the warnings to log once logging is up.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut warnings = Vec::new();
+        if let Some(v) = get(ENV_MODE) {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "off" | "0" | "none" => c.mode = Mode::Off,
+                "trace" => c.mode = Mode::Trace,
+                "shadow" => c.mode = Mode::Shadow,
+                _ => warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow; using {}", c.mode.name())),
+            }
+        }
+        if let Some(v) = get(ENV_LEVEL) {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "error" => c.level = Level::Error,
+                "warn" | "warning" => c.level = Level::Warn,
+                "info" => c.level = Level::Info,
+                "debug" => c.level = Level::Debug,
+                "trace" => c.level = Level::Trace,
+                _ => warnings.push(format!("{ENV_LEVEL}={v:?} is not one of error, warn, info, debug, trace; using warn")),
+            }
+        }
+        if c.mode == Mode::Trace && get(ENV_LEVEL).is_none() {
+            // Trace mode exists to print the calls.
+            c.level = Level::Info;
+        }
+        c.log_file = get(ENV_LOG_FILE).filter(|s| !s.is_empty());
+        c.capture_file = get(ENV_CAPTURE).filter(|s| !s.is_empty());
+        if let Some(v) = get(ENV_SUMMARY) {
+            match v.trim() {
+                "0" | "no" | "false" => c.summary = false,
+                "1" | "yes" | "true" => c.summary = true,
+                _ => warnings.push(format!("{ENV_SUMMARY}={v:?} is not 0 or 1; using 1")),
+            }
+        }
+        c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
+        (c, warnings)
+    }
+}
+
+/// Expands `%h` (host name) and `%p` (pid) in a path, as NCCL_DEBUG_FILE does.
+pub fn expand_path(template: &str, host: &str, pid: u32) -> String {
+    template.replace("%h", host).replace("%p", &pid.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_env(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let (c, w) = parse(&[]);
+        assert_eq!(c, Config::default());
+        assert_eq!(c.mode, Mode::Shadow);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn values() {
+        let (c, w) = parse(&[("GDRSHIM_MODE", " Trace "), ("GDRSHIM_LOG_FILE", "/tmp/x.%p"), ("GDRSHIM_SUMMARY", "0")]);
+        assert_eq!((c.mode, c.level, c.summary), (Mode::Trace, Level::Info, false));
+        assert_eq!(c.log_file.as_deref(), Some("/tmp/x.%p"));
+        assert!(w.is_empty());
+        assert_eq!(parse(&[("GDRSHIM_MODE", "off")]).0.mode, Mode::Off);
+    }
+
+    #[test]
+    fn garbage_warns_and_keeps_the_default() {
+        let (c, w) = parse(&[("GDRSHIM_MODE", "\u{1b}[31mregister!"), ("GDRSHIM_LOG_LEVEL", "loud"), ("GDRSHIM_SUMMARY", "maybe")]);
+        assert_eq!(c.mode, Mode::Shadow);
+        assert_eq!(c.level, Level::Warn);
+        assert!(c.summary);
+        assert_eq!(w.len(), 3);
+        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow"));
+        assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
+    }
+
+    #[test]
+    fn path_expansion() {
+        assert_eq!(expand_path("/tmp/g.%h.%p.log", "node1", 42), "/tmp/g.node1.42.log");
+    }
+}

@@ -1,0 +1,559 @@
+//! A finished NVIDIA ioctl → a typed [`Event`].
+//!
+//! Decoding happens only after the real call returned 0 and the RM/UVM status is NV_OK, and reads
+//! only the bytes that the request encodes (RM: `_IOC_SIZE`; UVM: the branch's struct size).
+
+use crate::abi::{self, class, esc, p2p, status, uvm, AbiTable};
+use core::fmt;
+use core::mem::size_of;
+
+pub type Uuid = [u8; 16];
+
+/// Which NVIDIA device node an fd refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DevKind {
+    Ctl,
+    Gpu(u32),
+    Uvm,
+}
+
+impl DevKind {
+    pub fn tag(&self) -> String {
+        match self {
+            DevKind::Ctl => "c".into(),
+            DevKind::Gpu(n) => format!("g{n}"),
+            DevKind::Uvm => "u".into(),
+        }
+    }
+    pub fn parse(s: &str) -> Option<DevKind> {
+        match s {
+            "c" => Some(DevKind::Ctl),
+            "u" => Some(DevKind::Uvm),
+            _ => s.strip_prefix('g')?.parse().ok().map(DevKind::Gpu),
+        }
+    }
+}
+
+/// Where an ioctl's embedded pointers (alloc params, control params) can be read.
+pub trait ParamReader {
+    /// Exactly `len` bytes at user pointer `ptr`, or `None` if they cannot be read.
+    fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>>;
+}
+
+/// Reads nothing: for calls whose embedded pointers must not be followed.
+pub struct NoParams;
+impl ParamReader for NoParams {
+    fn read(&self, _ptr: u64, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// Control calls of libcuda's own NV503C object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum P2pCtrl {
+    RegisterVaSpace { h_vaspace: u32, token: u64 },
+    UnregisterVaSpace { h_vaspace: u32 },
+    RegisterVidmem { h_memory: u32, address: u64, size: u64, offset: u64 },
+    UnregisterVidmem { h_memory: u32 },
+    RegisterPid { h_client: u32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    RootClient { fd: i32, h_client: u32 },
+    Device { h_client: u32, h_device: u32, device_id: u32 },
+    Subdevice { h_client: u32, h_device: u32, h_subdevice: u32, subdevice_id: u32 },
+    VaSpace { h_client: u32, h_parent: u32, h_vaspace: u32, class: u32, flags: u32 },
+    /// Memory object; `size` is `None` when the parameters could not be read.
+    Memory { h_client: u32, h_parent: u32, h_memory: u32, class: u32, size: Option<u64>, attr: u32, attr2: u32, flags: u32 },
+    OtherObject { h_client: u32, h_parent: u32, h_object: u32, class: u32 },
+    /// libcuda (or anyone but us) allocated an NV50_THIRD_PARTY_P2P object.
+    P2pAlloc { h_client: u32, h_parent: u32, h_object: u32, flags: u32 },
+    P2pControl { h_client: u32, h_object: u32, ctrl: P2pCtrl },
+    Free { h_client: u32, h_parent: u32, h_object: u32 },
+    Dup { h_client: u32, h_parent: u32, h_object: u32, h_client_src: u32, h_object_src: u32 },
+    Version(String),
+    UvmRegisterGpu { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32 },
+    UvmRegisterGpuVaSpace { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32, h_vaspace: u32 },
+    UvmCreateExternalRange { base: u64, length: u64 },
+    UvmMapExternal { base: u64, length: u64, offset: u64, gpus: Vec<Uuid>, rm_ctrl_fd: i32, h_client: u32, h_memory: u32 },
+    UvmUnmapExternal { base: u64, length: u64, gpu: Uuid },
+    UvmFree { base: u64, length: Option<u64> },
+}
+
+/// What one finished ioctl amounted to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Event(Event),
+    /// A well-formed call that the map does not need.
+    Ignored,
+    /// The kernel refused it (ioctl rc) or RM/UVM answered a status other than NV_OK.
+    Failed { rc: i32, status: u32 },
+    /// The request's size does not match what this branch's table says: counted, never decoded.
+    Malformed(&'static str),
+}
+
+/// How many argument bytes the hook must capture for `request` on `dev`, or `None` when the call
+/// is not decoded at all (then nothing is read).
+pub fn arg_len(dev: DevKind, request: u64, t: &AbiTable) -> Option<usize> {
+    match dev {
+        DevKind::Ctl | DevKind::Gpu(_) => {
+            if abi::ioc_type(request) != abi::NV_IOCTL_MAGIC {
+                return None;
+            }
+            let size = abi::ioc_size(request);
+            (size > 0).then_some(size)
+        }
+        DevKind::Uvm => uvm_arg_len(request, t),
+    }
+}
+
+fn uvm_arg_len(cmd: u64, t: &AbiTable) -> Option<usize> {
+    Some(match cmd {
+        uvm::REGISTER_GPU => size_of::<abi::UvmRegisterGpuParams>(),
+        uvm::REGISTER_GPU_VASPACE => size_of::<abi::UvmRegisterGpuVaspaceParams>(),
+        uvm::CREATE_EXTERNAL_RANGE => size_of::<abi::UvmCreateExternalRangeParams>(),
+        uvm::MAP_EXTERNAL_ALLOCATION => t.uvm_map_external().size(),
+        uvm::UNMAP_EXTERNAL => size_of::<abi::UvmUnmapExternalParams>(),
+        uvm::FREE => t.uvm_free_size(),
+        _ => return None,
+    })
+}
+
+/// Size of the alloc parameter struct RM copies in for `class` (RM ignores `paramsSize`).
+pub fn alloc_params_len(class_id: u32, t: &AbiTable) -> Option<usize> {
+    Some(match class_id {
+        c if class::uses_memory_alloc_params(c) => t.memory_alloc_params_size,
+        class::NV01_DEVICE_0 => size_of::<abi::Nv0080AllocParams>(),
+        class::NV20_SUBDEVICE_0 => size_of::<abi::Nv2080AllocParams>(),
+        class::FERMI_VASPACE_A => t.vaspace_alloc_params_size,
+        class::NV50_THIRD_PARTY_P2P => size_of::<abi::Nv503cAllocParams>(),
+        _ => return None,
+    })
+}
+
+/// Size of the control parameters gdrshim decodes for `cmd`.
+pub fn control_params_len(cmd: u32) -> Option<usize> {
+    Some(match cmd {
+        p2p::REGISTER_VA_SPACE => size_of::<abi::Nv503cRegisterVaSpace>(),
+        p2p::UNREGISTER_VA_SPACE => size_of::<abi::Nv503cUnregisterVaSpace>(),
+        p2p::REGISTER_VIDMEM => size_of::<abi::Nv503cRegisterVidmem>(),
+        p2p::UNREGISTER_VIDMEM => size_of::<abi::Nv503cUnregisterVidmem>(),
+        p2p::REGISTER_PID => 4,
+        _ => return None,
+    })
+}
+
+/// Decodes one finished ioctl. `arg` holds the argument bytes after the call (as many as
+/// [`arg_len`] asked for); `rc` is what the real ioctl returned.
+pub fn decode(dev: DevKind, fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Outcome {
+    match dev {
+        DevKind::Ctl | DevKind::Gpu(_) => decode_rm(fd, request, rc, arg, params, t),
+        DevKind::Uvm => decode_uvm(request, rc, arg, t),
+    }
+}
+
+fn failed_or<T>(rc: i32, st: u32, f: impl FnOnce() -> T) -> Result<T, Outcome> {
+    if rc != 0 || st != status::NV_OK {
+        Err(Outcome::Failed { rc, status: st })
+    } else {
+        Ok(f())
+    }
+}
+
+fn decode_rm(fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Outcome {
+    if abi::ioc_type(request) != abi::NV_IOCTL_MAGIC {
+        return Outcome::Ignored;
+    }
+    let nr = abi::ioc_nr(request);
+    let size = abi::ioc_size(request);
+    if arg.len() != size {
+        return Outcome::Malformed("captured bytes differ from _IOC_SIZE");
+    }
+    if rc != 0 {
+        return Outcome::Failed { rc, status: 0 };
+    }
+    let r = match nr {
+        esc::RM_ALLOC => decode_alloc(fd, arg, params, t),
+        esc::RM_FREE => decode_free(arg),
+        esc::RM_CONTROL => decode_control(arg, params),
+        esc::RM_DUP_OBJECT => decode_dup(arg),
+        esc::CHECK_VERSION_STR => decode_version(arg),
+        _ => Ok(Outcome::Ignored),
+    };
+    r.unwrap_or_else(|o| o)
+}
+
+struct AllocCall {
+    h_root: u32,
+    h_parent: u32,
+    h_new: u32,
+    h_class: u32,
+    p_params: u64,
+    status: u32,
+}
+
+fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Result<Outcome, Outcome> {
+    let a = match arg.len() {
+        32 => {
+            let a: abi::Nvos21Alloc = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS21"))?;
+            AllocCall { h_root: a.h_root, h_parent: a.h_object_parent, h_new: a.h_object_new, h_class: a.h_class, p_params: a.p_alloc_parms, status: a.status }
+        }
+        48 => {
+            let a: abi::Nvos64Alloc = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS64"))?;
+            AllocCall { h_root: a.h_root, h_parent: a.h_object_parent, h_new: a.h_object_new, h_class: a.h_class, p_params: a.p_alloc_parms, status: a.status }
+        }
+        _ => return Err(Outcome::Malformed("RM_ALLOC size is neither NVOS21 nor NVOS64")),
+    };
+    failed_or(0, a.status, || ())?;
+    let read_params = |len: usize| -> Option<Vec<u8>> {
+        if a.p_params == 0 {
+            None
+        } else {
+            params.read(a.p_params, len)
+        }
+    };
+    let ev = match a.h_class {
+        c if class::is_root(c) => Event::RootClient { fd, h_client: a.h_new },
+        class::NV01_DEVICE_0 => {
+            // No parameters means device instance 0, as RM assumes.
+            let device_id = match read_params(size_of::<abi::Nv0080AllocParams>()) {
+                Some(b) => abi::read_pod::<abi::Nv0080AllocParams>(&b).map(|p| p.device_id).unwrap_or(0),
+                None => 0,
+            };
+            Event::Device { h_client: a.h_root, h_device: a.h_new, device_id }
+        }
+        class::NV20_SUBDEVICE_0 => {
+            let subdevice_id = read_params(4).and_then(|b| abi::read_pod::<abi::Nv2080AllocParams>(&b)).map(|p| p.sub_device_id).unwrap_or(0);
+            Event::Subdevice { h_client: a.h_root, h_device: a.h_parent, h_subdevice: a.h_new, subdevice_id }
+        }
+        class::FERMI_VASPACE_A => {
+            let flags = read_params(t.vaspace_alloc_params_size).and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(&pad_to(b, 56))).map(|p| p.flags).unwrap_or(0);
+            Event::VaSpace { h_client: a.h_root, h_parent: a.h_parent, h_vaspace: a.h_new, class: a.h_class, flags }
+        }
+        class::NV50_THIRD_PARTY_P2P => {
+            let flags = read_params(4).and_then(|b| abi::read_pod::<abi::Nv503cAllocParams>(&b)).map(|p| p.flags).unwrap_or(0);
+            Event::P2pAlloc { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, flags }
+        }
+        c if class::uses_memory_alloc_params(c) => {
+            let p = read_params(t.memory_alloc_params_size).and_then(|b| abi::read_pod::<abi::MemoryAllocationParamsV545>(&pad_to(b, 128)));
+            Event::Memory {
+                h_client: a.h_root,
+                h_parent: a.h_parent,
+                h_memory: a.h_new,
+                class: c,
+                size: p.map(|p| p.size),
+                attr: p.map_or(0, |p| p.attr),
+                attr2: p.map_or(0, |p| p.attr2),
+                flags: p.map_or(0, |p| p.flags),
+            }
+        }
+        c => Event::OtherObject { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, class: c },
+    };
+    Ok(Outcome::Event(ev))
+}
+
+/// The 535 memory params lack the trailing numaNode: zero-extend so one reader serves both.
+fn pad_to(mut b: Vec<u8>, len: usize) -> Vec<u8> {
+    b.resize(len.max(b.len()), 0);
+    b
+}
+
+fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
+    let f: abi::Nvos00Free = abi::read_pod(arg).filter(|_| arg.len() == 16).ok_or(Outcome::Malformed("NVOS00"))?;
+    failed_or(0, f.status, || Outcome::Event(Event::Free { h_client: f.h_root, h_parent: f.h_object_parent, h_object: f.h_object_old }))
+}
+
+fn decode_dup(arg: &[u8]) -> Result<Outcome, Outcome> {
+    let d: abi::Nvos55Dup = abi::read_pod(arg).filter(|_| arg.len() == 28).ok_or(Outcome::Malformed("NVOS55"))?;
+    failed_or(0, d.status, || {
+        Outcome::Event(Event::Dup { h_client: d.h_client, h_parent: d.h_parent, h_object: d.h_object, h_client_src: d.h_client_src, h_object_src: d.h_object_src })
+    })
+}
+
+fn decode_version(arg: &[u8]) -> Result<Outcome, Outcome> {
+    let v: abi::RmApiVersion = abi::read_pod(arg).filter(|_| arg.len() == 72).ok_or(Outcome::Malformed("rm_api_version"))?;
+    let end = v.version_string.iter().position(|&b| b == 0).unwrap_or(64);
+    match core::str::from_utf8(&v.version_string[..end]) {
+        Ok(s) if !s.is_empty() => Ok(Outcome::Event(Event::Version(s.to_string()))),
+        _ => Ok(Outcome::Ignored),
+    }
+}
+
+fn decode_control(arg: &[u8], params: &dyn ParamReader) -> Result<Outcome, Outcome> {
+    let c: abi::Nvos54Control = abi::read_pod(arg).filter(|_| arg.len() == 32).ok_or(Outcome::Malformed("NVOS54"))?;
+    failed_or(0, c.status, || ())?;
+    if c.cmd >> 16 != p2p::CTRL_CLASS {
+        return Ok(Outcome::Ignored);
+    }
+    let want = match control_params_len(c.cmd) {
+        Some(n) => n,
+        None => return Ok(Outcome::Ignored),
+    };
+    if c.params_size as usize != want {
+        return Err(Outcome::Malformed("503C control paramsSize"));
+    }
+    let b = if c.params == 0 { None } else { params.read(c.params, want) };
+    let b = b.ok_or(Outcome::Malformed("503C control params unreadable"))?;
+    let ctrl = match c.cmd {
+        p2p::REGISTER_VA_SPACE => {
+            let p: abi::Nv503cRegisterVaSpace = abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
+            P2pCtrl::RegisterVaSpace { h_vaspace: p.h_va_space, token: p.va_space_token }
+        }
+        p2p::UNREGISTER_VA_SPACE => P2pCtrl::UnregisterVaSpace { h_vaspace: u32_at(&b, 0) },
+        p2p::REGISTER_VIDMEM => {
+            let p: abi::Nv503cRegisterVidmem = abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
+            P2pCtrl::RegisterVidmem { h_memory: p.h_memory, address: p.address, size: p.size, offset: p.offset }
+        }
+        p2p::UNREGISTER_VIDMEM => P2pCtrl::UnregisterVidmem { h_memory: u32_at(&b, 0) },
+        _ => P2pCtrl::RegisterPid { h_client: u32_at(&b, 0) },
+    };
+    Ok(Outcome::Event(Event::P2pControl { h_client: c.h_client, h_object: c.h_object, ctrl }))
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+fn i32_at(b: &[u8], off: usize) -> i32 {
+    u32_at(b, off) as i32
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    b.get(off..off + 8).map_or(0, |s| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        u64::from_le_bytes(a)
+    })
+}
+fn uuid_at(b: &[u8], off: usize) -> Uuid {
+    let mut u = [0u8; 16];
+    if let Some(s) = b.get(off..off + 16) {
+        u.copy_from_slice(s);
+    }
+    u
+}
+
+fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome {
+    let want = match uvm_arg_len(cmd, t) {
+        Some(n) => n,
+        None => return Outcome::Ignored,
+    };
+    if arg.len() != want {
+        return Outcome::Malformed("captured bytes differ from the UVM struct size");
+    }
+    let st = |off: usize| u32_at(arg, off);
+    let r = match cmd {
+        uvm::REGISTER_GPU => failed_or(rc, st(36), || Event::UvmRegisterGpu { uuid: uuid_at(arg, 0), rm_ctrl_fd: i32_at(arg, 24), h_client: u32_at(arg, 28) }),
+        uvm::REGISTER_GPU_VASPACE => failed_or(rc, st(28), || Event::UvmRegisterGpuVaSpace {
+            uuid: uuid_at(arg, 0),
+            rm_ctrl_fd: i32_at(arg, 16),
+            h_client: u32_at(arg, 20),
+            h_vaspace: u32_at(arg, 24),
+        }),
+        uvm::CREATE_EXTERNAL_RANGE => failed_or(rc, st(16), || Event::UvmCreateExternalRange { base: u64_at(arg, 0), length: u64_at(arg, 8) }),
+        uvm::MAP_EXTERNAL_ALLOCATION => {
+            let l = t.uvm_map_external();
+            let count = u64_at(arg, l.count());
+            if count == 0 || count as usize > l.max_gpus {
+                return Outcome::Malformed("UVM_MAP_EXTERNAL_ALLOCATION gpuAttributesCount out of range");
+            }
+            failed_or(rc, st(l.rm_status()), || Event::UvmMapExternal {
+                base: u64_at(arg, abi::UvmMapExternalLayout::BASE),
+                length: u64_at(arg, abi::UvmMapExternalLayout::LENGTH),
+                offset: u64_at(arg, abi::UvmMapExternalLayout::OFFSET),
+                gpus: (0..count as usize).map(|i| uuid_at(arg, abi::UvmMapExternalLayout::ATTRS + i * 36)).collect(),
+                rm_ctrl_fd: i32_at(arg, l.rm_ctrl_fd()),
+                h_client: u32_at(arg, l.h_client()),
+                h_memory: u32_at(arg, l.h_memory()),
+            })
+        }
+        uvm::UNMAP_EXTERNAL => failed_or(rc, st(32), || Event::UvmUnmapExternal { base: u64_at(arg, 0), length: u64_at(arg, 8), gpu: uuid_at(arg, 16) }),
+        _ => {
+            if t.uvm_free_has_length {
+                failed_or(rc, st(16), || Event::UvmFree { base: u64_at(arg, 0), length: Some(u64_at(arg, 8)) })
+            } else {
+                failed_or(rc, st(8), || Event::UvmFree { base: u64_at(arg, 0), length: None })
+            }
+        }
+    };
+    match r {
+        Ok(e) => Outcome::Event(e),
+        Err(o) => o,
+    }
+}
+
+pub fn uuid_str(u: &Uuid) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::RootClient { fd, h_client } => write!(f, "RM_ALLOC root client={h_client:#010x} fd={fd}"),
+            Event::Device { h_client, h_device, device_id } => write!(f, "RM_ALLOC device client={h_client:#010x} h={h_device:#010x} deviceId={device_id}"),
+            Event::Subdevice { h_client, h_device, h_subdevice, subdevice_id } => {
+                write!(f, "RM_ALLOC subdevice client={h_client:#010x} device={h_device:#010x} h={h_subdevice:#010x} subDeviceId={subdevice_id}")
+            }
+            Event::VaSpace { h_client, h_parent, h_vaspace, class, flags } => {
+                write!(f, "RM_ALLOC vaspace client={h_client:#010x} parent={h_parent:#010x} h={h_vaspace:#010x} class={class:#x} flags={flags:#x}")
+            }
+            Event::Memory { h_client, h_parent, h_memory, class, size, attr, attr2, flags } => {
+                write!(f, "RM_ALLOC memory client={h_client:#010x} parent={h_parent:#010x} h={h_memory:#010x} class={class:#x} size=")?;
+                match size {
+                    Some(s) => write!(f, "{s:#x}")?,
+                    None => write!(f, "?")?,
+                }
+                write!(f, " attr={attr:#x} attr2={attr2:#x} flags={flags:#x}")
+            }
+            Event::OtherObject { h_client, h_parent, h_object, class } => write!(f, "RM_ALLOC object client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} class={class:#x}"),
+            Event::P2pAlloc { h_client, h_parent, h_object, flags } => write!(f, "RM_ALLOC NV50_THIRD_PARTY_P2P client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} flags={flags:#x}"),
+            Event::P2pControl { h_client, h_object, ctrl } => {
+                write!(f, "RM_CONTROL 503C client={h_client:#010x} obj={h_object:#010x} ")?;
+                match ctrl {
+                    P2pCtrl::RegisterVaSpace { h_vaspace, token } => write!(f, "REGISTER_VA_SPACE hVASpace={h_vaspace:#010x} token={token:#x}"),
+                    P2pCtrl::UnregisterVaSpace { h_vaspace } => write!(f, "UNREGISTER_VA_SPACE hVASpace={h_vaspace:#010x}"),
+                    P2pCtrl::RegisterVidmem { h_memory, address, size, offset } => write!(f, "REGISTER_VIDMEM hMemory={h_memory:#010x} address={address:#x} size={size:#x} offset={offset:#x}"),
+                    P2pCtrl::UnregisterVidmem { h_memory } => write!(f, "UNREGISTER_VIDMEM hMemory={h_memory:#010x}"),
+                    P2pCtrl::RegisterPid { h_client } => write!(f, "REGISTER_PID hClient={h_client:#010x}"),
+                }
+            }
+            Event::Free { h_client, h_parent, h_object } => write!(f, "RM_FREE client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x}"),
+            Event::Dup { h_client, h_parent, h_object, h_client_src, h_object_src } => {
+                write!(f, "RM_DUP client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} from client={h_client_src:#010x} h={h_object_src:#010x}")
+            }
+            Event::Version(v) => write!(f, "CHECK_VERSION_STR {v}"),
+            Event::UvmRegisterGpu { uuid, rm_ctrl_fd, h_client } => write!(f, "UVM_REGISTER_GPU {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x}", uuid_str(uuid)),
+            Event::UvmRegisterGpuVaSpace { uuid, rm_ctrl_fd, h_client, h_vaspace } => {
+                write!(f, "UVM_REGISTER_GPU_VASPACE {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x} hVaSpace={h_vaspace:#010x}", uuid_str(uuid))
+            }
+            Event::UvmCreateExternalRange { base, length } => write!(f, "UVM_CREATE_EXTERNAL_RANGE base={base:#x} length={length:#x}"),
+            Event::UvmMapExternal { base, length, offset, gpus, rm_ctrl_fd, h_client, h_memory } => {
+                write!(f, "UVM_MAP_EXTERNAL_ALLOCATION base={base:#x} length={length:#x} offset={offset:#x} hClient={h_client:#010x} hMemory={h_memory:#010x} rmCtrlFd={rm_ctrl_fd} gpus=")?;
+                for (i, g) in gpus.iter().enumerate() {
+                    write!(f, "{}{}", if i > 0 { "," } else { "" }, uuid_str(g))?;
+                }
+                Ok(())
+            }
+            Event::UvmUnmapExternal { base, length, gpu } => write!(f, "UVM_UNMAP_EXTERNAL base={base:#x} length={length:#x} {}", uuid_str(gpu)),
+            Event::UvmFree { base, length } => match length {
+                Some(l) => write!(f, "UVM_FREE base={base:#x} length={l:#x}"),
+                None => write!(f, "UVM_FREE base={base:#x}"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{pod_bytes, zeroed, DriverVersion};
+    use std::collections::HashMap;
+
+    struct Params(HashMap<u64, Vec<u8>>);
+    impl ParamReader for Params {
+        fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {
+            self.0.get(&ptr).filter(|b| b.len() >= len).map(|b| b[..len].to_vec())
+        }
+    }
+
+    fn t580() -> &'static AbiTable {
+        abi::table_for(DriverVersion(580, 159, 4)).unwrap()
+    }
+
+    #[test]
+    fn memory_alloc_reads_size_from_class_params_not_params_size() {
+        let mut mp: abi::MemoryAllocationParamsV545 = zeroed();
+        mp.size = 64 << 20;
+        mp.attr = 0x1180_0000;
+        let mut a: abi::Nvos64Alloc = zeroed();
+        a.h_root = 0xc1d0_0022;
+        a.h_object_parent = 0x5c00_0002;
+        a.h_object_new = 0x5c00_0096;
+        a.h_class = 0x40;
+        a.p_alloc_parms = 0x1000;
+        a.params_size = 0; // as libcuda passes it
+        let p = Params([(0x1000, pod_bytes(&mp).to_vec())].into());
+        let r = abi::nv_ioctl(esc::RM_ALLOC, 48);
+        let o = decode(DevKind::Ctl, 8, r, 0, pod_bytes(&a), &p, t580());
+        assert_eq!(
+            o,
+            Outcome::Event(Event::Memory { h_client: 0xc1d0_0022, h_parent: 0x5c00_0002, h_memory: 0x5c00_0096, class: 0x40, size: Some(64 << 20), attr: 0x1180_0000, attr2: 0, flags: 0 })
+        );
+    }
+
+    #[test]
+    fn failed_status_and_failed_rc_are_not_decoded() {
+        let mut f: abi::Nvos00Free = zeroed();
+        f.status = status::NV_ERR_OBJECT_NOT_FOUND;
+        let r = abi::nv_ioctl(esc::RM_FREE, 16);
+        assert_eq!(decode(DevKind::Ctl, 3, r, 0, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: 0, status: 0x57 });
+        f.status = 0;
+        assert_eq!(decode(DevKind::Ctl, 3, r, -1, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: -1, status: 0 });
+    }
+
+    #[test]
+    fn size_mismatch_is_malformed() {
+        let f: abi::Nvos00Free = zeroed();
+        let r = abi::nv_ioctl(esc::RM_FREE, 20);
+        let mut b = pod_bytes(&f).to_vec();
+        b.extend_from_slice(&[0; 4]);
+        assert!(matches!(decode(DevKind::Ctl, 3, r, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
+        // captured length different from _IOC_SIZE
+        let r = abi::nv_ioctl(esc::RM_FREE, 16);
+        assert!(matches!(decode(DevKind::Ctl, 3, r, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
+    }
+
+    #[test]
+    fn uvm_map_external_uses_the_branch_layout() {
+        for (t, max) in [(abi::table_for(DriverVersion(535, 288, 1)).unwrap(), 32usize), (t580(), 256)] {
+            let l = t.uvm_map_external();
+            let mut b = vec![0u8; l.size()];
+            b[0..8].copy_from_slice(&0x7f43_5200_0000u64.to_le_bytes());
+            b[8..16].copy_from_slice(&(64u64 << 20).to_le_bytes());
+            b[24..40].copy_from_slice(&[7; 16]);
+            b[l.count()..l.count() + 8].copy_from_slice(&1u64.to_le_bytes());
+            b[l.rm_ctrl_fd()..l.rm_ctrl_fd() + 4].copy_from_slice(&8i32.to_le_bytes());
+            b[l.h_client()..l.h_client() + 4].copy_from_slice(&0xc1d0_0022u32.to_le_bytes());
+            b[l.h_memory()..l.h_memory() + 4].copy_from_slice(&0x5c00_0096u32.to_le_bytes());
+            assert_eq!(l.max_gpus, max);
+            let o = decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t);
+            assert_eq!(
+                o,
+                Outcome::Event(Event::UvmMapExternal { base: 0x7f43_5200_0000, length: 64 << 20, offset: 0, gpus: vec![[7; 16]], rm_ctrl_fd: 8, h_client: 0xc1d0_0022, h_memory: 0x5c00_0096 })
+            );
+            // rmStatus set: not decoded
+            b[l.rm_status()] = 0x1f;
+            assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t), Outcome::Failed { .. }));
+        }
+    }
+
+    #[test]
+    fn uvm_free_layout_changes_in_590() {
+        let t590 = abi::table_for(DriverVersion(590, 48, 1)).unwrap();
+        let mut b = vec![0u8; 16];
+        b[0..8].copy_from_slice(&0x2000u64.to_le_bytes());
+        assert_eq!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590), Outcome::Event(Event::UvmFree { base: 0x2000, length: None }));
+        // 16 bytes on a 580 driver is not the struct the kernel copies: refused.
+        assert!(matches!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
+    }
+
+    #[test]
+    fn only_503c_controls_are_decoded() {
+        let mut c: abi::Nvos54Control = zeroed();
+        c.cmd = 0x2080_1303;
+        c.params = 0x10;
+        c.params_size = 1028;
+        let r = abi::nv_ioctl(esc::RM_CONTROL, 32);
+        assert_eq!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &NoParams, t580()), Outcome::Ignored);
+        c.cmd = p2p::REGISTER_VIDMEM;
+        c.params_size = 32;
+        let rv = abi::Nv503cRegisterVidmem { h_memory: 5, _pad0: 0, address: 0x10000, size: 0x20000, offset: 0 };
+        let p = Params([(0x10, pod_bytes(&rv).to_vec())].into());
+        assert_eq!(
+            decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()),
+            Outcome::Event(Event::P2pControl { h_client: 0, h_object: 0, ctrl: P2pCtrl::RegisterVidmem { h_memory: 5, address: 0x10000, size: 0x20000, offset: 0 } })
+        );
+        c.params_size = 31;
+        assert!(matches!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()), Outcome::Malformed(_)));
+    }
+}

@@ -1,0 +1,267 @@
+//! CUDA driver allocation entry points, reached three ways: as exported symbols (programs linked
+//! against libcuda), through `dlsym` on a libcuda handle, and through `cuGetProcAddress` (how
+//! cudart, NCCL, PyTorch and perftest reach the driver).
+//!
+//! Each wrapped function has a few slots, one per distinct real pointer seen (the exported
+//! `_v2`, a `_ptsz` variant, whatever `cuGetProcAddress` hands out), each with its own wrapper,
+//! so a wrapper always calls exactly the function it replaced. Only the ABI versions we
+//! implement are wrapped (`cuMemAlloc` only from CUDA 3.2's `_v2`); anything else is returned
+//! untouched. Our own pointers are never wrapped again, so nothing recurses.
+
+use crate::real::NextFn;
+use crate::shim::{self, active, errno, set_errno, Guard};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicPtr, Ordering::{AcqRel, Acquire, Relaxed}};
+
+pub type CUresult = c_int;
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+type CUdeviceptr = u64;
+type CUstream = *mut c_void;
+
+const SLOTS: usize = 4;
+
+fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; SLOTS], exported: *mut c_void, real: *mut c_void) -> *mut c_void {
+    if real.is_null() || real == exported || wrappers.contains(&real) {
+        return real;
+    }
+    for (i, s) in slots.iter().enumerate() {
+        match s.compare_exchange(null_mut(), real, AcqRel, Acquire) {
+            Ok(_) => {
+                if let Some(sh) = shim::try_get() {
+                    sh.stats.cuda_wrapped.fetch_add(1, Relaxed);
+                }
+                return wrappers[i];
+            }
+            Err(cur) if cur == real => return wrappers[i],
+            Err(_) => {}
+        }
+    }
+    if let Some(sh) = shim::try_get() {
+        sh.stats.cuda_unwrapped.fetch_add(1, Relaxed);
+    }
+    tracing::warn!("more than {SLOTS} distinct CUDA entry points for one function: returned unwrapped");
+    real
+}
+
+/// After the real call: do our bookkeeping with errno preserved and panics contained.
+fn after(f: impl FnOnce(&'static shim::Shim)) {
+    if !active() {
+        return;
+    }
+    let e = errno();
+    if let Some(_g) = Guard::enter() {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(shim::get())));
+    }
+    set_errno(e);
+}
+
+macro_rules! cuda_fn {
+    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$sh:ident, $res:ident| $body:block) => {
+        pub mod $modname {
+            use super::*;
+            type F = unsafe extern "C" fn($($t),*) -> CUresult;
+            pub static REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
+            pub static NEXT: NextFn = NextFn::new($sym);
+
+            #[inline(always)]
+            pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> CUresult {
+                if real.is_null() {
+                    return CUDA_ERROR_NOT_INITIALIZED;
+                }
+                // SAFETY: real is the driver's function of exactly this signature (see install).
+                let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+                // SAFETY: forwarded unchanged.
+                let $res = unsafe { f($($a),*) };
+                after(|$sh| $body);
+                $res
+            }
+            unsafe extern "C" fn w0($($a: $t),*) -> CUresult { unsafe { call(REAL[0].load(Acquire), $($a),*) } }
+            unsafe extern "C" fn w1($($a: $t),*) -> CUresult { unsafe { call(REAL[1].load(Acquire), $($a),*) } }
+            unsafe extern "C" fn w2($($a: $t),*) -> CUresult { unsafe { call(REAL[2].load(Acquire), $($a),*) } }
+            unsafe extern "C" fn w3($($a: $t),*) -> CUresult { unsafe { call(REAL[3].load(Acquire), $($a),*) } }
+
+            pub fn install(real: *mut c_void) -> *mut c_void {
+                let wrappers = [w0 as *mut c_void, w1 as *mut c_void, w2 as *mut c_void, w3 as *mut c_void];
+                install_into(&REAL, wrappers, super::$export as *mut c_void, real)
+            }
+        }
+
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $export($($a: $t),*) -> CUresult {
+            // SAFETY: the next definition after gdrshim, libcuda's, with this signature.
+            unsafe { $modname::call($modname::NEXT.get(), $($a),*) }
+        }
+    };
+}
+
+cuda_fn!(mem_alloc, cuMemAlloc_v2, c"cuMemAlloc_v2", (dptr: *mut CUdeviceptr, bytesize: usize), |sh, r| {
+    if r == CUDA_SUCCESS && !dptr.is_null() {
+        // SAFETY: on success the driver wrote the pointer into *dptr.
+        sh.user_allocation("cuMemAlloc_v2", unsafe { *dptr }, bytesize as u64);
+    }
+});
+cuda_fn!(mem_alloc_pitch, cuMemAllocPitch_v2, c"cuMemAllocPitch_v2", (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: u32), |sh, r| {
+    let _ = (width, elem);
+    if r == CUDA_SUCCESS && !dptr.is_null() && !pitch.is_null() {
+        // SAFETY: on success the driver wrote both outputs.
+        let (p, pt) = unsafe { (*dptr, *pitch) };
+        sh.user_allocation("cuMemAllocPitch_v2", p, (pt as u64).saturating_mul(height as u64));
+    }
+});
+cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
+    let _ = dptr;
+    if r == CUDA_SUCCESS {
+        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+    }
+});
+cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |sh, r| {
+    let _ = (handle, prop, flags, sh, r);
+    tracing::debug!("cuMemCreate size={size:#x} -> {r}");
+});
+cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
+    let _ = (offset, handle, flags);
+    if r == CUDA_SUCCESS {
+        sh.user_allocation("cuMemMap", ptr, size as u64);
+    }
+});
+cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), |sh, r| {
+    let _ = (ptr, size);
+    if r == CUDA_SUCCESS {
+        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+    }
+});
+cuda_fn!(mem_release, cuMemRelease, c"cuMemRelease", (handle: u64), |sh, r| {
+    let _ = (handle, sh, r);
+});
+cuda_fn!(mem_alloc_async, cuMemAllocAsync, c"cuMemAllocAsync", (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream), |sh, r| {
+    let _ = stream;
+    if r == CUDA_SUCCESS && !dptr.is_null() {
+        // SAFETY: on success the driver wrote the pointer into *dptr.
+        sh.user_allocation("cuMemAllocAsync", unsafe { *dptr }, bytesize as u64);
+    }
+});
+cuda_fn!(mem_alloc_pool_async, cuMemAllocFromPoolAsync, c"cuMemAllocFromPoolAsync", (dptr: *mut CUdeviceptr, bytesize: usize, pool: *mut c_void, stream: CUstream), |sh, r| {
+    let _ = (pool, stream);
+    if r == CUDA_SUCCESS && !dptr.is_null() {
+        // SAFETY: on success the driver wrote the pointer into *dptr.
+        sh.user_allocation("cuMemAllocFromPoolAsync", unsafe { *dptr }, bytesize as u64);
+    }
+});
+cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, stream: CUstream), |sh, r| {
+    let _ = (dptr, stream);
+    if r == CUDA_SUCCESS {
+        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+    }
+});
+cuda_fn!(get_proc_v1, cuGetProcAddress, c"cuGetProcAddress", (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64), |sh, r| {
+    let _ = (sh, flags);
+    // SAFETY: on success the driver wrote the function pointer into *pfn.
+    unsafe { rewrite(r, symbol, pfn, version) };
+});
+cuda_fn!(get_proc_v2, cuGetProcAddress_v2, c"cuGetProcAddress_v2", (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int), |sh, r| {
+    let _ = (sh, flags, status);
+    // SAFETY: on success the driver wrote the function pointer into *pfn.
+    unsafe { rewrite(r, symbol, pfn, version) };
+});
+
+type Install = fn(*mut c_void) -> *mut c_void;
+
+/// Names as `dlsym` sees them (exact ABI in the name).
+pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
+    Some(match name {
+        b"cuMemAlloc_v2" => mem_alloc::install,
+        b"cuMemAllocPitch_v2" => mem_alloc_pitch::install,
+        b"cuMemFree_v2" => mem_free::install,
+        b"cuMemCreate" => mem_create::install,
+        b"cuMemMap" => mem_map::install,
+        b"cuMemUnmap" => mem_unmap::install,
+        b"cuMemRelease" => mem_release::install,
+        b"cuMemAllocAsync" | b"cuMemAllocAsync_ptsz" => mem_alloc_async::install,
+        b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => mem_alloc_pool_async::install,
+        b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => mem_free_async::install,
+        b"cuGetProcAddress" => get_proc_v1::install,
+        b"cuGetProcAddress_v2" => get_proc_v2::install,
+        _ => return None,
+    })
+}
+
+/// Names as `cuGetProcAddress` sees them: the base name, with the ABI chosen by the caller's
+/// CUDA version. Only the versions whose signature we implement are wrapped.
+pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
+    let at_least = |v: c_int| cuda_version >= v;
+    Some(match name {
+        b"cuMemAlloc" if at_least(3020) => mem_alloc::install,
+        b"cuMemAllocPitch" if at_least(3020) => mem_alloc_pitch::install,
+        b"cuMemFree" if at_least(3020) => mem_free::install,
+        b"cuMemCreate" if at_least(10020) => mem_create::install,
+        b"cuMemMap" if at_least(10020) => mem_map::install,
+        b"cuMemUnmap" if at_least(10020) => mem_unmap::install,
+        b"cuMemRelease" if at_least(10020) => mem_release::install,
+        b"cuMemAllocAsync" if at_least(11020) => mem_alloc_async::install,
+        b"cuMemAllocFromPoolAsync" if at_least(11020) => mem_alloc_pool_async::install,
+        b"cuMemFreeAsync" if at_least(11020) => mem_free_async::install,
+        b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
+        b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
+        _ => return None,
+    })
+}
+
+/// Replaces `*pfn` with our wrapper when `symbol` is one we wrap at this version.
+///
+/// # Safety
+/// `pfn` is the caller's out-pointer and `symbol` its C string, as passed to cuGetProcAddress.
+unsafe fn rewrite(r: CUresult, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+    if r != CUDA_SUCCESS || symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: per the contract.
+    let (name, cur) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
+    if let Some(install) = by_proc_name(name, version) {
+        let w = install(cur);
+        // SAFETY: per the contract; the wrapper has the signature the caller asked for.
+        unsafe { *pfn = w };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_gates() {
+        assert!(by_proc_name(b"cuMemAlloc", 3010).is_none());
+        assert!(by_proc_name(b"cuMemAlloc", 13000).is_some());
+        assert!(by_proc_name(b"cuMemMap", 10010).is_none());
+        assert_eq!(by_proc_name(b"cuGetProcAddress", 12000).map(|f| f as usize), Some(get_proc_v2::install as usize));
+        assert_eq!(by_proc_name(b"cuGetProcAddress", 11040).map(|f| f as usize), Some(get_proc_v1::install as usize));
+        assert!(by_proc_name(b"cuMemAlloc_v2", 13000).is_none());
+        assert!(by_symbol_name(b"cuMemAlloc").is_none(), "the v1 ABI is never wrapped");
+    }
+
+    unsafe extern "C" fn fake_a(_: *mut CUdeviceptr, _: usize) -> CUresult {
+        7
+    }
+    unsafe extern "C" fn fake_b(_: *mut CUdeviceptr, _: usize) -> CUresult {
+        8
+    }
+
+    #[test]
+    fn slots_keep_distinct_reals_and_never_wrap_ours() {
+        let a = mem_alloc::install(fake_a as *mut c_void);
+        let a2 = mem_alloc::install(fake_a as *mut c_void);
+        let b = mem_alloc::install(fake_b as *mut c_void);
+        assert_eq!(a, a2);
+        assert_ne!(a, b);
+        assert_eq!(mem_alloc::install(a), a, "a wrapper is never wrapped again");
+        let fa: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult = unsafe { core::mem::transmute(a) };
+        let fb: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult = unsafe { core::mem::transmute(b) };
+        let mut p = 0;
+        // SAFETY: the wrappers forward to the fakes above.
+        unsafe {
+            assert_eq!(fa(&mut p, 1), 7);
+            assert_eq!(fb(&mut p, 1), 8);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `dlsym`/`dlvsym` interposition.
+//!
+//! glibc decides what `RTLD_NEXT` means from the return address of the `dlsym` call. A hook that
+//! calls the real `dlsym` itself therefore answers `RTLD_NEXT` lookups for the wrong caller
+//! (HAMi-core's loop during `import torch`). Ours are assembly stubs: they ask [`pick`] whether
+//! the name is one we wrap and, if not, tail-jump to the real function with the caller's return
+//! address still on the stack, so glibc sees exactly the call it would have seen without us.
+
+use crate::hooks::cuda;
+use crate::real;
+use crate::shim::{active, Guard};
+use core::ffi::{c_char, c_void, CStr};
+
+/// What `pick` answers: forward untouched, return NULL, or return this pointer.
+const FORWARD: usize = 0;
+const RETURN_NULL: usize = 1;
+
+/// # Safety
+/// Called by the dynamic linker's users exactly as glibc's `dlsym`.
+#[cfg(not(test))]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "xor edx, edx",
+        "call {pick}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "cmp rax, 1",
+        "ja 2f",
+        "je 3f",
+        "jmp qword ptr [rip + {real}]",
+        "2: ret",
+        "3: xor eax, eax",
+        "ret",
+        pick = sym pick,
+        real = sym real::GDRSHIM_REAL_DLSYM,
+    )
+}
+
+/// # Safety
+/// Called exactly as glibc's `dlvsym`.
+#[cfg(not(test))]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {pick}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "cmp rax, 1",
+        "ja 2f",
+        "je 3f",
+        "jmp qword ptr [rip + {realv}]",
+        "2: ret",
+        "3: xor eax, eax",
+        "ret",
+        pick = sym pick,
+        realv = sym real::GDRSHIM_REAL_DLVSYM,
+    )
+}
+
+/// Decides one lookup. Never panics across the boundary; never touches errno.
+extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_char) -> usize {
+    if !real::resolve_dl() {
+        return RETURN_NULL; // cannot forward anywhere; glibc >= 2.34 always lets us resolve
+    }
+    // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
+    if name.is_null() || unsafe { *name } != b'c' as c_char || !active() {
+        return FORWARD;
+    }
+    let Some(_g) = Guard::enter() else { return FORWARD };
+    std::panic::catch_unwind(|| {
+        // SAFETY: name is a valid C string (checked non-null above).
+        let n = unsafe { CStr::from_ptr(name) };
+        let Some(install) = cuda::by_symbol_name(n.to_bytes()) else { return FORWARD };
+        // SAFETY: the real functions with the caller's own arguments.
+        let found = unsafe {
+            if version.is_null() {
+                real::real_dlsym().map_or(core::ptr::null_mut(), |f| f(handle, name))
+            } else {
+                real::real_dlvsym().map_or(core::ptr::null_mut(), |f| f(handle, name, version))
+            }
+        };
+        if found.is_null() {
+            return RETURN_NULL;
+        }
+        install(found) as usize
+    })
+    .unwrap_or(FORWARD)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pick_forwards_names_that_are_not_ours() {
+        assert_eq!(super::pick(libc::RTLD_DEFAULT, c"printf".as_ptr(), core::ptr::null()), super::FORWARD);
+        assert_eq!(super::pick(libc::RTLD_DEFAULT, c"cuInit".as_ptr(), core::ptr::null()), super::FORWARD);
+        assert_eq!(super::pick(libc::RTLD_DEFAULT, core::ptr::null(), core::ptr::null()), super::FORWARD);
+    }
+}

@@ -1,0 +1,107 @@
+//! Small exported query functions (declared in `include/gdrshim.h`): version, mode and an exact
+//! lookup used by the BAR1 read-back check and by NCCL patches.
+
+use crate::shim::{self, active, Guard};
+use core::ffi::{c_char, c_int};
+
+/// `GDRSHIM_QUERY_VERSION`: bump when the layout of `GdrshimBacking` changes.
+pub const QUERY_ABI: u32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GdrshimBacking {
+    pub struct_version: u32,
+    pub h_client: u32,
+    pub h_memory: u32,
+    pub h_device: u32,
+    pub device_id: u32,
+    pub ctl_fd: i32,
+    pub offset: u64,
+    pub map_base: u64,
+    pub map_length: u64,
+}
+const _: () = assert!(core::mem::size_of::<GdrshimBacking>() == 48);
+
+static VERSION: &[u8] = concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes();
+
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_version() -> *const c_char {
+    VERSION.as_ptr() as *const c_char
+}
+
+/// 0 off, 1 trace, 2 shadow.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_mode() -> c_int {
+    if !active() {
+        return 0;
+    }
+    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
+    std::panic::catch_unwind(|| match shim::get().cfg.mode {
+        crate::config::Mode::Off => 0,
+        crate::config::Mode::Trace => 1,
+        crate::config::Mode::Shadow => 2,
+    })
+    .unwrap_or(-libc::EIO)
+}
+
+/// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
+/// miss; `-EXDEV` when the range spans memory objects; `-ENOSYS` when nothing is tracked.
+///
+/// # Safety
+/// `out` is null or points to a writable `GdrshimBacking`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBacking) -> c_int {
+    if !active() {
+        return -libc::ENOSYS;
+    }
+    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
+    let r = std::panic::catch_unwind(|| {
+        let s = shim::get();
+        if s.table.is_none() {
+            return Err(-libc::ENOSYS);
+        }
+        let t = s.tracker.lock();
+        let p = t.map.lookup_single(va, len).map_err(|m| match m {
+            crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
+            _ => -libc::ENOENT,
+        })?;
+        let (h_device, device_id) = t.memory_device(p.mem).unwrap_or((0, u32::MAX));
+        Ok(GdrshimBacking {
+            struct_version: QUERY_ABI,
+            h_client: p.mem.client,
+            h_memory: p.mem.memory,
+            h_device,
+            device_id,
+            ctl_fd: t.client_fd(p.mem.client).unwrap_or(-1),
+            offset: p.offset,
+            map_base: p.origin.base,
+            map_length: p.origin.length,
+        })
+    });
+    match r {
+        Ok(Ok(b)) => {
+            if !out.is_null() {
+                // SAFETY: per the contract.
+                unsafe { *out = b };
+            }
+            0
+        }
+        Ok(Err(e)) => e,
+        Err(_) => -libc::EIO,
+    }
+}
+
+/// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
+///
+/// # Safety
+/// `text` is null or a valid C string.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn gdrshim_mark(text: *const c_char) {
+    if text.is_null() || !active() {
+        return;
+    }
+    let Some(_g) = Guard::enter() else { return };
+    // SAFETY: per the contract.
+    let t = unsafe { core::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned();
+    let _ = std::panic::catch_unwind(|| shim::get().mark(&t));
+}

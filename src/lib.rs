@@ -1,0 +1,19 @@
+//! gdrshim: an LD_PRELOAD library that keeps an exact map from GPU virtual address to the RM
+//! memory behind it, built from the NVIDIA driver traffic of the process, and (in later stages)
+//! registers exactly that memory for GPUDirect RDMA where libcuda does not.
+//!
+//! Layers: [`abi`] (raw ABI), [`decode`] (ioctl → event), [`vamap`] and [`tracker`] (the pure
+//! core), [`capture`] (our capture format and replay), and the thin `extern "C"` hooks.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod abi;
+pub mod capture;
+pub mod config;
+pub mod decode;
+pub mod hooks;
+pub mod log;
+pub mod real;
+pub mod shim;
+pub mod tracker;
+pub mod vamap;

@@ -1,0 +1,352 @@
+//! The process-wide runtime behind the hooks: configuration, the driver ABI table, the tracker,
+//! the capture file and the counters. Initialised lazily on the first NVIDIA ioctl or CUDA call.
+
+use crate::abi::{self, AbiTable, DriverVersion};
+use crate::capture::{self, IoctlRecord};
+use crate::config::{Config, Mode};
+use crate::decode::{self, DevKind, Outcome, ParamReader};
+use crate::tracker::{NativeAnswer, Tracker, Verdict};
+use core::cell::Cell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use once_cell::sync::OnceCell;
+use parking_lot::Mutex;
+use std::time::Duration;
+
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside gdrshim, so calls we make ourselves bypass our hooks.
+pub struct Guard(());
+impl Guard {
+    pub fn enter() -> Option<Guard> {
+        IN_SHIM.with(|g| if g.replace(true) { None } else { Some(Guard(())) })
+    }
+}
+impl Drop for Guard {
+    fn drop(&mut self) {
+        IN_SHIM.with(|g| g.set(false));
+    }
+}
+
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+pub fn set_errno(e: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// 0 = not read yet, 1 = off, 2 = active. Read from the environment alone, so that the off mode
+/// never initialises anything.
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+pub fn active() -> bool {
+    match ACTIVE.load(Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let off = std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
+            ACTIVE.store(if off { 1 } else { 2 }, Relaxed);
+            !off
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Stats {
+    pub nv_ioctls: AtomicU64,
+    pub decoded: AtomicU64,
+    pub failed: AtomicU64,
+    pub malformed: AtomicU64,
+    pub not_decoded: AtomicU64,
+    pub passthrough: AtomicU64,
+    pub cuda_wrapped: AtomicU64,
+    pub cuda_unwrapped: AtomicU64,
+    pub cuda_frees: AtomicU64,
+}
+
+pub struct Shim {
+    pub cfg: Config,
+    pub version: Option<DriverVersion>,
+    pub table: Option<&'static AbiTable>,
+    pub tracker: Mutex<Tracker>,
+    capture_fd: AtomicI32,
+    capture_lock: Mutex<()>,
+    pub stats: Stats,
+}
+
+static SHIM: OnceCell<Shim> = OnceCell::new();
+
+/// The runtime; call only with a [`Guard`] held (initialisation reads files through our hooks).
+pub fn get() -> &'static Shim {
+    SHIM.get_or_init(Shim::init)
+}
+
+pub fn try_get() -> Option<&'static Shim> {
+    SHIM.get()
+}
+
+fn read_file(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The first `N.N[.N]` token of /proc/driver/nvidia/version's first line.
+pub fn parse_proc_version(text: &str) -> Option<DriverVersion> {
+    let line = text.lines().next()?;
+    line.split_whitespace().find_map(|tok| if tok.contains('.') && tok.chars().all(|c| c.is_ascii_digit() || c == '.') { DriverVersion::parse(tok) } else { None })
+}
+
+impl Shim {
+    fn init() -> Shim {
+        let (cfg, mut warnings) = Config::from_env(|k| std::env::var(k).ok());
+        warnings.extend(crate::log::init(&cfg));
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        let version_path = match &cfg.test_dev_dir {
+            Some(d) => format!("{d}/version"),
+            None => "/proc/driver/nvidia/version".to_string(),
+        };
+        let version = read_file(&version_path).as_deref().and_then(parse_proc_version);
+        let table = version.and_then(abi::table_for);
+        match (version, table) {
+            (Some(v), Some(t)) => tracing::info!("mode={} driver {v}, ABI table {}", cfg.mode.name(), t.since),
+            (Some(v), None) => tracing::warn!(
+                "driver {v} has no verified ABI table in gdrshim {}: passing every NVIDIA call through untouched (unknown driver ABI)",
+                env!("CARGO_PKG_VERSION")
+            ),
+            (None, _) => tracing::warn!("cannot read the driver version from {version_path}: passing every NVIDIA call through untouched"),
+        }
+        let capture_fd = match &cfg.capture_file {
+            Some(tpl) => {
+                // SAFETY: getpid has no preconditions.
+                let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
+                match std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+                    Ok(f) => {
+                        use std::os::fd::IntoRawFd;
+                        f.into_raw_fd()
+                    }
+                    Err(e) => {
+                        tracing::warn!("GDRSHIM_CAPTURE={path:?} cannot be opened ({e}); not capturing");
+                        -1
+                    }
+                }
+            }
+            None => -1,
+        };
+        let shim = Shim { cfg, version, table, tracker: Mutex::new(Tracker::new()), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
+        if let Some(v) = version {
+            shim.capture(&format!("V {v}"));
+        }
+        if shim.cfg.summary {
+            // SAFETY: at_exit is an extern "C" fn with no arguments, as atexit requires.
+            unsafe { libc::atexit(at_exit) };
+        }
+        shim
+    }
+
+    fn capture(&self, line: &str) {
+        let fd = self.capture_fd.load(Relaxed);
+        if fd < 0 {
+            return;
+        }
+        let _g = self.capture_lock.lock();
+        let mut s = String::with_capacity(line.len() + 1);
+        s.push_str(line);
+        s.push('\n');
+        let b = s.as_bytes();
+        let mut off = 0;
+        while off < b.len() {
+            // SAFETY: b is valid for reads of the remaining length.
+            let n = unsafe { libc::write(fd, b[off..].as_ptr() as *const c_void, b.len() - off) };
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+    }
+
+    pub fn mark(&self, text: &str) {
+        self.capture(&format!("M {text}"));
+    }
+
+    /// Called after every real ioctl on an NVIDIA fd.
+    ///
+    /// # Safety
+    /// `arg` is the pointer the caller passed to `ioctl`; it is only read when `rc == 0`, which
+    /// means the kernel just copied the encoded number of bytes to and from it.
+    pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
+        self.stats.nv_ioctls.fetch_add(1, Relaxed);
+        let Some(t) = self.table else {
+            self.stats.passthrough.fetch_add(1, Relaxed);
+            return;
+        };
+        if rc != 0 {
+            self.stats.failed.fetch_add(1, Relaxed);
+            if self.cfg.mode == Mode::Trace {
+                tracing::info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
+            }
+            return;
+        }
+        let Some(len) = decode::arg_len(dev, request, t).filter(|_| !arg.is_null()) else {
+            self.stats.not_decoded.fetch_add(1, Relaxed);
+            if self.cfg.mode == Mode::Trace {
+                tracing::info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
+            }
+            return;
+        };
+        // SAFETY: see the function contract; len is what the request encodes.
+        let bytes = unsafe { std::slice::from_raw_parts(arg as *const u8, len) }.to_vec();
+        if self.capture_fd.load(Relaxed) >= 0 {
+            let params = capture::params_spec(dev, request, &bytes, t).and_then(|(off, plen)| {
+                let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
+                LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, &bytes)).map(|p| (off, p))
+            });
+            self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.clone(), params }.line());
+        }
+        match decode::decode(dev, fd, request, rc, &bytes, &LiveParams, t) {
+            Outcome::Event(ev) => {
+                self.stats.decoded.fetch_add(1, Relaxed);
+                if self.cfg.mode == Mode::Trace {
+                    tracing::info!("{ev}");
+                }
+                let notes = match self.tracker.try_lock_for(Duration::from_secs(5)) {
+                    Some(mut tr) => tr.apply(&ev),
+                    None => {
+                        tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
+                        return;
+                    }
+                };
+                for n in notes {
+                    tracing::warn!("{}", capture::notice_line(&n));
+                }
+            }
+            Outcome::Failed { status, .. } => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                if self.cfg.mode == Mode::Trace {
+                    tracing::info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
+                }
+            }
+            Outcome::Malformed(why) => {
+                self.stats.malformed.fetch_add(1, Relaxed);
+                tracing::debug!("{} fd={fd} request={request:#x}: {why}; passed through, not decoded", dev.tag());
+            }
+            Outcome::Ignored => {
+                self.stats.not_decoded.fetch_add(1, Relaxed);
+                if self.cfg.mode == Mode::Trace {
+                    tracing::info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
+                }
+            }
+        }
+    }
+
+    /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
+    pub fn user_allocation(&self, api: &str, ptr: u64, len: u64) {
+        self.capture(&format!("A {api} {ptr:x} {len:x}"));
+        if self.table.is_none() {
+            return;
+        }
+        let v = match self.tracker.try_lock_for(Duration::from_secs(5)) {
+            Some(mut t) => t.user_allocation(ptr, len),
+            None => return,
+        };
+        let line = capture::verdict_line(api, ptr, len, &v);
+        match &v {
+            Verdict::Uncovered(_) => tracing::warn!("{line}"),
+            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => tracing::warn!("{line}"),
+            _ => tracing::debug!("{line}"),
+        }
+    }
+
+    pub fn summary_fields(&self) -> String {
+        let (c, entries, objects) = match self.tracker.try_lock_for(Duration::from_millis(200)) {
+            Some(mut t) => {
+                for left in t.finish() {
+                    tracing::info!("native registration never predicted, still live at exit: {left}");
+                }
+                (t.counts, t.map.entries(), t.objects())
+            }
+            None => (Default::default(), 0, 0),
+        };
+        let s = &self.stats;
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        format!(
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} cuda_wrapped={} cuda_unwrapped={} cuda_frees={}",
+            self.cfg.mode.name(),
+            self.version.map_or("unknown".to_string(), |v| v.to_string()),
+            self.table.map_or("none", |t| t.since),
+            s.nv_ioctls.load(Relaxed),
+            s.decoded.load(Relaxed),
+            s.failed.load(Relaxed),
+            s.malformed.load(Relaxed),
+            s.not_decoded.load(Relaxed),
+            s.passthrough.load(Relaxed),
+            c.native,
+            c.matched,
+            c.mismatched,
+            c.unpredicted,
+            c.predicted_only,
+            c.user_allocs,
+            c.uncovered,
+            s.cuda_wrapped.load(Relaxed),
+            s.cuda_unwrapped.load(Relaxed),
+            s.cuda_frees.load(Relaxed),
+        )
+    }
+}
+
+fn rm_status_ok(request: u64, arg: &[u8]) -> bool {
+    let at = match (abi::ioc_nr(request), arg.len()) {
+        (abi::esc::RM_ALLOC, 48) => 40,
+        (abi::esc::RM_ALLOC, 32) | (abi::esc::RM_CONTROL, 32) => 28,
+        _ => return false,
+    };
+    arg[at..at + 4] == [0, 0, 0, 0]
+}
+
+/// Reads the caller's embedded parameter pointers.
+struct LiveParams;
+impl ParamReader for LiveParams {
+    fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {
+        if ptr == 0 || len == 0 {
+            return None;
+        }
+        // SAFETY: decode follows a pointer only after RM answered NV_OK for the call, which means
+        // RM copied exactly these `len` bytes (the class's or control's struct) from it.
+        Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec())
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_g) = Guard::enter() else { return };
+        if let Some(s) = try_get() {
+            crate::log::summary_line(&s.summary_fields());
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_version_line() {
+        let t = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Nov 20 2025\nGCC version:  gcc version 13.3.0\n";
+        assert_eq!(parse_proc_version(t), Some(DriverVersion(580, 159, 4)));
+        assert_eq!(parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.288.01  Tue"), Some(DriverVersion(535, 288, 1)));
+        assert_eq!(parse_proc_version("garbage"), None);
+    }
+
+    #[test]
+    fn guard_is_not_reentrant() {
+        let g = Guard::enter().unwrap();
+        assert!(Guard::enter().is_none());
+        drop(g);
+        assert!(Guard::enter().is_some());
+    }
+}

@@ -1,0 +1,461 @@
+//! Per-process model of the RM objects and UVM mappings that decoded events describe, the VA map
+//! built from them, and the shadow oracle that compares gdrshim's predictions with libcuda's own
+//! REGISTER_VIDMEM calls.
+//!
+//! Pure: no FFI, no locks, no I/O. The hooks feed it events and log what it reports.
+
+use crate::decode::{Event, P2pCtrl, Uuid};
+use crate::vamap::{MemRef, Miss, Piece, VaMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjKind {
+    Client { fd: i32 },
+    Device { device_id: u32 },
+    Subdevice,
+    VaSpace { flags: u32 },
+    Memory { class: u32, size: Option<u64>, dup_of: Option<MemRef> },
+    P2p,
+    Other { class: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Obj {
+    pub parent: u32,
+    pub kind: ObjKind,
+}
+
+/// A REGISTER_VIDMEM tuple, as libcuda issues it and as gdrshim predicts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VidmemTuple {
+    pub mem: MemRef,
+    pub address: u64,
+    pub size: u64,
+    pub offset: u64,
+}
+
+impl fmt::Display for VidmemTuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{hClient={:#010x} hMemory={:#010x} address={:#x} size={:#x} offset={:#x}}}", self.mem.client, self.mem.memory, self.address, self.size, self.offset)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct NativeReg {
+    tuple: VidmemTuple,
+    matched: bool,
+}
+
+/// Counters that end up in the exit summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShadowCounts {
+    pub native: u64,
+    pub matched: u64,
+    pub mismatched: u64,
+    pub unpredicted: u64,
+    pub predicted_only: u64,
+    pub user_allocs: u64,
+    pub uncovered: u64,
+}
+
+/// What the shadow oracle found for one user allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Covered by the map; per piece the predicted tuple and what libcuda registered.
+    Covered(Vec<(VidmemTuple, NativeAnswer)>),
+    Uncovered(Miss),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NativeAnswer {
+    Matched,
+    Mismatched(VidmemTuple),
+    /// libcuda registered nothing for this memory.
+    None,
+}
+
+/// Something worth a log line, produced while applying an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    NativeRegistrationPresent,
+    /// A native registration went away without any user allocation having predicted it.
+    Unpredicted(VidmemTuple),
+    UnknownUvmFree { base: u64 },
+}
+
+#[derive(Default)]
+pub struct Tracker {
+    objects: HashMap<(u32, u32), Obj>,
+    children: HashMap<(u32, u32), Vec<u32>>,
+    pub map: VaMap,
+    /// UVM external ranges: base → length.
+    ranges: BTreeMap<u64, u64>,
+    /// GPUs UVM knows, with the RM client that registered them.
+    pub gpus: HashMap<Uuid, u32>,
+    native_p2p: HashSet<(u32, u32)>,
+    native_regs: HashMap<MemRef, NativeReg>,
+    pub native_seen: bool,
+    pub counts: ShadowCounts,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn object(&self, client: u32, h: u32) -> Option<&Obj> {
+        self.objects.get(&(client, h))
+    }
+
+    pub fn objects(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// The ctl fd on which a client was allocated.
+    pub fn client_fd(&self, client: u32) -> Option<i32> {
+        match self.objects.get(&(client, client))?.kind {
+            ObjKind::Client { fd } => Some(fd),
+            _ => None,
+        }
+    }
+
+    /// The Device handle and deviceId a memory object hangs under.
+    pub fn memory_device(&self, mem: MemRef) -> Option<(u32, u32)> {
+        let o = self.objects.get(&(mem.client, mem.memory))?;
+        let ObjKind::Memory { .. } = o.kind else { return None };
+        match self.objects.get(&(mem.client, o.parent))?.kind {
+            ObjKind::Device { device_id } => Some((o.parent, device_id)),
+            _ => None,
+        }
+    }
+
+    pub fn memory_class(&self, mem: MemRef) -> Option<u32> {
+        match self.objects.get(&(mem.client, mem.memory))?.kind {
+            ObjKind::Memory { class, .. } => Some(class),
+            _ => None,
+        }
+    }
+
+    fn insert(&mut self, client: u32, h: u32, parent: u32, kind: ObjKind) {
+        // A handle reused without a free we saw: drop the stale object first.
+        if self.objects.contains_key(&(client, h)) {
+            self.remove_tree(client, h);
+        }
+        self.objects.insert((client, h), Obj { parent, kind });
+        if parent != h {
+            self.children.entry((client, parent)).or_default().push(h);
+        }
+    }
+
+    fn remove_tree(&mut self, client: u32, h: u32) -> Vec<Notice> {
+        let mut notes = Vec::new();
+        let mut stack = vec![h];
+        while let Some(x) = stack.pop() {
+            if let Some(kids) = self.children.remove(&(client, x)) {
+                stack.extend(kids);
+            }
+            if let Some(o) = self.objects.remove(&(client, x)) {
+                if o.parent != x {
+                    if let Some(sib) = self.children.get_mut(&(client, o.parent)) {
+                        sib.retain(|&k| k != x);
+                    }
+                }
+                match o.kind {
+                    ObjKind::Memory { .. } => {
+                        let mem = MemRef { client, memory: x };
+                        self.map.remove_memory(mem);
+                        // RM unregisters freed vidmem from every 503C of the client by itself.
+                        notes.extend(self.drop_native(mem));
+                    }
+                    ObjKind::P2p => {
+                        self.native_p2p.remove(&(client, x));
+                        let gone: Vec<MemRef> = self.native_regs.keys().filter(|m| m.client == client).copied().collect();
+                        for m in gone {
+                            notes.extend(self.drop_native(m));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        notes
+    }
+
+    fn drop_native(&mut self, mem: MemRef) -> Option<Notice> {
+        let r = self.native_regs.remove(&mem)?;
+        if r.matched {
+            None
+        } else {
+            self.counts.unpredicted += 1;
+            Some(Notice::Unpredicted(r.tuple))
+        }
+    }
+
+    /// Applies one decoded event.
+    pub fn apply(&mut self, ev: &Event) -> Vec<Notice> {
+        let mut notes = Vec::new();
+        match *ev {
+            Event::RootClient { fd, h_client } => self.insert(h_client, h_client, h_client, ObjKind::Client { fd }),
+            Event::Device { h_client, h_device, device_id } => self.insert(h_client, h_device, h_client, ObjKind::Device { device_id }),
+            Event::Subdevice { h_client, h_device, h_subdevice, .. } => self.insert(h_client, h_subdevice, h_device, ObjKind::Subdevice),
+            Event::VaSpace { h_client, h_parent, h_vaspace, flags, .. } => self.insert(h_client, h_vaspace, h_parent, ObjKind::VaSpace { flags }),
+            Event::Memory { h_client, h_parent, h_memory, class, size, .. } => self.insert(h_client, h_memory, h_parent, ObjKind::Memory { class, size, dup_of: None }),
+            Event::OtherObject { h_client, h_parent, h_object, class } => self.insert(h_client, h_object, h_parent, ObjKind::Other { class }),
+            Event::P2pAlloc { h_client, h_parent, h_object, .. } => {
+                self.insert(h_client, h_object, h_parent, ObjKind::P2p);
+                self.native_p2p.insert((h_client, h_object));
+                if !self.native_seen {
+                    self.native_seen = true;
+                    notes.push(Notice::NativeRegistrationPresent);
+                }
+            }
+            Event::P2pControl { h_client, ref ctrl, .. } => match *ctrl {
+                P2pCtrl::RegisterVidmem { h_memory, address, size, offset } => {
+                    let mem = MemRef { client: h_client, memory: h_memory };
+                    self.counts.native += 1;
+                    if !self.native_seen {
+                        self.native_seen = true;
+                        notes.push(Notice::NativeRegistrationPresent);
+                    }
+                    let tuple = VidmemTuple { mem, address, size, offset };
+                    if let Some(old) = self.native_regs.insert(mem, NativeReg { tuple, matched: false }) {
+                        if !old.matched {
+                            self.counts.unpredicted += 1;
+                            notes.push(Notice::Unpredicted(old.tuple));
+                        }
+                    }
+                }
+                P2pCtrl::UnregisterVidmem { h_memory } => notes.extend(self.drop_native(MemRef { client: h_client, memory: h_memory })),
+                _ => {}
+            },
+            Event::Free { h_client, h_object, .. } => {
+                if h_object == h_client {
+                    // Freeing a client frees everything in it.
+                    let all: Vec<u32> = self.objects.keys().filter(|(c, _)| *c == h_client).map(|&(_, h)| h).collect();
+                    for h in all {
+                        notes.extend(self.remove_tree(h_client, h));
+                    }
+                    self.map.remove_client(h_client);
+                } else {
+                    notes.extend(self.remove_tree(h_client, h_object));
+                }
+            }
+            Event::Dup { h_client, h_parent, h_object, h_client_src, h_object_src } => {
+                let src = MemRef { client: h_client_src, memory: h_object_src };
+                match self.objects.get(&(h_client_src, h_object_src)).map(|o| o.kind) {
+                    Some(ObjKind::Memory { class, size, dup_of }) => {
+                        let root = dup_of.unwrap_or(src);
+                        self.insert(h_client, h_object, h_parent, ObjKind::Memory { class, size, dup_of: Some(root) })
+                    }
+                    _ => self.insert(h_client, h_object, h_parent, ObjKind::Other { class: 0 }),
+                }
+            }
+            Event::Version(_) => {}
+            Event::UvmRegisterGpu { uuid, h_client, .. } => {
+                self.gpus.insert(uuid, h_client);
+            }
+            Event::UvmRegisterGpuVaSpace { .. } => {}
+            Event::UvmCreateExternalRange { base, length } => {
+                self.ranges.insert(base, length);
+            }
+            Event::UvmMapExternal { base, length, offset, ref gpus, h_client, h_memory, .. } => {
+                let mem = MemRef { client: h_client, memory: h_memory };
+                for g in gpus {
+                    self.map.map(*g, base, length, mem, offset);
+                }
+            }
+            Event::UvmUnmapExternal { base, length, gpu } => {
+                self.map.unmap(gpu, base, length);
+            }
+            Event::UvmFree { base, length } => {
+                // UVM_FREE destroys the whole range that starts at base; the length field, where
+                // the branch has one, must equal it.
+                let len = match (self.ranges.remove(&base), length) {
+                    (Some(l), _) => Some(l),
+                    (None, Some(l)) => Some(l),
+                    (None, None) => None,
+                };
+                match len {
+                    Some(l) => {
+                        self.map.unmap_all(base, l);
+                    }
+                    None => {
+                        // Unknown range (created before we saw it): drop every mapping that starts at
+                        // base or continues from it, so nothing stale can ever be looked up.
+                        notes.push(Notice::UnknownUvmFree { base });
+                        let stale: Vec<(u64, u64)> = self.map.dump().into_iter().filter(|e| e.1 >= base).map(|e| (e.1, e.2)).collect();
+                        let mut end = base;
+                        for (s, l) in stale {
+                            if s <= end {
+                                end = end.max(s + l);
+                            }
+                        }
+                        if end > base {
+                            self.map.unmap_all(base, end - base);
+                        }
+                    }
+                }
+            }
+        }
+        notes
+    }
+
+    /// Predicted REGISTER_VIDMEM for a piece: libcuda registers the whole UVM mapping it made.
+    pub fn predict(piece: &Piece) -> VidmemTuple {
+        VidmemTuple { mem: piece.mem, address: piece.origin.base, size: piece.origin.length, offset: piece.origin.offset }
+    }
+
+    /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point: check its coverage and
+    /// compare the predicted registrations with libcuda's own.
+    pub fn user_allocation(&mut self, ptr: u64, len: u64) -> Verdict {
+        self.counts.user_allocs += 1;
+        let pieces = match self.map.lookup(ptr, len) {
+            Ok(p) => p,
+            Err(miss) => {
+                self.counts.uncovered += 1;
+                return Verdict::Uncovered(miss);
+            }
+        };
+        let mut out = Vec::new();
+        for p in &pieces {
+            let want = Self::predict(p);
+            let answer = match self.native_regs.get_mut(&p.mem) {
+                Some(r) if r.tuple == want => {
+                    if !r.matched {
+                        r.matched = true;
+                        self.counts.matched += 1;
+                    }
+                    NativeAnswer::Matched
+                }
+                Some(r) => {
+                    self.counts.mismatched += 1;
+                    NativeAnswer::Mismatched(r.tuple)
+                }
+                None => {
+                    self.counts.predicted_only += 1;
+                    NativeAnswer::None
+                }
+            };
+            out.push((want, answer));
+        }
+        Verdict::Covered(out)
+    }
+
+    /// Native registrations still live and never predicted, counted as unpredicted (at exit).
+    pub fn finish(&mut self) -> Vec<VidmemTuple> {
+        let left: Vec<VidmemTuple> = self.native_regs.values().filter(|r| !r.matched).map(|r| r.tuple).collect();
+        self.counts.unpredicted += left.len() as u64;
+        for r in self.native_regs.values_mut() {
+            r.matched = true;
+        }
+        left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: u32 = 0xc1d0_0022;
+    const DEV: u32 = 0x5c00_0002;
+    const G: Uuid = [3; 16];
+
+    fn base_tracker() -> Tracker {
+        let mut t = Tracker::new();
+        for e in [
+            Event::RootClient { fd: 8, h_client: C },
+            Event::Device { h_client: C, h_device: DEV, device_id: 0 },
+            Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: 0x5c00_0003, subdevice_id: 0 },
+        ] {
+            t.apply(&e);
+        }
+        t
+    }
+
+    fn alloc(t: &mut Tracker, h: u32, va: u64, len: u64, native: bool) {
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+        if native {
+            t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVidmem { h_memory: h, address: va, size: len, offset: 0 } });
+        }
+        t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
+        t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+    }
+
+    #[test]
+    fn shadow_matches_native_sequence() {
+        let mut t = base_tracker();
+        alloc(&mut t, 0x5c00_0096, 0x7f43_5200_0000, 64 << 20, true);
+        alloc(&mut t, 0x5c00_009a, 0x7f43_6fe0_0000, 2 << 20, true);
+        assert_eq!(t.memory_device(MemRef { client: C, memory: 0x5c00_0096 }), Some((DEV, 0)));
+        assert!(matches!(t.user_allocation(0x7f43_5200_0000, 64 << 20), Verdict::Covered(v) if v[0].1 == NativeAnswer::Matched));
+        // Two sub-allocations of one 2 MiB chunk match one native registration once.
+        t.user_allocation(0x7f43_6fe0_0000, 4096);
+        t.user_allocation(0x7f43_6fe0_1000, 4096);
+        assert_eq!(t.counts, ShadowCounts { native: 2, matched: 2, user_allocs: 3, ..Default::default() });
+        // cuMemFree: UNREGISTER_VIDMEM, UVM_FREE, RM_FREE.
+        t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::UnregisterVidmem { h_memory: 0x5c00_0096 } });
+        t.apply(&Event::UvmFree { base: 0x7f43_5200_0000, length: Some(64 << 20) });
+        t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 0x5c00_0096 });
+        assert_eq!(t.user_allocation(0x7f43_5200_0000, 4096), Verdict::Uncovered(Miss::Freed { at: 0x7f43_5200_0000 }));
+        assert_eq!(t.counts.unpredicted, 0);
+    }
+
+    #[test]
+    fn mismatch_and_unpredicted_are_counted() {
+        let mut t = base_tracker();
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::P2pControl { h_client: C, h_object: 9, ctrl: P2pCtrl::RegisterVidmem { h_memory: 1, address: 0x1000_0000, size: 0x40_0000, offset: 0 } });
+        // libcuda maps it elsewhere than it registered: our prediction differs.
+        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x40_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        let v = t.user_allocation(0x2000_0000, 0x1000);
+        assert!(matches!(v, Verdict::Covered(ref p) if matches!(p[0].1, NativeAnswer::Mismatched(_))));
+        assert_eq!(t.counts.mismatched, 1);
+        // a native registration nobody predicted
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 2, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::P2pControl { h_client: C, h_object: 9, ctrl: P2pCtrl::RegisterVidmem { h_memory: 2, address: 0x3000_0000, size: 0x20_0000, offset: 0 } });
+        let notes = t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 2 });
+        assert!(matches!(notes[..], [Notice::Unpredicted(_)]));
+        // memory 1 was never matched either: at exit it counts as unpredicted.
+        assert_eq!(t.finish().len(), 1);
+        assert_eq!(t.counts.unpredicted, 2);
+    }
+
+    #[test]
+    fn freeing_the_device_or_client_drops_memory_and_mappings() {
+        let mut t = base_tracker();
+        alloc(&mut t, 0x10, 0x100_0000, 0x20_0000, false);
+        assert!(t.map.lookup_single(0x100_0000, 0x1000).is_ok());
+        t.apply(&Event::Free { h_client: C, h_parent: C, h_object: DEV });
+        assert!(t.object(C, 0x10).is_none());
+        assert!(t.map.lookup(0x100_0000, 0x1000).is_err());
+        alloc(&mut t, 0x11, 0x200_0000, 0x20_0000, false);
+        t.apply(&Event::Free { h_client: C, h_parent: C, h_object: C });
+        assert_eq!(t.objects(), 0);
+        assert_eq!(t.map.entries(), 0);
+    }
+
+    #[test]
+    fn uvm_free_of_unknown_range_drops_what_continues_from_base() {
+        let mut t = base_tracker();
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: None, attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::UvmMapExternal { base: 0x1000_0000, length: 0x20_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x1020_0000, length: 0x20_0000, offset: 0x20_0000, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x20_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        let n = t.apply(&Event::UvmFree { base: 0x1000_0000, length: None });
+        assert_eq!(n, vec![Notice::UnknownUvmFree { base: 0x1000_0000 }]);
+        assert!(t.map.lookup(0x1030_0000, 0x1000).is_err());
+        assert!(t.map.lookup(0x2000_0000, 0x1000).is_ok());
+    }
+
+    #[test]
+    fn dup_keeps_the_root_memory() {
+        let mut t = base_tracker();
+        alloc(&mut t, 0x10, 0x100_0000, 0x20_0000, false);
+        t.apply(&Event::RootClient { fd: 20, h_client: 0xc1d0_0099 });
+        t.apply(&Event::Device { h_client: 0xc1d0_0099, h_device: 1, device_id: 0 });
+        t.apply(&Event::Dup { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2, h_client_src: C, h_object_src: 0x10 });
+        assert!(matches!(t.object(0xc1d0_0099, 2).unwrap().kind, ObjKind::Memory { dup_of: Some(MemRef { client: C, memory: 0x10 }), .. }));
+        assert_eq!(t.client_fd(0xc1d0_0099), Some(20));
+    }
+}
