@@ -117,3 +117,21 @@ pub fn init(cfg: &Config) -> Vec<String> {
 pub fn summary_line(fields: &str) {
     write_raw(format!("gdrshim: summary {fields}\n").as_bytes());
 }
+
+/// A prefixed line written without `tracing` (for exit handlers, where thread-locals are gone).
+pub fn raw_line(level: &str, msg: &str) {
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid)) };
+    write_raw(format!("{}:{pid}:{tid} [gdrshim] {level} {msg}\n", host_name()).as_bytes());
+}
+
+/// Panics inside gdrshim are caught at every boundary; this makes each one a single log line
+/// instead of std's multi-line report on the host's stderr. It is gdrshim's own copy of std,
+/// so the host program's panic hook is untouched.
+pub fn contain_panic_messages() {
+    std::panic::set_hook(Box::new(|info| {
+        let loc = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let msg = info.payload().downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| info.payload().downcast_ref::<String>().cloned()).unwrap_or_default();
+        raw_line("ERROR", &format!("internal error at {loc}: {msg}; the call was passed through unchanged"));
+    }));
+}

@@ -26,6 +26,8 @@ const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
 
 struct Search {
+    /// File-name prefix of the object to search: libc first, then libdl (glibc < 2.34).
+    object: &'static [u8],
     names: [&'static [u8]; 2],
     found: [usize; 2],
 }
@@ -127,7 +129,7 @@ unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::siz
     // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
     let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
     let file = name.rsplit(|&c| c == b'/').next().unwrap_or(name);
-    if file.starts_with(b"libc.so") || file.starts_with(b"libdl.so") {
+    if file.starts_with(s.object) {
         // SAFETY: info comes from dl_iterate_phdr.
         unsafe { lookup_in_object(info, s) };
     }
@@ -139,9 +141,17 @@ pub fn resolve_dl() -> bool {
     if !GDRSHIM_REAL_DLSYM.load(Ordering::Acquire).is_null() && !GDRSHIM_REAL_DLVSYM.load(Ordering::Acquire).is_null() {
         return true;
     }
-    let mut s = Search { names: [b"dlsym", b"dlvsym"], found: [0, 0] };
-    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
-    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    // libdl.so.2 of glibc >= 2.34 only forwards to libc: a forwarder would make glibc see it,
+    // not our caller, as the caller of dlsym. So libc.so.6 first.
+    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0] };
+    for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
+        s.object = object;
+        // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
+        unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+        if s.found[0] != 0 && s.found[1] != 0 {
+            break;
+        }
+    }
     if s.found[0] == 0 || s.found[1] == 0 {
         return false;
     }

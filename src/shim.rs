@@ -103,6 +103,7 @@ impl Shim {
     fn init() -> Shim {
         let (cfg, mut warnings) = Config::from_env(|k| std::env::var(k).ok());
         warnings.extend(crate::log::init(&cfg));
+        crate::log::contain_panic_messages();
         for w in &warnings {
             tracing::warn!("{w}");
         }
@@ -264,8 +265,9 @@ impl Shim {
     pub fn summary_fields(&self) -> String {
         let (c, entries, objects) = match self.tracker.try_lock_for(Duration::from_millis(200)) {
             Some(mut t) => {
+                // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
                 for left in t.finish() {
-                    tracing::info!("native registration never predicted, still live at exit: {left}");
+                    crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
                 }
                 (t.counts, t.map.entries(), t.objects())
             }

@@ -45,6 +45,25 @@ fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; SLOT
     real
 }
 
+/// libcuda's own definition when it was loaded RTLD_LOCAL (as cudart loads it), so that
+/// `RTLD_NEXT` cannot see it.
+fn from_loaded_libcuda(name: &CStr, ours: *mut c_void) -> *mut c_void {
+    // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded.
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return null_mut();
+    }
+    // SAFETY: a valid handle and C string.
+    let p = crate::real::real_dlsym().map_or(null_mut(), |f| unsafe { f(h, name.as_ptr()) });
+    // SAFETY: h came from dlopen above.
+    unsafe { libc::dlclose(h) };
+    if p == ours {
+        null_mut()
+    } else {
+        p
+    }
+}
+
 /// After the real call: do our bookkeeping with errno preserved and panics contained.
 fn after(f: impl FnOnce(&'static shim::Shim)) {
     if !active() {
@@ -90,8 +109,12 @@ macro_rules! cuda_fn {
 
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $export($($a: $t),*) -> CUresult {
-            // SAFETY: the next definition after gdrshim, libcuda's, with this signature.
-            unsafe { $modname::call($modname::NEXT.get(), $($a),*) }
+            let mut real = $modname::NEXT.get();
+            if real.is_null() {
+                real = from_loaded_libcuda($sym, $export as *mut c_void);
+            }
+            // SAFETY: libcuda's definition of this symbol, with this signature.
+            unsafe { $modname::call(real, $($a),*) }
         }
     };
 }
@@ -121,9 +144,16 @@ cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize
     tracing::debug!("cuMemCreate size={size:#x} -> {r}");
 });
 cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
-    let _ = (offset, handle, flags);
+    let _ = (offset, handle, flags, sh);
+    tracing::debug!("cuMemMap [{ptr:#x}, +{size:#x}) -> {r}");
+});
+// libcuda makes the UVM mapping (and its native REGISTER_VIDMEM) of a VMM range only when access
+// is granted: seen on the H200, where the range is still unmapped when cuMemMap returns. The
+// range becomes usable memory here, so this is the user allocation.
+cuda_fn!(mem_set_access, cuMemSetAccess, c"cuMemSetAccess", (ptr: CUdeviceptr, size: usize, desc: *const c_void, count: usize), |sh, r| {
+    let _ = (desc, count);
     if r == CUDA_SUCCESS {
-        sh.user_allocation("cuMemMap", ptr, size as u64);
+        sh.user_allocation("cuMemSetAccess", ptr, size as u64);
     }
 });
 cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), |sh, r| {
@@ -176,6 +206,7 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuMemFree_v2" => mem_free::install,
         b"cuMemCreate" => mem_create::install,
         b"cuMemMap" => mem_map::install,
+        b"cuMemSetAccess" => mem_set_access::install,
         b"cuMemUnmap" => mem_unmap::install,
         b"cuMemRelease" => mem_release::install,
         b"cuMemAllocAsync" | b"cuMemAllocAsync_ptsz" => mem_alloc_async::install,
@@ -197,6 +228,7 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuMemFree" if at_least(3020) => mem_free::install,
         b"cuMemCreate" if at_least(10020) => mem_create::install,
         b"cuMemMap" if at_least(10020) => mem_map::install,
+        b"cuMemSetAccess" if at_least(10020) => mem_set_access::install,
         b"cuMemUnmap" if at_least(10020) => mem_unmap::install,
         b"cuMemRelease" if at_least(10020) => mem_release::install,
         b"cuMemAllocAsync" if at_least(11020) => mem_alloc_async::install,

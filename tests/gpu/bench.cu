@@ -8,6 +8,10 @@
 #include <time.h>
 #include <unistd.h>
 
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++) for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+  return v[n / 2];
+}
 static double now() { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
 int main() {
@@ -17,16 +21,24 @@ int main() {
   for (int k = 0; k < 3; k++) {
     CUdeviceptr p;
     for (int i = 0; i < 50; i++) { CK(cuMemAlloc(&p, sizes[k])); CK(cuMemFree(p)); }
-    double t0 = now();
-    for (int i = 0; i < iters[k]; i++) { CK(cuMemAlloc(&p, sizes[k])); CK(cuMemFree(p)); }
-    printf("bench alloc_free size=%zu ns_per_iter=%.1f\n", sizes[k], (now() - t0) * 1e9 / iters[k]);
+    double b[9];
+    for (int j = 0; j < 9; j++) {
+      double t0 = now();
+      for (int i = 0; i < iters[k] / 9; i++) { CK(cuMemAlloc(&p, sizes[k])); CK(cuMemFree(p)); }
+      b[j] = (now() - t0) * 1e9 / (iters[k] / 9);
+    }
+    printf("bench alloc_free size=%zu ns_per_iter=%.1f\n", sizes[k], median(b, 9));
   }
   int fd = open("/dev/null", O_RDWR);
   struct termios t;
   for (int i = 0; i < 10000; i++) ioctl(fd, TCGETS, &t);
-  const int N = 2000000;
-  double t0 = now();
-  for (int i = 0; i < N; i++) ioctl(fd, TCGETS, &t);
-  printf("bench ioctl_devnull ns_per_call=%.2f\n", (now() - t0) * 1e9 / N);
+  const int N = 300000;
+  double b[9];
+  for (int j = 0; j < 9; j++) {
+    double t0 = now();
+    for (int i = 0; i < N; i++) ioctl(fd, TCGETS, &t);
+    b[j] = (now() - t0) * 1e9 / N;
+  }
+  printf("bench ioctl_devnull ns_per_call=%.2f\n", median(b, 9));
   return 0;
 }

@@ -27,8 +27,8 @@ shadow torch-alloc python3 tests/gpu/torch_alloc.py
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shadow torch-exp python3 tests/gpu/torch_alloc.py
 NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 shadow torch-nccl python3 tests/gpu/torch_nccl.py
 shadow bar1-readback "$B/bar1_readback" 120
-log "### benchmark (interleaved: none, shadow, none, shadow, none, shadow)"
-for i in 1 2 3; do
+log "### benchmark (interleaved 5 times: none, shadow; each figure a median of 9 batches)"
+for i in 1 2 3 4 5; do
   "$B/bench" | sed 's/^/none /' | tee -a "$res"
   GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" "$B/bench" | sed 's/^/shadow /' | tee -a "$res"
 done

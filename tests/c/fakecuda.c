@@ -1,0 +1,28 @@
+// A fake libcuda.so.1 for gdrshim's integration tests (ours): cuGetProcAddress_v2 and the
+// allocation entry points the shim wraps. Allocations return the pointer set by
+// fakecuda_set_next(), so a player can reproduce a capture's user allocations.
+#include <stdint.h>
+#include <string.h>
+typedef int CUresult;
+static uint64_t next_ptr;
+void fakecuda_set_next(uint64_t p) { next_ptr = p; }
+CUresult cuMemAlloc_v2(uint64_t *d, size_t n) { (void)n; *d = next_ptr; return 0; }
+CUresult cuMemAllocPitch_v2(uint64_t *d, size_t *pitch, size_t w, size_t h, unsigned e) { (void)h; (void)e; *d = next_ptr; *pitch = w; return 0; }
+CUresult cuMemAllocAsync(uint64_t *d, size_t n, void *s) { (void)n; (void)s; *d = next_ptr; return 0; }
+CUresult cuMemAllocFromPoolAsync(uint64_t *d, size_t n, void *p, void *s) { (void)n; (void)p; (void)s; *d = next_ptr; return 0; }
+CUresult cuMemSetAccess(uint64_t p, size_t n, const void *desc, size_t c) { (void)p; (void)n; (void)desc; (void)c; return 0; }
+CUresult cuMemFree_v2(uint64_t p) { (void)p; return 0; }
+CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; } // v1 ABI: never wrapped
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
+  (void)flags;
+  void *f = 0;
+  if (!strcmp(sym, "cuMemAlloc")) f = ver >= 3020 ? (void *)cuMemAlloc_v2 : (void *)cuMemAlloc;
+  else if (!strcmp(sym, "cuMemAllocPitch")) f = (void *)cuMemAllocPitch_v2;
+  else if (!strcmp(sym, "cuMemAllocAsync")) f = (void *)cuMemAllocAsync;
+  else if (!strcmp(sym, "cuMemAllocFromPoolAsync")) f = (void *)cuMemAllocFromPoolAsync;
+  else if (!strcmp(sym, "cuMemSetAccess")) f = (void *)cuMemSetAccess;
+  else if (!strcmp(sym, "cuMemFree")) f = (void *)cuMemFree_v2;
+  if (status) *status = f ? 0 : 1;
+  *pfn = f;
+  return f ? 0 : 500;
+}

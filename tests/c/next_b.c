@@ -1,0 +1,1 @@
+const char *probe_sym(void) { return "B"; }
