@@ -162,6 +162,11 @@ pub fn replay(text: &str) -> Replay {
                     Outcome::Ignored => {}
                 }
             }
+            Record::Alloc { api, .. } if api == "cuMemMap" => {
+                // Early captures recorded VMM ranges at cuMemMap; libcuda maps them (and registers
+                // them natively) only at cuMemSetAccess, which is the user allocation now.
+                r.report.push("# cuMemMap record from an early capture: not a user allocation (see cuMemSetAccess)".into());
+            }
             Record::Alloc { api, ptr, len } => {
                 let v = r.tracker.user_allocation(ptr, len);
                 r.report.push(verdict_line(&api, ptr, len, &v));
