@@ -10,8 +10,11 @@ pub enum Mode {
     Off,
     /// Decode every RM/UVM call and log it; build the map.
     Trace,
-    /// Build the map, predict libcuda's registrations and compare with the native ones.
+    /// Build the map, predict libcuda's registrations and compare with the native ones; at a
+    /// verbs registration, decide and log what would be registered, register nothing.
     Shadow,
+    /// Shadow, plus: register GPU memory with NV503C before delegating verbs registrations.
+    Register,
 }
 
 impl Mode {
@@ -20,6 +23,7 @@ impl Mode {
             Mode::Off => "off",
             Mode::Trace => "trace",
             Mode::Shadow => "shadow",
+            Mode::Register => "register",
         }
     }
 }
@@ -80,7 +84,8 @@ impl Config {
                 "off" | "0" | "none" => c.mode = Mode::Off,
                 "trace" => c.mode = Mode::Trace,
                 "shadow" => c.mode = Mode::Shadow,
-                _ => warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow; using {}", c.mode.name())),
+                "register" | "on" => c.mode = Mode::Register,
+                _ => warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using {}", c.mode.name())),
             }
         }
         if let Some(v) = get(ENV_LEVEL) {
@@ -141,6 +146,7 @@ mod tests {
         assert_eq!(c.log_file.as_deref(), Some("/tmp/x.%p"));
         assert!(w.is_empty());
         assert_eq!(parse(&[("GDRSHIM_MODE", "off")]).0.mode, Mode::Off);
+        assert_eq!(parse(&[("GDRSHIM_MODE", "register")]).0.mode, Mode::Register);
     }
 
     #[test]
@@ -150,7 +156,7 @@ mod tests {
         assert_eq!(c.level, Level::Warn);
         assert!(c.summary);
         assert_eq!(w.len(), 3);
-        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow"));
+        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register"));
         assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
     }
 

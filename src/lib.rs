@@ -14,6 +14,8 @@ pub mod decode;
 pub mod hooks;
 pub mod log;
 pub mod real;
+pub mod registrar;
+pub mod rm;
 pub mod shim;
 pub mod tracker;
 pub mod vamap;

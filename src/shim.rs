@@ -5,6 +5,7 @@ use crate::abi::{self, AbiTable, DriverVersion};
 use crate::capture::{self, IoctlRecord};
 use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
+use crate::registrar::{Decision, Registrar};
 use crate::tracker::{NativeAnswer, Tracker, Verdict};
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -63,19 +64,27 @@ pub struct Stats {
     pub malformed: AtomicU64,
     pub not_decoded: AtomicU64,
     pub passthrough: AtomicU64,
-    pub cuda_wrapped: AtomicU64,
-    pub cuda_unwrapped: AtomicU64,
+    pub wrapped: AtomicU64,
+    pub unwrapped: AtomicU64,
     pub cuda_frees: AtomicU64,
+    pub dmabuf_mrs: AtomicU64,
+}
+
+/// The pure core, behind one lock: the map and the registrations that depend on it.
+pub struct Core {
+    pub tracker: Tracker,
+    pub registrar: Registrar,
 }
 
 pub struct Shim {
     pub cfg: Config,
     pub version: Option<DriverVersion>,
     pub table: Option<&'static AbiTable>,
-    pub tracker: Mutex<Tracker>,
+    pub core: Mutex<Core>,
     capture_fd: AtomicI32,
     capture_lock: Mutex<()>,
     pub stats: Stats,
+    stood_aside_logged: core::sync::atomic::AtomicBool,
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
@@ -138,7 +147,9 @@ impl Shim {
             }
             None => -1,
         };
-        let shim = Shim { cfg, version, table, tracker: Mutex::new(Tracker::new()), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
+        let dry_run = cfg.mode != Mode::Register;
+        let shim = Shim { cfg, version, table, core: Mutex::new(Core { tracker: Tracker::new(), registrar: Registrar::new(dry_run) }),
+            stood_aside_logged: core::sync::atomic::AtomicBool::new(false), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
         }
@@ -214,8 +225,15 @@ impl Shim {
                 if self.cfg.mode == Mode::Trace {
                     tracing::info!("{ev}");
                 }
-                let notes = match self.tracker.try_lock_for(Duration::from_secs(5)) {
-                    Some(mut tr) => tr.apply(&ev),
+                let notes = match self.core.try_lock_for(Duration::from_secs(5)) {
+                    Some(mut c) => {
+                        if let crate::decode::Event::Free { h_client, h_object, .. } = ev {
+                            if h_client == h_object {
+                                c.registrar.forget_client(h_client);
+                            }
+                        }
+                        c.tracker.apply(&ev)
+                    }
                     None => {
                         tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
                         return;
@@ -250,8 +268,8 @@ impl Shim {
         if self.table.is_none() {
             return;
         }
-        let v = match self.tracker.try_lock_for(Duration::from_secs(5)) {
-            Some(mut t) => t.user_allocation(ptr, len),
+        let v = match self.core.try_lock_for(Duration::from_secs(5)) {
+            Some(mut c) => c.tracker.user_allocation(ptr, len),
             None => return,
         };
         let line = capture::verdict_line(api, ptr, len, &v);
@@ -262,22 +280,119 @@ impl Shim {
         }
     }
 
+    /// Before a verbs registration of `[addr, addr+len)`: the pass0 decision (registering in
+    /// register mode), logged one line per GPU registration.
+    pub fn verbs_before(&self, api: &str, addr: u64, len: u64) -> Option<Decision> {
+        if self.table.is_none() || self.cfg.mode == Mode::Trace {
+            return None;
+        }
+        let mut c = self.core.try_lock_for(Duration::from_secs(5))?;
+        let Core { tracker, registrar } = &mut *c;
+        let mut rm = crate::rm::RealRm { tracker };
+        let d = registrar.before_reg(tracker, &mut rm, addr, len);
+        drop(c);
+        match &d {
+            Decision::Host => tracing::debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
+            Decision::StandAside => {
+                if !self.stood_aside_logged.swap(true, Relaxed) {
+                    tracing::warn!("native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing");
+                }
+                tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
+            }
+            Decision::Hit { mem, offset, tuple, fresh } => tracing::info!(
+                "{api} addr={addr:#x} len={len:#x} pass0 hit hMemory={:#010x} offset={offset:#x} {} {tuple}",
+                mem.memory,
+                match (self.cfg.mode, fresh) {
+                    (Mode::Register, true) => "registered",
+                    (Mode::Register, false) => "shares registration",
+                    _ => "would register",
+                }
+            ),
+            Decision::Miss(m) => tracing::warn!("{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"),
+        }
+        Some(d)
+    }
+
+    pub fn verbs_after(&self, d: &Decision, mr: u64) {
+        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
+            let Core { tracker, registrar } = &mut *c;
+            let mut rm = crate::rm::RealRm { tracker };
+            registrar.after_reg(&mut rm, d, mr);
+        }
+    }
+
+    pub fn verbs_dereg(&self, mr: u64) {
+        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
+            let Core { tracker, registrar } = &mut *c;
+            let mut rm = crate::rm::RealRm { tracker };
+            registrar.after_dereg(&mut rm, mr);
+        }
+    }
+
+    /// Before the real ioctl: registrations over memory or VA that this call releases are
+    /// removed first (UVM_FREE, UVM_UNMAP_EXTERNAL, RM_FREE).
+    pub fn before_ioctl(&self, dev: DevKind, request: u64, arg: *mut c_void) {
+        if self.cfg.mode != Mode::Register || self.table.is_none() || arg.is_null() {
+            return;
+        }
+        let want = match (dev, request) {
+            (DevKind::Uvm, crate::abi::uvm::FREE) => 8,
+            (DevKind::Uvm, crate::abi::uvm::UNMAP_EXTERNAL) => 16,
+            (DevKind::Ctl, r) if r == crate::abi::nv_ioctl(crate::abi::esc::RM_FREE, 16) => 16,
+            _ => return,
+        };
+        let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
+        if c.registrar.live_registrations() == 0 {
+            return;
+        }
+        // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
+        let Some(b) = read_own_memory(arg as u64, want) else { return };
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        let Core { tracker, registrar } = &mut *c;
+        let mut rm = crate::rm::RealRm { tracker };
+        let n = match dev {
+            DevKind::Uvm => {
+                let base = u64_at(0);
+                let end = if want == 16 { base.saturating_add(u64_at(8)) } else { tracker.map.dump().iter().filter(|e| e.1 >= base).map(|e| e.1 + e.2).max().unwrap_or(base).max(base + 1) };
+                registrar.before_release(&mut rm, |t| t.address < end && base < t.address + t.size)
+            }
+            _ => {
+                let (client, h) = (u32_at(0), u32_at(8));
+                let kind = tracker.object(client, h).map(|o| o.kind);
+                match kind {
+                    Some(crate::tracker::ObjKind::Memory { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client && t.mem.memory == h),
+                    Some(crate::tracker::ObjKind::Client { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client),
+                    Some(_) => registrar.before_release(&mut rm, |t| t.mem.client == client && tracker.memory_device(t.mem).is_some_and(|(d, _)| d == h)),
+                    None => 0,
+                }
+            }
+        };
+        if n > 0 {
+            tracing::info!("{n} registration(s) removed before the driver releases their memory or VA");
+        }
+    }
+
     pub fn summary_fields(&self) -> String {
-        let (c, entries, objects) = match self.tracker.try_lock_for(Duration::from_millis(200)) {
-            Some(mut t) => {
+        let (c, entries, objects, rc, live, p2p_live) = match self.core.try_lock_for(Duration::from_millis(200)) {
+            Some(mut core) => {
+                let live = core.registrar.live_registrations();
+                let p2p_live = core.registrar.p2p_objects();
+                let rc = core.registrar.counts;
+                let t = &mut core.tracker;
                 // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
                 for left in t.finish() {
                     crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
                 }
-                (t.counts, t.map.entries(), t.objects())
+                (t.counts, t.map.entries(), t.objects(), rc, live, p2p_live)
             }
-            None => (Default::default(), 0, 0),
+            None => (Default::default(), 0, 0, Default::default(), 0, 0),
         };
         let s = &self.stats;
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} cuda_wrapped={} cuda_unwrapped={} cuda_frees={}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.table.map_or("none", |t| t.since),
@@ -294,11 +409,30 @@ impl Shim {
             c.predicted_only,
             c.user_allocs,
             c.uncovered,
-            s.cuda_wrapped.load(Relaxed),
-            s.cuda_unwrapped.load(Relaxed),
+            s.wrapped.load(Relaxed),
+            s.unwrapped.load(Relaxed),
             s.cuda_frees.load(Relaxed),
+            rc.pass0_hits,
+            rc.pass0_misses,
+            rc.registered,
+            rc.unregistered,
+            rc.rm_errors,
+            rc.host,
+            s.dmabuf_mrs.load(Relaxed),
+            rc.stood_aside,
+            rc.p2p_objects,
         )
     }
+}
+
+/// Reads our own memory without faulting on a bad pointer.
+fn read_own_memory(addr: u64, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: len };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: len };
+    // SAFETY: the kernel copies between our own address ranges and reports bad ones as errors.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == len as isize).then_some(buf)
 }
 
 fn rm_status_ok(request: u64, arg: &[u8]) -> bool {

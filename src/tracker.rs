@@ -94,6 +94,8 @@ pub struct Tracker {
     /// GPUs UVM knows, with the RM client that registered them.
     pub gpus: HashMap<Uuid, u32>,
     native_p2p: HashSet<(u32, u32)>,
+    /// VA spaces registered with UVM (client, hVaSpace): the one libcuda also gives to 503C.
+    uvm_vaspaces: HashSet<(u32, u32)>,
     native_regs: HashMap<MemRef, NativeReg>,
     pub native_seen: bool,
     pub counts: ShadowCounts,
@@ -128,6 +130,33 @@ impl Tracker {
             ObjKind::Device { device_id } => Some((o.parent, device_id)),
             _ => None,
         }
+    }
+
+    /// The subdevice under a device (the parent a 503C object needs).
+    pub fn subdevice_of(&self, client: u32, h_device: u32) -> Option<u32> {
+        let kids = self.children.get(&(client, h_device))?;
+        let mut subs = kids.iter().filter(|&&k| matches!(self.objects.get(&(client, k)).map(|o| o.kind), Some(ObjKind::Subdevice)));
+        let first = *subs.next()?;
+        // SLI-style devices with several subdevices are not handled: refuse rather than guess.
+        subs.next().is_none().then_some(first)
+    }
+
+    /// The VA space under `h_device` that the process registered with UVM.
+    pub fn uvm_vaspace_of(&self, client: u32, h_device: u32) -> Option<u32> {
+        let kids = self.children.get(&(client, h_device))?;
+        let mut v = kids.iter().filter(|&&k| self.uvm_vaspaces.contains(&(client, k)));
+        let first = *v.next()?;
+        v.next().is_none().then_some(first)
+    }
+
+    /// Whether `addr` lies in a UVM external range or mapping gdrshim knows: GPU memory.
+    pub fn is_gpu_va(&self, addr: u64) -> bool {
+        self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l) || self.map.lookup(addr, 1).is_ok()
+    }
+
+    /// Whether any native 503C object is alive.
+    pub fn native_p2p_present(&self) -> bool {
+        !self.native_p2p.is_empty()
     }
 
     pub fn memory_class(&self, mem: MemRef) -> Option<u32> {
@@ -255,7 +284,9 @@ impl Tracker {
             Event::UvmRegisterGpu { uuid, h_client, .. } => {
                 self.gpus.insert(uuid, h_client);
             }
-            Event::UvmRegisterGpuVaSpace { .. } => {}
+            Event::UvmRegisterGpuVaSpace { h_client, h_vaspace, .. } => {
+                self.uvm_vaspaces.insert((h_client, h_vaspace));
+            }
             Event::UvmCreateExternalRange { base, length } => {
                 self.ranges.insert(base, length);
             }

@@ -103,7 +103,7 @@ fn alloc_probe_through_the_real_shim() {
     // cudaMalloc, cuMemAlloc 3M and the two 4K sub-allocations' chunks (4 native) are matched;
     // the two VMM registrations come from the fixture's cuMemMap era and stay unpredicted.
     assert_eq!((s["native"].as_str(), s["matched"].as_str(), s["unpredicted"].as_str()), ("6", "4", "2"));
-    assert!(s["cuda_wrapped"].parse::<u64>().unwrap() >= 3);
+    assert!(s["wrapped"].parse::<u64>().unwrap() >= 3);
 }
 
 #[test]

@@ -8,42 +8,18 @@
 //! implement are wrapped (`cuMemAlloc` only from CUDA 3.2's `_v2`); anything else is returned
 //! untouched. Our own pointers are never wrapped again, so nothing recurses.
 
+use crate::hooks::slots::{install_into, SLOTS};
 use crate::real::NextFn;
 use crate::shim::{self, active, errno, set_errno, Guard};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, Ordering::{AcqRel, Acquire, Relaxed}};
+use core::sync::atomic::{AtomicPtr, Ordering::{Acquire, Relaxed}};
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
-
-const SLOTS: usize = 4;
-
-fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; SLOTS], exported: *mut c_void, real: *mut c_void) -> *mut c_void {
-    if real.is_null() || real == exported || wrappers.contains(&real) {
-        return real;
-    }
-    for (i, s) in slots.iter().enumerate() {
-        match s.compare_exchange(null_mut(), real, AcqRel, Acquire) {
-            Ok(_) => {
-                if let Some(sh) = shim::try_get() {
-                    sh.stats.cuda_wrapped.fetch_add(1, Relaxed);
-                }
-                return wrappers[i];
-            }
-            Err(cur) if cur == real => return wrappers[i],
-            Err(_) => {}
-        }
-    }
-    if let Some(sh) = shim::try_get() {
-        sh.stats.cuda_unwrapped.fetch_add(1, Relaxed);
-    }
-    tracing::warn!("more than {SLOTS} distinct CUDA entry points for one function: returned unwrapped");
-    real
-}
 
 /// libcuda's own definition when it was loaded RTLD_LOCAL (as cudart loads it), so that
 /// `RTLD_NEXT` cannot see it.

@@ -6,7 +6,7 @@
 //! the name is one we wrap and, if not, tail-jump to the real function with the caller's return
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
-use crate::hooks::cuda;
+use crate::hooks::{cuda, verbs};
 use crate::real;
 use crate::shim::{active, Guard};
 use core::ffi::{c_char, c_void, CStr};
@@ -74,14 +74,20 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         return RETURN_NULL; // cannot forward anywhere; glibc >= 2.34 always lets us resolve
     }
     // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
-    if name.is_null() || unsafe { *name } != b'c' as c_char || !active() {
+    if name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') || !active() {
         return FORWARD;
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
     std::panic::catch_unwind(|| {
         // SAFETY: name is a valid C string (checked non-null above).
         let n = unsafe { CStr::from_ptr(name) };
-        let Some(install) = cuda::by_symbol_name(n.to_bytes()) else { return FORWARD };
+        // SAFETY: a non-null version is the caller's C string.
+        let ver = (!version.is_null()).then(|| unsafe { CStr::from_ptr(version) }.to_bytes());
+        let install = match n.to_bytes() {
+            b if b.starts_with(b"ibv_") => verbs::by_symbol(b, ver),
+            b => cuda::by_symbol_name(b),
+        };
+        let Some(install) = install else { return FORWARD };
         // SAFETY: the real functions with the caller's own arguments.
         let found = unsafe {
             if version.is_null() {
@@ -93,7 +99,13 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         if found.is_null() {
             return RETURN_NULL;
         }
-        install(found) as usize
+        let w = install(found);
+        if w != found && n.to_bytes().starts_with(b"ibv_") {
+            let v = ver.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "default".into());
+            crate::shim::get();
+            tracing::info!("{}({}, {v}) resolved to gdrshim's wrapper", if version.is_null() { "dlsym" } else { "dlvsym" }, n.to_string_lossy());
+        }
+        w as usize
     })
     .unwrap_or(FORWARD)
 }

@@ -20,10 +20,14 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarded unchanged (our own call, or a hook inside a hook).
         return unsafe { real(fd, request, arg) };
     };
+    let e0 = errno();
     let Some(dev) = fd::kind(fd) else {
+        set_errno(e0);
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     };
+    let _ = std::panic::catch_unwind(|| shim::get().before_ioctl(dev, request as u64, arg));
+    set_errno(e0);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     let e = errno();

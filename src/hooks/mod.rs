@@ -6,3 +6,5 @@ pub mod dl;
 pub mod fd;
 pub mod ioctl;
 pub mod query;
+pub mod slots;
+pub mod verbs;

@@ -29,7 +29,7 @@ pub extern "C" fn gdrshim_version() -> *const c_char {
     VERSION.as_ptr() as *const c_char
 }
 
-/// 0 off, 1 trace, 2 shadow.
+/// 0 off, 1 trace, 2 shadow, 3 register.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_mode() -> c_int {
     if !active() {
@@ -40,6 +40,7 @@ pub extern "C" fn gdrshim_mode() -> c_int {
         crate::config::Mode::Off => 0,
         crate::config::Mode::Trace => 1,
         crate::config::Mode::Shadow => 2,
+        crate::config::Mode::Register => 3,
     })
     .unwrap_or(-libc::EIO)
 }
@@ -60,7 +61,8 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
         if s.table.is_none() {
             return Err(-libc::ENOSYS);
         }
-        let t = s.tracker.lock();
+        let c = s.core.lock();
+        let t = &c.tracker;
         let p = t.map.lookup_single(va, len).map_err(|m| match m {
             crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
             _ => -libc::ENOENT,

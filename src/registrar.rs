@@ -1,0 +1,297 @@
+//! The registration path: before a verbs registration of GPU memory is delegated, make sure the
+//! RM memory behind it is registered with NV50_THIRD_PARTY_P2P exactly as libcuda does it on
+//! datacenter GPUs, and undo it when the last MR goes or the memory/VA goes away.
+//!
+//! Pure logic behind the [`Rm`] trait: real ioctls in production (`rm.rs`), a fake in tests.
+//!
+//! Where the 503C lives: in the CUDA client, under the subdevice of the memory's device, with an
+//! RM-generated handle, issued on the client's own /dev/nvidiactl fd. Reasons (fact sheet S3):
+//! REGISTER_VIDMEM accepts only memory of the 503C's own client, so the CUDA client needs no DUP;
+//! RM itself unregisters a vidmem object from every 503C of its client when the object is freed,
+//! so a free we fail to see can never leave a registration pointing at recycled memory; a DUP
+//! into a client of ours would instead keep the memory alive and registered after CUDA freed it.
+
+use crate::abi::{p2p, status};
+use crate::tracker::{Tracker, VidmemTuple};
+use crate::vamap::{MemRef, Miss};
+use std::collections::HashMap;
+use std::fmt;
+
+/// The RM calls the registrar needs. Errors are RM status codes.
+pub trait Rm {
+    fn alloc_p2p(&mut self, client: u32, subdevice: u32) -> Result<u32, u32>;
+    fn register_va_space(&mut self, client: u32, p2p: u32, h_vaspace: u32) -> Result<u64, u32>;
+    fn register_vidmem(&mut self, client: u32, p2p: u32, t: &VidmemTuple) -> Result<(), u32>;
+    fn unregister_vidmem(&mut self, client: u32, p2p: u32, h_memory: u32) -> Result<(), u32>;
+    fn free(&mut self, client: u32, parent: u32, h: u32) -> Result<(), u32>;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegMiss {
+    Lookup(Miss),
+    NotVidmem { class: u32 },
+    NoDevice,
+    NoSubdevice,
+    NoVaSpace,
+    Unaligned(VidmemTuple),
+    SpansMappings { mapping_end: u64 },
+    OtherAddress { registered: VidmemTuple },
+    Rm { call: &'static str, status: u32 },
+}
+
+impl fmt::Display for RegMiss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegMiss::Lookup(m) => write!(f, "{m}"),
+            RegMiss::NotVidmem { class } => write!(f, "memory class {class:#x} is not vidmem"),
+            RegMiss::NoDevice => write!(f, "the memory's device is unknown"),
+            RegMiss::NoSubdevice => write!(f, "no single subdevice under the memory's device"),
+            RegMiss::NoVaSpace => write!(f, "no VA space registered with UVM under the memory's device"),
+            RegMiss::Unaligned(t) => write!(f, "backing range {t} is not 64 KiB aligned"),
+            RegMiss::SpansMappings { mapping_end } => write!(f, "the MR runs past its UVM mapping (ends at {mapping_end:#x})"),
+            RegMiss::OtherAddress { registered } => write!(f, "the memory is already registered at another VA {registered} (one range per hMemory)"),
+            RegMiss::Rm { call, status: st } => write!(f, "{call} refused: {:#x} {} ({})", st, status::name(*st), likely_cause(call, *st)),
+        }
+    }
+}
+
+/// What a refused RM status most likely means, for people.
+pub fn likely_cause(call: &str, st: u32) -> &'static str {
+    match (call, st) {
+        ("NV503C alloc", status::NV_ERR_STATE_IN_USE) => "a 503C already exists under this subdevice: native registration present",
+        ("NV503C alloc", status::NV_ERR_NOT_SUPPORTED) => "third-party P2P unavailable: no P2P-patched driver, or APM/CC enabled",
+        ("NV503C alloc", status::NV_ERR_INVALID_CLASS) => "the GPU does not list class 0x503C: unpatched or unsupported driver",
+        ("NV503C alloc", status::NV_ERR_INVALID_ARGUMENT) => "BAR1 type refused (coherent CPU mapping?) or unknown driver ABI",
+        (_, status::NV_ERR_INVALID_CLIENT) => "the client is not usable from this fd: strict client validation",
+        (_, status::NV_ERR_OBJECT_NOT_FOUND) => "handle not found in the client (freed, or another client's memory)",
+        (_, status::NV_ERR_INSERT_DUPLICATE_NAME) => "already registered (same memory or overlapping address)",
+        (_, status::NV_ERR_NOT_SUPPORTED) => "not FBMEM, or third-party P2P not supported here",
+        (_, status::NV_ERR_INVALID_ARGUMENT) => "size/address/offset not 64 KiB aligned or past the allocation, or unknown driver ABI",
+        _ => "see nvidia-abi.md S3",
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GpuReg {
+    p2p: u32,
+    subdevice: u32,
+    token: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reg {
+    tuple: VidmemTuple,
+    p2p: u32,
+    refs: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegCounts {
+    pub pass0_hits: u64,
+    pub pass0_misses: u64,
+    pub registered: u64,
+    pub unregistered: u64,
+    pub rm_errors: u64,
+    pub host: u64,
+    pub stood_aside: u64,
+    pub p2p_objects: u64,
+}
+
+/// What to do about one verbs registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Not GPU memory: delegate, nothing to do.
+    Host,
+    /// Native registration present (datacenter GPU): delegate, register nothing.
+    StandAside,
+    /// Registered (or shared an existing registration) for this memory; commit or release.
+    Hit { mem: MemRef, offset: u64, tuple: VidmemTuple, fresh: bool },
+    /// Nothing registered; delegate and let the real call fail as it would.
+    Miss(RegMiss),
+}
+
+#[derive(Default)]
+pub struct Registrar {
+    gpus: HashMap<(u32, u32), GpuReg>, // (client, device)
+    regs: HashMap<MemRef, Reg>,
+    /// Live MRs (by the provider's `ibv_mr*`) and the memory they hold a reference on.
+    mrs: HashMap<u64, MemRef>,
+    pub counts: RegCounts,
+    /// Only compute and log decisions (shadow mode), never call RM.
+    pub dry_run: bool,
+}
+
+const G: u64 = p2p::GRANULE;
+fn down(x: u64) -> u64 {
+    x & !(G - 1)
+}
+fn up(x: u64) -> Option<u64> {
+    x.checked_add(G - 1).map(down)
+}
+
+impl Registrar {
+    pub fn new(dry_run: bool) -> Self {
+        Registrar { dry_run, ..Default::default() }
+    }
+
+    pub fn live_registrations(&self) -> usize {
+        self.regs.len()
+    }
+    pub fn live_mrs(&self) -> usize {
+        self.mrs.len()
+    }
+    pub fn p2p_objects(&self) -> usize {
+        self.gpus.len()
+    }
+
+    /// Before delegating a verbs registration of `[addr, addr+len)`.
+    pub fn before_reg(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64) -> Decision {
+        let d = self.decide(t, rm, addr, len);
+        match &d {
+            Decision::Host => self.counts.host += 1,
+            Decision::StandAside => self.counts.stood_aside += 1,
+            Decision::Hit { .. } => self.counts.pass0_hits += 1,
+            Decision::Miss(m) => {
+                self.counts.pass0_misses += 1;
+                if matches!(m, RegMiss::Rm { .. }) {
+                    self.counts.rm_errors += 1;
+                }
+            }
+        }
+        d
+    }
+
+    fn decide(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64) -> Decision {
+        let piece = match t.map.lookup_single(addr, len) {
+            Ok(p) => p,
+            Err(Miss::Unmapped { .. }) if !t.is_gpu_va(addr) => return Decision::Host,
+            Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
+        };
+        match t.memory_class(piece.mem) {
+            Some(crate::abi::class::NV01_MEMORY_LOCAL_USER) => {}
+            Some(class) if class == crate::abi::class::NV01_MEMORY_SYSTEM => return Decision::Host,
+            Some(class) => return Decision::Miss(RegMiss::NotVidmem { class }),
+            None => return Decision::Miss(RegMiss::NoDevice),
+        }
+        if t.native_p2p_present() || t.native_seen {
+            return Decision::StandAside;
+        }
+        let tuple = Tracker::predict(&piece);
+        if tuple.address % G != 0 || tuple.size % G != 0 || tuple.offset % G != 0 || tuple.size == 0 {
+            return Decision::Miss(RegMiss::Unaligned(tuple));
+        }
+        // peermem rounds the MR out to 64 KiB: the whole rounded range must sit in this one
+        // registration, which is this one UVM mapping.
+        let end = match addr.checked_add(len).and_then(up) {
+            Some(e) => e,
+            None => return Decision::Miss(RegMiss::Lookup(Miss::Overflow)),
+        };
+        let map_end = tuple.address + tuple.size;
+        if down(addr) < tuple.address || end > map_end {
+            return Decision::Miss(RegMiss::SpansMappings { mapping_end: map_end });
+        }
+        let offset = piece.offset;
+        if let Some(r) = self.regs.get_mut(&piece.mem) {
+            if r.tuple != tuple {
+                return Decision::Miss(RegMiss::OtherAddress { registered: r.tuple });
+            }
+            r.refs += 1;
+            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: false };
+        }
+        if self.dry_run {
+            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: true };
+        }
+        let Some((h_device, _)) = t.memory_device(piece.mem) else { return Decision::Miss(RegMiss::NoDevice) };
+        let client = piece.mem.client;
+        let g = match self.gpus.get(&(client, h_device)) {
+            Some(g) => *g,
+            None => {
+                let Some(subdevice) = t.subdevice_of(client, h_device) else { return Decision::Miss(RegMiss::NoSubdevice) };
+                let Some(vaspace) = t.uvm_vaspace_of(client, h_device) else { return Decision::Miss(RegMiss::NoVaSpace) };
+                let p2p = match rm.alloc_p2p(client, subdevice) {
+                    Ok(h) => h,
+                    Err(st) => return Decision::Miss(RegMiss::Rm { call: "NV503C alloc", status: st }),
+                };
+                let token = match rm.register_va_space(client, p2p, vaspace) {
+                    Ok(tk) => tk,
+                    Err(st) => {
+                        // Never leave a half-made object behind.
+                        let _ = rm.free(client, subdevice, p2p);
+                        return Decision::Miss(RegMiss::Rm { call: "REGISTER_VA_SPACE", status: st });
+                    }
+                };
+                let g = GpuReg { p2p, subdevice, token };
+                self.gpus.insert((client, h_device), g);
+                self.counts.p2p_objects += 1;
+                g
+            }
+        };
+        if let Err(st) = rm.register_vidmem(client, g.p2p, &tuple) {
+            return Decision::Miss(RegMiss::Rm { call: "REGISTER_VIDMEM", status: st });
+        }
+        self.counts.registered += 1;
+        self.regs.insert(piece.mem, Reg { tuple, p2p: g.p2p, refs: 1 });
+        Decision::Hit { mem: piece.mem, offset, tuple, fresh: true }
+    }
+
+    /// After the real verbs call: keep the reference if it produced an MR, else drop it.
+    pub fn after_reg(&mut self, rm: &mut dyn Rm, d: &Decision, mr: u64) {
+        let Decision::Hit { mem, .. } = d else { return };
+        if self.dry_run {
+            return;
+        }
+        if mr != 0 {
+            if let Some(old) = self.mrs.insert(mr, *mem) {
+                // The provider reused an MR pointer we still hold: drop the stale reference.
+                self.release(rm, old);
+            }
+        } else {
+            self.release(rm, *mem);
+        }
+    }
+
+    /// After a successful `ibv_dereg_mr(mr)`.
+    pub fn after_dereg(&mut self, rm: &mut dyn Rm, mr: u64) {
+        if let Some(mem) = self.mrs.remove(&mr) {
+            self.release(rm, mem);
+        }
+    }
+
+    fn release(&mut self, rm: &mut dyn Rm, mem: MemRef) {
+        let Some(r) = self.regs.get_mut(&mem) else { return };
+        r.refs = r.refs.saturating_sub(1);
+        if r.refs == 0 {
+            let r = self.regs.remove(&mem).expect("present");
+            self.unregister(rm, mem, r.p2p);
+        }
+    }
+
+    fn unregister(&mut self, rm: &mut dyn Rm, mem: MemRef, p2p: u32) {
+        match rm.unregister_vidmem(mem.client, p2p, mem.memory) {
+            Ok(()) => self.counts.unregistered += 1,
+            Err(st) => {
+                self.counts.rm_errors += 1;
+                tracing::warn!("UNREGISTER_VIDMEM hMemory={:#010x} refused: {st:#x} {}", mem.memory, status::name(st));
+            }
+        }
+    }
+
+    /// Before memory or VA goes away (UVM_FREE, UVM_UNMAP_EXTERNAL, RM_FREE): unregister every
+    /// registration that `gone` selects, whatever MRs still reference it (they keep only a
+    /// dangling entry, released as a no-op at dereg).
+    pub fn before_release(&mut self, rm: &mut dyn Rm, gone: impl Fn(&VidmemTuple) -> bool) -> usize {
+        let hit: Vec<MemRef> = self.regs.iter().filter(|(_, r)| gone(&r.tuple)).map(|(m, _)| *m).collect();
+        for m in &hit {
+            let r = self.regs.remove(m).expect("listed");
+            self.unregister(rm, *m, r.p2p);
+        }
+        hit.len()
+    }
+
+    /// A client went away: RM freed its 503C objects and their registrations itself.
+    pub fn forget_client(&mut self, client: u32) {
+        self.regs.retain(|m, _| m.client != client);
+        self.mrs.retain(|_, m| m.client != client);
+        self.gpus.retain(|(c, _), _| *c != client);
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Registration path on the GPU machine with libcuda's native 503C suppressed (GeForce emulation).
+# Usage: tests/gpu/run-h200-register.sh OUTDIR
+set -u
+OUT=${1:?outdir}
+SHIM=$(readlink -f target/release/libgdrshim.so)
+B=/tmp/gdrshim-reg; mkdir -p "$B/stub"
+res="$OUT/register.txt"; : >"$res"
+log() { echo "$@" | tee -a "$res"; }
+gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
+gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/stub" -l:libibverbs.so.1 2>&1 | grep -v _GNU_SOURCE | grep -i error
+export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+run() { # name, command...
+  local name=$1; shift
+  log "### $name: LD_PRELOAD=suppress503c.so:libgdrshim.so GDRSHIM_MODE=register $*"
+  SUPPRESS_LOG="$B/$name.native" GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info GDRSHIM_LOG_FILE="$B/$name.log" \
+    LD_PRELOAD="$B/suppress503c.so:$SHIM" timeout 300 "$@" >"$B/$name.out" 2>&1
+  log "exit=$?"
+  grep -v '^gdrshim: summary' "$B/$name.out" | tail -5 | tee -a "$res"
+  grep -h '^gdrshim: summary' "$B/$name.out" | tee -a "$res"
+  grep -hE 'WARN|ERROR' "$B/$name.log" 2>/dev/null | sed 's/^[^[]*\[gdrshim\]//' | sed 's/0x[0-9a-f]*/X/g' | sort | uniq -c | sort -rn | head -8 | tee -a "$res"
+  python3 tests/gpu/compare_tuples.py "$B/$name.log" "$B/$name.native" | tee -a "$res"
+}
+run reg-cycle "$B/reg_cycle" 10000
+run torch-reg python3 tests/gpu/torch_reg.py
+log "### native registration present (no suppression): the shim must stand aside"
+GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" "$B/reg_cycle" 100 2>&1 | grep -E "reg_cycle|summary|native registration present" | head -4 | tee -a "$res"
+log "### real NCCL, one rank, register mode (real libibverbs, no HCA): verbs lookups"
+LD_LIBRARY_PATH= NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" python3 tests/gpu/torch_nccl.py >"$B/nccl.out" 2>&1; log "exit=$?"
+grep -E "resolved to gdrshim|torch_nccl|NET/|summary" "$B/nccl.out" | head -12 | tee -a "$res"
+log "### benchmark: verbs registration latency (stub NIC), without / with the shim (register mode, suppressed native)"
+for i in 1 2 3; do
+  "$B/reg_cycle" 0 bench | sed 's/^/none /' | tee -a "$res"
+  GDRSHIM_MODE=register GDRSHIM_SUMMARY=0 LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/reg_cycle" 0 bench | sed 's/^/shim /' | tee -a "$res"
+done
+cd "$B" && tar czf "$OUT/register-logs.tgz" *.log *.out *.native 2>/dev/null
