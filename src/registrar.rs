@@ -279,13 +279,15 @@ impl Registrar {
     /// Before memory or VA goes away (UVM_FREE, UVM_UNMAP_EXTERNAL, RM_FREE): unregister every
     /// registration that `gone` selects, whatever MRs still reference it (they keep only a
     /// dangling entry, released as a no-op at dereg).
-    pub fn before_release(&mut self, rm: &mut dyn Rm, gone: impl Fn(&VidmemTuple) -> bool) -> usize {
+    pub fn before_release(&mut self, rm: &mut dyn Rm, gone: impl Fn(&VidmemTuple) -> bool) -> Vec<VidmemTuple> {
         let hit: Vec<MemRef> = self.regs.iter().filter(|(_, r)| gone(&r.tuple)).map(|(m, _)| *m).collect();
+        let mut out = Vec::new();
         for m in &hit {
             let r = self.regs.remove(m).expect("listed");
             self.unregister(rm, *m, r.p2p);
+            out.push(r.tuple);
         }
-        hit.len()
+        out
     }
 
     /// A client went away: RM freed its 503C objects and their registrations itself.

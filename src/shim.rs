@@ -354,7 +354,7 @@ impl Shim {
         let n = match dev {
             DevKind::Uvm => {
                 let base = u64_at(0);
-                let end = if want == 16 { base.saturating_add(u64_at(8)) } else { tracker.map.dump().iter().filter(|e| e.1 >= base).map(|e| e.1 + e.2).max().unwrap_or(base).max(base + 1) };
+                let end = if request == crate::abi::uvm::UNMAP_EXTERNAL { base.saturating_add(u64_at(8)) } else { base.saturating_add(tracker.uvm_free_extent(base, None)) };
                 registrar.before_release(&mut rm, |t| t.address < end && base < t.address + t.size)
             }
             _ => {
@@ -364,12 +364,12 @@ impl Shim {
                     Some(crate::tracker::ObjKind::Memory { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client && t.mem.memory == h),
                     Some(crate::tracker::ObjKind::Client { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client),
                     Some(_) => registrar.before_release(&mut rm, |t| t.mem.client == client && tracker.memory_device(t.mem).is_some_and(|(d, _)| d == h)),
-                    None => 0,
+                    None => Vec::new(),
                 }
             }
         };
-        if n > 0 {
-            tracing::info!("{n} registration(s) removed before the driver releases their memory or VA");
+        for t in &n {
+            tracing::info!("unregistered {t} before the driver releases its memory or VA");
         }
     }
 

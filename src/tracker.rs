@@ -154,6 +154,24 @@ impl Tracker {
         self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l) || self.map.lookup(addr, 1).is_ok()
     }
 
+    /// The VA that UVM_FREE(base) releases: the external range created there, or else the run
+    /// of mappings continuing from base.
+    pub fn uvm_free_extent(&self, base: u64, length: Option<u64>) -> u64 {
+        if let Some(&l) = self.ranges.get(&base) {
+            return l;
+        }
+        if let Some(l) = length {
+            return l;
+        }
+        let mut end = base;
+        for (_, s, l, _, _) in self.map.dump() {
+            if s <= end && s + l > end && s >= base {
+                end = s + l;
+            }
+        }
+        end - base
+    }
+
     /// Whether any native 503C object is alive.
     pub fn native_p2p_present(&self) -> bool {
         !self.native_p2p.is_empty()
@@ -302,30 +320,15 @@ impl Tracker {
             Event::UvmFree { base, length } => {
                 // UVM_FREE destroys the whole range that starts at base; the length field, where
                 // the branch has one, must equal it.
-                let len = match (self.ranges.remove(&base), length) {
-                    (Some(l), _) => Some(l),
-                    (None, Some(l)) => Some(l),
-                    (None, None) => None,
-                };
-                match len {
-                    Some(l) => {
-                        self.map.unmap_all(base, l);
-                    }
-                    None => {
-                        // Unknown range (created before we saw it): drop every mapping that starts at
-                        // base or continues from it, so nothing stale can ever be looked up.
-                        notes.push(Notice::UnknownUvmFree { base });
-                        let stale: Vec<(u64, u64)> = self.map.dump().into_iter().filter(|e| e.1 >= base).map(|e| (e.1, e.2)).collect();
-                        let mut end = base;
-                        for (s, l) in stale {
-                            if s <= end {
-                                end = end.max(s + l);
-                            }
-                        }
-                        if end > base {
-                            self.map.unmap_all(base, end - base);
-                        }
-                    }
+                if !self.ranges.contains_key(&base) && length.is_none() {
+                    // Unknown range (created before we saw it): drop every mapping that starts at
+                    // base or continues from it, so nothing stale can ever be looked up.
+                    notes.push(Notice::UnknownUvmFree { base });
+                }
+                let len = self.uvm_free_extent(base, length);
+                self.ranges.remove(&base);
+                if len > 0 {
+                    self.map.unmap_all(base, len);
                 }
             }
         }

@@ -31,7 +31,9 @@ fn env() -> &'static Env {
         cc(&["-shared", "-fPIC", "-O1", "-o", "libfakenv.so", c.join("fakenv.c").to_str().unwrap(), "-ldl"]);
         // -Bsymbolic: like the real libcuda, its own function addresses are its own, not interposed.
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", c.join("fakecuda.c").to_str().unwrap()]);
-        cc(&["-O1", "-o", "player", c.join("player.c").to_str().unwrap(), "-ldl"]);
+        let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
+        cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", c.join("fakeverbs.c").to_str().unwrap(), "-ldl"]);
+        cc(&["-O1", "-o", "player", c.join("player.c").to_str().unwrap(), "-ldl", "-Wl,--no-as-needed", "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
         cc(&["-shared", "-fPIC", "-o", "libnext_b.so", c.join("next_b.c").to_str().unwrap()]);
         cc(&["-shared", "-fPIC", "-o", "libnext_a.so", c.join("next_a.c").to_str().unwrap(), "-ldl"]);
         cc(&["-o", "next_main", c.join("next_main.c").to_str().unwrap(), "-L.", "-Wl,--no-as-needed", "-lnext_a", "-lnext_b", "-Wl,-rpath,$ORIGIN"]);
@@ -56,6 +58,12 @@ fn summary(text: &str) -> Option<HashMap<String, String>> {
 
 /// Runs the player over `capture` under the shim; returns (stdout, stderr).
 fn run_player(capture: &str, version: &str, mode: &str, tag: &str) -> (String, String) {
+    let (ok, o, e) = try_player(capture, version, mode, tag);
+    assert!(ok, "player failed: {o}\n{e}");
+    (o, e)
+}
+
+fn try_player(capture: &str, version: &str, mode: &str, tag: &str) -> (bool, String, String) {
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     std::fs::create_dir_all(&dev).unwrap();
@@ -72,12 +80,10 @@ fn run_player(capture: &str, version: &str, mode: &str, tag: &str) -> (String, S
         .env("GDRSHIM_TEST_DEV_DIR", &dev)
         .env("FAKENV_CAPTURE", &cap)
         .env("GDRSHIM_MODE", mode)
-        .env("GDRSHIM_LOG_LEVEL", "warn")
+        .env("GDRSHIM_LOG_LEVEL", "info")
         .output()
         .unwrap();
-    let (o, er) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success(), "player failed: {o}\n{er}");
-    (o, er)
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn live_equals_replay(name: &str) -> HashMap<String, String> {
@@ -189,4 +195,72 @@ int main(void){ char p[4096]; snprintf(p,sizeof p,"%s/nvidiactl",getenv("GDRSHIM
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("r=-1 errno={}\n", libc::EINVAL));
+}
+
+/// The alloc-probe capture as a GeForce would produce it (libcuda's own 503C traffic removed),
+/// with verbs registrations inserted after the marks that name each allocation.
+fn geforce_scenario(keep_native: bool) -> String {
+    let text = fixture("alloc-probe.cap.gz");
+    let mut out = String::new();
+    for line in text.lines() {
+        if !keep_native {
+            if let Some(gdrshim::capture::Record::Ioctl(io)) = gdrshim::capture::parse_line(line) {
+                let w = |o: usize| io.arg.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+                let nr = io.request & 0xff;
+                if (nr == 0x2b && w(12) == 0x503c) || (nr == 0x2a && w(8) >> 16 == 0x503c) {
+                    continue;
+                }
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+        let mut add = |s: &str| out.push_str(s);
+        match line {
+            "M cudaMalloc 64M" => add("R iova2 7f63d6000000 4000000 ok\nR direct 7f63d6001000 1000 ok\nD 1\n"),
+            "M cuMemAlloc 4K x2" => add("R dlsym 7f63f3e00000 1000 ok\nR dlsym 7f63f3e01000 1000 ok\nD 2\nD 3\n"),
+            "M vmm map" => add("R iova2 7f63f8c00000 800000 ok\n"),
+            "M vmm remap" => add("D 4\nR iova2 7f63f9400000 800000 ok\nD 5\nR host 0 1000 ok\nD 6\n"),
+            "M frees" => add("R iova2 7f63d6000000 1000 any\nD 0\nD 7\nX dmabuf\n"),
+            "M mallocAsync" => add("R iova2 302000000 800000 ok\nD 8\n"),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn registration_path_on_a_geforce_style_driver() {
+    let (out, err) = run_player(&geforce_scenario(false), "580.159.04", "register", "geforce");
+    let s = summary(&err).unwrap_or_else(|| panic!("no summary: {err}"));
+    // every registration the fake NIC checked was exact (EFAULT otherwise: player would fail)
+    assert!(out.contains("verbs_unexpected=0"), "{out}\n{err}");
+    assert!(out.contains("kernel_registrations_left=0") && out.contains("kernel_p2p_errors=0"), "{out}");
+    assert_eq!(s["native"], "0");
+    assert_eq!((s["rm_errors"].as_str(), s["live_registrations"].as_str(), s["p2p_objects"].as_str()), ("0", "0", "1"));
+    assert_eq!(s["registered"], s["unregistered"]);
+    // 64M, 4K chunk, VMM, VMM remap, mallocAsync pool: five registrations; shared ones count once
+    assert_eq!(s["registered"], "5", "{err}");
+    assert_eq!(s["pass0_hits"], "7");
+    assert_eq!(s["pass0_misses"], "1", "the freed buffer is a miss: {err}");
+    assert_eq!((s["host_mrs"].as_str(), s["dmabuf_mrs"].as_str()), ("1", "1"));
+    assert!(err.contains("pass0 miss: freed"), "{err}");
+}
+
+#[test]
+fn shadow_mode_decides_but_never_calls_rm() {
+    let (out, err) = run_player(&geforce_scenario(false).replace(" ok\n", " any\n"), "580.159.04", "shadow", "geforce-shadow");
+    let s = summary(&err).unwrap();
+    assert!(out.contains("kernel_registrations_left=0"));
+    assert_eq!((s["registered"].as_str(), s["p2p_objects"].as_str()), ("0", "0"));
+    assert_eq!(s["pass0_hits"], "7");
+    assert!(err.contains("would register"), "{err}");
+}
+
+#[test]
+fn native_registration_present_means_the_shim_registers_nothing() {
+    let (_, out, err) = try_player(&geforce_scenario(true).replace(" ok\n", " any\n"), "580.159.04", "register", "native");
+    let s = summary(&err).unwrap_or_else(|| panic!("{out}{err}"));
+    assert_eq!((s["registered"].as_str(), s["p2p_objects"].as_str()), ("0", "0"));
+    assert_eq!(s["stood_aside"], "7");
+    assert_eq!(err.matches("native registration present (libcuda").count(), 1, "{err}");
 }

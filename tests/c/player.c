@@ -1,6 +1,6 @@
 // Replays a gdrshim capture as a program would issue it (ours): each recorded ioctl is issued on
-// the matching fake device node with a zeroed argument (and a zeroed parameter buffer behind the
-// parameter pointer), so everything the shim decodes comes from the fake driver; each recorded
+// the matching fake device node with the recorded argument as input and a zeroed parameter buffer
+// behind the parameter pointer, so every parameter the shim decodes comes from the fake driver; each recorded
 // user allocation is made through libcuda's cuGetProcAddress_v2, reached with dlopen + dlsym as
 // cudart does.
 #define _GNU_SOURCE
@@ -14,6 +14,13 @@
 #include <unistd.h>
 
 typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
+// Verbs consumers: linked directly (like perftest) and through dlopen + dlvsym (like NCCL).
+extern void *ibv_reg_mr(void *pd, void *addr, size_t len, int access) __attribute__((weak));
+extern int ibv_dereg_mr(void *mr) __attribute__((weak));
+typedef void *(*reg_t)(void *, void *, size_t, int);
+typedef void *(*reg2_t)(void *, void *, size_t, uint64_t, unsigned);
+typedef void *(*dmabuf_t)(void *, uint64_t, size_t, uint64_t, int, int);
+typedef int (*dereg_t)(void *);
 int main(int argc, char **argv) {
   if (argc < 3) { fprintf(stderr, "usage: player CAPTURE FAKE_LIBCUDA\n"); return 2; }
   const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
@@ -27,13 +34,19 @@ int main(int argc, char **argv) {
   void (*set_next)(uint64_t) = (void (*)(uint64_t))dlsym(cu, "fakecuda_set_next");
   FILE *f = fopen(argv[1], "r"); if (!f) return 2;
   char *line = NULL; size_t cap = 0; long n = 0, ioctls = 0, failures = 0;
+  void *vh = NULL; reg_t vreg = NULL; reg2_t vreg2 = NULL; dereg_t vdereg = NULL; dmabuf_t vdmabuf = NULL;
+  void *mrs[256] = {0}; int nmr = 0; long verbs_ok = 0, verbs_bad = 0;
+  static char host_buf[1 << 16] __attribute__((aligned(4096)));
   while (getline(&line, &cap, f) > 0) {
     n++;
     if (line[0] == 'I') {
       char dev[8]; int fd, rc, off = 0; unsigned long req;
       if (sscanf(line, "I %7s %d %lx %d %n", dev, &fd, &req, &rc, &off) < 4) continue;
       size_t an = strcspn(line + off, " \n") / 2;
+      // The input a program would pass is what the call's record shows (inputs stay as given);
+      // the fake driver then writes the recorded results over it.
       uint8_t *arg = calloc(an + 8, 1); uint8_t *params = NULL;
+      for (size_t i = 0; i < an; i++) { unsigned v; sscanf(line + off + 2 * i, "%2x", &v); arg[i] = v; }
       char *pp = strstr(line + off, " P ");
       if (pp) { long po; int o2; if (sscanf(pp, " P %ld %n", &po, &o2) == 1) { size_t pn = strcspn(pp + o2, " \n") / 2; params = calloc(pn + 8, 1); uint64_t v = (uintptr_t)params; memcpy(arg + po, &v, 8); } }
       int use = dev[0] == 'u' ? uvm : dev[0] == 'g' ? gpu : (ioctls % 2 ? ctl2 : ctl);
@@ -41,6 +54,31 @@ int main(int argc, char **argv) {
       if (r != rc) failures++;
       ioctls++;
       free(arg); free(params);
+    } else if (line[0] == 'R' || line[0] == 'D' || line[0] == 'X') {
+      if (!vh) {
+        vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!vh) { fprintf(stderr, "dlopen libibverbs.so.1: %s\n", dlerror()); return 2; }
+        vreg = (reg_t)dlvsym(vh, "ibv_reg_mr", "IBVERBS_1.1");
+        vreg2 = (reg2_t)dlvsym(vh, "ibv_reg_mr_iova2", "IBVERBS_1.8");
+        vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
+        vdmabuf = (dmabuf_t)dlvsym(vh, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+      }
+      char how[16], expect[16]; unsigned long long ptr, len; int idx;
+      if (line[0] == 'R' && sscanf(line, "R %15s %llx %llx %15s", how, &ptr, &len, expect) == 4) {
+        void *addr = !strcmp(how, "host") ? (void *)host_buf : (void *)(uintptr_t)ptr;
+        void *mr = !strcmp(how, "direct") || !strcmp(how, "host") ? ibv_reg_mr(0, addr, len, 0xf)
+                 : !strcmp(how, "iova2") ? vreg2(0, addr, len, (uint64_t)(uintptr_t)addr, 0x10000f)
+                 : vreg(0, addr, len, 0xf);
+        int ok = mr != NULL;
+        if (!strcmp(expect, "any") || ok == !strcmp(expect, "ok")) verbs_ok++; else { verbs_bad++; fprintf(stderr, "UNEXPECTED %s", line); }
+        if (nmr < 256) mrs[nmr++] = mr;
+      } else if (line[0] == 'D' && sscanf(line, "D %d", &idx) == 1 && idx < nmr && mrs[idx]) {
+        if (vdereg(mrs[idx])) verbs_bad++;
+        mrs[idx] = NULL;
+      } else if (line[0] == 'X') {
+        void *mr = vdmabuf(0, 0, 4096, 0, 3, 0xf);
+        if (mr) vdereg(mr); else verbs_bad++;
+      }
     } else if (line[0] == 'A') {
       char api[64]; unsigned long long ptr, len;
       if (sscanf(line, "A %63s %llx %llx", api, &ptr, &len) != 3) continue;
@@ -54,6 +92,9 @@ int main(int argc, char **argv) {
     }
   }
   close(gpu); close(ctl2); close(uvm); close(ctl);
-  printf("player lines=%ld ioctls=%ld rc_mismatch=%ld\n", n, ioctls, failures);
-  return failures ? 1 : 0;
+  int (*live)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fakenv_live_registrations");
+  unsigned long *p2p_err = (unsigned long *)dlsym(RTLD_DEFAULT, "fakenv_p2p_errors");
+  printf("player lines=%ld ioctls=%ld rc_mismatch=%ld verbs_ok=%ld verbs_unexpected=%ld kernel_registrations_left=%d kernel_p2p_errors=%lu\n", n, ioctls, failures,
+         verbs_ok, verbs_bad, live ? live() : -1, p2p_err ? *p2p_err : 0);
+  return failures || verbs_bad ? 1 : 0;
 }
