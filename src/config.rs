@@ -56,6 +56,9 @@ pub struct Config {
     pub log_file: Option<String>,
     pub capture_file: Option<String>,
     pub summary: bool,
+    /// Register every user allocation when CUDA returns it, as libcuda does on datacenter GPUs,
+    /// so that verbs users gdrshim does not intercept (UCX, MPI, static binaries) work too.
+    pub eager: bool,
     /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
     /// in for the device nodes and /proc/driver/nvidia/version.
     pub test_dev_dir: Option<String>,
@@ -66,11 +69,12 @@ pub const ENV_LEVEL: &str = "GDRSHIM_LOG_LEVEL";
 pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
 pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";
 pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
+pub const ENV_EAGER: &str = "GDRSHIM_EAGER";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, test_dev_dir: None }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, test_dev_dir: None }
     }
 }
 
@@ -109,6 +113,13 @@ impl Config {
                 "0" | "no" | "false" => c.summary = false,
                 "1" | "yes" | "true" => c.summary = true,
                 _ => warnings.push(format!("{ENV_SUMMARY}={v:?} is not 0 or 1; using 1")),
+            }
+        }
+        if let Some(v) = get(ENV_EAGER) {
+            match v.trim() {
+                "0" | "no" | "false" => c.eager = false,
+                "1" | "yes" | "true" => c.eager = true,
+                _ => warnings.push(format!("{ENV_EAGER}={v:?} is not 0 or 1; using 0")),
             }
         }
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());

@@ -83,6 +83,9 @@ struct Reg {
     tuple: VidmemTuple,
     p2p: u32,
     refs: u32,
+    /// Distinguishes a registration from a later one of the same memory, so that an MR left over
+    /// from before an unmap can never release its successor.
+    id: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,7 +108,7 @@ pub enum Decision {
     /// Native registration present (datacenter GPU): delegate, register nothing.
     StandAside,
     /// Registered (or shared an existing registration) for this memory; commit or release.
-    Hit { mem: MemRef, offset: u64, tuple: VidmemTuple, fresh: bool },
+    Hit { mem: MemRef, offset: u64, tuple: VidmemTuple, fresh: bool, id: u64 },
     /// Nothing registered; delegate and let the real call fail as it would.
     Miss(RegMiss),
 }
@@ -114,8 +117,9 @@ pub enum Decision {
 pub struct Registrar {
     gpus: HashMap<(u32, u32), GpuReg>, // (client, device)
     regs: HashMap<MemRef, Reg>,
-    /// Live MRs (by the provider's `ibv_mr*`) and the memory they hold a reference on.
-    mrs: HashMap<u64, MemRef>,
+    /// Live MRs (by the provider's `ibv_mr*`) and the registration they hold a reference on.
+    mrs: HashMap<u64, (MemRef, u64)>,
+    next_id: u64,
     pub counts: RegCounts,
     /// Only compute and log decisions (shadow mode), never call RM.
     pub dry_run: bool,
@@ -196,10 +200,10 @@ impl Registrar {
                 return Decision::Miss(RegMiss::OtherAddress { registered: r.tuple });
             }
             r.refs += 1;
-            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: false };
+            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: false, id: r.id };
         }
         if self.dry_run {
-            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: true };
+            return Decision::Hit { mem: piece.mem, offset, tuple, fresh: true, id: 0 };
         }
         let Some((h_device, _)) = t.memory_device(piece.mem) else { return Decision::Miss(RegMiss::NoDevice) };
         let client = piece.mem.client;
@@ -230,35 +234,37 @@ impl Registrar {
             return Decision::Miss(RegMiss::Rm { call: "REGISTER_VIDMEM", status: st });
         }
         self.counts.registered += 1;
-        self.regs.insert(piece.mem, Reg { tuple, p2p: g.p2p, refs: 1 });
-        Decision::Hit { mem: piece.mem, offset, tuple, fresh: true }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.regs.insert(piece.mem, Reg { tuple, p2p: g.p2p, refs: 1, id });
+        Decision::Hit { mem: piece.mem, offset, tuple, fresh: true, id }
     }
 
     /// After the real verbs call: keep the reference if it produced an MR, else drop it.
     pub fn after_reg(&mut self, rm: &mut dyn Rm, d: &Decision, mr: u64) {
-        let Decision::Hit { mem, .. } = d else { return };
+        let Decision::Hit { mem, id, .. } = d else { return };
         if self.dry_run {
             return;
         }
         if mr != 0 {
-            if let Some(old) = self.mrs.insert(mr, *mem) {
+            if let Some((old, old_id)) = self.mrs.insert(mr, (*mem, *id)) {
                 // The provider reused an MR pointer we still hold: drop the stale reference.
-                self.release(rm, old);
+                self.release(rm, old, old_id);
             }
         } else {
-            self.release(rm, *mem);
+            self.release(rm, *mem, *id);
         }
     }
 
     /// After a successful `ibv_dereg_mr(mr)`.
     pub fn after_dereg(&mut self, rm: &mut dyn Rm, mr: u64) {
-        if let Some(mem) = self.mrs.remove(&mr) {
-            self.release(rm, mem);
+        if let Some((mem, id)) = self.mrs.remove(&mr) {
+            self.release(rm, mem, id);
         }
     }
 
-    fn release(&mut self, rm: &mut dyn Rm, mem: MemRef) {
-        let Some(r) = self.regs.get_mut(&mem) else { return };
+    fn release(&mut self, rm: &mut dyn Rm, mem: MemRef, id: u64) {
+        let Some(r) = self.regs.get_mut(&mem).filter(|r| r.id == id) else { return };
         r.refs = r.refs.saturating_sub(1);
         if r.refs == 0 {
             let r = self.regs.remove(&mem).expect("present");
@@ -293,7 +299,184 @@ impl Registrar {
     /// A client went away: RM freed its 503C objects and their registrations itself.
     pub fn forget_client(&mut self, client: u32) {
         self.regs.retain(|m, _| m.client != client);
-        self.mrs.retain(|_, m| m.client != client);
+        self.mrs.retain(|_, (m, _)| m.client != client);
         self.gpus.retain(|(c, _), _| *c != client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{Event, P2pCtrl};
+
+    const C: u32 = 0xc1d0_0001;
+    const DEV: u32 = 0x5c00_0002;
+    const SUB: u32 = 0x5c00_0003;
+    const VAS: u32 = 0x5c00_0009;
+    const GPU: [u8; 16] = [9; 16];
+
+    /// A fake RM that enforces the 503C rules the registrar depends on.
+    #[derive(Default)]
+    struct FakeRm {
+        p2p: Vec<(u32, u32)>, // (subdevice, handle)
+        vaspaces: u32,
+        regs: Vec<VidmemTuple>,
+        fail_va_space: bool,
+        fail_alloc: Option<u32>,
+        frees: u32,
+    }
+    impl Rm for FakeRm {
+        fn alloc_p2p(&mut self, _c: u32, sub: u32) -> Result<u32, u32> {
+            if let Some(st) = self.fail_alloc {
+                return Err(st);
+            }
+            if self.p2p.iter().any(|p| p.0 == sub) {
+                return Err(status::NV_ERR_STATE_IN_USE);
+            }
+            self.p2p.push((sub, 0xcaf0_0000));
+            Ok(0xcaf0_0000)
+        }
+        fn register_va_space(&mut self, _c: u32, _p: u32, _v: u32) -> Result<u64, u32> {
+            if self.fail_va_space {
+                return Err(status::NV_ERR_INVALID_ARGUMENT);
+            }
+            self.vaspaces += 1;
+            Ok(0xfe00)
+        }
+        fn register_vidmem(&mut self, _c: u32, _p: u32, t: &VidmemTuple) -> Result<(), u32> {
+            if self.regs.iter().any(|r| r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)) {
+                return Err(status::NV_ERR_INSERT_DUPLICATE_NAME);
+            }
+            self.regs.push(*t);
+            Ok(())
+        }
+        fn unregister_vidmem(&mut self, _c: u32, _p: u32, h: u32) -> Result<(), u32> {
+            let n = self.regs.len();
+            self.regs.retain(|r| r.mem.memory != h);
+            if self.regs.len() == n {
+                Err(status::NV_ERR_OBJECT_NOT_FOUND)
+            } else {
+                Ok(())
+            }
+        }
+        fn free(&mut self, _c: u32, _parent: u32, h: u32) -> Result<(), u32> {
+            self.frees += 1;
+            self.p2p.retain(|p| p.1 != h);
+            Ok(())
+        }
+    }
+
+    fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
+        let mut t = Tracker::new();
+        t.apply(&Event::RootClient { fd: 8, h_client: C });
+        t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
+        t.apply(&Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: SUB, subdevice_id: 0 });
+        t.apply(&Event::VaSpace { h_client: C, h_parent: DEV, h_vaspace: VAS, class: 0x90f1, flags: 0x48 });
+        t.apply(&Event::UvmRegisterGpuVaSpace { uuid: GPU, rm_ctrl_fd: 8, h_client: C, h_vaspace: VAS });
+        for &(h, va, len) in maps {
+            t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+            t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
+            t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+        }
+        t
+    }
+
+    #[test]
+    fn registers_the_backing_mapping_once_and_refcounts_mrs() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        // NCCL-style 4 KiB-rounded MRs inside one 2 MiB chunk
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000);
+        assert!(matches!(a, Decision::Hit { fresh: true, offset: 0x1000, .. }));
+        r.after_reg(&mut rm, &a, 0xa);
+        let b = r.before_reg(&t, &mut rm, 0x7f00_0001_0000, 0x2000);
+        assert!(matches!(b, Decision::Hit { fresh: false, .. }));
+        r.after_reg(&mut rm, &b, 0xb);
+        assert_eq!(rm.regs, vec![VidmemTuple { mem: MemRef { client: C, memory: 0x10 }, address: 0x7f00_0000_0000, size: 0x20_0000, offset: 0 }]);
+        assert_eq!((rm.p2p.len(), rm.vaspaces), (1, 1), "one 503C with exactly one VA space");
+        r.after_dereg(&mut rm, 0xa);
+        assert_eq!(rm.regs.len(), 1);
+        r.after_dereg(&mut rm, 0xb);
+        assert!(rm.regs.is_empty());
+        assert_eq!((r.counts.registered, r.counts.unregistered, r.counts.rm_errors), (1, 1, 0));
+    }
+
+    #[test]
+    fn a_failed_verbs_call_drops_its_reference() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &a, 0);
+        assert!(rm.regs.is_empty());
+        assert_eq!(r.live_registrations(), 0);
+    }
+
+    #[test]
+    fn misses_register_nothing() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0020_0000, 0x20_0000)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))));
+        assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::Unmapped { .. }))));
+        assert_eq!(r.before_reg(&t, &mut rm, 0x1000, 0x1000), Decision::Host);
+        assert!(rm.regs.is_empty() && rm.p2p.is_empty());
+        assert_eq!(r.counts.pass0_misses, 2);
+    }
+
+    #[test]
+    fn unaligned_mapping_is_a_miss_not_a_guess() {
+        let mut t = tracker_with(&[]);
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_0000_1000, length: 0x8000, offset: 0x1000, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x20 });
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
+        assert!(rm.p2p.is_empty());
+    }
+
+    #[test]
+    fn refused_va_space_leaves_no_half_made_object() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        let mut rm = FakeRm { fail_va_space: true, ..Default::default() };
+        let mut r = Registrar::new(false);
+        let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        assert!(matches!(d, Decision::Miss(RegMiss::Rm { call: "REGISTER_VA_SPACE", .. })));
+        assert!(rm.p2p.is_empty(), "the 503C was freed again");
+        assert_eq!((rm.frees, r.counts.rm_errors), (1, 1));
+        let mut rm = FakeRm { fail_alloc: Some(status::NV_ERR_NOT_SUPPORTED), ..Default::default() };
+        let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        let Decision::Miss(m) = d else { panic!() };
+        assert!(m.to_string().contains("no P2P-patched driver"), "{m}");
+    }
+
+    #[test]
+    fn native_registration_means_stand_aside() {
+        let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        t.apply(&Event::P2pAlloc { h_client: C, h_parent: SUB, h_object: 0x5c00_000d, flags: 1 });
+        t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 } });
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        assert_eq!(r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000), Decision::StandAside);
+        assert!(rm.p2p.is_empty());
+    }
+
+    #[test]
+    fn release_before_free_and_the_same_memory_at_a_new_va() {
+        let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &a, 0xa);
+        // VMM unmap of the VA while the MR is live: unregistered first
+        let gone = r.before_release(&mut rm, |x| x.address == 0x7f00_0000_0000);
+        assert_eq!(gone.len(), 1);
+        assert!(rm.regs.is_empty());
+        t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_1000_0000, length: 0x20_0000, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x10 });
+        let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
+        assert!(matches!(b, Decision::Hit { fresh: true, .. }));
+        r.after_reg(&mut rm, &b, 0xb);
+        // the old MR's dereg is a no-op now; the new one's unregisters
+        r.after_dereg(&mut rm, 0xa);
+        assert_eq!(rm.regs.len(), 1);
+        r.after_dereg(&mut rm, 0xb);
+        assert!(rm.regs.is_empty());
+        assert_eq!(r.counts.rm_errors, 0);
     }
 }

@@ -85,6 +85,8 @@ pub struct Shim {
     capture_lock: Mutex<()>,
     pub stats: Stats,
     stood_aside_logged: core::sync::atomic::AtomicBool,
+    /// MRs holding a registration: a deregistration with none live needs no lock.
+    pub live_mrs: core::sync::atomic::AtomicUsize,
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
@@ -149,7 +151,8 @@ impl Shim {
         };
         let dry_run = cfg.mode != Mode::Register;
         let shim = Shim { cfg, version, table, core: Mutex::new(Core { tracker: Tracker::new(), registrar: Registrar::new(dry_run) }),
-            stood_aside_logged: core::sync::atomic::AtomicBool::new(false), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
+            stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
+            live_mrs: core::sync::atomic::AtomicUsize::new(0), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
         }
@@ -269,7 +272,23 @@ impl Shim {
             return;
         }
         let v = match self.core.try_lock_for(Duration::from_secs(5)) {
-            Some(mut c) => c.tracker.user_allocation(ptr, len),
+            Some(mut c) => {
+                let v = c.tracker.user_allocation(ptr, len);
+                if let (true, Mode::Register, Verdict::Covered(pieces)) = (self.cfg.eager, self.cfg.mode, &v) {
+                    // Each UVM mapping behind the allocation, as libcuda registers it; the reference
+                    // is held until the memory or VA goes (before_release).
+                    let Core { tracker, registrar } = &mut *c;
+                    let mut rm = crate::rm::RealRm { tracker };
+                    for (t, _) in pieces {
+                        match registrar.before_reg(tracker, &mut rm, t.address, t.size) {
+                            Decision::Miss(m) => tracing::warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
+                            Decision::Hit { tuple, .. } => tracing::debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
+                            _ => {}
+                        }
+                    }
+                }
+                v
+            }
             None => return,
         };
         let line = capture::verdict_line(api, ptr, len, &v);
@@ -299,7 +318,7 @@ impl Shim {
                 }
                 tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
             }
-            Decision::Hit { mem, offset, tuple, fresh } => tracing::info!(
+            Decision::Hit { mem, offset, tuple, fresh, .. } => tracing::info!(
                 "{api} addr={addr:#x} len={len:#x} pass0 hit hMemory={:#010x} offset={offset:#x} {} {tuple}",
                 mem.memory,
                 match (self.cfg.mode, fresh) {
@@ -318,6 +337,7 @@ impl Shim {
             let Core { tracker, registrar } = &mut *c;
             let mut rm = crate::rm::RealRm { tracker };
             registrar.after_reg(&mut rm, d, mr);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
         }
     }
 
@@ -326,6 +346,7 @@ impl Shim {
             let Core { tracker, registrar } = &mut *c;
             let mut rm = crate::rm::RealRm { tracker };
             registrar.after_dereg(&mut rm, mr);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
         }
     }
 

@@ -63,7 +63,17 @@ fn run_player(capture: &str, version: &str, mode: &str, tag: &str) -> (String, S
     (o, e)
 }
 
+fn run_player_env(capture: &str, mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) {
+    let (ok, o, e) = try_player_env(capture, "580.159.04", mode, tag, extra);
+    assert!(ok, "player failed: {o}\n{e}");
+    (o, e)
+}
+
 fn try_player(capture: &str, version: &str, mode: &str, tag: &str) -> (bool, String, String) {
+    try_player_env(capture, version, mode, tag, &[])
+}
+
+fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[(&str, &str)]) -> (bool, String, String) {
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     std::fs::create_dir_all(&dev).unwrap();
@@ -81,6 +91,7 @@ fn try_player(capture: &str, version: &str, mode: &str, tag: &str) -> (bool, Str
         .env("FAKENV_CAPTURE", &cap)
         .env("GDRSHIM_MODE", mode)
         .env("GDRSHIM_LOG_LEVEL", "info")
+        .envs(extra.iter().copied())
         .output()
         .unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -216,12 +227,14 @@ fn geforce_scenario(keep_native: bool) -> String {
         out.push('\n');
         let mut add = |s: &str| out.push_str(s);
         match line {
-            "M cudaMalloc 64M" => add("R iova2 7f63d6000000 4000000 ok\nR direct 7f63d6001000 1000 ok\nD 1\n"),
-            "M cuMemAlloc 4K x2" => add("R dlsym 7f63f3e00000 1000 ok\nR dlsym 7f63f3e01000 1000 ok\nD 2\nD 3\n"),
-            "M vmm map" => add("R iova2 7f63f8c00000 800000 ok\n"),
-            "M vmm remap" => add("D 4\nR iova2 7f63f9400000 800000 ok\nD 5\nR host 0 1000 ok\nD 6\n"),
-            "M frees" => add("R iova2 7f63d6000000 1000 any\nD 0\nD 7\nX dmabuf\n"),
-            "M mallocAsync" => add("R iova2 302000000 800000 ok\nD 8\n"),
+            "M cudaMalloc 64M" => add("R 0 iova2 7f63d6000000 4000000 ok\nR 1 direct 7f63d6001000 1000 ok\nD 1\n"),
+            // a MR moved by ibv_rereg_mr from the 3M buffer to the 64M one, then back
+            "M cuMemAlloc 3M" => add("R 9 iova2 7f63f8800000 300000 ok\nE 9 7f63d6100000 10000 ok\nE 9 7f63f8800000 1000 ok\nD 9\n"),
+            "M cuMemAlloc 4K x2" => add("R 2 dlsym 7f63f3e00000 1000 ok\nR 3 dlsym 7f63f3e01000 1000 ok\nD 2\nD 3\n"),
+            "M vmm map" => add("R 4 iova2 7f63f8c00000 800000 ok\n"),
+            "M vmm remap" => add("D 4\nR 5 iova2 7f63f9400000 800000 ok\nD 5\nR 6 host 0 1000 ok\nD 6\n"),
+            "M frees" => add("R 7 iova2 7f63d6000000 1000 any\nD 0\nD 7\nX dmabuf\n"),
+            "M mallocAsync" => add("R 8 iova2 302000000 800000 ok\nD 8\n"),
             _ => {}
         }
     }
@@ -238,9 +251,10 @@ fn registration_path_on_a_geforce_style_driver() {
     assert_eq!(s["native"], "0");
     assert_eq!((s["rm_errors"].as_str(), s["live_registrations"].as_str(), s["p2p_objects"].as_str()), ("0", "0", "1"));
     assert_eq!(s["registered"], s["unregistered"]);
-    // 64M, 4K chunk, VMM, VMM remap, mallocAsync pool: five registrations; shared ones count once
-    assert_eq!(s["registered"], "5", "{err}");
-    assert_eq!(s["pass0_hits"], "7");
+    // 64M, 3M, 4K chunk, VMM, VMM remap, mallocAsync pool, and 3M again after the rereg moved
+    // its only MR away and back: seven registrations; shared ones count once
+    assert_eq!(s["registered"], "7", "{err}");
+    assert_eq!(s["pass0_hits"], "10");
     assert_eq!(s["pass0_misses"], "1", "the freed buffer is a miss: {err}");
     assert_eq!((s["host_mrs"].as_str(), s["dmabuf_mrs"].as_str()), ("1", "1"));
     assert!(err.contains("pass0 miss: freed"), "{err}");
@@ -252,7 +266,8 @@ fn shadow_mode_decides_but_never_calls_rm() {
     let s = summary(&err).unwrap();
     assert!(out.contains("kernel_registrations_left=0"));
     assert_eq!((s["registered"].as_str(), s["p2p_objects"].as_str()), ("0", "0"));
-    assert_eq!(s["pass0_hits"], "7");
+    // the fake NIC refuses what nothing registered, so the two re-registrations never happen
+    assert_eq!(s["pass0_hits"], "8");
     assert!(err.contains("would register"), "{err}");
 }
 
@@ -261,6 +276,20 @@ fn native_registration_present_means_the_shim_registers_nothing() {
     let (_, out, err) = try_player(&geforce_scenario(true).replace(" ok\n", " any\n"), "580.159.04", "register", "native");
     let s = summary(&err).unwrap_or_else(|| panic!("{out}{err}"));
     assert_eq!((s["registered"].as_str(), s["p2p_objects"].as_str()), ("0", "0"));
-    assert_eq!(s["stood_aside"], "7");
+    assert_eq!(s["stood_aside"], "8");
     assert_eq!(err.matches("native registration present (libcuda").count(), 1, "{err}");
+}
+
+#[test]
+fn eager_mode_registers_every_user_allocation_at_map_time() {
+    let text = geforce_scenario(false);
+    let (out, err) = run_player_env(&text, "register", "eager", &[("GDRSHIM_EAGER", "1")]);
+    let s = summary(&err).unwrap();
+    assert!(out.contains("verbs_unexpected=0") && out.contains("kernel_p2p_errors=0"), "{out}\n{err}");
+    assert_eq!(s["rm_errors"], "0");
+    // registered at allocation time: 64M, 3M, 4K chunk, VMM, VMM remap, pool (and the pitch chunk)
+    assert!(s["registered"].parse::<u64>().unwrap() >= 6, "{err}");
+    // what the shim believes is live is what the fake kernel holds
+    let left: String = out.split("kernel_registrations_left=").nth(1).unwrap().chars().take_while(|c| c.is_ascii_digit()).collect();
+    assert_eq!(s["live_registrations"], left);
 }

@@ -26,7 +26,8 @@ fn before(api: &str, addr: u64, len: u64) -> Option<Decision> {
 }
 
 fn after(d: Option<Decision>, mr: Mr) {
-    let Some(d) = d else { return };
+    // Only a hit holds a reference that the MR must keep or drop.
+    let Some(d @ Decision::Hit { .. }) = d else { return };
     let e = errno();
     if let Some(_g) = Guard::enter() {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shim::get().verbs_after(&d, mr as u64)));
@@ -109,7 +110,7 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
-    if rc == 0 && active() {
+    if rc == 0 && active() && shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
         let e = errno();
         if let Some(_g) = Guard::enter() {
             let _ = std::panic::catch_unwind(|| shim::get().verbs_dereg(mr as u64));
@@ -140,6 +141,64 @@ pub fn dereg_install(real: *mut c_void) -> *mut c_void {
 pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
     // SAFETY: forwarded to the next definition.
     unsafe { dereg_call(DEREG_NEXT.get(), mr) }
+}
+
+pub static REREG_REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
+static REREG_NEXT: NextFn = NextFn::new(c"ibv_rereg_mr");
+type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
+const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+
+/// A re-registration that moves the MR to `[addr, addr+length)` is a registration of the new range
+/// and a deregistration of the old one, in that order, once the provider accepted it.
+unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
+    if real.is_null() {
+        return libc::ENOSYS;
+    }
+    let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+    let d = if moves { before("ibv_rereg_mr", addr as u64, length as u64) } else { None };
+    // SAFETY: the provider's ibv_rereg_mr.
+    let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { f(mr, flags, pd, addr, length, access) };
+    if moves && active() {
+        let e = errno();
+        if let Some(_g) = Guard::enter() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let s = shim::get();
+                if rc == 0 {
+                    s.verbs_dereg(mr as u64);
+                }
+                if let Some(d) = &d {
+                    s.verbs_after(d, if rc == 0 { mr as u64 } else { 0 });
+                }
+            }));
+        }
+        set_errno(e);
+    }
+    rc
+}
+unsafe extern "C" fn rereg_w0(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    unsafe { rereg_call(REREG_REAL[0].load(Acquire), mr, f, pd, a, l, x) }
+}
+unsafe extern "C" fn rereg_w1(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    unsafe { rereg_call(REREG_REAL[1].load(Acquire), mr, f, pd, a, l, x) }
+}
+unsafe extern "C" fn rereg_w2(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    unsafe { rereg_call(REREG_REAL[2].load(Acquire), mr, f, pd, a, l, x) }
+}
+unsafe extern "C" fn rereg_w3(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    unsafe { rereg_call(REREG_REAL[3].load(Acquire), mr, f, pd, a, l, x) }
+}
+pub fn rereg_install(real: *mut c_void) -> *mut c_void {
+    install_into(&REREG_REAL, [rereg_w0 as *mut c_void, rereg_w1 as *mut c_void, rereg_w2 as *mut c_void, rereg_w3 as *mut c_void], ibv_rereg_mr as *mut c_void, real)
+}
+
+/// # Safety
+/// As libibverbs' `ibv_rereg_mr`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
+    // SAFETY: forwarded to the next definition.
+    unsafe { rereg_call(REREG_NEXT.get(), mr, flags, pd, addr, length, access) }
 }
 
 pub static DMABUF_REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
@@ -195,6 +254,7 @@ pub fn by_symbol(name: &[u8], version: Option<&[u8]>) -> Option<Install> {
         b"ibv_reg_mr_iova2" if v(b"IBVERBS_1.8") => reg_mr_iova2::install,
         b"ibv_reg_mr_ex" if v(b"IBVERBS_1.15") => reg_mr_ex::install,
         b"ibv_dereg_mr" if v(b"IBVERBS_1.1") => dereg_install,
+        b"ibv_rereg_mr" if v(b"IBVERBS_1.1") => rereg_install,
         b"ibv_reg_dmabuf_mr" if v(b"IBVERBS_1.12") => dmabuf_install,
         _ => return None,
     })

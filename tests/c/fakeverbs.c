@@ -20,3 +20,11 @@ struct ibv_mr *ibv_reg_mr(void *pd, void *addr, size_t len, int access) { (void)
 struct ibv_mr *ibv_reg_mr_iova2(void *pd, void *addr, size_t len, uint64_t iova, unsigned access) { (void)pd; (void)iova; (void)access; return reg(addr, len); }
 struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) { (void)pd; (void)off; (void)iova; (void)fd; (void)access; fakeverbs_dmabuf++; struct ibv_mr *m = calloc(1, sizeof *m); m->length = len; return m; }
 int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, void *pd, void *addr, size_t len, int access) {
+  (void)pd; (void)access;
+  if (!(flags & 1)) return 0;
+  struct ibv_mr *n = reg(addr, len);
+  if (!n) return 1; // IBV_REREG_MR_ERR_INPUT
+  mr->addr = addr; mr->length = len; free(n);
+  return 0;
+}

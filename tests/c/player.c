@@ -21,6 +21,7 @@ typedef void *(*reg_t)(void *, void *, size_t, int);
 typedef void *(*reg2_t)(void *, void *, size_t, uint64_t, unsigned);
 typedef void *(*dmabuf_t)(void *, uint64_t, size_t, uint64_t, int, int);
 typedef int (*dereg_t)(void *);
+typedef int (*rereg_t)(void *, int, void *, void *, size_t, int);
 int main(int argc, char **argv) {
   if (argc < 3) { fprintf(stderr, "usage: player CAPTURE FAKE_LIBCUDA\n"); return 2; }
   const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
   void (*set_next)(uint64_t) = (void (*)(uint64_t))dlsym(cu, "fakecuda_set_next");
   FILE *f = fopen(argv[1], "r"); if (!f) return 2;
   char *line = NULL; size_t cap = 0; long n = 0, ioctls = 0, failures = 0;
+  rereg_t vrereg = NULL;
   void *vh = NULL; reg_t vreg = NULL; reg2_t vreg2 = NULL; dereg_t vdereg = NULL; dmabuf_t vdmabuf = NULL;
   void *mrs[256] = {0}; int nmr = 0; long verbs_ok = 0, verbs_bad = 0;
   static char host_buf[1 << 16] __attribute__((aligned(4096)));
@@ -54,7 +56,7 @@ int main(int argc, char **argv) {
       if (r != rc) failures++;
       ioctls++;
       free(arg); free(params);
-    } else if (line[0] == 'R' || line[0] == 'D' || line[0] == 'X') {
+    } else if (line[0] == 'R' || line[0] == 'D' || line[0] == 'X' || line[0] == 'E') {
       if (!vh) {
         vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
         if (!vh) { fprintf(stderr, "dlopen libibverbs.so.1: %s\n", dlerror()); return 2; }
@@ -62,19 +64,23 @@ int main(int argc, char **argv) {
         vreg2 = (reg2_t)dlvsym(vh, "ibv_reg_mr_iova2", "IBVERBS_1.8");
         vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
         vdmabuf = (dmabuf_t)dlvsym(vh, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+        vrereg = (rereg_t)dlvsym(vh, "ibv_rereg_mr", "IBVERBS_1.1");
       }
-      char how[16], expect[16]; unsigned long long ptr, len; int idx;
-      if (line[0] == 'R' && sscanf(line, "R %15s %llx %llx %15s", how, &ptr, &len, expect) == 4) {
+      char how[16], expect[16]; unsigned long long ptr, len; int id;
+      if (line[0] == 'R' && sscanf(line, "R %d %15s %llx %llx %15s", &id, how, &ptr, &len, expect) == 5 && id >= 0 && id < 256) {
         void *addr = !strcmp(how, "host") ? (void *)host_buf : (void *)(uintptr_t)ptr;
         void *mr = !strcmp(how, "direct") || !strcmp(how, "host") ? ibv_reg_mr(0, addr, len, 0xf)
                  : !strcmp(how, "iova2") ? vreg2(0, addr, len, (uint64_t)(uintptr_t)addr, 0x10000f)
                  : vreg(0, addr, len, 0xf);
         int ok = mr != NULL;
         if (!strcmp(expect, "any") || ok == !strcmp(expect, "ok")) verbs_ok++; else { verbs_bad++; fprintf(stderr, "UNEXPECTED %s", line); }
-        if (nmr < 256) mrs[nmr++] = mr;
-      } else if (line[0] == 'D' && sscanf(line, "D %d", &idx) == 1 && idx < nmr && mrs[idx]) {
-        if (vdereg(mrs[idx])) verbs_bad++;
-        mrs[idx] = NULL;
+        mrs[id] = mr;
+      } else if (line[0] == 'E' && sscanf(line, "E %d %llx %llx %15s", &id, &ptr, &len, expect) == 4 && id >= 0 && id < 256 && mrs[id]) {
+        int r = vrereg(mrs[id], 1, 0, (void *)(uintptr_t)ptr, len, 0xf);
+        if (!strcmp(expect, "any") || (r == 0) == !strcmp(expect, "ok")) verbs_ok++; else { verbs_bad++; fprintf(stderr, "UNEXPECTED %s", line); }
+      } else if (line[0] == 'D' && sscanf(line, "D %d", &id) == 1 && id >= 0 && id < 256 && mrs[id]) {
+        if (vdereg(mrs[id])) verbs_bad++;
+        mrs[id] = NULL;
       } else if (line[0] == 'X') {
         void *mr = vdmabuf(0, 0, 4096, 0, 3, 0xf);
         if (mr) vdereg(mr); else verbs_bad++;
