@@ -88,7 +88,9 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
     if nbuckets == 0 {
         return;
     }
+    // SAFETY: the buckets follow the 4-word header and the bloom words, inside the table.
     let buckets = unsafe { h.add(4).cast::<u64>().add(bloom_size as usize).cast::<u32>() };
+    // SAFETY: the chains follow the nbuckets bucket words.
     let chains = unsafe { buckets.add(nbuckets as usize) };
     for (k, name) in s.names.iter().enumerate() {
         if s.found[k] != 0 {
@@ -104,8 +106,11 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
             // SAFETY: idx >= symoffset indexes the chain array and the symbol table.
             let ch = unsafe { *chains.add((idx - symoffset) as usize) };
             if (ch | 1) == (hash | 1) {
+                // SAFETY: idx is a symbol index the hash table handed out.
                 let sym = unsafe { &*(symtab as *const libc::Elf64_Sym).add(idx as usize) };
+                // SAFETY: st_name is an offset into the NUL-terminated string table.
                 let nm = unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char) };
+                // SAFETY: DT_VERSYM has one u16 per symbol.
                 let hidden = versym != 0 && unsafe { *(versym as *const u16).add(idx as usize) } & 0x8000 != 0;
                 if nm.to_bytes() == *name && sym.st_value != 0 && !hidden {
                     s.found[k] = base + sym.st_value as usize;

@@ -181,7 +181,7 @@ impl Registrar {
             return Decision::StandAside;
         }
         let tuple = Tracker::predict(&piece);
-        if tuple.address % G != 0 || tuple.size % G != 0 || tuple.offset % G != 0 || tuple.size == 0 {
+        if !tuple.address.is_multiple_of(G) || !tuple.size.is_multiple_of(G) || !tuple.offset.is_multiple_of(G) || tuple.size == 0 {
             return Decision::Miss(RegMiss::Unaligned(tuple));
         }
         // peermem rounds the MR out to 64 KiB: the whole rounded range must sit in this one

@@ -7,6 +7,7 @@
 //! so a wrapper always calls exactly the function it replaced. Only the ABI versions we
 //! implement are wrapped (`cuMemAlloc` only from CUDA 3.2's `_v2`); anything else is returned
 //! untouched. Our own pointers are never wrapped again, so nothing recurses.
+#![allow(non_snake_case)] // the CUDA driver API names
 
 use crate::hooks::slots::{install_into, SLOTS};
 use crate::real::NextFn;
@@ -72,10 +73,22 @@ macro_rules! cuda_fn {
                 after(|$sh| $body);
                 $res
             }
-            unsafe extern "C" fn w0($($a: $t),*) -> CUresult { unsafe { call(REAL[0].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w1($($a: $t),*) -> CUresult { unsafe { call(REAL[1].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w2($($a: $t),*) -> CUresult { unsafe { call(REAL[2].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w3($($a: $t),*) -> CUresult { unsafe { call(REAL[3].load(Acquire), $($a),*) } }
+            unsafe extern "C" fn w0($($a: $t),*) -> CUresult {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[0].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w1($($a: $t),*) -> CUresult {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[1].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w2($($a: $t),*) -> CUresult {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[2].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w3($($a: $t),*) -> CUresult {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[3].load(Acquire), $($a),*) }
+            }
 
             pub fn install(real: *mut c_void) -> *mut c_void {
                 let wrappers = [w0 as *mut c_void, w1 as *mut c_void, w2 as *mut c_void, w3 as *mut c_void];
@@ -242,8 +255,8 @@ mod tests {
         assert!(by_proc_name(b"cuMemAlloc", 3010).is_none());
         assert!(by_proc_name(b"cuMemAlloc", 13000).is_some());
         assert!(by_proc_name(b"cuMemMap", 10010).is_none());
-        assert_eq!(by_proc_name(b"cuGetProcAddress", 12000).map(|f| f as usize), Some(get_proc_v2::install as usize));
-        assert_eq!(by_proc_name(b"cuGetProcAddress", 11040).map(|f| f as usize), Some(get_proc_v1::install as usize));
+        assert_eq!(by_proc_name(b"cuGetProcAddress", 12000).map(|f| f as usize), Some(get_proc_v2::install as *const () as usize));
+        assert_eq!(by_proc_name(b"cuGetProcAddress", 11040).map(|f| f as usize), Some(get_proc_v1::install as *const () as usize));
         assert!(by_proc_name(b"cuMemAlloc_v2", 13000).is_none());
         assert!(by_symbol_name(b"cuMemAlloc").is_none(), "the v1 ABI is never wrapped");
     }
@@ -263,8 +276,9 @@ mod tests {
         assert_eq!(a, a2);
         assert_ne!(a, b);
         assert_eq!(mem_alloc::install(a), a, "a wrapper is never wrapped again");
-        let fa: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult = unsafe { core::mem::transmute(a) };
-        let fb: unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult = unsafe { core::mem::transmute(b) };
+        type F = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
+        // SAFETY: a and b are wrappers of exactly this signature.
+        let (fa, fb): (F, F) = unsafe { (core::mem::transmute::<*mut c_void, F>(a), core::mem::transmute::<*mut c_void, F>(b)) };
         let mut p = 0;
         // SAFETY: the wrappers forward to the fakes above.
         unsafe {

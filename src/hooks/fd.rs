@@ -61,8 +61,9 @@ static NODES: OnceCell<Nodes> = OnceCell::new();
 
 fn stat_path(p: &str) -> Option<libc::stat> {
     let c = std::ffi::CString::new(p).ok()?;
-    // SAFETY: zeroed stat is a valid out-buffer; c is a valid C string.
+    // SAFETY: zeroed stat is a valid out-buffer.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: c is a valid C string and st a valid out-buffer.
     (unsafe { libc::stat(c.as_ptr(), &mut st) } == 0).then_some(st)
 }
 

@@ -26,14 +26,14 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     };
-    let _ = std::panic::catch_unwind(|| shim::get().before_ioctl(dev, request as u64, arg));
+    let _ = std::panic::catch_unwind(|| shim::get().before_ioctl(dev, request, arg));
     set_errno(e0);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     let e = errno();
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
-        unsafe { shim::get().after_ioctl(dev, fd, request as u64, rc, arg) }
+        unsafe { shim::get().after_ioctl(dev, fd, request, rc, arg) }
     });
     set_errno(e);
     rc

@@ -59,10 +59,22 @@ macro_rules! verbs_reg {
                 after(d, mr);
                 mr
             }
-            unsafe extern "C" fn w0($($a: $t),*) -> Mr { unsafe { call(REAL[0].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w1($($a: $t),*) -> Mr { unsafe { call(REAL[1].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w2($($a: $t),*) -> Mr { unsafe { call(REAL[2].load(Acquire), $($a),*) } }
-            unsafe extern "C" fn w3($($a: $t),*) -> Mr { unsafe { call(REAL[3].load(Acquire), $($a),*) } }
+            unsafe extern "C" fn w0($($a: $t),*) -> Mr {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[0].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w1($($a: $t),*) -> Mr {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[1].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w2($($a: $t),*) -> Mr {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[2].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w3($($a: $t),*) -> Mr {
+                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
+                unsafe { call(REAL[3].load(Acquire), $($a),*) }
+            }
 
             pub fn install(real: *mut c_void) -> *mut c_void {
                 let wrappers = [w0 as *mut c_void, w1 as *mut c_void, w2 as *mut c_void, w3 as *mut c_void];
@@ -120,15 +132,19 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     rc
 }
 unsafe extern "C" fn dereg_w0(mr: Mr) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dereg_call(DEREG_REAL[0].load(Acquire), mr) }
 }
 unsafe extern "C" fn dereg_w1(mr: Mr) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dereg_call(DEREG_REAL[1].load(Acquire), mr) }
 }
 unsafe extern "C" fn dereg_w2(mr: Mr) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dereg_call(DEREG_REAL[2].load(Acquire), mr) }
 }
 unsafe extern "C" fn dereg_w3(mr: Mr) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dereg_call(DEREG_REAL[3].load(Acquire), mr) }
 }
 pub fn dereg_install(real: *mut c_void) -> *mut c_void {
@@ -178,15 +194,19 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     rc
 }
 unsafe extern "C" fn rereg_w0(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { rereg_call(REREG_REAL[0].load(Acquire), mr, f, pd, a, l, x) }
 }
 unsafe extern "C" fn rereg_w1(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { rereg_call(REREG_REAL[1].load(Acquire), mr, f, pd, a, l, x) }
 }
 unsafe extern "C" fn rereg_w2(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { rereg_call(REREG_REAL[2].load(Acquire), mr, f, pd, a, l, x) }
 }
 unsafe extern "C" fn rereg_w3(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { rereg_call(REREG_REAL[3].load(Acquire), mr, f, pd, a, l, x) }
 }
 pub fn rereg_install(real: *mut c_void) -> *mut c_void {
@@ -219,15 +239,19 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
     unsafe { f(pd, offset, length, iova, fd, access) }
 }
 unsafe extern "C" fn dmabuf_w0(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dmabuf_call(DMABUF_REAL[0].load(Acquire), pd, o, l, i, fd, a) }
 }
 unsafe extern "C" fn dmabuf_w1(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dmabuf_call(DMABUF_REAL[1].load(Acquire), pd, o, l, i, fd, a) }
 }
 unsafe extern "C" fn dmabuf_w2(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dmabuf_call(DMABUF_REAL[2].load(Acquire), pd, o, l, i, fd, a) }
 }
 unsafe extern "C" fn dmabuf_w3(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
+    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
     unsafe { dmabuf_call(DMABUF_REAL[3].load(Acquire), pd, o, l, i, fd, a) }
 }
 pub fn dmabuf_install(real: *mut c_void) -> *mut c_void {
