@@ -18,19 +18,26 @@ run() { # name, command...
     LD_PRELOAD="$B/suppress503c.so:$SHIM" timeout 300 "$@" >"$B/$name.out" 2>&1
   log "exit=$?"
   grep -v '^gdrshim: summary' "$B/$name.out" | tail -5 | tee -a "$res"
-  grep -h '^gdrshim: summary' "$B/$name.out" | tee -a "$res"
+  grep -h '^gdrshim: summary' "$B/$name.out" "$B/$name.log" 2>/dev/null | tee -a "$res"
   grep -hE 'WARN|ERROR' "$B/$name.log" 2>/dev/null | sed 's/^[^[]*\[gdrshim\]//' | sed 's/0x[0-9a-f]*/X/g' | sort | uniq -c | sort -rn | head -8 | tee -a "$res"
   python3 tests/gpu/compare_tuples.py "$B/$name.log" "$B/$name.native" | tee -a "$res"
 }
 run reg-cycle "$B/reg_cycle" 10000
 run torch-reg python3 tests/gpu/torch_reg.py
+log "### eager mode (GDRSHIM_EAGER=1): every user allocation registered at map time"
+SUPPRESS_LOG="$B/eager.native" GDRSHIM_EAGER=1 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info GDRSHIM_LOG_FILE="$B/eager.log" LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/reg_cycle" 1000 >"$B/eager.out" 2>&1; log "exit=$?"
+grep -h "reg_cycle" "$B/eager.out" | tee -a "$res"; grep -h "^gdrshim: summary" "$B/eager.log" | tee -a "$res"
+log "### import torch + training steps, register mode, with and without suppression, vs no shim"
+python3 tests/gpu/torch_alloc.py 2>&1 | tail -1 | sed 's/^/none: /' | tee -a "$res"
+GDRSHIM_MODE=register LD_PRELOAD="$SHIM" python3 tests/gpu/torch_alloc.py 2>&1 | grep -E "torch_alloc|summary" | cut -c1-300 | sed 's/^/register: /' | tee -a "$res"
+GDRSHIM_MODE=register LD_PRELOAD="$B/suppress503c.so:$SHIM" SUPPRESS_LOG=/dev/null python3 tests/gpu/torch_alloc.py 2>&1 | grep -E "torch_alloc|summary" | cut -c1-300 | sed 's/^/register+suppressed: /' | tee -a "$res"
 log "### native registration present (no suppression): the shim must stand aside"
 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" "$B/reg_cycle" 100 2>&1 | grep -E "reg_cycle|summary|native registration present" | head -4 | tee -a "$res"
 log "### real NCCL, one rank, register mode (real libibverbs, no HCA): verbs lookups"
 LD_LIBRARY_PATH= NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" python3 tests/gpu/torch_nccl.py >"$B/nccl.out" 2>&1; log "exit=$?"
 grep -E "resolved to gdrshim|torch_nccl|NET/|summary" "$B/nccl.out" | head -12 | tee -a "$res"
 log "### benchmark: verbs registration latency (stub NIC), without / with the shim (register mode, suppressed native)"
-for i in 1 2 3; do
+for i in 1 2 3 4 5; do
   "$B/reg_cycle" 0 bench | sed 's/^/none /' | tee -a "$res"
   GDRSHIM_MODE=register GDRSHIM_SUMMARY=0 LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/reg_cycle" 0 bench | sed 's/^/shim /' | tee -a "$res"
 done
