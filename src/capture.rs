@@ -253,3 +253,31 @@ mod tests {
         assert_eq!((r.ioctls, r.decoded), (1, 1));
     }
 }
+
+/// Nanoseconds per ioctl that the live shim's decode + map update costs, measured by replaying
+/// pre-parsed records `rounds` times (parsing excluded), for the benchmark in the results.
+pub fn bench_decode_apply(text: &str, rounds: u32) -> Option<(u64, f64)> {
+    let mut version = None;
+    let mut recs = Vec::new();
+    for l in text.lines() {
+        match parse_line(l) {
+            Some(Record::Version(v)) => version = DriverVersion::parse(&v),
+            Some(Record::Ioctl(io)) => recs.push(io),
+            _ => {}
+        }
+    }
+    let t = abi::table_for(version?)?;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        let mut tr = Tracker::new();
+        for io in &recs {
+            let params = Recorded(io.params.as_ref().map(|(_, b)| b.as_slice()));
+            if let Outcome::Event(ev) = decode::decode(io.dev, io.fd, io.request, io.rc, &io.arg, &params, t) {
+                std::hint::black_box(tr.apply(&ev));
+            }
+        }
+        std::hint::black_box(&tr);
+    }
+    let n = recs.len() as u64 * rounds as u64;
+    Some((n, start.elapsed().as_nanos() as f64 / n as f64))
+}

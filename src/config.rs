@@ -59,6 +59,8 @@ pub struct Config {
     /// Register every user allocation when CUDA returns it, as libcuda does on datacenter GPUs,
     /// so that verbs users gdrshim does not intercept (UCX, MPI, static binaries) work too.
     pub eager: bool,
+    /// Measure the time the ioctl hook adds (costs two clock reads per NVIDIA ioctl).
+    pub timing: bool,
     /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
     /// in for the device nodes and /proc/driver/nvidia/version.
     pub test_dev_dir: Option<String>,
@@ -70,11 +72,12 @@ pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
 pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";
 pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
 pub const ENV_EAGER: &str = "GDRSHIM_EAGER";
+pub const ENV_TIMING: &str = "GDRSHIM_TIMING";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, test_dev_dir: None }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None }
     }
 }
 
@@ -122,6 +125,7 @@ impl Config {
                 _ => warnings.push(format!("{ENV_EAGER}={v:?} is not 0 or 1; using 0")),
             }
         }
+        c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
         (c, warnings)
     }

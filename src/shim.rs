@@ -68,6 +68,8 @@ pub struct Stats {
     pub unwrapped: AtomicU64,
     pub cuda_frees: AtomicU64,
     pub dmabuf_mrs: AtomicU64,
+    /// With GDRSHIM_TIMING=1: nanoseconds spent in the ioctl hook outside the real call.
+    pub hook_ns: AtomicU64,
 }
 
 /// The pure core, behind one lock: the map and the registrations that depend on it.
@@ -213,16 +215,17 @@ impl Shim {
             }
             return;
         };
-        // SAFETY: see the function contract; len is what the request encodes.
-        let bytes = unsafe { std::slice::from_raw_parts(arg as *const u8, len) }.to_vec();
+        // SAFETY: see the function contract; len is what the request encodes, and the caller's
+        // buffer is not touched by anyone else while its own ioctl call is in progress.
+        let bytes: &[u8] = unsafe { std::slice::from_raw_parts(arg as *const u8, len) };
         if self.capture_fd.load(Relaxed) >= 0 {
-            let params = capture::params_spec(dev, request, &bytes, t).and_then(|(off, plen)| {
+            let params = capture::params_spec(dev, request, bytes, t).and_then(|(off, plen)| {
                 let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
-                LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, &bytes)).map(|p| (off, p))
+                LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, bytes)).map(|p| (off, p))
             });
-            self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.clone(), params }.line());
+            self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.to_vec(), params }.line());
         }
-        match decode::decode(dev, fd, request, rc, &bytes, &LiveParams, t) {
+        match decode::decode(dev, fd, request, rc, bytes, &LiveParams, t) {
             Outcome::Event(ev) => {
                 self.stats.decoded.fetch_add(1, Relaxed);
                 if self.cfg.mode == Mode::Trace {
@@ -413,7 +416,7 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.table.map_or("none", |t| t.since),
@@ -433,6 +436,7 @@ impl Shim {
             s.wrapped.load(Relaxed),
             s.unwrapped.load(Relaxed),
             s.cuda_frees.load(Relaxed),
+            if self.cfg.timing { format!(" hook_ns_per_nv_ioctl={:.0}", s.hook_ns.load(Relaxed) as f64 / s.nv_ioctls.load(Relaxed).max(1) as f64) } else { String::new() },
             rc.pass0_hits,
             rc.pass0_misses,
             rc.registered,

@@ -1,16 +1,17 @@
 //! Replays a gdrshim capture through the decoder, the VA map and the shadow oracle, and prints
 //! what gdrshim would register for every user allocation. No GPU needed.
 //!
-//!     gdrshim-replay CAPTURE... [--quiet]
+//!     gdrshim-replay CAPTURE... [--quiet] [--bench]
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quiet = args.iter().any(|a| a == "--quiet");
+    let bench = args.iter().any(|a| a == "--bench");
     let files: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     if files.is_empty() {
-        eprintln!("usage: gdrshim-replay CAPTURE... [--quiet]");
+        eprintln!("usage: gdrshim-replay CAPTURE... [--quiet] [--bench]");
         return ExitCode::from(2);
     }
     let mut bad = false;
@@ -22,6 +23,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        if bench {
+            match gdrshim::capture::bench_decode_apply(&text, 50) {
+                Some((n, ns)) => println!("bench {f}: decode+map per NVIDIA ioctl {ns:.0} ns ({n} ioctls replayed)"),
+                None => println!("bench {f}: no verified ABI table"),
+            }
+            continue;
+        }
         let r = gdrshim::capture::replay(&text);
         println!("== {f} (driver {})", r.version.map_or("unknown".into(), |v| v.to_string()));
         if !quiet {

@@ -20,6 +20,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarded unchanged (our own call, or a hook inside a hook).
         return unsafe { real(fd, request, arg) };
     };
+    let t0 = Clock::start();
     let e0 = errno();
     let Some(dev) = fd::kind(fd) else {
         set_errno(e0);
@@ -28,13 +29,33 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     };
     let _ = std::panic::catch_unwind(|| shim::get().before_ioctl(dev, request, arg));
     set_errno(e0);
+    let t1 = t0.map(|_| Clock::now());
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     let e = errno();
+    let t2 = t0.map(|_| Clock::now());
     let _ = std::panic::catch_unwind(|| {
+        let s = shim::get();
         // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
-        unsafe { shim::get().after_ioctl(dev, fd, request, rc, arg) }
+        unsafe { s.after_ioctl(dev, fd, request, rc, arg) };
+        if let (Some(a), Some(b), Some(c)) = (t0, t1, t2) {
+            s.stats.hook_ns.fetch_add((b - a) + (Clock::now() - c), core::sync::atomic::Ordering::Relaxed);
+        }
     });
     set_errno(e);
     rc
+}
+
+/// Monotonic nanoseconds, only when GDRSHIM_TIMING=1.
+struct Clock;
+impl Clock {
+    fn start() -> Option<u64> {
+        shim::try_get().filter(|s| s.cfg.timing).map(|_| Clock::now())
+    }
+    fn now() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: ts is a valid out-buffer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
 }
