@@ -11,6 +11,7 @@ pub mod abi;
 pub mod capture;
 pub mod config;
 pub mod decode;
+pub mod fxhash;
 pub mod hooks;
 pub mod log;
 pub mod real;

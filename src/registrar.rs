@@ -14,7 +14,7 @@
 use crate::abi::{p2p, status};
 use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::{MemRef, Miss};
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap as HashMap;
 use std::fmt;
 
 /// The RM calls the registrar needs. Errors are RM status codes.

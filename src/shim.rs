@@ -270,7 +270,9 @@ impl Shim {
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
     pub fn user_allocation(&self, api: &str, ptr: u64, len: u64) {
-        self.capture(&format!("A {api} {ptr:x} {len:x}"));
+        if self.capture_fd.load(Relaxed) >= 0 {
+            self.capture(&format!("A {api} {ptr:x} {len:x}"));
+        }
         if self.table.is_none() {
             return;
         }
@@ -294,11 +296,11 @@ impl Shim {
             }
             None => return,
         };
-        let line = capture::verdict_line(api, ptr, len, &v);
+        // The line is only formatted when it will be written: this runs on every allocation.
         match &v {
-            Verdict::Uncovered(_) => tracing::warn!("{line}"),
-            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => tracing::warn!("{line}"),
-            _ => tracing::debug!("{line}"),
+            Verdict::Uncovered(_) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
+            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
+            _ => tracing::debug!("{}", capture::verdict_line(api, ptr, len, &v)),
         }
     }
 

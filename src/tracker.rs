@@ -6,7 +6,8 @@
 
 use crate::decode::{Event, P2pCtrl, Uuid};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

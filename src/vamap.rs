@@ -4,7 +4,8 @@
 //! Pure data structure: no FFI, no locks.
 
 use crate::decode::Uuid;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use crate::fxhash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 /// An RM memory object, named by its client and handle.
