@@ -293,3 +293,20 @@ fn eager_mode_registers_every_user_allocation_at_map_time() {
     let left: String = out.split("kernel_registrations_left=").nth(1).unwrap().chars().take_while(|c| c.is_ascii_digit()).collect();
     assert_eq!(s["live_registrations"], left);
 }
+
+#[test]
+fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shim() {
+    let e = env();
+    let out = Command::new(e.dir.join("player"))
+        .arg("/dev/null")
+        .arg(e.dir.join("libcuda.so.1"))
+        .env("LD_PRELOAD", &e.shim)
+        .env("LD_DEBUG", "bindings")
+        .env("LD_BIND_NOW", "1")
+        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let bound = |sym: &str| err.lines().any(|l| l.contains("binding file") && l.contains("player") && l.contains("libgdrshim.so") && l.contains(sym));
+    assert!(bound("`ibv_reg_mr' [IBVERBS_1.1]"), "ibv_reg_mr@IBVERBS_1.1 not bound to the shim");
+}
