@@ -76,6 +76,9 @@ pub struct VaMap {
     per_gpu: HashMap<Uuid, BTreeMap<u64, Entry>>,
     /// Recently removed ranges, so a miss can say "freed" rather than "unmapped".
     tombstones: VecDeque<(u64, u64)>,
+    /// Entries per memory object, so that freeing memory that is no longer mapped (the usual
+    /// order: UVM_FREE, then RM_FREE) costs no scan.
+    per_mem: HashMap<MemRef, usize>,
 }
 
 impl VaMap {
@@ -95,6 +98,16 @@ impl VaMap {
         self.unmap(gpu, base, len);
         let origin = Origin { base, length: len, offset };
         self.per_gpu.entry(gpu).or_default().insert(base, Entry { end: base + len, mem, offset, origin });
+        *self.per_mem.entry(mem).or_default() += 1;
+    }
+
+    fn forget_entry(per_mem: &mut HashMap<MemRef, usize>, mem: MemRef) {
+        if let Some(n) = per_mem.get_mut(&mem) {
+            *n -= 1;
+            if *n == 0 {
+                per_mem.remove(&mem);
+            }
+        }
     }
 
     /// UVM_UNMAP_EXTERNAL on one GPU. Returns the memory objects that lost coverage.
@@ -115,11 +128,14 @@ impl VaMap {
         for s in hit {
             let e = m.remove(&s).expect("key just listed");
             touched.push(e.mem);
+            Self::forget_entry(&mut self.per_mem, e.mem);
             if s < base {
                 m.insert(s, Entry { end: base, ..e });
+                *self.per_mem.entry(e.mem).or_default() += 1;
             }
             if e.end > end {
                 m.insert(end, Entry { end: e.end, offset: e.offset + (end - s), ..e });
+                *self.per_mem.entry(e.mem).or_default() += 1;
             }
         }
         if m.is_empty() {
@@ -143,6 +159,9 @@ impl VaMap {
 
     /// RM free of a memory object: every mapping of it goes.
     pub fn remove_memory(&mut self, mem: MemRef) -> usize {
+        if self.per_mem.remove(&mem).is_none() {
+            return 0;
+        }
         let mut gone = Vec::new();
         for m in self.per_gpu.values_mut() {
             m.retain(|&s, e| {
@@ -162,7 +181,7 @@ impl VaMap {
 
     /// Every memory object of `client` loses its mappings (client freed).
     pub fn remove_client(&mut self, client: u32) -> usize {
-        let mems: Vec<MemRef> = self.per_gpu.values().flat_map(|m| m.values().map(|e| e.mem)).filter(|m| m.client == client).collect();
+        let mems: Vec<MemRef> = self.per_mem.keys().filter(|m| m.client == client).copied().collect();
         let mut n = 0;
         for m in mems {
             n += self.remove_memory(m);
@@ -441,5 +460,11 @@ mod tests {
             }
         }
         assert!(hits > 1000, "the property test must exercise hits, got {hits}");
+        // the per-memory index always counts exactly the entries there are
+        let mut counted: HashMap<MemRef, usize> = HashMap::default();
+        for (_, _, _, m, _) in v.dump() {
+            *counted.entry(m).or_default() += 1;
+        }
+        assert_eq!(counted, v.per_mem);
     }
 }
