@@ -88,7 +88,7 @@ pub enum Notice {
 #[derive(Default)]
 pub struct Tracker {
     objects: HashMap<(u32, u32), Obj>,
-    children: HashMap<(u32, u32), Vec<u32>>,
+    children: HashMap<(u32, u32), HashSet<u32>>,
     pub map: VaMap,
     /// UVM external ranges: base → length.
     ranges: BTreeMap<u64, u64>,
@@ -192,7 +192,7 @@ impl Tracker {
         }
         self.objects.insert((client, h), Obj { parent, kind });
         if parent != h {
-            self.children.entry((client, parent)).or_default().push(h);
+            self.children.entry((client, parent)).or_default().insert(h);
         }
     }
 
@@ -206,7 +206,7 @@ impl Tracker {
             if let Some(o) = self.objects.remove(&(client, x)) {
                 if o.parent != x {
                     if let Some(sib) = self.children.get_mut(&(client, o.parent)) {
-                        sib.retain(|&k| k != x);
+                        sib.remove(&x);
                     }
                 }
                 match o.kind {

@@ -110,24 +110,19 @@ impl VaMap {
         }
     }
 
-    /// UVM_UNMAP_EXTERNAL on one GPU. Returns the memory objects that lost coverage.
-    pub fn unmap(&mut self, gpu: Uuid, base: u64, len: u64) -> Vec<MemRef> {
+    /// UVM_UNMAP_EXTERNAL on one GPU. Returns how many entries it cut or removed.
+    pub fn unmap(&mut self, gpu: Uuid, base: u64, len: u64) -> usize {
         let end = match base.checked_add(len) {
             Some(e) if len > 0 => e,
-            _ => return Vec::new(),
+            _ => return 0,
         };
-        let Some(m) = self.per_gpu.get_mut(&gpu) else { return Vec::new() };
-        let mut touched = Vec::new();
-        let mut hit: Vec<u64> = Vec::new();
-        if let Some((&s, e)) = m.range(..base).next_back() {
-            if e.end > base {
-                hit.push(s);
-            }
-        }
-        hit.extend(m.range(base..end).map(|(&s, _)| s));
-        for s in hit {
-            let e = m.remove(&s).expect("key just listed");
-            touched.push(e.mem);
+        let Some(m) = self.per_gpu.get_mut(&gpu) else { return 0 };
+        let mut touched = 0;
+        // At most one entry starts before base and reaches into the range; then those inside.
+        let mut next = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).or_else(|| m.range(base..end).next().map(|(&s, _)| s));
+        while let Some(s) = next {
+            let e = m.remove(&s).expect("key just found");
+            touched += 1;
             Self::forget_entry(&mut self.per_mem, e.mem);
             if s < base {
                 m.insert(s, Entry { end: base, ..e });
@@ -137,24 +132,21 @@ impl VaMap {
                 m.insert(end, Entry { end: e.end, offset: e.offset + (end - s), ..e });
                 *self.per_mem.entry(e.mem).or_default() += 1;
             }
+            next = m.range(base..end).next().map(|(&s, _)| s);
         }
         if m.is_empty() {
             self.per_gpu.remove(&gpu);
         }
-        if !touched.is_empty() {
+        if touched > 0 {
             self.tombstone(base, len);
         }
         touched
     }
 
     /// UVM_FREE: the range goes away on every GPU.
-    pub fn unmap_all(&mut self, base: u64, len: u64) -> Vec<MemRef> {
+    pub fn unmap_all(&mut self, base: u64, len: u64) -> usize {
         let gpus: Vec<Uuid> = self.per_gpu.keys().copied().collect();
-        let mut v = Vec::new();
-        for g in gpus {
-            v.extend(self.unmap(g, base, len));
-        }
-        v
+        gpus.iter().map(|g| self.unmap(*g, base, len)).sum()
     }
 
     /// RM free of a memory object: every mapping of it goes.
