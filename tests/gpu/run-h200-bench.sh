@@ -11,9 +11,10 @@ gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,l
 nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/stub" -l:libibverbs.so.1 2>&1 | grep -i " error"
 export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 : >"$B/raw"
-for i in $(seq 11); do
-  "$B/bench" | sed 's/^/none /' >>"$B/raw"
-  GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" "$B/bench" | sed 's/^/shadow /' >>"$B/raw"
+PIN=""; command -v taskset >/dev/null && PIN="taskset -c 3"  # one core for both sides: less scheduling noise
+for i in $(seq 15); do
+  $PIN "$B/bench" | sed 's/^/none /' >>"$B/raw"
+  GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" $PIN "$B/bench" | sed 's/^/shadow /' >>"$B/raw"
 done
 for i in $(seq 7); do
   "$B/reg_cycle" 0 bench | sed 's/^/none /' >>"$B/raw"
