@@ -166,9 +166,13 @@ impl Registrar {
     }
 
     fn decide(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64) -> Decision {
+        // Host memory first, with two tree lookups: most verbs registrations of a job are not GPU
+        // memory, and they must cost next to nothing.
+        if !t.is_gpu_va(addr) && !t.map.was_mapped(addr) {
+            return Decision::Host;
+        }
         let piece = match t.map.lookup_single(addr, len) {
             Ok(p) => p,
-            Err(Miss::Unmapped { .. }) if !t.is_gpu_va(addr) => return Decision::Host,
             Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
         };
         match t.memory_class(piece.mem) {

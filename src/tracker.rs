@@ -152,7 +152,7 @@ impl Tracker {
 
     /// Whether `addr` lies in a UVM external range or mapping gdrshim knows: GPU memory.
     pub fn is_gpu_va(&self, addr: u64) -> bool {
-        self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l) || self.map.lookup(addr, 1).is_ok()
+        self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l) || self.map.contains(addr)
     }
 
     /// The VA that UVM_FREE(base) releases: the external range created there, or else the run

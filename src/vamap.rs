@@ -5,7 +5,7 @@
 
 use crate::decode::Uuid;
 use crate::fxhash::FxHashMap as HashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// An RM memory object, named by its client and handle.
@@ -74,8 +74,8 @@ const TOMBSTONES: usize = 4096;
 #[derive(Default, Clone)]
 pub struct VaMap {
     per_gpu: HashMap<Uuid, BTreeMap<u64, Entry>>,
-    /// Recently removed ranges, so a miss can say "freed" rather than "unmapped".
-    tombstones: VecDeque<(u64, u64)>,
+    /// Removed ranges (merged, start → end), so a miss can say "freed" rather than "unmapped".
+    tombstones: BTreeMap<u64, u64>,
     /// Entries per memory object, so that freeing memory that is no longer mapped (the usual
     /// order: UVM_FREE, then RM_FREE) costs no scan.
     per_mem: HashMap<MemRef, usize>,
@@ -182,14 +182,40 @@ impl VaMap {
     }
 
     fn tombstone(&mut self, base: u64, len: u64) {
-        if self.tombstones.len() == TOMBSTONES {
-            self.tombstones.pop_front();
+        let (mut b, mut e) = (base, base.saturating_add(len));
+        if let Some((&s, &t)) = self.tombstones.range(..=b).next_back() {
+            if t >= b {
+                b = s;
+                e = e.max(t);
+                self.tombstones.remove(&s);
+            }
         }
-        self.tombstones.push_back((base, len));
+        while let Some((&s, &t)) = self.tombstones.range(b..).next() {
+            if s > e {
+                break;
+            }
+            e = e.max(t);
+            self.tombstones.remove(&s);
+        }
+        self.tombstones.insert(b, e);
+        if self.tombstones.len() > TOMBSTONES {
+            self.tombstones.pop_first();
+        }
+    }
+
+    /// Whether `addr` was mapped once and has been unmapped or freed since (as far as the
+    /// bounded record of removed ranges reaches).
+    pub fn was_mapped(&self, addr: u64) -> bool {
+        self.tombstones.range(..=addr).next_back().is_some_and(|(_, &t)| addr < t)
+    }
+
+    /// Whether some GPU maps `addr`.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.per_gpu.values().any(|m| m.range(..=addr).next_back().is_some_and(|(_, e)| addr < e.end))
     }
 
     fn miss_at(&self, at: u64) -> Miss {
-        if self.tombstones.iter().any(|&(b, l)| at >= b && at - b < l) {
+        if self.was_mapped(at) {
             Miss::Freed { at }
         } else {
             Miss::Unmapped { at }
@@ -228,10 +254,8 @@ impl VaMap {
         let end = addr.checked_add(len).ok_or(Miss::Overflow)?;
         let mut answer: Option<Vec<Piece>> = None;
         let mut first_hole: Option<u64> = None;
-        let mut gpus: Vec<&Uuid> = self.per_gpu.keys().collect();
-        gpus.sort();
-        for g in gpus {
-            let m = &self.per_gpu[g];
+        // Every GPU that maps any of the range must give the same answer, so order does not matter.
+        for m in self.per_gpu.values() {
             let touches = m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr);
             if !touches {
                 continue;
