@@ -227,33 +227,6 @@ pub fn summary_fields(r: &Replay) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_round_trip() {
-        let io = IoctlRecord { dev: DevKind::Gpu(3), fd: 12, request: 0xc030462b, rc: 0, arg: vec![1, 2, 255], params: Some((16, vec![0xab])) };
-        assert_eq!(parse_line(&io.line()), Some(Record::Ioctl(io.clone())));
-        let io2 = IoctlRecord { params: None, dev: DevKind::Uvm, ..io };
-        assert_eq!(parse_line(&io2.line()), Some(Record::Ioctl(io2)));
-        assert_eq!(parse_line("A cuMemAlloc_v2 7f00 1000"), Some(Record::Alloc { api: "cuMemAlloc_v2".into(), ptr: 0x7f00, len: 0x1000 }));
-        assert_eq!(parse_line("I c 8 zz 0 00"), None);
-        assert_eq!(parse_line("I c 8 c0 0 0"), None);
-        assert_eq!(parse_line("X"), None);
-    }
-
-    #[test]
-    fn replay_without_a_version_decodes_nothing() {
-        let r = replay("I c 8 c010462a 0 00000000000000000000000000000000\n");
-        assert_eq!((r.ioctls, r.decoded), (1, 0));
-        let r = replay("V 600.1.1\nI c 8 c0104629 0 00000000000000000000000000000000\n");
-        assert_eq!((r.ioctls, r.decoded), (1, 0));
-        let r = replay("V 580.159.04\nI c 8 c0104629 0 00000000000000000000000000000000\n");
-        assert_eq!((r.ioctls, r.decoded), (1, 1));
-    }
-}
-
 /// Nanoseconds per ioctl that the live shim's decode + map update costs, measured by replaying
 /// pre-parsed records `rounds` times (parsing excluded), for the benchmark in the results.
 pub fn bench_decode_apply(text: &str, rounds: u32) -> Option<(u64, f64)> {
@@ -281,3 +254,31 @@ pub fn bench_decode_apply(text: &str, rounds: u32) -> Option<(u64, f64)> {
     let n = recs.len() as u64 * rounds as u64;
     Some((n, start.elapsed().as_nanos() as f64 / n as f64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let io = IoctlRecord { dev: DevKind::Gpu(3), fd: 12, request: 0xc030462b, rc: 0, arg: vec![1, 2, 255], params: Some((16, vec![0xab])) };
+        assert_eq!(parse_line(&io.line()), Some(Record::Ioctl(io.clone())));
+        let io2 = IoctlRecord { params: None, dev: DevKind::Uvm, ..io };
+        assert_eq!(parse_line(&io2.line()), Some(Record::Ioctl(io2)));
+        assert_eq!(parse_line("A cuMemAlloc_v2 7f00 1000"), Some(Record::Alloc { api: "cuMemAlloc_v2".into(), ptr: 0x7f00, len: 0x1000 }));
+        assert_eq!(parse_line("I c 8 zz 0 00"), None);
+        assert_eq!(parse_line("I c 8 c0 0 0"), None);
+        assert_eq!(parse_line("X"), None);
+    }
+
+    #[test]
+    fn replay_without_a_version_decodes_nothing() {
+        let r = replay("I c 8 c010462a 0 00000000000000000000000000000000\n");
+        assert_eq!((r.ioctls, r.decoded), (1, 0));
+        let r = replay("V 600.1.1\nI c 8 c0104629 0 00000000000000000000000000000000\n");
+        assert_eq!((r.ioctls, r.decoded), (1, 0));
+        let r = replay("V 580.159.04\nI c 8 c0104629 0 00000000000000000000000000000000\n");
+        assert_eq!((r.ioctls, r.decoded), (1, 1));
+    }
+}
+

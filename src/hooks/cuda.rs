@@ -9,12 +9,12 @@
 //! untouched. Our own pointers are never wrapped again, so nothing recurses.
 #![allow(non_snake_case)] // the CUDA driver API names
 
-use crate::hooks::slots::{install_into, SLOTS};
+use crate::hooks::slots::slotted;
 use crate::real::NextFn;
 use crate::shim::{self, active, errno, set_errno, Guard};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, Ordering::{Acquire, Relaxed}};
+use core::sync::atomic::Ordering::Relaxed;
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -58,8 +58,8 @@ macro_rules! cuda_fn {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> CUresult;
-            pub static REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
             pub static NEXT: NextFn = NextFn::new($sym);
+            slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> CUresult);
 
             #[inline(always)]
             pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> CUresult {
@@ -72,27 +72,6 @@ macro_rules! cuda_fn {
                 let $res = unsafe { f($($a),*) };
                 after(|$sh| $body);
                 $res
-            }
-            unsafe extern "C" fn w0($($a: $t),*) -> CUresult {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[0].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w1($($a: $t),*) -> CUresult {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[1].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w2($($a: $t),*) -> CUresult {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[2].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w3($($a: $t),*) -> CUresult {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[3].load(Acquire), $($a),*) }
-            }
-
-            pub fn install(real: *mut c_void) -> *mut c_void {
-                let wrappers = [w0 as *mut c_void, w1 as *mut c_void, w2 as *mut c_void, w3 as *mut c_void];
-                install_into(&REAL, wrappers, super::$export as *mut c_void, real)
             }
         }
 

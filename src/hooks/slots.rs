@@ -32,3 +32,35 @@ pub fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; 
     real
 }
 
+
+/// Declares `$slots` and `$install`: four wrappers of one C signature, each forwarding to `$call`
+/// with the real function of its own slot, handed out by [`install_into`].
+macro_rules! slotted {
+    ($install:ident, $slots:ident, $export:path, $call:path, ($($a:ident : $t:ty),*) -> $r:ty) => {
+        pub static $slots: [core::sync::atomic::AtomicPtr<core::ffi::c_void>; $crate::hooks::slots::SLOTS] =
+            [const { core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()) }; $crate::hooks::slots::SLOTS];
+
+        pub fn $install(real: *mut core::ffi::c_void) -> *mut core::ffi::c_void {
+            use core::sync::atomic::Ordering::Acquire;
+            unsafe extern "C" fn w0($($a: $t),*) -> $r {
+                // SAFETY: the caller upholds the wrapped function's contract; forwarded to it.
+                unsafe { $call($slots[0].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w1($($a: $t),*) -> $r {
+                // SAFETY: as w0.
+                unsafe { $call($slots[1].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w2($($a: $t),*) -> $r {
+                // SAFETY: as w0.
+                unsafe { $call($slots[2].load(Acquire), $($a),*) }
+            }
+            unsafe extern "C" fn w3($($a: $t),*) -> $r {
+                // SAFETY: as w0.
+                unsafe { $call($slots[3].load(Acquire), $($a),*) }
+            }
+            let wrappers = [w0 as *mut core::ffi::c_void, w1 as *mut core::ffi::c_void, w2 as *mut core::ffi::c_void, w3 as *mut core::ffi::c_void];
+            $crate::hooks::slots::install_into(&$slots, wrappers, $export as *mut core::ffi::c_void, real)
+        }
+    };
+}
+pub(crate) use slotted;

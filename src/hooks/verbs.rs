@@ -3,13 +3,13 @@
 //! delegated unchanged; around it the registrar makes (and later undoes) the NV503C registration
 //! of exactly the GPU memory behind the range.
 
-use crate::hooks::slots::{install_into, SLOTS};
+use crate::hooks::slots::slotted;
 use crate::real::NextFn;
 use crate::registrar::Decision;
 use crate::shim::{self, active, errno, set_errno, Guard};
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, Ordering::{Acquire, Relaxed}};
+use core::sync::atomic::Ordering::Relaxed;
 
 type Pd = *mut c_void;
 type Mr = *mut c_void;
@@ -40,8 +40,8 @@ macro_rules! verbs_reg {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
-            pub static REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
             pub static NEXT: NextFn = NextFn::new($sym);
+            slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
 
             #[inline(always)]
             pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> Mr {
@@ -58,27 +58,6 @@ macro_rules! verbs_reg {
                 let mr = unsafe { f($($a),*) };
                 after(d, mr);
                 mr
-            }
-            unsafe extern "C" fn w0($($a: $t),*) -> Mr {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[0].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w1($($a: $t),*) -> Mr {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[1].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w2($($a: $t),*) -> Mr {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[2].load(Acquire), $($a),*) }
-            }
-            unsafe extern "C" fn w3($($a: $t),*) -> Mr {
-                // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-                unsafe { call(REAL[3].load(Acquire), $($a),*) }
-            }
-
-            pub fn install(real: *mut c_void) -> *mut c_void {
-                let wrappers = [w0 as *mut c_void, w1 as *mut c_void, w2 as *mut c_void, w3 as *mut c_void];
-                install_into(&REAL, wrappers, super::$export as *mut c_void, real)
             }
         }
 
@@ -110,7 +89,6 @@ fn mr_ex_range(attr: *mut c_void) -> (u64, u64) {
     (addr, len)
 }
 
-pub static DEREG_REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
 static DEREG_NEXT: NextFn = NextFn::new(c"ibv_dereg_mr");
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
 
@@ -131,25 +109,7 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     rc
 }
-unsafe extern "C" fn dereg_w0(mr: Mr) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dereg_call(DEREG_REAL[0].load(Acquire), mr) }
-}
-unsafe extern "C" fn dereg_w1(mr: Mr) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dereg_call(DEREG_REAL[1].load(Acquire), mr) }
-}
-unsafe extern "C" fn dereg_w2(mr: Mr) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dereg_call(DEREG_REAL[2].load(Acquire), mr) }
-}
-unsafe extern "C" fn dereg_w3(mr: Mr) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dereg_call(DEREG_REAL[3].load(Acquire), mr) }
-}
-pub fn dereg_install(real: *mut c_void) -> *mut c_void {
-    install_into(&DEREG_REAL, [dereg_w0 as *mut c_void, dereg_w1 as *mut c_void, dereg_w2 as *mut c_void, dereg_w3 as *mut c_void], ibv_dereg_mr as *mut c_void, real)
-}
+slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int);
 
 /// # Safety
 /// As libibverbs' `ibv_dereg_mr`.
@@ -159,7 +119,6 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
     unsafe { dereg_call(DEREG_NEXT.get(), mr) }
 }
 
-pub static REREG_REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
 static REREG_NEXT: NextFn = NextFn::new(c"ibv_rereg_mr");
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
 const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
@@ -193,25 +152,7 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     }
     rc
 }
-unsafe extern "C" fn rereg_w0(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { rereg_call(REREG_REAL[0].load(Acquire), mr, f, pd, a, l, x) }
-}
-unsafe extern "C" fn rereg_w1(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { rereg_call(REREG_REAL[1].load(Acquire), mr, f, pd, a, l, x) }
-}
-unsafe extern "C" fn rereg_w2(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { rereg_call(REREG_REAL[2].load(Acquire), mr, f, pd, a, l, x) }
-}
-unsafe extern "C" fn rereg_w3(mr: Mr, f: c_int, pd: Pd, a: *mut c_void, l: usize, x: c_int) -> c_int {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { rereg_call(REREG_REAL[3].load(Acquire), mr, f, pd, a, l, x) }
-}
-pub fn rereg_install(real: *mut c_void) -> *mut c_void {
-    install_into(&REREG_REAL, [rereg_w0 as *mut c_void, rereg_w1 as *mut c_void, rereg_w2 as *mut c_void, rereg_w3 as *mut c_void], ibv_rereg_mr as *mut c_void, real)
-}
+slotted!(rereg_install, REREG_REAL, ibv_rereg_mr, rereg_call, (mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int);
 
 /// # Safety
 /// As libibverbs' `ibv_rereg_mr`.
@@ -221,7 +162,6 @@ pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c
     unsafe { rereg_call(REREG_NEXT.get(), mr, flags, pd, addr, length, access) }
 }
 
-pub static DMABUF_REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(null_mut()) }; SLOTS];
 static DMABUF_NEXT: NextFn = NextFn::new(c"ibv_reg_dmabuf_mr");
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 
@@ -238,25 +178,7 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
     // SAFETY: forwarded unchanged.
     unsafe { f(pd, offset, length, iova, fd, access) }
 }
-unsafe extern "C" fn dmabuf_w0(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dmabuf_call(DMABUF_REAL[0].load(Acquire), pd, o, l, i, fd, a) }
-}
-unsafe extern "C" fn dmabuf_w1(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dmabuf_call(DMABUF_REAL[1].load(Acquire), pd, o, l, i, fd, a) }
-}
-unsafe extern "C" fn dmabuf_w2(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dmabuf_call(DMABUF_REAL[2].load(Acquire), pd, o, l, i, fd, a) }
-}
-unsafe extern "C" fn dmabuf_w3(pd: Pd, o: u64, l: usize, i: u64, fd: c_int, a: c_int) -> Mr {
-    // SAFETY: the caller upholds the wrapped function\'s contract; forwarded to it.
-    unsafe { dmabuf_call(DMABUF_REAL[3].load(Acquire), pd, o, l, i, fd, a) }
-}
-pub fn dmabuf_install(real: *mut c_void) -> *mut c_void {
-    install_into(&DMABUF_REAL, [dmabuf_w0 as *mut c_void, dmabuf_w1 as *mut c_void, dmabuf_w2 as *mut c_void, dmabuf_w3 as *mut c_void], ibv_reg_dmabuf_mr as *mut c_void, real)
-}
+slotted!(dmabuf_install, DMABUF_REAL, ibv_reg_dmabuf_mr, dmabuf_call, (pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr);
 
 /// # Safety
 /// As libibverbs' `ibv_reg_dmabuf_mr`.
