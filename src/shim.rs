@@ -56,6 +56,18 @@ pub fn active() -> bool {
     }
 }
 
+/// Runs `f` on the runtime from inside a hook: only when active, with this thread marked as
+/// inside gdrshim, a panic contained, and the caller's errno as it was. `None` if it did not run.
+pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
+    if !active() {
+        return None;
+    }
+    let e = errno();
+    let r = Guard::enter().and_then(|_g| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(get()))).ok());
+    set_errno(e);
+    r
+}
+
 #[derive(Default)]
 pub struct Stats {
     pub nv_ioctls: AtomicU64,

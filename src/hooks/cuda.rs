@@ -11,7 +11,7 @@
 
 use crate::hooks::slots::slotted;
 use crate::real::NextFn;
-use crate::shim::{self, active, errno, set_errno, Guard};
+use crate::shim;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
@@ -41,17 +41,6 @@ fn from_loaded_libcuda(name: &CStr, ours: *mut c_void) -> *mut c_void {
     }
 }
 
-/// After the real call: do our bookkeeping with errno preserved and panics contained.
-fn after(f: impl FnOnce(&'static shim::Shim)) {
-    if !active() {
-        return;
-    }
-    let e = errno();
-    if let Some(_g) = Guard::enter() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(shim::get())));
-    }
-    set_errno(e);
-}
 
 macro_rules! cuda_fn {
     ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$sh:ident, $res:ident| $body:block) => {
@@ -70,7 +59,8 @@ macro_rules! cuda_fn {
                 let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
                 // SAFETY: forwarded unchanged.
                 let $res = unsafe { f($($a),*) };
-                after(|$sh| $body);
+                // Our bookkeeping: errno preserved, panics contained.
+                shim::call_in(|$sh| $body);
                 $res
             }
         }

@@ -6,7 +6,7 @@
 use crate::hooks::slots::slotted;
 use crate::real::NextFn;
 use crate::registrar::Decision;
-use crate::shim::{self, active, errno, set_errno, Guard};
+use crate::shim::{self, set_errno};
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
@@ -16,23 +16,13 @@ type Mr = *mut c_void;
 
 /// The registrar's decision before the real call; errno untouched, panics contained.
 fn before(api: &str, addr: u64, len: u64) -> Option<Decision> {
-    if !active() {
-        return None;
-    }
-    let e = errno();
-    let d = Guard::enter().and_then(|_g| std::panic::catch_unwind(|| shim::get().verbs_before(api, addr, len)).ok().flatten());
-    set_errno(e);
-    d
+    shim::call_in(|s| s.verbs_before(api, addr, len)).flatten()
 }
 
 fn after(d: Option<Decision>, mr: Mr) {
     // Only a hit holds a reference that the MR must keep or drop.
     let Some(d @ Decision::Hit { .. }) = d else { return };
-    let e = errno();
-    if let Some(_g) = Guard::enter() {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shim::get().verbs_after(&d, mr as u64)));
-    }
-    set_errno(e);
+    shim::call_in(|s| s.verbs_after(&d, mr as u64));
 }
 
 macro_rules! verbs_reg {
@@ -100,12 +90,8 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
-    if rc == 0 && active() && shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
-        let e = errno();
-        if let Some(_g) = Guard::enter() {
-            let _ = std::panic::catch_unwind(|| shim::get().verbs_dereg(mr as u64));
-        }
-        set_errno(e);
+    if rc == 0 && shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
+        shim::call_in(|s| s.verbs_dereg(mr as u64));
     }
     rc
 }
@@ -135,20 +121,15 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr, flags, pd, addr, length, access) };
-    if moves && active() {
-        let e = errno();
-        if let Some(_g) = Guard::enter() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let s = shim::get();
-                if rc == 0 {
-                    s.verbs_dereg(mr as u64);
-                }
-                if let Some(d) = &d {
-                    s.verbs_after(d, if rc == 0 { mr as u64 } else { 0 });
-                }
-            }));
-        }
-        set_errno(e);
+    if moves {
+        shim::call_in(|s| {
+            if rc == 0 {
+                s.verbs_dereg(mr as u64);
+            }
+            if let Some(d) = &d {
+                s.verbs_after(d, if rc == 0 { mr as u64 } else { 0 });
+            }
+        });
     }
     rc
 }
