@@ -64,6 +64,12 @@ pub struct Config {
     /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
     /// in for the device nodes and /proc/driver/nvidia/version.
     pub test_dev_dir: Option<String>,
+    /// Stock-NCCL route: answer NCCL's GDR probes yes while gdrshim registers (see `advertise`).
+    pub advertise_gdr: bool,
+    /// Test-only: report `GPU_DIRECT_RDMA_SUPPORTED` as 0, so a datacenter GPU looks like a GeForce.
+    pub test_hide_gdr: bool,
+    /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
+    pub nccl_flush_disabled: bool,
 }
 
 pub const ENV_MODE: &str = "GDRSHIM_MODE";
@@ -74,10 +80,13 @@ pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
 pub const ENV_EAGER: &str = "GDRSHIM_EAGER";
 pub const ENV_TIMING: &str = "GDRSHIM_TIMING";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
+pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
+pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
+pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false }
     }
 }
 
@@ -118,16 +127,27 @@ impl Config {
                 _ => warnings.push(format!("{ENV_SUMMARY}={v:?} is not 0 or 1; using 1")),
             }
         }
-        if let Some(v) = get(ENV_EAGER) {
-            match v.trim() {
-                "0" | "no" | "false" => c.eager = false,
-                "1" | "yes" | "true" => c.eager = true,
-                _ => warnings.push(format!("{ENV_EAGER}={v:?} is not 0 or 1; using 0")),
-            }
-        }
+        c.eager = flag(&get, ENV_EAGER, false, &mut warnings);
+        c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, false, &mut warnings);
+        c.test_hide_gdr = flag(&get, ENV_TEST_HIDE_GDR, false, &mut warnings);
+        // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
+        c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
         c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
         (c, warnings)
+    }
+}
+
+/// A 0/1 variable: a bad value warns and keeps the default.
+fn flag(get: &impl Fn(&str) -> Option<String>, name: &str, default: bool, warnings: &mut Vec<String>) -> bool {
+    match get(name).as_deref().map(str::trim) {
+        None => default,
+        Some("0" | "no" | "false") => false,
+        Some("1" | "yes" | "true") => true,
+        Some(v) => {
+            warnings.push(format!("{name}={v:?} is not 0 or 1; using {}", default as u8));
+            default
+        }
     }
 }
 
@@ -173,6 +193,18 @@ mod tests {
         assert_eq!(w.len(), 3);
         assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register"));
         assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
+    }
+
+    #[test]
+    fn advertising_flags() {
+        let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "1"), ("GDRSHIM_TEST_HIDE_GDR", "yes"), ("NCCL_GDR_FLUSH_DISABLE", "0")]);
+        assert!(c.advertise_gdr && c.test_hide_gdr && !c.nccl_flush_disabled && w.is_empty());
+        for v in ["1", " 2", "x", ""] {
+            assert!(parse(&[("NCCL_GDR_FLUSH_DISABLE", v)]).0.nccl_flush_disabled, "{v:?}");
+        }
+        let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "sure")]);
+        assert!(!c.advertise_gdr);
+        assert!(w[0].contains("GDRSHIM_ADVERTISE_GDR"));
     }
 
     #[test]

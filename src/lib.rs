@@ -8,6 +8,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod advertise;
 pub mod capture;
 pub mod config;
 pub mod decode;

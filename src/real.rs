@@ -234,6 +234,7 @@ real_fn!(pub close, c"close", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup, c"dup", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
 real_fn!(pub dup3, c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int);
+real_fn!(pub access, c"access", unsafe extern "C" fn(*const c_char, c_int) -> c_int);
 real_fn!(pub fcntl, c"fcntl", unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int);
 
 #[cfg(test)]

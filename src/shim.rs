@@ -80,6 +80,8 @@ pub struct Stats {
     pub unwrapped: AtomicU64,
     pub cuda_frees: AtomicU64,
     pub dmabuf_mrs: AtomicU64,
+    /// GDR probes answered differently from the driver (`advertise`).
+    pub gdr_answers: AtomicU64,
     /// With GDRSHIM_TIMING=1: nanoseconds spent in the ioctl hook outside the real call.
     pub hook_ns: AtomicU64,
 }
@@ -99,6 +101,8 @@ pub struct Shim {
     capture_lock: Mutex<()>,
     pub stats: Stats,
     stood_aside_logged: core::sync::atomic::AtomicBool,
+    /// One bit per CUDA device whose GDR attribute answer was logged.
+    gdr_attr_logged: AtomicU64,
     /// MRs holding a registration: a deregistration with none live needs no lock.
     pub live_mrs: core::sync::atomic::AtomicUsize,
 }
@@ -166,6 +170,7 @@ impl Shim {
         let dry_run = cfg.mode != Mode::Register;
         let shim = Shim { cfg, version, table, core: Mutex::new(Core { tracker: Tracker::new(), registrar: Registrar::new(dry_run) }),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
+            gdr_attr_logged: AtomicU64::new(0),
             live_mrs: core::sync::atomic::AtomicUsize::new(0), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
@@ -195,6 +200,58 @@ impl Shim {
                 break;
             }
             off += n as usize;
+        }
+    }
+
+    /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
+    pub fn registering(&self) -> bool {
+        self.cfg.mode == Mode::Register && self.table.is_some()
+    }
+
+    fn advertise_policy(&self) -> crate::advertise::Policy {
+        crate::advertise::Policy { advertise: self.cfg.advertise_gdr, hide_for_test: self.cfg.test_hide_gdr, registering: self.registering(), flush_disabled: self.cfg.nccl_flush_disabled }
+    }
+
+    /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replace it where the
+    /// advertising policy says so. The first answer per device is logged at info level.
+    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32) {
+        use crate::advertise::Answer;
+        let answer = self.advertise_policy().device_attribute(attrib, *value);
+        let first = || {
+            let bit = 1u64 << (dev.clamp(0, 63) as u32);
+            self.gdr_attr_logged.fetch_or(bit, Relaxed) & bit == 0
+        };
+        match answer {
+            Answer::Unchanged => {}
+            Answer::Replaced(v, why) => {
+                self.stats.gdr_answers.fetch_add(1, Relaxed);
+                if first() {
+                    tracing::info!("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says {}, answered {v}: {why}", *value);
+                }
+                *value = v;
+            }
+            Answer::Refused(why) => {
+                if first() {
+                    tracing::warn!("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says 0; GPUDirect RDMA not advertised although GDRSHIM_ADVERTISE_GDR=1: {why}");
+                }
+            }
+        }
+    }
+
+    /// `access(path, mode)` failed: whether to report success instead (NCCL's peer-memory probe).
+    pub fn answer_peer_memory_probe(&self, path: &[u8], mode: i32) -> bool {
+        use crate::advertise::Answer;
+        match self.advertise_policy().peer_memory_probe(path, mode) {
+            Answer::Unchanged => false,
+            Answer::Replaced(_, why) => {
+                self.stats.gdr_answers.fetch_add(1, Relaxed);
+                tracing::info!("access({}) answered yes: {why}", String::from_utf8_lossy(path));
+                true
+            }
+            Answer::Refused(why) => {
+                tracing::warn!("access({}): peer-memory probe not answered although GDRSHIM_ADVERTISE_GDR=1: {why}", String::from_utf8_lossy(path));
+                false
+            }
         }
     }
 
@@ -430,7 +487,7 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.table.map_or("none", |t| t.since),
@@ -460,6 +517,7 @@ impl Shim {
             s.dmabuf_mrs.load(Relaxed),
             rc.stood_aside,
             rc.p2p_objects,
+            s.gdr_answers.load(Relaxed),
         )
     }
 }

@@ -310,3 +310,33 @@ fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shi
     let bound = |sym: &str| err.lines().any(|l| l.contains("binding file") && l.contains("player") && l.contains("libgdrshim.so") && l.contains(sym));
     assert!(bound("`ibv_reg_mr' [IBVERBS_1.1]"), "ibv_reg_mr@IBVERBS_1.1 not bound to the shim");
 }
+
+/// The stock-NCCL route: NCCL's GPU-side gate (the driver attribute, reached through
+/// cuGetProcAddress as cudart does) and NIC-side gate (the peer-memory file) on a fake GeForce.
+fn gdr_probe(mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) {
+    let text = format!("{}G\n", fixture("alloc-probe.cap.gz"));
+    let (out, err) = run_player_env(&text, mode, tag, extra);
+    let line = out.lines().find(|l| l.starts_with("gdr_probe ")).unwrap_or_else(|| panic!("{out}")).to_string();
+    (line, err)
+}
+
+#[test]
+fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
+    let exists = std::path::Path::new(gdrshim::advertise::PEER_MEMORY_PROBE_PATH.iter().map(|&b| b as char).collect::<String>().as_str()).exists();
+    let no = if exists { 0 } else { -1 };
+    let (l, err) = gdr_probe("register", "adv-on", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
+    assert_eq!(l, "gdr_probe rc=0 attr=1 access=0 errno_after=777", "{err}");
+    assert!(err.contains("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device 0): driver says 0, answered 1"), "{err}");
+    assert!(summary(&err).unwrap()["gdr_answers"] != "0");
+
+    let (l, _) = gdr_probe("register", "adv-off", &[]);
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }), "not asked: untouched");
+
+    let (l, err) = gdr_probe("shadow", "adv-shadow", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
+    assert!(l.starts_with("gdr_probe rc=0 attr=0 "), "{l}");
+    assert!(err.contains("not advertised although GDRSHIM_ADVERTISE_GDR=1: gdrshim is not registering"), "{err}");
+
+    let (l, err) = gdr_probe("register", "adv-noflush", &[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "1")]);
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }));
+    assert!(err.contains("NCCL_GDR_FLUSH_DISABLE is set"), "{err}");
+}

@@ -143,6 +143,13 @@ cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, 
         sh.stats.cuda_frees.fetch_add(1, Relaxed);
     }
 });
+// NCCL's GPU-side GDR gate, asked through the cudart linked into libnccl (see `advertise`).
+cuda_fn!(device_get_attribute, cuDeviceGetAttribute, c"cuDeviceGetAttribute", (pi: *mut c_int, attrib: c_int, dev: c_int), |sh, r| {
+    if r == CUDA_SUCCESS && !pi.is_null() && attrib == crate::advertise::ATTR_GPU_DIRECT_RDMA_SUPPORTED {
+        // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
+        sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi });
+    }
+});
 cuda_fn!(get_proc_v1, cuGetProcAddress, c"cuGetProcAddress", (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64), |sh, r| {
     let _ = (sh, flags);
     // SAFETY: on success the driver wrote the function pointer into *pfn.
@@ -170,6 +177,7 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuMemAllocAsync" | b"cuMemAllocAsync_ptsz" => mem_alloc_async::install,
         b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => mem_alloc_pool_async::install,
         b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => mem_free_async::install,
+        b"cuDeviceGetAttribute" => device_get_attribute::install,
         b"cuGetProcAddress" => get_proc_v1::install,
         b"cuGetProcAddress_v2" => get_proc_v2::install,
         _ => return None,
@@ -192,6 +200,7 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuMemAllocAsync" if at_least(11020) => mem_alloc_async::install,
         b"cuMemAllocFromPoolAsync" if at_least(11020) => mem_alloc_pool_async::install,
         b"cuMemFreeAsync" if at_least(11020) => mem_free_async::install,
+        b"cuDeviceGetAttribute" if at_least(2000) => device_get_attribute::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
         _ => return None,

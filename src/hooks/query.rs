@@ -45,6 +45,13 @@ pub extern "C" fn gdrshim_mode() -> c_int {
     .unwrap_or(-libc::EIO)
 }
 
+/// 1 when gdrshim registers GPU memory for verbs in this process (register mode on a driver ABI
+/// it knows), else 0. What the NCCL patches ask before they let GDR on.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_gdr_active() -> c_int {
+    shim::call_in(|s| s.registering() as c_int).unwrap_or(0)
+}
+
 /// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
 /// miss; `-EXDEV` when the range spans memory objects; `-ENOSYS` when nothing is tracked.
 ///

@@ -12,6 +12,8 @@ CUresult cuMemAllocAsync(uint64_t *d, size_t n, void *s) { (void)n; (void)s; *d 
 CUresult cuMemAllocFromPoolAsync(uint64_t *d, size_t n, void *p, void *s) { (void)n; (void)p; (void)s; *d = next_ptr; return 0; }
 CUresult cuMemSetAccess(uint64_t p, size_t n, const void *desc, size_t c) { (void)p; (void)n; (void)desc; (void)c; return 0; }
 CUresult cuMemFree_v2(uint64_t p) { (void)p; return 0; }
+// A GeForce: no GPUDirect RDMA (attribute 116); compute capability 8.9.
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)dev; *v = attr == 75 ? 8 : attr == 76 ? 9 : 0; return 0; }
 CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; } // v1 ABI: never wrapped
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;
@@ -22,6 +24,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   else if (!strcmp(sym, "cuMemAllocFromPoolAsync")) f = (void *)cuMemAllocFromPoolAsync;
   else if (!strcmp(sym, "cuMemSetAccess")) f = (void *)cuMemSetAccess;
   else if (!strcmp(sym, "cuMemFree")) f = (void *)cuMemFree_v2;
+  else if (!strcmp(sym, "cuDeviceGetAttribute")) f = (void *)cuDeviceGetAttribute;
   if (status) *status = f ? 0 : 1;
   *pfn = f;
   return f ? 0 : 500;

@@ -5,6 +5,7 @@
 // cudart does.
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,6 +86,15 @@ int main(int argc, char **argv) {
         void *mr = vdmabuf(0, 0, 4096, 0, 3, 0xf);
         if (mr) vdereg(mr); else verbs_bad++;
       }
+    } else if (line[0] == 'G') {
+      // NCCL's two GDR probes: the driver attribute through cuGetProcAddress, the peer-memory file
+      void *fn = NULL; int st = 0, v = -1;
+      gpa("cuDeviceGetAttribute", &fn, 13000, 0, &st);
+      int r = fn ? ((int (*)(int *, int, int))fn)(&v, 116, 0) : -1;
+      errno = 777;
+      int a = access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK);
+      int ea = errno;
+      printf("gdr_probe rc=%d attr=%d access=%d errno_after=%d\n", r, v, a, ea);
     } else if (line[0] == 'A') {
       char api[64]; unsigned long long ptr, len;
       if (sscanf(line, "A %63s %llx %llx", api, &ptr, &len) != 3) continue;
