@@ -16,7 +16,7 @@ for i in $(seq 15); do
   $PIN "$B/bench" | sed 's/^/none /' >>"$B/raw"
   GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" $PIN "$B/bench" | sed 's/^/shadow /' >>"$B/raw"
 done
-for i in $(seq 7); do
+for _ in $(seq 7); do
   "$B/reg_cycle" 0 bench | sed 's/^/none /' >>"$B/raw"
   GDRSHIM_MODE=register GDRSHIM_SUMMARY=0 LD_PRELOAD="$B/suppress503c.so:$SHIM" SUPPRESS_LOG=/dev/null "$B/reg_cycle" 0 bench | sed 's/^/shim /' >>"$B/raw"
 done

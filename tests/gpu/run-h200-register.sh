@@ -34,11 +34,11 @@ GDRSHIM_MODE=register LD_PRELOAD="$B/suppress503c.so:$SHIM" SUPPRESS_LOG=/dev/nu
 log "### native registration present (no suppression): the shim must stand aside"
 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" "$B/reg_cycle" 100 2>&1 | grep -E "reg_cycle|summary|native registration present" | head -4 | tee -a "$res"
 log "### real NCCL, one rank, register mode (real libibverbs, no HCA): verbs lookups"
-LD_LIBRARY_PATH= NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" python3 tests/gpu/torch_nccl.py >"$B/nccl.out" 2>&1; log "exit=$?"
+LD_LIBRARY_PATH="" NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 GDRSHIM_MODE=register GDRSHIM_LOG_LEVEL=info LD_PRELOAD="$SHIM" python3 tests/gpu/torch_nccl.py >"$B/nccl.out" 2>&1; log "exit=$?"
 grep -E "resolved to gdrshim|torch_nccl|NET/|summary" "$B/nccl.out" | head -12 | tee -a "$res"
 log "### benchmark: verbs registration latency (stub NIC), without / with the shim (register mode, suppressed native)"
-for i in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   "$B/reg_cycle" 0 bench | sed 's/^/none /' | tee -a "$res"
   GDRSHIM_MODE=register GDRSHIM_SUMMARY=0 LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/reg_cycle" 0 bench | sed 's/^/shim /' | tee -a "$res"
 done
-cd "$B" && tar czf "$OUT/register-logs.tgz" *.log *.out *.native 2>/dev/null
+cd "$B" && tar czf "$OUT/register-logs.tgz" ./*.log ./*.out ./*.native 2>/dev/null

@@ -28,7 +28,7 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shadow torch-exp python3 tests/
 NCCL_DEBUG=INFO NCCL_NVLS_ENABLE=0 shadow torch-nccl python3 tests/gpu/torch_nccl.py
 shadow bar1-readback "$B/bar1_readback" 120
 log "### benchmark (interleaved 5 times: none, shadow; each figure a median of 9 batches)"
-for i in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   "$B/bench" | sed 's/^/none /' | tee -a "$res"
   GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" "$B/bench" | sed 's/^/shadow /' | tee -a "$res"
 done
@@ -36,5 +36,5 @@ log "### same programs without the shim (identical results expected)"
 python3 tests/gpu/torch_alloc.py 2>&1 | tail -1 | tee -a "$res"
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 tests/gpu/torch_alloc.py 2>&1 | tail -1 | tee -a "$res"
 cd "$B" && for f in *.cap; do gzip -9 -c "$f" >"$OUT/$f.gz"; done
-tar czf "$OUT/logs.tgz" *.log *.out 2>/dev/null
+tar czf "$OUT/logs.tgz" ./*.log ./*.out 2>/dev/null
 ls -la "$OUT"
