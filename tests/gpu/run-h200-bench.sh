@@ -12,7 +12,7 @@ nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/
 export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 : >"$B/raw"
 PIN=""; command -v taskset >/dev/null && PIN="taskset -c 3"  # one core for both sides: less scheduling noise
-for i in $(seq 15); do
+for _ in $(seq 15); do
   $PIN "$B/bench" | sed 's/^/none /' >>"$B/raw"
   GDRSHIM_MODE=shadow GDRSHIM_SUMMARY=0 LD_PRELOAD="$SHIM" $PIN "$B/bench" | sed 's/^/shadow /' >>"$B/raw"
 done
