@@ -1,0 +1,230 @@
+//! `dmabuf-probe`: the three calls of the DMA-BUF note (seed 000) that must succeed for
+//! GPUDirect RDMA through DMA-BUF: allocate GPU memory, export it with
+//! `cuMemGetHandleForAddressRange(…, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)`, register the fd with
+//! `ibv_reg_dmabuf_mr` on each HCA. libcuda and libibverbs are loaded at run time, so the probe
+//! runs (and says what it cannot do) on a machine that has neither.
+
+use crate::report::{Check, Report, Status};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use libloading::{Library, Symbol};
+
+type CUresult = c_int;
+const CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
+const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
+const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
+const IBV_ACCESS_REMOTE_READ: c_int = 4;
+
+struct Cuda {
+    lib: Library,
+}
+
+impl Cuda {
+    fn err_name(&self, r: CUresult) -> String {
+        // SAFETY: cuGetErrorName(CUresult, const char**) from libcuda; the string is static.
+        unsafe {
+            if let Ok(f) = self.lib.get::<unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult>(b"cuGetErrorName\0") {
+                let mut s: *const c_char = core::ptr::null();
+                if f(r, &mut s) == 0 && !s.is_null() {
+                    return format!("{} ({r})", CStr::from_ptr(s).to_string_lossy());
+                }
+            }
+        }
+        format!("CUresult {r}")
+    }
+}
+
+fn errno_text(e: i32) -> String {
+    // SAFETY: strerror returns a valid C string for any value.
+    let s = unsafe { CStr::from_ptr(libc::strerror(e)) }.to_string_lossy().into_owned();
+    format!("errno {e} ({s})")
+}
+
+pub fn probe(size: usize, ordinal: c_int) -> Report {
+    let mut r = Report::default();
+    // SAFETY: loading the system's libcuda runs its initialisers, as any CUDA program does.
+    let cuda = match unsafe { Library::new("libcuda.so.1") } {
+        Ok(lib) => Cuda { lib },
+        Err(e) => {
+            r.push(Check::new("dmabuf.libcuda", Status::Info, format!("libcuda.so.1 cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run")));
+            return r;
+        }
+    };
+    macro_rules! sym {
+        ($name:literal, $t:ty) => {
+            // SAFETY: the CUDA driver API symbol with its documented signature.
+            match unsafe { cuda.lib.get::<$t>(concat!($name, "\0").as_bytes()) } {
+                Ok(f) => f,
+                Err(e) => {
+                    r.push(Check::new("dmabuf.libcuda", Status::Fail, format!("libcuda lacks {} ({e}): driver older than CUDA 11.7?", $name)));
+                    return r;
+                }
+            }
+        };
+    }
+    let cu_init: Symbol<unsafe extern "C" fn(u32) -> CUresult> = sym!("cuInit", _);
+    let dev_get: Symbol<unsafe extern "C" fn(*mut c_int, c_int) -> CUresult> = sym!("cuDeviceGet", _);
+    let attr: Symbol<unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CUresult> = sym!("cuDeviceGetAttribute", _);
+    let retain: Symbol<unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult> = sym!("cuDevicePrimaryCtxRetain", _);
+    let release: Symbol<unsafe extern "C" fn(c_int) -> CUresult> = sym!("cuDevicePrimaryCtxRelease_v2", _);
+    let set_cur: Symbol<unsafe extern "C" fn(*mut c_void) -> CUresult> = sym!("cuCtxSetCurrent", _);
+    let alloc: Symbol<unsafe extern "C" fn(*mut u64, usize) -> CUresult> = sym!("cuMemAlloc_v2", _);
+    let free: Symbol<unsafe extern "C" fn(u64) -> CUresult> = sym!("cuMemFree_v2", _);
+    let export: Symbol<unsafe extern "C" fn(*mut c_void, u64, usize, c_int, u64) -> CUresult> = sym!("cuMemGetHandleForAddressRange", _);
+    r.push(Check::new("dmabuf.libcuda", Status::Pass, "libcuda.so.1 loaded"));
+
+    let (mut dev, mut ctx, mut v) = (0, core::ptr::null_mut(), 0);
+    // SAFETY: plain driver API calls with valid out-pointers.
+    let rc = unsafe { cu_init(0) };
+    if rc != 0 {
+        r.push(Check::new("dmabuf.init", Status::Fail, format!("cuInit failed: {}", cuda.err_name(rc))).fix("no usable GPU, or kernel module and libcuda versions differ (doctor's driver.versions)"));
+        return r;
+    }
+    // SAFETY: as above.
+    let rc = unsafe { dev_get(&mut dev, ordinal) };
+    if rc != 0 {
+        r.push(Check::new("dmabuf.init", Status::Fail, format!("cuDeviceGet({ordinal}) failed: {}", cuda.err_name(rc))));
+        return r;
+    }
+    // SAFETY: as above.
+    let rc = unsafe { attr(&mut v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) };
+    if rc == 0 && v == 1 {
+        r.push(Check::new("dmabuf.attribute", Status::Pass, format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 1 on device {ordinal}")));
+    } else {
+        r.push(Check::new("dmabuf.attribute", Status::Warn, format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = {v} ({}) on device {ordinal}: the driver says it cannot export DMA-BUF", cuda.err_name(rc))).fix("GeForce: use gdrshim instead; otherwise the open kernel module and nvidia_drm modeset=1 are needed"));
+    }
+    // SAFETY: as above; the context is released below.
+    let rc = unsafe { retain(&mut ctx, dev) };
+    // SAFETY: ctx came from retain.
+    if rc != 0 || unsafe { set_cur(ctx) } != 0 {
+        r.push(Check::new("dmabuf.alloc", Status::Fail, format!("no CUDA context on device {ordinal}: {}", cuda.err_name(rc))));
+        return r;
+    }
+    let mut ptr = 0u64;
+    // SAFETY: a valid out-pointer; freed below.
+    let rc = unsafe { alloc(&mut ptr, size) };
+    if rc != 0 {
+        r.push(Check::new("dmabuf.alloc", Status::Fail, format!("step 1, cuMemAlloc({size}) (what cudaMalloc does) failed: {}", cuda.err_name(rc))));
+        // SAFETY: releasing the context retained above.
+        unsafe { release(dev) };
+        return r;
+    }
+    r.push(Check::new("dmabuf.alloc", Status::Pass, format!("step 1: {size} bytes of GPU memory at {ptr:#x}")));
+    let mut fd: c_int = -1;
+    // SAFETY: the handle for DMA_BUF_FD is an int; [ptr, ptr+size) is our allocation.
+    let rc = unsafe { export(&mut fd as *mut c_int as *mut c_void, ptr, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) };
+    if rc != 0 || fd < 0 {
+        r.push(
+            Check::new("dmabuf.export", Status::Fail, format!("step 2, cuMemGetHandleForAddressRange(DMA_BUF_FD) failed: {}", cuda.err_name(rc)))
+                .fix("CUDA_ERROR_NOT_SUPPORTED (801) is what a GeForce returns (use gdrshim); on Hopper/Blackwell: open kernel module, nvidia_drm modeset=1, kernel with CONFIG_DMA_SHARED_BUFFER"),
+        );
+    } else {
+        r.push(Check::new("dmabuf.export", Status::Pass, format!("step 2: DMA-BUF fd {fd} for the allocation")));
+        verbs_step(&mut r, fd, ptr, size);
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+    }
+    // SAFETY: our allocation and context.
+    unsafe {
+        free(ptr);
+        release(dev);
+    }
+    r
+}
+
+fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
+    // SAFETY: loading the system's libibverbs, as any verbs program does.
+    let lib = match unsafe { Library::new("libibverbs.so.1") } {
+        Ok(l) => l,
+        Err(e) => {
+            r.push(Check::new("dmabuf.verbs", Status::Info, format!("libibverbs.so.1 cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here")).fix("install rdma-core (ibverbs-providers) on a machine with an HCA"));
+            return;
+        }
+    };
+    type List = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+    type Name = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+    type Open = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+    type Pd = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+    type Reg = unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut c_void;
+    type Int = unsafe extern "C" fn(*mut c_void) -> c_int;
+    type FreeList = unsafe extern "C" fn(*mut *mut c_void);
+    // SAFETY: libibverbs symbols with their verbs.h signatures.
+    let syms = unsafe {
+        (|| -> Result<_, libloading::Error> {
+            Ok((
+                lib.get::<List>(b"ibv_get_device_list\0")?,
+                lib.get::<Name>(b"ibv_get_device_name\0")?,
+                lib.get::<Open>(b"ibv_open_device\0")?,
+                lib.get::<Pd>(b"ibv_alloc_pd\0")?,
+                lib.get::<Reg>(b"ibv_reg_dmabuf_mr\0")?,
+                lib.get::<Int>(b"ibv_dereg_mr\0")?,
+                lib.get::<Int>(b"ibv_dealloc_pd\0")?,
+                lib.get::<Int>(b"ibv_close_device\0")?,
+                lib.get::<FreeList>(b"ibv_free_device_list\0")?,
+            ))
+        })()
+    };
+    let Ok((list, name, open, alloc_pd, reg, dereg, dealloc, close, free_list)) = syms else {
+        r.push(Check::new("dmabuf.verbs", Status::Fail, "libibverbs lacks ibv_reg_dmabuf_mr: rdma-core older than v34").fix("upgrade rdma-core (≥ 34) and use a kernel ≥ 5.12"));
+        return;
+    };
+    let mut n = 0;
+    // SAFETY: valid out-pointer; the list is freed below.
+    let devs = unsafe { list(&mut n) };
+    if devs.is_null() || n == 0 {
+        r.push(Check::new("dmabuf.verbs", Status::Info, "libibverbs loaded, but there is no HCA (ibv_get_device_list found 0 devices): step 3, ibv_reg_dmabuf_mr, cannot run on this machine"));
+        if !devs.is_null() {
+            // SAFETY: from ibv_get_device_list.
+            unsafe { free_list(devs) };
+        }
+        return;
+    }
+    for i in 0..n as usize {
+        // SAFETY: i < n entries of the list.
+        let d = unsafe { *devs.add(i) };
+        // SAFETY: a device of the list.
+        let dn = unsafe { CStr::from_ptr(name(d)) }.to_string_lossy().into_owned();
+        let id = format!("dmabuf.reg.{dn}");
+        // SAFETY: a device of the list.
+        let ctx = unsafe { open(d) };
+        if ctx.is_null() {
+            r.push(Check::new(&id, Status::Fail, format!("ibv_open_device({dn}) failed: {}", errno_text(errno()))).fix("missing /dev/infiniband/uverbs* (containers: --device), or ib_uverbs not loaded"));
+            continue;
+        }
+        // SAFETY: an open context.
+        let pd = unsafe { alloc_pd(ctx) };
+        if pd.is_null() {
+            r.push(Check::new(&id, Status::Fail, format!("ibv_alloc_pd({dn}) failed: {}", errno_text(errno()))));
+            // SAFETY: our context.
+            unsafe { close(ctx) };
+            continue;
+        }
+        // SAFETY: our pd and fd; iova = the GPU address, as NCCL registers it.
+        let mr = unsafe { reg(pd, 0, size, ptr, fd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) };
+        if mr.is_null() {
+            let e = errno();
+            let fix = match e {
+                libc::EOPNOTSUPP | libc::EPROTONOSUPPORT => "the kernel or provider lacks DMA-BUF MRs: kernel ≥ 5.12 with CONFIG_DMA_SHARED_BUFFER and ib_umem_dmabuf, rdma-core ≥ 34, an HCA with ODP (ConnectX-6/7)",
+                libc::EFAULT | libc::ENOMEM => "raise the locked-memory limit (ulimit -l unlimited; docker --ulimit memlock=-1)",
+                libc::EINVAL => "the HCA driver refused the dma-buf (firmware too old, or this HCA has no DMA-BUF support)",
+                _ => "see the kernel log (dmesg) for the HCA driver's reason",
+            };
+            r.push(Check::new(&id, Status::Fail, format!("step 3, ibv_reg_dmabuf_mr on {dn} failed: {}", errno_text(e))).fix(fix));
+        } else {
+            r.push(Check::new(&id, Status::Pass, format!("step 3: ibv_reg_dmabuf_mr on {dn}: GPUDirect RDMA through DMA-BUF works, nvidia_peermem is not needed")));
+            // SAFETY: our MR.
+            unsafe { dereg(mr) };
+        }
+        // SAFETY: our pd and context.
+        unsafe {
+            dealloc(pd);
+            close(ctx);
+        }
+    }
+    // SAFETY: from ibv_get_device_list.
+    unsafe { free_list(devs) };
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}

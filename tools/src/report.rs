@@ -1,0 +1,159 @@
+//! Checks and their report: every check says PASS, WARN, FAIL or INFO (could not be judged), the
+//! evidence that decided it, and for anything short of PASS what to do.
+
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Pass,
+    Info,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Info => "INFO",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub id: String,
+    pub status: Status,
+    /// One line: what was found.
+    pub summary: String,
+    /// The line(s) of input that decided it.
+    pub evidence: Vec<String>,
+    /// What to do about it (empty on PASS).
+    pub fix: String,
+}
+
+impl Check {
+    pub fn new(id: &str, status: Status, summary: impl Into<String>) -> Check {
+        Check { id: id.to_string(), status, summary: summary.into(), evidence: Vec::new(), fix: String::new() }
+    }
+    pub fn evidence(mut self, line: impl Into<String>) -> Check {
+        let l: String = line.into();
+        self.evidence.push(l.trim_end().chars().take(300).collect());
+        self
+    }
+    pub fn fix(mut self, f: impl Into<String>) -> Check {
+        self.fix = f.into();
+        self
+    }
+}
+
+#[derive(Default, Debug)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn push(&mut self, c: Check) {
+        self.checks.push(c);
+    }
+    pub fn worst(&self) -> Status {
+        self.checks.iter().map(|c| c.status).max().unwrap_or(Status::Info)
+    }
+    pub fn failed(&self) -> bool {
+        self.worst() == Status::Fail
+    }
+    #[cfg(test)]
+    pub fn get(&self, id: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for c in &self.checks {
+            let _ = writeln!(s, "{:<4} {:<28} {}", c.status.word(), c.id, c.summary);
+            for e in &c.evidence {
+                let _ = writeln!(s, "     {:<28} | {e}", "");
+            }
+            if !c.fix.is_empty() {
+                let _ = writeln!(s, "     {:<28} fix: {}", "", c.fix);
+            }
+        }
+        let count = |st| self.checks.iter().filter(|c| c.status == st).count();
+        let _ = writeln!(s, "{} checks: {} PASS, {} WARN, {} FAIL, {} INFO", self.checks.len(), count(Status::Pass), count(Status::Warn), count(Status::Fail), count(Status::Info));
+        s
+    }
+
+    pub fn json(&self) -> String {
+        let mut s = String::from("{\"checks\":[");
+        for (i, c) in self.checks.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let ev: Vec<String> = c.evidence.iter().map(|e| json_str(e)).collect();
+            let _ = write!(s, "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}}}", json_str(&c.id), json_str(c.status.word()), json_str(&c.summary), ev.join(","), json_str(&c.fix));
+        }
+        let _ = write!(s, "],\"result\":{}}}", json_str(if self.failed() { "FAIL" } else { "PASS" }));
+        s
+    }
+}
+
+pub fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Removes terminal escape sequences (nvidia-smi underlines its table headers).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' {
+            if it.peek() == Some(&'[') {
+                it.next();
+                for d in it.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn json_escapes_and_result() {
+        let mut r = Report::default();
+        r.push(Check::new("a", Status::Pass, "q\"\n\u{1}").evidence("x\\y"));
+        assert_eq!(r.json(), r#"{"checks":[{"id":"a","status":"PASS","summary":"q\"\n\u0001","evidence":["x\\y"],"fix":""}],"result":"PASS"}"#);
+        r.push(Check::new("b", Status::Fail, "no"));
+        assert!(r.json().ends_with("\"result\":\"FAIL\"}"));
+        assert!(r.failed());
+    }
+    #[test]
+    fn ansi() {
+        assert_eq!(strip_ansi("\u{1b}[4mGPU0\tCPU\u{1b}[0m"), "GPU0\tCPU");
+    }
+}

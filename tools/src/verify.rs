@@ -1,0 +1,450 @@
+//! `verify-run`: judges a NCCL Tests run (and optionally the shim's and perftest's logs and the
+//! kernel log) by the runbook's acceptance checklist. Every check prints the line that decided it.
+//!
+//! What counts as proof: data rows with `#wrong` 0 in and out of place, `Out of bounds values : 0
+//! OK`, the closing `Collective test concluded` line, and for GDR the per-connection
+//! `Channel … via NET/…/GDRDMA` lines — never `GDR 1`, which NCCL prints also when no network
+//! connection exists at all.
+
+use crate::report::{Check, Report, Status};
+
+#[derive(Default, Debug, Clone)]
+pub struct Inputs {
+    pub nccl_log: String,
+    pub shim_logs: Vec<String>,
+    pub perftest_log: Option<String>,
+    pub kernel_log: Option<String>,
+    pub expect_gdr: bool,
+    pub expect_p2p: bool,
+    /// Compute capability ×10 (89 for an RTX 4090) when the log cannot tell.
+    pub gpu_sm: Option<u32>,
+    pub exit_code: Option<i32>,
+}
+
+/// The input is not a NCCL Tests log at all (exit 2), as opposed to a failing one (exit 1).
+pub fn usable(nccl_log: &str) -> Result<(), String> {
+    if nccl_log.trim().is_empty() {
+        return Err("the NCCL log is empty".into());
+    }
+    if !nccl_log.lines().any(|l| l.starts_with("# nccl-tests version") || l.starts_with("# Collective test starting") || l.contains("#wrong")) {
+        return Err("not a NCCL Tests log: no '# nccl-tests version', '# Collective test starting' or '#wrong' header line".into());
+    }
+    Ok(())
+}
+
+/// sm (×10) of a GPU by its marketing name, for the names our users run.
+pub fn sm_of_gpu_name(name: &str) -> Option<u32> {
+    let n = name.to_ascii_uppercase();
+    let table: &[(&str, u32)] = &[
+        ("RTX 50", 120), ("RTX PRO 6000 BLACKWELL", 120), ("B200", 100), ("B100", 100), ("GB200", 100),
+        ("H100", 90), ("H200", 90), ("H800", 90), ("H20", 90), ("GH200", 90),
+        ("RTX 40", 89), ("L40", 89), ("L4", 89), ("RTX 6000 ADA", 89), ("RTX 5000 ADA", 89), ("RTX 4000 ADA", 89),
+        ("RTX 30", 86), ("A40", 86), ("A10", 86), ("RTX A6000", 86), ("A100", 80), ("A30", 80), ("A800", 80),
+        ("RTX 20", 75), ("TITAN RTX", 75), ("T4", 75), ("V100", 70),
+    ];
+    // the longest matching name wins ("A100" before "A10")
+    table.iter().filter(|(k, _)| n.contains(k)).max_by_key(|(k, _)| k.len()).map(|&(_, v)| v)
+}
+
+struct Row<'a> {
+    line: &'a str,
+    wrong: [Option<&'a str>; 2],
+}
+
+fn data_rows(log: &str) -> Vec<Row<'_>> {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    for line in log.lines() {
+        if line.starts_with('#') && line.contains("#wrong") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        let t: Vec<&str> = line.split_whitespace().collect();
+        if t.len() >= 13 && t[0].parse::<u64>().is_ok() && t[1].parse::<u64>().is_ok() {
+            out.push(Row { line, wrong: [Some(t[8]), Some(t[12])] });
+        }
+    }
+    out
+}
+
+fn first<'a>(log: &'a str, pred: impl Fn(&str) -> bool) -> Option<&'a str> {
+    log.lines().find(|l| pred(l))
+}
+
+/// `key=value` pairs of every `gdrshim: summary` line.
+pub fn shim_summaries(text: &str) -> Vec<(String, Vec<(String, String)>)> {
+    text.lines()
+        .filter_map(|l| {
+            let at = l.find("gdrshim: summary ")?;
+            let kv = l[at + "gdrshim: summary ".len()..].split_whitespace().filter_map(|p| p.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Some((l.to_string(), kv))
+        })
+        .collect()
+}
+
+fn get<'a>(kv: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    kv.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+}
+
+/// Lines that fail a run wherever they appear, with why.
+const FORBIDDEN: &[(&str, &str)] = &[
+    ("NCCL WARN", "NCCL warned"),
+    ("illegal memory access", "a GPU kernel touched memory it must not (the signature of an MR on the wrong memory)"),
+    ("EFAULT", "a registration was refused with EFAULT"),
+    ("Bad address", "a registration was refused with EFAULT (Bad address): GPU memory the NIC cannot pin"),
+    ("NV_ERR_STATE_IN_USE", "the driver refused a registration: state in use"),
+    ("Call to ibv_reg", "a verbs registration failed"),
+    ("[gdrshim] ERROR", "gdrshim reported an error"),
+];
+
+pub fn verify(inp: &Inputs) -> Report {
+    let mut r = Report::default();
+    let log = inp.nccl_log.as_str();
+
+    // the run finished
+    match first(log, |l| l.starts_with("# Collective test concluded")) {
+        Some(l) => r.push(Check::new("nccl.finished", Status::Pass, "NCCL Tests printed its closing summary").evidence(l)),
+        None => r.push(
+            Check::new("nccl.finished", Status::Fail, "the log ends before NCCL Tests' closing summary: the run was cut short or crashed")
+                .evidence(log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty)"))
+                .fix("look at the end of the log and the job's exit status; rerun to completion"),
+        ),
+    }
+    match inp.exit_code {
+        Some(0) => r.push(Check::new("nccl.exit", Status::Pass, "exit status 0")),
+        Some(7) => r.push(Check::new("nccl.exit", Status::Fail, "exit status 7: NCCL Tests found wrong data (or bandwidth under NCCL_TESTS_MIN_BW)")),
+        Some(c) => r.push(Check::new("nccl.exit", Status::Fail, format!("exit status {c} (2: CUDA error, 3: NCCL error)"))),
+        None => r.push(Check::new("nccl.exit", Status::Info, "exit status not given (--exit-code): not judged")),
+    }
+
+    // every size, in place and out of place
+    let rows = data_rows(log);
+    if rows.is_empty() {
+        r.push(Check::new("nccl.wrong", Status::Fail, "no data rows under the '#wrong' header: nothing was measured").fix("the run failed before its first size; see the log"));
+    } else if let Some(row) = rows.iter().find(|x| x.wrong.iter().any(|w| w.is_some_and(|w| w.eq_ignore_ascii_case("N/A")))) {
+        r.push(Check::new("nccl.wrong", Status::Fail, "data check was off (-c 0): #wrong is N/A, the run proves nothing about correctness").evidence(row.line).fix("rerun without -c 0 (checking is NCCL Tests' default)"));
+    } else {
+        let bad: Vec<&Row> = rows.iter().filter(|x| x.wrong.iter().any(|w| w.is_none_or(|w| w != "0"))).collect();
+        match bad.first() {
+            None => r.push(Check::new("nccl.wrong", Status::Pass, format!("{} sizes, #wrong 0 out of place and in place", rows.len())).evidence(rows.last().unwrap().line)),
+            Some(b) => r.push(
+                Check::new("nccl.wrong", Status::Fail, format!("{} of {} sizes have wrong elements: data corruption", bad.len(), rows.len()))
+                    .evidence(b.line)
+                    .fix("never use this setup for training; run with GDRSHIM_LOG_LEVEL=info and check the shim's pass0 lines and the flush settings"),
+            ),
+        }
+    }
+    if let Some(l) = first(log, |l| l.trim_start().starts_with("rank=") && l.contains("#wrong=")) {
+        r.push(Check::new("nccl.rank_wrong", Status::Fail, "a rank reported wrong elements").evidence(l));
+    }
+    match first(log, |l| l.starts_with("# Out of bounds values")) {
+        Some(l) if l.split(':').nth(1).is_some_and(|v| v.split_whitespace().collect::<Vec<_>>() == ["0", "OK"]) => {
+            r.push(Check::new("nccl.out_of_bounds", Status::Pass, "no out-of-bounds values").evidence(l))
+        }
+        Some(l) => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "out-of-bounds values reported").evidence(l)),
+        None => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "no 'Out of bounds values' line (truncated log?)")),
+    }
+
+    // GDR proof: per connection
+    if inp.expect_gdr {
+        let net: Vec<&str> = log.lines().filter(|l| l.contains(" via NET/")).collect();
+        let gdr: Vec<&&str> = net.iter().filter(|l| l.contains("/GDRDMA")).collect();
+        let without = net.iter().find(|l| !l.contains("/GDRDMA"));
+        if gdr.is_empty() {
+            let mut c = Check::new("nccl.gdr", Status::Fail, if net.is_empty() { "no network connection at all: this run cannot show GDR (one node? NCCL_IB_DISABLE?)" } else { "network connections without GDRDMA" });
+            if let Some(l) = first(log, |l| l.contains("GDR 1")) {
+                c = c.evidence(l).fix("'GDR 1' is printed even when no network connection exists; the proof is 'Channel … via NET/IB/…/GDRDMA'");
+            } else if let Some(l) = net.first() {
+                c = c.evidence(*l).fix("check the patched NCCL's 'GPU Direct RDMA enabled … through gdrshim' line, GDRSHIM_MODE=register and NCCL_NET_GDR_LEVEL");
+            }
+            r.push(c);
+        } else if let Some(l) = without {
+            r.push(Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len())).evidence(*l).fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"));
+        } else {
+            r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(*gdr[0]));
+        }
+    }
+
+    // the receive-side flush: GPUs before sm_90 need it
+    let sm = inp.gpu_sm.or_else(|| {
+        log.lines().filter(|l| l.starts_with("#  Rank")).filter_map(|l| l.split(']').nth(1)).filter_map(|n| sm_of_gpu_name(n.trim())).min()
+    });
+    let flush_off = first(log, |l| {
+        l.contains("NCCL_GDR_FLUSH_DISABLE set by environment to") && l.rsplit(' ').next().is_some_and(|v| v.trim_end_matches('.').trim() != "0")
+    })
+    .or_else(|| first(log, |l| l.contains("[receive] via NET/") && l.contains("/flush=None")));
+    match (flush_off, sm) {
+        (None, _) => r.push(Check::new("nccl.flush", Status::Pass, "the GDR receive-side flush was not disabled")),
+        (Some(l), Some(s)) if s >= 90 => r.push(Check::new("nccl.flush", Status::Pass, format!("flush disabled, but sm_{s} needs none")).evidence(l)),
+        (Some(l), s) => r.push(
+            Check::new("nccl.flush", Status::Fail, match s {
+                Some(s) => format!("the GDR receive-side flush is disabled on sm_{s}: received data can be stale"),
+                None => "the GDR receive-side flush is disabled and the GPU's sm is unknown (pass --gpu-sm)".to_string(),
+            })
+            .evidence(l)
+            .fix("unset NCCL_GDR_FLUSH_DISABLE"),
+        ),
+    }
+
+    // P2P proof (single node, several GPUs)
+    if inp.expect_p2p {
+        let flag = |name: &str| -> Option<(String, bool)> {
+            let l = first(log, |l| l.contains(&format!("{name} ")))?;
+            let v = l.split(&format!("{name} ")).nth(1)?.split_whitespace().next()?;
+            Some((l.to_string(), v == "1"))
+        };
+        for name in ["isAllCudaP2p", "isAllDirectP2p"] {
+            match flag(name) {
+                Some((l, true)) => r.push(Check::new(&format!("p2p.{name}"), Status::Pass, format!("{name} 1")).evidence(l)),
+                Some((l, false)) => r.push(Check::new(&format!("p2p.{name}"), Status::Fail, format!("{name} is not 1: not every GPU pair reaches the other directly")).evidence(l).fix("check `nvidia-smi topo -p2p r` (doctor's p2p.matrix) and that the P2P-patched module is loaded")),
+                None => r.push(Check::new(&format!("p2p.{name}"), Status::Fail, format!("no '{name}' in the log (NCCL_DEBUG=INFO with INIT; NCCL < 2.30 does not print isAllCudaP2p)"))),
+            }
+        }
+        let direct = first(log, |l| l.contains("via P2P/direct pointer"));
+        let shm = first(log, |l| l.contains("via SHM/"));
+        match (direct, shm) {
+            (Some(d), None) => r.push(Check::new("p2p.path", Status::Pass, "connections via P2P/direct pointer").evidence(d)),
+            (_, Some(s)) => r.push(Check::new("p2p.path", Status::Fail, "a connection went via shared host memory (SHM), not P2P").evidence(s).fix("set NCCL_P2P_LEVEL=SYS (GPUs under different host bridges) and check the P2P matrix")),
+            (None, None) => r.push(Check::new("p2p.path", Status::Fail, "no 'via P2P/direct pointer' connection line (NCCL_DEBUG_SUBSYS=INIT,P2P?)")),
+        }
+    }
+
+    // the shim's own account
+    let mut summaries = shim_summaries(log);
+    for s in &inp.shim_logs {
+        summaries.extend(shim_summaries(s));
+    }
+    if summaries.is_empty() {
+        let st = if !inp.shim_logs.is_empty() || inp.expect_gdr { Status::Fail } else { Status::Info };
+        r.push(Check::new("shim.summary", st, "no 'gdrshim: summary' line in the logs given").fix("keep GDRSHIM_SUMMARY=1 and pass the shim's log (GDRSHIM_LOG_FILE) with --shim-log; a process killed by a signal prints none"));
+    } else {
+        let bad = summaries.iter().find(|(_, kv)| ["pass0_misses", "rm_errors", "mismatched"].iter().any(|k| get(kv, k).is_some_and(|v| v != "0")));
+        match bad {
+            Some((l, kv)) => {
+                let what: Vec<String> = ["pass0_misses", "rm_errors", "mismatched"].iter().filter_map(|k| get(kv, k).filter(|v| *v != "0").map(|v| format!("{k}={v}"))).collect();
+                r.push(Check::new("shim.summary", Status::Fail, format!("gdrshim reports {}", what.join(" "))).evidence(l).fix("each miss and RM refusal is logged with its reason (GDRSHIM_LOG_LEVEL=info)"));
+            }
+            None => r.push(Check::new("shim.summary", Status::Pass, format!("{} gdrshim summaries: pass0_misses=0 rm_errors=0 mismatched=0", summaries.len())).evidence(&summaries[0].0)),
+        }
+        if inp.expect_gdr {
+            let registering = summaries.iter().any(|(_, kv)| get(kv, "mode") == Some("register"));
+            let hits: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "pass0_hits")?.parse::<u64>().ok()).sum();
+            let native: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "stood_aside")?.parse::<u64>().ok()).sum();
+            if !registering {
+                r.push(Check::new("shim.registering", Status::Fail, "no gdrshim process ran in register mode").fix("GDRSHIM_MODE=register (scripts/gdr-env.sh --mode gdr sets it)"));
+            } else if hits == 0 && native == 0 {
+                r.push(Check::new("shim.registering", Status::Fail, "gdrshim registered nothing: no verbs registration of GPU memory reached it"));
+            } else {
+                r.push(Check::new("shim.registering", Status::Pass, format!("register mode; {hits} exact (pass0) hits, {native} left to native registration")));
+            }
+        }
+    }
+
+    // lines that fail a run wherever they are
+    let mut texts: Vec<(&str, &str)> = vec![("NCCL log", log)];
+    texts.extend(inp.shim_logs.iter().map(|s| ("shim log", s.as_str())));
+    if let Some(p) = &inp.perftest_log {
+        texts.push(("perftest log", p));
+    }
+    let mut clean = true;
+    for (needle, why) in FORBIDDEN {
+        for (name, t) in &texts {
+            let hits: Vec<&str> = t.lines().filter(|l| l.contains(needle)).collect();
+            if let Some(l) = hits.first() {
+                clean = false;
+                r.push(Check::new(&format!("forbidden.{}", needle.trim_start_matches('[').replace([' ', ']'], "_").to_ascii_lowercase()), Status::Fail, format!("{why}: {} line(s) in the {name}", hits.len())).evidence(*l));
+            }
+        }
+    }
+    if clean {
+        r.push(Check::new("forbidden", Status::Pass, "none of NCCL WARN, illegal memory access, EFAULT, NV_ERR_STATE_IN_USE, failed ibv_reg calls"));
+    }
+
+    if let Some(k) = &inp.kernel_log {
+        let xid: Vec<&str> = k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
+        match xid.first() {
+            Some(l) => r.push(Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len())).evidence(*l).fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table")),
+            None => r.push(Check::new("kernel.xid", Status::Pass, format!("no Xid in {} kernel log lines", k.lines().count()))),
+        }
+    }
+
+    if let Some(p) = &inp.perftest_log {
+        let header = p.lines().position(|l| l.contains("#bytes") && l.contains("BW"));
+        let row = header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
+        let err = first(p, |l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("couldn't") || l.contains("failed") || l.contains("error") || l.contains("timeout") || l.contains("retry exceeded")
+        });
+        match (row, err) {
+            (_, Some(e)) => r.push(Check::new("perftest", Status::Fail, "perftest reported an error").evidence(e)),
+            (Some(row), None) => r.push(Check::new("perftest", Status::Pass, "perftest completed its measurement").evidence(row)),
+            (None, None) => r.push(Check::new("perftest", Status::Fail, "no perftest result row (#bytes … BW): the test did not complete")),
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn real(name: &str) -> String {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl-logs").join(name)).unwrap()
+    }
+    fn run(log: &str, f: impl FnOnce(&mut Inputs)) -> Report {
+        let mut i = Inputs { nccl_log: log.to_string(), exit_code: Some(0), ..Default::default() };
+        f(&mut i);
+        verify(&i)
+    }
+    fn st(r: &Report, id: &str) -> Status {
+        r.get(id).unwrap_or_else(|| panic!("no {id}: {}", r.text())).status
+    }
+
+    /// A two-node GDR run, derived from the real H200 log by adding the connection lines a
+    /// NET/IB run prints (the H200 has no HCA).
+    fn gdr_log(suffix: &str) -> String {
+        let log = real("h200-allreduce-patched-shim.log");
+        let at = log.find("#\n#  ").expect("the table header");
+        format!(
+            "{}vm:1:1 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA{suffix}\nvm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n{}",
+            &log[..at],
+            &log[at..]
+        )
+    }
+
+    #[test]
+    fn real_logs_pass() {
+        for name in ["h200-allreduce-patched-shim.log", "h200-allreduce-stock.log"] {
+            let log = real(name);
+            usable(&log).unwrap();
+            let r = run(&log, |_| {});
+            assert!(!r.failed(), "{name}: {}", r.text());
+            assert_eq!(st(&r, "nccl.wrong"), Status::Pass);
+            assert!(r.get("nccl.wrong").unwrap().summary.starts_with("12 sizes"));
+            assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Pass);
+        }
+        // the shim's summary line inside the NCCL log is judged
+        let r = run(&real("h200-allreduce-patched-shim.log"), |_| {});
+        assert_eq!(st(&r, "shim.summary"), Status::Pass);
+        assert_eq!(st(&run(&real("h200-allreduce-stock.log"), |_| {}), "shim.summary"), Status::Info);
+    }
+
+    #[test]
+    fn derived_failures_fail_for_the_right_reason() {
+        let good = real("h200-allreduce-patched-shim.log");
+        // one wrong element in one size
+        let row = good.lines().find(|l| l.trim_start().starts_with("8388608")).unwrap().to_string();
+        let bad_row = format!("{} 3", row.trim_end().strip_suffix('0').unwrap());
+        let r = run(&good.replace(&row, &bad_row), |i| i.exit_code = Some(7));
+        assert_eq!(st(&r, "nccl.wrong"), Status::Fail);
+        assert_eq!(r.get("nccl.wrong").unwrap().evidence[0], bad_row.trim_end());
+        assert_eq!(st(&r, "nccl.exit"), Status::Fail);
+        // truncated after the third size
+        let cut: String = good.lines().take_while(|l| !l.trim_start().starts_with("2048 ")).map(|l| format!("{l}\n")).collect();
+        let r = run(&cut, |_| {});
+        assert_eq!(st(&r, "nccl.finished"), Status::Fail);
+        assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Fail);
+        // data check off
+        let na = good.lines().map(|l| if l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("float") { let mut t: Vec<&str> = l.split_whitespace().collect(); t[8] = "N/A"; t[12] = "N/A"; t.join(" ") } else { l.to_string() }).collect::<Vec<_>>().join("\n");
+        assert!(run(&na, |_| {}).get("nccl.wrong").unwrap().summary.contains("-c 0"));
+        // out of bounds
+        let r = run(&good.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED"), |_| {});
+        assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Fail);
+        // forbidden lines
+        for (line, id) in [
+            ("vm:1:1 [0] NCCL WARN Call to ibv_reg_mr_iova2 failed with error Bad address", "forbidden.nccl_warn"),
+            ("vm:1:1 [0] include/alloc.h:99 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'", "forbidden.illegal_memory_access"),
+            ("vm:1:1 [gdrshim] WARN NV503C REGISTER_VIDMEM refused: NV_ERR_STATE_IN_USE", "forbidden.nv_err_state_in_use"),
+        ] {
+            let r = run(&format!("{good}{line}\n"), |_| {});
+            assert_eq!(st(&r, id), Status::Fail, "{line}");
+            assert!(r.get("forbidden").is_none());
+        }
+        // the shim's account
+        let miss = good.replace("pass0_misses=0", "pass0_misses=2");
+        assert!(good.contains("pass0_misses=0"));
+        let r = run(&miss, |_| {});
+        assert_eq!(st(&r, "shim.summary"), Status::Fail);
+        assert!(r.get("shim.summary").unwrap().summary.contains("pass0_misses=2"));
+        // a shim log given but without summary (killed process)
+        let r = run(&real("h200-allreduce-stock.log"), |i| i.shim_logs.push("vm:1:1 [gdrshim] INFO mode=register\n".into()));
+        assert_eq!(st(&r, "shim.summary"), Status::Fail);
+    }
+
+    #[test]
+    fn gdr_is_proven_by_connection_lines_never_by_gdr_1() {
+        // single node: no NET connection; "GDR 1" alone is not proof
+        let one = real("h200-allreduce-patched-shim.log") + "vm:1:1 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1\n";
+        let r = run(&one, |i| i.expect_gdr = true);
+        assert_eq!(st(&r, "nccl.gdr"), Status::Fail);
+        assert!(r.get("nccl.gdr").unwrap().fix.contains("'GDR 1' is printed even"));
+        let r = run(&gdr_log(""), |i| i.expect_gdr = true);
+        assert_eq!(st(&r, "nccl.gdr"), Status::Pass, "{}", r.text());
+        // one connection without GDR
+        let mixed = gdr_log("") + "vm:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n";
+        assert_eq!(st(&run(&mixed, |i| i.expect_gdr = true), "nccl.gdr"), Status::Fail);
+    }
+
+    #[test]
+    fn a_disabled_flush_fails_before_sm_90() {
+        let log = gdr_log("") + "vm:1:1 [0] NCCL INFO NCCL_GDR_FLUSH_DISABLE set by environment to 1.\n";
+        // the H200 (sm_90) needs no flush
+        assert_eq!(st(&run(&log, |_| {}), "nccl.flush"), Status::Pass);
+        let on_4090 = log.replace("NVIDIA H200", "NVIDIA GeForce RTX 4090");
+        let r = run(&on_4090, |_| {});
+        assert_eq!(st(&r, "nccl.flush"), Status::Fail);
+        assert!(r.get("nccl.flush").unwrap().summary.contains("sm_89"));
+        assert_eq!(st(&run(&log, |i| i.gpu_sm = Some(89)), "nccl.flush"), Status::Fail);
+        // NCCL 2.31 prints the flush mode on the receive line
+        let r = run(&gdr_log("/flush=None").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {});
+        assert_eq!(st(&r, "nccl.flush"), Status::Fail);
+        assert_eq!(st(&run(&real("h200-allreduce-patched-shim.log").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {}), "nccl.flush"), Status::Pass);
+    }
+
+    #[test]
+    fn p2p_verdict() {
+        // NCCL 2.28.9 prints both flags; one GPU has no P2P connection to show
+        let base = real("h200-allreduce-stock.log");
+        assert!(base.contains("isAllDirectP2p 1 directMode 0 isAllCudaP2p 1"));
+        let r = run(&base, |i| i.expect_p2p = true);
+        assert_eq!((st(&r, "p2p.isAllCudaP2p"), st(&r, "p2p.isAllDirectP2p"), st(&r, "p2p.path")), (Status::Pass, Status::Pass, Status::Fail));
+        let p2p = base.clone() + "vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer\n";
+        let r = run(&p2p, |i| i.expect_p2p = true);
+        assert!(!r.failed(), "{}", r.text());
+        let shm = p2p.replace("via P2P/direct pointer", "via SHM/direct/direct");
+        let r = run(&shm, |i| i.expect_p2p = true);
+        assert_eq!(st(&r, "p2p.path"), Status::Fail);
+        assert!(r.get("p2p.path").unwrap().summary.contains("SHM"));
+        // NCCL 2.28.3: isAllDirectP2p 0, and no isAllCudaP2p at all
+        let r = run(&real("h200-allreduce-patched-shim.log"), |i| i.expect_p2p = true);
+        assert_eq!(st(&r, "p2p.isAllDirectP2p"), Status::Fail);
+        assert!(r.get("p2p.isAllCudaP2p").unwrap().summary.contains("NCCL < 2.30"));
+        // an Xid in the kernel log voids a run
+        let r = run(&p2p, |i| {
+            i.expect_p2p = true;
+            i.kernel_log = Some("[  812.4] NVRM: Xid (PCI:0000:41:00): 79, pid=1, GPU has fallen off the bus.\n".into())
+        });
+        assert_eq!(st(&r, "kernel.xid"), Status::Fail);
+        let r = run(&p2p, |i| i.kernel_log = Some("[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n".into()));
+        assert_eq!(st(&r, "kernel.xid"), Status::Pass);
+    }
+
+    #[test]
+    fn unusable_input_is_not_a_failure() {
+        assert!(usable("").is_err());
+        assert!(usable("hello\nworld\n").is_err());
+        assert!(usable("# nccl-tests version 2.19.6\n").is_ok());
+    }
+
+    #[test]
+    fn gpu_names() {
+        assert_eq!(sm_of_gpu_name("NVIDIA GeForce RTX 4090"), Some(89));
+        assert_eq!(sm_of_gpu_name("NVIDIA H200"), Some(90));
+        assert_eq!(sm_of_gpu_name("NVIDIA GeForce RTX 5090"), Some(120));
+        assert_eq!(sm_of_gpu_name("NVIDIA A100-SXM4-80GB"), Some(80));
+        assert_eq!(sm_of_gpu_name("Something"), None);
+    }
+}
