@@ -141,6 +141,10 @@ impl Registrar {
     pub fn live_registrations(&self) -> usize {
         self.regs.len()
     }
+    /// Whether `mr` holds a registration reference.
+    pub fn holds_mr(&self, mr: u64) -> bool {
+        self.mrs.contains_key(&mr)
+    }
     pub fn live_mrs(&self) -> usize {
         self.mrs.len()
     }

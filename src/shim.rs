@@ -415,6 +415,21 @@ impl Shim {
         }
     }
 
+    /// Whether `mr` holds a registration (explicit handles of `gdrshim_unregister`).
+    pub fn holds_mr(&self, mr: u64) -> Option<bool> {
+        self.core.try_lock_for(Duration::from_secs(5)).map(|c| c.registrar.holds_mr(mr))
+    }
+
+    /// The counters of `gdrshim_counters`.
+    pub fn counters(&self) -> [u64; 13] {
+        let s = &self.stats;
+        let (t, r, live) = match self.core.try_lock_for(Duration::from_secs(1)) {
+            Some(c) => (c.tracker.counts, c.registrar.counts, c.registrar.live_registrations() as u64),
+            None => (Default::default(), Default::default(), u64::MAX),
+        };
+        [s.nv_ioctls.load(Relaxed), t.native, t.matched, t.mismatched, t.unpredicted, r.pass0_hits, r.pass0_misses, r.registered, r.unregistered, r.rm_errors, live, r.host, r.stood_aside]
+    }
+
     pub fn verbs_dereg(&self, mr: u64) {
         if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
             let Core { tracker, registrar } = &mut *c;

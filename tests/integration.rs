@@ -227,7 +227,7 @@ fn geforce_scenario(keep_native: bool) -> String {
         out.push('\n');
         let mut add = |s: &str| out.push_str(s);
         match line {
-            "M cudaMalloc 64M" => add("R 0 iova2 7f63d6000000 4000000 ok\nR 1 direct 7f63d6001000 1000 ok\nD 1\n"),
+            "M cudaMalloc 64M" => add("R 0 iova2 7f63d6000000 4000000 ok\nR 1 direct 7f63d6001000 1000 ok\nD 1\nP 7f63d6010000 10000\n"),
             // a MR moved by ibv_rereg_mr from the 3M buffer to the 64M one, then back
             "M cuMemAlloc 3M" => add("R 9 iova2 7f63f8800000 300000 ok\nE 9 7f63d6100000 10000 ok\nE 9 7f63f8800000 1000 ok\nD 9\n"),
             "M cuMemAlloc 4K x2" => add("R 2 dlsym 7f63f3e00000 1000 ok\nR 3 dlsym 7f63f3e01000 1000 ok\nD 2\nD 3\n"),
@@ -249,12 +249,14 @@ fn registration_path_on_a_geforce_style_driver() {
     assert!(out.contains("verbs_unexpected=0"), "{out}\n{err}");
     assert!(out.contains("kernel_registrations_left=0") && out.contains("kernel_p2p_errors=0"), "{out}");
     assert_eq!(s["native"], "0");
+    // the explicit interface shares the live registration of the 64M buffer, then lets go
+    assert!(out.contains("explicit handle=1 lookup=0 offset=65536 unregister=0 again=-2"), "{out}");
     assert_eq!((s["rm_errors"].as_str(), s["live_registrations"].as_str(), s["p2p_objects"].as_str()), ("0", "0", "1"));
     assert_eq!(s["registered"], s["unregistered"]);
     // 64M, 3M, 4K chunk, VMM, VMM remap, mallocAsync pool, and 3M again after the rereg moved
     // its only MR away and back: seven registrations; shared ones count once
     assert_eq!(s["registered"], "7", "{err}");
-    assert_eq!(s["pass0_hits"], "10");
+    assert_eq!(s["pass0_hits"], "11");
     assert_eq!(s["pass0_misses"], "1", "the freed buffer is a miss: {err}");
     assert_eq!((s["host_mrs"].as_str(), s["dmabuf_mrs"].as_str()), ("1", "1"));
     assert!(err.contains("pass0 miss: freed"), "{err}");
@@ -269,6 +271,7 @@ fn shadow_mode_decides_but_never_calls_rm() {
     // the fake NIC refuses what nothing registered, so the two re-registrations never happen
     assert_eq!(s["pass0_hits"], "8");
     assert!(err.contains("would register"), "{err}");
+    assert!(out.contains("explicit handle=-1 lookup=0"), "explicit registration is refused (EPERM) outside register mode: {out}");
 }
 
 #[test]
@@ -276,7 +279,9 @@ fn native_registration_present_means_the_shim_registers_nothing() {
     let (_, out, err) = try_player(&geforce_scenario(true).replace(" ok\n", " any\n"), "580.159.04", "register", "native");
     let s = summary(&err).unwrap_or_else(|| panic!("{out}{err}"));
     assert_eq!((s["registered"].as_str(), s["p2p_objects"].as_str()), ("0", "0"));
-    assert_eq!(s["stood_aside"], "8");
+    // eight verbs registrations and one explicit one: libcuda registered them all natively
+    assert_eq!(s["stood_aside"], "9");
+    assert!(out.contains("explicit handle=0 lookup=0 offset=65536 unregister=0 again=0"), "{out}");
     assert_eq!(err.matches("native registration present (libcuda").count(), 1, "{err}");
 }
 
@@ -339,4 +344,28 @@ fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
     let (l, err) = gdr_probe("register", "adv-noflush", &[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "1")]);
     assert_eq!(l, format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }));
     assert!(err.contains("NCCL_GDR_FLUSH_DISABLE is set"), "{err}");
+}
+
+#[test]
+fn the_c_header_compiles_and_works_with_and_without_the_shim() {
+    let e = env();
+    let bin = e.dir.join("header_use");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/header_use.c");
+    sh(Command::new("cc").args(["-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE", "-o"]).arg(&bin).arg(&src).arg("-ldl"));
+    sh(Command::new("c++").args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"]).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/gdrshim.h")));
+    let run = |preload: bool, mode: &str| {
+        let mut c = Command::new(&bin);
+        c.env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev-header")).env("GDRSHIM_MODE", mode).env("GDRSHIM_SUMMARY", "0");
+        if preload {
+            c.env("LD_PRELOAD", &e.shim);
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    let dev = e.dir.join("dev-header");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    assert_eq!(run(false, "register"), "version=none mode=-38 active=0 lookup_host=-38 register_host=-38 register=0 unregister=0 unregister_again=0 counters=-38 registered=0 unregistered=0 abi=1\n");
+    // loaded, register mode, known driver: host memory is refused with EINVAL, not registered
+    assert_eq!(run(true, "register"), "version=0.1.0 mode=3 active=1 lookup_host=-2 register_host=-22 register=0 unregister=0 unregister_again=0 counters=104 registered=0 unregistered=0 abi=1\n");
+    assert_eq!(run(true, "shadow"), "version=0.1.0 mode=2 active=0 lookup_host=-2 register_host=-1 register=0 unregister=0 unregister_again=0 counters=104 registered=0 unregistered=0 abi=1\n");
 }

@@ -100,6 +100,105 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
     }
 }
 
+/// Explicit handles live in the registrar's MR table under keys no provider pointer can take.
+const EXPLICIT: u64 = 1 << 63;
+static NEXT_HANDLE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+
+/// Registers the GPU memory behind `[va, va+len)` for third-party P2P, as a verbs registration
+/// of it would (for applications that hand GPU memory to a NIC some other way). Returns a handle
+/// > 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory; `-ENOENT`
+/// not exactly one tracked GPU mapping (the reason is logged); `-EXDEV` spans memory objects;
+/// `-EPERM` not in register mode; `-ENOSYS` driver ABI unknown or shim off; `-EBUSY` timed out.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
+    shim::call_in(|s| {
+        if s.table.is_none() {
+            return -(libc::ENOSYS as i64);
+        }
+        if s.cfg.mode != crate::config::Mode::Register {
+            return -(libc::EPERM as i64);
+        }
+        match s.verbs_before("gdrshim_register", va, len) {
+            None => -(libc::EBUSY as i64),
+            Some(crate::registrar::Decision::Host) => -(libc::EINVAL as i64),
+            Some(crate::registrar::Decision::StandAside) => 0,
+            Some(crate::registrar::Decision::Miss(m)) => {
+                if matches!(m, crate::registrar::RegMiss::Lookup(crate::vamap::Miss::SpansMemoryObjects { .. })) {
+                    -(libc::EXDEV as i64)
+                } else {
+                    -(libc::ENOENT as i64)
+                }
+            }
+            Some(d) => {
+                let h = NEXT_HANDLE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                s.verbs_after(&d, EXPLICIT | h);
+                h as i64
+            }
+        }
+    })
+    .unwrap_or(-(libc::ENOSYS as i64))
+}
+
+/// Drops a handle of `gdrshim_register` (0 is a no-op): 0, or `-ENOENT` for a handle not held.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_unregister(handle: i64) -> c_int {
+    if handle == 0 {
+        return 0;
+    }
+    if handle < 0 {
+        return -libc::EINVAL;
+    }
+    shim::call_in(|s| {
+        let key = EXPLICIT | handle as u64;
+        match s.holds_mr(key) {
+            Some(true) => {
+                s.verbs_dereg(key);
+                0
+            }
+            Some(false) => -libc::ENOENT,
+            None => -libc::EBUSY,
+        }
+    })
+    .unwrap_or(-libc::ENOSYS)
+}
+
+/// `struct gdrshim_counters` in `include/gdrshim.h`; new fields only ever go at the end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GdrshimCounters {
+    pub nv_ioctls: u64,
+    pub native: u64,
+    pub matched: u64,
+    pub mismatched: u64,
+    pub unpredicted: u64,
+    pub pass0_hits: u64,
+    pub pass0_misses: u64,
+    pub registered: u64,
+    pub unregistered: u64,
+    pub rm_errors: u64,
+    pub live_registrations: u64,
+    pub host_mrs: u64,
+    pub stood_aside: u64,
+}
+const _: () = assert!(core::mem::size_of::<GdrshimCounters>() == 13 * 8);
+
+/// Copies the counters (those of the exit summary) into `*out`, at most `size` bytes of it, so a
+/// program built against an older header keeps working. Returns the bytes written, or -ENOSYS.
+///
+/// # Safety
+/// `out` points to `size` writable bytes.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn gdrshim_counters(out: *mut GdrshimCounters, size: usize) -> c_int {
+    if out.is_null() {
+        return -libc::EINVAL;
+    }
+    let Some(v) = shim::call_in(|s| s.counters()) else { return -libc::ENOSYS };
+    let n = size.min(core::mem::size_of::<GdrshimCounters>()) / 8 * 8;
+    // SAFETY: v is 13 u64 laid out as GdrshimCounters; out has `size` ≥ n writable bytes.
+    unsafe { core::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, out as *mut u8, n) };
+    n as c_int
+}
+
 /// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
 ///
 /// # Safety

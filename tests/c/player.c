@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include "../../include/gdrshim.h"
 
 typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
 // Verbs consumers: linked directly (like perftest) and through dlopen + dlvsym (like NCCL).
@@ -85,6 +86,16 @@ int main(int argc, char **argv) {
       } else if (line[0] == 'X') {
         void *mr = vdmabuf(0, 0, 4096, 0, 3, 0xf);
         if (mr) vdereg(mr); else verbs_bad++;
+      }
+    } else if (line[0] == 'P') {
+      // the explicit interface of include/gdrshim.h on a recorded allocation
+      unsigned long long ptr, len;
+      if (sscanf(line, "P %llx %llx", &ptr, &len) == 2) {
+        int64_t h = gdrshim_dl_register(ptr, len);
+        struct gdrshim_backing b = {0};
+        int lk = gdrshim_dl_lookup(ptr, len, &b);
+        int u = gdrshim_dl_unregister(h), u2 = gdrshim_dl_unregister(h);
+        printf("explicit handle=%lld lookup=%d offset=%llu unregister=%d again=%d\n", (long long)h, lk, (unsigned long long)b.offset, u, u2);
       }
     } else if (line[0] == 'G') {
       // NCCL's two GDR probes: the driver attribute through cuGetProcAddress, the peer-memory file

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Applies gdrshim's NCCL patch series to a NCCL source tree, picked by the tree's own version
+# (makefiles/version.mk). Checks before it writes: a tree that is already patched is left as it
+# is (exit 0); an unknown version or a tree the series does not apply to cleanly is refused
+# (exit 1) and left untouched.
+#
+#   scripts/apply-nccl-patches.sh [--check] [--patches DIR] NCCL_SOURCE_TREE
+#
+#   --check        say what would happen, change nothing
+#   --patches DIR  the folder of series (default: nccl-patches/ next to this script's folder)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+patches="$here/../nccl-patches"
+check_only=0
+tree=""
+usage() { sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) check_only=1 ;;
+    --patches) [ $# -ge 2 ] || { echo "apply-nccl-patches: --patches needs a folder" >&2; exit 2; }; patches="$2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "apply-nccl-patches: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) [ -z "$tree" ] || { echo "apply-nccl-patches: one source tree only" >&2; exit 2; }; tree="$1" ;;
+  esac
+  shift
+done
+[ -n "$tree" ] || { usage >&2; exit 2; }
+command -v git >/dev/null || { echo "apply-nccl-patches: needs git (git apply)" >&2; exit 2; }
+
+mk="$tree/makefiles/version.mk"
+if [ ! -f "$mk" ]; then
+  echo "apply-nccl-patches: $tree is not a NCCL source tree (no makefiles/version.mk)" >&2
+  exit 1
+fi
+field() { sed -n "s/^NCCL_$1[[:space:]]*:=[[:space:]]*\\([^[:space:]]*\\).*/\\1/p" "$mk" | head -n1; }
+major="$(field MAJOR)"; minor="$(field MINOR)"; patch="$(field PATCH)"; suffix="$(field SUFFIX)"
+if ! [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ && "$patch" =~ ^[0-9]+$ && "$suffix" =~ ^[A-Za-z0-9]*$ ]]; then
+  echo "apply-nccl-patches: cannot read the NCCL version from $mk" >&2
+  exit 1
+fi
+version="$major.$minor.$patch$suffix"
+series="$patches/$version"
+shopt -s nullglob
+files=("$series"/*.patch)
+if [ ! -d "$series" ] || [ ${#files[@]} -eq 0 ]; then
+  known="$(cd "$patches" 2>/dev/null && for d in */; do [ -n "$(ls "$d"*.patch 2>/dev/null)" ] && printf '%s ' "${d%/}"; done)"
+  echo "apply-nccl-patches: NCCL $version has no gdrshim patch series (series for: ${known:-none}); tree left untouched" >&2
+  exit 1
+fi
+
+tree_abs="$(cd "$tree" && pwd)"
+# git must take paths relative to the NCCL tree, never to a repository the tree sits inside.
+gitapply() { (cd "$tree_abs" && GIT_CEILING_DIRECTORIES="$(dirname "$tree_abs")" git apply "$@"); }
+reversed=()
+for ((i = ${#files[@]} - 1; i >= 0; i--)); do reversed+=("${files[$i]}"); done
+
+if gitapply --check "${files[@]}" 2>/dev/null; then
+  if [ "$check_only" = 1 ]; then
+    echo "apply-nccl-patches: NCCL $version: the ${#files[@]} patches of $series apply cleanly (--check: nothing changed)"
+    exit 0
+  fi
+  gitapply "${files[@]}"
+  echo "apply-nccl-patches: NCCL $version: applied ${#files[@]} patches from $series"
+  echo "Now build NCCL as you normally do (for example: make -j src.build NVCC_GENCODE=\"-gencode=arch=compute_89,code=sm_89\")"
+  echo "and point the env script at the result: scripts/gdr-env.sh --nccl-lib $tree_abs/build/lib ..."
+  exit 0
+fi
+if gitapply --reverse --check "${reversed[@]}" 2>/dev/null; then
+  echo "apply-nccl-patches: NCCL $version: already patched ($series); nothing to do"
+  exit 0
+fi
+echo "apply-nccl-patches: NCCL $version: the series in $series does not apply cleanly to $tree_abs" >&2
+echo "  (locally modified, partly patched, or not the released $version sources); tree left untouched." >&2
+echo "  What git says:" >&2
+gitapply --check "${files[@]}" 2>&1 | sed 's/^/    /' >&2 || true
+exit 1

@@ -1,0 +1,231 @@
+//! The deployment gate (scripts/deploy.sh) and the per-job env script (scripts/gdr-env.sh), on
+//! release folders and prefixes of our own making.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gdrshim-deploy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn sh(script: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new("bash").arg(root().join("scripts").join(script)).args(args).envs(env.iter().copied()).output().unwrap();
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A release folder laid out as build-release.sh does, with `version` in BUILD-INFO.
+fn dist(at: &Path, version: &str) -> PathBuf {
+    dist_with(at, version, None)
+}
+
+/// The same, with a real library (so that LD_PRELOAD of it works).
+fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
+    let d = at.join(format!("dist-{version}"));
+    for (f, body) in [("lib/libgdrshim.so", format!("shim {version}\n")), ("bin/gdrshim-tool", "tool\n".into()), ("include/gdrshim.h", "/* h */\n".into()), ("BUILD-INFO", format!("gdrshim {version}\nrustc: test\n"))] {
+        let p = d.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+    }
+    if let Some(l) = lib {
+        std::fs::copy(l, d.join("lib/libgdrshim.so")).unwrap();
+    }
+    std::fs::create_dir_all(d.join("scripts")).unwrap();
+    std::fs::copy(root().join("scripts/gdr-env.sh"), d.join("scripts/gdr-env.sh")).unwrap();
+    manifest(&d);
+    d
+}
+
+fn manifest(d: &Path) {
+    let st = Command::new("bash").arg("-c").arg("find . -type f ! -name SHA256SUMS -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum > SHA256SUMS").current_dir(d).status().unwrap();
+    assert!(st.success());
+}
+
+/// Every path under `p` with its link target or content hash: "exactly as it was".
+fn snapshot(p: &Path) -> String {
+    if !p.exists() {
+        return "(absent)".into();
+    }
+    let out = Command::new("bash").arg("-c").arg("find . -printf '%p %y %l\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum").current_dir(p).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn link(p: &Path) -> String {
+    std::fs::read_link(p).map(|l| l.display().to_string()).unwrap_or_default()
+}
+
+#[test]
+fn deploy_installs_switches_and_rolls_back() {
+    let s = scratch("ok");
+    let prefix = s.join("opt/rtx4090-gdr");
+    let p = prefix.to_str().unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, dist(&s, "1.0.0").to_str().unwrap()], &[]);
+    assert_eq!(rc, 0, "{out}");
+    let first = link(&prefix.join("current"));
+    assert!(first.starts_with("releases/1.0.0-"), "{first}");
+    assert_eq!(std::fs::read_to_string(prefix.join("current/lib/libgdrshim.so")).unwrap(), "shim 1.0.0\n");
+    assert!(!prefix.join("previous").exists());
+    let old_lib = prefix.join(&first).join("lib/libgdrshim.so");
+    let old_inode = std::fs::metadata(&old_lib).unwrap().ino();
+
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, dist(&s, "1.1.0").to_str().unwrap()], &[]);
+    assert_eq!(rc, 0, "{out}");
+    let second = link(&prefix.join("current"));
+    assert!(second.starts_with("releases/1.1.0-"));
+    assert_eq!(link(&prefix.join("previous")), first);
+    // a process that mapped the old library keeps exactly that file
+    assert_eq!(std::fs::metadata(&old_lib).unwrap().ino(), old_inode);
+    assert_eq!(std::fs::read_to_string(&old_lib).unwrap(), "shim 1.0.0\n");
+
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--rollback"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!((link(&prefix.join("current")), link(&prefix.join("previous"))), (first.clone(), second.clone()));
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--status"], &[]);
+    assert_eq!(rc, 0);
+    assert!(out.contains(&format!("current: {first}")) && out.contains(&format!("previous: {second}")), "{out}");
+    // installing what is already there switches without copying
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, dist(&s, "1.1.0").to_str().unwrap()], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("already installed"), "{out}");
+    assert_eq!(link(&prefix.join("current")), second);
+}
+
+#[test]
+fn deploy_refuses_a_bad_release_and_leaves_the_prefix_as_it_was() {
+    let s = scratch("bad");
+    let prefix = s.join("prefix");
+    let p = prefix.to_str().unwrap();
+    // a prefix that does not exist yet is not created by a refused install
+    let flipped = dist(&s, "2.0.0");
+    let lib = flipped.join("lib/libgdrshim.so");
+    let mut bytes = std::fs::read(&lib).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&lib, bytes).unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, flipped.to_str().unwrap()], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("does not match its SHA256SUMS") && out.contains("lib/libgdrshim.so: FAILED"), "{out}");
+    assert!(!prefix.exists(), "nothing created");
+
+    // with a release installed, every kind of bad release leaves it byte for byte
+    assert_eq!(sh("deploy.sh", &["--prefix", p, dist(&s, "1.0.0").to_str().unwrap()], &[]).0, 0);
+    let before = snapshot(&prefix);
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, flipped.to_str().unwrap()], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert_eq!(snapshot(&prefix), before);
+
+    let missing = dist(&s, "2.0.1");
+    std::fs::remove_file(missing.join("include/gdrshim.h")).unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, missing.to_str().unwrap()], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("include/gdrshim.h"), "{out}");
+    assert_eq!(snapshot(&prefix), before);
+
+    let extra = dist(&s, "2.0.2");
+    std::fs::write(extra.join("lib/libevil.so"), b"x").unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, extra.to_str().unwrap()], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("extra: lib/libevil.so"), "{out}");
+    assert_eq!(snapshot(&prefix), before);
+
+    let no_manifest = dist(&s, "2.0.3");
+    std::fs::remove_file(no_manifest.join("SHA256SUMS")).unwrap();
+    assert_eq!(sh("deploy.sh", &["--prefix", p, no_manifest.to_str().unwrap()], &[]).0, 1);
+    assert_eq!(snapshot(&prefix), before);
+
+    let (rc, out) = sh("deploy.sh", &["--prefix", "/usr", dist(&s, "3.0.0").to_str().unwrap()], &[]);
+    assert_eq!(rc, 1);
+    assert!(out.contains("system folder"), "{out}");
+    // rollback with nothing to roll back to
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--rollback"], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert_eq!(snapshot(&prefix), before);
+}
+
+/// A fake /sys/class/infiniband with mlx5_0 (port 1) and mlx5_1.
+fn sysfs(at: &Path) -> PathBuf {
+    let d = at.join("sys-ib");
+    std::fs::create_dir_all(d.join("mlx5_0/ports/1")).unwrap();
+    std::fs::create_dir_all(d.join("mlx5_1/ports/1")).unwrap();
+    d
+}
+
+#[test]
+fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
+    let s = scratch("env");
+    let prefix = s.join("prefix");
+    let p = prefix.to_str().unwrap();
+    let built = Command::new(env!("CARGO")).args(["build", "--release", "--lib", "-q"]).current_dir(root()).status().unwrap();
+    assert!(built.success());
+    let real_lib = root().join("target/release/libgdrshim.so");
+    assert_eq!(sh("deploy.sh", &["--prefix", p, dist_with(&s, "1.0.0", Some(&real_lib)).to_str().unwrap()], &[]).0, 0);
+    let cur = prefix.join("current");
+    let c = cur.to_str().unwrap();
+    let sys = sysfs(&s);
+    let env = [("GDR_ENV_SYSFS", sys.to_str().unwrap()), ("LD_PRELOAD", "")];
+    let (rc, out) = sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0:1,mlx5_1", "--gid-index", "3", "--gdr-level", "PHB", "--print"], &env);
+    assert_eq!(rc, 0, "{out}");
+    let real_shim = std::fs::canonicalize(cur.join("lib/libgdrshim.so")).unwrap();
+    for want in [
+        format!("export LD_PRELOAD={}", real_shim.display()),
+        "export GDRSHIM_MODE=register".into(),
+        "export NCCL_IB_DISABLE=0".into(),
+        "export NCCL_IB_HCA=mlx5_0:1\\,mlx5_1".into(),
+        "export NCCL_IB_GID_INDEX=3".into(),
+        "export NCCL_NET_GDR_LEVEL=PHB".into(),
+        "export NCCL_P2P_LEVEL=SYS".into(),
+        "export NCCL_LOCAL_REGISTER=0".into(),
+        "export NCCL_GRAPH_REGISTER=0".into(),
+        "export NCCL_DMABUF_ENABLE=0".into(),
+    ] {
+        assert!(out.lines().any(|l| l == want), "missing {want:?} in\n{out}");
+    }
+    // p2p mode: no shim at all
+    let (rc, out) = sh("gdr-env.sh", &["--mode", "p2p", "--print"], &env);
+    assert_eq!(rc, 0);
+    assert_eq!(out, "export NCCL_P2P_LEVEL=SYS\nexport NCCL_LOCAL_REGISTER=0\nexport NCCL_GRAPH_REGISTER=0\n");
+    assert!(sh("gdr-env.sh", &["--mode", "p2p", "--register-buffers", "--print"], &env).1 == "export NCCL_P2P_LEVEL=SYS\n");
+    // wrapper mode runs the command with them
+    let (rc, out) = sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", "--", "sh", "-c", "echo $NCCL_IB_HCA $GDRSHIM_MODE ${LD_PRELOAD##*/}"], &[env[0], ("LD_PRELOAD", ""), ("GDRSHIM_SUMMARY", "0")]);
+    assert_eq!((rc, out.as_str()), (0, "mlx5_0 register libgdrshim.so\n"));
+    // bad inputs
+    for (args, why) in [
+        (vec!["--prefix", c, "--hca", "mlx5_9"], "HCA 'mlx5_9' does not exist"),
+        (vec!["--prefix", c, "--hca", "mlx5_0:7"], "has no port '7'"),
+        (vec!["--prefix", c, "--hca", "mlx5_0;rm"], "bad HCA name"),
+        (vec!["--prefix", c, "--hca", "mlx5_0", "--gid-index", "3x"], "--gid-index must be a number"),
+        (vec!["--prefix", c, "--hca", "mlx5_0", "--gdr-level", "FAST"], "--gdr-level must be one of"),
+        (vec!["--prefix", c], "--hca is required"),
+        (vec!["--mode", "both"], "--mode must be p2p or gdr"),
+        (vec!["--prefix", "/nonexistent", "--hca", "mlx5_0"], "no shim at"),
+        (vec!["--prefix", c, "--hca", "mlx5_0", "--nccl-lib", "/nonexistent"], "no libnccl.so.2"),
+    ] {
+        let (rc, out) = sh("gdr-env.sh", &args, &env);
+        assert_ne!(rc, 0, "{args:?}");
+        assert!(out.contains(why), "{args:?}: {out}");
+    }
+    // a shim that does not match the installed SHA256SUMS is never preloaded
+    let lib = prefix.join(link(&cur)).join("lib/libgdrshim.so");
+    std::fs::write(&lib, b"tampered\n").unwrap();
+    let (rc, out) = sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", "--print"], &env);
+    assert_eq!(rc, 1);
+    assert!(out.contains("does not match") && !out.contains("LD_PRELOAD"), "{out}");
+}
+
+#[test]
+fn env_script_when_sourced_sets_variables_and_never_exits_the_shell() {
+    let script = root().join("scripts/gdr-env.sh");
+    let cmd = format!(
+        "source {s} --mode p2p; echo \"p2p=$NCCL_P2P_LEVEL\"; source {s} --mode nonsense; echo \"rc=$? alive\"; declare -F | grep -c _gdr_env || true",
+        s = script.display()
+    );
+    let out = Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
+    let o = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(o, "p2p=SYS\nrc=2 alive\n0\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
