@@ -229,3 +229,33 @@ fn env_script_when_sourced_sets_variables_and_never_exits_the_shell() {
     let o = String::from_utf8_lossy(&out.stdout);
     assert_eq!(o, "p2p=SYS\nrc=2 alive\n0\n", "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn state_record_saves_every_item_and_compares_what_matters() {
+    let s = scratch("record");
+    let (rc, out) = sh("gdr-state-record", &["save", s.to_str().unwrap()], &[]);
+    assert_eq!(rc, 0, "{out}");
+    let a = PathBuf::from(out.trim());
+    for item in ["nvidia-smi-q", "nvidia-smi-topo-p2p-r", "packages", "holds", "dkms-status", "kernel", "modinfo-nvidia", "proc-driver-version"] {
+        let t = std::fs::read_to_string(a.join(format!("{item}.txt"))).unwrap_or_else(|_| panic!("{item} not saved"));
+        // a tool that is missing here says so instead of leaving an empty file
+        assert!(!t.is_empty() || item == "holds", "{item}: empty");
+    }
+    assert!(a.join("RECORD").exists());
+    let b = s.join("copy");
+    assert!(Command::new("cp").arg("-a").arg(&a).arg(&b).status().unwrap().success());
+    // live readings of nvidia-smi -q are not a difference
+    std::fs::write(a.join("nvidia-smi-q.txt"), "Timestamp : Mon\nDriver Version : 595.71.05\n    GPU Current Temp : 40 C\n").unwrap();
+    std::fs::write(b.join("nvidia-smi-q.txt"), "Timestamp : Tue\nDriver Version : 595.71.05\n    GPU Current Temp : 55 C\n").unwrap();
+    let (rc, out) = sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("no difference"), "{out}");
+    // a driver change is
+    std::fs::write(b.join("nvidia-smi-q.txt"), "Timestamp : Tue\nDriver Version : 595.58.03\n").unwrap();
+    std::fs::remove_file(b.join("holds.txt")).unwrap();
+    let (rc, out) = sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("== nvidia-smi-q changed:") && out.contains("> Driver Version : 595.58.03"), "{out}");
+    assert!(out.contains("== holds: only in"), "{out}");
+    assert_eq!(sh("gdr-state-record", &["compare", a.to_str().unwrap(), s.to_str().unwrap()], &[]).0, 2, "not a save");
+}

@@ -205,7 +205,7 @@ fn apply_script_refuses_and_leaves_the_tree_untouched() {
 
     // a partly patched tree (first patch only) is neither applicable nor already patched
     let (tree, patches) = scratch("partial", "");
-    let first = std::fs::read_dir(patches.join("2.99.1")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().contains("0001-")).next().unwrap();
+    let first = std::fs::read_dir(patches.join("2.99.1")).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains("0001-")).unwrap();
     git(&tree, &["apply", first.to_str().unwrap()]);
     let before = snapshot(&tree);
     let (rc, out) = apply(&tree, &patches, &[]);

@@ -1,23 +1,46 @@
-/* gdrshim: query interface of libgdrshim.so (found with dlsym(RTLD_DEFAULT, ...), so nothing
- * links against it).
+/* gdrshim: the interface of libgdrshim.so (LD_PRELOAD) for applications and NCCL patches.
  *
- * Environment (read once):
- *   GDRSHIM_MODE       off | trace | shadow (default shadow). off is a pure pass-through.
- *   GDRSHIM_LOG_LEVEL  error | warn | info | debug | trace (default warn; info in trace mode).
- *   GDRSHIM_LOG_FILE   log file instead of stderr; %h = host, %p = pid; opened O_APPEND|O_NOFOLLOW, 0600.
- *   GDRSHIM_CAPTURE    write a raw capture of every NVIDIA ioctl (our fixture format); %h, %p.
- *   GDRSHIM_SUMMARY    1 (default) prints "gdrshim: summary key=value ..." at exit; 0 does not.
- * Bad values give one warning naming the variable, then the default.
+ * Nothing needs to link against the shim: the gdrshim_dl_* inline functions below find each
+ * function with dlsym(RTLD_DEFAULT, ...) and answer -ENOSYS (or NULL) when the shim is not
+ * loaded, so one binary works with and without it. Link with -ldl on glibc < 2.34.
+ *
+ * Environment (read once, at the first NVIDIA call; a bad value gives one warning naming the
+ * variable, then the default):
+ *   GDRSHIM_MODE           off | trace | shadow | register (default shadow). off: pure pass-through;
+ *                          trace: decode and log every RM/UVM call; shadow: also decide (and log)
+ *                          what would be registered, register nothing; register: register GPU
+ *                          memory with NV503C before each verbs registration of it.
+ *   GDRSHIM_LOG_LEVEL      error | warn | info | debug | trace (default warn; info in trace mode).
+ *   GDRSHIM_LOG_FILE       log file instead of stderr; %h host, %p pid; O_APPEND|O_NOFOLLOW, 0600.
+ *   GDRSHIM_CAPTURE        raw capture of every NVIDIA ioctl (the fixture format); %h, %p.
+ *   GDRSHIM_SUMMARY        1 (default): one "gdrshim: summary key=value ..." line at exit.
+ *   GDRSHIM_EAGER          1: register every user allocation when CUDA returns it (for verbs
+ *                          users the shim does not intercept); register mode only.
+ *   GDRSHIM_TIMING         1: measure the time the ioctl hook adds (summary hook_ns_per_nv_ioctl).
+ *   GDRSHIM_ADVERTISE_GDR  1: answer stock NCCL's GDR probes yes (the GPU attribute and the
+ *                          nv_mem peer-memory file), only while registering; never with
+ *                          NCCL_GDR_FLUSH_DISABLE set.
+ *   GDRSHIM_TEST_HIDE_GDR  test only: report CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as 0.
+ *   GDRSHIM_TEST_DEV_DIR   test only: files standing in for the device nodes and driver version.
  */
 #ifndef GDRSHIM_H
 #define GDRSHIM_H
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GDRSHIM_QUERY_ABI 1
+#define GDRSHIM_VERSION_MAJOR 0
+#define GDRSHIM_VERSION_MINOR 1
+#define GDRSHIM_VERSION_PATCH 0
+#define GDRSHIM_VERSION_STRING "0.1.0"
+#define GDRSHIM_QUERY_ABI 1            /* layout of struct gdrshim_backing */
 #define GDRSHIM_GPU_PAGE_SIZE (64u << 10) /* NV503C registers in 64 KiB units */
+
+enum gdrshim_mode { GDRSHIM_MODE_OFF = 0, GDRSHIM_MODE_TRACE = 1, GDRSHIM_MODE_SHADOW = 2, GDRSHIM_MODE_REGISTER = 3 };
 
 struct gdrshim_backing {
   uint32_t struct_version; /* GDRSHIM_QUERY_ABI */
@@ -27,12 +50,62 @@ struct gdrshim_backing {
   uint64_t map_base, map_length; /* the UVM mapping the range lies in */
 };
 
-const char *gdrshim_version(void);        /* "0.1.0" */
-int gdrshim_mode(void);                   /* 0 off, 1 trace, 2 shadow */
-/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss;
- * -EXDEV spans memory objects; -ENOSYS nothing tracked (off mode or unknown driver). */
+/* The counters of the exit summary. New fields are only ever added at the end. */
+struct gdrshim_counters {
+  uint64_t nv_ioctls, native, matched, mismatched, unpredicted;
+  uint64_t pass0_hits, pass0_misses, registered, unregistered, rm_errors;
+  uint64_t live_registrations, host_mrs, stood_aside;
+};
+
+const char *gdrshim_version(void);   /* "0.1.0" */
+int gdrshim_mode(void);              /* enum gdrshim_mode */
+int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI) */
+/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans
+ * memory objects; -ENOSYS nothing tracked (off mode or unknown driver). */
 int gdrshim_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out);
-void gdrshim_mark(const char *text);      /* a mark line in the capture file */
+/* Register the GPU memory behind [va, va+len) as a verbs registration of it would: a handle > 0;
+ * 0 nothing needed (native registration); -EINVAL host memory; -ENOENT no exact GPU mapping;
+ * -EXDEV spans memory objects; -EPERM not register mode; -ENOSYS unknown ABI or shim off. */
+int64_t gdrshim_register(uint64_t va, uint64_t len);
+int gdrshim_unregister(int64_t handle); /* 0, or -ENOENT for a handle not held */
+/* Copies at most size bytes of the counters; returns the bytes written or -ENOSYS. */
+int gdrshim_counters(struct gdrshim_counters *out, size_t size);
+void gdrshim_mark(const char *text);  /* a mark line in the capture file */
+
+/* ---- the same through dlsym: work with or without the shim loaded ---- */
+#define GDRSHIM_DL_(name) ((__typeof__(&name))dlsym(RTLD_DEFAULT, #name))
+static inline const char *gdrshim_dl_version(void) {
+  const char *(*f)(void) = GDRSHIM_DL_(gdrshim_version);
+  return f ? f() : NULL;
+}
+static inline int gdrshim_dl_mode(void) {
+  int (*f)(void) = GDRSHIM_DL_(gdrshim_mode);
+  return f ? f() : -ENOSYS;
+}
+static inline int gdrshim_dl_gdr_active(void) {
+  int (*f)(void) = GDRSHIM_DL_(gdrshim_gdr_active);
+  return f ? f() : 0;
+}
+static inline int gdrshim_dl_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out) {
+  int (*f)(uint64_t, uint64_t, struct gdrshim_backing *) = GDRSHIM_DL_(gdrshim_lookup);
+  return f ? f(va, len, out) : -ENOSYS;
+}
+static inline int64_t gdrshim_dl_register(uint64_t va, uint64_t len) {
+  int64_t (*f)(uint64_t, uint64_t) = GDRSHIM_DL_(gdrshim_register);
+  return f ? f(va, len) : -ENOSYS;
+}
+static inline int gdrshim_dl_unregister(int64_t handle) {
+  int (*f)(int64_t) = GDRSHIM_DL_(gdrshim_unregister);
+  return f ? f(handle) : -ENOSYS;
+}
+static inline int gdrshim_dl_counters(struct gdrshim_counters *out, size_t size) {
+  int (*f)(struct gdrshim_counters *, size_t) = GDRSHIM_DL_(gdrshim_counters);
+  return f ? f(out, size) : -ENOSYS;
+}
+static inline void gdrshim_dl_mark(const char *text) {
+  void (*f)(const char *) = GDRSHIM_DL_(gdrshim_mark);
+  if (f) f(text);
+}
 
 #ifdef __cplusplus
 }

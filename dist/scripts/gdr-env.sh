@@ -71,7 +71,8 @@ _gdr_env_build() {
       echo "gdr-env: $shim does not match $prefix/SHA256SUMS: refusing to preload it" >&2
       return 1
     fi
-    shim="$(cd "$(dirname "$shim")" && pwd)/libgdrshim.so"
+    # the verified file itself, not a path through "current" that a later deploy moves
+    shim="$(cd "$(dirname "$shim")" && pwd -P)/libgdrshim.so"
     if [ -z "$hca" ]; then echo "gdr-env: --hca is required in gdr mode (e.g. --hca mlx5_0); doctor lists the HCAs" >&2; return 2; fi
     local h name port
     local -a hcas

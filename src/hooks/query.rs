@@ -106,7 +106,7 @@ static NEXT_HANDLE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU6
 
 /// Registers the GPU memory behind `[va, va+len)` for third-party P2P, as a verbs registration
 /// of it would (for applications that hand GPU memory to a NIC some other way). Returns a handle
-/// > 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory; `-ENOENT`
+/// greater than 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory; `-ENOENT`
 /// not exactly one tracked GPU mapping (the reason is logged); `-EXDEV` spans memory objects;
 /// `-EPERM` not in register mode; `-ENOSYS` driver ABI unknown or shim off; `-EBUSY` timed out.
 #[cfg_attr(not(test), no_mangle)]

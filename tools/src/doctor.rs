@@ -281,19 +281,19 @@ pub fn doctor(st: &State) -> Report {
                 }
             }
         }
-        if let Some(u) = st.item("user-libs").ok() {
+        if let Some(u) = st.item("user-libs").any() {
             for l in u.lines() {
                 if let Some(v) = l.rsplit(".so.").next().filter(|v| v.contains('.') && l.contains(".so.")) {
                     if l.contains("libcuda.so") || l.contains("libnvidia-ml.so") {
                         seen.push(format!("{} {v}", l.rsplit('/').next().unwrap_or(l).split(".so").next().unwrap_or("")));
                         if v != kv {
-                            differ.push(format!("{l}"));
+                            differ.push(l.to_string());
                         }
                     }
                 }
             }
         }
-        if let Some(f) = st.item("firmware").ok() {
+        if let Some(f) = st.item("firmware").any() {
             let vs: Vec<String> = f.lines().filter_map(|l| l.trim_end_matches('/').rsplit('/').next().map(str::to_string)).collect();
             if !vs.is_empty() {
                 seen.push(format!("firmware {}", vs.join(",")));
@@ -466,7 +466,7 @@ pub fn doctor(st: &State) -> Report {
         } else if h.contains("install ok installed") {
             r.push(Check::new("kernel.headers", Status::Pass, "headers for the running kernel are installed (DKMS can build)"));
         } else {
-            r.push(Check::new("kernel.headers", Status::Warn, "no headers for the running kernel: DKMS cannot build the module for it").evidence(h.lines().next().unwrap_or("")).fix("sudo apt-get install linux-headers-$(uname -r)"));
+            r.push(Check::new("kernel.headers", Status::Warn, "no headers for the running kernel: DKMS cannot build the module for it").evidence(h.lines().find(|l| !l.trim().is_empty()).unwrap_or("dpkg -s linux-headers-$(uname -r): not installed")).fix("sudo apt-get install linux-headers-$(uname -r)"));
         }
     }
 

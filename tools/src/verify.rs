@@ -70,7 +70,7 @@ fn data_rows(log: &str) -> Vec<Row<'_>> {
     out
 }
 
-fn first<'a>(log: &'a str, pred: impl Fn(&str) -> bool) -> Option<&'a str> {
+fn first(log: &str, pred: impl Fn(&str) -> bool) -> Option<&str> {
     log.lines().find(|l| pred(l))
 }
 
