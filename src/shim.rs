@@ -68,6 +68,20 @@ pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     r
 }
 
+/// One counter per (device kind, request number): ctl 0..256, uvm 256..512, gpu 512..768.
+pub struct PerRequest(pub [AtomicU64; 768]);
+impl Default for PerRequest {
+    fn default() -> Self {
+        PerRequest([const { AtomicU64::new(0) }; 768])
+    }
+}
+impl core::ops::Index<usize> for PerRequest {
+    type Output = AtomicU64;
+    fn index(&self, i: usize) -> &AtomicU64 {
+        &self.0[i]
+    }
+}
+
 #[derive(Default)]
 pub struct Stats {
     pub nv_ioctls: AtomicU64,
@@ -84,6 +98,12 @@ pub struct Stats {
     pub gdr_answers: AtomicU64,
     /// With GDRSHIM_TIMING=1: nanoseconds spent in the ioctl hook outside the real call.
     pub hook_ns: AtomicU64,
+    /// GDRSHIM_TIMING: hook time and calls per (device kind, request number), and in the CUDA
+    /// allocation hooks, to find where the time goes.
+    pub hook_ns_by_req: PerRequest,
+    pub hook_calls_by_req: PerRequest,
+    pub alloc_hook_ns: AtomicU64,
+    pub alloc_hook_calls: AtomicU64,
 }
 
 /// The pure core, behind one lock: the map and the registrations that depend on it.
@@ -201,6 +221,22 @@ impl Shim {
             }
             off += n as usize;
         }
+    }
+
+    /// The GDRSHIM_TIMING keys: the average, the five most expensive request kinds in total
+    /// (`kind:nr:ns_per_call*calls`), and the CUDA allocation hooks.
+    fn timing_fields(&self) -> String {
+        let s = &self.stats;
+        let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
+        top.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let names = ["ctl", "uvm", "gpu"];
+        let top: Vec<String> = top.iter().take(5).map(|&(ns, i, n)| format!("{}:{:#x}:{}*{n}", names[i / 256], i % 256, ns / n)).collect();
+        format!(
+            " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
+            s.hook_ns.load(Relaxed) as f64 / s.nv_ioctls.load(Relaxed).max(1) as f64,
+            top.join(","),
+            s.alloc_hook_ns.load(Relaxed) as f64 / s.alloc_hook_calls.load(Relaxed).max(1) as f64
+        )
     }
 
     /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
@@ -339,6 +375,15 @@ impl Shim {
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
     pub fn user_allocation(&self, api: &str, ptr: u64, len: u64) {
+        let t0 = self.cfg.timing.then(crate::hooks::ioctl::clock_ns);
+        self.user_allocation_inner(api, ptr, len);
+        if let Some(t0) = t0 {
+            self.stats.alloc_hook_ns.fetch_add(crate::hooks::ioctl::clock_ns() - t0, Relaxed);
+            self.stats.alloc_hook_calls.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn user_allocation_inner(&self, api: &str, ptr: u64, len: u64) {
         if self.capture_fd.load(Relaxed) >= 0 {
             self.capture(&format!("A {api} {ptr:x} {len:x}"));
         }
@@ -522,7 +567,7 @@ impl Shim {
             s.wrapped.load(Relaxed),
             s.unwrapped.load(Relaxed),
             s.cuda_frees.load(Relaxed),
-            if self.cfg.timing { format!(" hook_ns_per_nv_ioctl={:.0}", s.hook_ns.load(Relaxed) as f64 / s.nv_ioctls.load(Relaxed).max(1) as f64) } else { String::new() },
+            if self.cfg.timing { self.timing_fields() } else { String::new() },
             rc.pass0_hits,
             rc.pass0_misses,
             rc.registered,

@@ -39,11 +39,26 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
         unsafe { s.after_ioctl(dev, fd, request, rc, arg) };
         if let (Some(a), Some(b), Some(c)) = (t0, t1, t2) {
-            s.stats.hook_ns.fetch_add((b - a) + (Clock::now() - c), core::sync::atomic::Ordering::Relaxed);
+            use core::sync::atomic::Ordering::Relaxed;
+            let ns = (b - a) + (Clock::now() - c);
+            s.stats.hook_ns.fetch_add(ns, Relaxed);
+            let base = match dev {
+                crate::decode::DevKind::Ctl => 0,
+                crate::decode::DevKind::Uvm => 256,
+                _ => 512,
+            };
+            let i = base + (request as usize & 0xff);
+            s.stats.hook_ns_by_req[i].fetch_add(ns, Relaxed);
+            s.stats.hook_calls_by_req[i].fetch_add(1, Relaxed);
         }
     });
     set_errno(e);
     rc
+}
+
+/// Monotonic nanoseconds.
+pub fn clock_ns() -> u64 {
+    Clock::now()
 }
 
 /// Monotonic nanoseconds, only when GDRSHIM_TIMING=1.

@@ -433,6 +433,20 @@ mod tests {
     }
 
     #[test]
+    fn perftest_log() {
+        // the layout of perftest's ib_write_bw report (derived: no HCA on our machines)
+        let ok = "---------------------------------------------------------------------------------------\n                    RDMA_Write BW Test\n Dual-port       : OFF\t\tDevice         : mlx5_0\n Using CUDA device 0: NVIDIA GeForce RTX 4090\n #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 16777216   100              69.41              69.35              0.000517\n---------------------------------------------------------------------------------------\n";
+        let good = real("h200-allreduce-stock.log");
+        let r = run(&good, |i| i.perftest_log = Some(ok.into()));
+        assert_eq!(st(&r, "perftest"), Status::Pass, "{}", r.text());
+        let err = ok.replace(" 16777216   100              69.41              69.35              0.000517\n", " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n");
+        let r = run(&good, |i| i.perftest_log = Some(err));
+        assert_eq!(st(&r, "perftest"), Status::Fail);
+        let cut: String = ok.lines().take(4).map(|l| format!("{l}\n")).collect();
+        assert_eq!(st(&run(&good, |i| i.perftest_log = Some(cut)), "perftest"), Status::Fail);
+    }
+
+    #[test]
     fn unusable_input_is_not_a_failure() {
         assert!(usable("").is_err());
         assert!(usable("hello\nworld\n").is_err());
