@@ -70,6 +70,9 @@ pub struct Config {
     pub test_hide_gdr: bool,
     /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
     pub nccl_flush_disabled: bool,
+    /// Test-only (`GDRSHIM_TEST_PANIC`): panic inside the hooks of this family (`ioctl`,
+    /// `hook` for the CUDA/verbs/query/access hooks, `dlsym`) to prove panics are contained.
+    pub test_panic: Option<String>,
 }
 
 pub const ENV_MODE: &str = "GDRSHIM_MODE";
@@ -83,10 +86,11 @@ pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
 pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
 pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
+pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
     }
 }
 
@@ -134,6 +138,7 @@ impl Config {
         c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
         c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
+        c.test_panic = get(ENV_TEST_PANIC).filter(|s| !s.is_empty());
         (c, warnings)
     }
 }

@@ -63,7 +63,14 @@ pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
         return None;
     }
     let e = errno();
-    let r = Guard::enter().and_then(|_g| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(get()))).ok());
+    let r = Guard::enter().and_then(|_g| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let s = get();
+            s.test_panic("hook");
+            f(s)
+        }))
+        .ok()
+    });
     set_errno(e);
     r
 }
@@ -239,6 +246,14 @@ impl Shim {
         )
     }
 
+    /// `GDRSHIM_TEST_PANIC=<site>`: panics here, to prove the hook contains it.
+    #[inline]
+    pub fn test_panic(&self, site: &str) {
+        if self.cfg.test_panic.as_deref() == Some(site) {
+            panic!("GDRSHIM_TEST_PANIC={site}: injected panic");
+        }
+    }
+
     /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
     pub fn registering(&self) -> bool {
         self.cfg.mode == Mode::Register && self.table.is_some()
@@ -302,6 +317,7 @@ impl Shim {
     /// means the kernel just copied the encoded number of bytes to and from it.
     pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
         self.stats.nv_ioctls.fetch_add(1, Relaxed);
+        self.test_panic("ioctl");
         let Some(t) = self.table else {
             self.stats.passthrough.fetch_add(1, Relaxed);
             return;

@@ -369,3 +369,45 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     assert_eq!(run(true, "register"), "version=0.1.0 mode=3 active=1 lookup_host=-2 register_host=-22 register=0 unregister=0 unregister_again=0 counters=104 registered=0 unregistered=0 abi=1\n");
     assert_eq!(run(true, "shadow"), "version=0.1.0 mode=2 active=0 lookup_host=-2 register_host=-1 register=0 unregister=0 unregister_again=0 counters=104 registered=0 unregistered=0 abi=1\n");
 }
+
+/// errno after every hooked call is what the real call left, and an injected panic in any hook
+/// family changes nothing the program can see: the run is compared line by line with a run
+/// without the shim.
+#[test]
+fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
+    let e = env();
+    let bin = e.dir.join("errno_all");
+    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    sh(Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&bin).arg(c.join("errno_all.c")).args(["-ldl", "-Wl,--no-as-needed", "-L"]).arg(&e.dir).args(["-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]));
+    let dev = e.dir.join("dev-errno");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("nvidiactl"), b"").unwrap();
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    let run = |preload: String, extra: &[(&str, &str)]| {
+        let out = Command::new(&bin)
+            .arg(e.dir.join("libcuda.so.1"))
+            .env("LD_PRELOAD", preload)
+            .env("GDRSHIM_TEST_DEV_DIR", &dev)
+            .env("FAKENV_CAPTURE", "/nonexistent")
+            .env("GDRSHIM_MODE", "register")
+            .env("GDRSHIM_SUMMARY", "0")
+            .envs(extra.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let fakenv = e.dir.join("libfakenv.so").display().to_string();
+    let with = format!("{}:{fakenv}", e.shim.display());
+    let (want, _) = run(fakenv.clone(), &[]);
+    assert_eq!(want.lines().count(), 27, "{want}");
+    assert!(want.contains(&format!("close bad              rc=-1 errno={}", libc::EBADF)), "{want}");
+    assert!(want.contains("access ok              rc=0 errno=12345"), "{want}");
+    let (got, err) = run(with.clone(), &[]);
+    assert_eq!(got, want, "with the shim\n{err}");
+    for site in ["ioctl", "hook", "dlsym"] {
+        let (got, err) = run(with.clone(), &[("GDRSHIM_TEST_PANIC", site), ("GDRSHIM_LOG_LEVEL", "warn")]);
+        assert_eq!(got, want, "panics injected at {site}\n{err}");
+        assert!(err.contains("GDRSHIM_TEST_PANIC") || site == "dlsym", "{site}: the contained panic is reported: {err}");
+    }
+}

@@ -79,6 +79,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
     std::panic::catch_unwind(|| {
+        if let Some(s) = crate::shim::try_get() {
+            s.test_panic("dlsym");
+        }
         // SAFETY: name is a valid C string (checked non-null above).
         let n = unsafe { CStr::from_ptr(name) };
         // SAFETY: a non-null version is the caller's C string.
