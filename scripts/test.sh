@@ -18,7 +18,13 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
   missing clippy
 fi
-cargo test --release --locked --workspace
+if [ "$(id -u)" = 0 ]; then
+  # the root-only tests (secure execution) too
+  cargo test --release --locked --workspace -- --include-ignored
+else
+  cargo test --release --locked --workspace
+  echo "test.sh: not root: the secure-execution test (needs root) NOT RUN"
+fi
 if command -v shellcheck >/dev/null 2>&1; then
   shellcheck scripts/*.sh scripts/doctor scripts/verify-run scripts/dmabuf-probe scripts/gdr-state-record tests/gpu/*.sh .ci/run
   echo "shellcheck: all scripts clean"

@@ -40,8 +40,8 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e }
 }
 
-/// 0 = not read yet, 1 = off, 2 = active. Read from the environment alone, so that the off mode
-/// never initialises anything.
+/// 0 = not read yet, 1 = off, 2 = active. Read from the environment alone (and AT_SECURE), so
+/// that the off mode never initialises anything.
 static ACTIVE: AtomicU8 = AtomicU8::new(0);
 
 pub fn active() -> bool {
@@ -49,7 +49,11 @@ pub fn active() -> bool {
         1 => false,
         2 => true,
         _ => {
-            let off = std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
+            // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
+            // program): inert, and no environment variable is even read.
+            // SAFETY: getauxval has no preconditions.
+            let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+            let off = secure || std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
             ACTIVE.store(if off { 1 } else { 2 }, Relaxed);
             !off
         }

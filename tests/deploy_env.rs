@@ -259,3 +259,55 @@ fn state_record_saves_every_item_and_compares_what_matters() {
     assert!(out.contains("== holds: only in"), "{out}");
     assert_eq!(sh("gdr-state-record", &["compare", a.to_str().unwrap(), s.to_str().unwrap()], &[]).0, 2, "not a save");
 }
+
+/// Under AT_SECURE the shim is inert: a setgid program that preloads it (glibc allows that only
+/// for a set-user-ID library in a system folder, named without a slash) gets a shim that reports
+/// mode 0 and opens no file named by the environment. Needs root (CI runs as root): run with
+/// `--include-ignored`, as scripts/test.sh does when it is root.
+#[test]
+#[ignore = "needs root: installs a set-user-ID test copy of the shim into /usr/lib for the test's duration"]
+fn inert_under_secure_execution() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "run as root");
+    let s = scratch("secure");
+    let built = Command::new(env!("CARGO")).args(["build", "--release", "--lib", "-q"]).current_dir(root()).status().unwrap();
+    assert!(built.success());
+    let lib_dir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"].into_iter().map(Path::new).find(|p| p.is_dir()).unwrap();
+    let name = format!("libgdrshim-secure-test-{}.so", std::process::id());
+    let lib = lib_dir.join(&name);
+    std::fs::copy(root().join("target/release/libgdrshim.so"), &lib).unwrap();
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(lib.clone());
+    assert!(Command::new("chmod").arg("4755").arg(&lib).status().unwrap().success());
+    let bin = s.join("secure_probe");
+    assert!(Command::new("cc").arg("-o").arg(&bin).arg(root().join("tests/c/secure_probe.c")).status().unwrap().success());
+    // setgid to a group the caller is not in: AT_SECURE even for root
+    assert!(Command::new("chown").arg("root:65534").arg(&bin).status().unwrap().success());
+    assert!(Command::new("chmod").arg("2755").arg(&bin).status().unwrap().success());
+    let log = s.join("log.txt");
+    let cap = s.join("cap.txt");
+    let run = |preload: &str| {
+        let out = Command::new(&bin)
+            .env("LD_PRELOAD", preload)
+            .env("GDRSHIM_MODE", "register")
+            .env("GDRSHIM_LOG_LEVEL", "trace")
+            .env("GDRSHIM_LOG_FILE", &log)
+            .env("GDRSHIM_CAPTURE", &cap)
+            .output()
+            .unwrap();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (out, err) = run(&name);
+    assert_eq!(out, "secure=1 loaded=1 mode=0\n", "{err}");
+    assert!(!err.contains("gdrshim"), "nothing said: {err}");
+    assert!(!log.exists() && !cap.exists(), "no file named by the environment was created");
+    // the same program made ordinary: the shim is live (the control of the experiment)
+    assert!(Command::new("chmod").arg("0755").arg(&bin).status().unwrap().success());
+    let (out, err) = run(&name);
+    assert_eq!(out, "secure=0 loaded=1 mode=3\n", "{err}");
+}
