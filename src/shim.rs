@@ -185,13 +185,15 @@ impl Shim {
             Some(tpl) => {
                 // SAFETY: getpid has no preconditions.
                 let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
-                match std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+                use std::os::unix::fs::OpenOptionsExt;
+                // like the log file: never through a symlink, private to the user
+                match std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
                     Ok(f) => {
                         use std::os::fd::IntoRawFd;
                         f.into_raw_fd()
                     }
                     Err(e) => {
-                        tracing::warn!("GDRSHIM_CAPTURE={path:?} cannot be opened ({e}); not capturing");
+                        tracing::warn!("GDRSHIM_CAPTURE={path:?} cannot be opened ({e}; symlinks are not followed); not capturing");
                         -1
                     }
                 }

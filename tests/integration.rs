@@ -411,3 +411,30 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
         assert!(err.contains("GDRSHIM_TEST_PANIC") || site == "dlsym", "{site}: the contained panic is reported: {err}");
     }
 }
+
+/// A log or capture path that is a symlink, in a folder that does not exist, or not writable:
+/// not followed, one warning, logging goes to stderr, and the program runs as without the shim.
+#[test]
+fn hostile_log_and_capture_paths() {
+    let e = env();
+    let d = e.dir.join("paths");
+    std::fs::create_dir_all(&d).unwrap();
+    let victim = d.join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    let link = d.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let text = fixture("alloc-probe.cap.gz");
+    for (tag, var, path, why) in [
+        ("log-link", "GDRSHIM_LOG_FILE", link.clone(), "symlinks are not followed"),
+        ("log-nodir", "GDRSHIM_LOG_FILE", d.join("no/such/dir/log"), "No such file or directory"),
+        ("log-dir", "GDRSHIM_LOG_FILE", d.clone(), "cannot be opened"),
+        ("cap-link", "GDRSHIM_CAPTURE", link.clone(), "symlinks are not followed"),
+    ] {
+        let (out, err) = run_player_env(&text, "shadow", tag, &[(var, path.to_str().unwrap())]);
+        assert!(out.contains("rc_mismatch=0"), "{tag}: {out}");
+        assert!(err.contains(var) && err.contains(why), "{tag}: one warning naming the variable and why: {err}");
+        assert!(summary(&err).is_some(), "{tag}: logging fell back to stderr");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n", "{tag}: the symlink's target is untouched");
+    }
+}
