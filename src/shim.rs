@@ -212,6 +212,8 @@ impl Shim {
             // SAFETY: at_exit is an extern "C" fn with no arguments, as atexit requires.
             unsafe { libc::atexit(at_exit) };
         }
+        // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
+        unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
         shim
     }
 
@@ -636,10 +638,19 @@ impl ParamReader for LiveParams {
     }
 }
 
+// fork() after the shim is up (so after CUDA was initialised in this process): the child can
+// inherit locks held by threads that do not exist in it, and CUDA does not let a forked child use
+// the parent's context anyway. The child turns inert (pure pass-through, no summary) until it
+// execs, which starts a fresh shim; the parent is untouched.
+extern "C" fn fork_child() {
+    ACTIVE.store(1, Relaxed);
+}
+
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let Some(_g) = Guard::enter() else { return };
-        if let Some(s) = try_get() {
+        // a forked child that turned inert prints nothing
+        if let Some(s) = try_get().filter(|_| active()) {
             crate::log::summary_line(&s.summary_fields());
         }
     });

@@ -438,3 +438,31 @@ fn hostile_log_and_capture_paths() {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n", "{tag}: the symlink's target is untouched");
     }
 }
+
+/// fork() while other threads are inside the shim's core lock: no child hangs (the shim is inert
+/// in a forked child, where CUDA cannot run either), and the parent's shim stays live.
+#[test]
+fn fork_while_other_threads_hold_the_shims_locks() {
+    let e = env();
+    let bin = e.dir.join("fork_locks");
+    sh(Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&bin).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork_locks.c")).args(["-ldl", "-lpthread"]));
+    let dev = e.dir.join("dev-fork");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    let mut child = Command::new("timeout")
+        .args(["60"])
+        .arg(&bin)
+        .arg("300")
+        .env("LD_PRELOAD", &e.shim)
+        .env("GDRSHIM_TEST_DEV_DIR", &dev)
+        .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_SUMMARY", "0")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert_eq!(status.code(), Some(0), "no child may hang (timeout exits 124): {out}");
+    assert_eq!(out, "forks=300 children_ok=300 parent_counters=104 parent_lookup=-2\n");
+}
