@@ -22,6 +22,9 @@
  *                          NCCL_GDR_FLUSH_DISABLE set.
  *   GDRSHIM_TEST_HIDE_GDR  test only: report CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as 0.
  *   GDRSHIM_TEST_DEV_DIR   test only: files standing in for the device nodes and driver version.
+ *   GDRSHIM_TEST_PANIC     test only: ioctl | hook | dlsym: panic inside that hook family (contained).
+ * Under secure execution (AT_SECURE) and in a child made by fork() after the shim is up, the shim is
+ * inert: every call is the real one and every query answers -ENOSYS (mode 0).
  */
 #ifndef GDRSHIM_H
 #define GDRSHIM_H
