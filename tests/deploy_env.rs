@@ -284,7 +284,9 @@ fn inert_under_secure_execution() {
     }
     let _cleanup = Cleanup(lib.clone());
     assert!(Command::new("chmod").arg("4755").arg(&lib).status().unwrap().success());
-    let bin = s.join("secure_probe");
+    // a setgid bit only counts on a file system mounted without nosuid: the build tree's, not /tmp's
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("secure_probe-{}", std::process::id()));
+    let _bin_cleanup = Cleanup(bin.clone());
     assert!(Command::new("cc").arg("-o").arg(&bin).arg(root().join("tests/c/secure_probe.c")).status().unwrap().success());
     // setgid to a group the caller is not in: AT_SECURE even for root
     assert!(Command::new("chown").arg("root:65534").arg(&bin).status().unwrap().success());
