@@ -48,7 +48,7 @@ mkdir -p "$out/lib" "$out/bin" "$out/include" "$out/scripts"
 install -m 0755 "$target/release/libgdrshim.so" "$out/lib/libgdrshim.so"
 install -m 0755 "$target/release/gdrshim-tool" "$out/bin/gdrshim-tool"
 install -m 0644 include/gdrshim.h "$out/include/gdrshim.h"
-for s in gdr-env.sh deploy.sh doctor verify-run dmabuf-probe gdr-state-record apply-nccl-patches.sh; do
+for s in gdr-env.sh deploy.sh doctor verify-run dmabuf-probe find-tool.sh gdr-state-record apply-nccl-patches.sh; do
   install -m 0755 "scripts/$s" "$out/scripts/$s"
 done
 find nccl-patches -type f -print0 | while IFS= read -r -d '' f; do

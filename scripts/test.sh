@@ -26,7 +26,7 @@ else
   echo "test.sh: not root: the secure-execution test (needs root) NOT RUN"
 fi
 if command -v shellcheck >/dev/null 2>&1; then
-  shellcheck scripts/*.sh scripts/doctor scripts/verify-run scripts/dmabuf-probe scripts/gdr-state-record tests/gpu/*.sh .ci/run
+  shellcheck -x scripts/*.sh scripts/doctor scripts/verify-run scripts/dmabuf-probe scripts/gdr-state-record tests/gpu/*.sh .ci/run
   echo "shellcheck: all scripts clean"
 else
   missing shellcheck

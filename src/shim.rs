@@ -86,6 +86,22 @@ impl Default for PerRequest {
         PerRequest([const { AtomicU64::new(0) }; 768])
     }
 }
+impl PerRequest {
+    const KINDS: [&'static str; 3] = ["ctl", "uvm", "gpu"];
+    /// The counter of one request on one kind of NVIDIA device.
+    pub fn slot(dev: DevKind, request: u64) -> usize {
+        let kind = match dev {
+            DevKind::Ctl => 0,
+            DevKind::Uvm => 1,
+            DevKind::Gpu(_) => 2,
+        };
+        kind * 256 + (request as usize & 0xff)
+    }
+    /// `kind:nr` of a counter, as the summary prints it.
+    fn label(i: usize) -> String {
+        format!("{}:{:#x}", Self::KINDS[i / 256], i % 256)
+    }
+}
 impl core::ops::Index<usize> for PerRequest {
     type Output = AtomicU64;
     fn index(&self, i: usize) -> &AtomicU64 {
@@ -244,8 +260,7 @@ impl Shim {
         let s = &self.stats;
         let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
         top.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        let names = ["ctl", "uvm", "gpu"];
-        let top: Vec<String> = top.iter().take(5).map(|&(ns, i, n)| format!("{}:{:#x}:{}*{n}", names[i / 256], i % 256, ns / n)).collect();
+        let top: Vec<String> = top.iter().take(5).map(|&(ns, i, n)| format!("{}:{}*{n}", PerRequest::label(i), ns / n)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
             s.hook_ns.load(Relaxed) as f64 / s.nv_ioctls.load(Relaxed).max(1) as f64,
@@ -399,10 +414,10 @@ impl Shim {
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
     pub fn user_allocation(&self, api: &str, ptr: u64, len: u64) {
-        let t0 = self.cfg.timing.then(crate::hooks::ioctl::clock_ns);
+        let t0 = self.cfg.timing.then(crate::hooks::ioctl::Clock::now);
         self.user_allocation_inner(api, ptr, len);
         if let Some(t0) = t0 {
-            self.stats.alloc_hook_ns.fetch_add(crate::hooks::ioctl::clock_ns() - t0, Relaxed);
+            self.stats.alloc_hook_ns.fetch_add(crate::hooks::ioctl::Clock::now() - t0, Relaxed);
             self.stats.alloc_hook_calls.fetch_add(1, Relaxed);
         }
     }
@@ -490,13 +505,27 @@ impl Shim {
     }
 
     /// The counters of `gdrshim_counters`.
-    pub fn counters(&self) -> [u64; 13] {
+    pub fn counters(&self) -> crate::hooks::query::GdrshimCounters {
         let s = &self.stats;
         let (t, r, live) = match self.core.try_lock_for(Duration::from_secs(1)) {
             Some(c) => (c.tracker.counts, c.registrar.counts, c.registrar.live_registrations() as u64),
             None => (Default::default(), Default::default(), u64::MAX),
         };
-        [s.nv_ioctls.load(Relaxed), t.native, t.matched, t.mismatched, t.unpredicted, r.pass0_hits, r.pass0_misses, r.registered, r.unregistered, r.rm_errors, live, r.host, r.stood_aside]
+        crate::hooks::query::GdrshimCounters {
+            nv_ioctls: s.nv_ioctls.load(Relaxed),
+            native: t.native,
+            matched: t.matched,
+            mismatched: t.mismatched,
+            unpredicted: t.unpredicted,
+            pass0_hits: r.pass0_hits,
+            pass0_misses: r.pass0_misses,
+            registered: r.registered,
+            unregistered: r.unregistered,
+            rm_errors: r.rm_errors,
+            live_registrations: live,
+            host_mrs: r.host,
+            stood_aside: r.stood_aside,
+        }
     }
 
     pub fn verbs_dereg(&self, mr: u64) {

@@ -22,17 +22,16 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
         Some(sh) if sh.cfg.advertise_gdr => {}
         _ => return r,
     }
-    let e = errno();
     // SAFETY: a non-null path the real access accepted as a C string.
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
     if p != crate::advertise::PEER_MEMORY_PROBE_PATH {
         return r;
     }
+    // call_in leaves errno as the real call set it
     if shim::call_in(|sh| sh.answer_peer_memory_probe(p, mode)) == Some(true) {
         // A success leaves errno as the caller had it.
         set_errno(e0);
         return 0;
     }
-    set_errno(e);
     r
 }

@@ -42,12 +42,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
             use core::sync::atomic::Ordering::Relaxed;
             let ns = (b - a) + (Clock::now() - c);
             s.stats.hook_ns.fetch_add(ns, Relaxed);
-            let base = match dev {
-                crate::decode::DevKind::Ctl => 0,
-                crate::decode::DevKind::Uvm => 256,
-                _ => 512,
-            };
-            let i = base + (request as usize & 0xff);
+            let i = crate::shim::PerRequest::slot(dev, request);
             s.stats.hook_ns_by_req[i].fetch_add(ns, Relaxed);
             s.stats.hook_calls_by_req[i].fetch_add(1, Relaxed);
         }
@@ -56,18 +51,13 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
     rc
 }
 
-/// Monotonic nanoseconds.
-pub fn clock_ns() -> u64 {
-    Clock::now()
-}
-
-/// Monotonic nanoseconds, only when GDRSHIM_TIMING=1.
-struct Clock;
+/// Monotonic nanoseconds (`start`: only when GDRSHIM_TIMING=1).
+pub(crate) struct Clock;
 impl Clock {
     fn start() -> Option<u64> {
         shim::try_get().filter(|s| s.cfg.timing).map(|_| Clock::now())
     }
-    fn now() -> u64 {
+    pub(crate) fn now() -> u64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: ts is a valid out-buffer.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };

@@ -194,8 +194,8 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut GdrshimCounters, size: usize
     }
     let Some(v) = shim::call_in(|s| s.counters()) else { return -libc::ENOSYS };
     let n = size.min(core::mem::size_of::<GdrshimCounters>()) / 8 * 8;
-    // SAFETY: v is 13 u64 laid out as GdrshimCounters; out has `size` ≥ n writable bytes.
-    unsafe { core::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, out as *mut u8, n) };
+    // SAFETY: v is a GdrshimCounters of at least n bytes; out has `size` ≥ n writable bytes.
+    unsafe { core::ptr::copy_nonoverlapping(&v as *const GdrshimCounters as *const u8, out as *mut u8, n) };
     n as c_int
 }
 

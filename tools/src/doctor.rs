@@ -111,6 +111,11 @@ fn value(line: &str) -> Option<(&str, &str)> {
     Some((k.trim(), v.trim()))
 }
 
+/// The value of `key:` in `key: value` lines (modinfo's output).
+fn field(text: &str, key: &str) -> Option<String> {
+    text.lines().filter_map(value).find(|(k, _)| *k == key).map(|(_, v)| v.to_string())
+}
+
 fn mib(v: &str) -> Option<u64> {
     let mut t = v.split_whitespace();
     let n: u64 = t.next()?.parse().ok()?;
@@ -274,7 +279,7 @@ pub fn doctor(st: &State) -> Report {
         let mut differ: Vec<String> = Vec::new();
         let mut seen: Vec<String> = Vec::new();
         if let Some(m) = st.item("modinfo-nvidia").ok() {
-            if let Some(v) = m.lines().filter_map(value).find(|(k, _)| *k == "version").map(|(_, v)| v.to_string()) {
+            if let Some(v) = field(m, "version") {
                 seen.push(format!("modinfo {v}"));
                 if &v != kv {
                     differ.push(format!("modinfo nvidia says {v} (the module the next boot loads)"));
@@ -352,8 +357,8 @@ pub fn doctor(st: &State) -> Report {
         None => r.push(Check::new("driver.dkms", Status::Info, dkms.why_not("dkms status"))),
     }
     if let (Some(m), Some(kv)) = (st.item("modinfo-nvidia").ok(), &kernel_version) {
-        let file = m.lines().filter_map(value).find(|(k, _)| *k == "filename").map(|(_, v)| v.to_string()).unwrap_or_default();
-        let ver = m.lines().filter_map(value).find(|(k, _)| *k == "version").map(|(_, v)| v.to_string()).unwrap_or_default();
+        let file = field(m, "filename").unwrap_or_default();
+        let ver = field(m, "version").unwrap_or_default();
         if &ver == kv {
             r.push(Check::new("driver.modinfo", Status::Pass, format!("modinfo and the loaded module agree ({ver}, {file})")));
         } else {
