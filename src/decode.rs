@@ -93,6 +93,45 @@ pub enum Outcome {
     Malformed(&'static str),
 }
 
+/// A call about to release or replace GPU memory or VA, read from its arguments *before* the
+/// driver runs it, so that registrations over that memory or VA can be removed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// UVM_FREE: the whole external range that starts at `base`, on every GPU.
+    UvmFree { base: u64 },
+    /// UVM_UNMAP_EXTERNAL of `[base, base+length)` on one GPU.
+    UvmUnmap { base: u64, length: u64 },
+    /// UVM_MAP_EXTERNAL_ALLOCATION: UVM first unmaps whatever it overlaps.
+    UvmMap { base: u64, length: u64, offset: u64, h_client: u32, h_memory: u32 },
+    /// RM_FREE of any object (memory, device, subdevice, VA space, a whole client).
+    RmFree { h_client: u32, h_object: u32 },
+}
+
+/// The [`Pending`] release of a call not yet issued, or `None` for calls that release nothing.
+/// `read(offset, len)` reads the caller's argument bytes (which the kernel has not vetted yet,
+/// so it must not fault); only the fields named here are read.
+pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &dyn Fn(&[(usize, usize)]) -> Option<Vec<u8>>) -> Option<Pending> {
+    let u64_le = |b: &[u8], o: usize| u64_at(b, o);
+    match (dev, request) {
+        (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_le(&b, 0) }),
+        (DevKind::Uvm, uvm::UNMAP_EXTERNAL) => read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_le(&b, 0), length: u64_le(&b, 8) }),
+        (DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION) => {
+            let l = t.uvm_map_external();
+            // base, length, offset; then hClient and hMemory behind the GPU attribute array
+            let b = read(&[(0, 24), (l.h_client(), 8)])?;
+            Some(Pending::UvmMap { base: u64_le(&b, 0), length: u64_le(&b, 8), offset: u64_le(&b, 16), h_client: u32_at(&b, 24), h_memory: u32_at(&b, 28) })
+        }
+        // the driver reads only _IOC_NR and _IOC_SIZE of an RM request, on any NVIDIA node
+        (DevKind::Ctl | DevKind::Gpu(_), r)
+            if abi::ioc_type(r) == abi::NV_IOCTL_MAGIC && abi::ioc_nr(r) == esc::RM_FREE && abi::ioc_size(r) == size_of::<abi::Nvos00Free>() =>
+        {
+            let b = read(&[(0, 12)])?;
+            Some(Pending::RmFree { h_client: u32_at(&b, 0), h_object: u32_at(&b, 8) })
+        }
+        _ => None,
+    }
+}
+
 /// How many argument bytes the hook must capture for `request` on `dev`, or `None` when the call
 /// is not decoded at all (then nothing is read).
 pub fn arg_len(dev: DevKind, request: u64, t: &AbiTable) -> Option<usize> {
@@ -448,6 +487,40 @@ mod tests {
     use super::*;
     use crate::abi::{pod_bytes, zeroed, DriverVersion};
     use std::collections::HashMap;
+
+    #[test]
+    fn pending_releases_read_only_the_fields_they_need() {
+        for v in ["535.288.01", "580.159.04", "595.45.04"] {
+            let t = abi::table_for(DriverVersion::parse(v).unwrap()).unwrap();
+            let l = t.uvm_map_external();
+            let mut map = vec![0u8; l.size()];
+            map[0..8].copy_from_slice(&0x7f00_0000_0000u64.to_le_bytes());
+            map[8..16].copy_from_slice(&0x20_0000u64.to_le_bytes());
+            map[16..24].copy_from_slice(&0x1_0000u64.to_le_bytes());
+            map[l.h_client()..l.h_client() + 4].copy_from_slice(&0xc1d0_0001u32.to_le_bytes());
+            map[l.h_memory()..l.h_memory() + 4].copy_from_slice(&0x5c00_0042u32.to_le_bytes());
+            let read = |b: &[u8], pieces: &[(usize, usize)]| -> Option<Vec<u8>> {
+                let mut out = Vec::new();
+                for &(o, n) in pieces {
+                    out.extend_from_slice(b.get(o..o + n)?);
+                }
+                Some(out)
+            };
+            let got = pending(DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION, t, &|p| read(&map, p));
+            assert_eq!(got, Some(Pending::UvmMap { base: 0x7f00_0000_0000, length: 0x20_0000, offset: 0x1_0000, h_client: 0xc1d0_0001, h_memory: 0x5c00_0042 }), "{v}");
+            let unmap = [0x11u8; 40];
+            assert_eq!(pending(DevKind::Uvm, uvm::UNMAP_EXTERNAL, t, &|p| read(&unmap, p)), Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 }));
+            let mut free = zeroed::<abi::Nvos00Free>();
+            free.h_root = 7;
+            free.h_object_old = 9;
+            let req = abi::nv_ioctl(esc::RM_FREE, 16);
+            assert_eq!(pending(DevKind::Ctl, req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
+            assert_eq!(pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
+            // calls that release nothing read nothing; an unreadable argument is no release
+            assert_eq!(pending(DevKind::Ctl, abi::nv_ioctl(esc::RM_ALLOC, 48), t, &|_| panic!("read")), None);
+            assert_eq!(pending(DevKind::Uvm, uvm::FREE, t, &|_| None), None);
+        }
+    }
 
     struct Params(HashMap<u64, Vec<u8>>);
     impl ParamReader for Params {

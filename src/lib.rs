@@ -21,3 +21,6 @@ pub mod rm;
 pub mod shim;
 pub mod tracker;
 pub mod vamap;
+
+#[cfg(test)]
+mod model_test;

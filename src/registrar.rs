@@ -12,7 +12,8 @@
 //! into a client of ours would instead keep the memory alive and registered after CUDA freed it.
 
 use crate::abi::{p2p, status};
-use crate::tracker::{Tracker, VidmemTuple};
+use crate::decode::Pending;
+use crate::tracker::{ObjKind, Tracker, VidmemTuple};
 use crate::vamap::{MemRef, Miss};
 use crate::fxhash::FxHashMap as HashMap;
 use std::fmt;
@@ -35,6 +36,8 @@ pub enum RegMiss {
     NoVaSpace,
     Unaligned(VidmemTuple),
     SpansMappings { mapping_end: u64 },
+    /// The UVM mapping an MR lies in is no longer whole: part of it was unmapped or mapped again.
+    MappingNotWhole { tuple: VidmemTuple },
     OtherAddress { registered: VidmemTuple },
     Rm { call: &'static str, status: u32 },
 }
@@ -49,6 +52,7 @@ impl fmt::Display for RegMiss {
             RegMiss::NoVaSpace => write!(f, "no VA space registered with UVM under the memory's device"),
             RegMiss::Unaligned(t) => write!(f, "backing range {t} is not 64 KiB aligned"),
             RegMiss::SpansMappings { mapping_end } => write!(f, "the MR runs past its UVM mapping (ends at {mapping_end:#x})"),
+            RegMiss::MappingNotWhole { tuple } => write!(f, "the UVM mapping {tuple} is no longer whole (part of it was unmapped or mapped to other memory); registering it would describe memory that is not there"),
             RegMiss::OtherAddress { registered } => write!(f, "the memory is already registered at another VA {registered} (one range per hMemory)"),
             RegMiss::Rm { call, status: st } => write!(f, "{call} refused: {:#x} {} ({})", st, status::name(*st), likely_cause(call, *st)),
         }
@@ -75,6 +79,7 @@ pub fn likely_cause(call: &str, st: u32) -> &'static str {
 struct GpuReg {
     p2p: u32,
     subdevice: u32,
+    vaspace: u32,
     token: u64,
 }
 
@@ -145,6 +150,10 @@ impl Registrar {
     pub fn holds_mr(&self, mr: u64) -> bool {
         self.mrs.contains_key(&mr)
     }
+    /// Whether any registration or 503C object of ours exists (else no driver call concerns us).
+    pub fn holds_anything(&self) -> bool {
+        !self.regs.is_empty() || !self.gpus.is_empty()
+    }
     pub fn live_mrs(&self) -> usize {
         self.mrs.len()
     }
@@ -202,6 +211,12 @@ impl Registrar {
         if down(addr) < tuple.address || end > map_end {
             return Decision::Miss(RegMiss::SpansMappings { mapping_end: map_end });
         }
+        // The registration describes the whole mapping: all of it must still be this memory, at
+        // these offsets, on every GPU that maps it.
+        match t.map.lookup_single(tuple.address, tuple.size) {
+            Ok(p) if p.mem == piece.mem && p.offset == tuple.offset => {}
+            _ => return Decision::Miss(RegMiss::MappingNotWhole { tuple }),
+        }
         let offset = piece.offset;
         if let Some(r) = self.regs.get_mut(&piece.mem) {
             if r.tuple != tuple {
@@ -232,7 +247,7 @@ impl Registrar {
                         return Decision::Miss(RegMiss::Rm { call: "REGISTER_VA_SPACE", status: st });
                     }
                 };
-                let g = GpuReg { p2p, subdevice, token };
+                let g = GpuReg { p2p, subdevice, vaspace, token };
                 self.gpus.insert((client, h_device), g);
                 self.counts.p2p_objects += 1;
                 g
@@ -294,7 +309,12 @@ impl Registrar {
     /// registration that `gone` selects, whatever MRs still reference it (they keep only a
     /// dangling entry, released as a no-op at dereg).
     pub fn before_release(&mut self, rm: &mut dyn Rm, gone: impl Fn(&VidmemTuple) -> bool) -> Vec<VidmemTuple> {
-        let hit: Vec<MemRef> = self.regs.iter().filter(|(_, r)| gone(&r.tuple)).map(|(m, _)| *m).collect();
+        self.release_where(rm, |t, _| gone(t))
+    }
+
+    /// As [`before_release`](Self::before_release), selecting by the tuple and the 503C it is on.
+    fn release_where(&mut self, rm: &mut dyn Rm, gone: impl Fn(&VidmemTuple, u32) -> bool) -> Vec<VidmemTuple> {
+        let hit: Vec<MemRef> = self.regs.iter().filter(|(_, r)| gone(&r.tuple, r.p2p)).map(|(m, _)| *m).collect();
         let mut out = Vec::new();
         for m in &hit {
             let r = self.regs.remove(m).expect("listed");
@@ -302,6 +322,56 @@ impl Registrar {
             out.push(r.tuple);
         }
         out
+    }
+
+    /// Before the driver runs a call that releases or replaces memory or VA: unregister every
+    /// registration that would otherwise describe memory that is no longer at its address.
+    /// Returns what was unregistered.
+    pub fn before_driver_call(&mut self, t: &Tracker, rm: &mut dyn Rm, call: Pending) -> Vec<VidmemTuple> {
+        if self.regs.is_empty() && self.gpus.is_empty() {
+            return Vec::new();
+        }
+        let overlaps = |x: &VidmemTuple, base: u64, end: u64| x.address < end && base < x.address.saturating_add(x.size);
+        match call {
+            Pending::UvmFree { base } => {
+                let end = base.saturating_add(t.uvm_free_extent(base, None));
+                self.before_release(rm, |x| overlaps(x, base, end))
+            }
+            // Registrations are per memory, not per GPU: an unmap on any GPU drops them (safe side).
+            Pending::UvmUnmap { base, length } => self.before_release(rm, |x| overlaps(x, base, base.saturating_add(length))),
+            Pending::UvmMap { base, length, offset, h_client, h_memory } => {
+                // UVM first unmaps what the new mapping overlaps. A registration survives only
+                // where the new mapping says the same thing: same memory at the same offsets
+                // (cuMemSetAccess maps a range again exactly so).
+                let mem = MemRef { client: h_client, memory: h_memory };
+                let same = |x: &VidmemTuple| x.mem == mem && (x.offset as i128 - x.address as i128) == (offset as i128 - base as i128);
+                self.before_release(rm, |x| overlaps(x, base, base.saturating_add(length)) && !same(x))
+            }
+            Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
+                Some(ObjKind::Memory { .. }) => self.before_release(rm, |x| x.mem.client == h_client && x.mem.memory == h_object),
+                Some(ObjKind::Client { .. }) => self.before_release(rm, |x| x.mem.client == h_client),
+                Some(_) => {
+                    // A device, subdevice or VA space: RM frees our 503C with it (a child of the
+                    // subdevice, dependent on the VA space). Take it down first, cleanly.
+                    let gone: Vec<((u32, u32), GpuReg)> = self
+                        .gpus
+                        .iter()
+                        .filter(|((c, dev), g)| *c == h_client && (*dev == h_object || g.subdevice == h_object || g.vaspace == h_object))
+                        .map(|(k, g)| (*k, *g))
+                        .collect();
+                    let mut out = Vec::new();
+                    for (key, g) in gone {
+                        out.extend(self.release_where(rm, |x, p2p| x.mem.client == h_client && p2p == g.p2p));
+                        self.gpus.remove(&key);
+                        if let Err(st) = rm.free(h_client, g.subdevice, g.p2p) {
+                            tracing::warn!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st));
+                        }
+                    }
+                    out
+                }
+                None => Vec::new(),
+            },
+        }
     }
 
     /// A client went away: RM freed its 503C objects and their registrations itself.
@@ -488,6 +558,57 @@ mod tests {
         assert_eq!(r.counts.rm_errors, 0);
     }
 
+    #[test]
+    fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
+        let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x40_0000)]);
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x11, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &a, 0xa);
+        // cuMemSetAccess maps the first half again, same memory, same offsets: kept
+        let same = Pending::UvmMap { base: 0x7f00_0000_0000, length: 0x20_0000, offset: 0, h_client: C, h_memory: 0x10 };
+        assert!(r.before_driver_call(&t, &mut rm, same).is_empty());
+        // the second half now at another offset of the same memory: the registration would lie
+        let shifted = Pending::UvmMap { base: 0x7f00_0020_0000, length: 0x10_0000, offset: 0, h_client: C, h_memory: 0x10 };
+        assert_eq!(r.before_driver_call(&t, &mut rm, shifted).len(), 1);
+        assert!(rm.regs.is_empty());
+        r.after_dereg(&mut rm, 0xa);
+        let b = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &b, 0xb);
+        // other memory over part of it: unregistered before UVM replaces it
+        let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
+        assert_eq!(r.before_driver_call(&t, &mut rm, other).len(), 1);
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x11 });
+        // and the mapping it cut is no longer registrable as a whole
+        let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
+        assert!(c_miss_text(&c).contains("no longer whole"));
+        assert!(rm.regs.is_empty());
+    }
+
+    fn c_miss_text(d: &Decision) -> String {
+        match d {
+            Decision::Miss(m) => m.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    #[test]
+    fn freeing_the_va_space_or_device_takes_our_503c_down_first() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        for h in [VAS, SUB, DEV] {
+            let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+            let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+            r.after_reg(&mut rm, &a, 0xa);
+            assert_eq!(r.p2p_objects(), 1);
+            let gone = r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
+            assert_eq!(gone.len(), 1, "freeing {h:#x}");
+            assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "freeing {h:#x}: our 503C and its registration are gone");
+            assert_eq!(r.p2p_objects(), 0);
+            assert_eq!(r.counts.rm_errors, 0);
+        }
+    }
+
     /// Model-based: random allocations, maps (sub-ranges, offsets), unmaps, frees in any order,
     /// verbs registrations of random sub-ranges (and of random addresses), deregistrations. After
     /// every step every registration the fake RM holds is exactly a live mapping of the model, and
@@ -536,8 +657,7 @@ mod tests {
                 30..=37 if !maps.is_empty() => {
                     // UVM_FREE of a mapping, as the shim's before_ioctl handles it
                     let slot = *maps.keys().nth(rnd(maps.len() as u64) as usize).unwrap();
-                    let end = slot + t.uvm_free_extent(slot, None);
-                    r.before_release(&mut rm, |x| x.address < end && slot < x.address + x.size);
+                    r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: slot });
                     t.apply(&Event::UvmFree { base: slot, length: None });
                     maps.remove(&slot);
                     unmaps += 1;
@@ -545,7 +665,7 @@ mod tests {
                 38..=41 if !mems.is_empty() => {
                     // RM_FREE of a memory object, mapped or not
                     let (h, _) = mems.swap_remove(rnd(mems.len() as u64) as usize);
-                    r.before_release(&mut rm, |x| x.mem.memory == h);
+                    r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
                     t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: h });
                     // RM frees the memory; UVM keeps the VA range (now backed by nothing we may register)
                     maps.retain(|_, m| m.1 != h);

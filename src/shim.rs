@@ -537,47 +537,33 @@ impl Shim {
         }
     }
 
-    /// Before the real ioctl: registrations over memory or VA that this call releases are
-    /// removed first (UVM_FREE, UVM_UNMAP_EXTERNAL, RM_FREE).
+    /// Before the real ioctl: registrations over memory or VA that this call releases or maps
+    /// anew are removed first (UVM_FREE, UVM_UNMAP_EXTERNAL, UVM_MAP_EXTERNAL_ALLOCATION, RM_FREE).
     pub fn before_ioctl(&self, dev: DevKind, request: u64, arg: *mut c_void) {
-        if self.cfg.mode != Mode::Register || self.table.is_none() || arg.is_null() {
+        if self.cfg.mode != Mode::Register || arg.is_null() {
             return;
         }
-        let want = match (dev, request) {
-            (DevKind::Uvm, crate::abi::uvm::FREE) => 8,
-            (DevKind::Uvm, crate::abi::uvm::UNMAP_EXTERNAL) => 16,
-            (DevKind::Ctl, r) if r == crate::abi::nv_ioctl(crate::abi::esc::RM_FREE, 16) => 16,
-            _ => return,
+        let Some(t) = self.table else { return };
+        // cheap filter first: only the four requests that release anything take the lock
+        let releases = match dev {
+            DevKind::Uvm => matches!(request, abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION),
+            _ => abi::ioc_nr(request) == abi::esc::RM_FREE,
         };
+        if !releases {
+            return;
+        }
         let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
-        if c.registrar.live_registrations() == 0 {
+        // UVM calls concern registrations; an RM free may also take down a 503C of ours
+        let concerns_us = if dev == DevKind::Uvm { c.registrar.live_registrations() > 0 } else { c.registrar.holds_anything() };
+        if !concerns_us {
             return;
         }
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
-        let Some(b) = read_own_memory(arg as u64, want) else { return };
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return };
         let Core { tracker, registrar } = &mut *c;
         let mut rm = crate::rm::RealRm { tracker };
-        let n = match dev {
-            DevKind::Uvm => {
-                let base = u64_at(0);
-                let end = if request == crate::abi::uvm::UNMAP_EXTERNAL { base.saturating_add(u64_at(8)) } else { base.saturating_add(tracker.uvm_free_extent(base, None)) };
-                registrar.before_release(&mut rm, |t| t.address < end && base < t.address + t.size)
-            }
-            _ => {
-                let (client, h) = (u32_at(0), u32_at(8));
-                let kind = tracker.object(client, h).map(|o| o.kind);
-                match kind {
-                    Some(crate::tracker::ObjKind::Memory { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client && t.mem.memory == h),
-                    Some(crate::tracker::ObjKind::Client { .. }) => registrar.before_release(&mut rm, |t| t.mem.client == client),
-                    Some(_) => registrar.before_release(&mut rm, |t| t.mem.client == client && tracker.memory_device(t.mem).is_some_and(|(d, _)| d == h)),
-                    None => Vec::new(),
-                }
-            }
-        };
-        for t in &n {
-            tracing::info!("unregistered {t} before the driver releases its memory or VA");
+        for x in registrar.before_driver_call(tracker, &mut rm, call) {
+            tracing::info!("unregistered {x} before the driver releases or remaps its memory or VA");
         }
     }
 
@@ -635,14 +621,23 @@ impl Shim {
     }
 }
 
-/// Reads our own memory without faulting on a bad pointer.
-fn read_own_memory(addr: u64, len: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: len };
-    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: len };
-    // SAFETY: the kernel copies between our own address ranges and reports bad ones as errors.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (n == len as isize).then_some(buf)
+/// Reads pieces `(offset, len)` of our own memory at `addr`, concatenated, without faulting on a
+/// bad pointer (one `process_vm_readv`).
+fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
+    let total: usize = pieces.iter().map(|p| p.1).sum();
+    if pieces.len() > 4 || total == 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; total];
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: total };
+    let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 4];
+    for (r, &(off, len)) in remote.iter_mut().zip(pieces) {
+        *r = libc::iovec { iov_base: addr.checked_add(off as u64)? as *mut c_void, iov_len: len };
+    }
+    // SAFETY: the kernel copies between our own address ranges and reports bad ones as errors;
+    // `local` is our buffer of `total` bytes.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), pieces.len() as libc::c_ulong, 0) };
+    (n == total as isize).then_some(buf)
 }
 
 fn rm_status_ok(request: u64, arg: &[u8]) -> bool {

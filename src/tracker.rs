@@ -216,6 +216,9 @@ impl Tracker {
                         // RM unregisters freed vidmem from every 503C of the client by itself.
                         notes.extend(self.drop_native(mem));
                     }
+                    ObjKind::VaSpace { .. } => {
+                        self.uvm_vaspaces.remove(&(client, x));
+                    }
                     ObjKind::P2p => {
                         self.native_p2p.remove(&(client, x));
                         let gone: Vec<MemRef> = self.native_regs.keys().filter(|m| m.client == client).copied().collect();
