@@ -107,10 +107,13 @@ pub enum Pending {
     RmFree { h_client: u32, h_object: u32 },
 }
 
+/// Reads pieces `(offset, len)` of a call's argument, concatenated; `None` if any is unreadable.
+pub type ReadPieces<'a> = dyn Fn(&[(usize, usize)]) -> Option<Vec<u8>> + 'a;
+
 /// The [`Pending`] release of a call not yet issued, or `None` for calls that release nothing.
 /// `read(offset, len)` reads the caller's argument bytes (which the kernel has not vetted yet,
 /// so it must not fault); only the fields named here are read.
-pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &dyn Fn(&[(usize, usize)]) -> Option<Vec<u8>>) -> Option<Pending> {
+pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &ReadPieces) -> Option<Pending> {
     let u64_le = |b: &[u8], o: usize| u64_at(b, o);
     match (dev, request) {
         (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_le(&b, 0) }),

@@ -174,7 +174,7 @@ impl Rm for StrictRm {
         if !m.vidmem {
             return self.refuse(status::NV_ERR_NOT_SUPPORTED);
         }
-        if t.size == 0 || (t.size | t.address | t.offset) % PAGE != 0 || t.offset.checked_add(t.size).is_none_or(|e| e > m.size) {
+        if t.size == 0 || !(t.size | t.address | t.offset).is_multiple_of(PAGE) || t.offset.checked_add(t.size).is_none_or(|e| e > m.size) {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
         let clash = self.regs.iter().any(|(p, r)| *p == p2p && r.mem.client == client && (r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)));

@@ -6,7 +6,7 @@
 //! gdrshim, as a preloaded library should.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
@@ -192,25 +192,94 @@ pub fn next(name: &CStr) -> *mut c_void {
     }
 }
 
+/// Counts successful `dlclose` calls: a library reached through `RTLD_NEXT` (libibverbs,
+/// libcuda) may have been unloaded and loaded again elsewhere since a pointer was cached.
+pub static DL_GENERATION: AtomicU64 = AtomicU64::new(0);
+
 /// A lazily resolved pointer to the next definition of one symbol.
 pub struct NextFn {
     name: &'static CStr,
+    /// For symbols of a library that a plugin may hold in its own local scope: the file-name
+    /// prefix of that library (`RTLD_NEXT` from gdrshim sees only the global scope).
+    library: Option<&'static [u8]>,
     ptr: AtomicPtr<c_void>,
+    /// For symbols of libraries that can be unloaded: the [`DL_GENERATION`] `ptr` was resolved
+    /// in, plus one (0: never resolved). `u64::MAX` for libc's, which is never unloaded.
+    resolved_in: AtomicU64,
 }
 
 impl NextFn {
+    /// A libc function: resolved once.
     pub const fn new(name: &'static CStr) -> Self {
-        NextFn { name, ptr: AtomicPtr::new(core::ptr::null_mut()) }
+        NextFn { name, library: None, ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(u64::MAX) }
+    }
+    /// A function of `library` (a file-name prefix such as `libibverbs.so`), which may be
+    /// loaded only in a plugin's local scope, and may be `dlclose`d and loaded again at another
+    /// address: looked up again after any `dlclose`.
+    pub const fn reloadable(name: &'static CStr, library: &'static [u8]) -> Self {
+        NextFn { name, library: Some(library), ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(0) }
     }
     pub fn get(&self) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
-        if !p.is_null() {
+        let seen = self.resolved_in.load(Ordering::Acquire);
+        let now = if seen == u64::MAX { u64::MAX } else { DL_GENERATION.load(Ordering::Acquire) + 1 };
+        if !p.is_null() && seen == now {
             return p;
         }
-        let p = next(self.name);
+        let mut p = next(self.name);
+        if p.is_null() {
+            if let Some(lib) = self.library {
+                p = in_loaded_library(lib, self.name);
+            }
+        }
         self.ptr.store(p, Ordering::Release);
+        if seen != u64::MAX {
+            self.resolved_in.store(now, Ordering::Release);
+        }
         p
     }
+}
+
+/// `name` in an already loaded library whose file name starts with `prefix`, in whatever scope
+/// it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps no reference.
+fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
+    struct Find<'a> {
+        prefix: &'a [u8],
+        path: Option<std::ffi::CString>,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
+        let full = unsafe { CStr::from_ptr(info.dlpi_name) };
+        let file = full.to_bytes().rsplit(|&c| c == b'/').next().unwrap_or_default();
+        if file.starts_with(f.prefix) {
+            f.path = Some(full.to_owned());
+            return 1;
+        }
+        0
+    }
+    let mut f = Find { prefix, path: None };
+    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
+    let Some(path) = f.path else { return core::ptr::null_mut() };
+    // SAFETY: RTLD_NOLOAD only finds an object that is loaded already (and counts a reference).
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a lookup on the handle just obtained.
+    let p = real_dlsym().map_or(core::ptr::null_mut(), |d| unsafe { d(h, name.as_ptr()) });
+    // The reference goes back at once (through libc, so our dlclose hook does not count it):
+    // an unload later is seen through DL_GENERATION.
+    if let Some(close) = dlclose() {
+        // SAFETY: the handle dlopen gave above.
+        unsafe { close(h) };
+    }
+    p
 }
 
 /// Declares a typed accessor for the real function behind a hook.
@@ -236,6 +305,7 @@ real_fn!(pub dup2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
 real_fn!(pub dup3, c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int);
 real_fn!(pub access, c"access", unsafe extern "C" fn(*const c_char, c_int) -> c_int);
 real_fn!(pub fcntl, c"fcntl", unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int);
+real_fn!(pub dlclose, c"dlclose", unsafe extern "C" fn(*mut c_void) -> c_int);
 
 #[cfg(test)]
 mod tests {

@@ -105,6 +105,13 @@ pub struct RegCounts {
     pub p2p_objects: u64,
 }
 
+/// The registration reference of an MR being deregistered, held across the provider's call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldRef {
+    mem: MemRef,
+    id: u64,
+}
+
 /// What to do about one verbs registration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -281,8 +288,26 @@ impl Registrar {
 
     /// After a successful `ibv_dereg_mr(mr)`.
     pub fn after_dereg(&mut self, rm: &mut dyn Rm, mr: u64) {
-        if let Some((mem, id)) = self.mrs.remove(&mr) {
-            self.release(rm, mem, id);
+        if let Some(held) = self.take_mr(mr) {
+            self.finish_dereg(rm, mr, held, true);
+        }
+    }
+
+    /// Before the provider's `ibv_dereg_mr(mr)`: take the MR's reference out of the table while
+    /// `mr` still names this MR. Once the provider frees it, another thread's registration can
+    /// get the same pointer back from malloc at once; a lookup after the call would then release
+    /// that thread's registration instead.
+    pub fn take_mr(&mut self, mr: u64) -> Option<HeldRef> {
+        self.mrs.remove(&mr).map(|(mem, id)| HeldRef { mem, id })
+    }
+
+    /// After the provider's dereg: release the reference taken by [`take_mr`](Self::take_mr),
+    /// or give it back to `mr` if the provider refused (the MR still exists).
+    pub fn finish_dereg(&mut self, rm: &mut dyn Rm, mr: u64, held: HeldRef, deregistered: bool) {
+        if deregistered {
+            self.release(rm, held.mem, held.id);
+        } else {
+            self.mrs.insert(mr, (held.mem, held.id));
         }
     }
 

@@ -259,7 +259,7 @@ impl Shim {
     fn timing_fields(&self) -> String {
         let s = &self.stats;
         let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
-        top.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        top.sort_unstable_by_key(|t| core::cmp::Reverse(t.0));
         let top: Vec<String> = top.iter().take(5).map(|&(ns, i, n)| format!("{}:{}*{n}", PerRequest::label(i), ns / n)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
@@ -525,6 +525,24 @@ impl Shim {
             live_registrations: live,
             host_mrs: r.host,
             stood_aside: r.stood_aside,
+        }
+    }
+
+    /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table.
+    pub fn verbs_dereg_begin(&self, mr: u64) -> Option<crate::registrar::HeldRef> {
+        let mut c = self.core.try_lock_for(Duration::from_secs(5))?;
+        let held = c.registrar.take_mr(mr);
+        self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
+        held
+    }
+
+    /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
+    pub fn verbs_dereg_end(&self, mr: u64, held: crate::registrar::HeldRef, deregistered: bool) {
+        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
+            let Core { tracker, registrar } = &mut *c;
+            let mut rm = crate::rm::RealRm { tracker };
+            registrar.finish_dereg(&mut rm, mr, held, deregistered);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
         }
     }
 

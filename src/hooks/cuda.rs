@@ -47,7 +47,7 @@ macro_rules! cuda_fn {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> CUresult;
-            pub static NEXT: NextFn = NextFn::new($sym);
+            pub static NEXT: NextFn = NextFn::reloadable($sym, b"libcuda.so");
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> CUresult);
 
             #[inline(always)]

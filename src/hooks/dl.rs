@@ -73,8 +73,11 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     if !real::resolve_dl() {
         return RETURN_NULL; // cannot forward anywhere; glibc >= 2.34 always lets us resolve
     }
+    // RTLD_NEXT means "after the caller": only glibc, seeing the caller's return address, can
+    // answer it. (An interposer of its own finding its next ibv_reg_mr/cuMemAlloc must get
+    // exactly that, or it calls itself through us forever.)
     // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
-    if name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') || !active() {
+    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') || !active() {
         return FORWARD;
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
@@ -111,6 +114,22 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         w as usize
     })
     .unwrap_or(FORWARD)
+}
+
+/// `dlclose`: after a library is unloaded, cached pointers into libraries we forward to are
+/// looked up again (libibverbs unloaded with NCCL's net plugin and loaded again elsewhere).
+///
+/// # Safety
+/// As glibc's `dlclose`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> core::ffi::c_int {
+    let Some(f) = real::dlclose() else { return -1 };
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { f(handle) };
+    if rc == 0 {
+        real::DL_GENERATION.fetch_add(1, core::sync::atomic::Ordering::AcqRel);
+    }
+    rc
 }
 
 #[cfg(test)]

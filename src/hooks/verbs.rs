@@ -30,7 +30,7 @@ macro_rules! verbs_reg {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
-            pub static NEXT: NextFn = NextFn::new($sym);
+            pub static NEXT: NextFn = NextFn::reloadable($sym, b"libibverbs.so");
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
 
             #[inline(always)]
@@ -79,19 +79,22 @@ fn mr_ex_range(attr: *mut c_void) -> (u64, u64) {
     (addr, len)
 }
 
-static DEREG_NEXT: NextFn = NextFn::new(c"ibv_dereg_mr");
+static DEREG_NEXT: NextFn = NextFn::reloadable(c"ibv_dereg_mr", b"libibverbs.so");
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
 
 unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
+    // The reference comes out of the table before the provider frees the MR: afterwards the
+    // same pointer may already be another thread's new MR.
+    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) { shim::call_in(|s| s.verbs_dereg_begin(mr as u64)).flatten() } else { None };
     // SAFETY: the provider's ibv_dereg_mr.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
-    if rc == 0 && shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
-        shim::call_in(|s| s.verbs_dereg(mr as u64));
+    if let Some(held) = held {
+        shim::call_in(|s| s.verbs_dereg_end(mr as u64, held, rc == 0));
     }
     rc
 }
@@ -105,7 +108,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
     unsafe { dereg_call(DEREG_NEXT.get(), mr) }
 }
 
-static REREG_NEXT: NextFn = NextFn::new(c"ibv_rereg_mr");
+static REREG_NEXT: NextFn = NextFn::reloadable(c"ibv_rereg_mr", b"libibverbs.so");
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
 const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
 
@@ -143,7 +146,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c
     unsafe { rereg_call(REREG_NEXT.get(), mr, flags, pd, addr, length, access) }
 }
 
-static DMABUF_NEXT: NextFn = NextFn::new(c"ibv_reg_dmabuf_mr");
+static DMABUF_NEXT: NextFn = NextFn::reloadable(c"ibv_reg_dmabuf_mr", b"libibverbs.so");
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 
 unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {

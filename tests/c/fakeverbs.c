@@ -5,11 +5,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
 unsigned long fakeverbs_dmabuf;
+int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 static struct ibv_mr *reg(void *addr, size_t len) {
+  if (__atomic_load_n(&fakeverbs_exit_in_reg, __ATOMIC_ACQUIRE)) pthread_exit((void *)42);
   int (*check)(uint64_t, uint64_t) = (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_check");
   int r = check ? check((uint64_t)(uintptr_t)addr, len) : 1;
   if (r < 0) { errno = EFAULT; return NULL; }

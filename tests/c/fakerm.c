@@ -1,0 +1,208 @@
+// A live fake NVIDIA driver for gdrshim's process-life and concurrency tests (ours). Preloaded
+// *after* libgdrshim.so. Unlike fakenv.c, which replays a capture in order, it keeps state and
+// answers whatever a program issues, from any number of threads, on the files of
+// GDRSHIM_TEST_DEV_DIR (nvidiactl, nvidia-uvm, nvidia0, nvidia1), with driver 580's layouts:
+//   RM_ALLOC (NVOS64 from the program, NVOS21 from gdrshim) of clients, devices, subdevices,
+//   VA spaces, memory (0x40 vidmem, 0x3e sysmem) and NV50_THIRD_PARTY_P2P; RM_FREE; RM_CONTROL
+//   of the 503C controls with RM's rules (nvidia-abi.md S3); other controls answer NV_OK.
+//   UVM_REGISTER_GPU_VASPACE, CREATE_EXTERNAL_RANGE, MAP_EXTERNAL_ALLOCATION (a new map first
+//   unmaps what it overlaps on that GPU), UNMAP_EXTERNAL, FREE.
+// fakenv_check(va, len) answers what nvidia_p2p_get_pages would give the NIC (fakeverbs.c asks
+// it): 0 only if exactly one registration holds the 64 KiB-rounded range and it is, for every
+// page, the memory the process has mapped there.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAXO 65536
+typedef struct { uint32_t client, h, parent, cls, device; uint64_t size; int live; } obj_t;
+typedef struct { uint64_t base, len, off; uint32_t client, h; int gpu, live; } map_t;
+typedef struct { uint32_t client, p2p, h; uint64_t addr, size, off; int live; } reg_t;
+static obj_t objs[MAXO]; static int nobjs;
+static map_t maps[MAXO]; static int nmaps;
+static reg_t regs[MAXO]; static int nregs;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t next_handle = 0x7000;
+unsigned long fakenv_p2p_errors, fakenv_calls;
+
+static struct { dev_t dev; ino_t ino; } nodes[4]; static int nodes_ready;
+static const char *names[4] = {"nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"};
+static void init_nodes(void) {
+  const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096]; struct stat st;
+  for (int i = 0; d && i < 4; i++) { snprintf(p, sizeof p, "%s/%s", d, names[i]); if (!stat(p, &st)) { nodes[i].dev = st.st_dev; nodes[i].ino = st.st_ino; } }
+  __atomic_store_n(&nodes_ready, 1, __ATOMIC_RELEASE);
+}
+// -1 not ours, 0 ctl, 1 uvm, 2/3 GPU nodes
+static int node_of(int fd) {
+  if (!__atomic_load_n(&nodes_ready, __ATOMIC_ACQUIRE)) init_nodes();
+  struct stat st; if (fstat(fd, &st)) return -1;
+  for (int i = 0; i < 4; i++) if (nodes[i].ino && st.st_dev == nodes[i].dev && st.st_ino == nodes[i].ino) return i;
+  return -1;
+}
+static obj_t *obj(uint32_t c, uint32_t h) { for (int i = 0; i < nobjs; i++) if (objs[i].live && objs[i].client == c && objs[i].h == h) return &objs[i]; return NULL; }
+static obj_t *add_obj(obj_t o) {
+  for (int i = 0; i < nobjs; i++) if (!objs[i].live) { objs[i] = o; objs[i].live = 1; return &objs[i]; }
+  if (nobjs == MAXO) return NULL;
+  objs[nobjs] = o; objs[nobjs].live = 1; return &objs[nobjs++];
+}
+static void drop_regs_of_mem(uint32_t c, uint32_t h) { for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].h == h) regs[i].live = 0; }
+static void drop_regs_of_p2p(uint32_t c, uint32_t p) { for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].p2p == p) regs[i].live = 0; }
+// RM frees an object and everything under it; freed vidmem is unregistered from every 503C of its client.
+static void free_tree(uint32_t c, uint32_t h) {
+  for (int i = 0; i < nobjs; i++) if (objs[i].live && objs[i].client == c && objs[i].parent == h && objs[i].h != h) free_tree(c, objs[i].h);
+  obj_t *o = obj(c, h); if (!o) return;
+  if (o->cls == 0x40 || o->cls == 0x3e) drop_regs_of_mem(c, h);
+  if (o->cls == 0x503c) drop_regs_of_p2p(c, h);
+  o->live = 0;
+}
+static uint32_t device_of(obj_t *o) { // the device an object hangs under
+  while (o && o->cls != 0x80) { if (o->parent == o->h) return 0; o = obj(o->client, o->parent); }
+  return o ? o->h : 0;
+}
+static int reg_add(reg_t r) {
+  for (int i = 0; i < nregs; i++) if (!regs[i].live) { regs[i] = r; regs[i].live = 1; return 0; }
+  if (nregs == MAXO) return -1;
+  regs[nregs] = r; regs[nregs].live = 1; nregs++; return 0;
+}
+
+static uint32_t rm_alloc(uint32_t c, uint32_t parent, uint32_t *hnew, uint32_t cls, uint8_t *params) {
+  obj_t o = {c, *hnew, parent, cls, 0, 0, 0};
+  if (cls == 0x41) { if (!o.h) o.h = 0xc1d00000 + ++next_handle; o.client = o.h; o.parent = o.h; add_obj(o); *hnew = o.h; return 0; }
+  if (!obj(c, c)) return 0x57;
+  obj_t *par = obj(c, parent); if (!par) return 0x57;
+  if (!o.h) o.h = 0xcaf00000 + ++next_handle;
+  if (obj(c, o.h)) return 0x19;
+  if (cls == 0x503c) {
+    if (par->cls != 0x2080) return 0x57;
+    for (int i = 0; i < nobjs; i++) if (objs[i].live && objs[i].client == c && objs[i].parent == parent && objs[i].cls == 0x503c) return 0x63;
+  }
+  if (cls == 0x40 || cls == 0x3e) { if (!params) return 0x1f; memcpy(&o.size, params + 64, 8); if (!o.size || o.size & 0xffff) return 0x1f; }
+  if (!add_obj(o)) return 0x51;
+  *hnew = o.h; return 0;
+}
+
+static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
+  obj_t *o = obj(c, p2p); if (!o || o->cls != 0x503c) return 0x57;
+  if (cmd == 0x503c0102) {
+    if (o->size) return 0x19; // one VA space
+    o->size = 1; uint64_t tok = 0xfe00; memcpy(p + 8, &tok, 8); return 0;
+  }
+  if (cmd == 0x503c0104) {
+    uint32_t h; uint64_t ad, sz, of; memcpy(&h, p, 4); memcpy(&ad, p + 8, 8); memcpy(&sz, p + 16, 8); memcpy(&of, p + 24, 8);
+    obj_t *m = obj(c, h); if (!m) return 0x57;
+    if (device_of(m) != device_of(o)) return 0x57;
+    if (m->cls != 0x40) return 0x56;
+    if (!sz || (ad | sz | of) & 0xffff || of + sz > m->size) return 0x1f;
+    for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].p2p == p2p && (regs[i].h == h || (ad < regs[i].addr + regs[i].size && regs[i].addr < ad + sz))) return 0x19;
+    return reg_add((reg_t){c, p2p, h, ad, sz, of, 1}) ? 0x51 : 0;
+  }
+  if (cmd == 0x503c0105) {
+    uint32_t h; memcpy(&h, p, 4); int found = 0;
+    for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].p2p == p2p && regs[i].h == h) { regs[i].live = 0; found = 1; }
+    return found ? 0 : 0x57;
+  }
+  return 0x24;
+}
+
+static void unmap(int gpu, uint64_t base, uint64_t len) {
+  uint64_t end = base + len;
+  for (int i = 0; i < nmaps; i++) {
+    map_t *m = &maps[i];
+    if (!m->live || (gpu >= 0 && m->gpu != gpu) || m->base >= end || m->base + m->len <= base) continue;
+    uint64_t mend = m->base + m->len; map_t keep = *m; m->live = 0;
+    if (keep.base < base) { map_t a = keep; a.len = base - keep.base; for (int j = 0; j <= nmaps; j++) if (j == nmaps || !maps[j].live) { maps[j] = a; if (j == nmaps) nmaps++; break; } }
+    if (mend > end) { map_t b = keep; b.base = end; b.off = keep.off + (end - keep.base); b.len = mend - end; for (int j = 0; j <= nmaps; j++) if (j == nmaps || !maps[j].live) { maps[j] = b; if (j == nmaps) nmaps++; break; } }
+  }
+}
+static int gpu_of_uuid(const uint8_t *u) { return u[0] == 0xa0 ? 0 : u[0] == 0xb1 ? 1 : -1; }
+uint8_t fakerm_uuid[2][16] = {{0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {0xb1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}};
+
+static int uvm_call(unsigned long cmd, uint8_t *a) {
+  uint32_t st = 0;
+  if (cmd == 25) { st = 0; memcpy(a + 28, &st, 4); return 0; } // REGISTER_GPU_VASPACE
+  if (cmd == 73) { memcpy(a + 16, &st, 4); return 0; }         // CREATE_EXTERNAL_RANGE
+  if (cmd == 33) {                                              // MAP_EXTERNAL_ALLOCATION (580: 256 GPUs)
+    uint64_t base, len, off, count; uint32_t c, h; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); memcpy(&off, a + 16, 8);
+    memcpy(&count, a + 9240, 8); memcpy(&c, a + 9252, 4); memcpy(&h, a + 9256, 4);
+    obj_t *m = obj(c, h);
+    if (!m || (m->cls != 0x40 && m->cls != 0x3e)) st = 0x57; else if (off + len > m->size || !len || count < 1 || count > 256) st = 0x1f;
+    for (uint64_t g = 0; !st && g < count; g++) {
+      int gpu = gpu_of_uuid(a + 24 + 36 * g); if (gpu < 0) { st = 0x1f; break; }
+      unmap(gpu, base, len);
+      map_t n = {base, len, off, c, h, gpu, 1}; int j;
+      for (j = 0; j < nmaps && maps[j].live; j++) {}
+      if (j == MAXO) { st = 0x51; break; }
+      maps[j] = n; if (j == nmaps) nmaps++;
+    }
+    memcpy(a + 9260, &st, 4); return 0;
+  }
+  if (cmd == 66) { uint64_t base, len; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); unmap(gpu_of_uuid(a + 16), base, len); memcpy(a + 32, &st, 4); return 0; }
+  if (cmd == 34) { uint64_t base, len; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); unmap(-1, base, len); memcpy(a + 16, &st, 4); return 0; }
+  return 0;
+}
+
+int ioctl(int fd, unsigned long req, void *arg) {
+  static int (*real)(int, unsigned long, void *);
+  if (!real) real = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
+  int node = node_of(fd);
+  if (node < 0) return real(fd, req, arg);
+  if (!arg) { errno = EFAULT; return -1; }
+  uint8_t *a = arg; uint32_t *w = arg; unsigned nr = req & 0xff, size = (req >> 16) & 0x3fff;
+  // controls other than the 503C's touch no state: answered without the lock (signal handlers issue them)
+  if (node != 1 && nr == 0x2a && size == 32 && (w[2] >> 16) != 0x503c) { w[7] = 0; return 0; }
+  pthread_mutex_lock(&mu);
+  __atomic_add_fetch(&fakenv_calls, 1, __ATOMIC_RELAXED);
+  int rc = 0;
+  if (node == 1) rc = uvm_call(req, a);
+  else if (nr == 0x2b && (size == 48 || size == 32)) {
+    uint64_t pp; memcpy(&pp, a + 16, 8);
+    uint32_t st = rm_alloc(w[0], w[1], &w[2], w[3], (uint8_t *)(uintptr_t)pp);
+    if (w[3] == 0x503c && st) fakenv_p2p_errors++;
+    w[size == 48 ? 10 : 7] = st;
+  } else if (nr == 0x29 && size == 16) {
+    if (!obj(w[0], w[2])) w[3] = 0x57; else { free_tree(w[0], w[2]); w[3] = 0; }
+  } else if (nr == 0x2a && size == 32) {
+    uint64_t pp; memcpy(&pp, a + 16, 8);
+    w[7] = p2p_ctrl(w[0], w[1], w[2], (uint8_t *)(uintptr_t)pp);
+    if (w[7]) fakenv_p2p_errors++;
+  } else { errno = EINVAL; rc = -1; }
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
+
+// What nvidia_p2p_get_pages gives the NIC for [va, va+len) of this process: 1 host memory,
+// 0 registered exactly right, -1 not (ibv_reg_mr fails with EFAULT).
+int fakenv_check(uint64_t va, uint64_t len) {
+  pthread_mutex_lock(&mu);
+  uint64_t lo = va & ~0xffffull, hi = (va + len + 0xffff) & ~0xffffull;
+  int mapped = 0, r = 0, hits = 0; reg_t hit = {0};
+  for (int i = 0; i < nmaps; i++) if (maps[i].live && va >= maps[i].base && va < maps[i].base + maps[i].len) mapped = 1;
+  if (!mapped) { pthread_mutex_unlock(&mu); return 1; }
+  for (int i = 0; i < nregs; i++) {
+    if (!regs[i].live) continue;
+    obj_t *o = obj(regs[i].client, regs[i].p2p);
+    if (o && o->size == 1 && lo >= regs[i].addr && hi <= regs[i].addr + regs[i].size) { hits++; hit = regs[i]; }
+  }
+  if (hits != 1) r = -1;
+  // every 4 KiB page of the rounded range: each GPU that maps it maps the registered memory at the registered offset
+  for (uint64_t p = lo; !r && p < hi; p += 0x1000) {
+    int seen = 0;
+    for (int i = 0; i < nmaps; i++) {
+      map_t *m = &maps[i];
+      if (!m->live || p < m->base || p >= m->base + m->len) continue;
+      seen = 1;
+      if (m->client != hit.client || m->h != hit.h || m->off + (p - m->base) != hit.off + (p - hit.addr)) r = -1;
+    }
+    if (!seen) r = -1;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+int fakenv_live_registrations(void) { pthread_mutex_lock(&mu); int n = 0; for (int i = 0; i < nregs; i++) n += regs[i].live; pthread_mutex_unlock(&mu); return n; }
+int fakenv_p2p_objects(void) { pthread_mutex_lock(&mu); int n = 0; for (int i = 0; i < nobjs; i++) n += objs[i].live && objs[i].cls == 0x503c; pthread_mutex_unlock(&mu); return n; }

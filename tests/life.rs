@@ -1,0 +1,161 @@
+//! Process life and concurrency: the real libgdrshim.so in register mode, with the live fake
+//! driver (tests/c/fakerm.c) and the fake NIC + peermem (tests/c/fakeverbs.c), in the scenarios
+//! of tests/c/life.c. Every scenario runs in a child with a deadline: a hang is a failure.
+//! `GDRSHIM_LIFE_THREADS` and `GDRSHIM_LIFE_ITERS` set the size of the concurrency run
+//! (default 64 threads × 1000 allocation lives each).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+struct Env {
+    dir: PathBuf,
+    shim: PathBuf,
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd.output().expect("spawn");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn env() -> &'static Env {
+    static E: OnceLock<Env> = OnceLock::new();
+    E.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        sh(Command::new(env!("CARGO")).args(["build", "--release", "--lib"]).current_dir(root));
+        let dir = std::env::temp_dir().join(format!("gdrshim-life-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("dev")).unwrap();
+        let c = root.join("tests/c");
+        let src = |f: &str| c.join(f).to_str().unwrap().to_string();
+        let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
+        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
+        cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+        cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
+        cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
+        // not linked against libibverbs: it must be able to unload it
+        cc(&["-O1", "-Wall", "-Werror", "-o", "life", &src("life.c"), "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN"]);
+        for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
+            std::fs::write(dir.join("dev").join(f), b"").unwrap();
+        }
+        std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+        Env { dir, shim: root.join("target/release/libgdrshim.so") }
+    })
+}
+
+struct Run {
+    code: Option<i32>,
+    out: String,
+    err: String,
+    secs: f64,
+}
+
+/// `life ARGS` under the shim (and `extra_preload` between the shim and the fake driver),
+/// killed after `deadline`.
+fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
+    let e = env();
+    let mut preload = vec![e.shim.display().to_string()];
+    if let Some(x) = extra_preload {
+        preload.push(e.dir.join(x).display().to_string());
+    }
+    preload.push(e.dir.join("libfakerm.so").display().to_string());
+    let t0 = Instant::now();
+    let mut child = Command::new(e.dir.join("life"))
+        .args(args)
+        .current_dir(&e.dir)
+        .env("LD_PRELOAD", preload.join(":"))
+        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+        .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_LOG_LEVEL", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let o = std::thread::spawn(move || std::io::read_to_string(&mut out).unwrap_or_default());
+    let r = std::thread::spawn(move || std::io::read_to_string(&mut err).unwrap_or_default());
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("life {args:?} did not finish within {deadline:?}: hung (deadlock?)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run { code: status.code(), out: o.join().unwrap(), err: r.join().unwrap(), secs: t0.elapsed().as_secs_f64() }
+}
+
+fn assert_ok(r: &Run, mode: &str) {
+    assert_eq!(r.code, Some(0), "life {mode}: {}\n{}", r.out, r.err);
+    assert!(r.out.contains(&format!("life {mode} ok ")), "{}\n{}", r.out, r.err);
+    assert!(!r.err.contains("FAIL"), "{}", r.err);
+    assert!(r.err.contains("gdrshim: summary"), "the summary line is printed at exit: {}", r.err);
+}
+
+fn num(text: &str, key: &str) -> u64 {
+    let at = text.rfind(&format!(" {key}=")).unwrap_or_else(|| panic!("no {key}= in {text}"));
+    text[at + key.len() + 2..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn many_threads_register_and_release_at_once() {
+    let threads = std::env::var("GDRSHIM_LIFE_THREADS").unwrap_or_else(|_| "64".into());
+    let iters = std::env::var("GDRSHIM_LIFE_ITERS").unwrap_or_else(|_| "1000".into());
+    let r = life(&["threads", &threads, &iters], None, Duration::from_secs(300));
+    assert_ok(&r, "threads");
+    // every MR the fake NIC accepted was exactly registered, and nothing is left
+    let (reg, unreg) = (num(&r.out, "registered"), num(&r.out, "unregistered"));
+    assert!(reg > 1000 && reg == unreg, "{}", r.out);
+    assert_eq!(num(&r.out, "kernel_registrations"), 0);
+    eprintln!("{threads} threads × {iters}: {} ({:.2} s)", r.out.lines().next().unwrap_or(""), r.secs);
+}
+
+#[test]
+fn signals_arriving_inside_the_hooks() {
+    let r = life(&["signals", "300"], None, Duration::from_secs(120));
+    assert_ok(&r, "signals");
+    assert!(num(&r.out, "handled") >= 100, "{}", r.out);
+}
+
+#[test]
+fn fork_and_exec_while_registered() {
+    let r = life(&["forkexec"], None, Duration::from_secs(60));
+    assert_ok(&r, "forkexec");
+    assert!(r.out.contains("life child ok registered=1"), "the exec'd child has a shim of its own: {}", r.out);
+    assert_eq!(r.err.matches("gdrshim: summary").count(), 2, "one summary each: {}", r.err);
+}
+
+#[test]
+fn exit_with_live_registrations_and_a_thread_in_the_hooks() {
+    let r = life(&["exitlive"], None, Duration::from_secs(60));
+    assert_eq!(r.code, Some(3), "the program's own exit code: {}\n{}", r.out, r.err);
+    assert!(r.out.contains("life exitlive ok registered=3"), "{}", r.out);
+    // the summary still comes, naming what is live; RM frees it with libcuda's client at exit
+    let line = r.err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{}", r.err));
+    assert!(num(line, "live_registrations") >= 3, "{line}");
+}
+
+#[test]
+fn a_thread_ending_inside_a_registration_or_cancelled_in_a_hook() {
+    let r = life(&["threadexit"], None, Duration::from_secs(60));
+    assert_ok(&r, "threadexit");
+}
+
+#[test]
+fn libibverbs_unloaded_and_loaded_again_elsewhere() {
+    let dir = env().dir.display().to_string();
+    let r = life(&["dlclose", &dir], None, Duration::from_secs(60));
+    assert_ok(&r, "dlclose");
+    assert!(r.out.contains("rounds=3 moved=2"), "{}", r.out);
+}
+
+#[test]
+fn another_interposer_finding_its_next_with_rtld_next() {
+    let r = life(&["interpose"], Some("libinterpose.so"), Duration::from_secs(60));
+    assert_ok(&r, "interpose");
+    assert!(r.out.contains("interposer_calls=1"), "{}", r.out);
+}
