@@ -38,6 +38,43 @@ impl DevKind {
 pub trait ParamReader {
     /// Exactly `len` bytes at user pointer `ptr`, or `None` if they cannot be read.
     fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>>;
+    /// The same for the small structs the decoder reads (at most [`ParamBytes::CAP`] bytes),
+    /// without a heap allocation where the reader can (the live hook: this runs on every call).
+    fn read_small(&self, ptr: u64, len: usize) -> Option<ParamBytes> {
+        self.read(ptr, len).and_then(|v| ParamBytes::from_slice(&v[..len.min(v.len())]))
+    }
+}
+
+/// Up to 128 parameter bytes on the stack, zero beyond `len`.
+#[derive(Clone, Copy)]
+pub struct ParamBytes {
+    len: usize,
+    buf: [u8; ParamBytes::CAP],
+}
+impl ParamBytes {
+    pub const CAP: usize = 128;
+    pub fn from_slice(b: &[u8]) -> Option<ParamBytes> {
+        let mut p = ParamBytes { len: b.len(), buf: [0; Self::CAP] };
+        p.buf.get_mut(..b.len())?.copy_from_slice(b);
+        Some(p)
+    }
+    /// An empty buffer of `len` bytes to fill in place.
+    pub fn zeroed(len: usize) -> Option<ParamBytes> {
+        (len <= Self::CAP).then_some(ParamBytes { len, buf: [0; Self::CAP] })
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+    /// The bytes, zero-extended to at least `n` (older branches' shorter structs).
+    pub fn padded(&self, n: usize) -> &[u8] {
+        &self.buf[..n.clamp(self.len, Self::CAP)]
+    }
+}
+impl core::ops::Deref for ParamBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
 }
 
 /// Reads nothing: for calls whose embedded pointers must not be followed.
@@ -248,11 +285,11 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
         _ => return Err(Outcome::Malformed("RM_ALLOC size is neither NVOS21 nor NVOS64")),
     };
     failed_or(0, a.status, || ())?;
-    let read_params = |len: usize| -> Option<Vec<u8>> {
+    let read_params = |len: usize| -> Option<ParamBytes> {
         if a.p_params == 0 {
             None
         } else {
-            params.read(a.p_params, len)
+            params.read_small(a.p_params, len)
         }
     };
     let ev = match a.h_class {
@@ -270,7 +307,7 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
             Event::Subdevice { h_client: a.h_root, h_device: a.h_parent, h_subdevice: a.h_new, subdevice_id }
         }
         class::FERMI_VASPACE_A => {
-            let flags = read_params(t.vaspace_alloc_params_size).and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(&pad_to(b, 56))).map(|p| p.flags).unwrap_or(0);
+            let flags = read_params(t.vaspace_alloc_params_size).and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(b.padded(56))).map(|p| p.flags).unwrap_or(0);
             Event::VaSpace { h_client: a.h_root, h_parent: a.h_parent, h_vaspace: a.h_new, class: a.h_class, flags }
         }
         class::NV50_THIRD_PARTY_P2P => {
@@ -278,7 +315,7 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
             Event::P2pAlloc { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, flags }
         }
         c if class::uses_memory_alloc_params(c) => {
-            let p = read_params(t.memory_alloc_params_size).and_then(|b| abi::read_pod::<abi::MemoryAllocationParamsV545>(&pad_to(b, 128)));
+            let p = read_params(t.memory_alloc_params_size).and_then(|b| abi::read_pod::<abi::MemoryAllocationParamsV545>(b.padded(128)));
             Event::Memory {
                 h_client: a.h_root,
                 h_parent: a.h_parent,
@@ -295,11 +332,6 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
     Ok(Outcome::Event(ev))
 }
 
-/// The 535 memory params lack the trailing numaNode: zero-extend so one reader serves both.
-fn pad_to(mut b: Vec<u8>, len: usize) -> Vec<u8> {
-    b.resize(len.max(b.len()), 0);
-    b
-}
 
 fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
     let f: abi::Nvos00Free = abi::read_pod(arg).filter(|_| arg.len() == 16).ok_or(Outcome::Malformed("NVOS00"))?;
@@ -335,7 +367,7 @@ fn decode_control(arg: &[u8], params: &dyn ParamReader) -> Result<Outcome, Outco
     if c.params_size as usize != want {
         return Err(Outcome::Malformed("503C control paramsSize"));
     }
-    let b = if c.params == 0 { None } else { params.read(c.params, want) };
+    let b = if c.params == 0 { None } else { params.read_small(c.params, want) };
     let b = b.ok_or(Outcome::Malformed("503C control params unreadable"))?;
     let ctrl = match c.cmd {
         p2p::REGISTER_VA_SPACE => {

@@ -219,6 +219,7 @@ impl NextFn {
     pub const fn reloadable(name: &'static CStr, library: &'static [u8]) -> Self {
         NextFn { name, library: Some(library), ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(0) }
     }
+    #[inline(always)]
     pub fn get(&self) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         let seen = self.resolved_in.load(Ordering::Acquire);
@@ -226,6 +227,12 @@ impl NextFn {
         if !p.is_null() && seen == now {
             return p;
         }
+        self.resolve(seen, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn resolve(&self, seen: u64, now: u64) -> *mut c_void {
         let mut p = next(self.name);
         if p.is_null() {
             if let Some(lib) = self.library {

@@ -44,20 +44,36 @@ pub fn set_errno(e: i32) {
 /// that the off mode never initialises anything.
 static ACTIVE: AtomicU8 = AtomicU8::new(0);
 
+#[inline(always)]
 pub fn active() -> bool {
     match ACTIVE.load(Relaxed) {
         1 => false,
         2 => true,
-        _ => {
-            // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
-            // program): inert, and no environment variable is even read.
-            // SAFETY: getauxval has no preconditions.
-            let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-            let off = secure || std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
-            ACTIVE.store(if off { 1 } else { 2 }, Relaxed);
-            !off
-        }
+        _ => first_active(),
     }
+}
+
+/// The first look at the environment (every hook asks `active`: this part stays out of line).
+#[cold]
+#[inline(never)]
+fn first_active() -> bool {
+    // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
+    // program): inert, and no environment variable is even read.
+    // SAFETY: getauxval has no preconditions.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    let off = secure || std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
+    if !off {
+        // Before anything can start initialising: a fork while another thread is inside the
+        // one-time initialisation would leave the child waiting on it forever.
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
+        AT_FORK.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(fork_child));
+        });
+    }
+    // a forked child may have turned inert meanwhile: that stays
+    let _ = ACTIVE.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
+    ACTIVE.load(Relaxed) == 2
 }
 
 /// Runs `f` on the runtime from inside a hook: only when active, with this thread marked as
@@ -123,7 +139,8 @@ pub struct Stats {
     pub dmabuf_mrs: AtomicU64,
     /// GDR probes answered differently from the driver (`advertise`).
     pub gdr_answers: AtomicU64,
-    /// With GDRSHIM_TIMING=1: nanoseconds spent in the ioctl hook outside the real call.
+    /// With GDRSHIM_TIMING=1: clock ticks spent in the ioctl hook outside the real call
+    /// (nanoseconds in the summary).
     pub hook_ns: AtomicU64,
     /// GDRSHIM_TIMING: hook time and calls per (device kind, request number), and in the CUDA
     /// allocation hooks, to find where the time goes.
@@ -152,6 +169,8 @@ pub struct Shim {
     gdr_attr_logged: AtomicU64,
     /// MRs holding a registration: a deregistration with none live needs no lock.
     pub live_mrs: core::sync::atomic::AtomicUsize,
+    /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
+    clock_mark: (u64, u64),
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
@@ -220,7 +239,7 @@ impl Shim {
         let shim = Shim { cfg, version, table, core: Mutex::new(Core { tracker: Tracker::new(), registrar: Registrar::new(dry_run) }),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: AtomicU64::new(0),
-            live_mrs: core::sync::atomic::AtomicUsize::new(0), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
+            live_mrs: core::sync::atomic::AtomicUsize::new(0), clock_mark: crate::hooks::ioctl::Clock::mark(), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
         }
@@ -228,8 +247,6 @@ impl Shim {
             // SAFETY: at_exit is an extern "C" fn with no arguments, as atexit requires.
             unsafe { libc::atexit(at_exit) };
         }
-        // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
-        unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
         shim
     }
 
@@ -260,12 +277,14 @@ impl Shim {
         let s = &self.stats;
         let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
         top.sort_unstable_by_key(|t| core::cmp::Reverse(t.0));
-        let top: Vec<String> = top.iter().take(5).map(|&(ns, i, n)| format!("{}:{}*{n}", PerRequest::label(i), ns / n)).collect();
+        // the counters hold clock ticks: nanoseconds per tick over this run
+        let k = crate::hooks::ioctl::Clock::ns_per_tick(self.clock_mark);
+        let top: Vec<String> = top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
-            s.hook_ns.load(Relaxed) as f64 / s.nv_ioctls.load(Relaxed).max(1) as f64,
+            s.hook_ns.load(Relaxed) as f64 * k / s.nv_ioctls.load(Relaxed).max(1) as f64,
             top.join(","),
-            s.alloc_hook_ns.load(Relaxed) as f64 / s.alloc_hook_calls.load(Relaxed).max(1) as f64
+            s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64
         )
     }
 
@@ -677,6 +696,15 @@ impl ParamReader for LiveParams {
         // SAFETY: decode follows a pointer only after RM answered NV_OK for the call, which means
         // RM copied exactly these `len` bytes (the class's or control's struct) from it.
         Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec())
+    }
+    fn read_small(&self, ptr: u64, len: usize) -> Option<decode::ParamBytes> {
+        if ptr == 0 || len == 0 {
+            return None;
+        }
+        let mut b = decode::ParamBytes::zeroed(len)?;
+        // SAFETY: as in `read`: RM copied exactly these `len` bytes from `ptr` for this call.
+        b.as_mut_slice().copy_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
+        Some(b)
     }
 }
 

@@ -198,8 +198,10 @@ impl Tracker {
 
     fn remove_tree(&mut self, client: u32, h: u32) -> Vec<Notice> {
         let mut notes = Vec::new();
-        let mut stack = vec![h];
-        while let Some(x) = stack.pop() {
+        // the usual case is a leaf (memory): no stack allocated for it
+        let mut stack = Vec::new();
+        let mut first = Some(h);
+        while let Some(x) = first.take().or_else(|| stack.pop()) {
             if let Some(kids) = self.children.remove(&(client, x)) {
                 stack.extend(kids);
             }

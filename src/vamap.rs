@@ -112,41 +112,49 @@ impl VaMap {
 
     /// UVM_UNMAP_EXTERNAL on one GPU. Returns how many entries it cut or removed.
     pub fn unmap(&mut self, gpu: Uuid, base: u64, len: u64) -> usize {
-        let end = match base.checked_add(len) {
-            Some(e) if len > 0 => e,
-            _ => return 0,
-        };
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return 0 };
         let Some(m) = self.per_gpu.get_mut(&gpu) else { return 0 };
-        let mut touched = 0;
-        // At most one entry starts before base and reaches into the range; then those inside.
-        let mut next = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).or_else(|| m.range(base..end).next().map(|(&s, _)| s));
-        while let Some(s) = next {
-            let e = m.remove(&s).expect("key just found");
-            touched += 1;
-            Self::forget_entry(&mut self.per_mem, e.mem);
-            if s < base {
-                m.insert(s, Entry { end: base, ..e });
-                *self.per_mem.entry(e.mem).or_default() += 1;
-            }
-            if e.end > end {
-                m.insert(end, Entry { end: e.end, offset: e.offset + (end - s), ..e });
-                *self.per_mem.entry(e.mem).or_default() += 1;
-            }
-            next = m.range(base..end).next().map(|(&s, _)| s);
-        }
-        if m.is_empty() {
-            self.per_gpu.remove(&gpu);
-        }
+        let touched = Self::unmap_in(m, &mut self.per_mem, base, end);
         if touched > 0 {
             self.tombstone(base, len);
         }
         touched
     }
 
+    /// Cuts `[base, end)` out of one GPU's entries. (A GPU's map stays even when empty: GPUs
+    /// are few, and dropping and rebuilding its tree on every free/alloc costs allocations.)
+    fn unmap_in(m: &mut BTreeMap<u64, Entry>, per_mem: &mut HashMap<MemRef, usize>, base: u64, end: u64) -> usize {
+        let mut touched = 0;
+        // At most one entry starts before base and reaches into the range; then those inside.
+        let mut next = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).or_else(|| m.range(base..end).next().map(|(&s, _)| s));
+        while let Some(s) = next {
+            let e = m.remove(&s).expect("key just found");
+            touched += 1;
+            Self::forget_entry(per_mem, e.mem);
+            if s < base {
+                m.insert(s, Entry { end: base, ..e });
+                *per_mem.entry(e.mem).or_default() += 1;
+            }
+            if e.end > end {
+                m.insert(end, Entry { end: e.end, offset: e.offset + (end - s), ..e });
+                *per_mem.entry(e.mem).or_default() += 1;
+            }
+            next = m.range(base..end).next().map(|(&s, _)| s);
+        }
+        touched
+    }
+
     /// UVM_FREE: the range goes away on every GPU.
     pub fn unmap_all(&mut self, base: u64, len: u64) -> usize {
-        let gpus: Vec<Uuid> = self.per_gpu.keys().copied().collect();
-        gpus.iter().map(|g| self.unmap(*g, base, len)).sum()
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return 0 };
+        let mut touched = 0;
+        for m in self.per_gpu.values_mut() {
+            touched += Self::unmap_in(m, &mut self.per_mem, base, end);
+        }
+        if touched > 0 {
+            self.tombstone(base, len);
+        }
+        touched
     }
 
     /// RM free of a memory object: every mapping of it goes.
@@ -164,7 +172,6 @@ impl VaMap {
                 keep
             });
         }
-        self.per_gpu.retain(|_, m| !m.is_empty());
         for &(s, l) in &gone {
             self.tombstone(s, l);
         }

@@ -449,20 +449,24 @@ fn fork_while_other_threads_hold_the_shims_locks() {
     let dev = e.dir.join("dev-fork");
     std::fs::create_dir_all(&dev).unwrap();
     std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
-    let mut child = Command::new("timeout")
-        .args(["60"])
-        .arg(&bin)
-        .arg("300")
-        .env("LD_PRELOAD", &e.shim)
-        .env("GDRSHIM_TEST_DEV_DIR", &dev)
-        .env("GDRSHIM_MODE", "register")
-        .env("GDRSHIM_SUMMARY", "0")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = child.wait().unwrap();
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert_eq!(status.code(), Some(0), "no child may hang (timeout exits 124): {out}");
-    assert_eq!(out, "forks=300 children_ok=300 parent_counters=104 parent_lookup=-2\n");
+    // The first fork of each run races the shim's one-time initialisation in the spinning
+    // threads (a child forked in the middle of it once waited on it forever): several runs.
+    for run in 0..8 {
+        let mut child = Command::new("timeout")
+            .args(["60"])
+            .arg(&bin)
+            .arg("300")
+            .env("LD_PRELOAD", &e.shim)
+            .env("GDRSHIM_TEST_DEV_DIR", &dev)
+            .env("GDRSHIM_MODE", "register")
+            .env("GDRSHIM_SUMMARY", "0")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = child.wait().unwrap();
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        assert_eq!(status.code(), Some(0), "run {run}: no child may hang (timeout exits 124): {out}");
+        assert_eq!(out, "forks=300 children_ok=300 parent_counters=104 parent_lookup=-2\n", "run {run}");
+    }
 }
