@@ -7,6 +7,7 @@
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
+#include <string.h>
 
 static double median(double *v, int n) {
   for (int i = 1; i < n; i++) for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
@@ -14,7 +15,35 @@ static double median(double *v, int n) {
 }
 static double now() { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
-int main() {
+// bench alloc SIZE ITERS: one alloc/free loop, 9 batches of ITERS/9, the median ns per iteration.
+// bench ioctl N: the /dev/null ioctl loop alone. (No arguments: every loop, as before.)
+static int one(int argc, char **argv) {
+  if (!strcmp(argv[1], "alloc") && argc > 3) {
+    CKRT(cudaFree(0));
+    size_t size = strtoull(argv[2], 0, 0); int iters = atoi(argv[3]);
+    CUdeviceptr p; double b[9];
+    for (int i = 0; i < 50; i++) { CK(cuMemAlloc(&p, size)); CK(cuMemFree(p)); }
+    for (int j = 0; j < 9; j++) {
+      double t0 = now();
+      for (int i = 0; i < iters / 9; i++) { CK(cuMemAlloc(&p, size)); CK(cuMemFree(p)); }
+      b[j] = (now() - t0) * 1e9 / (iters / 9);
+    }
+    printf("bench alloc_free size=%zu ns_per_iter=%.1f\n", size, median(b, 9));
+    return 0;
+  }
+  if (!strcmp(argv[1], "ioctl") && argc > 2) {
+    int fd = open("/dev/null", O_RDWR), n = atoi(argv[2]); struct termios t; double b[9];
+    for (int i = 0; i < 10000; i++) ioctl(fd, TCGETS, &t);
+    for (int j = 0; j < 9; j++) { double t0 = now(); for (int i = 0; i < n; i++) ioctl(fd, TCGETS, &t); b[j] = (now() - t0) * 1e9 / n; }
+    printf("bench ioctl_devnull ns_per_call=%.2f\n", median(b, 9));
+    return 0;
+  }
+  fprintf(stderr, "usage: bench [alloc SIZE ITERS | ioctl N]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) return one(argc, argv);
   CKRT(cudaFree(0));
   size_t sizes[] = {4096, 2 << 20, 64 << 20};
   int iters[] = {20000, 2000, 1000};

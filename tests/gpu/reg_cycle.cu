@@ -2,6 +2,7 @@
 // verbs registrations (stub NIC) over every allocation kind, reached both directly and the way
 // NCCL does it (dlopen + dlvsym), then 10^4 register/deregister/free cycles.
 #include "common.h"
+#include "../../include/gdrshim.h"
 #include <cuda_runtime.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +79,16 @@ int main(int argc, char **argv) {
   CK(cuMemFree(f)); ndereg(fm);
   // VMM unmap while registered
   struct ibv_mr *vm = nreg(0, (void *)v, 4 * gran, 0xf); expect(vm != 0, "vmm reg");
+  // access granted again while registered: libcuda maps the range again (same memory, same
+  // offsets); the registration must stay, not be taken down and not be doubled
+  struct gdrshim_counters c0 = {}, c1 = {};
+  int have = gdrshim_dl_counters(&c0, sizeof c0) > 0;
+  CK(cuMemSetAccess(v, 4 * gran, &ad, 1));
+  if (have) {
+    gdrshim_dl_counters(&c1, sizeof c1);
+    printf("setaccess-again live_before=%llu live_after=%llu unregistered_delta=%llu\n", (unsigned long long)c0.live_registrations, (unsigned long long)c1.live_registrations, (unsigned long long)(c1.unregistered - c0.unregistered));
+    expect(c1.live_registrations == c0.live_registrations && c1.unregistered == c0.unregistered, "registration kept across cuMemSetAccess");
+  }
   CK(cuMemUnmap(v, 4 * gran)); ndereg(vm); CK(cuMemRelease(vh)); CK(cuMemAddressFree(v, 4 * gran));
   // cycles
   for (int i = 0; i < cycles; i++) {
