@@ -11,7 +11,7 @@
   fprintf(stderr, "FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, (int)r_, s_); exit(1); } } while (0)
 #define CKRT(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-struct gdrshim_backing { uint32_t struct_version, h_client, h_memory, h_device, device_id; int32_t ctl_fd; uint64_t offset, map_base, map_length; };
+#include "../../include/gdrshim.h" // struct gdrshim_backing, gdrshim_counters and the gdrshim_dl_* calls
 
 static void mark(const char *s) {
   void (*f)(const char *) = (void (*)(const char *))dlsym(RTLD_DEFAULT, "gdrshim_mark");

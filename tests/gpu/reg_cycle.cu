@@ -2,7 +2,6 @@
 // verbs registrations (stub NIC) over every allocation kind, reached both directly and the way
 // NCCL does it (dlopen + dlvsym), then 10^4 register/deregister/free cycles.
 #include "common.h"
-#include "../../include/gdrshim.h"
 #include <cuda_runtime.h>
 #include <string.h>
 #include <unistd.h>
