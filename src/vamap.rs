@@ -95,8 +95,12 @@ impl VaMap {
         if len == 0 || base.checked_add(len).is_none() {
             return;
         }
-        self.unmap(gpu, base, len);
+        let m = self.per_gpu.entry(gpu).or_default();
+        if Self::unmap_in(m, &mut self.per_mem, base, base + len) > 0 {
+            self.tombstone(base, len);
+        }
         let origin = Origin { base, length: len, offset };
+        // (the GPU's map again: `tombstone` needed `self` whole)
         self.per_gpu.entry(gpu).or_default().insert(base, Entry { end: base + len, mem, offset, origin });
         *self.per_mem.entry(mem).or_default() += 1;
     }
@@ -190,6 +194,10 @@ impl VaMap {
 
     fn tombstone(&mut self, base: u64, len: u64) {
         let (mut b, mut e) = (base, base.saturating_add(len));
+        // the usual case: the same VA freed again, or inside a range already recorded
+        if self.tombstones.range(..=b).next_back().is_some_and(|(_, &t)| t >= e) {
+            return;
+        }
         if let Some((&s, &t)) = self.tombstones.range(..=b).next_back() {
             if t >= b {
                 b = s;

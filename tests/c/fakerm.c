@@ -157,11 +157,19 @@ static int uvm_call(unsigned long cmd, uint8_t *a) {
   return 0;
 }
 
+// FAKERM_THRASH_KB=N: each call writes N KiB first, as the real driver's work evicts the
+// caller's caches between two calls (the benchmark then sees the hook's cold-cache cost).
+static long thrash_kb = -1; static volatile uint8_t *thrash_buf;
+static void thrash(void) {
+  if (thrash_kb < 0) { const char *t = getenv("FAKERM_THRASH_KB"); thrash_kb = t ? atol(t) : 0; if (thrash_kb) thrash_buf = malloc(thrash_kb << 10); }
+  for (long i = 0; i < (thrash_kb << 10); i += 64) thrash_buf[i]++;
+}
 int ioctl(int fd, unsigned long req, void *arg) {
   static int (*real)(int, unsigned long, void *);
   if (!real) real = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
   int node = node_of(fd);
   if (node < 0) return real(fd, req, arg);
+  thrash();
   if (!arg) { errno = EFAULT; return -1; }
   uint8_t *a = arg; uint32_t *w = arg; unsigned nr = req & 0xff, size = (req >> 16) & 0x3fff;
   // controls other than the 503C's touch no state: answered without the lock (signal handlers issue them)
