@@ -54,6 +54,8 @@ pub fn active() -> bool {
 }
 
 /// The first look at the environment (every hook asks `active`: this part stays out of line).
+/// Nothing here may wait on anything: a fork can catch another thread in the middle of it, and
+/// a forked child must never wait for a thread it does not have.
 #[cold]
 #[inline(never)]
 fn first_active() -> bool {
@@ -61,19 +63,52 @@ fn first_active() -> bool {
     // program): inert, and no environment variable is even read.
     // SAFETY: getauxval has no preconditions.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-    let off = secure || std::env::var_os(crate::config::ENV_MODE).is_some_and(|v| matches!(v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "none")));
+    // libc's getenv, not std's: std's takes a lock that a fork could leave held.
+    // SAFETY: a NUL-terminated name; the value is copied before anything else runs here.
+    let mode = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
+    let off = secure
+        || (!mode.is_null() && {
+            // SAFETY: getenv returned a NUL-terminated string of the environment.
+            let v = unsafe { core::ffi::CStr::from_ptr(mode) }.to_bytes();
+            matches!(v.trim_ascii().to_ascii_lowercase().as_slice(), b"off" | b"0" | b"none")
+        });
     if !off {
         // Before anything can start initialising: a fork while another thread is inside the
-        // one-time initialisation would leave the child waiting on it forever.
-        static AT_FORK: std::sync::Once = std::sync::Once::new();
-        // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
-        AT_FORK.call_once(|| unsafe {
-            libc::pthread_atfork(None, None, Some(fork_child));
-        });
+        // one-time initialisation would leave the child waiting on it forever. Whoever gets
+        // here first installs the handler; nobody waits for it.
+        install_fork_handler();
     }
     // a forked child may have turned inert meanwhile: that stays
     let _ = ACTIVE.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
     ACTIVE.load(Relaxed) == 2
+}
+
+/// Installs [`fork_child`] once; returns when it is installed. Threads that come while another
+/// installs it wait for it, since none may go on to initialise without it. The state word
+/// carries the installer's pid: a child forked in the middle finds its parent's installer gone
+/// and installs the handler itself (its parent cannot have initialised anything yet).
+fn install_fork_handler() {
+    use core::sync::atomic::AtomicU64;
+    const DONE: u64 = 2;
+    static AT_FORK: AtomicU64 = AtomicU64::new(0);
+    // SAFETY: getpid has no preconditions.
+    let me = (unsafe { libc::getpid() } as u64) << 2 | 1;
+    loop {
+        match AT_FORK.compare_exchange(0, me, Relaxed, Relaxed) {
+            Ok(_) => {
+                // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
+                unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
+                AT_FORK.store(DONE, core::sync::atomic::Ordering::Release);
+                return;
+            }
+            Err(DONE) => return,
+            Err(other) if other >> 2 != me >> 2 => {
+                // installing in a process that is not this one: we were forked meanwhile
+                let _ = AT_FORK.compare_exchange(other, 0, Relaxed, Relaxed);
+            }
+            Err(_) => std::thread::yield_now(),
+        }
+    }
 }
 
 /// Runs `f` on the runtime from inside a hook: only when active, with this thread marked as
