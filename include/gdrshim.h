@@ -37,9 +37,9 @@ extern "C" {
 #endif
 
 #define GDRSHIM_VERSION_MAJOR 0
-#define GDRSHIM_VERSION_MINOR 1
+#define GDRSHIM_VERSION_MINOR 2
 #define GDRSHIM_VERSION_PATCH 0
-#define GDRSHIM_VERSION_STRING "0.1.0"
+#define GDRSHIM_VERSION_STRING "0.2.0"
 #define GDRSHIM_QUERY_ABI 1            /* layout of struct gdrshim_backing */
 #define GDRSHIM_GPU_PAGE_SIZE (64u << 10) /* NV503C registers in 64 KiB units */
 
@@ -60,7 +60,7 @@ struct gdrshim_counters {
   uint64_t live_registrations, host_mrs, stood_aside;
 };
 
-const char *gdrshim_version(void);   /* "0.1.0" */
+const char *gdrshim_version(void);   /* "0.2.0" */
 int gdrshim_mode(void);              /* enum gdrshim_mode */
 int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI) */
 /* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans
