@@ -5,29 +5,20 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-struct Env {
-    dir: PathBuf,
-    shim: PathBuf,
-}
-
-fn sh(cmd: &mut Command) {
-    let out = cmd.output().expect("spawn");
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
+mod common;
+use common::{sh, Env};
 
 fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        sh(Command::new(env!("CARGO")).args(["build", "--release", "--lib"]).current_dir(root));
-        let dir = std::env::temp_dir().join(format!("gdrshim-it-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("dev")).unwrap();
+        let e = common::build("it");
+        let (root, dir) = (Path::new(env!("CARGO_MANIFEST_DIR")), e.dir.clone());
         let c = root.join("tests/c");
-        let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
+        let cc = |args: &[&str]| common::cc(&e, args);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libfakenv.so", c.join("fakenv.c").to_str().unwrap(), "-ldl"]);
         // -Bsymbolic: like the real libcuda, its own function addresses are its own, not interposed.
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", c.join("fakecuda.c").to_str().unwrap()]);
@@ -40,7 +31,7 @@ fn env() -> &'static Env {
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
             std::fs::write(dir.join("dev").join(f), b"").unwrap();
         }
-        Env { dir, shim: root.join("target/release/libgdrshim.so") }
+        e
     })
 }
 

@@ -4,31 +4,22 @@
 //! `GDRSHIM_LIFE_THREADS` and `GDRSHIM_LIFE_ITERS` set the size of the concurrency run
 //! (default 64 threads × 1000 allocation lives each).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-struct Env {
-    dir: PathBuf,
-    shim: PathBuf,
-}
-
-fn sh(cmd: &mut Command) {
-    let out = cmd.output().expect("spawn");
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
+mod common;
+use common::Env;
 
 fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        sh(Command::new(env!("CARGO")).args(["build", "--release", "--lib"]).current_dir(root));
-        let dir = std::env::temp_dir().join(format!("gdrshim-life-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("dev")).unwrap();
+        let e = common::build("life");
+        let (root, dir) = (Path::new(env!("CARGO_MANIFEST_DIR")), e.dir.clone());
         let c = root.join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
-        let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
+        let cc = |args: &[&str]| common::cc(&e, args);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
         let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
         cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", &src("fakeverbs.c"), "-ldl", "-lpthread"]);
@@ -40,7 +31,7 @@ fn env() -> &'static Env {
             std::fs::write(dir.join("dev").join(f), b"").unwrap();
         }
         std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
-        Env { dir, shim: root.join("target/release/libgdrshim.so") }
+        e
     })
 }
 
