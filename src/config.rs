@@ -75,7 +75,7 @@ pub struct Config {
     pub test_panic: Option<String>,
 }
 
-pub const ENV_MODE: &str = "GDRSHIM_MODE";
+pub const ENV_MODE: &str = "GDRSHIM_MODE"; // also read as a C string by shim::first_active
 pub const ENV_LEVEL: &str = "GDRSHIM_LOG_LEVEL";
 pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
 pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";

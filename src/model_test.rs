@@ -284,9 +284,12 @@ impl World {
         self.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
     }
 
-    /// The shim's order: registrations the call concerns go first, then the driver runs it.
+    /// The shim's order (`Shim::before_ioctl`): while registrations are live, those the call
+    /// concerns go first; then the driver runs it.
     fn driver(&mut self, call: Pending) {
-        self.r.before_driver_call(&self.t, &mut self.rm, call);
+        if self.r.live_registrations() > 0 {
+            self.r.before_driver_call(&self.t, &mut self.rm, call);
+        }
     }
 
     /// Every registration RM holds is, page by page, the memory the model has there.
@@ -391,6 +394,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                 let parent = w.clients.iter().find(|c| c.h == m.client).map(|c| c.devices[0]).unwrap_or(0);
                 w.driver(Pending::RmFree { h_client: m.client, h_object: m.memory });
                 w.rm.free_mem(m);
+                w.r.forget_freed(m.client, m.memory);
                 w.t.apply(&Event::Free { h_client: m.client, h_parent: parent, h_object: m.memory });
                 // UVM keeps its own reference, but the handle is gone: nothing there may be registered
                 w.model.forget(|x| x == m);
@@ -402,6 +406,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                 let c = w.clients[k];
                 w.driver(Pending::RmFree { h_client: c.h, h_object: c.devices[i] });
                 w.rm.free_device(c.h, c.devices[i]);
+                w.r.forget_freed(c.h, c.devices[i]); // as the shim does after every RM free
                 w.t.apply(&Event::Free { h_client: c.h, h_parent: c.h, h_object: c.devices[i] });
                 let gone: Vec<MemRef> = w.mems.iter().filter(|x| x.0.client == c.h && x.1 == i).map(|x| x.0).collect();
                 w.mems.retain(|x| !(x.0.client == c.h && x.1 == i));

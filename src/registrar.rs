@@ -157,10 +157,6 @@ impl Registrar {
     pub fn holds_mr(&self, mr: u64) -> bool {
         self.mrs.contains_key(&mr)
     }
-    /// Whether any registration or 503C object of ours exists (else no driver call concerns us).
-    pub fn holds_anything(&self) -> bool {
-        !self.regs.is_empty() || !self.gpus.is_empty()
-    }
     pub fn live_mrs(&self) -> usize {
         self.mrs.len()
     }
@@ -399,6 +395,18 @@ impl Registrar {
         }
     }
 
+    /// RM freed `h` in `client` (a free that succeeded): if it was the device, subdevice or VA
+    /// space of one of our 503C objects, RM freed that 503C with it (child of the subdevice,
+    /// dependent on the VA space) and every registration on it.
+    pub fn forget_freed(&mut self, client: u32, h: u32) {
+        let gone: Vec<u32> = self.gpus.iter().filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h)).map(|(_, g)| g.p2p).collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.regs.retain(|m, r| !(m.client == client && gone.contains(&r.p2p)));
+        self.gpus.retain(|(c, _), g| !(*c == client && gone.contains(&g.p2p)));
+    }
+
     /// A client went away: RM freed its 503C objects and their registrations itself.
     pub fn forget_client(&mut self, client: u32) {
         self.regs.retain(|m, _| m.client != client);
@@ -616,6 +624,20 @@ mod tests {
             Decision::Miss(m) => m.to_string(),
             _ => String::new(),
         }
+    }
+
+    #[test]
+    fn a_freed_device_with_nothing_registered_takes_our_503c_with_it() {
+        let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &a, 0xa);
+        r.after_dereg(&mut rm, 0xa);
+        assert_eq!((r.live_registrations(), r.p2p_objects()), (0, 1));
+        r.forget_freed(C, 0x5c00_0077); // some other object: nothing
+        assert_eq!(r.p2p_objects(), 1);
+        r.forget_freed(C, VAS);
+        assert_eq!(r.p2p_objects(), 0, "RM freed our 503C with the VA space");
     }
 
     #[test]

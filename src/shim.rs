@@ -63,8 +63,9 @@ fn first_active() -> bool {
     // program): inert, and no environment variable is even read.
     // SAFETY: getauxval has no preconditions.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-    // libc's getenv, not std's: std's takes a lock that a fork could leave held.
-    // SAFETY: a NUL-terminated name; the value is copied before anything else runs here.
+    // GDRSHIM_MODE (config::ENV_MODE) through libc's getenv: std's takes a lock that a fork
+    // could leave held.
+    // SAFETY: a NUL-terminated name; getenv only reads the environment.
     let mode = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
     let off = secure
         || (!mode.is_null() && {
@@ -74,8 +75,7 @@ fn first_active() -> bool {
         });
     if !off {
         // Before anything can start initialising: a fork while another thread is inside the
-        // one-time initialisation would leave the child waiting on it forever. Whoever gets
-        // here first installs the handler; nobody waits for it.
+        // one-time initialisation would leave the child waiting on it forever.
         install_fork_handler();
     }
     // a forked child may have turned inert meanwhile: that stays
@@ -434,6 +434,8 @@ impl Shim {
                         if let crate::decode::Event::Free { h_client, h_object, .. } = ev {
                             if h_client == h_object {
                                 c.registrar.forget_client(h_client);
+                            } else {
+                                c.registrar.forget_freed(h_client, h_object);
                             }
                         }
                         c.tracker.apply(&ev)
@@ -625,9 +627,9 @@ impl Shim {
             return;
         }
         let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
-        // UVM calls concern registrations; an RM free may also take down a 503C of ours
-        let concerns_us = if dev == DevKind::Uvm { c.registrar.live_registrations() > 0 } else { c.registrar.holds_anything() };
-        if !concerns_us {
+        // Only live registrations need taking down before the driver runs the call (a 503C of
+        // ours that an RM free takes with it is forgotten after the free: forget_freed).
+        if c.registrar.live_registrations() == 0 {
             return;
         }
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
