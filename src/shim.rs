@@ -485,6 +485,17 @@ impl Shim {
         if self.table.is_none() {
             return;
         }
+        let eager = self.cfg.eager && self.cfg.mode == Mode::Register;
+        if !eager && !tracing::enabled!(tracing::Level::DEBUG) {
+            // the usual case: counted, and a line only for what deserves a warning
+            let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
+            let v = c.tracker.user_allocation_quiet(ptr, len);
+            drop(c);
+            if let Some(v) = v {
+                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v));
+            }
+            return;
+        }
         let v = match self.core.try_lock_for(Duration::from_secs(5)) {
             Some(mut c) => {
                 let v = c.tracker.user_allocation(ptr, len);

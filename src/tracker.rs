@@ -357,29 +357,49 @@ impl Tracker {
                 return Verdict::Uncovered(miss);
             }
         };
-        let mut out = Vec::new();
-        for p in &pieces {
-            let want = Self::predict(p);
-            let answer = match self.native_regs.get_mut(&p.mem) {
-                Some(r) if r.tuple == want => {
-                    if !r.matched {
-                        r.matched = true;
-                        self.counts.matched += 1;
-                    }
-                    NativeAnswer::Matched
-                }
-                Some(r) => {
-                    self.counts.mismatched += 1;
-                    NativeAnswer::Mismatched(r.tuple)
-                }
-                None => {
-                    self.counts.predicted_only += 1;
-                    NativeAnswer::None
-                }
+        Verdict::Covered(pieces.iter().map(|p| self.judge(p)).collect())
+    }
+
+    /// The same counts as [`user_allocation`](Self::user_allocation), and its verdict only when it
+    /// is worth a warning (uncovered, or a mismatch): the usual allocation — one mapping,
+    /// matched — allocates nothing (this runs on every allocation of the process).
+    pub fn user_allocation_quiet(&mut self, ptr: u64, len: u64) -> Option<Verdict> {
+        let Some(p) = self.map.lookup_one(ptr, len) else {
+            let v = self.user_allocation(ptr, len);
+            let worth = match &v {
+                Verdict::Uncovered(_) => true,
+                Verdict::Covered(p) => p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))),
             };
-            out.push((want, answer));
+            return worth.then_some(v);
+        };
+        self.counts.user_allocs += 1;
+        match self.judge(&p) {
+            (want, a @ NativeAnswer::Mismatched(_)) => Some(Verdict::Covered(vec![(want, a)])),
+            _ => None,
         }
-        Verdict::Covered(out)
+    }
+
+    /// One piece's prediction against libcuda's registration of that memory, counted.
+    fn judge(&mut self, p: &Piece) -> (VidmemTuple, NativeAnswer) {
+        let want = Self::predict(p);
+        let answer = match self.native_regs.get_mut(&p.mem) {
+            Some(r) if r.tuple == want => {
+                if !r.matched {
+                    r.matched = true;
+                    self.counts.matched += 1;
+                }
+                NativeAnswer::Matched
+            }
+            Some(r) => {
+                self.counts.mismatched += 1;
+                NativeAnswer::Mismatched(r.tuple)
+            }
+            None => {
+                self.counts.predicted_only += 1;
+                NativeAnswer::None
+            }
+        };
+        (want, answer)
     }
 
     /// Native registrations still live and never predicted, counted as unpredicted (at exit).
