@@ -151,15 +151,14 @@ pub type ReadPieces<'a> = dyn Fn(&[(usize, usize)]) -> Option<Vec<u8>> + 'a;
 /// `read(offset, len)` reads the caller's argument bytes (which the kernel has not vetted yet,
 /// so it must not fault); only the fields named here are read.
 pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &ReadPieces) -> Option<Pending> {
-    let u64_le = |b: &[u8], o: usize| u64_at(b, o);
     match (dev, request) {
-        (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_le(&b, 0) }),
-        (DevKind::Uvm, uvm::UNMAP_EXTERNAL) => read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_le(&b, 0), length: u64_le(&b, 8) }),
+        (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_at(&b, 0) }),
+        (DevKind::Uvm, uvm::UNMAP_EXTERNAL) => read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_at(&b, 0), length: u64_at(&b, 8) }),
         (DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION) => {
             let l = t.uvm_map_external();
             // base, length, offset; then hClient and hMemory behind the GPU attribute array
             let b = read(&[(0, 24), (l.h_client(), 8)])?;
-            Some(Pending::UvmMap { base: u64_le(&b, 0), length: u64_le(&b, 8), offset: u64_le(&b, 16), h_client: u32_at(&b, 24), h_memory: u32_at(&b, 28) })
+            Some(Pending::UvmMap { base: u64_at(&b, 0), length: u64_at(&b, 8), offset: u64_at(&b, 16), h_client: u32_at(&b, 24), h_memory: u32_at(&b, 28) })
         }
         // the driver reads only _IOC_NR and _IOC_SIZE of an RM request, on any NVIDIA node
         (DevKind::Ctl | DevKind::Gpu(_), r)

@@ -374,12 +374,7 @@ impl Registrar {
                 Some(_) => {
                     // A device, subdevice or VA space: RM frees our 503C with it (a child of the
                     // subdevice, dependent on the VA space). Take it down first, cleanly.
-                    let gone: Vec<((u32, u32), GpuReg)> = self
-                        .gpus
-                        .iter()
-                        .filter(|((c, dev), g)| *c == h_client && (*dev == h_object || g.subdevice == h_object || g.vaspace == h_object))
-                        .map(|(k, g)| (*k, *g))
-                        .collect();
+                    let gone = self.p2p_freed_with(h_client, h_object);
                     let mut out = Vec::new();
                     for (key, g) in gone {
                         out.extend(self.release_where(rm, |x, p2p| x.mem.client == h_client && p2p == g.p2p));
@@ -399,12 +394,16 @@ impl Registrar {
     /// space of one of our 503C objects, RM freed that 503C with it (child of the subdevice,
     /// dependent on the VA space) and every registration on it.
     pub fn forget_freed(&mut self, client: u32, h: u32) {
-        let gone: Vec<u32> = self.gpus.iter().filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h)).map(|(_, g)| g.p2p).collect();
-        if gone.is_empty() {
-            return;
+        for (key, g) in self.p2p_freed_with(client, h) {
+            self.regs.retain(|m, r| !(m.client == client && r.p2p == g.p2p));
+            self.gpus.remove(&key);
         }
-        self.regs.retain(|m, r| !(m.client == client && gone.contains(&r.p2p)));
-        self.gpus.retain(|(c, _), g| !(*c == client && gone.contains(&g.p2p)));
+    }
+
+    /// Our 503C objects that RM frees together with `h` of `client`: those whose device,
+    /// subdevice or VA space `h` is.
+    fn p2p_freed_with(&self, client: u32, h: u32) -> Vec<((u32, u32), GpuReg)> {
+        self.gpus.iter().filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h)).map(|(k, g)| (*k, *g)).collect()
     }
 
     /// A client went away: RM freed its 503C objects and their registrations itself.

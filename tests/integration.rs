@@ -461,3 +461,16 @@ fn fork_while_other_threads_hold_the_shims_locks() {
         assert_eq!(out, "forks=300 children_ok=300 parent_counters=104 parent_lookup=-2\n", "run {run}");
     }
 }
+
+/// A program that calls gdrshim's exported cuMemAlloc_v2 while libcuda is loaded RTLD_LOCAL
+/// reaches libcuda's own definition (found by name; RTLD_NEXT cannot see it).
+#[test]
+fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
+    let e = env();
+    let bin = e.dir.join("cuda_export");
+    sh(Command::new("cc").args(["-O1", "-o"]).arg(&bin).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_export.c")).arg("-ldl"));
+    let out = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).env("LD_PRELOAD", &e.shim).env("GDRSHIM_SUMMARY", "0").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=0 ptr=0x1234000\n");
+    let without = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&without.stdout), "rc=-1 ptr=0\n", "without the shim nothing exports cuMemAlloc_v2 globally");
+}

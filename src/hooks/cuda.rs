@@ -22,26 +22,6 @@ pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
 
-/// libcuda's own definition when it was loaded RTLD_LOCAL (as cudart loads it), so that
-/// `RTLD_NEXT` cannot see it.
-fn from_loaded_libcuda(name: &CStr, ours: *mut c_void) -> *mut c_void {
-    // SAFETY: RTLD_NOLOAD only returns a handle to an object already loaded.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    if h.is_null() {
-        return null_mut();
-    }
-    // SAFETY: a valid handle and C string.
-    let p = crate::real::real_dlsym().map_or(null_mut(), |f| unsafe { f(h, name.as_ptr()) });
-    // SAFETY: h came from dlopen above.
-    unsafe { libc::dlclose(h) };
-    if p == ours {
-        null_mut()
-    } else {
-        p
-    }
-}
-
-
 macro_rules! cuda_fn {
     ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$sh:ident, $res:ident| $body:block) => {
         pub mod $modname {
@@ -67,10 +47,9 @@ macro_rules! cuda_fn {
 
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $export($($a: $t),*) -> CUresult {
-            let mut real = $modname::NEXT.get();
-            if real.is_null() {
-                real = from_loaded_libcuda($sym, $export as *mut c_void);
-            }
+            // the next definition, or libcuda's own where it was loaded RTLD_LOCAL (as cudart
+            // loads it; NextFn finds it by name), never ours
+            let real = Some($modname::NEXT.get()).filter(|&p| p != $export as *mut c_void).unwrap_or(null_mut());
             // SAFETY: libcuda's definition of this symbol, with this signature.
             unsafe { $modname::call(real, $($a),*) }
         }
