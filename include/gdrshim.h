@@ -17,6 +17,7 @@
  *   GDRSHIM_EAGER          1: register every user allocation when CUDA returns it (for verbs
  *                          users the shim does not intercept); register mode only.
  *   GDRSHIM_TIMING         1: measure the time the ioctl hook adds (summary hook_ns_per_nv_ioctl).
+ *   GDRSHIM_BENCH_PAUSE    benchmark only, shadow mode: allow gdrshim_bench_pause (below).
  *   GDRSHIM_ADVERTISE_GDR  1: answer stock NCCL's GDR probes yes (the GPU attribute and the
  *                          nv_mem peer-memory file), only while registering; never with
  *                          NCCL_GDR_FLUSH_DISABLE set.
@@ -74,6 +75,10 @@ int gdrshim_unregister(int64_t handle); /* 0, or -ENOENT for a handle not held *
 /* Copies at most size bytes of the counters; returns the bytes written or -ENOSYS. */
 int gdrshim_counters(struct gdrshim_counters *out, size_t size);
 void gdrshim_mark(const char *text);  /* a mark line in the capture file */
+/* Benchmark only (GDRSHIM_BENCH_PAUSE=1, shadow mode): pause != 0 makes every hook inert until
+ * gdrshim_bench_pause(0), so one process can time a loop with and without the shim. Pause only
+ * between whole alloc/free iterations: the map sees nothing meanwhile. 0, -EPERM or -ENOSYS. */
+int gdrshim_bench_pause(int pause);
 
 /* ---- the same through dlsym: work with or without the shim loaded ---- */
 #define GDRSHIM_DL_(name) ((__typeof__(&name))dlsym(RTLD_DEFAULT, #name))

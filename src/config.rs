@@ -61,6 +61,9 @@ pub struct Config {
     pub eager: bool,
     /// Measure the time the ioctl hook adds (costs two clock reads per NVIDIA ioctl).
     pub timing: bool,
+    /// Benchmark only (`GDRSHIM_BENCH_PAUSE=1`, shadow mode): `gdrshim_bench_pause` may make the
+    /// hooks inert for a while, so that one process can time its loop with and without the shim.
+    pub bench_pause: bool,
     /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
     /// in for the device nodes and /proc/driver/nvidia/version.
     pub test_dev_dir: Option<String>,
@@ -82,6 +85,7 @@ pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";
 pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
 pub const ENV_EAGER: &str = "GDRSHIM_EAGER";
 pub const ENV_TIMING: &str = "GDRSHIM_TIMING";
+pub const ENV_BENCH_PAUSE: &str = "GDRSHIM_BENCH_PAUSE";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
 pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
@@ -90,7 +94,7 @@ pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, bench_pause: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
     }
 }
 
@@ -137,6 +141,11 @@ impl Config {
         // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
         c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
         c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
+        c.bench_pause = flag(&get, ENV_BENCH_PAUSE, false, &mut warnings);
+        if c.bench_pause && c.mode != Mode::Shadow {
+            warnings.push(format!("{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"));
+            c.bench_pause = false;
+        }
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
         c.test_panic = get(ENV_TEST_PANIC).filter(|s| !s.is_empty());
         (c, warnings)

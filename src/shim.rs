@@ -7,27 +7,76 @@ use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::registrar::{Decision, Registrar};
 use crate::tracker::{NativeAnswer, Tracker, Verdict};
-use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::Relaxed};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::time::Duration;
 
-thread_local! {
-    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Marks this thread as inside gdrshim, so calls we make ourselves bypass our hooks.
 pub struct Guard(());
 impl Guard {
+    #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        IN_SHIM.with(|g| if g.replace(true) { None } else { Some(Guard(())) })
+        (!in_shim::replace(true)).then_some(Guard(()))
     }
 }
 impl Drop for Guard {
+    #[inline(always)]
     fn drop(&mut self) {
-        IN_SHIM.with(|g| g.set(false));
+        in_shim::replace(false);
+    }
+}
+
+/// The "inside gdrshim" flag of this thread. On x86-64 it is one byte of initial-exec TLS, read
+/// at a fixed offset from %fs: `thread_local!` in a shared library goes through
+/// `__tls_get_addr` and the dynamic thread vector, four cold cache lines on every NVIDIA call
+/// (the shim is loaded at start by LD_PRELOAD, so its TLS is in the static block).
+#[cfg(target_arch = "x86_64")]
+mod in_shim {
+    core::arch::global_asm!(
+        ".pushsection .tbss.gdrshim_in_shim,\"awT\",@nobits",
+        ".globl gdrshim_in_shim",
+        ".hidden gdrshim_in_shim",
+        ".type gdrshim_in_shim, @object",
+        ".size gdrshim_in_shim, 1",
+        "gdrshim_in_shim:",
+        ".zero 1",
+        ".popsection",
+    );
+
+    /// Sets the flag; returns what it was.
+    #[inline(always)]
+    pub fn replace(v: bool) -> bool {
+        let old_word: u32;
+        // SAFETY: reads the TLS offset of our own one-byte thread-local from the GOT (an
+        // R_X86_64_TPOFF64 entry ld.so filled) and swaps that byte of this thread's static TLS
+        // block; nothing else is touched and no other thread can see it. (Not one atomic swap:
+        // a signal handler between the two moves leaves the byte as it found it.)
+        unsafe {
+            core::arch::asm!(
+                "mov {off}, qword ptr [rip + gdrshim_in_shim@GOTTPOFF]",
+                "movzx {old:e}, byte ptr fs:[{off}]",
+                "mov byte ptr fs:[{off}], {v}",
+                off = out(reg) _,
+                old = out(reg) old_word,
+                v = in(reg_byte) v as u8,
+                options(nostack, preserves_flags),
+            );
+        }
+        old_word != 0
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod in_shim {
+    use core::cell::Cell;
+    thread_local! {
+        static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+    }
+    /// Sets the flag; returns what it was.
+    pub fn replace(v: bool) -> bool {
+        IN_SHIM.with(|g| g.replace(v))
     }
 }
 
@@ -40,16 +89,45 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e }
 }
 
-/// 0 = not read yet, 1 = off, 2 = active. Read from the environment alone (and AT_SECURE), so
-/// that the off mode never initialises anything.
-static ACTIVE: AtomicU8 = AtomicU8::new(0);
+/// What every hooked call reads first, in one cache line: between two NVIDIA calls the driver's
+/// own work evicts the caches, and each line a hook touches is a miss.
+#[repr(C, align(64))]
+pub struct HookLine {
+    /// 0 = not read yet, 1 = off, 2 = active, [`PAUSED`]. Read from the environment alone (and
+    /// AT_SECURE), so that the off mode never initialises anything.
+    active: AtomicU8,
+    /// The runtime once it is initialised ([`get`]).
+    shim: AtomicPtr<Shim>,
+    /// libc's `ioctl`.
+    pub ioctl: crate::real::NextFn,
+}
+pub static HOOK: HookLine = HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::new(c"ioctl") };
+const _: () = assert!(core::mem::size_of::<HookLine>() == 64);
+
+/// `HOOK.active` while a benchmark has paused the hooks ([`bench_pause`]).
+const PAUSED: u8 = 3;
+
+/// GDRSHIM_BENCH_PAUSE=1 in shadow mode: `pause` makes every hook inert (as in off mode) until
+/// it is called again with `false`. Between the two the map sees nothing: the benchmark pauses
+/// only between whole alloc/free iterations. `false` when not allowed here.
+pub fn bench_pause(s: &Shim, pause: bool) -> bool {
+    if !s.cfg.bench_pause || s.cfg.mode != Mode::Shadow {
+        return false;
+    }
+    let (from, to) = if pause { (2, PAUSED) } else { (PAUSED, 2) };
+    let ok = HOOK.active.compare_exchange(from, to, Relaxed, Relaxed).is_ok();
+    if ok && pause {
+        s.stats.bench_pauses.fetch_add(1, Relaxed);
+    }
+    ok || HOOK.active.load(Relaxed) == to
+}
 
 #[inline(always)]
 pub fn active() -> bool {
-    match ACTIVE.load(Relaxed) {
-        1 => false,
+    match HOOK.active.load(Relaxed) {
         2 => true,
-        _ => first_active(),
+        0 => first_active(),
+        _ => false, // 1: off; PAUSED: gdrshim_bench_pause
     }
 }
 
@@ -79,8 +157,8 @@ fn first_active() -> bool {
         install_fork_handler();
     }
     // a forked child may have turned inert meanwhile: that stays
-    let _ = ACTIVE.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
-    ACTIVE.load(Relaxed) == 2
+    let _ = HOOK.active.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
+    HOOK.active.load(Relaxed) == 2
 }
 
 /// Installs [`fork_child`] once; returns when it is installed. Threads that come while another
@@ -121,7 +199,9 @@ pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     let r = Guard::enter().and_then(|_g| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let s = get();
-            s.test_panic("hook");
+            if s.line.panic_in_hook {
+                s.test_panic("hook");
+            }
             f(s)
         }))
         .ok()
@@ -162,16 +242,15 @@ impl core::ops::Index<usize> for PerRequest {
 
 #[derive(Default)]
 pub struct Stats {
-    pub nv_ioctls: AtomicU64,
-    pub decoded: AtomicU64,
     pub failed: AtomicU64,
     pub malformed: AtomicU64,
     pub not_decoded: AtomicU64,
     pub passthrough: AtomicU64,
     pub wrapped: AtomicU64,
     pub unwrapped: AtomicU64,
-    pub cuda_frees: AtomicU64,
     pub dmabuf_mrs: AtomicU64,
+    /// Times `gdrshim_bench_pause` made the hooks inert.
+    pub bench_pauses: AtomicU64,
     /// GDR probes answered differently from the driver (`advertise`).
     pub gdr_answers: AtomicU64,
     /// With GDRSHIM_TIMING=1: clock ticks spent in the ioctl hook outside the real call
@@ -187,16 +266,88 @@ pub struct Stats {
 
 /// The pure core, behind one lock: the map and the registrations that depend on it.
 pub struct Core {
-    pub tracker: Tracker,
-    pub registrar: Registrar,
+    /// Decoded events and user allocations not applied yet, in the order they happened; see
+    /// [`Shim::core`].
+    backlog: Vec<Work>,
+    // boxed: the lock, the backlog and these two pointers share one cache line
+    pub tracker: Box<Tracker>,
+    pub registrar: Box<Registrar>,
 }
 
+/// What the ioctl and allocation hooks hand to the core.
+enum Work {
+    Event(decode::Event),
+    UserAllocation { api: &'static str, ptr: u64, len: u64 },
+}
+
+/// Most work items the hooks leave unapplied. Applying them in a batch is cheaper than one by
+/// one: between two NVIDIA calls the driver's own work evicts the caches, so a lone event pays
+/// for the tracker's code and tables coming back; a batch pays once (about 1/3 of the hook's
+/// time in the cuMemAlloc/cuMemFree loop).
+const BACKLOG: usize = 128;
+
+impl Core {
+    /// Applies the backlog, in order. `warn` gets the lines worth a warning.
+    fn catch_up(&mut self, warn: &mut dyn FnMut(&str)) {
+        let Core { tracker, registrar, backlog } = self;
+        for w in backlog.drain(..) {
+            match w {
+                Work::Event(ev) => {
+                    if let decode::Event::Free { h_client, h_object, .. } = ev {
+                        if h_client == h_object {
+                            registrar.forget_client(h_client);
+                        } else {
+                            registrar.forget_freed(h_client, h_object);
+                        }
+                    }
+                    for n in tracker.apply(&ev) {
+                        warn(&capture::notice_line(&n));
+                    }
+                }
+                Work::UserAllocation { api, ptr, len } => {
+                    if let Some(v) = tracker.user_allocation_quiet(ptr, len) {
+                        warn(&capture::verdict_line(api, ptr, len, &v));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the ioctl hook reads and counts on every NVIDIA call, in one cache line (see
+/// [`HookLine`]); the core's lock and backlog follow in the next.
+#[repr(C, align(64))]
+pub struct ShimLine {
+    /// The ABI table of this driver; `None`: every call passes through undecoded.
+    pub table: Option<&'static AbiTable>,
+    pub nv_ioctls: AtomicU64,
+    pub decoded: AtomicU64,
+    capture_fd: AtomicI32,
+    /// Work items that may wait in the backlog: 1 (none wait) in trace mode and at debug level,
+    /// where lines must come out in the order of the calls.
+    backlog_max: u32,
+    /// `cfg.mode`.
+    pub mode: Mode,
+    /// `cfg.timing`.
+    pub timing: bool,
+    /// GDRSHIM_TEST_PANIC=ioctl, =hook.
+    panic_in_ioctl: bool,
+    panic_in_hook: bool,
+    /// Register mode on a known ABI: registrations over memory that a call releases are taken
+    /// down before the driver runs it ([`Shim::before_ioctl`]).
+    pub pre_call: bool,
+    /// Successful cuMemFree calls (the CUDA hooks' only count of their own).
+    pub cuda_frees: AtomicU64,
+}
+const _: () = assert!(core::mem::size_of::<ShimLine>() == 64);
+
+#[repr(C)]
 pub struct Shim {
+    pub line: ShimLine,
+    /// Reach it through [`Shim::core`], which applies the backlog first.
+    core_lock: Mutex<Core>,
     pub cfg: Config,
     pub version: Option<DriverVersion>,
-    pub table: Option<&'static AbiTable>,
-    pub core: Mutex<Core>,
-    capture_fd: AtomicI32,
     capture_lock: Mutex<()>,
     pub stats: Stats,
     stood_aside_logged: core::sync::atomic::AtomicBool,
@@ -211,12 +362,27 @@ pub struct Shim {
 static SHIM: OnceCell<Shim> = OnceCell::new();
 
 /// The runtime; call only with a [`Guard`] held (initialisation reads files through our hooks).
+#[inline]
 pub fn get() -> &'static Shim {
-    SHIM.get_or_init(Shim::init)
+    match try_get() {
+        Some(s) => s,
+        None => get_cold(),
+    }
 }
 
+#[cold]
+#[inline(never)]
+fn get_cold() -> &'static Shim {
+    let s = SHIM.get_or_init(Shim::init);
+    HOOK.shim.store(s as *const Shim as *mut Shim, core::sync::atomic::Ordering::Release);
+    s
+}
+
+#[inline]
 pub fn try_get() -> Option<&'static Shim> {
-    SHIM.get()
+    let p = HOOK.shim.load(core::sync::atomic::Ordering::Acquire);
+    // SAFETY: a pointer into the SHIM static, stored once it was initialised; never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 fn read_file(path: &str) -> Option<String> {
@@ -271,10 +437,25 @@ impl Shim {
             None => -1,
         };
         let dry_run = cfg.mode != Mode::Register;
-        let shim = Shim { cfg, version, table, core: Mutex::new(Core { tracker: Tracker::new(), registrar: Registrar::new(dry_run) }),
+        let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
+        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), backlog: Vec::with_capacity(backlog_max) };
+        let line = ShimLine {
+            table,
+            nv_ioctls: AtomicU64::new(0),
+            decoded: AtomicU64::new(0),
+            capture_fd: AtomicI32::new(capture_fd),
+            backlog_max: backlog_max as u32,
+            mode: cfg.mode,
+            timing: cfg.timing,
+            panic_in_ioctl: cfg.test_panic.as_deref() == Some("ioctl"),
+            panic_in_hook: cfg.test_panic.as_deref() == Some("hook"),
+            cuda_frees: AtomicU64::new(0),
+            pre_call: cfg.mode == Mode::Register && table.is_some(),
+        };
+        let shim = Shim { line, cfg, version, core_lock: Mutex::new(core),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: AtomicU64::new(0),
-            live_mrs: core::sync::atomic::AtomicUsize::new(0), clock_mark: crate::hooks::ioctl::Clock::mark(), capture_fd: AtomicI32::new(capture_fd), capture_lock: Mutex::new(()), stats: Stats::default() };
+            live_mrs: core::sync::atomic::AtomicUsize::new(0), clock_mark: crate::hooks::ioctl::Clock::mark(), capture_lock: Mutex::new(()), stats: Stats::default() };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
         }
@@ -286,7 +467,7 @@ impl Shim {
     }
 
     fn capture(&self, line: &str) {
-        let fd = self.capture_fd.load(Relaxed);
+        let fd = self.line.capture_fd.load(Relaxed);
         if fd < 0 {
             return;
         }
@@ -317,7 +498,7 @@ impl Shim {
         let top: Vec<String> = top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
-            s.hook_ns.load(Relaxed) as f64 * k / s.nv_ioctls.load(Relaxed).max(1) as f64,
+            s.hook_ns.load(Relaxed) as f64 * k / self.line.nv_ioctls.load(Relaxed).max(1) as f64,
             top.join(","),
             s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64
         )
@@ -333,7 +514,7 @@ impl Shim {
 
     /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
     pub fn registering(&self) -> bool {
-        self.cfg.mode == Mode::Register && self.table.is_some()
+        self.cfg.mode == Mode::Register && self.line.table.is_some()
     }
 
     fn advertise_policy(&self) -> crate::advertise::Policy {
@@ -387,71 +568,92 @@ impl Shim {
         self.capture(&format!("M {text}"));
     }
 
+    /// The core with every hook's work applied to it: the way in for anyone who reads or changes
+    /// the map or the registrations. `None` if the lock is not free within `wait`.
+    pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
+        let mut c = self.core_lock.try_lock_for(wait)?;
+        if !c.backlog.is_empty() {
+            c.catch_up(&mut |l| tracing::warn!("{l}"));
+        }
+        Some(c)
+    }
+
+    /// Hands work to the core: applied with the backlog once that is full, or before anyone
+    /// reads the core. Gives the work back if the lock is not free within 5 s.
+    fn queue(&self, w: Work) -> Result<(), Work> {
+        let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
+        c.backlog.push(w);
+        if c.backlog.len() >= self.line.backlog_max as usize {
+            c.catch_up(&mut |l| tracing::warn!("{l}"));
+        }
+        Ok(())
+    }
+
     /// Called after every real ioctl on an NVIDIA fd.
     ///
     /// # Safety
     /// `arg` is the pointer the caller passed to `ioctl`; it is only read when `rc == 0`, which
     /// means the kernel just copied the encoded number of bytes to and from it.
     pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
-        self.stats.nv_ioctls.fetch_add(1, Relaxed);
-        self.test_panic("ioctl");
-        let Some(t) = self.table else {
-            self.stats.passthrough.fetch_add(1, Relaxed);
-            return;
-        };
-        if rc != 0 {
-            self.stats.failed.fetch_add(1, Relaxed);
-            if self.cfg.mode == Mode::Trace {
-                tracing::info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
-            }
-            return;
+        // The usual call is decoded and queued; everything else leaves this path at once (out
+        // of line, so that the path stays a few cache lines of code).
+        self.line.nv_ioctls.fetch_add(1, Relaxed);
+        if self.line.panic_in_ioctl {
+            self.test_panic("ioctl");
         }
-        let Some(len) = decode::arg_len(dev, request, t).filter(|_| !arg.is_null()) else {
-            self.stats.not_decoded.fetch_add(1, Relaxed);
-            if self.cfg.mode == Mode::Trace {
-                tracing::info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
-            }
-            return;
+        let Some(t) = self.line.table else { return self.not_decoded(dev, fd, request, rc, "passthrough") };
+        let len = match decode::arg_len(dev, request, t) {
+            Some(len) if rc == 0 && !arg.is_null() => len,
+            _ => return self.not_decoded(dev, fd, request, rc, "size"),
         };
         // SAFETY: see the function contract; len is what the request encodes, and the caller's
         // buffer is not touched by anyone else while its own ioctl call is in progress.
         let bytes: &[u8] = unsafe { std::slice::from_raw_parts(arg as *const u8, len) };
-        if self.capture_fd.load(Relaxed) >= 0 {
-            let params = capture::params_spec(dev, request, bytes, t).and_then(|(off, plen)| {
-                let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
-                LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, bytes)).map(|p| (off, p))
-            });
-            self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.to_vec(), params }.line());
+        if self.line.capture_fd.load(Relaxed) >= 0 {
+            self.capture_call(dev, fd, request, rc, bytes, t);
         }
         match decode::decode(dev, fd, request, rc, bytes, &LiveParams, t) {
             Outcome::Event(ev) => {
-                self.stats.decoded.fetch_add(1, Relaxed);
-                if self.cfg.mode == Mode::Trace {
-                    tracing::info!("{ev}");
+                self.line.decoded.fetch_add(1, Relaxed);
+                if self.line.mode == Mode::Trace {
+                    trace_event(&ev);
                 }
-                let notes = match self.core.try_lock_for(Duration::from_secs(5)) {
-                    Some(mut c) => {
-                        if let crate::decode::Event::Free { h_client, h_object, .. } = ev {
-                            if h_client == h_object {
-                                c.registrar.forget_client(h_client);
-                            } else {
-                                c.registrar.forget_freed(h_client, h_object);
-                            }
-                        }
-                        c.tracker.apply(&ev)
-                    }
-                    None => {
-                        tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
-                        return;
-                    }
-                };
-                for n in notes {
-                    tracing::warn!("{}", capture::notice_line(&n));
+                if let Err(Work::Event(ev)) = self.queue(Work::Event(ev)) {
+                    self.event_dropped(&ev);
                 }
             }
+            other => self.not_an_event(dev, fd, request, other),
+        }
+    }
+
+    /// A call not decoded: no ABI table ("passthrough"), a failed call, or a request whose size
+    /// this branch's table does not know ("size").
+    #[cold]
+    #[inline(never)]
+    fn not_decoded(&self, dev: DevKind, fd: i32, request: u64, rc: i32, why: &str) {
+        if why == "passthrough" {
+            self.stats.passthrough.fetch_add(1, Relaxed);
+        } else if rc != 0 {
+            self.stats.failed.fetch_add(1, Relaxed);
+            if self.line.mode == Mode::Trace {
+                tracing::info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
+            }
+        } else {
+            self.stats.not_decoded.fetch_add(1, Relaxed);
+            if self.line.mode == Mode::Trace {
+                tracing::info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_an_event(&self, dev: DevKind, fd: i32, request: u64, o: Outcome) {
+        match o {
+            Outcome::Event(_) => {}
             Outcome::Failed { status, .. } => {
                 self.stats.failed.fetch_add(1, Relaxed);
-                if self.cfg.mode == Mode::Trace {
+                if self.line.mode == Mode::Trace {
                     tracing::info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
                 }
             }
@@ -461,16 +663,32 @@ impl Shim {
             }
             Outcome::Ignored => {
                 self.stats.not_decoded.fetch_add(1, Relaxed);
-                if self.cfg.mode == Mode::Trace {
+                if self.line.mode == Mode::Trace {
                     tracing::info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
                 }
             }
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn event_dropped(&self, ev: &decode::Event) {
+        tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn capture_call(&self, dev: DevKind, fd: i32, request: u64, rc: i32, bytes: &[u8], t: &AbiTable) {
+        let params = capture::params_spec(dev, request, bytes, t).and_then(|(off, plen)| {
+            let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
+            LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, bytes)).map(|p| (off, p))
+        });
+        self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.to_vec(), params }.line());
+    }
+
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
-    pub fn user_allocation(&self, api: &str, ptr: u64, len: u64) {
-        let t0 = self.cfg.timing.then(crate::hooks::ioctl::Clock::now);
+    pub fn user_allocation(&self, api: &'static str, ptr: u64, len: u64) {
+        let t0 = self.line.timing.then(crate::hooks::ioctl::Clock::now);
         self.user_allocation_inner(api, ptr, len);
         if let Some(t0) = t0 {
             self.stats.alloc_hook_ns.fetch_add(crate::hooks::ioctl::Clock::now() - t0, Relaxed);
@@ -478,31 +696,26 @@ impl Shim {
         }
     }
 
-    fn user_allocation_inner(&self, api: &str, ptr: u64, len: u64) {
-        if self.capture_fd.load(Relaxed) >= 0 {
+    fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
+        if self.line.capture_fd.load(Relaxed) >= 0 {
             self.capture(&format!("A {api} {ptr:x} {len:x}"));
         }
-        if self.table.is_none() {
+        if self.line.table.is_none() {
             return;
         }
         let eager = self.cfg.eager && self.cfg.mode == Mode::Register;
         if !eager && !tracing::enabled!(tracing::Level::DEBUG) {
             // the usual case: counted, and a line only for what deserves a warning
-            let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
-            let v = c.tracker.user_allocation_quiet(ptr, len);
-            drop(c);
-            if let Some(v) = v {
-                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v));
-            }
+            let _ = self.queue(Work::UserAllocation { api, ptr, len });
             return;
         }
-        let v = match self.core.try_lock_for(Duration::from_secs(5)) {
+        let v = match self.core(Duration::from_secs(5)) {
             Some(mut c) => {
                 let v = c.tracker.user_allocation(ptr, len);
                 if let (true, Mode::Register, Verdict::Covered(pieces)) = (self.cfg.eager, self.cfg.mode, &v) {
                     // Each UVM mapping behind the allocation, as libcuda registers it; the reference
                     // is held until the memory or VA goes (before_release).
-                    let Core { tracker, registrar } = &mut *c;
+                    let Core { tracker, registrar, .. } = &mut *c;
                     let mut rm = crate::rm::RealRm { tracker };
                     for (t, _) in pieces {
                         match registrar.before_reg(tracker, &mut rm, t.address, t.size) {
@@ -527,11 +740,11 @@ impl Shim {
     /// Before a verbs registration of `[addr, addr+len)`: the pass0 decision (registering in
     /// register mode), logged one line per GPU registration.
     pub fn verbs_before(&self, api: &str, addr: u64, len: u64) -> Option<Decision> {
-        if self.table.is_none() || self.cfg.mode == Mode::Trace {
+        if self.line.table.is_none() || self.cfg.mode == Mode::Trace {
             return None;
         }
-        let mut c = self.core.try_lock_for(Duration::from_secs(5))?;
-        let Core { tracker, registrar } = &mut *c;
+        let mut c = self.core(Duration::from_secs(5))?;
+        let Core { tracker, registrar, .. } = &mut *c;
         let mut rm = crate::rm::RealRm { tracker };
         let d = registrar.before_reg(tracker, &mut rm, addr, len);
         drop(c);
@@ -558,8 +771,8 @@ impl Shim {
     }
 
     pub fn verbs_after(&self, d: &Decision, mr: u64) {
-        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
-            let Core { tracker, registrar } = &mut *c;
+        if let Some(mut c) = self.core(Duration::from_secs(5)) {
+            let Core { tracker, registrar, .. } = &mut *c;
             let mut rm = crate::rm::RealRm { tracker };
             registrar.after_reg(&mut rm, d, mr);
             self.live_mrs.store(registrar.live_mrs(), Relaxed);
@@ -568,18 +781,17 @@ impl Shim {
 
     /// Whether `mr` holds a registration (explicit handles of `gdrshim_unregister`).
     pub fn holds_mr(&self, mr: u64) -> Option<bool> {
-        self.core.try_lock_for(Duration::from_secs(5)).map(|c| c.registrar.holds_mr(mr))
+        self.core(Duration::from_secs(5)).map(|c| c.registrar.holds_mr(mr))
     }
 
     /// The counters of `gdrshim_counters`.
     pub fn counters(&self) -> crate::hooks::query::GdrshimCounters {
-        let s = &self.stats;
-        let (t, r, live) = match self.core.try_lock_for(Duration::from_secs(1)) {
+        let (t, r, live) = match self.core(Duration::from_secs(1)) {
             Some(c) => (c.tracker.counts, c.registrar.counts, c.registrar.live_registrations() as u64),
             None => (Default::default(), Default::default(), u64::MAX),
         };
         crate::hooks::query::GdrshimCounters {
-            nv_ioctls: s.nv_ioctls.load(Relaxed),
+            nv_ioctls: self.line.nv_ioctls.load(Relaxed),
             native: t.native,
             matched: t.matched,
             mismatched: t.mismatched,
@@ -597,7 +809,7 @@ impl Shim {
 
     /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table.
     pub fn verbs_dereg_begin(&self, mr: u64) -> Option<crate::registrar::HeldRef> {
-        let mut c = self.core.try_lock_for(Duration::from_secs(5))?;
+        let mut c = self.core(Duration::from_secs(5))?;
         let held = c.registrar.take_mr(mr);
         self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
         held
@@ -605,8 +817,8 @@ impl Shim {
 
     /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
     pub fn verbs_dereg_end(&self, mr: u64, held: crate::registrar::HeldRef, deregistered: bool) {
-        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
-            let Core { tracker, registrar } = &mut *c;
+        if let Some(mut c) = self.core(Duration::from_secs(5)) {
+            let Core { tracker, registrar, .. } = &mut *c;
             let mut rm = crate::rm::RealRm { tracker };
             registrar.finish_dereg(&mut rm, mr, held, deregistered);
             self.live_mrs.store(registrar.live_mrs(), Relaxed);
@@ -614,8 +826,8 @@ impl Shim {
     }
 
     pub fn verbs_dereg(&self, mr: u64) {
-        if let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) {
-            let Core { tracker, registrar } = &mut *c;
+        if let Some(mut c) = self.core(Duration::from_secs(5)) {
+            let Core { tracker, registrar, .. } = &mut *c;
             let mut rm = crate::rm::RealRm { tracker };
             registrar.after_dereg(&mut rm, mr);
             self.live_mrs.store(registrar.live_mrs(), Relaxed);
@@ -628,7 +840,7 @@ impl Shim {
         if self.cfg.mode != Mode::Register || arg.is_null() {
             return;
         }
-        let Some(t) = self.table else { return };
+        let Some(t) = self.line.table else { return };
         // cheap filter first: only the four requests that release anything take the lock
         let releases = match dev {
             DevKind::Uvm => matches!(request, abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION),
@@ -637,15 +849,17 @@ impl Shim {
         if !releases {
             return;
         }
-        let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
+        let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return };
         // Only live registrations need taking down before the driver runs the call (a 503C of
-        // ours that an RM free takes with it is forgotten after the free: forget_freed).
+        // ours that an RM free takes with it is forgotten after the free: forget_freed). The
+        // backlog can only take registrations away, so this needs no catching up.
         if c.registrar.live_registrations() == 0 {
             return;
         }
+        c.catch_up(&mut |l| tracing::warn!("{l}"));
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return };
-        let Core { tracker, registrar } = &mut *c;
+        let Core { tracker, registrar, .. } = &mut *c;
         let mut rm = crate::rm::RealRm { tracker };
         for x in registrar.before_driver_call(tracker, &mut rm, call) {
             tracing::info!("unregistered {x} before the driver releases or remaps its memory or VA");
@@ -653,13 +867,14 @@ impl Shim {
     }
 
     pub fn summary_fields(&self) -> String {
-        let (c, entries, objects, rc, live, p2p_live) = match self.core.try_lock_for(Duration::from_millis(200)) {
+        let (c, entries, objects, rc, live, p2p_live) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
             Some(mut core) => {
+                // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
+                core.catch_up(&mut |l| crate::log::raw_line("WARN", l));
                 let live = core.registrar.live_registrations();
                 let p2p_live = core.registrar.p2p_objects();
                 let rc = core.registrar.counts;
                 let t = &mut core.tracker;
-                // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
                 for left in t.finish() {
                     crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
                 }
@@ -671,12 +886,12 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={}{}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
-            self.table.map_or("none", |t| t.since),
-            s.nv_ioctls.load(Relaxed),
-            s.decoded.load(Relaxed),
+            self.line.table.map_or("none", |t| t.since),
+            self.line.nv_ioctls.load(Relaxed),
+            self.line.decoded.load(Relaxed),
             s.failed.load(Relaxed),
             s.malformed.load(Relaxed),
             s.not_decoded.load(Relaxed),
@@ -690,7 +905,7 @@ impl Shim {
             c.uncovered,
             s.wrapped.load(Relaxed),
             s.unwrapped.load(Relaxed),
-            s.cuda_frees.load(Relaxed),
+            self.line.cuda_frees.load(Relaxed),
             if self.cfg.timing { self.timing_fields() } else { String::new() },
             rc.pass0_hits,
             rc.pass0_misses,
@@ -702,8 +917,19 @@ impl Shim {
             rc.stood_aside,
             rc.p2p_objects,
             s.gdr_answers.load(Relaxed),
+            match s.bench_pauses.load(Relaxed) {
+                0 => String::new(),
+                n => format!(" bench_pauses={n}"),
+            },
         )
     }
+}
+
+/// Trace mode's line for a decoded call (out of line: the other modes never take it).
+#[cold]
+#[inline(never)]
+fn trace_event(ev: &decode::Event) {
+    tracing::info!("{ev}");
 }
 
 /// Reads pieces `(offset, len)` of our own memory at `addr`, concatenated, without faulting on a
@@ -761,14 +987,14 @@ impl ParamReader for LiveParams {
 // the parent's context anyway. The child turns inert (pure pass-through, no summary) until it
 // execs, which starts a fresh shim; the parent is untouched.
 extern "C" fn fork_child() {
-    ACTIVE.store(1, Relaxed);
+    HOOK.active.store(1, Relaxed);
 }
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let Some(_g) = Guard::enter() else { return };
         // a forked child that turned inert prints nothing
-        if let Some(s) = try_get().filter(|_| active()) {
+        if let Some(s) = try_get().filter(|_| active() || HOOK.active.load(Relaxed) == PAUSED) {
             crate::log::summary_line(&s.summary_fields());
         }
     });

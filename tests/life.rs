@@ -25,6 +25,8 @@ fn env() -> &'static Env {
         cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", &src("fakeverbs.c"), "-ldl", "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
+        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
+        cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
         // not linked against libibverbs: it must be able to unload it
         cc(&["-O1", "-Wall", "-Werror", "-o", "life", &src("life.c"), "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN"]);
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
@@ -149,4 +151,38 @@ fn another_interposer_finding_its_next_with_rtld_next() {
     let r = life(&["interpose"], Some("libinterpose.so"), Duration::from_secs(60));
     assert_ok(&r, "interpose");
     assert!(r.out.contains("interposer_calls=1"), "{}", r.out);
+}
+
+/// The alloc-loop benchmark's traffic (tests/c/allocbench.c) with the shim paused for every
+/// other batch, as the H200 benchmark times "with" and "without" in one process: the map sees
+/// exactly the batches that were not paused, and every libcuda registration among them is matched.
+/// The pause is refused outside shadow mode (it would leave registrations over freed memory).
+#[test]
+fn the_benchmark_pause_hides_exactly_the_paused_batches() {
+    let e = env();
+    let run = |mode: &str| {
+        let out = Command::new(e.dir.join("allocbench"))
+            .args([e.dir.join("libcuda.so.1").to_str().unwrap(), "200", "ab"])
+            .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+            .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+            .env("GDRSHIM_MODE", mode)
+            .env("GDRSHIM_BENCH_PAUSE", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (out, err) = run("shadow");
+    assert!(out.starts_with("allocbench ab shim_ns_per_iter="), "{out}\n{err}");
+    let line = err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{err}"));
+    // 200 warm-up iterations and 5 working batches of 200; 5 paused batches unseen
+    assert_eq!(num(line, "native"), 1200, "{line}");
+    assert_eq!(num(line, "matched"), 1200, "{line}");
+    assert_eq!(num(line, "user_allocs"), 1200, "{line}");
+    assert_eq!(num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"), 0, "{line}");
+    assert_eq!(num(line, "bench_pauses"), 5, "{line}");
+    assert_eq!(num(line, "map_entries"), 0, "{line}");
+    let (out, err) = run("register");
+    assert_eq!(out, format!("allocbench ab pause_rc={}\n", -libc::EPERM), "{err}");
+    assert!(err.contains("GDRSHIM_BENCH_PAUSE=1 is for shadow mode only"), "{err}");
 }

@@ -73,7 +73,7 @@ cuda_fn!(mem_alloc_pitch, cuMemAllocPitch_v2, c"cuMemAllocPitch_v2", (dptr: *mut
 cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
     let _ = dptr;
     if r == CUDA_SUCCESS {
-        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+        sh.line.cuda_frees.fetch_add(1, Relaxed);
     }
 });
 cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |sh, r| {
@@ -96,7 +96,7 @@ cuda_fn!(mem_set_access, cuMemSetAccess, c"cuMemSetAccess", (ptr: CUdeviceptr, s
 cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), |sh, r| {
     let _ = (ptr, size);
     if r == CUDA_SUCCESS {
-        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+        sh.line.cuda_frees.fetch_add(1, Relaxed);
     }
 });
 cuda_fn!(mem_release, cuMemRelease, c"cuMemRelease", (handle: u64), |sh, r| {
@@ -119,7 +119,7 @@ cuda_fn!(mem_alloc_pool_async, cuMemAllocFromPoolAsync, c"cuMemAllocFromPoolAsyn
 cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, stream: CUstream), |sh, r| {
     let _ = (dptr, stream);
     if r == CUDA_SUCCESS {
-        sh.stats.cuda_frees.fetch_add(1, Relaxed);
+        sh.line.cuda_frees.fetch_add(1, Relaxed);
     }
 });
 // NCCL's GPU-side GDR gate, asked through the cudart linked into libnccl (see `advertise`).

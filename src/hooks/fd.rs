@@ -126,16 +126,24 @@ pub fn classify_fstat(fd: c_int) -> Option<DevKind> {
 }
 
 /// The NVIDIA kind of `fd`, classifying and caching it if needed.
+#[inline]
 pub fn kind(fd: c_int) -> Option<DevKind> {
     match cached(fd) {
         NOT_NV => None,
-        UNKNOWN => {
-            let k = classify_fstat(fd);
-            store(fd, encode(k));
-            k
-        }
+        UNKNOWN => classify_and_cache(fd),
         b => decode(b),
     }
+}
+
+/// Keeps errno (the ioctl hook relies on it): the first call also reads /proc/devices.
+#[cold]
+#[inline(never)]
+fn classify_and_cache(fd: c_int) -> Option<DevKind> {
+    let e = errno();
+    let k = classify_fstat(fd);
+    store(fd, encode(k));
+    set_errno(e);
+    k
 }
 
 fn note_open(fd: c_int, path: *const c_char) {

@@ -4,6 +4,9 @@ use crate::hooks::fd;
 use crate::real;
 use crate::shim::{self, active, errno, set_errno, Guard};
 use core::ffi::{c_int, c_ulong, c_void};
+// The core's state after a contained panic is what it was then (parking_lot locks do not
+// poison); the panic is logged and the call goes through unchanged, as before the hook.
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// `ioctl` is variadic; its one optional argument travels in the third integer register.
 #[cfg_attr(not(test), no_mangle)]
@@ -16,37 +19,84 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { nvidia(real, fd, request, arg) }
+}
+
+type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
+
+/// An ioctl on an NVIDIA (or not yet classified) fd. Out of line: the path of every other fd
+/// stays a few instructions.
+///
+/// # Safety
+/// The caller's `ioctl` arguments, unchanged.
+#[inline(never)]
+unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let Some(_guard) = Guard::enter() else {
         // SAFETY: forwarded unchanged (our own call, or a hook inside a hook).
         return unsafe { real(fd, request, arg) };
     };
-    let t0 = Clock::start();
-    let e0 = errno();
-    let Some(dev) = fd::kind(fd) else {
-        set_errno(e0);
+    // (errno: fd::kind keeps it, and so does the first initialisation; the usual path reads it
+    // only after the real call, once the line holding it is back in the cache anyway)
+    let (Some(dev), Some(s)) = (fd::kind(fd), shim_keeping_errno()) else {
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     };
-    let _ = std::panic::catch_unwind(|| shim::get().before_ioctl(dev, request, arg));
-    set_errno(e0);
-    let t1 = t0.map(|_| Clock::now());
+    if s.line.timing {
+        // SAFETY: as for this function.
+        return unsafe { timed(s, real, dev, fd, request, arg) };
+    }
+    if s.line.pre_call {
+        let e0 = errno();
+        let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
+        set_errno(e0);
+    }
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     let e = errno();
-    let t2 = t0.map(|_| Clock::now());
-    let _ = std::panic::catch_unwind(|| {
-        let s = shim::get();
-        // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
-        unsafe { s.after_ioctl(dev, fd, request, rc, arg) };
-        if let (Some(a), Some(b), Some(c)) = (t0, t1, t2) {
-            use core::sync::atomic::Ordering::Relaxed;
-            let ns = (b - a) + (Clock::now() - c);
-            s.stats.hook_ns.fetch_add(ns, Relaxed);
-            let i = crate::shim::PerRequest::slot(dev, request);
-            s.stats.hook_ns_by_req[i].fetch_add(ns, Relaxed);
-            s.stats.hook_calls_by_req[i].fetch_add(1, Relaxed);
-        }
-    });
+    // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
+    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) }));
+    set_errno(e);
+    rc
+}
+
+/// The runtime, initialised on first use with errno as it was and a panic contained.
+#[inline(always)]
+fn shim_keeping_errno() -> Option<&'static shim::Shim> {
+    shim::try_get().or_else(|| {
+        let e = errno();
+        let s = catch_unwind(shim::get).ok();
+        set_errno(e);
+        s
+    })
+}
+
+/// [`nvidia`] with GDRSHIM_TIMING: the clock read around our parts, per request kind.
+///
+/// # Safety
+/// The caller's `ioctl` arguments, unchanged.
+#[cold]
+#[inline(never)]
+unsafe fn timed(s: &'static shim::Shim, real: IoctlFn, dev: crate::decode::DevKind, fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let e0 = errno();
+    let t0 = Clock::now();
+    if s.line.pre_call {
+        let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
+        set_errno(e0);
+    }
+    let t1 = Clock::now();
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { real(fd, request, arg) };
+    let e = errno();
+    let t2 = Clock::now();
+    // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
+    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) }));
+    use core::sync::atomic::Ordering::Relaxed;
+    let ns = (t1 - t0) + (Clock::now() - t2);
+    s.stats.hook_ns.fetch_add(ns, Relaxed);
+    let i = crate::shim::PerRequest::slot(dev, request);
+    s.stats.hook_ns_by_req[i].fetch_add(ns, Relaxed);
+    s.stats.hook_calls_by_req[i].fetch_add(1, Relaxed);
     set_errno(e);
     rc
 }
@@ -56,9 +106,6 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 /// against CLOCK_MONOTONIC over the run (`ns_per_tick`).
 pub(crate) struct Clock;
 impl Clock {
-    fn start() -> Option<u64> {
-        shim::try_get().filter(|s| s.cfg.timing).map(|_| Clock::now())
-    }
     /// Ticks of the time-stamp counter (CLOCK_MONOTONIC nanoseconds off x86-64).
     #[inline(always)]
     pub(crate) fn now() -> u64 {

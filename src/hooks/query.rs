@@ -65,10 +65,10 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
     let Some(_g) = Guard::enter() else { return -libc::EBUSY };
     let r = std::panic::catch_unwind(|| {
         let s = shim::get();
-        if s.table.is_none() {
+        if s.line.table.is_none() {
             return Err(-libc::ENOSYS);
         }
-        let c = s.core.lock();
+        let c = s.core(std::time::Duration::from_secs(5)).ok_or(-libc::EBUSY)?;
         let t = &c.tracker;
         let p = t.map.lookup_single(va, len).map_err(|m| match m {
             crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
@@ -112,7 +112,7 @@ static NEXT_HANDLE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU6
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
     shim::call_in(|s| {
-        if s.table.is_none() {
+        if s.line.table.is_none() {
             return -(libc::ENOSYS as i64);
         }
         if s.cfg.mode != crate::config::Mode::Register {
@@ -201,6 +201,25 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut GdrshimCounters, size: usize
 
 /// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
 ///
+/// Benchmark only: with GDRSHIM_BENCH_PAUSE=1 in shadow mode, `pause` != 0 makes every hook
+/// inert until `gdrshim_bench_pause(0)`. 0 on success; -EPERM where not allowed; -ENOSYS off.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
+    // not `active()`: a paused shim answers this one call
+    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
+    let r = std::panic::catch_unwind(|| {
+        if pause != 0 && !shim::active() {
+            return -libc::ENOSYS;
+        }
+        match shim::try_get() {
+            Some(s) if shim::bench_pause(s, pause != 0) => 0,
+            Some(_) => -libc::EPERM,
+            None => -libc::ENOSYS,
+        }
+    });
+    r.unwrap_or(-libc::EIO)
+}
+
 /// # Safety
 /// `text` is null or a valid C string.
 #[cfg_attr(not(test), no_mangle)]

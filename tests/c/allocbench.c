@@ -3,7 +3,9 @@
 // REGISTER_VIDMEM, UVM_CREATE_EXTERNAL_RANGE, UVM_MAP_EXTERNAL_ALLOCATION; then UNREGISTER_VIDMEM,
 // UVM_FREE, RM_FREE) against the live fake driver, and cuMemAlloc/cuMemFree through a fake
 // libcuda's cuGetProcAddress, as cudart reaches them. Prints ns per iteration (median of 9).
-//   allocbench FAKE_LIBCUDA ITERS
+// With "ab": 10 batches that alternate between the shim working and the shim paused
+// (gdrshim_bench_pause; GDRSHIM_BENCH_PAUSE=1, shadow mode), and the ratio of their medians.
+//   allocbench FAKE_LIBCUDA ITERS [ab]
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -47,8 +49,14 @@ int main(int argc, char **argv) {
   uint32_t pf = 1; p2p = rm_alloc(sub, 0x503c, &pf, 4); // libcuda's own 503C, as on the H200
   uint64_t rv[2] = {vas, 0}; control(0x503c0102, rv, 16);
   static uint8_t m[9264]; uint64_t base = 0x7f0000000000ull, size = 2 << 20, zero = 0, one = 1;
-  double v[9];
-  for (int rep = -1; rep < 9; rep++) {
+  int ab = argc > 3 && !strcmp(argv[3], "ab");
+  int (*pause)(int) = ab ? (int (*)(int))dlsym(RTLD_DEFAULT, "gdrshim_bench_pause") : NULL;
+  if (ab && !pause) { fprintf(stderr, "allocbench: no gdrshim_bench_pause (shim not loaded)\n"); return 2; }
+  double v[10], on[5], off[5]; int pause_rc = 0;
+  for (int rep = -1; rep < (ab ? 10 : 9); rep++) {
+    // ab: the order within each pair of batches alternates (on off, off on, ...) against drift
+    int paused = ab && rep >= 0 && ((rep & 1) ^ ((rep >> 1) & 1));
+    if (paused && (pause_rc = pause(1)) != 0) break;
     double t0 = now();
     for (int i = 0; i < iters; i++) {
       uint8_t mp[128] = {0}; memcpy(mp + 64, &size, 8);
@@ -64,7 +72,18 @@ int main(int argc, char **argv) {
       uint64_t fr[3] = {base, size, 0}; ioctl(uvm, 34, fr);
       uint32_t f[4] = {client, dev, h, 0}; ioctl(ctl, NV_IOCTL(0x29, 16), f);
     }
-    if (rep >= 0) v[rep] = (now() - t0) * 1e9 / iters;
+    double ns = (now() - t0) * 1e9 / iters;
+    if (paused) pause(0);
+    if (rep < 0) continue;
+    if (!ab) v[rep] = ns;
+    else if (paused) off[rep / 2] = ns;
+    else on[rep / 2] = ns;
+  }
+  if (ab) {
+    if (pause_rc) { printf("allocbench ab pause_rc=%d\n", pause_rc); return 0; }
+    qsort(on, 5, sizeof *on, cmp); qsort(off, 5, sizeof *off, cmp);
+    printf("allocbench ab shim_ns_per_iter=%.1f paused_ns_per_iter=%.1f ratio=%.4f\n", on[2], off[2], on[2] / off[2]);
+    return 0;
   }
   qsort(v, 9, sizeof *v, cmp);
   printf("allocbench ns_per_iter=%.1f\n", v[4]);

@@ -157,12 +157,20 @@ static int uvm_call(unsigned long cmd, uint8_t *a) {
   return 0;
 }
 
-// FAKERM_THRASH_KB=N: each call writes N KiB first, as the real driver's work evicts the
-// caller's caches between two calls (the benchmark then sees the hook's cold-cache cost).
+// FAKERM_THRASH_KB=N: each call writes N KiB first and runs 128 KiB of code, as the real
+// driver's work evicts the caller's data and instruction caches between two calls (the
+// benchmark then sees the hook's cold-cache cost).
 static long thrash_kb = -1; static volatile uint8_t *thrash_buf;
+static void thrash_code(void) {
+#if defined(__x86_64__)
+  __asm__ volatile(".rept 16384\n\tnopl 0x0(%%rax,%%rax,1)\n\t.byte 0x90\n\t.endr" ::: "memory");
+#endif
+}
 static void thrash(void) {
   if (thrash_kb < 0) { const char *t = getenv("FAKERM_THRASH_KB"); thrash_kb = t ? atol(t) : 0; if (thrash_kb) thrash_buf = malloc(thrash_kb << 10); }
+  if (!thrash_kb) return;
   for (long i = 0; i < (thrash_kb << 10); i += 64) thrash_buf[i]++;
+  thrash_code();
 }
 int ioctl(int fd, unsigned long req, void *arg) {
   static int (*real)(int, unsigned long, void *);

@@ -16,6 +16,7 @@ static double median(double *v, int n) {
 static double now() { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 
 // bench alloc SIZE ITERS: one alloc/free loop, 9 batches of ITERS/9, the median ns per iteration.
+// bench alloc-ab SIZE ITERS PAIRS: the loop with and without the shim in one process (below).
 // bench ioctl N: the /dev/null ioctl loop alone. (No arguments: every loop, as before.)
 static int one(int argc, char **argv) {
   if (!strcmp(argv[1], "alloc") && argc > 3) {
@@ -31,6 +32,33 @@ static int one(int argc, char **argv) {
     printf("bench alloc_free size=%zu ns_per_iter=%.1f\n", size, median(b, 9));
     return 0;
   }
+  if (!strcmp(argv[1], "alloc-ab") && argc > 4) {
+    // PAIRS pairs of ITERS-iteration batches in one process, one with the shim working and one
+    // with it paused (gdrshim_bench_pause: GDRSHIM_BENCH_PAUSE=1, shadow mode), the order
+    // alternating pair by pair (on off, off on, ...) against drift: one line per pair.
+    int (*pause)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "gdrshim_bench_pause");
+    if (!pause) { fprintf(stderr, "bench alloc-ab: the shim is not loaded\n"); return 2; }
+    CKRT(cudaFree(0));
+    size_t size = strtoull(argv[2], 0, 0); int iters = atoi(argv[3]), pairs = atoi(argv[4]);
+    CUdeviceptr p;
+    for (int i = 0; i < 200; i++) { CK(cuMemAlloc(&p, size)); CK(cuMemFree(p)); }
+    int rc = pause(1);
+    if (rc) { fprintf(stderr, "bench alloc-ab: gdrshim_bench_pause refused (%d)\n", rc); return 2; }
+    pause(0);
+    for (int k = 0; k < pairs; k++) {
+      double ns[2];
+      for (int half = 0; half < 2; half++) {
+        int paused = half ^ (k & 1);
+        if (paused) pause(1);
+        double t0 = now();
+        for (int i = 0; i < iters; i++) { CK(cuMemAlloc(&p, size)); CK(cuMemFree(p)); }
+        ns[paused] = (now() - t0) * 1e9 / iters;
+        if (paused) pause(0);
+      }
+      printf("bench alloc_ab size=%zu pair=%d on=%.1f off=%.1f\n", size, k, ns[0], ns[1]);
+    }
+    return 0;
+  }
   if (!strcmp(argv[1], "ioctl") && argc > 2) {
     int fd = open("/dev/null", O_RDWR), n = atoi(argv[2]); struct termios t; double b[9];
     for (int i = 0; i < 10000; i++) ioctl(fd, TCGETS, &t);
@@ -38,7 +66,7 @@ static int one(int argc, char **argv) {
     printf("bench ioctl_devnull ns_per_call=%.2f\n", median(b, 9));
     return 0;
   }
-  fprintf(stderr, "usage: bench [alloc SIZE ITERS | ioctl N]\n");
+  fprintf(stderr, "usage: bench [alloc SIZE ITERS | alloc-ab SIZE ITERS PAIRS | ioctl N]\n");
   return 2;
 }
 

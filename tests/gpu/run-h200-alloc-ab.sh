@@ -3,7 +3,9 @@
 # ROUNDS rounds of three short processes (no shim, shim loaded in off mode, shim in shadow mode) in
 # an order that rotates every round, so that drift and order effects fall on every side alike. Per
 # round the ratios shadow/none and off/none (off is the A/A control: the noise floor with the same
-# library loaded but inert); reported: their median with a bootstrap 95 % interval. Then one
+# library loaded but inert); reported: their median with a bootstrap 95 % interval. Then the
+# same loops with and without the shim inside one process (bench alloc-ab: batches with the shim
+# working and paused, GDRSHIM_BENCH_PAUSE=1), which the per-process noise does not reach; and one
 # shadow run with GDRSHIM_TIMING=1 measures the shim's own time per iteration inside the process.
 # Usage: tests/gpu/run-h200-alloc-ab.sh OUTDIR [ROUNDS]
 set -u
@@ -30,9 +32,17 @@ for r in $(seq 0 $((ROUNDS - 1))); do
     echo "round $r" >>"$raw"
   done
 done
+# The same loops with and without the shim in one process (no placement or regime difference
+# between the two sides): pairs of batches, the shim working in one and paused in the other.
+inproc="$OUT/ab-inproc-raw.txt"; : >"$inproc"
+for p in 1 2 3 4 5; do
+  for size in 4096 2097152 67108864; do
+    GDRSHIM_MODE=shadow GDRSHIM_BENCH_PAUSE=1 LD_PRELOAD="$SHIM" "$B/bench" alloc-ab "$size" 200 60 2>&1 | grep -E "^bench|^gdrshim: summary" | sed "s/^/proc$p /" >>"$inproc"
+  done
+done
 echo "### GDRSHIM_TIMING=1, shadow, 2 MiB loop of 18000 iterations" | tee "$OUT/ab-timing.txt"
 GDRSHIM_MODE=shadow GDRSHIM_TIMING=1 LD_PRELOAD="$SHIM" "$B/bench" alloc 2097152 18000 2>&1 | grep -E "^bench|^gdrshim: summary" | tee -a "$OUT/ab-timing.txt"
-python3 - "$raw" "$OUT/ab-timing.txt" <<'PY' | tee "$OUT/ab.txt"
+python3 - "$raw" "$OUT/ab-timing.txt" "$inproc" <<'PY' | tee "$OUT/ab.txt"
 import random, re, statistics, sys
 rounds, cur = [], {}
 for l in open(sys.argv[1]):
@@ -57,6 +67,23 @@ for k in sorted({k for r in rounds for k, _ in r}):
     if k.startswith("ioctl"):
         adds = [r[(k, "shadow")] - r[(k, "none")] for r in rounds if (k, "shadow") in r]
         print(f"{'':22} ns added per non-NVIDIA ioctl (median of rounds): {statistics.median(adds):.2f}")
+print()
+print("in one process, shim working / shim paused (pairs of 200-iteration batches, 5 processes x 60 pairs):")
+pairs, per_proc, sums = {}, {}, []
+for l in open(sys.argv[3]):
+    proc, rest = l.split(" ", 1)
+    m = re.search(r"bench alloc_ab size=(\d+) pair=\d+ on=([\d.]+) off=([\d.]+)", rest)
+    if m:
+        r = float(m.group(2)) / float(m.group(3))
+        pairs.setdefault(m.group(1), []).append(r)
+        per_proc.setdefault(m.group(1), {}).setdefault(proc, []).append(r)
+    elif rest.startswith("gdrshim: summary"):
+        sums.append(" ".join(re.findall(r"(?:native|matched|mismatched|unpredicted|uncovered|bench_pauses)=\d+", rest)))
+for size in sorted(pairs, key=int):
+    rs = pairs[size]; a, b = ci(rs)
+    procs = " ".join(f"{statistics.median(v):.4f}" for v in per_proc[size].values())
+    print(f"  alloc/{size:<10} on/off {statistics.median(rs):.4f} [{a:.4f}, {b:.4f}]  pairs={len(rs)}  per process: {procs}")
+print("  summaries:", "; ".join(sorted(set(sums))) if len(set(sums)) < 4 else "; ".join(sums))
 t = open(sys.argv[2]).read()
 m = re.search(r"ns_per_iter=([\d.]+)", t); s = re.search(r"nv_ioctls=(\d+).*?hook_ns_per_nv_ioctl=(\d+).*?alloc_hook_ns_per_call=(\d+)", t)
 if m and s:
