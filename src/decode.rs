@@ -113,10 +113,14 @@ pub enum Event {
     UvmRegisterGpu { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32 },
     UvmRegisterGpuVaSpace { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32, h_vaspace: u32 },
     UvmCreateExternalRange { base: u64, length: u64 },
-    UvmMapExternal { base: u64, length: u64, offset: u64, gpus: Vec<Uuid>, rm_ctrl_fd: i32, h_client: u32, h_memory: u32 },
+    UvmMapExternal { base: u64, length: u64, offset: u64, gpus: GpuList, rm_ctrl_fd: i32, h_client: u32, h_memory: u32 },
     UvmUnmapExternal { base: u64, length: u64, gpu: Uuid },
     UvmFree { base: u64, length: Option<u64> },
 }
+
+/// The GPUs of one UVM map call: inline for one (the usual case), so that decoding the call in
+/// the ioctl hook allocates nothing.
+pub type GpuList = smallvec::SmallVec<[Uuid; 1]>;
 
 /// What one finished ioctl amounted to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -626,7 +630,7 @@ mod tests {
             let o = decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t);
             assert_eq!(
                 o,
-                Outcome::Event(Event::UvmMapExternal { base: 0x7f43_5200_0000, length: 64 << 20, offset: 0, gpus: vec![[7; 16]], rm_ctrl_fd: 8, h_client: 0xc1d0_0022, h_memory: 0x5c00_0096 })
+                Outcome::Event(Event::UvmMapExternal { base: 0x7f43_5200_0000, length: 64 << 20, offset: 0, gpus: smallvec::smallvec![[7; 16]], rm_ctrl_fd: 8, h_client: 0xc1d0_0022, h_memory: 0x5c00_0096 })
             );
             // rmStatus set: not decoded
             b[l.rm_status()] = 0x1f;

@@ -364,7 +364,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                     let len = PAGE * (1 + rnd(4)).min((BASE + RANGE * RANGES - va) / PAGE);
                     if (0..len).step_by(PAGE as usize).all(|p| w.model.pages[g][Model::page(va + p)] == Some((m, off + p))) {
                         w.driver(Pending::UvmMap { base: va, length: len, offset: off, h_client: m.client, h_memory: m.memory });
-                        w.t.apply(&Event::UvmMapExternal { base: va, length: len, offset: off, gpus: vec![GPUS[g]], rm_ctrl_fd: 10, h_client: m.client, h_memory: m.memory });
+                        w.t.apply(&Event::UvmMapExternal { base: va, length: len, offset: off, gpus: smallvec::smallvec![GPUS[g]], rm_ctrl_fd: 10, h_client: m.client, h_memory: m.memory });
                         count("same_remaps");
                     }
                 }

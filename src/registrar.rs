@@ -486,7 +486,7 @@ mod tests {
         for &(h, va, len) in maps {
             t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
             t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-            t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+            t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
         }
         t
     }
@@ -536,7 +536,7 @@ mod tests {
     fn unaligned_mapping_is_a_miss_not_a_guess() {
         let mut t = tracker_with(&[]);
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_0000_1000, length: 0x8000, offset: 0x1000, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x20 });
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_0000_1000, length: 0x8000, offset: 0x1000, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x20 });
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
         assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
         assert!(rm.p2p.is_empty());
@@ -578,7 +578,7 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert!(rm.regs.is_empty());
         t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_1000_0000, length: 0x20_0000, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x10 });
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_1000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x10 });
         let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
         assert!(matches!(b, Decision::Hit { fresh: true, .. }));
         r.after_reg(&mut rm, &b, 0xb);
@@ -610,7 +610,7 @@ mod tests {
         // other memory over part of it: unregistered before UVM replaces it
         let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
         assert_eq!(r.before_driver_call(&t, &mut rm, other).len(), 1);
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x11 });
+        t.apply(&Event::UvmMapExternal { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x11 });
         // and the mapping it cut is no longer registrable as a whole
         let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
         assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
@@ -697,7 +697,7 @@ mod tests {
                     let offset = rnd(size >> 16) << 16;
                     let len = (1 + rnd((size - offset) >> 16)) << 16;
                     t.apply(&Event::UvmCreateExternalRange { base: slot, length: len });
-                    t.apply(&Event::UvmMapExternal { base: slot, length: len, offset, gpus: vec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+                    t.apply(&Event::UvmMapExternal { base: slot, length: len, offset, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
                     maps.insert(slot, (len, h, offset));
                 }
                 30..=37 if !maps.is_empty() => {

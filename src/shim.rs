@@ -243,6 +243,8 @@ impl core::ops::Index<usize> for PerRequest {
 #[derive(Default)]
 pub struct Stats {
     pub failed: AtomicU64,
+    /// Decoded, but the core's lock was not free within 5 s.
+    pub dropped: AtomicU64,
     pub malformed: AtomicU64,
     pub not_decoded: AtomicU64,
     pub passthrough: AtomicU64,
@@ -269,6 +271,9 @@ pub struct Core {
     /// Decoded events and user allocations not applied yet, in the order they happened; see
     /// [`Shim::core`].
     backlog: Vec<Work>,
+    /// NVIDIA calls decoded into an event (counted here, under the lock the event takes anyway,
+    /// rather than with an atomic of its own).
+    pub decoded: u64,
     // boxed: the lock, the backlog and these two pointers share one cache line
     pub tracker: Box<Tracker>,
     pub registrar: Box<Registrar>,
@@ -289,18 +294,19 @@ const BACKLOG: usize = 128;
 impl Core {
     /// Applies the backlog, in order. `warn` gets the lines worth a warning.
     fn catch_up(&mut self, warn: &mut dyn FnMut(&str)) {
-        let Core { tracker, registrar, backlog } = self;
-        for w in backlog.drain(..) {
-            match w {
-                Work::Event(ev) => {
-                    if let decode::Event::Free { h_client, h_object, .. } = ev {
+        let Core { tracker, registrar, backlog, .. } = self;
+        // by reference, then cleared: no item is moved
+        for w in backlog.iter() {
+            match *w {
+                Work::Event(ref ev) => {
+                    if let decode::Event::Free { h_client, h_object, .. } = *ev {
                         if h_client == h_object {
                             registrar.forget_client(h_client);
                         } else {
                             registrar.forget_freed(h_client, h_object);
                         }
                     }
-                    for n in tracker.apply(&ev) {
+                    for n in tracker.apply(ev) {
                         warn(&capture::notice_line(&n));
                     }
                 }
@@ -311,6 +317,7 @@ impl Core {
                 }
             }
         }
+        backlog.clear();
     }
 }
 
@@ -320,8 +327,6 @@ impl Core {
 pub struct ShimLine {
     /// The ABI table of this driver; `None`: every call passes through undecoded.
     pub table: Option<&'static AbiTable>,
-    pub nv_ioctls: AtomicU64,
-    pub decoded: AtomicU64,
     capture_fd: AtomicI32,
     /// Work items that may wait in the backlog: 1 (none wait) in trace mode and at debug level,
     /// where lines must come out in the order of the calls.
@@ -438,11 +443,9 @@ impl Shim {
         };
         let dry_run = cfg.mode != Mode::Register;
         let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
-        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), backlog: Vec::with_capacity(backlog_max) };
+        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), backlog: Vec::with_capacity(backlog_max), decoded: 0 };
         let line = ShimLine {
             table,
-            nv_ioctls: AtomicU64::new(0),
-            decoded: AtomicU64::new(0),
             capture_fd: AtomicI32::new(capture_fd),
             backlog_max: backlog_max as u32,
             mode: cfg.mode,
@@ -489,7 +492,7 @@ impl Shim {
 
     /// The GDRSHIM_TIMING keys: the average, the five most expensive request kinds in total
     /// (`kind:nr:ns_per_call*calls`), and the CUDA allocation hooks.
-    fn timing_fields(&self) -> String {
+    fn timing_fields(&self, nv_ioctls: u64) -> String {
         let s = &self.stats;
         let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
         top.sort_unstable_by_key(|t| core::cmp::Reverse(t.0));
@@ -498,7 +501,7 @@ impl Shim {
         let top: Vec<String> = top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
-            s.hook_ns.load(Relaxed) as f64 * k / self.line.nv_ioctls.load(Relaxed).max(1) as f64,
+            s.hook_ns.load(Relaxed) as f64 * k / nv_ioctls.max(1) as f64,
             top.join(","),
             s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64
         )
@@ -582,6 +585,7 @@ impl Shim {
     /// reads the core. Gives the work back if the lock is not free within 5 s.
     fn queue(&self, w: Work) -> Result<(), Work> {
         let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
+        c.decoded += matches!(w, Work::Event(_)) as u64;
         c.backlog.push(w);
         if c.backlog.len() >= self.line.backlog_max as usize {
             c.catch_up(&mut |l| tracing::warn!("{l}"));
@@ -597,7 +601,6 @@ impl Shim {
     pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
         // The usual call is decoded and queued; everything else leaves this path at once (out
         // of line, so that the path stays a few cache lines of code).
-        self.line.nv_ioctls.fetch_add(1, Relaxed);
         if self.line.panic_in_ioctl {
             self.test_panic("ioctl");
         }
@@ -614,7 +617,6 @@ impl Shim {
         }
         match decode::decode(dev, fd, request, rc, bytes, &LiveParams, t) {
             Outcome::Event(ev) => {
-                self.line.decoded.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
                     trace_event(&ev);
                 }
@@ -673,6 +675,7 @@ impl Shim {
     #[cold]
     #[inline(never)]
     fn event_dropped(&self, ev: &decode::Event) {
+        self.stats.dropped.fetch_add(1, Relaxed);
         tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
     }
 
@@ -784,14 +787,20 @@ impl Shim {
         self.core(Duration::from_secs(5)).map(|c| c.registrar.holds_mr(mr))
     }
 
+    /// Every NVIDIA call seen: each ends in exactly one of these counts.
+    fn nv_ioctls(&self, decoded: u64) -> u64 {
+        let s = &self.stats;
+        [&s.passthrough, &s.failed, &s.not_decoded, &s.malformed, &s.dropped].iter().map(|c| c.load(Relaxed)).sum::<u64>() + decoded
+    }
+
     /// The counters of `gdrshim_counters`.
     pub fn counters(&self) -> crate::hooks::query::GdrshimCounters {
-        let (t, r, live) = match self.core(Duration::from_secs(1)) {
-            Some(c) => (c.tracker.counts, c.registrar.counts, c.registrar.live_registrations() as u64),
-            None => (Default::default(), Default::default(), u64::MAX),
+        let (t, r, live, decoded) = match self.core(Duration::from_secs(1)) {
+            Some(c) => (c.tracker.counts, c.registrar.counts, c.registrar.live_registrations() as u64, c.decoded),
+            None => (Default::default(), Default::default(), u64::MAX, 0),
         };
         crate::hooks::query::GdrshimCounters {
-            nv_ioctls: self.line.nv_ioctls.load(Relaxed),
+            nv_ioctls: self.nv_ioctls(decoded),
             native: t.native,
             matched: t.matched,
             mismatched: t.mismatched,
@@ -867,20 +876,21 @@ impl Shim {
     }
 
     pub fn summary_fields(&self) -> String {
-        let (c, entries, objects, rc, live, p2p_live) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
+        let (c, entries, objects, rc, live, p2p_live, decoded) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
             Some(mut core) => {
                 // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
                 core.catch_up(&mut |l| crate::log::raw_line("WARN", l));
                 let live = core.registrar.live_registrations();
                 let p2p_live = core.registrar.p2p_objects();
                 let rc = core.registrar.counts;
+                let decoded = core.decoded;
                 let t = &mut core.tracker;
                 for left in t.finish() {
                     crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
                 }
-                (t.counts, t.map.entries(), t.objects(), rc, live, p2p_live)
+                (t.counts, t.map.entries(), t.objects(), rc, live, p2p_live, decoded)
             }
-            None => (Default::default(), 0, 0, Default::default(), 0, 0),
+            None => (Default::default(), 0, 0, Default::default(), 0, 0, 0),
         };
         let s = &self.stats;
         // SAFETY: getpid has no preconditions.
@@ -890,8 +900,8 @@ impl Shim {
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.line.table.map_or("none", |t| t.since),
-            self.line.nv_ioctls.load(Relaxed),
-            self.line.decoded.load(Relaxed),
+            self.nv_ioctls(decoded),
+            decoded,
             s.failed.load(Relaxed),
             s.malformed.load(Relaxed),
             s.not_decoded.load(Relaxed),
@@ -906,7 +916,7 @@ impl Shim {
             s.wrapped.load(Relaxed),
             s.unwrapped.load(Relaxed),
             self.line.cuda_frees.load(Relaxed),
-            if self.cfg.timing { self.timing_fields() } else { String::new() },
+            if self.cfg.timing { self.timing_fields(self.nv_ioctls(decoded)) } else { String::new() },
             rc.pass0_hits,
             rc.pass0_misses,
             rc.registered,

@@ -7,7 +7,6 @@
 use crate::decode::{Event, P2pCtrl, Uuid};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::collections::BTreeMap;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,8 +89,9 @@ pub struct Tracker {
     objects: HashMap<(u32, u32), Obj>,
     children: HashMap<(u32, u32), HashSet<u32>>,
     pub map: VaMap,
-    /// UVM external ranges: base → length.
-    ranges: BTreeMap<u64, u64>,
+    /// UVM external ranges: base → length. (A hash map: created and freed by base on every
+    /// allocation; only `is_gpu_va`, on the verbs path, needs to search it.)
+    ranges: HashMap<u64, u64>,
     /// GPUs UVM knows, with the RM client that registered them.
     pub gpus: HashMap<Uuid, u32>,
     native_p2p: HashSet<(u32, u32)>,
@@ -152,7 +152,7 @@ impl Tracker {
 
     /// Whether `addr` lies in a UVM external range or mapping gdrshim knows: GPU memory.
     pub fn is_gpu_va(&self, addr: u64) -> bool {
-        self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l) || self.map.contains(addr)
+        self.ranges.iter().any(|(&b, &l)| b <= addr && addr - b < l) || self.map.contains(addr)
     }
 
     /// The VA that UVM_FREE(base) releases: the external range created there, or else the run
@@ -448,7 +448,7 @@ mod tests {
             t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVidmem { h_memory: h, address: va, size: len, offset: 0 } });
         }
         t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-        t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+        t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: h });
     }
 
     #[test]
@@ -476,7 +476,7 @@ mod tests {
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
         t.apply(&Event::P2pControl { h_client: C, h_object: 9, ctrl: P2pCtrl::RegisterVidmem { h_memory: 1, address: 0x1000_0000, size: 0x40_0000, offset: 0 } });
         // libcuda maps it elsewhere than it registered: our prediction differs.
-        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x40_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x40_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
         let v = t.user_allocation(0x2000_0000, 0x1000);
         assert!(matches!(v, Verdict::Covered(ref p) if matches!(p[0].1, NativeAnswer::Mismatched(_))));
         assert_eq!(t.counts.mismatched, 1);
@@ -508,9 +508,9 @@ mod tests {
     fn uvm_free_of_unknown_range_drops_what_continues_from_base() {
         let mut t = base_tracker();
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: None, attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::UvmMapExternal { base: 0x1000_0000, length: 0x20_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
-        t.apply(&Event::UvmMapExternal { base: 0x1020_0000, length: 0x20_0000, offset: 0x20_0000, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
-        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x20_0000, offset: 0, gpus: vec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x1000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x1020_0000, length: 0x20_0000, offset: 0x20_0000, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
         let n = t.apply(&Event::UvmFree { base: 0x1000_0000, length: None });
         assert_eq!(n, vec![Notice::UnknownUvmFree { base: 0x1000_0000 }]);
         assert!(t.map.lookup(0x1030_0000, 0x1000).is_err());

@@ -128,6 +128,19 @@ impl VaMap {
     /// Cuts `[base, end)` out of one GPU's entries. (A GPU's map stays even when empty: GPUs
     /// are few, and dropping and rebuilding its tree on every free/alloc costs allocations.)
     fn unmap_in(m: &mut BTreeMap<u64, Entry>, per_mem: &mut HashMap<MemRef, usize>, base: u64, end: u64) -> usize {
+        // The usual cases in one descent (the loop below takes several): the last entry that
+        // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
+        // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
+        match m.range(..end).next_back() {
+            None => return 0,
+            Some((_, e)) if e.end <= base => return 0,
+            Some((&s, e)) if s == base && e.end == end => {
+                let e = m.remove(&s).expect("key just found");
+                Self::forget_entry(per_mem, e.mem);
+                return 1;
+            }
+            _ => {}
+        }
         let mut touched = 0;
         // At most one entry starts before base and reaches into the range; then those inside.
         let mut next = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).or_else(|| m.range(base..end).next().map(|(&s, _)| s));
