@@ -7,76 +7,27 @@ use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::registrar::{Decision, Registrar};
 use crate::tracker::{NativeAnswer, Tracker, Verdict};
+use core::cell::Cell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::Relaxed};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::time::Duration;
 
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Marks this thread as inside gdrshim, so calls we make ourselves bypass our hooks.
 pub struct Guard(());
 impl Guard {
-    #[inline(always)]
     pub fn enter() -> Option<Guard> {
-        (!in_shim::replace(true)).then_some(Guard(()))
+        IN_SHIM.with(|g| if g.replace(true) { None } else { Some(Guard(())) })
     }
 }
 impl Drop for Guard {
-    #[inline(always)]
     fn drop(&mut self) {
-        in_shim::replace(false);
-    }
-}
-
-/// The "inside gdrshim" flag of this thread. On x86-64 it is one byte of initial-exec TLS, read
-/// at a fixed offset from %fs: `thread_local!` in a shared library goes through
-/// `__tls_get_addr` and the dynamic thread vector, four cold cache lines on every NVIDIA call
-/// (the shim is loaded at start by LD_PRELOAD, so its TLS is in the static block).
-#[cfg(target_arch = "x86_64")]
-mod in_shim {
-    core::arch::global_asm!(
-        ".pushsection .tbss.gdrshim_in_shim,\"awT\",@nobits",
-        ".globl gdrshim_in_shim",
-        ".hidden gdrshim_in_shim",
-        ".type gdrshim_in_shim, @object",
-        ".size gdrshim_in_shim, 1",
-        "gdrshim_in_shim:",
-        ".zero 1",
-        ".popsection",
-    );
-
-    /// Sets the flag; returns what it was.
-    #[inline(always)]
-    pub fn replace(v: bool) -> bool {
-        let old_word: u32;
-        // SAFETY: reads the TLS offset of our own one-byte thread-local from the GOT (an
-        // R_X86_64_TPOFF64 entry ld.so filled) and swaps that byte of this thread's static TLS
-        // block; nothing else is touched and no other thread can see it. (Not one atomic swap:
-        // a signal handler between the two moves leaves the byte as it found it.)
-        unsafe {
-            core::arch::asm!(
-                "mov {off}, qword ptr [rip + gdrshim_in_shim@GOTTPOFF]",
-                "movzx {old:e}, byte ptr fs:[{off}]",
-                "mov byte ptr fs:[{off}], {v}",
-                off = out(reg) _,
-                old = out(reg) old_word,
-                v = in(reg_byte) v as u8,
-                options(nostack, preserves_flags),
-            );
-        }
-        old_word != 0
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-mod in_shim {
-    use core::cell::Cell;
-    thread_local! {
-        static IN_SHIM: Cell<bool> = const { Cell::new(false) };
-    }
-    /// Sets the flag; returns what it was.
-    pub fn replace(v: bool) -> bool {
-        IN_SHIM.with(|g| g.replace(v))
+        IN_SHIM.with(|g| g.set(false));
     }
 }
 
