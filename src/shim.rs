@@ -273,8 +273,8 @@ impl Core {
     }
 }
 
-/// What the ioctl hook reads and counts on every NVIDIA call, in one cache line (see
-/// [`HookLine`]); the core's lock and backlog follow in the next.
+/// What the hooks read on every NVIDIA call (and the CUDA hooks' one count), in one cache line
+/// (see [`HookLine`]); the core's lock and backlog follow in the next.
 #[repr(C, align(64))]
 pub struct ShimLine {
     /// The ABI table of this driver; `None`: every call passes through undecoded.
@@ -535,7 +535,7 @@ impl Shim {
 
     /// Hands work to the core: applied with the backlog once that is full, or before anyone
     /// reads the core. Gives the work back if the lock is not free within 5 s.
-        fn queue(&self, w: Work) -> Result<(), Work> {
+    fn queue(&self, w: Work) -> Result<(), Work> {
         let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
         c.decoded += matches!(w, Work::Event(_)) as u64;
         c.backlog.push(w);
@@ -550,16 +550,19 @@ impl Shim {
     /// # Safety
     /// `arg` is the pointer the caller passed to `ioctl`; it is only read when `rc == 0`, which
     /// means the kernel just copied the encoded number of bytes to and from it.
-        pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
+    pub unsafe fn after_ioctl(&self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
         // The usual call is decoded and queued; everything else leaves this path at once (out
         // of line, so that the path stays a few cache lines of code).
         if self.line.panic_in_ioctl {
             self.test_panic("ioctl");
         }
-        let Some(t) = self.line.table else { return self.not_decoded(dev, fd, request, rc, "passthrough") };
+        let Some(t) = self.line.table else {
+            self.stats.passthrough.fetch_add(1, Relaxed);
+            return;
+        };
         let len = match decode::arg_len(dev, request, t) {
             Some(len) if rc == 0 && !arg.is_null() => len,
-            _ => return self.not_decoded(dev, fd, request, rc, "size"),
+            _ => return self.not_decoded(dev, fd, request, rc),
         };
         // SAFETY: see the function contract; len is what the request encodes, and the caller's
         // buffer is not touched by anyone else while its own ioctl call is in progress.
@@ -580,14 +583,12 @@ impl Shim {
         }
     }
 
-    /// A call not decoded: no ABI table ("passthrough"), a failed call, or a request whose size
-    /// this branch's table does not know ("size").
+    /// A call not decoded before its bytes were looked at: it failed, or this branch's table does
+    /// not know the request's size.
     #[cold]
     #[inline(never)]
-    fn not_decoded(&self, dev: DevKind, fd: i32, request: u64, rc: i32, why: &str) {
-        if why == "passthrough" {
-            self.stats.passthrough.fetch_add(1, Relaxed);
-        } else if rc != 0 {
+    fn not_decoded(&self, dev: DevKind, fd: i32, request: u64, rc: i32) {
+        if rc != 0 {
             self.stats.failed.fetch_add(1, Relaxed);
             if self.line.mode == Mode::Trace {
                 tracing::info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
@@ -604,7 +605,7 @@ impl Shim {
     #[inline(never)]
     fn not_an_event(&self, dev: DevKind, fd: i32, request: u64, o: Outcome) {
         match o {
-            Outcome::Event(_) => {}
+            Outcome::Event(_) => {} // after_ioctl queues events itself
             Outcome::Failed { status, .. } => {
                 self.stats.failed.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
@@ -642,7 +643,7 @@ impl Shim {
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
-        pub fn user_allocation(&self, api: &'static str, ptr: u64, len: u64) {
+    pub fn user_allocation(&self, api: &'static str, ptr: u64, len: u64) {
         let t0 = self.line.timing.then(crate::hooks::ioctl::Clock::now);
         self.user_allocation_inner(api, ptr, len);
         if let Some(t0) = t0 {
@@ -651,7 +652,7 @@ impl Shim {
         }
     }
 
-        fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
+    fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
         if self.line.capture_fd.load(Relaxed) >= 0 {
             self.capture(&format!("A {api} {ptr:x} {len:x}"));
         }

@@ -199,8 +199,6 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut GdrshimCounters, size: usize
     n as c_int
 }
 
-/// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
-///
 /// Benchmark only: with GDRSHIM_BENCH_PAUSE=1 in shadow mode, `pause` != 0 makes every hook
 /// inert until `gdrshim_bench_pause(0)`. 0 on success; -EPERM where not allowed; -ENOSYS off.
 #[cfg_attr(not(test), no_mangle)]
@@ -220,6 +218,8 @@ pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
     r.unwrap_or(-libc::EIO)
 }
 
+/// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
+///
 /// # Safety
 /// `text` is null or a valid C string.
 #[cfg_attr(not(test), no_mangle)]
