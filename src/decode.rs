@@ -58,13 +58,6 @@ impl ParamBytes {
         p.buf.get_mut(..b.len())?.copy_from_slice(b);
         Some(p)
     }
-    /// An empty buffer of `len` bytes to fill in place.
-    pub fn zeroed(len: usize) -> Option<ParamBytes> {
-        (len <= Self::CAP).then_some(ParamBytes { len, buf: [0; Self::CAP] })
-    }
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
-    }
     /// The bytes, zero-extended to at least `n` (older branches' shorter structs).
     pub fn padded(&self, n: usize) -> &[u8] {
         &self.buf[..n.clamp(self.len, Self::CAP)]

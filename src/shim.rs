@@ -290,9 +290,9 @@ pub struct ShimLine {
     /// GDRSHIM_TEST_PANIC=ioctl, =hook.
     panic_in_ioctl: bool,
     panic_in_hook: bool,
-    /// Register mode on a known ABI: registrations over memory that a call releases are taken
-    /// down before the driver runs it ([`Shim::before_ioctl`]).
-    pub pre_call: bool,
+    /// Register mode on a known ABI ([`Shim::registering`]): registrations over memory that a
+    /// call releases are taken down before the driver runs it ([`Shim::before_ioctl`]).
+    pub registering: bool,
     /// Successful cuMemFree calls (the CUDA hooks' only count of their own).
     pub cuda_frees: AtomicU64,
 }
@@ -405,7 +405,7 @@ impl Shim {
             panic_in_ioctl: cfg.test_panic.as_deref() == Some("ioctl"),
             panic_in_hook: cfg.test_panic.as_deref() == Some("hook"),
             cuda_frees: AtomicU64::new(0),
-            pre_call: cfg.mode == Mode::Register && table.is_some(),
+            registering: cfg.mode == Mode::Register && table.is_some(),
         };
         let shim = Shim { line, cfg, version, core_lock: Mutex::new(core),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
@@ -469,7 +469,7 @@ impl Shim {
 
     /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
     pub fn registering(&self) -> bool {
-        self.cfg.mode == Mode::Register && self.line.table.is_some()
+        self.line.registering
     }
 
     fn advertise_policy(&self) -> crate::advertise::Policy {
@@ -938,10 +938,8 @@ impl ParamReader for LiveParams {
         if ptr == 0 || len == 0 {
             return None;
         }
-        let mut b = decode::ParamBytes::zeroed(len)?;
         // SAFETY: as in `read`: RM copied exactly these `len` bytes from `ptr` for this call.
-        b.as_mut_slice().copy_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
-        Some(b)
+        decode::ParamBytes::from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
     }
 }
 

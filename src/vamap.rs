@@ -95,12 +95,8 @@ impl VaMap {
         if len == 0 || base.checked_add(len).is_none() {
             return;
         }
-        let m = self.per_gpu.entry(gpu).or_default();
-        if Self::unmap_in(m, &mut self.per_mem, base, base + len) > 0 {
-            self.tombstone(base, len);
-        }
+        self.unmap(gpu, base, len);
         let origin = Origin { base, length: len, offset };
-        // (the GPU's map again: `tombstone` needed `self` whole)
         self.per_gpu.entry(gpu).or_default().insert(base, Entry { end: base + len, mem, offset, origin });
         *self.per_mem.entry(mem).or_default() += 1;
     }

@@ -46,7 +46,7 @@ unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -
         // SAFETY: as for this function.
         return unsafe { timed(s, real, dev, fd, request, arg) };
     }
-    if s.line.pre_call {
+    if s.line.registering {
         let e0 = errno();
         let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
         set_errno(e0);
@@ -80,7 +80,7 @@ fn shim_keeping_errno() -> Option<&'static shim::Shim> {
 unsafe fn timed(s: &'static shim::Shim, real: IoctlFn, dev: crate::decode::DevKind, fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let e0 = errno();
     let t0 = Clock::now();
-    if s.line.pre_call {
+    if s.line.registering {
         let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
         set_errno(e0);
     }
