@@ -64,6 +64,10 @@ pub struct Config {
     /// Benchmark only (`GDRSHIM_BENCH_PAUSE=1`, shadow mode): `gdrshim_bench_pause` may make the
     /// hooks inert for a while, so that one process can time its loop with and without the shim.
     pub bench_pause: bool,
+    /// `GDRSHIM_APPLY_THREAD` (default 1): a helper thread applies full batches of the hooks'
+    /// work to the map, off the calling thread; 0 applies them on the thread whose call filled
+    /// the batch.
+    pub apply_thread: bool,
     /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
     /// in for the device nodes and /proc/driver/nvidia/version.
     pub test_dev_dir: Option<String>,
@@ -86,6 +90,7 @@ pub const ENV_SUMMARY: &str = "GDRSHIM_SUMMARY";
 pub const ENV_EAGER: &str = "GDRSHIM_EAGER";
 pub const ENV_TIMING: &str = "GDRSHIM_TIMING";
 pub const ENV_BENCH_PAUSE: &str = "GDRSHIM_BENCH_PAUSE";
+pub const ENV_APPLY_THREAD: &str = "GDRSHIM_APPLY_THREAD";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
 pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
@@ -94,7 +99,7 @@ pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, bench_pause: false, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
+        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, bench_pause: false, apply_thread: true, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
     }
 }
 
@@ -146,6 +151,7 @@ impl Config {
             warnings.push(format!("{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"));
             c.bench_pause = false;
         }
+        c.apply_thread = flag(&get, ENV_APPLY_THREAD, true, &mut warnings);
         c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
         c.test_panic = get(ENV_TEST_PANIC).filter(|s| !s.is_empty());
         (c, warnings)
@@ -219,6 +225,15 @@ mod tests {
         let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "sure")]);
         assert!(!c.advertise_gdr);
         assert!(w[0].contains("GDRSHIM_ADVERTISE_GDR"));
+    }
+
+    #[test]
+    fn apply_thread_flag() {
+        assert!(parse(&[]).0.apply_thread);
+        assert!(!parse(&[("GDRSHIM_APPLY_THREAD", "0")]).0.apply_thread);
+        let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "later")]);
+        assert!(c.apply_thread);
+        assert!(w[0].contains("GDRSHIM_APPLY_THREAD"), "{w:?}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::registrar::{Decision, Registrar};
 use crate::tracker::{NativeAnswer, Tracker, Verdict};
 use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::{Relaxed, SeqCst}};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -202,6 +202,8 @@ pub struct Stats {
     pub wrapped: AtomicU64,
     pub unwrapped: AtomicU64,
     pub dmabuf_mrs: AtomicU64,
+    /// Full batches the helper thread applied (GDRSHIM_APPLY_THREAD).
+    pub helper_batches: AtomicU64,
     /// Times `gdrshim_bench_pause` made the hooks inert.
     pub bench_pauses: AtomicU64,
     /// GDR probes answered differently from the driver (`advertise`).
@@ -219,13 +221,9 @@ pub struct Stats {
 
 /// The pure core, behind one lock: the map and the registrations that depend on it.
 pub struct Core {
-    /// Decoded events and user allocations not applied yet, in the order they happened; see
-    /// [`Shim::core`].
-    backlog: Vec<Work>,
-    /// NVIDIA calls decoded into an event (counted here, under the lock the event takes anyway,
-    /// rather than with an atomic of its own).
+    /// NVIDIA calls decoded into an event and applied (every reader catches up first, so it
+    /// counts them all).
     pub decoded: u64,
-    // boxed: the lock, the backlog and these two pointers share one cache line
     pub tracker: Box<Tracker>,
     pub registrar: Box<Registrar>,
 }
@@ -243,14 +241,117 @@ enum Work {
 /// waiting against 1.0222 with 128 (h200-variants); 128 → 512 one more −0.15 % (h200-variants2).
 const BACKLOG: usize = 512;
 
+/// How the helper thread learns of a full batch: it looks every millisecond while batches come,
+/// and sleeps until woken after a second without one. The hooks wake it only then: on the VMs we
+/// measured, a wake-up from the hook cost the calling thread 30–60 µs (the woken helper ran on
+/// the caller's CPU), as much as applying the batch itself.
+const HELPER_POLL: Duration = Duration::from_millis(1);
+const HELPER_POLLS: u32 = 1000;
+
+/// The hooks' work not applied yet, behind a lock of its own, so that a hook never waits for a
+/// batch being applied. `handed` (a full batch given to the helper thread) is older than
+/// `current`; batches are taken out and applied only under the core's lock, so they are applied
+/// one after the other, in the order they were filled.
+struct Queue {
+    current: Vec<Work>,
+    helper: Helper,
+    /// Boxed: what the hooks touch on every call (this lock, `current`) stays in one cache line.
+    rest: Box<QueueRest>,
+}
+struct QueueRest {
+    /// Full and waiting for the helper thread; empty when none waits.
+    handed: Vec<Work>,
+    /// Emptied batches, for reuse: no allocation in the hooks once there are enough.
+    spare: Vec<Vec<Work>>,
+}
+/// The queue and its lock, in a cache line of their own. The lock is released with a plain
+/// store, not a locked instruction: that would make the hook wait until the line of the slot it
+/// just wrote arrives (a cache miss after each driver call), where a store lets the core go on.
+/// It is held for a push or a swap of batches only, so a waiter spins, then yields.
+#[repr(C, align(64))]
+struct QueueLine {
+    locked: core::sync::atomic::AtomicBool,
+    queue: core::cell::UnsafeCell<Queue>,
+}
+const _: () = assert!(core::mem::size_of::<QueueLine>() == 64);
+// SAFETY: the queue is reached only through a QueueGuard, which exists while `locked` is held.
+unsafe impl Sync for QueueLine {}
+
+struct QueueGuard<'a>(&'a QueueLine);
+
+impl QueueLine {
+    fn new(q: Queue) -> QueueLine {
+        QueueLine { locked: core::sync::atomic::AtomicBool::new(false), queue: core::cell::UnsafeCell::new(q) }
+    }
+
+    #[inline]
+    fn try_lock_for(&self, wait: Duration) -> Option<QueueGuard<'_>> {
+        use core::sync::atomic::Ordering::Acquire;
+        match self.locked.compare_exchange(false, true, Acquire, Relaxed) {
+            Ok(_) => Some(QueueGuard(self)),
+            Err(_) => self.lock_contended(wait),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, wait: Duration) -> Option<QueueGuard<'_>> {
+        use core::sync::atomic::Ordering::Acquire;
+        let deadline = std::time::Instant::now() + wait;
+        for spin in 1u32.. {
+            if !self.locked.load(Relaxed) && self.locked.compare_exchange_weak(false, true, Acquire, Relaxed).is_ok() {
+                return Some(QueueGuard(self));
+            }
+            if spin < 128 {
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                if spin % 256 == 0 && std::time::Instant::now() > deadline {
+                    return None;
+                }
+            }
+        }
+        None
+    }
+}
+
+impl core::ops::Deref for QueueGuard<'_> {
+    type Target = Queue;
+    fn deref(&self) -> &Queue {
+        // SAFETY: this guard holds the lock, so no other reference to the queue exists.
+        unsafe { &*self.0.queue.get() }
+    }
+}
+impl core::ops::DerefMut for QueueGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Queue {
+        // SAFETY: as in deref; `&mut self` makes this the only reference through this guard.
+        unsafe { &mut *self.0.queue.get() }
+    }
+}
+impl Drop for QueueGuard<'_> {
+    fn drop(&mut self) {
+        self.0.locked.store(false, core::sync::atomic::Ordering::Release);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Helper {
+    /// Started when the first batch is full.
+    NotStarted,
+    Running,
+    /// Not wanted (GDRSHIM_APPLY_THREAD=0, trace mode, debug level) or could not be started:
+    /// a full batch is applied by the thread that filled it.
+    Inline,
+}
+
 impl Core {
-    /// Applies the backlog, in order. `warn` gets the lines worth a warning.
-    fn catch_up(&mut self, warn: &mut dyn FnMut(&str)) {
-        let Core { tracker, registrar, backlog, .. } = self;
-        // by reference, then cleared: no item is moved
-        for w in backlog.iter() {
+    /// Applies `batch`, in order. `warn` gets the lines worth a warning.
+    fn apply(&mut self, batch: &[Work], warn: &mut dyn FnMut(&str)) {
+        let Core { tracker, registrar, decoded } = self;
+        for w in batch {
             match *w {
                 Work::Event(ref ev) => {
+                    *decoded += 1;
                     if let decode::Event::Free { h_client, h_object, .. } = *ev {
                         if h_client == h_object {
                             registrar.forget_client(h_client);
@@ -269,18 +370,17 @@ impl Core {
                 }
             }
         }
-        backlog.clear();
     }
 }
 
 /// What the hooks read on every NVIDIA call (and the CUDA hooks' one count), in one cache line
-/// (see [`HookLine`]); the core's lock and backlog follow in the next.
+/// (see [`HookLine`]); the queue of their work follows in the next.
 #[repr(C, align(64))]
 pub struct ShimLine {
     /// The ABI table of this driver; `None`: every call passes through undecoded.
     pub table: Option<&'static AbiTable>,
     capture_fd: AtomicI32,
-    /// Work items that may wait in the backlog: 1 (none wait) in trace mode and at debug level,
+    /// Work items that may wait in the queue: 1 (none wait) in trace mode and at debug level,
     /// where lines must come out in the order of the calls.
     backlog_max: u32,
     /// `cfg.mode`.
@@ -301,7 +401,15 @@ const _: () = assert!(core::mem::size_of::<ShimLine>() == 64);
 #[repr(C)]
 pub struct Shim {
     pub line: ShimLine,
-    /// Reach it through [`Shim::core`], which applies the backlog first.
+    /// The hooks' work not applied yet ([`Shim::queue`]).
+    queue: QueueLine,
+    /// `queue.handed` holds a batch: read by the helper thread without the queue's lock, so that
+    /// it never waits on (nor is handed) the lock the hooks take on every call.
+    batch_handed: core::sync::atomic::AtomicBool,
+    /// The helper thread, to wake it ([`Shim::helper_loop`]).
+    helper: OnceCell<std::thread::Thread>,
+    helper_asleep: core::sync::atomic::AtomicBool,
+    /// Reach it through [`Shim::core`], which applies the queue first.
     core_lock: Mutex<Core>,
     pub cfg: Config,
     pub version: Option<DriverVersion>,
@@ -395,7 +503,9 @@ impl Shim {
         };
         let dry_run = cfg.mode != Mode::Register;
         let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
-        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), backlog: Vec::with_capacity(backlog_max), decoded: 0 };
+        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), decoded: 0 };
+        let helper = if cfg.apply_thread && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
+        let queue = Queue { current: Vec::with_capacity(backlog_max), helper, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) };
         let line = ShimLine {
             table,
             capture_fd: AtomicI32::new(capture_fd),
@@ -407,7 +517,7 @@ impl Shim {
             cuda_frees: AtomicU64::new(0),
             registering: cfg.mode == Mode::Register && table.is_some(),
         };
-        let shim = Shim { line, cfg, version, core_lock: Mutex::new(core),
+        let shim = Shim { line, cfg, version, queue: QueueLine::new(queue), batch_handed: core::sync::atomic::AtomicBool::new(false), helper: OnceCell::new(), helper_asleep: core::sync::atomic::AtomicBool::new(false), core_lock: Mutex::new(core),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: AtomicU64::new(0),
             live_mrs: core::sync::atomic::AtomicUsize::new(0), clock_mark: crate::hooks::ioctl::Clock::mark(), capture_lock: Mutex::new(()), stats: Stats::default() };
@@ -527,21 +637,139 @@ impl Shim {
     /// the map or the registrations. `None` if the lock is not free within `wait`.
     pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
         let mut c = self.core_lock.try_lock_for(wait)?;
-        if !c.backlog.is_empty() {
-            c.catch_up(&mut |l| tracing::warn!("{l}"));
-        }
+        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
         Some(c)
     }
 
-    /// Hands work to the core: applied with the backlog once that is full, or before anyone
-    /// reads the core. Gives the work back if the lock is not free within 5 s.
-    fn queue(&self, w: Work) -> Result<(), Work> {
-        let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
-        c.decoded += matches!(w, Work::Event(_)) as u64;
-        c.backlog.push(w);
-        if c.backlog.len() >= self.line.backlog_max as usize {
-            c.catch_up(&mut |l| tracing::warn!("{l}"));
+    /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first.
+    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) {
+        let (older, newer) = {
+            let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return };
+            if q.rest.handed.is_empty() && q.current.is_empty() {
+                return;
+            }
+            let fresh = q.rest.spare.pop().unwrap_or_default();
+            let newer = core::mem::replace(&mut q.current, fresh);
+            self.batch_handed.store(false, Relaxed);
+            (core::mem::take(&mut q.rest.handed), newer)
+        };
+        c.apply(&older, warn);
+        c.apply(&newer, warn);
+        self.give_back(older, newer);
+    }
+
+    /// Emptied batches go back to the queue for reuse.
+    fn give_back(&self, a: Vec<Work>, b: Vec<Work>) {
+        if let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) {
+            for mut v in [a, b] {
+                if v.capacity() > 0 && q.rest.spare.len() < 2 {
+                    v.clear();
+                    q.rest.spare.push(v);
+                }
+            }
         }
+    }
+
+    /// Hands work to the core: applied once its batch is full (on the helper thread), or before
+    /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
+    fn queue(&self, w: Work) -> Result<(), Work> {
+        let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
+        q.current.push(w);
+        if q.current.len() >= self.line.backlog_max as usize {
+            self.batch_full(q);
+        }
+        Ok(())
+    }
+
+    /// The current batch is full: to the helper thread if it is free, else applied here.
+    #[cold]
+    #[inline(never)]
+    fn batch_full(&self, mut q: QueueGuard<'_>) {
+        if q.helper == Helper::NotStarted {
+            q.helper = match self.start_helper() {
+                Ok(()) => Helper::Running,
+                Err(e) => {
+                    tracing::info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
+                    Helper::Inline
+                }
+            };
+        }
+        if q.helper == Helper::Running && q.rest.handed.is_empty() {
+            let fresh = q.rest.spare.pop().unwrap_or_else(|| Vec::with_capacity(BACKLOG));
+            let full = core::mem::replace(&mut q.current, fresh);
+            q.rest.handed = full;
+            self.batch_handed.store(true, SeqCst);
+            drop(q);
+            if self.helper_asleep.load(SeqCst) {
+                if let Some(t) = self.helper.get() {
+                    t.unpark();
+                }
+            }
+            return;
+        }
+        // no helper, or it is still on the batch before: this thread catches up itself
+        drop(q);
+        drop(self.core(Duration::from_secs(5)));
+    }
+
+    /// The helper thread's loop: waits for a handed batch and applies it (and nothing newer, so
+    /// that the hooks keep filling their batch undisturbed).
+    fn helper_loop(&'static self) -> ! {
+        loop {
+            let mut polls = 0u32;
+            while !self.batch_handed.load(SeqCst) {
+                if polls < HELPER_POLLS {
+                    polls += 1;
+                    std::thread::park_timeout(HELPER_POLL);
+                } else {
+                    self.helper_asleep.store(true, SeqCst);
+                    if !self.batch_handed.load(SeqCst) {
+                        std::thread::park();
+                    }
+                    self.helper_asleep.store(false, SeqCst);
+                    polls = 0;
+                }
+            }
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return };
+                let batch = match self.queue.try_lock_for(Duration::from_secs(5)) {
+                    Some(mut q) => {
+                        self.batch_handed.store(false, Relaxed);
+                        core::mem::take(&mut q.rest.handed)
+                    }
+                    None => return,
+                };
+                if batch.is_empty() {
+                    return; // a reader caught up first
+                }
+                c.apply(&batch, &mut |l| tracing::warn!("{l}"));
+                drop(c);
+                self.stats.helper_batches.fetch_add(1, Relaxed);
+                self.give_back(batch, Vec::new());
+            }));
+        }
+    }
+
+    /// Starts the thread that applies handed batches ([`Shim::helper_loop`]), with every signal
+    /// blocked: the program's handlers stay with the program's threads.
+    fn start_helper(&self) -> std::io::Result<()> {
+        // SAFETY: plain signal-set operations on local sets; pthread_sigmask changes only this
+        // thread's mask, restored below, and the new thread inherits the full mask.
+        let old = unsafe {
+            let mut all: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            old
+        };
+        let r = std::thread::Builder::new().name("gdrshim-apply".into()).stack_size(256 << 10).spawn(|| {
+            // our own calls in this thread (the log file) bypass our hooks
+            let _inside = Guard::enter();
+            get().helper_loop()
+        });
+        // SAFETY: restores this thread's mask as it was.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+        let _ = self.helper.set(r?.thread().clone());
         Ok(())
     }
 
@@ -814,11 +1042,11 @@ impl Shim {
         let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return };
         // Only live registrations need taking down before the driver runs the call (a 503C of
         // ours that an RM free takes with it is forgotten after the free: forget_freed). The
-        // backlog can only take registrations away, so this needs no catching up.
+        // queue can only take registrations away, so this needs no catching up.
         if c.registrar.live_registrations() == 0 {
             return;
         }
-        c.catch_up(&mut |l| tracing::warn!("{l}"));
+        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return };
         let Core { tracker, registrar, .. } = &mut *c;
@@ -832,7 +1060,7 @@ impl Shim {
         let (c, entries, objects, rc, live, p2p_live, decoded) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
             Some(mut core) => {
                 // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
-                core.catch_up(&mut |l| crate::log::raw_line("WARN", l));
+                self.catch_up(&mut core, &mut |l| crate::log::raw_line("WARN", l));
                 let live = core.registrar.live_registrations();
                 let p2p_live = core.registrar.p2p_objects();
                 let rc = core.registrar.counts;
@@ -849,7 +1077,7 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={}{}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={} helper_batches={}{}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.line.table.map_or("none", |t| t.since),
@@ -880,6 +1108,7 @@ impl Shim {
             rc.stood_aside,
             rc.p2p_objects,
             s.gdr_answers.load(Relaxed),
+            s.helper_batches.load(Relaxed),
             match s.bench_pauses.load(Relaxed) {
                 0 => String::new(),
                 n => format!(" bench_pauses={n}"),

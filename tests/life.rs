@@ -186,3 +186,41 @@ fn the_benchmark_pause_hides_exactly_the_paused_batches() {
     assert_eq!(out, format!("allocbench ab pause_rc={}\n", -libc::EPERM), "{err}");
     assert!(err.contains("GDRSHIM_BENCH_PAUSE=1 is for shadow mode only"), "{err}");
 }
+
+/// Full batches of the hooks' work go to the helper thread (GDRSHIM_APPLY_THREAD, on by
+/// default) while the program's thread goes on filling the next: the map must end up exactly as
+/// when every batch is applied by the thread that filled it. The alloc-loop traffic, 10 × 300
+/// iterations of 8 work items (≈ 47 batches of 512), in shadow mode, each driver call slowed by
+/// 64 KiB of cache thrashing (so that batches come a few milliseconds apart, as on the H200 and
+/// unlike a bare fake, where a batch is full before the helper looks again and the filling thread
+/// applies it): every libcuda registration is matched either way, and the counts are the same.
+#[test]
+fn the_helper_thread_applies_full_batches_and_changes_nothing() {
+    let e = env();
+    let run = |apply_thread: &str| {
+        let out = Command::new(e.dir.join("allocbench"))
+            .args([e.dir.join("libcuda.so.1").to_str().unwrap(), "300"])
+            .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+            .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+            .env("GDRSHIM_MODE", "shadow")
+            .env("GDRSHIM_APPLY_THREAD", apply_thread)
+            .env("FAKERM_THRASH_KB", "64")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{err}")).to_string()
+    };
+    let (threaded, inline) = (run("1"), run("0"));
+    for line in [&threaded, &inline] {
+        assert_eq!(num(line, "native"), 3000, "{line}");
+        assert_eq!(num(line, "matched"), 3000, "{line}");
+        assert_eq!(num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"), 0, "{line}");
+    }
+    for key in ["nv_ioctls", "decoded", "native", "matched", "user_allocs", "map_entries", "rm_objects", "cuda_frees"] {
+        assert_eq!(num(&threaded, key), num(&inline, key), "{key}:\n{threaded}\n{inline}");
+    }
+    // the batches were applied on the helper thread, and only there
+    assert!(num(&threaded, "helper_batches") >= 10, "{threaded}");
+    assert_eq!(num(&inline, "helper_batches"), 0, "{inline}");
+}
