@@ -242,9 +242,10 @@ enum Work {
 const BACKLOG: usize = 512;
 
 /// How the helper thread learns of a full batch: it looks every millisecond while batches come,
-/// and sleeps until woken after a second without one. The hooks wake it only then: on the VMs we
-/// measured, a wake-up from the hook cost the calling thread 30–60 µs (the woken helper ran on
-/// the caller's CPU), as much as applying the batch itself.
+/// and sleeps until woken after a second without one. The hooks wake it only then: a wake-up from
+/// the hook cost the calling thread 30–60 µs on our 2-vCPU VM (about what the helper then spent
+/// applying the batch, as if it ran on the caller's CPU), and on the H200 the 2 MiB loop measured
+/// 1.0235 woken against 1.0181 polling (h200-variants3).
 const HELPER_POLL: Duration = Duration::from_millis(1);
 const HELPER_POLLS: u32 = 1000;
 
@@ -1200,6 +1201,37 @@ mod tests {
         assert_eq!(parse_proc_version(t), Some(DriverVersion(580, 159, 4)));
         assert_eq!(parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.288.01  Tue"), Some(DriverVersion(535, 288, 1)));
         assert_eq!(parse_proc_version("garbage"), None);
+    }
+
+    fn empty_queue() -> QueueLine {
+        QueueLine::new(Queue { current: Vec::new(), helper: Helper::Inline, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) })
+    }
+
+    #[test]
+    fn the_queue_lock_excludes_and_gives_up_after_its_wait() {
+        let q = std::sync::Arc::new(empty_queue());
+        let held = q.try_lock_for(Duration::ZERO).unwrap();
+        let t0 = std::time::Instant::now();
+        assert!(q.try_lock_for(Duration::from_millis(50)).is_none(), "a held lock is not taken twice");
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        drop(held);
+        // four threads push through the lock at once: nothing lost, nothing doubled
+        let threads: Vec<_> = (0..4u64)
+            .map(|k| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    for i in 0..20_000 {
+                        q.try_lock_for(Duration::from_secs(5)).unwrap().current.push(Work::UserAllocation { api: "t", ptr: k << 32 | i, len: 1 });
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let g = q.try_lock_for(Duration::ZERO).unwrap();
+        let mut seen: Vec<u64> = g.current.iter().map(|w| if let Work::UserAllocation { ptr, .. } = w { *ptr } else { u64::MAX }).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 80_000);
     }
 
     #[test]
