@@ -217,6 +217,9 @@ pub struct Stats {
     pub hook_calls_by_req: PerRequest,
     pub alloc_hook_ns: AtomicU64,
     pub alloc_hook_calls: AtomicU64,
+    /// GDRSHIM_TIMING: clock ticks the helper thread spent applying its batches (not the
+    /// program's time, but worth knowing).
+    pub helper_ns: AtomicU64,
 }
 
 /// The pure core, behind one lock: the map and the registrations that depend on it.
@@ -563,10 +566,11 @@ impl Shim {
         let k = crate::hooks::ioctl::Clock::ns_per_tick(self.clock_mark);
         let top: Vec<String> = top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
         format!(
-            " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0}",
+            " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0} helper_ns_per_batch={:.0}",
             s.hook_ns.load(Relaxed) as f64 * k / nv_ioctls.max(1) as f64,
             top.join(","),
-            s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64
+            s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64,
+            s.helper_ns.load(Relaxed) as f64 * k / s.helper_batches.load(Relaxed).max(1) as f64
         )
     }
 
@@ -743,8 +747,12 @@ impl Shim {
                 if batch.is_empty() {
                     return; // a reader caught up first
                 }
+                let t0 = self.line.timing.then(crate::hooks::ioctl::Clock::now);
                 c.apply(&batch, &mut |l| tracing::warn!("{l}"));
                 drop(c);
+                if let Some(t0) = t0 {
+                    self.stats.helper_ns.fetch_add(crate::hooks::ioctl::Clock::now() - t0, Relaxed);
+                }
                 self.stats.helper_batches.fetch_add(1, Relaxed);
                 self.give_back(batch, Vec::new());
             }));
