@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # How h200-variants4/ was made (kept as the record; the builds were carried as bench-variants/*.so
 # and are not in the repository). Each variant in its own process, the order of the variants
-# rotated per round, 6 rounds; in each process `bench alloc-ab SIZE 200 40`: 40 pairs of
+# rotated per round, 4 rounds (each variant once in each position); in each process `bench alloc-ab SIZE 200 40`: 40 pairs of
 # 200-iteration batches, the shim working in one and paused (gdrshim_bench_pause) in the other.
 #   base        = 8fd0257 (end of the previous session: full batches applied by the thread that
 #                 fills them)
-#   spin        = full batches applied on the helper thread (looks every millisecond); the
+#   spin        = the final build (819de74): full batches applied on the helper thread (looks every millisecond); the
 #                 queue's lock and hot fields in one cache line, released with a plain store
 #   spin-inline = the same build with GDRSHIM_APPLY_THREAD=0 (same code and layout, no thread)
 #   demote      = spin + the helper pushes the applied batch's lines to the shared cache
@@ -18,7 +18,7 @@ nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i
 V=(base spin spin-inline demote)
 so() { case $1 in spin-inline) echo spin ;; *) echo "$1" ;; esac; }
 thr() { case $1 in spin-inline) echo 0 ;; *) echo 1 ;; esac; }
-for p in 0 1 2 3 4 5; do
+for p in 0 1 2 3; do
   for k in 0 1 2 3; do
     v=${V[$(( (p + k) % 4 ))]}
     for size in 2097152 4096; do
