@@ -720,6 +720,7 @@ impl Shim {
     /// The helper thread's loop: waits for a handed batch and applies it (and nothing newer, so
     /// that the hooks keep filling their batch undisturbed).
     fn helper_loop(&'static self) -> ! {
+        let demote = cpu_has_cldemote();
         loop {
             let mut polls = 0u32;
             while !self.batch_handed.load(SeqCst) {
@@ -750,6 +751,9 @@ impl Shim {
                 let t0 = self.line.timing.then(crate::hooks::ioctl::Clock::now);
                 c.apply(&batch, &mut |l| tracing::warn!("{l}"));
                 drop(c);
+                if demote {
+                    demote_lines(&batch);
+                }
                 if let Some(t0) = t0 {
                     self.stats.helper_ns.fetch_add(crate::hooks::ioctl::Clock::now() - t0, Relaxed);
                 }
@@ -1179,6 +1183,35 @@ impl ParamReader for LiveParams {
         // SAFETY: as in `read`: RM copied exactly these `len` bytes from `ptr` for this call.
         decode::ParamBytes::from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
     }
+}
+
+/// Whether this CPU has CLDEMOTE (CPUID leaf 7, ECX bit 25).
+fn cpu_has_cldemote() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // leaf 0 says whether leaf 7 exists
+        core::arch::x86_64::__cpuid(0).eax >= 7 && core::arch::x86_64::__cpuid_count(7, 0).ecx >> 25 & 1 == 1
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// After the helper applied a batch: its cache lines go from the helper's core to the shared
+/// cache, so that the hooks, writing the next batches into the same buffer, do not have to take
+/// them from the helper's core first. H200, 2 MiB / 4 KiB loop on/off in one process: 1.0113 /
+/// 1.0104 against 1.0149 / 1.0156 without (h200-variants4).
+fn demote_lines(batch: &[Work]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (start, len) = (batch.as_ptr() as usize, core::mem::size_of_val(batch));
+        for line in (start & !63..start + len).step_by(64) {
+            // SAFETY: CLDEMOTE [rax] (0F 1C /0, spelled as bytes for older assemblers) is a hint
+            // that neither reads nor writes memory; called only where CPUID reports it.
+            unsafe { core::arch::asm!(".byte 0x0f, 0x1c, 0x00", in("rax") line, options(nostack, preserves_flags, readonly)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = batch;
 }
 
 // fork() after the shim is up (so after CUDA was initialised in this process): the child can
