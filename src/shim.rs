@@ -642,16 +642,17 @@ impl Shim {
     /// the map or the registrations. `None` if the lock is not free within `wait`.
     pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
         let mut c = self.core_lock.try_lock_for(wait)?;
-        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
-        Some(c)
+        // a map that may lack queued calls is no map to decide on
+        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}")).then_some(c)
     }
 
-    /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first.
-    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) {
+    /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
+    /// `false` if the queue's lock was not free within 5 s.
+    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) -> bool {
         let (older, newer) = {
-            let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return };
+            let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
             if q.rest.handed.is_empty() && q.current.is_empty() {
-                return;
+                return true;
             }
             let fresh = q.rest.spare.pop().unwrap_or_default();
             let newer = core::mem::replace(&mut q.current, fresh);
@@ -661,6 +662,7 @@ impl Shim {
         c.apply(&older, warn);
         c.apply(&newer, warn);
         self.give_back(older, newer);
+        true
     }
 
     /// Emptied batches go back to the queue for reuse.
@@ -1059,7 +1061,9 @@ impl Shim {
         if c.registrar.live_registrations() == 0 {
             return;
         }
-        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
+        // even without the queue (its lock not free in 5 s), taking down what we know of is safer
+        // than leaving it registered over memory the driver is about to release
+        let _ = self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return };
         let Core { tracker, registrar, .. } = &mut *c;
@@ -1073,7 +1077,7 @@ impl Shim {
         let (c, entries, objects, rc, live, p2p_live, decoded) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
             Some(mut core) => {
                 // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
-                self.catch_up(&mut core, &mut |l| crate::log::raw_line("WARN", l));
+                let _ = self.catch_up(&mut core, &mut |l| crate::log::raw_line("WARN", l));
                 let live = core.registrar.live_registrations();
                 let p2p_live = core.registrar.p2p_objects();
                 let rc = core.registrar.counts;
