@@ -9,39 +9,6 @@
 #                 (GDRSHIM_APPLY_THREAD=1, the default)
 #   poll-inline = the same build with GDRSHIM_APPLY_THREAD=0 (same code and layout, no thread)
 #   unpark      = helper thread woken by the hook for every batch (HELPER_POLLS = 0)
-set -u
-OUT=${1:?out}
-B=/tmp/gdrshim-ab; mkdir -p "$B"
-nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i " error"
-V=(base poll poll-inline unpark)
-so() { case $1 in poll-inline) echo poll ;; *) echo "$1" ;; esac; }
-thr() { case $1 in poll-inline) echo 0 ;; *) echo 1 ;; esac; }
-for p in 0 1 2 3 4 5; do
-  for k in 0 1 2 3; do
-    v=${V[$(( (p + k) % 4 ))]}
-    for size in 2097152 4096; do
-      GDRSHIM_MODE=shadow GDRSHIM_BENCH_PAUSE=1 GDRSHIM_APPLY_THREAD=$(thr "$v") LD_PRELOAD="$PWD/bench-variants/$(so "$v").so" "$B/bench" alloc-ab $size 200 40 2>&1 | grep -E "^bench|^gdrshim: summary" | sed "s/^/$v proc$p /"
-    done
-  done
-done >"$OUT/variants-raw.txt"
-for v in "${V[@]}"; do
-  echo "## $v" ; GDRSHIM_MODE=shadow GDRSHIM_TIMING=1 GDRSHIM_APPLY_THREAD=$(thr "$v") LD_PRELOAD="$PWD/bench-variants/$(so "$v").so" "$B/bench" alloc 2097152 9000 2>&1 | grep -E "^bench|summary" | grep -oE "ns_per_iter=[0-9.]+|nv_ioctls=[0-9]+|native=[0-9]+|matched=[0-9]+|mismatched=[0-9]+|hook_ns_per_nv_ioctl=[0-9]+|hook_top=[^ ]+|alloc_hook_ns_per_call=[0-9]+|helper_batches=[0-9]+" | tr '\n' ' '; echo
-done >"$OUT/variants-timing.txt"
-python3 - "$OUT/variants-raw.txt" <<'PY' | tee "$OUT/variants.txt"
-import re, sys, statistics, random
-d = {}
-for l in open(sys.argv[1]):
-    m = re.match(r"(\S+) (\S+) bench alloc_ab size=(\d+) pair=\d+ on=([\d.]+) off=([\d.]+)", l)
-    if m: d.setdefault((m.group(1), m.group(3)), []).append((m.group(2), float(m.group(4)) / float(m.group(5))))
-def ci(xs, n=5000):
-    random.seed(1); meds = sorted(statistics.median(random.choices(xs, k=len(xs))) for _ in range(n)); return meds[int(.025*n)], meds[int(.975*n)]
-for (v, size), rs in sorted(d.items()):
-    xs = [r for _, r in rs]; a, b = ci(xs)
-    per = {}
-    for p, r in rs: per.setdefault(p, []).append(r)
-    print(f"{v:12} {size:>8} on/off {statistics.median(xs):.4f} [{a:.4f}, {b:.4f}] pairs={len(xs)} per process: " + " ".join(f"{statistics.median(x):.4f}" for x in per.values()))
-PY
-grep "summary" "$OUT/variants-raw.txt" | while read -r v p rest; do
-  echo "$v $p $(grep -oE "native=[0-9]+|matched=[0-9]+|uncovered=[0-9]+|helper_batches=[0-9]+|bench_pauses=[0-9]+" <<<"$rest" | tr '\n' ' ')"
-done >"$OUT/variants-summaries.txt"
-cat "$OUT/variants-timing.txt"
+# Now through the shared tests/gpu/run-h200-variants.sh (same loops and analysis;
+# it also writes cpu.txt).
+exec tests/gpu/run-h200-variants.sh "${1:?out}" 6 base poll poll-inline:poll:GDRSHIM_APPLY_THREAD=0 unpark
