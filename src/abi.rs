@@ -568,10 +568,7 @@ mod tests {
         let r = Nv503cRegisterVidmem { h_memory: 0x5c00_0096, _pad0: 0, address: 0x7f43_5200_0000, size: 64 << 20, offset: 0 };
         let b = pod_bytes(&r);
         // Bytes as the H200 trace shows them for cudaMalloc(64 MiB).
-        assert_eq!(
-            hex(b),
-            "9600005c0000000000000052437f000000000004000000000000000000000000"
-        );
+        assert_eq!(hex(b), "9600005c0000000000000052437f000000000004000000000000000000000000");
         assert_eq!(read_pod::<Nv503cRegisterVidmem>(b), Some(r));
         assert_eq!(read_pod::<Nv503cRegisterVidmem>(&b[..31]), None);
     }

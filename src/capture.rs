@@ -130,7 +130,8 @@ pub struct Replay {
 /// Replays capture text. The driver version comes from the `V` line; without one (or for a branch
 /// with no table) nothing is decoded, exactly as in the live shim.
 pub fn replay(text: &str) -> Replay {
-    let mut r = Replay { tracker: Tracker::new(), version: None, ioctls: 0, decoded: 0, failed: 0, malformed: 0, bad_lines: 0, report: Vec::new() };
+    let mut r =
+        Replay { tracker: Tracker::new(), version: None, ioctls: 0, decoded: 0, failed: 0, malformed: 0, bad_lines: 0, report: Vec::new() };
     let mut table: Option<&'static AbiTable> = None;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Some(rec) = parse_line(line) else {
@@ -183,7 +184,9 @@ pub fn notice_line(n: &Notice) -> String {
     match n {
         Notice::NativeRegistrationPresent => "libcuda registers third-party P2P natively on this GPU (its own 503C traffic seen)".into(),
         Notice::Unpredicted(t) => format!("unpredicted native registration {t}: no user allocation covered it"),
-        Notice::UnknownUvmFree { base } => format!("UVM_FREE of a range never seen created at {base:#x}: dropped every mapping continuing from it"),
+        Notice::UnknownUvmFree { base } => {
+            format!("UVM_FREE of a range never seen created at {base:#x}: dropped every mapping continuing from it")
+        }
     }
 }
 
@@ -261,7 +264,8 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let io = IoctlRecord { dev: DevKind::Gpu(3), fd: 12, request: 0xc030462b, rc: 0, arg: vec![1, 2, 255], params: Some((16, vec![0xab])) };
+        let io =
+            IoctlRecord { dev: DevKind::Gpu(3), fd: 12, request: 0xc030462b, rc: 0, arg: vec![1, 2, 255], params: Some((16, vec![0xab])) };
         assert_eq!(parse_line(&io.line()), Some(Record::Ioctl(io.clone())));
         let io2 = IoctlRecord { params: None, dev: DevKind::Uvm, ..io };
         assert_eq!(parse_line(&io2.line()), Some(Record::Ioctl(io2)));
@@ -281,4 +285,3 @@ mod tests {
         assert_eq!((r.ioctls, r.decoded), (1, 1));
     }
 }
-

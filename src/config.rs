@@ -99,7 +99,22 @@ pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
 impl Default for Config {
     fn default() -> Self {
-        Config { mode: Mode::Shadow, level: Level::Warn, log_file: None, capture_file: None, summary: true, eager: false, timing: false, bench_pause: false, apply_thread: true, test_dev_dir: None, advertise_gdr: false, test_hide_gdr: false, nccl_flush_disabled: false, test_panic: None }
+        Config {
+            mode: Mode::Shadow,
+            level: Level::Warn,
+            log_file: None,
+            capture_file: None,
+            summary: true,
+            eager: false,
+            timing: false,
+            bench_pause: false,
+            apply_thread: true,
+            test_dev_dir: None,
+            advertise_gdr: false,
+            test_hide_gdr: false,
+            nccl_flush_disabled: false,
+            test_panic: None,
+        }
     }
 }
 
@@ -148,7 +163,9 @@ impl Config {
         c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
         c.bench_pause = flag(&get, ENV_BENCH_PAUSE, false, &mut warnings);
         if c.bench_pause && c.mode != Mode::Shadow {
-            warnings.push(format!("{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"));
+            warnings.push(format!(
+                "{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"
+            ));
             c.bench_pause = false;
         }
         c.apply_thread = flag(&get, ENV_APPLY_THREAD, true, &mut warnings);

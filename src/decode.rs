@@ -90,25 +90,103 @@ pub enum P2pCtrl {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    RootClient { fd: i32, h_client: u32 },
-    Device { h_client: u32, h_device: u32, device_id: u32 },
-    Subdevice { h_client: u32, h_device: u32, h_subdevice: u32, subdevice_id: u32 },
-    VaSpace { h_client: u32, h_parent: u32, h_vaspace: u32, class: u32, flags: u32 },
+    RootClient {
+        fd: i32,
+        h_client: u32,
+    },
+    Device {
+        h_client: u32,
+        h_device: u32,
+        device_id: u32,
+    },
+    Subdevice {
+        h_client: u32,
+        h_device: u32,
+        h_subdevice: u32,
+        subdevice_id: u32,
+    },
+    VaSpace {
+        h_client: u32,
+        h_parent: u32,
+        h_vaspace: u32,
+        class: u32,
+        flags: u32,
+    },
     /// Memory object; `size` is `None` when the parameters could not be read.
-    Memory { h_client: u32, h_parent: u32, h_memory: u32, class: u32, size: Option<u64>, attr: u32, attr2: u32, flags: u32 },
-    OtherObject { h_client: u32, h_parent: u32, h_object: u32, class: u32 },
+    Memory {
+        h_client: u32,
+        h_parent: u32,
+        h_memory: u32,
+        class: u32,
+        size: Option<u64>,
+        attr: u32,
+        attr2: u32,
+        flags: u32,
+    },
+    OtherObject {
+        h_client: u32,
+        h_parent: u32,
+        h_object: u32,
+        class: u32,
+    },
     /// libcuda (or anyone but us) allocated an NV50_THIRD_PARTY_P2P object.
-    P2pAlloc { h_client: u32, h_parent: u32, h_object: u32, flags: u32 },
-    P2pControl { h_client: u32, h_object: u32, ctrl: P2pCtrl },
-    Free { h_client: u32, h_parent: u32, h_object: u32 },
-    Dup { h_client: u32, h_parent: u32, h_object: u32, h_client_src: u32, h_object_src: u32 },
+    P2pAlloc {
+        h_client: u32,
+        h_parent: u32,
+        h_object: u32,
+        flags: u32,
+    },
+    P2pControl {
+        h_client: u32,
+        h_object: u32,
+        ctrl: P2pCtrl,
+    },
+    Free {
+        h_client: u32,
+        h_parent: u32,
+        h_object: u32,
+    },
+    Dup {
+        h_client: u32,
+        h_parent: u32,
+        h_object: u32,
+        h_client_src: u32,
+        h_object_src: u32,
+    },
     Version(String),
-    UvmRegisterGpu { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32 },
-    UvmRegisterGpuVaSpace { uuid: Uuid, rm_ctrl_fd: i32, h_client: u32, h_vaspace: u32 },
-    UvmCreateExternalRange { base: u64, length: u64 },
-    UvmMapExternal { base: u64, length: u64, offset: u64, gpus: GpuList, rm_ctrl_fd: i32, h_client: u32, h_memory: u32 },
-    UvmUnmapExternal { base: u64, length: u64, gpu: Uuid },
-    UvmFree { base: u64, length: Option<u64> },
+    UvmRegisterGpu {
+        uuid: Uuid,
+        rm_ctrl_fd: i32,
+        h_client: u32,
+    },
+    UvmRegisterGpuVaSpace {
+        uuid: Uuid,
+        rm_ctrl_fd: i32,
+        h_client: u32,
+        h_vaspace: u32,
+    },
+    UvmCreateExternalRange {
+        base: u64,
+        length: u64,
+    },
+    UvmMapExternal {
+        base: u64,
+        length: u64,
+        offset: u64,
+        gpus: GpuList,
+        rm_ctrl_fd: i32,
+        h_client: u32,
+        h_memory: u32,
+    },
+    UvmUnmapExternal {
+        base: u64,
+        length: u64,
+        gpu: Uuid,
+    },
+    UvmFree {
+        base: u64,
+        length: Option<u64>,
+    },
 }
 
 /// The GPUs of one UVM map call: inline for one (the usual case), so that decoding the call in
@@ -122,7 +200,10 @@ pub enum Outcome {
     /// A well-formed call that the map does not need.
     Ignored,
     /// The kernel refused it (ioctl rc) or RM/UVM answered a status other than NV_OK.
-    Failed { rc: i32, status: u32 },
+    Failed {
+        rc: i32,
+        status: u32,
+    },
     /// The request's size does not match what this branch's table says: counted, never decoded.
     Malformed(&'static str),
 }
@@ -155,11 +236,19 @@ pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &ReadPieces) -> O
             let l = t.uvm_map_external();
             // base, length, offset; then hClient and hMemory behind the GPU attribute array
             let b = read(&[(0, 24), (l.h_client(), 8)])?;
-            Some(Pending::UvmMap { base: u64_at(&b, 0), length: u64_at(&b, 8), offset: u64_at(&b, 16), h_client: u32_at(&b, 24), h_memory: u32_at(&b, 28) })
+            Some(Pending::UvmMap {
+                base: u64_at(&b, 0),
+                length: u64_at(&b, 8),
+                offset: u64_at(&b, 16),
+                h_client: u32_at(&b, 24),
+                h_memory: u32_at(&b, 28),
+            })
         }
         // the driver reads only _IOC_NR and _IOC_SIZE of an RM request, on any NVIDIA node
         (DevKind::Ctl | DevKind::Gpu(_), r)
-            if abi::ioc_type(r) == abi::NV_IOCTL_MAGIC && abi::ioc_nr(r) == esc::RM_FREE && abi::ioc_size(r) == size_of::<abi::Nvos00Free>() =>
+            if abi::ioc_type(r) == abi::NV_IOCTL_MAGIC
+                && abi::ioc_nr(r) == esc::RM_FREE
+                && abi::ioc_size(r) == size_of::<abi::Nvos00Free>() =>
         {
             let b = read(&[(0, 12)])?;
             Some(Pending::RmFree { h_client: u32_at(&b, 0), h_object: u32_at(&b, 8) })
@@ -272,11 +361,25 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
     let a = match arg.len() {
         32 => {
             let a: abi::Nvos21Alloc = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS21"))?;
-            AllocCall { h_root: a.h_root, h_parent: a.h_object_parent, h_new: a.h_object_new, h_class: a.h_class, p_params: a.p_alloc_parms, status: a.status }
+            AllocCall {
+                h_root: a.h_root,
+                h_parent: a.h_object_parent,
+                h_new: a.h_object_new,
+                h_class: a.h_class,
+                p_params: a.p_alloc_parms,
+                status: a.status,
+            }
         }
         48 => {
             let a: abi::Nvos64Alloc = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS64"))?;
-            AllocCall { h_root: a.h_root, h_parent: a.h_object_parent, h_new: a.h_object_new, h_class: a.h_class, p_params: a.p_alloc_parms, status: a.status }
+            AllocCall {
+                h_root: a.h_root,
+                h_parent: a.h_object_parent,
+                h_new: a.h_object_new,
+                h_class: a.h_class,
+                p_params: a.p_alloc_parms,
+                status: a.status,
+            }
         }
         _ => return Err(Outcome::Malformed("RM_ALLOC size is neither NVOS21 nor NVOS64")),
     };
@@ -299,11 +402,15 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
             Event::Device { h_client: a.h_root, h_device: a.h_new, device_id }
         }
         class::NV20_SUBDEVICE_0 => {
-            let subdevice_id = read_params(4).and_then(|b| abi::read_pod::<abi::Nv2080AllocParams>(&b)).map(|p| p.sub_device_id).unwrap_or(0);
+            let subdevice_id =
+                read_params(4).and_then(|b| abi::read_pod::<abi::Nv2080AllocParams>(&b)).map(|p| p.sub_device_id).unwrap_or(0);
             Event::Subdevice { h_client: a.h_root, h_device: a.h_parent, h_subdevice: a.h_new, subdevice_id }
         }
         class::FERMI_VASPACE_A => {
-            let flags = read_params(t.vaspace_alloc_params_size).and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(b.padded(56))).map(|p| p.flags).unwrap_or(0);
+            let flags = read_params(t.vaspace_alloc_params_size)
+                .and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(b.padded(56)))
+                .map(|p| p.flags)
+                .unwrap_or(0);
             Event::VaSpace { h_client: a.h_root, h_parent: a.h_parent, h_vaspace: a.h_new, class: a.h_class, flags }
         }
         class::NV50_THIRD_PARTY_P2P => {
@@ -328,7 +435,6 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
     Ok(Outcome::Event(ev))
 }
 
-
 fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
     let f: abi::Nvos00Free = abi::read_pod(arg).filter(|_| arg.len() == 16).ok_or(Outcome::Malformed("NVOS00"))?;
     failed_or(0, f.status, || Outcome::Event(Event::Free { h_client: f.h_root, h_parent: f.h_object_parent, h_object: f.h_object_old }))
@@ -337,7 +443,13 @@ fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
 fn decode_dup(arg: &[u8]) -> Result<Outcome, Outcome> {
     let d: abi::Nvos55Dup = abi::read_pod(arg).filter(|_| arg.len() == 28).ok_or(Outcome::Malformed("NVOS55"))?;
     failed_or(0, d.status, || {
-        Outcome::Event(Event::Dup { h_client: d.h_client, h_parent: d.h_parent, h_object: d.h_object, h_client_src: d.h_client_src, h_object_src: d.h_object_src })
+        Outcome::Event(Event::Dup {
+            h_client: d.h_client,
+            h_parent: d.h_parent,
+            h_object: d.h_object,
+            h_client_src: d.h_client_src,
+            h_object_src: d.h_object_src,
+        })
     })
 }
 
@@ -412,14 +524,20 @@ fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome {
     }
     let st = |off: usize| u32_at(arg, off);
     let r = match cmd {
-        uvm::REGISTER_GPU => failed_or(rc, st(36), || Event::UvmRegisterGpu { uuid: uuid_at(arg, 0), rm_ctrl_fd: i32_at(arg, 24), h_client: u32_at(arg, 28) }),
+        uvm::REGISTER_GPU => failed_or(rc, st(36), || Event::UvmRegisterGpu {
+            uuid: uuid_at(arg, 0),
+            rm_ctrl_fd: i32_at(arg, 24),
+            h_client: u32_at(arg, 28),
+        }),
         uvm::REGISTER_GPU_VASPACE => failed_or(rc, st(28), || Event::UvmRegisterGpuVaSpace {
             uuid: uuid_at(arg, 0),
             rm_ctrl_fd: i32_at(arg, 16),
             h_client: u32_at(arg, 20),
             h_vaspace: u32_at(arg, 24),
         }),
-        uvm::CREATE_EXTERNAL_RANGE => failed_or(rc, st(16), || Event::UvmCreateExternalRange { base: u64_at(arg, 0), length: u64_at(arg, 8) }),
+        uvm::CREATE_EXTERNAL_RANGE => {
+            failed_or(rc, st(16), || Event::UvmCreateExternalRange { base: u64_at(arg, 0), length: u64_at(arg, 8) })
+        }
         uvm::MAP_EXTERNAL_ALLOCATION => {
             let l = t.uvm_map_external();
             let count = u64_at(arg, l.count());
@@ -436,7 +554,9 @@ fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome {
                 h_memory: u32_at(arg, l.h_memory()),
             })
         }
-        uvm::UNMAP_EXTERNAL => failed_or(rc, st(32), || Event::UvmUnmapExternal { base: u64_at(arg, 0), length: u64_at(arg, 8), gpu: uuid_at(arg, 16) }),
+        uvm::UNMAP_EXTERNAL => {
+            failed_or(rc, st(32), || Event::UvmUnmapExternal { base: u64_at(arg, 0), length: u64_at(arg, 8), gpu: uuid_at(arg, 16) })
+        }
         _ => {
             if t.uvm_free_has_length {
                 failed_or(rc, st(16), || Event::UvmFree { base: u64_at(arg, 0), length: Some(u64_at(arg, 8)) })
@@ -460,9 +580,14 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::RootClient { fd, h_client } => write!(f, "RM_ALLOC root client={h_client:#010x} fd={fd}"),
-            Event::Device { h_client, h_device, device_id } => write!(f, "RM_ALLOC device client={h_client:#010x} h={h_device:#010x} deviceId={device_id}"),
+            Event::Device { h_client, h_device, device_id } => {
+                write!(f, "RM_ALLOC device client={h_client:#010x} h={h_device:#010x} deviceId={device_id}")
+            }
             Event::Subdevice { h_client, h_device, h_subdevice, subdevice_id } => {
-                write!(f, "RM_ALLOC subdevice client={h_client:#010x} device={h_device:#010x} h={h_subdevice:#010x} subDeviceId={subdevice_id}")
+                write!(
+                    f,
+                    "RM_ALLOC subdevice client={h_client:#010x} device={h_device:#010x} h={h_subdevice:#010x} subDeviceId={subdevice_id}"
+                )
             }
             Event::VaSpace { h_client, h_parent, h_vaspace, class, flags } => {
                 write!(f, "RM_ALLOC vaspace client={h_client:#010x} parent={h_parent:#010x} h={h_vaspace:#010x} class={class:#x} flags={flags:#x}")
@@ -475,26 +600,43 @@ impl fmt::Display for Event {
                 }
                 write!(f, " attr={attr:#x} attr2={attr2:#x} flags={flags:#x}")
             }
-            Event::OtherObject { h_client, h_parent, h_object, class } => write!(f, "RM_ALLOC object client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} class={class:#x}"),
-            Event::P2pAlloc { h_client, h_parent, h_object, flags } => write!(f, "RM_ALLOC NV50_THIRD_PARTY_P2P client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} flags={flags:#x}"),
+            Event::OtherObject { h_client, h_parent, h_object, class } => {
+                write!(f, "RM_ALLOC object client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} class={class:#x}")
+            }
+            Event::P2pAlloc { h_client, h_parent, h_object, flags } => write!(
+                f,
+                "RM_ALLOC NV50_THIRD_PARTY_P2P client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} flags={flags:#x}"
+            ),
             Event::P2pControl { h_client, h_object, ctrl } => {
                 write!(f, "RM_CONTROL 503C client={h_client:#010x} obj={h_object:#010x} ")?;
                 match ctrl {
-                    P2pCtrl::RegisterVaSpace { h_vaspace, token } => write!(f, "REGISTER_VA_SPACE hVASpace={h_vaspace:#010x} token={token:#x}"),
+                    P2pCtrl::RegisterVaSpace { h_vaspace, token } => {
+                        write!(f, "REGISTER_VA_SPACE hVASpace={h_vaspace:#010x} token={token:#x}")
+                    }
                     P2pCtrl::UnregisterVaSpace { h_vaspace } => write!(f, "UNREGISTER_VA_SPACE hVASpace={h_vaspace:#010x}"),
-                    P2pCtrl::RegisterVidmem { h_memory, address, size, offset } => write!(f, "REGISTER_VIDMEM hMemory={h_memory:#010x} address={address:#x} size={size:#x} offset={offset:#x}"),
+                    P2pCtrl::RegisterVidmem { h_memory, address, size, offset } => {
+                        write!(f, "REGISTER_VIDMEM hMemory={h_memory:#010x} address={address:#x} size={size:#x} offset={offset:#x}")
+                    }
                     P2pCtrl::UnregisterVidmem { h_memory } => write!(f, "UNREGISTER_VIDMEM hMemory={h_memory:#010x}"),
                     P2pCtrl::RegisterPid { h_client } => write!(f, "REGISTER_PID hClient={h_client:#010x}"),
                 }
             }
-            Event::Free { h_client, h_parent, h_object } => write!(f, "RM_FREE client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x}"),
+            Event::Free { h_client, h_parent, h_object } => {
+                write!(f, "RM_FREE client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x}")
+            }
             Event::Dup { h_client, h_parent, h_object, h_client_src, h_object_src } => {
                 write!(f, "RM_DUP client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} from client={h_client_src:#010x} h={h_object_src:#010x}")
             }
             Event::Version(v) => write!(f, "CHECK_VERSION_STR {v}"),
-            Event::UvmRegisterGpu { uuid, rm_ctrl_fd, h_client } => write!(f, "UVM_REGISTER_GPU {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x}", uuid_str(uuid)),
+            Event::UvmRegisterGpu { uuid, rm_ctrl_fd, h_client } => {
+                write!(f, "UVM_REGISTER_GPU {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x}", uuid_str(uuid))
+            }
             Event::UvmRegisterGpuVaSpace { uuid, rm_ctrl_fd, h_client, h_vaspace } => {
-                write!(f, "UVM_REGISTER_GPU_VASPACE {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x} hVaSpace={h_vaspace:#010x}", uuid_str(uuid))
+                write!(
+                    f,
+                    "UVM_REGISTER_GPU_VASPACE {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x} hVaSpace={h_vaspace:#010x}",
+                    uuid_str(uuid)
+                )
             }
             Event::UvmCreateExternalRange { base, length } => write!(f, "UVM_CREATE_EXTERNAL_RANGE base={base:#x} length={length:#x}"),
             Event::UvmMapExternal { base, length, offset, gpus, rm_ctrl_fd, h_client, h_memory } => {
@@ -504,7 +646,9 @@ impl fmt::Display for Event {
                 }
                 Ok(())
             }
-            Event::UvmUnmapExternal { base, length, gpu } => write!(f, "UVM_UNMAP_EXTERNAL base={base:#x} length={length:#x} {}", uuid_str(gpu)),
+            Event::UvmUnmapExternal { base, length, gpu } => {
+                write!(f, "UVM_UNMAP_EXTERNAL base={base:#x} length={length:#x} {}", uuid_str(gpu))
+            }
             Event::UvmFree { base, length } => match length {
                 Some(l) => write!(f, "UVM_FREE base={base:#x} length={l:#x}"),
                 None => write!(f, "UVM_FREE base={base:#x}"),
@@ -538,15 +682,31 @@ mod tests {
                 Some(out)
             };
             let got = pending(DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION, t, &|p| read(&map, p));
-            assert_eq!(got, Some(Pending::UvmMap { base: 0x7f00_0000_0000, length: 0x20_0000, offset: 0x1_0000, h_client: 0xc1d0_0001, h_memory: 0x5c00_0042 }), "{v}");
+            assert_eq!(
+                got,
+                Some(Pending::UvmMap {
+                    base: 0x7f00_0000_0000,
+                    length: 0x20_0000,
+                    offset: 0x1_0000,
+                    h_client: 0xc1d0_0001,
+                    h_memory: 0x5c00_0042
+                }),
+                "{v}"
+            );
             let unmap = [0x11u8; 40];
-            assert_eq!(pending(DevKind::Uvm, uvm::UNMAP_EXTERNAL, t, &|p| read(&unmap, p)), Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 }));
+            assert_eq!(
+                pending(DevKind::Uvm, uvm::UNMAP_EXTERNAL, t, &|p| read(&unmap, p)),
+                Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 })
+            );
             let mut free = zeroed::<abi::Nvos00Free>();
             free.h_root = 7;
             free.h_object_old = 9;
             let req = abi::nv_ioctl(esc::RM_FREE, 16);
             assert_eq!(pending(DevKind::Ctl, req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
-            assert_eq!(pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
+            assert_eq!(
+                pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)),
+                Some(Pending::RmFree { h_client: 7, h_object: 9 })
+            );
             // calls that release nothing read nothing; an unreadable argument is no release
             assert_eq!(pending(DevKind::Ctl, abi::nv_ioctl(esc::RM_ALLOC, 48), t, &|_| panic!("read")), None);
             assert_eq!(pending(DevKind::Uvm, uvm::FREE, t, &|_| None), None);
@@ -581,7 +741,16 @@ mod tests {
         let o = decode(DevKind::Ctl, 8, r, 0, pod_bytes(&a), &p, t580());
         assert_eq!(
             o,
-            Outcome::Event(Event::Memory { h_client: 0xc1d0_0022, h_parent: 0x5c00_0002, h_memory: 0x5c00_0096, class: 0x40, size: Some(64 << 20), attr: 0x1180_0000, attr2: 0, flags: 0 })
+            Outcome::Event(Event::Memory {
+                h_client: 0xc1d0_0022,
+                h_parent: 0x5c00_0002,
+                h_memory: 0x5c00_0096,
+                class: 0x40,
+                size: Some(64 << 20),
+                attr: 0x1180_0000,
+                attr2: 0,
+                flags: 0
+            })
         );
     }
 
@@ -623,7 +792,15 @@ mod tests {
             let o = decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t);
             assert_eq!(
                 o,
-                Outcome::Event(Event::UvmMapExternal { base: 0x7f43_5200_0000, length: 64 << 20, offset: 0, gpus: smallvec::smallvec![[7; 16]], rm_ctrl_fd: 8, h_client: 0xc1d0_0022, h_memory: 0x5c00_0096 })
+                Outcome::Event(Event::UvmMapExternal {
+                    base: 0x7f43_5200_0000,
+                    length: 64 << 20,
+                    offset: 0,
+                    gpus: smallvec::smallvec![[7; 16]],
+                    rm_ctrl_fd: 8,
+                    h_client: 0xc1d0_0022,
+                    h_memory: 0x5c00_0096
+                })
             );
             // rmStatus set: not decoded
             b[l.rm_status()] = 0x1f;
@@ -636,7 +813,10 @@ mod tests {
         let t590 = abi::table_for(DriverVersion(590, 48, 1)).unwrap();
         let mut b = vec![0u8; 16];
         b[0..8].copy_from_slice(&0x2000u64.to_le_bytes());
-        assert_eq!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590), Outcome::Event(Event::UvmFree { base: 0x2000, length: None }));
+        assert_eq!(
+            decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590),
+            Outcome::Event(Event::UvmFree { base: 0x2000, length: None })
+        );
         // 16 bytes on a 580 driver is not the struct the kernel copies: refused.
         assert!(matches!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
     }
@@ -655,7 +835,11 @@ mod tests {
         let p = Params([(0x10, pod_bytes(&rv).to_vec())].into());
         assert_eq!(
             decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()),
-            Outcome::Event(Event::P2pControl { h_client: 0, h_object: 0, ctrl: P2pCtrl::RegisterVidmem { h_memory: 5, address: 0x10000, size: 0x20000, offset: 0 } })
+            Outcome::Event(Event::P2pControl {
+                h_client: 0,
+                h_object: 0,
+                ctrl: P2pCtrl::RegisterVidmem { h_memory: 5, address: 0x10000, size: 0x20000, offset: 0 }
+            })
         );
         c.params_size = 31;
         assert!(matches!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()), Outcome::Malformed(_)));

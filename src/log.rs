@@ -97,7 +97,9 @@ pub fn init(cfg: &Config) -> Vec<String> {
         let path = expand_path(tpl, &host, unsafe { libc::getpid() } as u32);
         match open_log_file(&path) {
             Ok(fd) => LOG_FD.store(fd, Ordering::Relaxed),
-            Err(e) => warnings.push(format!("GDRSHIM_LOG_FILE={path:?} cannot be opened ({e}; symlinks are not followed); logging to stderr")),
+            Err(e) => {
+                warnings.push(format!("GDRSHIM_LOG_FILE={path:?} cannot be opened ({e}; symlinks are not followed); logging to stderr"))
+            }
         }
     }
     let max = match cfg.level {
@@ -131,7 +133,12 @@ pub fn raw_line(level: &str, msg: &str) {
 pub fn contain_panic_messages() {
     std::panic::set_hook(Box::new(|info| {
         let loc = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-        let msg = info.payload().downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| info.payload().downcast_ref::<String>().cloned()).unwrap_or_default();
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
         raw_line("ERROR", &format!("internal error at {loc}: {msg}; the call was passed through unchanged"));
     }));
 }

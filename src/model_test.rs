@@ -154,7 +154,9 @@ impl Rm for StrictRm {
         Ok(h)
     }
     fn register_va_space(&mut self, client: u32, p2p: u32, h_vaspace: u32) -> Result<u64, u32> {
-        let Some(i) = self.p2p.iter().position(|o| o.client == client && o.h == p2p) else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
+        let Some(i) = self.p2p.iter().position(|o| o.client == client && o.h == p2p) else {
+            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
+        };
         if self.p2p[i].vaspaces.contains(&h_vaspace) {
             return self.refuse(status::NV_ERR_INSERT_DUPLICATE_NAME);
         }
@@ -177,7 +179,9 @@ impl Rm for StrictRm {
         if t.size == 0 || !(t.size | t.address | t.offset).is_multiple_of(PAGE) || t.offset.checked_add(t.size).is_none_or(|e| e > m.size) {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
-        let clash = self.regs.iter().any(|(p, r)| *p == p2p && r.mem.client == client && (r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)));
+        let clash = self.regs.iter().any(|(p, r)| {
+            *p == p2p && r.mem.client == client && (r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size))
+        });
         if clash {
             return self.refuse(status::NV_ERR_INSERT_DUPLICATE_NAME);
         }
@@ -277,9 +281,20 @@ impl World {
         let c = self.clients[k];
         self.t.apply(&Event::Device { h_client: c.h, h_device: c.devices[i], device_id: i as u32 });
         self.t.apply(&Event::Subdevice { h_client: c.h, h_device: c.devices[i], h_subdevice: c.subdevices[i], subdevice_id: 0 });
-        self.t.apply(&Event::VaSpace { h_client: c.h, h_parent: c.devices[i], h_vaspace: c.vaspaces[i], class: class::FERMI_VASPACE_A, flags: 0x48 });
+        self.t.apply(&Event::VaSpace {
+            h_client: c.h,
+            h_parent: c.devices[i],
+            h_vaspace: c.vaspaces[i],
+            class: class::FERMI_VASPACE_A,
+            flags: 0x48,
+        });
         if self.uvm_owner[i] == k {
-            self.t.apply(&Event::UvmRegisterGpuVaSpace { uuid: GPUS[i], rm_ctrl_fd: 10 + k as i32, h_client: c.h, h_vaspace: c.vaspaces[i] });
+            self.t.apply(&Event::UvmRegisterGpuVaSpace {
+                uuid: GPUS[i],
+                rm_ctrl_fd: 10 + k as i32,
+                h_client: c.h,
+                h_vaspace: c.vaspaces[i],
+            });
         }
         self.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
     }
@@ -333,7 +348,16 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                 let m = MemRef { client: c.h, memory: w.next_mem };
                 w.next_mem += 1;
                 let class = if vidmem { class::NV01_MEMORY_LOCAL_USER } else { class::NV01_MEMORY_SYSTEM };
-                w.t.apply(&Event::Memory { h_client: c.h, h_parent: c.devices[i], h_memory: m.memory, class, size: Some(size), attr: 0, attr2: 0, flags: 0 });
+                w.t.apply(&Event::Memory {
+                    h_client: c.h,
+                    h_parent: c.devices[i],
+                    h_memory: m.memory,
+                    class,
+                    size: Some(size),
+                    attr: 0,
+                    attr2: 0,
+                    flags: 0,
+                });
                 w.rm.mems.insert(m, FakeMem { device: c.devices[i], vidmem, size });
                 w.mems.push((m, i, vidmem, size));
                 count("allocs");
@@ -350,7 +374,15 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                     _ => vec![1],
                 };
                 w.driver(Pending::UvmMap { base, length: len, offset, h_client: m.client, h_memory: m.memory });
-                w.t.apply(&Event::UvmMapExternal { base, length: len, offset, gpus: gpus.iter().map(|&g| GPUS[g]).collect(), rm_ctrl_fd: 10, h_client: m.client, h_memory: m.memory });
+                w.t.apply(&Event::UvmMapExternal {
+                    base,
+                    length: len,
+                    offset,
+                    gpus: gpus.iter().map(|&g| GPUS[g]).collect(),
+                    rm_ctrl_fd: 10,
+                    h_client: m.client,
+                    h_memory: m.memory,
+                });
                 for &g in &gpus {
                     w.model.set(g, base, len, |p| Some((m, offset + p)));
                 }
@@ -364,7 +396,15 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                     let len = PAGE * (1 + rnd(4)).min((BASE + RANGE * RANGES - va) / PAGE);
                     if (0..len).step_by(PAGE as usize).all(|p| w.model.pages[g][Model::page(va + p)] == Some((m, off + p))) {
                         w.driver(Pending::UvmMap { base: va, length: len, offset: off, h_client: m.client, h_memory: m.memory });
-                        w.t.apply(&Event::UvmMapExternal { base: va, length: len, offset: off, gpus: smallvec::smallvec![GPUS[g]], rm_ctrl_fd: 10, h_client: m.client, h_memory: m.memory });
+                        w.t.apply(&Event::UvmMapExternal {
+                            base: va,
+                            length: len,
+                            offset: off,
+                            gpus: smallvec::smallvec![GPUS[g]],
+                            rm_ctrl_fd: 10,
+                            h_client: m.client,
+                            h_memory: m.memory,
+                        });
                         count("same_remaps");
                     }
                 }
@@ -433,7 +473,8 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                 if rnd(4) != 0 {
                     // mostly where something is mapped: the next mapped page from there
                     let from = Model::page(down(addr));
-                    if let Some(i) = (from..NPAGES).chain(0..from).find(|&i| w.model.pages[0][i].is_some() || w.model.pages[1][i].is_some()) {
+                    if let Some(i) = (from..NPAGES).chain(0..from).find(|&i| w.model.pages[0][i].is_some() || w.model.pages[1][i].is_some())
+                    {
                         addr = BASE + i as u64 * PAGE + (addr & (PAGE - 1));
                     }
                 }
@@ -501,7 +542,21 @@ fn model_two_clients_two_gpus_overlapping_maps() {
     keys.sort();
     eprintln!("model (2 clients, 2 GPUs): {ops} operations, {keys:?}, registered={}", w.r.counts.registered);
     if ops >= 100_000 {
-        for k in ["hits", "host", "maps", "same_remaps", "unmaps", "uvm_frees", "mem_frees", "device_frees", "client_frees", "deregs", "miss_lookup", "miss_not_whole", "miss_no_vaspace"] {
+        for k in [
+            "hits",
+            "host",
+            "maps",
+            "same_remaps",
+            "unmaps",
+            "uvm_frees",
+            "mem_frees",
+            "device_frees",
+            "client_frees",
+            "deregs",
+            "miss_lookup",
+            "miss_not_whole",
+            "miss_no_vaspace",
+        ] {
             assert!(g(k) > 0, "the random walk never reached {k}: {keys:?}");
         }
         assert!(g("hits") > ops / 50, "{keys:?}");

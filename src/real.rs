@@ -306,7 +306,8 @@ macro_rules! real_fn {
 pub fn ioctl() -> Option<unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int> {
     let p = crate::shim::HOOK.ioctl.get();
     // SAFETY: p is the next definition of libc's ioctl, which has exactly this C signature.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int>(p) })
+    (!p.is_null())
+        .then(|| unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int>(p) })
 }
 real_fn!(pub open, c"open", unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int);
 real_fn!(pub open64, c"open64", unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int);

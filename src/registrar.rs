@@ -13,9 +13,9 @@
 
 use crate::abi::{p2p, status};
 use crate::decode::Pending;
+use crate::fxhash::FxHashMap as HashMap;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
 use crate::vamap::{MemRef, Miss};
-use crate::fxhash::FxHashMap as HashMap;
 use std::fmt;
 
 /// The RM calls the registrar needs. Errors are RM status codes.
@@ -30,16 +30,27 @@ pub trait Rm {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegMiss {
     Lookup(Miss),
-    NotVidmem { class: u32 },
+    NotVidmem {
+        class: u32,
+    },
     NoDevice,
     NoSubdevice,
     NoVaSpace,
     Unaligned(VidmemTuple),
-    SpansMappings { mapping_end: u64 },
+    SpansMappings {
+        mapping_end: u64,
+    },
     /// The UVM mapping an MR lies in is no longer whole: part of it was unmapped or mapped again.
-    MappingNotWhole { tuple: VidmemTuple },
-    OtherAddress { registered: VidmemTuple },
-    Rm { call: &'static str, status: u32 },
+    MappingNotWhole {
+        tuple: VidmemTuple,
+    },
+    OtherAddress {
+        registered: VidmemTuple,
+    },
+    Rm {
+        call: &'static str,
+        status: u32,
+    },
 }
 
 impl fmt::Display for RegMiss {
@@ -403,7 +414,11 @@ impl Registrar {
     /// Our 503C objects that RM frees together with `h` of `client`: those whose device,
     /// subdevice or VA space `h` is.
     fn p2p_freed_with(&self, client: u32, h: u32) -> Vec<((u32, u32), GpuReg)> {
-        self.gpus.iter().filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h)).map(|(k, g)| (*k, *g)).collect()
+        self.gpus
+            .iter()
+            .filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h))
+            .map(|(k, g)| (*k, *g))
+            .collect()
     }
 
     /// A client went away: RM freed its 503C objects and their registrations itself.
@@ -486,7 +501,15 @@ mod tests {
         for &(h, va, len) in maps {
             t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
             t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-            t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+            t.apply(&Event::UvmMapExternal {
+                base: va,
+                length: len,
+                offset: 0,
+                gpus: smallvec::smallvec![GPU],
+                rm_ctrl_fd: 8,
+                h_client: C,
+                h_memory: h,
+            });
         }
         t
     }
@@ -502,7 +525,10 @@ mod tests {
         let b = r.before_reg(&t, &mut rm, 0x7f00_0001_0000, 0x2000);
         assert!(matches!(b, Decision::Hit { fresh: false, .. }));
         r.after_reg(&mut rm, &b, 0xb);
-        assert_eq!(rm.regs, vec![VidmemTuple { mem: MemRef { client: C, memory: 0x10 }, address: 0x7f00_0000_0000, size: 0x20_0000, offset: 0 }]);
+        assert_eq!(
+            rm.regs,
+            vec![VidmemTuple { mem: MemRef { client: C, memory: 0x10 }, address: 0x7f00_0000_0000, size: 0x20_0000, offset: 0 }]
+        );
         assert_eq!((rm.p2p.len(), rm.vaspaces), (1, 1), "one 503C with exactly one VA space");
         r.after_dereg(&mut rm, 0xa);
         assert_eq!(rm.regs.len(), 1);
@@ -525,7 +551,10 @@ mod tests {
     fn misses_register_nothing() {
         let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0020_0000, 0x20_0000)]);
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-        assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))));
+        assert!(matches!(
+            r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000),
+            Decision::Miss(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))
+        ));
         assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::Unmapped { .. }))));
         assert_eq!(r.before_reg(&t, &mut rm, 0x1000, 0x1000), Decision::Host);
         assert!(rm.regs.is_empty() && rm.p2p.is_empty());
@@ -535,8 +564,25 @@ mod tests {
     #[test]
     fn unaligned_mapping_is_a_miss_not_a_guess() {
         let mut t = tracker_with(&[]);
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_0000_1000, length: 0x8000, offset: 0x1000, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x20 });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: 0x20,
+            class: 0x40,
+            size: Some(0x10_0000),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x7f00_0000_1000,
+            length: 0x8000,
+            offset: 0x1000,
+            gpus: smallvec::smallvec![GPU],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 0x20,
+        });
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
         assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
         assert!(rm.p2p.is_empty());
@@ -561,7 +607,11 @@ mod tests {
     fn native_registration_means_stand_aside() {
         let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
         t.apply(&Event::P2pAlloc { h_client: C, h_parent: SUB, h_object: 0x5c00_000d, flags: 1 });
-        t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 } });
+        t.apply(&Event::P2pControl {
+            h_client: C,
+            h_object: 0x5c00_000d,
+            ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 },
+        });
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
         assert_eq!(r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000), Decision::StandAside);
         assert!(rm.p2p.is_empty());
@@ -578,7 +628,15 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert!(rm.regs.is_empty());
         t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_1000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x10 });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x7f00_1000_0000,
+            length: 0x20_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![GPU],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 0x10,
+        });
         let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
         assert!(matches!(b, Decision::Hit { fresh: true, .. }));
         r.after_reg(&mut rm, &b, 0xb);
@@ -593,7 +651,16 @@ mod tests {
     #[test]
     fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
         let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x40_0000)]);
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x11, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: 0x11,
+            class: 0x40,
+            size: Some(0x40_0000),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
         let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
         r.after_reg(&mut rm, &a, 0xa);
@@ -610,7 +677,15 @@ mod tests {
         // other memory over part of it: unregistered before UVM replaces it
         let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
         assert_eq!(r.before_driver_call(&t, &mut rm, other).len(), 1);
-        t.apply(&Event::UvmMapExternal { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: 0x11 });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x7f00_0030_0000,
+            length: 0x1_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![GPU],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 0x11,
+        });
         // and the mapping it cut is no longer registrable as a whole
         let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
         assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
@@ -684,7 +759,16 @@ mod tests {
             match rnd(100) {
                 0..=9 if mems.len() < 48 => {
                     let size = (1 + rnd(128)) << 16;
-                    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: next_mem, class: 0x40, size: Some(size), attr: 0, attr2: 0, flags: 0 });
+                    t.apply(&Event::Memory {
+                        h_client: C,
+                        h_parent: DEV,
+                        h_memory: next_mem,
+                        class: 0x40,
+                        size: Some(size),
+                        attr: 0,
+                        attr2: 0,
+                        flags: 0,
+                    });
                     mems.push((next_mem, size));
                     next_mem += 1;
                 }
@@ -697,7 +781,15 @@ mod tests {
                     let offset = rnd(size >> 16) << 16;
                     let len = (1 + rnd((size - offset) >> 16)) << 16;
                     t.apply(&Event::UvmCreateExternalRange { base: slot, length: len });
-                    t.apply(&Event::UvmMapExternal { base: slot, length: len, offset, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+                    t.apply(&Event::UvmMapExternal {
+                        base: slot,
+                        length: len,
+                        offset,
+                        gpus: smallvec::smallvec![GPU],
+                        rm_ctrl_fd: 8,
+                        h_client: C,
+                        h_memory: h,
+                    });
                     maps.insert(slot, (len, h, offset));
                 }
                 30..=37 if !maps.is_empty() => {
@@ -731,7 +823,11 @@ mod tests {
                     if let Decision::Hit { tuple, .. } = &d {
                         // exactly the model's mapping at that address, and the MR inside it
                         let (&slot, &(mlen, h, off)) = maps.range(..=addr).next_back().expect("a hit lies in a live mapping");
-                        assert_eq!((tuple.address, tuple.size, tuple.mem.memory, tuple.offset), (slot, mlen, h, off), "step {step}: hit at {addr:#x}+{len:#x}");
+                        assert_eq!(
+                            (tuple.address, tuple.size, tuple.mem.memory, tuple.offset),
+                            (slot, mlen, h, off),
+                            "step {step}: hit at {addr:#x}+{len:#x}"
+                        );
                         assert!(addr >= slot && addr + len <= slot + mlen.div_ceil(0x10000) * 0x10000 + 0x10000, "step {step}");
                         hits += 1;
                         let mr = if rnd(10) == 0 { 0 } else { next_mr };
@@ -753,7 +849,11 @@ mod tests {
             // every registration RM holds is a live mapping of the model, exactly
             for reg in &rm.regs {
                 let m = maps.get(&reg.address);
-                assert_eq!(m.map(|&(l, h, o)| (l, h, o)), Some((reg.size, reg.mem.memory, reg.offset)), "step {step}: RM holds {reg} but the model has {m:?} there");
+                assert_eq!(
+                    m.map(|&(l, h, o)| (l, h, o)),
+                    Some((reg.size, reg.mem.memory, reg.offset)),
+                    "step {step}: RM holds {reg} but the model has {m:?} there"
+                );
             }
             assert!(rm.regs.len() <= maps.len());
         }
@@ -765,6 +865,9 @@ mod tests {
         assert_eq!(r.live_registrations(), 0);
         assert_eq!(r.counts.registered, r.counts.unregistered);
         assert!(hits > ops / 10 && misses > 0 && frees > 0 && unmaps > 0, "hits={hits} misses={misses} frees={frees} unmaps={unmaps}");
-        eprintln!("model: {ops} operations, {hits} hits, {misses} misses, {unmaps} unmaps, {frees} frees, {} registered, rm_errors={}", r.counts.registered, r.counts.rm_errors);
+        eprintln!(
+            "model: {ops} operations, {hits} hits, {misses} misses, {unmaps} unmaps, {frees} frees, {} registered, rm_errors={}",
+            r.counts.registered, r.counts.rm_errors
+        );
     }
 }

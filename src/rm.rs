@@ -1,7 +1,10 @@
 //! The production [`Rm`]: our own RM calls, issued on the CUDA client's /dev/nvidiactl fd through
 //! the real `ioctl` (never through our hook, so they are not decoded as the program's traffic).
 
-use crate::abi::{self, esc, p2p, status, zeroed, Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free, Nvos21Alloc, Nvos54Control};
+use crate::abi::{
+    self, esc, p2p, status, zeroed, Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free,
+    Nvos21Alloc, Nvos54Control,
+};
 use crate::registrar::Rm;
 use crate::tracker::{Tracker, VidmemTuple};
 use core::ffi::c_void;

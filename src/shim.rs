@@ -9,7 +9,10 @@ use crate::registrar::{Decision, Registrar};
 use crate::tracker::{NativeAnswer, Tracker, Verdict};
 use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering::{Relaxed, SeqCst}};
+use core::sync::atomic::{
+    AtomicI32, AtomicPtr, AtomicU64, AtomicU8,
+    Ordering::{Relaxed, SeqCst},
+};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -52,7 +55,8 @@ pub struct HookLine {
     /// libc's `ioctl`.
     pub ioctl: crate::real::NextFn,
 }
-pub static HOOK: HookLine = HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::new(c"ioctl") };
+pub static HOOK: HookLine =
+    HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::new(c"ioctl") };
 const _: () = assert!(core::mem::size_of::<HookLine>() == 64);
 
 /// `HOOK.active` while a benchmark has paused the hooks ([`bench_pause`]).
@@ -461,7 +465,13 @@ fn read_file(path: &str) -> Option<String> {
 /// The first `N.N[.N]` token of /proc/driver/nvidia/version's first line.
 pub fn parse_proc_version(text: &str) -> Option<DriverVersion> {
     let line = text.lines().next()?;
-    line.split_whitespace().find_map(|tok| if tok.contains('.') && tok.chars().all(|c| c.is_ascii_digit() || c == '.') { DriverVersion::parse(tok) } else { None })
+    line.split_whitespace().find_map(|tok| {
+        if tok.contains('.') && tok.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            DriverVersion::parse(tok)
+        } else {
+            None
+        }
+    })
 }
 
 impl Shim {
@@ -492,7 +502,13 @@ impl Shim {
                 let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
                 use std::os::unix::fs::OpenOptionsExt;
                 // like the log file: never through a symlink, private to the user
-                match std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
+                match std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&path)
+                {
                     Ok(f) => {
                         use std::os::fd::IntoRawFd;
                         f.into_raw_fd()
@@ -509,7 +525,8 @@ impl Shim {
         let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
         let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), decoded: 0 };
         let helper = if cfg.apply_thread && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
-        let queue = Queue { current: Vec::with_capacity(backlog_max), helper, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) };
+        let queue =
+            Queue { current: Vec::with_capacity(backlog_max), helper, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) };
         let line = ShimLine {
             table,
             capture_fd: AtomicI32::new(capture_fd),
@@ -521,10 +538,22 @@ impl Shim {
             cuda_frees: AtomicU64::new(0),
             registering: cfg.mode == Mode::Register && table.is_some(),
         };
-        let shim = Shim { line, cfg, version, queue: QueueLine::new(queue), batch_handed: core::sync::atomic::AtomicBool::new(false), helper: OnceCell::new(), helper_asleep: core::sync::atomic::AtomicBool::new(false), core_lock: Mutex::new(core),
+        let shim = Shim {
+            line,
+            cfg,
+            version,
+            queue: QueueLine::new(queue),
+            batch_handed: core::sync::atomic::AtomicBool::new(false),
+            helper: OnceCell::new(),
+            helper_asleep: core::sync::atomic::AtomicBool::new(false),
+            core_lock: Mutex::new(core),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: AtomicU64::new(0),
-            live_mrs: core::sync::atomic::AtomicUsize::new(0), clock_mark: crate::hooks::ioctl::Clock::mark(), capture_lock: Mutex::new(()), stats: Stats::default() };
+            live_mrs: core::sync::atomic::AtomicUsize::new(0),
+            clock_mark: crate::hooks::ioctl::Clock::mark(),
+            capture_lock: Mutex::new(()),
+            stats: Stats::default(),
+        };
         if let Some(v) = version {
             shim.capture(&format!("V {v}"));
         }
@@ -560,11 +589,13 @@ impl Shim {
     /// (`kind:nr:ns_per_call*calls`), and the CUDA allocation hooks.
     fn timing_fields(&self, nv_ioctls: u64) -> String {
         let s = &self.stats;
-        let mut top: Vec<(u64, usize, u64)> = (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
+        let mut top: Vec<(u64, usize, u64)> =
+            (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
         top.sort_unstable_by_key(|t| core::cmp::Reverse(t.0));
         // the counters hold clock ticks: nanoseconds per tick over this run
         let k = crate::hooks::ioctl::Clock::ns_per_tick(self.clock_mark);
-        let top: Vec<String> = top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
+        let top: Vec<String> =
+            top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
         format!(
             " hook_ns_per_nv_ioctl={:.0} hook_top={} alloc_hook_ns_per_call={:.0} helper_ns_per_batch={:.0}",
             s.hook_ns.load(Relaxed) as f64 * k / nv_ioctls.max(1) as f64,
@@ -588,7 +619,12 @@ impl Shim {
     }
 
     fn advertise_policy(&self) -> crate::advertise::Policy {
-        crate::advertise::Policy { advertise: self.cfg.advertise_gdr, hide_for_test: self.cfg.test_hide_gdr, registering: self.registering(), flush_disabled: self.cfg.nccl_flush_disabled }
+        crate::advertise::Policy {
+            advertise: self.cfg.advertise_gdr,
+            hide_for_test: self.cfg.test_hide_gdr,
+            registering: self.registering(),
+            flush_disabled: self.cfg.nccl_flush_disabled,
+        }
     }
 
     /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replace it where the
@@ -605,7 +641,10 @@ impl Shim {
             Answer::Replaced(v, why) => {
                 self.stats.gdr_answers.fetch_add(1, Relaxed);
                 if first() {
-                    tracing::info!("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says {}, answered {v}: {why}", *value);
+                    tracing::info!(
+                        "cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says {}, answered {v}: {why}",
+                        *value
+                    );
                 }
                 *value = v;
             }
@@ -628,7 +667,10 @@ impl Shim {
                 true
             }
             Answer::Refused(why) => {
-                tracing::warn!("access({}): peer-memory probe not answered although GDRSHIM_ADVERTISE_GDR=1: {why}", String::from_utf8_lossy(path));
+                tracing::warn!(
+                    "access({}): peer-memory probe not answered although GDRSHIM_ADVERTISE_GDR=1: {why}",
+                    String::from_utf8_lossy(path)
+                );
                 false
             }
         }
@@ -931,7 +973,9 @@ impl Shim {
         // The line is only formatted when it will be written: this runs on every allocation.
         match &v {
             Verdict::Uncovered(_) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
-            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
+            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => {
+                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v))
+            }
             _ => tracing::debug!("{}", capture::verdict_line(api, ptr, len, &v)),
         }
     }
@@ -951,7 +995,9 @@ impl Shim {
             Decision::Host => tracing::debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
             Decision::StandAside => {
                 if !self.stood_aside_logged.swap(true, Relaxed) {
-                    tracing::warn!("native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing");
+                    tracing::warn!(
+                        "native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing"
+                    );
                 }
                 tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
             }
@@ -1249,7 +1295,11 @@ mod tests {
     }
 
     fn empty_queue() -> QueueLine {
-        QueueLine::new(Queue { current: Vec::new(), helper: Helper::Inline, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) })
+        QueueLine::new(Queue {
+            current: Vec::new(),
+            helper: Helper::Inline,
+            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }),
+        })
     }
 
     #[test]
@@ -1266,7 +1316,11 @@ mod tests {
                 let q = q.clone();
                 std::thread::spawn(move || {
                     for i in 0..20_000 {
-                        q.try_lock_for(Duration::from_secs(5)).unwrap().current.push(Work::UserAllocation { api: "t", ptr: k << 32 | i, len: 1 });
+                        q.try_lock_for(Duration::from_secs(5)).unwrap().current.push(Work::UserAllocation {
+                            api: "t",
+                            ptr: k << 32 | i,
+                            len: 1,
+                        });
                     }
                 })
             })

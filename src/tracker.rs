@@ -5,8 +5,8 @@
 //! Pure: no FFI, no locks, no I/O. The hooks feed it events and log what it reports.
 
 use crate::decode::{Event, P2pCtrl, Uuid};
-use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,11 @@ pub struct VidmemTuple {
 
 impl fmt::Display for VidmemTuple {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{{hClient={:#010x} hMemory={:#010x} address={:#x} size={:#x} offset={:#x}}}", self.mem.client, self.mem.memory, self.address, self.size, self.offset)
+        write!(
+            f,
+            "{{hClient={:#010x} hMemory={:#010x} address={:#x} size={:#x} offset={:#x}}}",
+            self.mem.client, self.mem.memory, self.address, self.size, self.offset
+        )
     }
 }
 
@@ -81,7 +85,9 @@ pub enum Notice {
     NativeRegistrationPresent,
     /// A native registration went away without any user allocation having predicted it.
     Unpredicted(VidmemTuple),
-    UnknownUvmFree { base: u64 },
+    UnknownUvmFree {
+        base: u64,
+    },
 }
 
 #[derive(Default)]
@@ -212,7 +218,12 @@ impl Tracker {
                     stack.extend(kids);
                 }
                 // the memory under it, which is not listed (see insert)
-                stack.extend(self.objects.iter().filter(|(&(c, _), m)| c == client && m.parent == x && matches!(m.kind, ObjKind::Memory { .. })).map(|(&(_, h), _)| h));
+                stack.extend(
+                    self.objects
+                        .iter()
+                        .filter(|(&(c, _), m)| c == client && m.parent == x && matches!(m.kind, ObjKind::Memory { .. }))
+                        .map(|(&(_, h), _)| h),
+                );
             }
             if let Some(o) = o {
                 if o.parent != x && !memory {
@@ -261,9 +272,15 @@ impl Tracker {
             Event::RootClient { fd, h_client } => self.insert(h_client, h_client, h_client, ObjKind::Client { fd }),
             Event::Device { h_client, h_device, device_id } => self.insert(h_client, h_device, h_client, ObjKind::Device { device_id }),
             Event::Subdevice { h_client, h_device, h_subdevice, .. } => self.insert(h_client, h_subdevice, h_device, ObjKind::Subdevice),
-            Event::VaSpace { h_client, h_parent, h_vaspace, flags, .. } => self.insert(h_client, h_vaspace, h_parent, ObjKind::VaSpace { flags }),
-            Event::Memory { h_client, h_parent, h_memory, class, size, .. } => self.insert(h_client, h_memory, h_parent, ObjKind::Memory { class, size, dup_of: None }),
-            Event::OtherObject { h_client, h_parent, h_object, class } => self.insert(h_client, h_object, h_parent, ObjKind::Other { class }),
+            Event::VaSpace { h_client, h_parent, h_vaspace, flags, .. } => {
+                self.insert(h_client, h_vaspace, h_parent, ObjKind::VaSpace { flags })
+            }
+            Event::Memory { h_client, h_parent, h_memory, class, size, .. } => {
+                self.insert(h_client, h_memory, h_parent, ObjKind::Memory { class, size, dup_of: None })
+            }
+            Event::OtherObject { h_client, h_parent, h_object, class } => {
+                self.insert(h_client, h_object, h_parent, ObjKind::Other { class })
+            }
             Event::P2pAlloc { h_client, h_parent, h_object, .. } => {
                 self.insert(h_client, h_object, h_parent, ObjKind::P2p);
                 self.native_p2p.insert((h_client, h_object));
@@ -445,10 +462,22 @@ mod tests {
     fn alloc(t: &mut Tracker, h: u32, va: u64, len: u64, native: bool) {
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
         if native {
-            t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVidmem { h_memory: h, address: va, size: len, offset: 0 } });
+            t.apply(&Event::P2pControl {
+                h_client: C,
+                h_object: 0x5c00_000d,
+                ctrl: P2pCtrl::RegisterVidmem { h_memory: h, address: va, size: len, offset: 0 },
+            });
         }
         t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-        t.apply(&Event::UvmMapExternal { base: va, length: len, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: h });
+        t.apply(&Event::UvmMapExternal {
+            base: va,
+            length: len,
+            offset: 0,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: h,
+        });
     }
 
     #[test]
@@ -473,16 +502,50 @@ mod tests {
     #[test]
     fn mismatch_and_unpredicted_are_counted() {
         let mut t = base_tracker();
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::P2pControl { h_client: C, h_object: 9, ctrl: P2pCtrl::RegisterVidmem { h_memory: 1, address: 0x1000_0000, size: 0x40_0000, offset: 0 } });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: 1,
+            class: 0x40,
+            size: Some(0x40_0000),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
+        t.apply(&Event::P2pControl {
+            h_client: C,
+            h_object: 9,
+            ctrl: P2pCtrl::RegisterVidmem { h_memory: 1, address: 0x1000_0000, size: 0x40_0000, offset: 0 },
+        });
         // libcuda maps it elsewhere than it registered: our prediction differs.
-        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x40_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x2000_0000,
+            length: 0x40_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 1,
+        });
         let v = t.user_allocation(0x2000_0000, 0x1000);
         assert!(matches!(v, Verdict::Covered(ref p) if matches!(p[0].1, NativeAnswer::Mismatched(_))));
         assert_eq!(t.counts.mismatched, 1);
         // a native registration nobody predicted
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 2, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::P2pControl { h_client: C, h_object: 9, ctrl: P2pCtrl::RegisterVidmem { h_memory: 2, address: 0x3000_0000, size: 0x20_0000, offset: 0 } });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: 2,
+            class: 0x40,
+            size: Some(0x20_0000),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
+        t.apply(&Event::P2pControl {
+            h_client: C,
+            h_object: 9,
+            ctrl: P2pCtrl::RegisterVidmem { h_memory: 2, address: 0x3000_0000, size: 0x20_0000, offset: 0 },
+        });
         let notes = t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 2 });
         assert!(matches!(notes[..], [Notice::Unpredicted(_)]));
         // memory 1 was never matched either: at exit it counts as unpredicted.
@@ -508,9 +571,33 @@ mod tests {
     fn uvm_free_of_unknown_range_drops_what_continues_from_base() {
         let mut t = base_tracker();
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: None, attr: 0, attr2: 0, flags: 0 });
-        t.apply(&Event::UvmMapExternal { base: 0x1000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
-        t.apply(&Event::UvmMapExternal { base: 0x1020_0000, length: 0x20_0000, offset: 0x20_0000, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
-        t.apply(&Event::UvmMapExternal { base: 0x2000_0000, length: 0x20_0000, offset: 0, gpus: smallvec::smallvec![G], rm_ctrl_fd: 8, h_client: C, h_memory: 1 });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x1000_0000,
+            length: 0x20_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 1,
+        });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x1020_0000,
+            length: 0x20_0000,
+            offset: 0x20_0000,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 1,
+        });
+        t.apply(&Event::UvmMapExternal {
+            base: 0x2000_0000,
+            length: 0x20_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 1,
+        });
         let n = t.apply(&Event::UvmFree { base: 0x1000_0000, length: None });
         assert_eq!(n, vec![Notice::UnknownUvmFree { base: 0x1000_0000 }]);
         assert!(t.map.lookup(0x1030_0000, 0x1000).is_err());

@@ -47,13 +47,21 @@ pub enum Miss {
     Empty,
     Overflow,
     /// Nothing is mapped at `at` (and nothing was recently).
-    Unmapped { at: u64 },
+    Unmapped {
+        at: u64,
+    },
     /// `at` was mapped but has been unmapped or freed.
-    Freed { at: u64 },
+    Freed {
+        at: u64,
+    },
     /// Two mapping GPUs see different memory at the same address.
-    GpusDisagree { at: u64 },
+    GpusDisagree {
+        at: u64,
+    },
     /// The range is covered, but by more than one memory object.
-    SpansMemoryObjects { count: usize },
+    SpansMemoryObjects {
+        count: usize,
+    },
 }
 
 impl fmt::Display for Miss {
@@ -139,7 +147,12 @@ impl VaMap {
         }
         let mut touched = 0;
         // At most one entry starts before base and reaches into the range; then those inside.
-        let mut next = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).or_else(|| m.range(base..end).next().map(|(&s, _)| s));
+        let mut next = m
+            .range(..base)
+            .next_back()
+            .filter(|(_, e)| e.end > base)
+            .map(|(&s, _)| s)
+            .or_else(|| m.range(base..end).next().map(|(&s, _)| s));
         while let Some(s) = next {
             let e = m.remove(&s).expect("key just found");
             touched += 1;
@@ -330,7 +343,8 @@ impl VaMap {
 
     /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
     pub fn dump(&self) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
-        let mut v: Vec<_> = self.per_gpu.iter().flat_map(|(g, m)| m.iter().map(move |(&s, e)| (*g, s, e.end - s, e.mem, e.offset))).collect();
+        let mut v: Vec<_> =
+            self.per_gpu.iter().flat_map(|(g, m)| m.iter().map(move |(&s, e)| (*g, s, e.end - s, e.mem, e.offset))).collect();
         v.sort();
         v
     }
@@ -384,7 +398,10 @@ mod tests {
         v.map(G0, 0x0, 0x10_0000, m(1), 0x100_0000);
         v.map(G0, 0x4_0000, 0x1_0000, m(2), 0);
         let d = v.dump();
-        assert_eq!(d, vec![(G0, 0, 0x4_0000, m(1), 0x100_0000), (G0, 0x4_0000, 0x1_0000, m(2), 0), (G0, 0x5_0000, 0xb_0000, m(1), 0x105_0000)]);
+        assert_eq!(
+            d,
+            vec![(G0, 0, 0x4_0000, m(1), 0x100_0000), (G0, 0x4_0000, 0x1_0000, m(2), 0), (G0, 0x5_0000, 0xb_0000, m(1), 0x105_0000)]
+        );
         // The split-off tail keeps offsets consistent and merges back on lookup only when contiguous.
         let p = v.lookup(0x5_0000, 0x1000).unwrap();
         assert_eq!(p[0].offset, 0x105_0000);

@@ -29,7 +29,12 @@ fn dist(at: &Path, version: &str) -> PathBuf {
 /// The same, with a real library (so that LD_PRELOAD of it works).
 fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
     let d = at.join(format!("dist-{version}"));
-    for (f, body) in [("lib/libgdrshim.so", format!("shim {version}\n")), ("bin/gdrshim-tool", "tool\n".into()), ("include/gdrshim.h", "/* h */\n".into()), ("BUILD-INFO", format!("gdrshim {version}\nrustc: test\n"))] {
+    for (f, body) in [
+        ("lib/libgdrshim.so", format!("shim {version}\n")),
+        ("bin/gdrshim-tool", "tool\n".into()),
+        ("include/gdrshim.h", "/* h */\n".into()),
+        ("BUILD-INFO", format!("gdrshim {version}\nrustc: test\n")),
+    ] {
         let p = d.join(f);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, body).unwrap();
@@ -44,7 +49,12 @@ fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
 }
 
 fn manifest(d: &Path) {
-    let st = Command::new("bash").arg("-c").arg("find . -type f ! -name SHA256SUMS -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum > SHA256SUMS").current_dir(d).status().unwrap();
+    let st = Command::new("bash")
+        .arg("-c")
+        .arg("find . -type f ! -name SHA256SUMS -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum > SHA256SUMS")
+        .current_dir(d)
+        .status()
+        .unwrap();
     assert!(st.success());
 }
 
@@ -53,7 +63,12 @@ fn snapshot(p: &Path) -> String {
     if !p.exists() {
         return "(absent)".into();
     }
-    let out = Command::new("bash").arg("-c").arg("find . -printf '%p %y %l\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum").current_dir(p).output().unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("find . -printf '%p %y %l\\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum")
+        .current_dir(p)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -169,7 +184,8 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
     let c = cur.to_str().unwrap();
     let sys = sysfs(&s);
     let env = [("GDR_ENV_SYSFS", sys.to_str().unwrap()), ("LD_PRELOAD", "")];
-    let (rc, out) = sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0:1,mlx5_1", "--gid-index", "3", "--gdr-level", "PHB", "--print"], &env);
+    let (rc, out) =
+        sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0:1,mlx5_1", "--gid-index", "3", "--gdr-level", "PHB", "--print"], &env);
     assert_eq!(rc, 0, "{out}");
     let real_shim = std::fs::canonicalize(cur.join("lib/libgdrshim.so")).unwrap();
     for want in [
@@ -192,7 +208,11 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
     assert_eq!(out, "export NCCL_P2P_LEVEL=SYS\nexport NCCL_LOCAL_REGISTER=0\nexport NCCL_GRAPH_REGISTER=0\n");
     assert!(sh("gdr-env.sh", &["--mode", "p2p", "--register-buffers", "--print"], &env).1 == "export NCCL_P2P_LEVEL=SYS\n");
     // wrapper mode runs the command with them
-    let (rc, out) = sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", "--", "sh", "-c", "echo $NCCL_IB_HCA $GDRSHIM_MODE ${LD_PRELOAD##*/}"], &[env[0], ("LD_PRELOAD", ""), ("GDRSHIM_SUMMARY", "0")]);
+    let (rc, out) = sh(
+        "gdr-env.sh",
+        &["--prefix", c, "--hca", "mlx5_0", "--", "sh", "-c", "echo $NCCL_IB_HCA $GDRSHIM_MODE ${LD_PRELOAD##*/}"],
+        &[env[0], ("LD_PRELOAD", ""), ("GDRSHIM_SUMMARY", "0")],
+    );
     assert_eq!((rc, out.as_str()), (0, "mlx5_0 register libgdrshim.so\n"));
     // bad inputs
     for (args, why) in [
@@ -236,7 +256,9 @@ fn state_record_saves_every_item_and_compares_what_matters() {
     let (rc, out) = sh("gdr-state-record", &["save", s.to_str().unwrap()], &[]);
     assert_eq!(rc, 0, "{out}");
     let a = PathBuf::from(out.trim());
-    for item in ["nvidia-smi-q", "nvidia-smi-topo-p2p-r", "packages", "holds", "dkms-status", "kernel", "modinfo-nvidia", "proc-driver-version"] {
+    for item in
+        ["nvidia-smi-q", "nvidia-smi-topo-p2p-r", "packages", "holds", "dkms-status", "kernel", "modinfo-nvidia", "proc-driver-version"]
+    {
         let t = std::fs::read_to_string(a.join(format!("{item}.txt"))).unwrap_or_else(|_| panic!("{item} not saved"));
         // a tool that is missing here says so instead of leaving an empty file
         assert!(!t.is_empty() || item == "holds", "{item}: empty");

@@ -120,7 +120,18 @@ fn decoders_and_tracker_survive_random_and_mutated_input() {
 fn capture_lines_and_env_values_of_any_bytes() {
     let mut rng = Rng(42);
     let alphabet: Vec<char> = " IVAMucg0123456789abcdefxP\t\n%=-+.:\u{1b}\u{0}é😀/".chars().collect();
-    let vars = ["GDRSHIM_MODE", "GDRSHIM_LOG_LEVEL", "GDRSHIM_LOG_FILE", "GDRSHIM_CAPTURE", "GDRSHIM_SUMMARY", "GDRSHIM_EAGER", "GDRSHIM_TIMING", "GDRSHIM_ADVERTISE_GDR", "GDRSHIM_TEST_HIDE_GDR", "NCCL_GDR_FLUSH_DISABLE"];
+    let vars = [
+        "GDRSHIM_MODE",
+        "GDRSHIM_LOG_LEVEL",
+        "GDRSHIM_LOG_FILE",
+        "GDRSHIM_CAPTURE",
+        "GDRSHIM_SUMMARY",
+        "GDRSHIM_EAGER",
+        "GDRSHIM_TIMING",
+        "GDRSHIM_ADVERTISE_GDR",
+        "GDRSHIM_TEST_HIDE_GDR",
+        "NCCL_GDR_FLUSH_DISABLE",
+    ];
     for _ in 0..200_000 {
         let n = rng.below(80) as usize;
         let s: String = (0..n).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();

@@ -21,13 +21,51 @@ fn env() -> &'static Env {
         let cc = |args: &[&str]| common::cc(&e, args);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libfakenv.so", c.join("fakenv.c").to_str().unwrap(), "-ldl"]);
         // -Bsymbolic: like the real libcuda, its own function addresses are its own, not interposed.
-        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", c.join("fakecuda.c").to_str().unwrap()]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wl,-Bsymbolic",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            "libcuda.so.1",
+            c.join("fakecuda.c").to_str().unwrap(),
+        ]);
         let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-        cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", c.join("fakeverbs.c").to_str().unwrap(), "-ldl"]);
-        cc(&["-O1", "-o", "player", c.join("player.c").to_str().unwrap(), "-ldl", "-Wl,--no-as-needed", "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            &map,
+            "-Wl,-soname,libibverbs.so.1",
+            "-o",
+            "libibverbs.so.1",
+            c.join("fakeverbs.c").to_str().unwrap(),
+            "-ldl",
+        ]);
+        cc(&[
+            "-O1",
+            "-o",
+            "player",
+            c.join("player.c").to_str().unwrap(),
+            "-ldl",
+            "-Wl,--no-as-needed",
+            "-L.",
+            "-l:libibverbs.so.1",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
         cc(&["-shared", "-fPIC", "-o", "libnext_b.so", c.join("next_b.c").to_str().unwrap()]);
         cc(&["-shared", "-fPIC", "-o", "libnext_a.so", c.join("next_a.c").to_str().unwrap(), "-ldl"]);
-        cc(&["-o", "next_main", c.join("next_main.c").to_str().unwrap(), "-L.", "-Wl,--no-as-needed", "-lnext_a", "-lnext_b", "-Wl,-rpath,$ORIGIN"]);
+        cc(&[
+            "-o",
+            "next_main",
+            c.join("next_main.c").to_str().unwrap(),
+            "-L.",
+            "-Wl,--no-as-needed",
+            "-lnext_a",
+            "-lnext_b",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
             std::fs::write(dir.join("dev").join(f), b"").unwrap();
         }
@@ -44,7 +82,13 @@ fn fixture(name: &str) -> String {
 
 fn summary(text: &str) -> Option<HashMap<String, String>> {
     let line = text.lines().find(|l| l.starts_with("gdrshim: summary "))?;
-    Some(line["gdrshim: summary ".len()..].split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    Some(
+        line["gdrshim: summary ".len()..]
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
 }
 
 /// Runs the player over `capture` under the shim; returns (stdout, stderr).
@@ -71,7 +115,8 @@ fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[
     for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
         std::fs::write(dev.join(f), b"").unwrap();
     }
-    std::fs::write(dev.join("version"), format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build\n")).unwrap();
+    std::fs::write(dev.join("version"), format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build\n"))
+        .unwrap();
     let cap = e.dir.join(format!("{tag}.cap"));
     std::fs::write(&cap, capture).unwrap();
     let out = Command::new(e.dir.join("player"))
@@ -95,7 +140,18 @@ fn live_equals_replay(name: &str) -> HashMap<String, String> {
     let replay = gdrshim::capture::replay(&text);
     let want = summary(&format!("gdrshim: summary {}", gdrshim::capture::summary_fields(&replay))).unwrap();
     assert!(out.contains("rc_mismatch=0"), "{out}");
-    for k in ["native", "matched", "mismatched", "unpredicted", "predicted_only", "user_allocs", "uncovered", "decoded", "malformed", "map_entries"] {
+    for k in [
+        "native",
+        "matched",
+        "mismatched",
+        "unpredicted",
+        "predicted_only",
+        "user_allocs",
+        "uncovered",
+        "decoded",
+        "malformed",
+        "map_entries",
+    ] {
         assert_eq!(live.get(k), want.get(k), "{name}: {k} live {:?} vs replay {:?}\n{err}", live.get(k), want.get(k));
     }
     assert_eq!(live["nv_ioctls"], want["ioctls"], "{name}: every replayed ioctl reached the shim");
@@ -303,7 +359,9 @@ fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shi
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    let bound = |sym: &str| err.lines().any(|l| l.contains("binding file") && l.contains("player") && l.contains("libgdrshim.so") && l.contains(sym));
+    let bound = |sym: &str| {
+        err.lines().any(|l| l.contains("binding file") && l.contains("player") && l.contains("libgdrshim.so") && l.contains(sym))
+    };
     assert!(bound("`ibv_reg_mr' [IBVERBS_1.1]"), "ibv_reg_mr@IBVERBS_1.1 not bound to the shim");
 }
 
@@ -318,7 +376,8 @@ fn gdr_probe(mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) 
 
 #[test]
 fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
-    let exists = std::path::Path::new(gdrshim::advertise::PEER_MEMORY_PROBE_PATH.iter().map(|&b| b as char).collect::<String>().as_str()).exists();
+    let exists =
+        std::path::Path::new(gdrshim::advertise::PEER_MEMORY_PROBE_PATH.iter().map(|&b| b as char).collect::<String>().as_str()).exists();
     let no = if exists { 0 } else { -1 };
     let (l, err) = gdr_probe("register", "adv-on", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
     assert_eq!(l, "gdr_probe rc=0 attr=1 access=0 errno_after=777", "{err}");
@@ -326,7 +385,11 @@ fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
     assert!(summary(&err).unwrap()["gdr_answers"] != "0");
 
     let (l, _) = gdr_probe("register", "adv-off", &[]);
-    assert_eq!(l, format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }), "not asked: untouched");
+    assert_eq!(
+        l,
+        format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }),
+        "not asked: untouched"
+    );
 
     let (l, err) = gdr_probe("shadow", "adv-shadow", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
     assert!(l.starts_with("gdr_probe rc=0 attr=0 "), "{l}");
@@ -343,7 +406,9 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     let bin = e.dir.join("header_use");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/header_use.c");
     sh(Command::new("cc").args(["-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE", "-o"]).arg(&bin).arg(&src).arg("-ldl"));
-    sh(Command::new("c++").args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"]).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/gdrshim.h")));
+    sh(Command::new("c++")
+        .args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/gdrshim.h")));
     let run = |preload: bool, mode: &str| {
         let mut c = Command::new(&bin);
         c.env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev-header")).env("GDRSHIM_MODE", mode).env("GDRSHIM_SUMMARY", "0");
@@ -369,7 +434,13 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
     let e = env();
     let bin = e.dir.join("errno_all");
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    sh(Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&bin).arg(c.join("errno_all.c")).args(["-ldl", "-Wl,--no-as-needed", "-L"]).arg(&e.dir).args(["-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]));
+    sh(Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(c.join("errno_all.c"))
+        .args(["-ldl", "-Wl,--no-as-needed", "-L"])
+        .arg(&e.dir)
+        .args(["-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]));
     let dev = e.dir.join("dev-errno");
     std::fs::create_dir_all(&dev).unwrap();
     std::fs::write(dev.join("nvidiactl"), b"").unwrap();
@@ -436,7 +507,11 @@ fn hostile_log_and_capture_paths() {
 fn fork_while_other_threads_hold_the_shims_locks() {
     let e = env();
     let bin = e.dir.join("fork_locks");
-    sh(Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&bin).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork_locks.c")).args(["-ldl", "-lpthread"]));
+    sh(Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork_locks.c"))
+        .args(["-ldl", "-lpthread"]));
     let dev = e.dir.join("dev-fork");
     std::fs::create_dir_all(&dev).unwrap();
     std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
@@ -468,7 +543,11 @@ fn fork_while_other_threads_hold_the_shims_locks() {
 fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
     let e = env();
     let bin = e.dir.join("cuda_export");
-    sh(Command::new("cc").args(["-O1", "-o"]).arg(&bin).arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_export.c")).arg("-ldl"));
+    sh(Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_export.c"))
+        .arg("-ldl"));
     let out = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).env("LD_PRELOAD", &e.shim).env("GDRSHIM_SUMMARY", "0").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=0 ptr=0x1234000\n");
     let without = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).output().unwrap();

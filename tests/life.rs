@@ -22,7 +22,18 @@ fn env() -> &'static Env {
         let cc = |args: &[&str]| common::cc(&e, args);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
         let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-        cc(&["-shared", "-fPIC", "-O1", &map, "-Wl,-soname,libibverbs.so.1", "-o", "libibverbs.so.1", &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            &map,
+            "-Wl,-soname,libibverbs.so.1",
+            "-o",
+            "libibverbs.so.1",
+            &src("fakeverbs.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
@@ -32,7 +43,8 @@ fn env() -> &'static Env {
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
             std::fs::write(dir.join("dev").join(f), b"").unwrap();
         }
-        std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+        std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
+            .unwrap();
         e
     })
 }

@@ -11,13 +11,15 @@ fn root() -> &'static Path {
 }
 
 fn series_dirs() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("nccl-patches")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(root().join("nccl-patches")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     v.sort();
     v
 }
 
 fn patches(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "patch")).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "patch")).collect();
     v.sort();
     v
 }
@@ -104,7 +106,11 @@ fn every_series_is_well_formed_and_touches_only_what_it_claims() {
         let text: String = ps.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
         for sym in ["gdrshim_gdr_active", "gdrshim_version"] {
             assert!(text.contains(&format!("\"{sym}\"")), "{d:?} asks for {sym}");
-            assert!(root().join("src/hooks/query.rs").exists() && std::fs::read_to_string(root().join("src/hooks/query.rs")).unwrap().contains(&format!("fn {sym}()")), "the shim exports {sym}");
+            assert!(
+                root().join("src/hooks/query.rs").exists()
+                    && std::fs::read_to_string(root().join("src/hooks/query.rs")).unwrap().contains(&format!("fn {sym}()")),
+                "the shim exports {sym}"
+            );
         }
         assert!(text.contains("NCCL_GDR_FLUSH_DISABLE") && text.contains("major < 9"), "{d:?}: the flush refusal");
         assert!(all.contains("src/plugin/net.cc"), "{d:?}: the GPU-side gate");
@@ -136,7 +142,10 @@ fn scratch(tag: &str, suffix: &str) -> (PathBuf, PathBuf) {
     let base = std::env::temp_dir().join(format!("gdrshim-apply-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let tree = base.join("nccl");
-    write(&tree.join("makefiles/version.mk"), &format!("##### version\nNCCL_MAJOR   := 2\nNCCL_MINOR   := 99\nNCCL_PATCH   := 1\nNCCL_SUFFIX  := {suffix}\nPKG_REVISION := 1\n"));
+    write(
+        &tree.join("makefiles/version.mk"),
+        &format!("##### version\nNCCL_MAJOR   := 2\nNCCL_MINOR   := 99\nNCCL_PATCH   := 1\nNCCL_SUFFIX  := {suffix}\nPKG_REVISION := 1\n"),
+    );
     write(&tree.join("src/gate.cc"), "int gate() {\n  int attr = 0;\n  return attr;\n}\n");
     write(&tree.join("src/ib.cc"), "int ib() {\n  return 0;\n}\n");
     git(&tree, &["init", "-q"]);
@@ -205,7 +214,11 @@ fn apply_script_refuses_and_leaves_the_tree_untouched() {
 
     // a partly patched tree (first patch only) is neither applicable nor already patched
     let (tree, patches) = scratch("partial", "");
-    let first = std::fs::read_dir(patches.join("2.99.1")).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains("0001-")).unwrap();
+    let first = std::fs::read_dir(patches.join("2.99.1"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("0001-"))
+        .unwrap();
     git(&tree, &["apply", first.to_str().unwrap()]);
     let before = snapshot(&tree);
     let (rc, out) = apply(&tree, &patches, &[]);

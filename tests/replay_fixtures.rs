@@ -45,7 +45,9 @@ fn native_registration_sequence_decodes_as_the_fact_sheet_says() {
     let (h, addr) = ev
         .iter()
         .find_map(|e| match e {
-            Event::P2pControl { ctrl: P2pCtrl::RegisterVidmem { h_memory, address, size: 0x400_0000, offset: 0 }, .. } => Some((*h_memory, *address)),
+            Event::P2pControl { ctrl: P2pCtrl::RegisterVidmem { h_memory, address, size: 0x400_0000, offset: 0 }, .. } => {
+                Some((*h_memory, *address))
+            }
             _ => None,
         })
         .expect("64 MiB registration");

@@ -109,7 +109,11 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         if w != found && n.to_bytes().starts_with(b"ibv_") {
             let v = ver.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "default".into());
             crate::shim::get();
-            tracing::info!("{}({}, {v}) resolved to gdrshim's wrapper", if version.is_null() { "dlsym" } else { "dlvsym" }, n.to_string_lossy());
+            tracing::info!(
+                "{}({}, {v}) resolved to gdrshim's wrapper",
+                if version.is_null() { "dlsym" } else { "dlvsym" },
+                n.to_string_lossy()
+            );
         }
         w as usize
     })

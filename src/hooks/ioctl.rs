@@ -77,7 +77,14 @@ fn shim_keeping_errno() -> Option<&'static shim::Shim> {
 /// The caller's `ioctl` arguments, unchanged.
 #[cold]
 #[inline(never)]
-unsafe fn timed(s: &'static shim::Shim, real: IoctlFn, dev: crate::decode::DevKind, fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+unsafe fn timed(
+    s: &'static shim::Shim,
+    real: IoctlFn,
+    dev: crate::decode::DevKind,
+    fd: c_int,
+    request: c_ulong,
+    arg: *mut c_void,
+) -> c_int {
     let e0 = errno();
     let t0 = Clock::now();
     if s.line.registering {

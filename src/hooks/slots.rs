@@ -4,12 +4,20 @@
 use crate::shim;
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, Ordering::{AcqRel, Acquire, Relaxed}};
+use core::sync::atomic::{
+    AtomicPtr,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 
 pub const SLOTS: usize = 4;
 
 /// The wrapper for `real`, or `real` itself when it is ours already or all slots are taken.
-pub fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; SLOTS], exported: *mut c_void, real: *mut c_void) -> *mut c_void {
+pub fn install_into(
+    slots: &[AtomicPtr<c_void>; SLOTS],
+    wrappers: [*mut c_void; SLOTS],
+    exported: *mut c_void,
+    real: *mut c_void,
+) -> *mut c_void {
     if real.is_null() || real == exported || wrappers.contains(&real) {
         return real;
     }
@@ -31,7 +39,6 @@ pub fn install_into(slots: &[AtomicPtr<c_void>; SLOTS], wrappers: [*mut c_void; 
     tracing::warn!("more than {SLOTS} distinct CUDA entry points for one function: returned unwrapped");
     real
 }
-
 
 /// Declares `$slots` and `$install`: four wrappers of one C signature, each forwarding to `$call`
 /// with the real function of its own slot, handed out by [`install_into`].

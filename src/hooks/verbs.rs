@@ -88,7 +88,11 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
-    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) { shim::call_in(|s| s.verbs_dereg_begin(mr as u64)).flatten() } else { None };
+    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
+        shim::call_in(|s| s.verbs_dereg_begin(mr as u64)).flatten()
+    } else {
+        None
+    };
     // SAFETY: the provider's ibv_dereg_mr.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.

@@ -46,7 +46,11 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     let cuda = match unsafe { Library::new("libcuda.so.1") } {
         Ok(lib) => Cuda { lib },
         Err(e) => {
-            r.push(Check::new("dmabuf.libcuda", Status::Info, format!("libcuda.so.1 cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run")));
+            r.push(Check::new(
+                "dmabuf.libcuda",
+                Status::Info,
+                format!("libcuda.so.1 cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run"),
+            ));
             return r;
         }
     };
@@ -56,7 +60,11 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
             match unsafe { cuda.lib.get::<$t>(concat!($name, "\0").as_bytes()) } {
                 Ok(f) => f,
                 Err(e) => {
-                    r.push(Check::new("dmabuf.libcuda", Status::Fail, format!("libcuda lacks {} ({e}): driver older than CUDA 11.7?", $name)));
+                    r.push(Check::new(
+                        "dmabuf.libcuda",
+                        Status::Fail,
+                        format!("libcuda lacks {} ({e}): driver older than CUDA 11.7?", $name),
+                    ));
                     return r;
                 }
             }
@@ -77,7 +85,10 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     // SAFETY: plain driver API calls with valid out-pointers.
     let rc = unsafe { cu_init(0) };
     if rc != 0 {
-        r.push(Check::new("dmabuf.init", Status::Fail, format!("cuInit failed: {}", cuda.err_name(rc))).fix("no usable GPU, or kernel module and libcuda versions differ (doctor's driver.versions)"));
+        r.push(
+            Check::new("dmabuf.init", Status::Fail, format!("cuInit failed: {}", cuda.err_name(rc)))
+                .fix("no usable GPU, or kernel module and libcuda versions differ (doctor's driver.versions)"),
+        );
         return r;
     }
     // SAFETY: as above.
@@ -91,7 +102,17 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     if rc == 0 && v == 1 {
         r.push(Check::new("dmabuf.attribute", Status::Pass, format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 1 on device {ordinal}")));
     } else {
-        r.push(Check::new("dmabuf.attribute", Status::Warn, format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = {v} ({}) on device {ordinal}: the driver says it cannot export DMA-BUF", cuda.err_name(rc))).fix("GeForce: use gdrshim instead; otherwise the open kernel module and nvidia_drm modeset=1 are needed"));
+        r.push(
+            Check::new(
+                "dmabuf.attribute",
+                Status::Warn,
+                format!(
+                    "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = {v} ({}) on device {ordinal}: the driver says it cannot export DMA-BUF",
+                    cuda.err_name(rc)
+                ),
+            )
+            .fix("GeForce: use gdrshim instead; otherwise the open kernel module and nvidia_drm modeset=1 are needed"),
+        );
     }
     // SAFETY: as above; the context is released below.
     let rc = unsafe { retain(&mut ctx, dev) };
@@ -104,7 +125,11 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     // SAFETY: a valid out-pointer; freed below.
     let rc = unsafe { alloc(&mut ptr, size) };
     if rc != 0 {
-        r.push(Check::new("dmabuf.alloc", Status::Fail, format!("step 1, cuMemAlloc({size}) (what cudaMalloc does) failed: {}", cuda.err_name(rc))));
+        r.push(Check::new(
+            "dmabuf.alloc",
+            Status::Fail,
+            format!("step 1, cuMemAlloc({size}) (what cudaMalloc does) failed: {}", cuda.err_name(rc)),
+        ));
         // SAFETY: releasing the context retained above.
         unsafe { release(dev) };
         return r;
@@ -137,7 +162,14 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
     let lib = match unsafe { Library::new("libibverbs.so.1") } {
         Ok(l) => l,
         Err(e) => {
-            r.push(Check::new("dmabuf.verbs", Status::Info, format!("libibverbs.so.1 cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here")).fix("install rdma-core (ibverbs-providers) on a machine with an HCA"));
+            r.push(
+                Check::new(
+                    "dmabuf.verbs",
+                    Status::Info,
+                    format!("libibverbs.so.1 cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here"),
+                )
+                .fix("install rdma-core (ibverbs-providers) on a machine with an HCA"),
+            );
             return;
         }
     };
@@ -165,7 +197,10 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
         })()
     };
     let Ok((list, name, open, alloc_pd, reg, dereg, dealloc, close, free_list)) = syms else {
-        r.push(Check::new("dmabuf.verbs", Status::Fail, "libibverbs lacks ibv_reg_dmabuf_mr: rdma-core older than v34").fix("upgrade rdma-core (≥ 34) and use a kernel ≥ 5.12"));
+        r.push(
+            Check::new("dmabuf.verbs", Status::Fail, "libibverbs lacks ibv_reg_dmabuf_mr: rdma-core older than v34")
+                .fix("upgrade rdma-core (≥ 34) and use a kernel ≥ 5.12"),
+        );
         return;
     };
     let mut n = 0;
@@ -188,7 +223,10 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
         // SAFETY: a device of the list.
         let ctx = unsafe { open(d) };
         if ctx.is_null() {
-            r.push(Check::new(&id, Status::Fail, format!("ibv_open_device({dn}) failed: {}", errno_text(errno()))).fix("missing /dev/infiniband/uverbs* (containers: --device), or ib_uverbs not loaded"));
+            r.push(
+                Check::new(&id, Status::Fail, format!("ibv_open_device({dn}) failed: {}", errno_text(errno())))
+                    .fix("missing /dev/infiniband/uverbs* (containers: --device), or ib_uverbs not loaded"),
+            );
             continue;
         }
         // SAFETY: an open context.
@@ -211,7 +249,11 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
             };
             r.push(Check::new(&id, Status::Fail, format!("step 3, ibv_reg_dmabuf_mr on {dn} failed: {}", errno_text(e))).fix(fix));
         } else {
-            r.push(Check::new(&id, Status::Pass, format!("step 3: ibv_reg_dmabuf_mr on {dn}: GPUDirect RDMA through DMA-BUF works, nvidia_peermem is not needed")));
+            r.push(Check::new(
+                &id,
+                Status::Pass,
+                format!("step 3: ibv_reg_dmabuf_mr on {dn}: GPUDirect RDMA through DMA-BUF works, nvidia_peermem is not needed"),
+            ));
             // SAFETY: our MR.
             unsafe { dereg(mr) };
         }

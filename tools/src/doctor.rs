@@ -65,7 +65,10 @@ impl State {
     pub fn from_dir(dir: &Path) -> std::io::Result<State> {
         let mut s = State::default();
         if !dir.join("RECORD").exists() {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} is not a saved state (no RECORD file)", dir.display())));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a saved state (no RECORD file)", dir.display()),
+            ));
         }
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();
@@ -239,7 +242,8 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<Port> {
             "sm_lid" => p.sm_lid = first,
             _ if k.starts_with("GID[") => {
                 let idx = k.trim_start_matches("GID[").trim_end_matches(']').trim().parse().unwrap_or(0);
-                let (addr, kind) = v.split_once(',').map(|(a, b)| (a.trim().to_string(), b.trim().to_string())).unwrap_or((v.to_string(), String::new()));
+                let (addr, kind) =
+                    v.split_once(',').map(|(a, b)| (a.trim().to_string(), b.trim().to_string())).unwrap_or((v.to_string(), String::new()));
                 p.gids.push((idx, addr, kind));
             }
             _ => {}
@@ -249,28 +253,60 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<Port> {
 }
 
 fn version_token(s: &str) -> Option<String> {
-    s.split(|c: char| !(c.is_ascii_digit() || c == '.')).find(|t| t.matches('.').count() >= 1 && t.split('.').all(|p| !p.is_empty())).map(|t| t.to_string())
+    s.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .find(|t| t.matches('.').count() >= 1 && t.split('.').all(|p| !p.is_empty()))
+        .map(|t| t.to_string())
 }
 
 /// Packages the runbook holds so an upgrade cannot replace the patched module or split versions.
-const HOLD: &[&str] = &["nvidia-open-p2p-dkms", "nvidia-firmware", "nvidia-kernel-common", "nvidia-modprobe", "libnvidia-compute", "libnvidia-cfg1", "nvidia-persistenced"];
+const HOLD: &[&str] = &[
+    "nvidia-open-p2p-dkms",
+    "nvidia-firmware",
+    "nvidia-kernel-common",
+    "nvidia-modprobe",
+    "libnvidia-compute",
+    "libnvidia-cfg1",
+    "nvidia-persistenced",
+];
 
 pub fn doctor(st: &State) -> Report {
     let mut r = Report::default();
     let proc_version = st.item("proc-driver-version");
-    let kernel_version = proc_version.ok().and_then(|t| t.lines().next()).and_then(|l| l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string));
+    let kernel_version = proc_version.ok().and_then(|t| t.lines().next()).and_then(|l| {
+        l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string)
+    });
 
     // --- driver -----------------------------------------------------------------------------
     match (proc_version.ok(), &kernel_version) {
-        (Some(t), Some(v)) => r.push(Check::new("driver.loaded", Status::Pass, format!("NVIDIA kernel module {v} loaded")).evidence(t.lines().next().unwrap_or(""))),
-        _ => r.push(Check::new("driver.loaded", Status::Info, "no NVIDIA kernel module seen (no /proc/driver/nvidia/version): driver checks cannot be judged").evidence(proc_version.why_not("/proc/driver/nvidia/version"))),
+        (Some(t), Some(v)) => r.push(
+            Check::new("driver.loaded", Status::Pass, format!("NVIDIA kernel module {v} loaded")).evidence(t.lines().next().unwrap_or("")),
+        ),
+        _ => r.push(
+            Check::new(
+                "driver.loaded",
+                Status::Info,
+                "no NVIDIA kernel module seen (no /proc/driver/nvidia/version): driver checks cannot be judged",
+            )
+            .evidence(proc_version.why_not("/proc/driver/nvidia/version")),
+        ),
     }
     if let Some(t) = proc_version.ok() {
         let first = t.lines().next().unwrap_or("");
         if first.contains("Open Kernel Module") {
-            r.push(Check::new("driver.open", Status::Pass, "the open kernel module (needed for the P2P patch and for DMA-BUF)").evidence(first));
+            r.push(
+                Check::new("driver.open", Status::Pass, "the open kernel module (needed for the P2P patch and for DMA-BUF)")
+                    .evidence(first),
+            );
         } else {
-            r.push(Check::new("driver.open", Status::Fail, "the proprietary kernel module is loaded: the P2P patch and DMA-BUF GDR need the open one").evidence(first).fix("install the open module (for a GeForce: the P2P-patched open DKMS package)"));
+            r.push(
+                Check::new(
+                    "driver.open",
+                    Status::Fail,
+                    "the proprietary kernel module is loaded: the P2P patch and DMA-BUF GDR need the open one",
+                )
+                .evidence(first)
+                .fix("install the open module (for a GeForce: the P2P-patched open DKMS package)"),
+            );
         }
     }
 
@@ -323,7 +359,15 @@ pub fn doctor(st: &State) -> Report {
             }
         }
         let st_ = if differ.is_empty() { Status::Pass } else { Status::Fail };
-        let mut c = Check::new("driver.versions", st_, if differ.is_empty() { format!("kernel module, user-space driver, firmware and packages agree on {kv} ({} sources)", seen.len() + 1) } else { format!("{} component(s) differ from the loaded module {kv}", differ.len()) });
+        let mut c = Check::new(
+            "driver.versions",
+            st_,
+            if differ.is_empty() {
+                format!("kernel module, user-space driver, firmware and packages agree on {kv} ({} sources)", seen.len() + 1)
+            } else {
+                format!("{} component(s) differ from the loaded module {kv}", differ.len())
+            },
+        );
         for d in differ.iter().take(8) {
             c = c.evidence(d.clone());
         }
@@ -347,11 +391,21 @@ pub fn doctor(st: &State) -> Report {
                 }
                 r.push(c);
             } else if patched {
-                r.push(Check::new("driver.dkms", Status::Pass, format!("the P2P-patched DKMS build provides nvidia ({})", providers.iter().next().unwrap())).evidence(*installed[0]));
+                r.push(
+                    Check::new(
+                        "driver.dkms",
+                        Status::Pass,
+                        format!("the P2P-patched DKMS build provides nvidia ({})", providers.iter().next().unwrap()),
+                    )
+                    .evidence(*installed[0]),
+                );
             } else if let Some(l) = installed.first() {
                 r.push(Check::new("driver.dkms", Status::Warn, "the official DKMS build provides nvidia, not a P2P-patched one: GeForce P2P and gdrshim's registrations need the patched module").evidence(**l).fix("install the patched package (for example nvidia-open-p2p-dkms) if this is a GeForce rig"));
             } else {
-                r.push(Check::new("driver.dkms", Status::Info, "no DKMS build of nvidia installed (driver from another source?)").evidence(t.lines().next().unwrap_or("(empty)")));
+                r.push(
+                    Check::new("driver.dkms", Status::Info, "no DKMS build of nvidia installed (driver from another source?)")
+                        .evidence(t.lines().next().unwrap_or("(empty)")),
+                );
             }
         }
         None => r.push(Check::new("driver.dkms", Status::Info, dkms.why_not("dkms status"))),
@@ -362,19 +416,38 @@ pub fn doctor(st: &State) -> Report {
         if &ver == kv {
             r.push(Check::new("driver.modinfo", Status::Pass, format!("modinfo and the loaded module agree ({ver}, {file})")));
         } else {
-            r.push(Check::new("driver.modinfo", Status::Fail, format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules")).evidence(file).fix("reboot into the module you installed, or reinstall the one you mean to run"));
+            r.push(
+                Check::new("driver.modinfo", Status::Fail, format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules"))
+                    .evidence(file)
+                    .fix("reboot into the module you installed, or reinstall the one you mean to run"),
+            );
         }
     }
     if let Some(holds) = st.item("holds").ok() {
-        let installed: Vec<&str> = st.item("packages").any().map(|p| p.lines().filter(|l| l.ends_with("install ok installed")).filter_map(|l| l.split_whitespace().next()).collect()).unwrap_or_default();
+        let installed: Vec<&str> = st
+            .item("packages")
+            .any()
+            .map(|p| p.lines().filter(|l| l.ends_with("install ok installed")).filter_map(|l| l.split_whitespace().next()).collect())
+            .unwrap_or_default();
         let unheld: Vec<&str> = HOLD.iter().copied().filter(|p| installed.contains(p) && !holds.lines().any(|h| h.trim() == *p)).collect();
         let relevant = HOLD.iter().filter(|p| installed.contains(*p)).count();
         if relevant == 0 {
-            r.push(Check::new("driver.holds", Status::Info, "none of the driver packages the runbook holds is installed (driver from another source?)"));
+            r.push(Check::new(
+                "driver.holds",
+                Status::Info,
+                "none of the driver packages the runbook holds is installed (driver from another source?)",
+            ));
         } else if unheld.is_empty() {
-            r.push(Check::new("driver.holds", Status::Pass, format!("all {relevant} installed driver packages the runbook holds are held")));
+            r.push(Check::new(
+                "driver.holds",
+                Status::Pass,
+                format!("all {relevant} installed driver packages the runbook holds are held"),
+            ));
         } else {
-            r.push(Check::new("driver.holds", Status::Warn, format!("installed but not held: {}", unheld.join(" "))).fix(format!("sudo apt-mark hold {}", unheld.join(" "))));
+            r.push(
+                Check::new("driver.holds", Status::Warn, format!("installed but not held: {}", unheld.join(" ")))
+                    .fix(format!("sudo apt-mark hold {}", unheld.join(" "))),
+            );
         }
     }
 
@@ -382,12 +455,25 @@ pub fn doctor(st: &State) -> Report {
     let smi = st.item("nvidia-smi-q");
     let (_, gpus) = smi.ok().map(parse_smi_q).unwrap_or_default();
     if gpus.is_empty() {
-        r.push(Check::new("gpu.model", Status::Info, "no GPU seen: model, BAR1 and P2P cannot be judged").evidence(smi.why_not("nvidia-smi -q")));
+        r.push(
+            Check::new("gpu.model", Status::Info, "no GPU seen: model, BAR1 and P2P cannot be judged")
+                .evidence(smi.why_not("nvidia-smi -q")),
+        );
     } else {
         let geforce = gpus.iter().filter(|g| g.is_geforce()).count();
         let names: Vec<String> = gpus.iter().map(|g| format!("{} ({})", g.name, g.arch)).collect();
         if geforce > 0 {
-            r.push(Check::new("gpu.model", Status::Info, format!("{} GeForce GPU(s): GDR needs gdrshim (register mode), the P2P-patched open module and the patched NCCL", geforce)).evidence(names.join("; ")));
+            r.push(
+                Check::new(
+                    "gpu.model",
+                    Status::Info,
+                    format!(
+                        "{} GeForce GPU(s): GDR needs gdrshim (register mode), the P2P-patched open module and the patched NCCL",
+                        geforce
+                    ),
+                )
+                .evidence(names.join("; ")),
+            );
         } else if gpus.iter().all(|g| g.is_hopper_or_newer_datacenter()) {
             r.push(Check::new("gpu.model", Status::Info, "datacenter Hopper/Blackwell GPUs: libcuda registers natively; use DMA-BUF GPUDirect RDMA (open module + nvidia_drm modeset=1 + inbox rdma-core), no gdrshim and no MLNX_OFED needed").evidence(names.join("; ")));
         } else {
@@ -407,11 +493,17 @@ pub fn doctor(st: &State) -> Report {
     let apps = st.item("nvidia-smi-apps");
     if let Some(a) = apps.ok() {
         let busy: Vec<&str> = a.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
-        let containers: Vec<&str> = st.item("docker-ps").ok().map(|d| d.lines().filter(|l| !l.trim().is_empty()).collect()).unwrap_or_default();
+        let containers: Vec<&str> =
+            st.item("docker-ps").ok().map(|d| d.lines().filter(|l| !l.trim().is_empty()).collect()).unwrap_or_default();
         if busy.is_empty() && containers.is_empty() {
             r.push(Check::new("gpu.busy", Status::Pass, "no compute process on the GPUs and no running container"));
         } else {
-            let mut c = Check::new("gpu.busy", Status::Warn, format!("{} GPU process(es), {} container(s) running: stop them before any driver change", busy.len(), containers.len())).fix("stop the jobs through their own managers; never unload the module under a running job");
+            let mut c = Check::new(
+                "gpu.busy",
+                Status::Warn,
+                format!("{} GPU process(es), {} container(s) running: stop them before any driver change", busy.len(), containers.len()),
+            )
+            .fix("stop the jobs through their own managers; never unload the module under a running job");
             for l in busy.iter().chain(containers.iter()).take(5) {
                 c = c.evidence(*l);
             }
@@ -431,13 +523,18 @@ pub fn doctor(st: &State) -> Report {
                 let bad: Vec<&(String, String, String)> = pairs.iter().filter(|p| p.2 != "OK").collect();
                 let table: Vec<String> = pairs.iter().map(|(a, b, c)| format!("{a}-{b} {c}")).collect();
                 if bad.is_empty() {
-                    r.push(Check::new("p2p.matrix", Status::Pass, format!("all {} GPU pairs OK for P2P reads", pairs.len())).evidence(table.join(", ")));
+                    r.push(
+                        Check::new("p2p.matrix", Status::Pass, format!("all {} GPU pairs OK for P2P reads", pairs.len()))
+                            .evidence(table.join(", ")),
+                    );
                 } else {
                     let mut c = Check::new("p2p.matrix", Status::Fail, format!("{} of {} GPU pairs cannot do P2P", bad.len(), pairs.len()));
                     for (a, b, code) in bad.iter().take(6) {
                         c = c.evidence(format!("{a}-{b}: {code} ({})", p2p_code_meaning(code)));
                     }
-                    r.push(c.fix("load the P2P-patched open module (doctor's driver.dkms), enable Above 4G Decoding/ReBAR, and check IOMMU/ACS"));
+                    r.push(c.fix(
+                        "load the P2P-patched open module (doctor's driver.dkms), enable Above 4G Decoding/ReBAR, and check IOMMU/ACS",
+                    ));
                 }
             }
         }
@@ -446,21 +543,49 @@ pub fn doctor(st: &State) -> Report {
     let cmdline = st.item("cmdline").ok().unwrap_or("");
     let iommu_on = cmdline.split_whitespace().any(|w| w == "intel_iommu=on" || w == "amd_iommu=on" || w == "iommu=force");
     let passthrough = cmdline.split_whitespace().any(|w| w == "iommu=pt");
-    let acs_redirect: Vec<&str> = st.item("acs").any().map(|a| a.lines().filter(|l| l.contains("ACSCtl") && (l.contains("ReqRedir+") || l.contains("CmpltRedir+"))).collect()).unwrap_or_default();
+    let acs_redirect: Vec<&str> = st
+        .item("acs")
+        .any()
+        .map(|a| a.lines().filter(|l| l.contains("ACSCtl") && (l.contains("ReqRedir+") || l.contains("CmpltRedir+"))).collect())
+        .unwrap_or_default();
     if !acs_redirect.is_empty() {
-        r.push(Check::new("p2p.acs", Status::Warn, format!("{} PCIe bridge(s) redirect peer requests to the root complex (ACS)", acs_redirect.len())).evidence(acs_redirect[0]).fix("disable ACS redirection on the bridges between the GPUs and the NIC (BIOS, or setpci), or P2P/GDR slows down or hangs"));
+        r.push(
+            Check::new(
+                "p2p.acs",
+                Status::Warn,
+                format!("{} PCIe bridge(s) redirect peer requests to the root complex (ACS)", acs_redirect.len()),
+            )
+            .evidence(acs_redirect[0])
+            .fix("disable ACS redirection on the bridges between the GPUs and the NIC (BIOS, or setpci), or P2P/GDR slows down or hangs"),
+        );
     } else if st.item("acs").ok().is_some() {
         r.push(Check::new("p2p.acs", Status::Pass, "no ACS request redirection seen on PCIe bridges"));
     } else {
         r.push(Check::new("p2p.acs", Status::Info, st.item("acs").why_not("lspci -vvv (ACS)")));
     }
     if iommu_on && !passthrough {
-        r.push(Check::new("p2p.iommu", Status::Warn, "the IOMMU translates DMA (no iommu=pt): peer traffic may be remapped or blocked").evidence(cmdline).fix("add iommu=pt to the kernel command line, or turn the IOMMU off for these devices"));
+        r.push(
+            Check::new("p2p.iommu", Status::Warn, "the IOMMU translates DMA (no iommu=pt): peer traffic may be remapped or blocked")
+                .evidence(cmdline)
+                .fix("add iommu=pt to the kernel command line, or turn the IOMMU off for these devices"),
+        );
     } else if !cmdline.is_empty() {
-        r.push(Check::new("p2p.iommu", Status::Pass, if passthrough { "IOMMU in pass-through mode" } else { "IOMMU not forced on in the kernel command line" }));
+        r.push(Check::new(
+            "p2p.iommu",
+            Status::Pass,
+            if passthrough { "IOMMU in pass-through mode" } else { "IOMMU not forced on in the kernel command line" },
+        ));
     }
     match st.item("secure-boot").any() {
-        Some(t) if t.contains("SecureBoot enabled") => r.push(Check::new("boot.secure_boot", Status::Warn, "Secure Boot is on: a self-built (DKMS) module loads only if signed with an enrolled key").evidence(t.lines().next().unwrap_or("")).fix("enrol the DKMS signing key (mokutil --import /var/lib/dkms/mok.pub) or turn Secure Boot off")),
+        Some(t) if t.contains("SecureBoot enabled") => r.push(
+            Check::new(
+                "boot.secure_boot",
+                Status::Warn,
+                "Secure Boot is on: a self-built (DKMS) module loads only if signed with an enrolled key",
+            )
+            .evidence(t.lines().next().unwrap_or(""))
+            .fix("enrol the DKMS signing key (mokutil --import /var/lib/dkms/mok.pub) or turn Secure Boot off"),
+        ),
         Some(t) if t.contains("SecureBoot disabled") => r.push(Check::new("boot.secure_boot", Status::Pass, "Secure Boot is off")),
         _ => r.push(Check::new("boot.secure_boot", Status::Info, st.item("secure-boot").why_not("mokutil --sb-state"))),
     }
@@ -471,7 +596,11 @@ pub fn doctor(st: &State) -> Report {
         } else if h.contains("install ok installed") {
             r.push(Check::new("kernel.headers", Status::Pass, "headers for the running kernel are installed (DKMS can build)"));
         } else {
-            r.push(Check::new("kernel.headers", Status::Warn, "no headers for the running kernel: DKMS cannot build the module for it").evidence(h.lines().find(|l| !l.trim().is_empty()).unwrap_or("dpkg -s linux-headers-$(uname -r): not installed")).fix("sudo apt-get install linux-headers-$(uname -r)"));
+            r.push(
+                Check::new("kernel.headers", Status::Warn, "no headers for the running kernel: DKMS cannot build the module for it")
+                    .evidence(h.lines().find(|l| !l.trim().is_empty()).unwrap_or("dpkg -s linux-headers-$(uname -r): not installed"))
+                    .fix("sudo apt-get install linux-headers-$(uname -r)"),
+            );
         }
     }
 
@@ -480,7 +609,11 @@ pub fn doctor(st: &State) -> Report {
     let param = |p: &str| params.lines().find(|l| l.starts_with(p)).and_then(|l| l.split_once(": ")).map(|(_, v)| v.trim().to_string());
     let peermem_loaded = param("/sys/module/nvidia_peermem/version").is_some_and(|v| !v.contains("No such file"));
     let peer_symbol = st.item("kallsyms-peer").any().and_then(|t| t.trim().parse::<u32>().ok());
-    let einval = st.item("dmesg-nvidia").any().and_then(|d| d.lines().find(|l| l.contains("ib_register_peer_memory_client") || (l.contains("peermem") && l.contains("Invalid argument"))).map(str::to_string));
+    let einval = st.item("dmesg-nvidia").any().and_then(|d| {
+        d.lines()
+            .find(|l| l.contains("ib_register_peer_memory_client") || (l.contains("peermem") && l.contains("Invalid argument")))
+            .map(str::to_string)
+    });
     let geforce = gpus.iter().any(|g| g.is_geforce());
     if peermem_loaded {
         r.push(Check::new("rdma.peermem", Status::Info, "nvidia_peermem is loaded: that is the kernel's peer-memory framework only, not proof of GDR (on GeForce ibv_reg_mr still fails without gdrshim)"));
@@ -497,47 +630,107 @@ pub fn doctor(st: &State) -> Report {
     }
     match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
         Some("Y") => r.push(Check::new("rdma.modeset", Status::Pass, "nvidia_drm modeset=1 (DMA-BUF export on)")),
-        Some("N") => r.push(Check::new("rdma.modeset", if geforce { Status::Info } else { Status::Warn }, "nvidia_drm modeset=0: DMA-BUF export of GPU memory is off").fix("sudo modprobe -r nvidia_drm && sudo modprobe nvidia_drm modeset=1 (and options nvidia-drm modeset=1 in /etc/modprobe.d)")),
-        _ => r.push(Check::new("rdma.modeset", Status::Info, "nvidia_drm not loaded: modeset cannot be read (DMA-BUF needs nvidia_drm modeset=1)")),
+        Some("N") => r.push(
+            Check::new(
+                "rdma.modeset",
+                if geforce { Status::Info } else { Status::Warn },
+                "nvidia_drm modeset=0: DMA-BUF export of GPU memory is off",
+            )
+            .fix("sudo modprobe -r nvidia_drm && sudo modprobe nvidia_drm modeset=1 (and options nvidia-drm modeset=1 in /etc/modprobe.d)"),
+        ),
+        _ => r.push(Check::new(
+            "rdma.modeset",
+            Status::Info,
+            "nvidia_drm not loaded: modeset cannot be read (DMA-BUF needs nvidia_drm modeset=1)",
+        )),
     }
     match st.item("kernel-config").ok() {
         Some(t) => {
             let want = ["CONFIG_DMA_SHARED_BUFFER", "CONFIG_HMM_MIRROR", "CONFIG_INFINIBAND_ON_DEMAND_PAGING"];
-            let missing: Vec<&str> = want.iter().copied().filter(|k| !t.lines().any(|l| l.starts_with(&format!("{k}=y")) || l.starts_with(&format!("{k}=m")))).collect();
+            let missing: Vec<&str> = want
+                .iter()
+                .copied()
+                .filter(|k| !t.lines().any(|l| l.starts_with(&format!("{k}=y")) || l.starts_with(&format!("{k}=m"))))
+                .collect();
             if missing.is_empty() {
-                r.push(Check::new("rdma.kernel_config", Status::Pass, "kernel has DMA_SHARED_BUFFER, HMM_MIRROR, INFINIBAND_ON_DEMAND_PAGING"));
+                r.push(Check::new(
+                    "rdma.kernel_config",
+                    Status::Pass,
+                    "kernel has DMA_SHARED_BUFFER, HMM_MIRROR, INFINIBAND_ON_DEMAND_PAGING",
+                ));
             } else {
-                r.push(Check::new("rdma.kernel_config", Status::Warn, format!("kernel lacks {}: the DMA-BUF route cannot work", missing.join(", "))).fix("use a distribution kernel built with them (Ubuntu 22.04/24.04 generic kernels are)"));
+                r.push(
+                    Check::new(
+                        "rdma.kernel_config",
+                        Status::Warn,
+                        format!("kernel lacks {}: the DMA-BUF route cannot work", missing.join(", ")),
+                    )
+                    .fix("use a distribution kernel built with them (Ubuntu 22.04/24.04 generic kernels are)"),
+                );
             }
         }
         None => r.push(Check::new("rdma.kernel_config", Status::Info, st.item("kernel-config").why_not("kernel config"))),
     }
     let devinfo = st.item("ibv-devinfo");
     match devinfo.any() {
-        Some(t) if t.contains("No IB devices found") || parse_ibv_devinfo(t).is_empty() => r.push(Check::new("rdma.hca", Status::Info, "no RDMA device (HCA) seen: ports and GIDs cannot be judged").evidence(t.lines().next().unwrap_or(""))),
+        Some(t) if t.contains("No IB devices found") || parse_ibv_devinfo(t).is_empty() => r.push(
+            Check::new("rdma.hca", Status::Info, "no RDMA device (HCA) seen: ports and GIDs cannot be judged")
+                .evidence(t.lines().next().unwrap_or("")),
+        ),
         Some(t) => {
             let ports = parse_ibv_devinfo(t);
             let hcas: std::collections::BTreeSet<&str> = ports.iter().map(|p| p.hca.as_str()).collect();
-            r.push(Check::new("rdma.hca", Status::Pass, format!("{} HCA(s), {} port(s): {}", hcas.len(), ports.len(), hcas.iter().copied().collect::<Vec<_>>().join(" "))));
+            r.push(Check::new(
+                "rdma.hca",
+                Status::Pass,
+                format!("{} HCA(s), {} port(s): {}", hcas.len(), ports.len(), hcas.iter().copied().collect::<Vec<_>>().join(" ")),
+            ));
             let active = ports.iter().filter(|p| p.state == "PORT_ACTIVE").count();
             for p in &ports {
                 let id = format!("rdma.{}.{}", p.hca, p.port);
                 let ib = p.link_layer == "InfiniBand";
                 if p.state == "PORT_ACTIVE" {
-                    let v2: Vec<&(u32, String, String)> = p.gids.iter().filter(|g| g.2.contains("RoCE v2") && g.1.starts_with("::ffff:")).collect();
+                    let v2: Vec<&(u32, String, String)> =
+                        p.gids.iter().filter(|g| g.2.contains("RoCE v2") && g.1.starts_with("::ffff:")).collect();
                     let mut c = Check::new(&id, Status::Pass, format!("{} port {} active ({})", p.hca, p.port, p.link_layer));
                     if !ib {
                         c = match v2.first() {
-                            Some(g) => Check::new(&id, Status::Pass, format!("{} port {} active (RoCE); NCCL_IB_GID_INDEX={} is its RoCE v2 IPv4 GID ({})", p.hca, p.port, g.0, g.1)),
-                            None => Check::new(&id, Status::Warn, format!("{} port {} active (RoCE) but no RoCE v2 IPv4 GID: no IP address on its interface?", p.hca, p.port)).fix("give the port's netdev an IPv4 address; then pick the RoCE v2 GID index for NCCL_IB_GID_INDEX"),
+                            Some(g) => Check::new(
+                                &id,
+                                Status::Pass,
+                                format!(
+                                    "{} port {} active (RoCE); NCCL_IB_GID_INDEX={} is its RoCE v2 IPv4 GID ({})",
+                                    p.hca, p.port, g.0, g.1
+                                ),
+                            ),
+                            None => Check::new(
+                                &id,
+                                Status::Warn,
+                                format!("{} port {} active (RoCE) but no RoCE v2 IPv4 GID: no IP address on its interface?", p.hca, p.port),
+                            )
+                            .fix("give the port's netdev an IPv4 address; then pick the RoCE v2 GID index for NCCL_IB_GID_INDEX"),
                         };
                     }
                     r.push(c);
                 } else if ib && p.state == "PORT_INIT" && (p.lid == "0" || p.sm_lid == "0") {
-                    r.push(Check::new(&id, Status::Fail, format!("{} port {} stuck in INIT with LID 0: no subnet manager on the fabric", p.hca, p.port)).fix("sudo apt install opensm && sudo systemctl start opensm (ports go Active within seconds)"));
+                    r.push(
+                        Check::new(
+                            &id,
+                            Status::Fail,
+                            format!("{} port {} stuck in INIT with LID 0: no subnet manager on the fabric", p.hca, p.port),
+                        )
+                        .fix("sudo apt install opensm && sudo systemctl start opensm (ports go Active within seconds)"),
+                    );
                 } else if p.phys_state == "POLLING" || p.state == "PORT_DOWN" {
-                    let why = if active > 0 { "while other ports are Active: a physical-layer problem (cable, transceiver, seating)" } else { "no port is Active: check cables and the switch" };
-                    r.push(Check::new(&id, Status::Fail, format!("{} port {} {} / {} {why}", p.hca, p.port, p.state, p.phys_state)).fix("reseat or replace the cable/transceiver; check the switch port"));
+                    let why = if active > 0 {
+                        "while other ports are Active: a physical-layer problem (cable, transceiver, seating)"
+                    } else {
+                        "no port is Active: check cables and the switch"
+                    };
+                    r.push(
+                        Check::new(&id, Status::Fail, format!("{} port {} {} / {} {why}", p.hca, p.port, p.state, p.phys_state))
+                            .fix("reseat or replace the cable/transceiver; check the switch port"),
+                    );
                 } else {
                     r.push(Check::new(&id, Status::Warn, format!("{} port {} in state {} ({})", p.hca, p.port, p.state, p.phys_state)));
                 }
@@ -550,7 +743,14 @@ pub fn doctor(st: &State) -> Report {
         Some("unlimited") => r.push(Check::new("limits.memlock", Status::Pass, "locked-memory limit unlimited")),
         Some(v) => match v.parse::<u64>() {
             Ok(kib) if kib >= 64 << 20 => r.push(Check::new("limits.memlock", Status::Pass, format!("locked-memory limit {kib} KiB"))),
-            _ => r.push(Check::new("limits.memlock", if driver_here || hca_here { Status::Fail } else { Status::Warn }, format!("locked-memory limit {v} KiB: verbs registrations of GPU buffers will fail")).fix("ulimit -l unlimited (limits.conf: * - memlock unlimited; docker run --ulimit memlock=-1)")),
+            _ => r.push(
+                Check::new(
+                    "limits.memlock",
+                    if driver_here || hca_here { Status::Fail } else { Status::Warn },
+                    format!("locked-memory limit {v} KiB: verbs registrations of GPU buffers will fail"),
+                )
+                .fix("ulimit -l unlimited (limits.conf: * - memlock unlimited; docker run --ulimit memlock=-1)"),
+            ),
         },
         None => r.push(Check::new("limits.memlock", Status::Info, st.item("memlock").why_not("ulimit -l"))),
     }
@@ -562,18 +762,39 @@ pub fn doctor(st: &State) -> Report {
         }
         let uverbs = d.lines().any(|l| l.contains("uverbs"));
         if !missing.is_empty() && !driver_here {
-            r.push(Check::new("devices.nodes", Status::Info, format!("no NVIDIA device nodes ({}) and no NVIDIA module: not a GPU machine, or the driver is not loaded", missing.join(" "))));
+            r.push(Check::new(
+                "devices.nodes",
+                Status::Info,
+                format!(
+                    "no NVIDIA device nodes ({}) and no NVIDIA module: not a GPU machine, or the driver is not loaded",
+                    missing.join(" ")
+                ),
+            ));
         } else if !missing.is_empty() {
-            r.push(Check::new("devices.nodes", Status::Fail, format!("missing device nodes: {}", missing.join(" "))).fix("on the host: sudo nvidia-modprobe -u -c=0; in a container: --device for each /dev/nvidia* node"));
+            r.push(
+                Check::new("devices.nodes", Status::Fail, format!("missing device nodes: {}", missing.join(" ")))
+                    .fix("on the host: sudo nvidia-modprobe -u -c=0; in a container: --device for each /dev/nvidia* node"),
+            );
         } else if !uverbs {
-            r.push(Check::new("devices.nodes", Status::Warn, "NVIDIA nodes present, no /dev/infiniband/uverbs*: verbs cannot open the HCA here").fix("in a container add --device /dev/infiniband/uverbsN (and rdma_cm), --cap-add=IPC_LOCK; on the host load ib_uverbs"));
+            r.push(
+                Check::new(
+                    "devices.nodes",
+                    Status::Warn,
+                    "NVIDIA nodes present, no /dev/infiniband/uverbs*: verbs cannot open the HCA here",
+                )
+                .fix("in a container add --device /dev/infiniband/uverbsN (and rdma_cm), --cap-add=IPC_LOCK; on the host load ib_uverbs"),
+            );
         } else {
             r.push(Check::new("devices.nodes", Status::Pass, "NVIDIA and uverbs device nodes present"));
         }
     }
     if let Some(d) = st.item("dmesg-nvidia").any() {
         match d.lines().find(|l| l.contains("Xid")) {
-            Some(l) => r.push(Check::new("kernel.xid", Status::Warn, "Xid errors in the kernel log since boot").evidence(l).fix("an Xid means the GPU faulted; look the number up before trusting this setup")),
+            Some(l) => r.push(
+                Check::new("kernel.xid", Status::Warn, "Xid errors in the kernel log since boot")
+                    .evidence(l)
+                    .fix("an Xid means the GPU faulted; look the number up before trusting this setup"),
+            ),
             None => r.push(Check::new("kernel.xid", Status::Pass, "no Xid in the kernel log")),
         }
     }
@@ -610,7 +831,20 @@ mod tests {
     fn a_rig_set_up_by_the_runbook_passes() {
         let r = doctor(&fixture("rig-4090-ok"));
         assert!(!r.failed(), "{}", r.text());
-        for id in ["driver.versions", "driver.dkms", "driver.modinfo", "driver.holds", "gpu0.bar1", "p2p.matrix", "p2p.acs", "p2p.iommu", "boot.secure_boot", "rdma.mlx5_0.1", "limits.memlock", "devices.nodes"] {
+        for id in [
+            "driver.versions",
+            "driver.dkms",
+            "driver.modinfo",
+            "driver.holds",
+            "gpu0.bar1",
+            "p2p.matrix",
+            "p2p.acs",
+            "p2p.iommu",
+            "boot.secure_boot",
+            "rdma.mlx5_0.1",
+            "limits.memlock",
+            "devices.nodes",
+        ] {
             assert_eq!(status(&r, id), Status::Pass, "{id}\n{}", r.text());
         }
         assert!(r.get("rdma.mlx5_0.1").unwrap().summary.contains("NCCL_IB_GID_INDEX=3"));
@@ -670,7 +904,10 @@ mod tests {
         let m2 = parse_p2p_matrix(&strip_ansi(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n"));
         assert_eq!(m2, vec![("GPU0".into(), "GPU1".into(), "GNS".into()), ("GPU1".into(), "GPU0".into(), "GNS".into())]);
         // recorded items are stripped of escape codes when read
-        assert_eq!(Item::parse(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n").ok().map(parse_p2p_matrix), Some(m2.clone()));
+        assert_eq!(
+            Item::parse(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n").ok().map(parse_p2p_matrix),
+            Some(m2.clone())
+        );
         let p = parse_ibv_devinfo("hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tEthernet\n\t\t\tGID[  3]:\t\t::ffff:10.0.0.1, RoCE v2\n");
         assert_eq!(p[0].gids, vec![(3, "::ffff:10.0.0.1".into(), "RoCE v2".into())]);
         assert_eq!(Item::parse("x\n# exit status 3"), Item::Ran { text: "x".into(), status: 3 });

@@ -81,7 +81,15 @@ impl Report {
             }
         }
         let count = |st| self.checks.iter().filter(|c| c.status == st).count();
-        let _ = writeln!(s, "{} checks: {} PASS, {} WARN, {} FAIL, {} INFO", self.checks.len(), count(Status::Pass), count(Status::Warn), count(Status::Fail), count(Status::Info));
+        let _ = writeln!(
+            s,
+            "{} checks: {} PASS, {} WARN, {} FAIL, {} INFO",
+            self.checks.len(),
+            count(Status::Pass),
+            count(Status::Warn),
+            count(Status::Fail),
+            count(Status::Info)
+        );
         s
     }
 
@@ -92,7 +100,15 @@ impl Report {
                 s.push(',');
             }
             let ev: Vec<String> = c.evidence.iter().map(|e| json_str(e)).collect();
-            let _ = write!(s, "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}}}", json_str(&c.id), json_str(c.status.word()), json_str(&c.summary), ev.join(","), json_str(&c.fix));
+            let _ = write!(
+                s,
+                "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}}}",
+                json_str(&c.id),
+                json_str(c.status.word()),
+                json_str(&c.summary),
+                ev.join(","),
+                json_str(&c.fix)
+            );
         }
         let _ = write!(s, "],\"result\":{}}}", json_str(if self.failed() { "FAIL" } else { "PASS" }));
         s
@@ -147,7 +163,10 @@ mod tests {
     fn json_escapes_and_result() {
         let mut r = Report::default();
         r.push(Check::new("a", Status::Pass, "q\"\n\u{1}").evidence("x\\y"));
-        assert_eq!(r.json(), r#"{"checks":[{"id":"a","status":"PASS","summary":"q\"\n\u0001","evidence":["x\\y"],"fix":""}],"result":"PASS"}"#);
+        assert_eq!(
+            r.json(),
+            r#"{"checks":[{"id":"a","status":"PASS","summary":"q\"\n\u0001","evidence":["x\\y"],"fix":""}],"result":"PASS"}"#
+        );
         r.push(Check::new("b", Status::Fail, "no"));
         assert!(r.json().ends_with("\"result\":\"FAIL\"}"));
         assert!(r.failed());

@@ -26,7 +26,10 @@ pub fn usable(nccl_log: &str) -> Result<(), String> {
     if nccl_log.trim().is_empty() {
         return Err("the NCCL log is empty".into());
     }
-    if !nccl_log.lines().any(|l| l.starts_with("# nccl-tests version") || l.starts_with("# Collective test starting") || l.contains("#wrong")) {
+    if !nccl_log
+        .lines()
+        .any(|l| l.starts_with("# nccl-tests version") || l.starts_with("# Collective test starting") || l.contains("#wrong"))
+    {
         return Err("not a NCCL Tests log: no '# nccl-tests version', '# Collective test starting' or '#wrong' header line".into());
     }
     Ok(())
@@ -36,11 +39,33 @@ pub fn usable(nccl_log: &str) -> Result<(), String> {
 pub fn sm_of_gpu_name(name: &str) -> Option<u32> {
     let n = name.to_ascii_uppercase();
     let table: &[(&str, u32)] = &[
-        ("RTX 50", 120), ("RTX PRO 6000 BLACKWELL", 120), ("B200", 100), ("B100", 100), ("GB200", 100),
-        ("H100", 90), ("H200", 90), ("H800", 90), ("H20", 90), ("GH200", 90),
-        ("RTX 40", 89), ("L40", 89), ("L4", 89), ("RTX 6000 ADA", 89), ("RTX 5000 ADA", 89), ("RTX 4000 ADA", 89),
-        ("RTX 30", 86), ("A40", 86), ("A10", 86), ("RTX A6000", 86), ("A100", 80), ("A30", 80), ("A800", 80),
-        ("RTX 20", 75), ("TITAN RTX", 75), ("T4", 75), ("V100", 70),
+        ("RTX 50", 120),
+        ("RTX PRO 6000 BLACKWELL", 120),
+        ("B200", 100),
+        ("B100", 100),
+        ("GB200", 100),
+        ("H100", 90),
+        ("H200", 90),
+        ("H800", 90),
+        ("H20", 90),
+        ("GH200", 90),
+        ("RTX 40", 89),
+        ("L40", 89),
+        ("L4", 89),
+        ("RTX 6000 ADA", 89),
+        ("RTX 5000 ADA", 89),
+        ("RTX 4000 ADA", 89),
+        ("RTX 30", 86),
+        ("A40", 86),
+        ("A10", 86),
+        ("RTX A6000", 86),
+        ("A100", 80),
+        ("A30", 80),
+        ("A800", 80),
+        ("RTX 20", 75),
+        ("TITAN RTX", 75),
+        ("T4", 75),
+        ("V100", 70),
     ];
     // the longest matching name wins ("A100" before "A10")
     table.iter().filter(|(k, _)| n.contains(k)).max_by_key(|(k, _)| k.len()).map(|&(_, v)| v)
@@ -79,7 +104,11 @@ pub fn shim_summaries(text: &str) -> Vec<(String, Vec<(String, String)>)> {
     text.lines()
         .filter_map(|l| {
             let at = l.find("gdrshim: summary ")?;
-            let kv = l[at + "gdrshim: summary ".len()..].split_whitespace().filter_map(|p| p.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let kv = l[at + "gdrshim: summary ".len()..]
+                .split_whitespace()
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             Some((l.to_string(), kv))
         })
         .collect()
@@ -115,7 +144,11 @@ pub fn verify(inp: &Inputs) -> Report {
     }
     match inp.exit_code {
         Some(0) => r.push(Check::new("nccl.exit", Status::Pass, "exit status 0")),
-        Some(7) => r.push(Check::new("nccl.exit", Status::Fail, "exit status 7: NCCL Tests found wrong data (or bandwidth under NCCL_TESTS_MIN_BW)")),
+        Some(7) => r.push(Check::new(
+            "nccl.exit",
+            Status::Fail,
+            "exit status 7: NCCL Tests found wrong data (or bandwidth under NCCL_TESTS_MIN_BW)",
+        )),
         Some(c) => r.push(Check::new("nccl.exit", Status::Fail, format!("exit status {c} (2: CUDA error, 3: NCCL error)"))),
         None => r.push(Check::new("nccl.exit", Status::Info, "exit status not given (--exit-code): not judged")),
     }
@@ -123,9 +156,16 @@ pub fn verify(inp: &Inputs) -> Report {
     // every size, in place and out of place
     let rows = data_rows(log);
     if rows.is_empty() {
-        r.push(Check::new("nccl.wrong", Status::Fail, "no data rows under the '#wrong' header: nothing was measured").fix("the run failed before its first size; see the log"));
+        r.push(
+            Check::new("nccl.wrong", Status::Fail, "no data rows under the '#wrong' header: nothing was measured")
+                .fix("the run failed before its first size; see the log"),
+        );
     } else if let Some(row) = rows.iter().find(|x| x.wrong.iter().any(|w| w.is_some_and(|w| w.eq_ignore_ascii_case("N/A")))) {
-        r.push(Check::new("nccl.wrong", Status::Fail, "data check was off (-c 0): #wrong is N/A, the run proves nothing about correctness").evidence(row.line).fix("rerun without -c 0 (checking is NCCL Tests' default)"));
+        r.push(
+            Check::new("nccl.wrong", Status::Fail, "data check was off (-c 0): #wrong is N/A, the run proves nothing about correctness")
+                .evidence(row.line)
+                .fix("rerun without -c 0 (checking is NCCL Tests' default)"),
+        );
     } else {
         let bad: Vec<&Row> = rows.iter().filter(|x| x.wrong.iter().any(|w| w.is_none_or(|w| w != "0"))).collect();
         match bad.first() {
@@ -154,15 +194,29 @@ pub fn verify(inp: &Inputs) -> Report {
         let gdr: Vec<&&str> = net.iter().filter(|l| l.contains("/GDRDMA")).collect();
         let without = net.iter().find(|l| !l.contains("/GDRDMA"));
         if gdr.is_empty() {
-            let mut c = Check::new("nccl.gdr", Status::Fail, if net.is_empty() { "no network connection at all: this run cannot show GDR (one node? NCCL_IB_DISABLE?)" } else { "network connections without GDRDMA" });
+            let mut c = Check::new(
+                "nccl.gdr",
+                Status::Fail,
+                if net.is_empty() {
+                    "no network connection at all: this run cannot show GDR (one node? NCCL_IB_DISABLE?)"
+                } else {
+                    "network connections without GDRDMA"
+                },
+            );
             if let Some(l) = first(log, |l| l.contains("GDR 1")) {
-                c = c.evidence(l).fix("'GDR 1' is printed even when no network connection exists; the proof is 'Channel … via NET/IB/…/GDRDMA'");
+                c = c
+                    .evidence(l)
+                    .fix("'GDR 1' is printed even when no network connection exists; the proof is 'Channel … via NET/IB/…/GDRDMA'");
             } else if let Some(l) = net.first() {
                 c = c.evidence(*l).fix("check the patched NCCL's 'GPU Direct RDMA enabled … through gdrshim' line, GDRSHIM_MODE=register and NCCL_NET_GDR_LEVEL");
             }
             r.push(c);
         } else if let Some(l) = without {
-            r.push(Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len())).evidence(*l).fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"));
+            r.push(
+                Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len()))
+                    .evidence(*l)
+                    .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
+            );
         } else {
             r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(*gdr[0]));
         }
@@ -173,17 +227,24 @@ pub fn verify(inp: &Inputs) -> Report {
         log.lines().filter(|l| l.starts_with("#  Rank")).filter_map(|l| l.split(']').nth(1)).filter_map(|n| sm_of_gpu_name(n.trim())).min()
     });
     let flush_off = first(log, |l| {
-        l.contains("NCCL_GDR_FLUSH_DISABLE set by environment to") && l.rsplit(' ').next().is_some_and(|v| v.trim_end_matches('.').trim() != "0")
+        l.contains("NCCL_GDR_FLUSH_DISABLE set by environment to")
+            && l.rsplit(' ').next().is_some_and(|v| v.trim_end_matches('.').trim() != "0")
     })
     .or_else(|| first(log, |l| l.contains("[receive] via NET/") && l.contains("/flush=None")));
     match (flush_off, sm) {
         (None, _) => r.push(Check::new("nccl.flush", Status::Pass, "the GDR receive-side flush was not disabled")),
-        (Some(l), Some(s)) if s >= 90 => r.push(Check::new("nccl.flush", Status::Pass, format!("flush disabled, but sm_{s} needs none")).evidence(l)),
+        (Some(l), Some(s)) if s >= 90 => {
+            r.push(Check::new("nccl.flush", Status::Pass, format!("flush disabled, but sm_{s} needs none")).evidence(l))
+        }
         (Some(l), s) => r.push(
-            Check::new("nccl.flush", Status::Fail, match s {
-                Some(s) => format!("the GDR receive-side flush is disabled on sm_{s}: received data can be stale"),
-                None => "the GDR receive-side flush is disabled and the GPU's sm is unknown (pass --gpu-sm)".to_string(),
-            })
+            Check::new(
+                "nccl.flush",
+                Status::Fail,
+                match s {
+                    Some(s) => format!("the GDR receive-side flush is disabled on sm_{s}: received data can be stale"),
+                    None => "the GDR receive-side flush is disabled and the GPU's sm is unknown (pass --gpu-sm)".to_string(),
+                },
+            )
             .evidence(l)
             .fix("unset NCCL_GDR_FLUSH_DISABLE"),
         ),
@@ -199,16 +260,34 @@ pub fn verify(inp: &Inputs) -> Report {
         for name in ["isAllCudaP2p", "isAllDirectP2p"] {
             match flag(name) {
                 Some((l, true)) => r.push(Check::new(&format!("p2p.{name}"), Status::Pass, format!("{name} 1")).evidence(l)),
-                Some((l, false)) => r.push(Check::new(&format!("p2p.{name}"), Status::Fail, format!("{name} is not 1: not every GPU pair reaches the other directly")).evidence(l).fix("check `nvidia-smi topo -p2p r` (doctor's p2p.matrix) and that the P2P-patched module is loaded")),
-                None => r.push(Check::new(&format!("p2p.{name}"), Status::Fail, format!("no '{name}' in the log (NCCL_DEBUG=INFO with INIT; NCCL < 2.30 does not print isAllCudaP2p)"))),
+                Some((l, false)) => r.push(
+                    Check::new(
+                        &format!("p2p.{name}"),
+                        Status::Fail,
+                        format!("{name} is not 1: not every GPU pair reaches the other directly"),
+                    )
+                    .evidence(l)
+                    .fix("check `nvidia-smi topo -p2p r` (doctor's p2p.matrix) and that the P2P-patched module is loaded"),
+                ),
+                None => r.push(Check::new(
+                    &format!("p2p.{name}"),
+                    Status::Fail,
+                    format!("no '{name}' in the log (NCCL_DEBUG=INFO with INIT; NCCL < 2.30 does not print isAllCudaP2p)"),
+                )),
             }
         }
         let direct = first(log, |l| l.contains("via P2P/direct pointer"));
         let shm = first(log, |l| l.contains("via SHM/"));
         match (direct, shm) {
             (Some(d), None) => r.push(Check::new("p2p.path", Status::Pass, "connections via P2P/direct pointer").evidence(d)),
-            (_, Some(s)) => r.push(Check::new("p2p.path", Status::Fail, "a connection went via shared host memory (SHM), not P2P").evidence(s).fix("set NCCL_P2P_LEVEL=SYS (GPUs under different host bridges) and check the P2P matrix")),
-            (None, None) => r.push(Check::new("p2p.path", Status::Fail, "no 'via P2P/direct pointer' connection line (NCCL_DEBUG_SUBSYS=INIT,P2P?)")),
+            (_, Some(s)) => r.push(
+                Check::new("p2p.path", Status::Fail, "a connection went via shared host memory (SHM), not P2P")
+                    .evidence(s)
+                    .fix("set NCCL_P2P_LEVEL=SYS (GPUs under different host bridges) and check the P2P matrix"),
+            ),
+            (None, None) => {
+                r.push(Check::new("p2p.path", Status::Fail, "no 'via P2P/direct pointer' connection line (NCCL_DEBUG_SUBSYS=INIT,P2P?)"))
+            }
         }
     }
 
@@ -219,26 +298,55 @@ pub fn verify(inp: &Inputs) -> Report {
     }
     if summaries.is_empty() {
         let st = if !inp.shim_logs.is_empty() || inp.expect_gdr { Status::Fail } else { Status::Info };
-        r.push(Check::new("shim.summary", st, "no 'gdrshim: summary' line in the logs given").fix("keep GDRSHIM_SUMMARY=1 and pass the shim's log (GDRSHIM_LOG_FILE) with --shim-log; a process killed by a signal prints none"));
+        r.push(Check::new("shim.summary", st, "no 'gdrshim: summary' line in the logs given").fix(
+            "keep GDRSHIM_SUMMARY=1 and pass the shim's log (GDRSHIM_LOG_FILE) with --shim-log; a process killed by a signal prints none",
+        ));
     } else {
-        let bad = summaries.iter().find(|(_, kv)| ["pass0_misses", "rm_errors", "mismatched"].iter().any(|k| get(kv, k).is_some_and(|v| v != "0")));
+        let bad = summaries
+            .iter()
+            .find(|(_, kv)| ["pass0_misses", "rm_errors", "mismatched"].iter().any(|k| get(kv, k).is_some_and(|v| v != "0")));
         match bad {
             Some((l, kv)) => {
-                let what: Vec<String> = ["pass0_misses", "rm_errors", "mismatched"].iter().filter_map(|k| get(kv, k).filter(|v| *v != "0").map(|v| format!("{k}={v}"))).collect();
-                r.push(Check::new("shim.summary", Status::Fail, format!("gdrshim reports {}", what.join(" "))).evidence(l).fix("each miss and RM refusal is logged with its reason (GDRSHIM_LOG_LEVEL=info)"));
+                let what: Vec<String> = ["pass0_misses", "rm_errors", "mismatched"]
+                    .iter()
+                    .filter_map(|k| get(kv, k).filter(|v| *v != "0").map(|v| format!("{k}={v}")))
+                    .collect();
+                r.push(
+                    Check::new("shim.summary", Status::Fail, format!("gdrshim reports {}", what.join(" ")))
+                        .evidence(l)
+                        .fix("each miss and RM refusal is logged with its reason (GDRSHIM_LOG_LEVEL=info)"),
+                );
             }
-            None => r.push(Check::new("shim.summary", Status::Pass, format!("{} gdrshim summaries: pass0_misses=0 rm_errors=0 mismatched=0", summaries.len())).evidence(&summaries[0].0)),
+            None => r.push(
+                Check::new(
+                    "shim.summary",
+                    Status::Pass,
+                    format!("{} gdrshim summaries: pass0_misses=0 rm_errors=0 mismatched=0", summaries.len()),
+                )
+                .evidence(&summaries[0].0),
+            ),
         }
         if inp.expect_gdr {
             let registering = summaries.iter().any(|(_, kv)| get(kv, "mode") == Some("register"));
             let hits: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "pass0_hits")?.parse::<u64>().ok()).sum();
             let native: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "stood_aside")?.parse::<u64>().ok()).sum();
             if !registering {
-                r.push(Check::new("shim.registering", Status::Fail, "no gdrshim process ran in register mode").fix("GDRSHIM_MODE=register (scripts/gdr-env.sh --mode gdr sets it)"));
+                r.push(
+                    Check::new("shim.registering", Status::Fail, "no gdrshim process ran in register mode")
+                        .fix("GDRSHIM_MODE=register (scripts/gdr-env.sh --mode gdr sets it)"),
+                );
             } else if hits == 0 && native == 0 {
-                r.push(Check::new("shim.registering", Status::Fail, "gdrshim registered nothing: no verbs registration of GPU memory reached it"));
+                r.push(Check::new(
+                    "shim.registering",
+                    Status::Fail,
+                    "gdrshim registered nothing: no verbs registration of GPU memory reached it",
+                ));
             } else {
-                r.push(Check::new("shim.registering", Status::Pass, format!("register mode; {hits} exact (pass0) hits, {native} left to native registration")));
+                r.push(Check::new(
+                    "shim.registering",
+                    Status::Pass,
+                    format!("register mode; {hits} exact (pass0) hits, {native} left to native registration"),
+                ));
             }
         }
     }
@@ -255,25 +363,41 @@ pub fn verify(inp: &Inputs) -> Report {
             let hits: Vec<&str> = t.lines().filter(|l| l.contains(needle)).collect();
             if let Some(l) = hits.first() {
                 clean = false;
-                r.push(Check::new(&format!("forbidden.{}", needle.trim_start_matches('[').replace([' ', ']'], "_").to_ascii_lowercase()), Status::Fail, format!("{why}: {} line(s) in the {name}", hits.len())).evidence(*l));
+                r.push(
+                    Check::new(
+                        &format!("forbidden.{}", needle.trim_start_matches('[').replace([' ', ']'], "_").to_ascii_lowercase()),
+                        Status::Fail,
+                        format!("{why}: {} line(s) in the {name}", hits.len()),
+                    )
+                    .evidence(*l),
+                );
             }
         }
     }
     if clean {
-        r.push(Check::new("forbidden", Status::Pass, "none of NCCL WARN, illegal memory access, EFAULT, NV_ERR_STATE_IN_USE, failed ibv_reg calls"));
+        r.push(Check::new(
+            "forbidden",
+            Status::Pass,
+            "none of NCCL WARN, illegal memory access, EFAULT, NV_ERR_STATE_IN_USE, failed ibv_reg calls",
+        ));
     }
 
     if let Some(k) = &inp.kernel_log {
         let xid: Vec<&str> = k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
         match xid.first() {
-            Some(l) => r.push(Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len())).evidence(*l).fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table")),
+            Some(l) => r.push(
+                Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len()))
+                    .evidence(*l)
+                    .fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table"),
+            ),
             None => r.push(Check::new("kernel.xid", Status::Pass, format!("no Xid in {} kernel log lines", k.lines().count()))),
         }
     }
 
     if let Some(p) = &inp.perftest_log {
         let header = p.lines().position(|l| l.contains("#bytes") && l.contains("BW"));
-        let row = header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
+        let row =
+            header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
         let err = first(p, |l| {
             let l = l.to_ascii_lowercase();
             l.contains("couldn't") || l.contains("failed") || l.contains("error") || l.contains("timeout") || l.contains("retry exceeded")
@@ -348,7 +472,20 @@ mod tests {
         assert_eq!(st(&r, "nccl.finished"), Status::Fail);
         assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Fail);
         // data check off
-        let na = good.lines().map(|l| if l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("float") { let mut t: Vec<&str> = l.split_whitespace().collect(); t[8] = "N/A"; t[12] = "N/A"; t.join(" ") } else { l.to_string() }).collect::<Vec<_>>().join("\n");
+        let na = good
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("float") {
+                    let mut t: Vec<&str> = l.split_whitespace().collect();
+                    t[8] = "N/A";
+                    t[12] = "N/A";
+                    t.join(" ")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
         assert!(run(&na, |_| {}).get("nccl.wrong").unwrap().summary.contains("-c 0"));
         // out of bounds
         let r = run(&good.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED"), |_| {});
@@ -356,7 +493,10 @@ mod tests {
         // forbidden lines
         for (line, id) in [
             ("vm:1:1 [0] NCCL WARN Call to ibv_reg_mr_iova2 failed with error Bad address", "forbidden.nccl_warn"),
-            ("vm:1:1 [0] include/alloc.h:99 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'", "forbidden.illegal_memory_access"),
+            (
+                "vm:1:1 [0] include/alloc.h:99 NCCL WARN Cuda failure 700 'an illegal memory access was encountered'",
+                "forbidden.illegal_memory_access",
+            ),
             ("vm:1:1 [gdrshim] WARN NV503C REGISTER_VIDMEM refused: NV_ERR_STATE_IN_USE", "forbidden.nv_err_state_in_use"),
         ] {
             let r = run(&format!("{good}{line}\n"), |_| {});
@@ -401,7 +541,10 @@ mod tests {
         // NCCL 2.31 prints the flush mode on the receive line
         let r = run(&gdr_log("/flush=None").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {});
         assert_eq!(st(&r, "nccl.flush"), Status::Fail);
-        assert_eq!(st(&run(&real("h200-allreduce-patched-shim.log").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {}), "nccl.flush"), Status::Pass);
+        assert_eq!(
+            st(&run(&real("h200-allreduce-patched-shim.log").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {}), "nccl.flush"),
+            Status::Pass
+        );
     }
 
     #[test]
@@ -410,7 +553,10 @@ mod tests {
         let base = real("h200-allreduce-stock.log");
         assert!(base.contains("isAllDirectP2p 1 directMode 0 isAllCudaP2p 1"));
         let r = run(&base, |i| i.expect_p2p = true);
-        assert_eq!((st(&r, "p2p.isAllCudaP2p"), st(&r, "p2p.isAllDirectP2p"), st(&r, "p2p.path")), (Status::Pass, Status::Pass, Status::Fail));
+        assert_eq!(
+            (st(&r, "p2p.isAllCudaP2p"), st(&r, "p2p.isAllDirectP2p"), st(&r, "p2p.path")),
+            (Status::Pass, Status::Pass, Status::Fail)
+        );
         let p2p = base.clone() + "vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer\n";
         let r = run(&p2p, |i| i.expect_p2p = true);
         assert!(!r.failed(), "{}", r.text());
@@ -439,7 +585,10 @@ mod tests {
         let good = real("h200-allreduce-stock.log");
         let r = run(&good, |i| i.perftest_log = Some(ok.into()));
         assert_eq!(st(&r, "perftest"), Status::Pass, "{}", r.text());
-        let err = ok.replace(" 16777216   100              69.41              69.35              0.000517\n", " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n");
+        let err = ok.replace(
+            " 16777216   100              69.41              69.35              0.000517\n",
+            " Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n",
+        );
         let r = run(&good, |i| i.perftest_log = Some(err));
         assert_eq!(st(&r, "perftest"), Status::Fail);
         let cut: String = ok.lines().take(4).map(|l| format!("{l}\n")).collect();

@@ -4,7 +4,11 @@ use std::path::Path;
 use std::process::Command;
 
 fn tool(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).args(args).current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .unwrap();
     (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
