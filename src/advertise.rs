@@ -1,29 +1,36 @@
-//! What gdrshim answers when a program asks whether GPUDirect RDMA works: the driver attribute
-//! `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED` (NCCL's GPU-side gate, asked through cudart) and
-//! NCCL's peer-memory probe (`access()` of an nv_mem sysfs file, its NIC-side gate).
+//! What gdrshim answers when a program asks CUDA whether GPUDirect RDMA works:
 //!
-//! This is the "stock NCCL without a rebuild" route, so it is opt-in (`GDRSHIM_ADVERTISE_GDR=1`),
-//! and it never says yes unless gdrshim itself registers GPU memory for verbs in this process, or
-//! when NCCL's receive-side flush is turned off (`NCCL_GDR_FLUSH_DISABLE`): on GPUs before sm_90
-//! GDR without that flush gives stale data, and the probe cannot tell which GPU NCCL will flush.
+//! - `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (124): 1 while gdrshim serves dma-bufs (the DMA-BUF
+//!   route in register mode), since `cuMemGetHandleForAddressRange` then works: gdrshim serves
+//!   what libcuda refuses. NCCL asks it before it uses its own DMA-BUF path.
+//! - `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED` (116): NCCL's GPU-side gate, asked through
+//!   cudart. Opt-in (`GDRSHIM_ADVERTISE_GDR=1`, the "stock NCCL without a rebuild" route), and
+//!   only while a route registers GPU memory here, never with NCCL's receive-side flush turned off
+//!   (`NCCL_GDR_FLUSH_DISABLE`): on GPUs before sm_90 GDR without that flush gives stale data.
+//!
+//! gdrshim never claims a peer-memory client: NCCL's nv_mem probe is left to the kernel.
+#![forbid(unsafe_code)]
+
+use crate::route::Route;
 
 /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED` (cuda.h).
 pub const ATTR_GPU_DIRECT_RDMA_SUPPORTED: i32 = 116;
-
-/// The one peer-memory file answered: the legacy `nv_peer_mem` client. `/sys/module/nvidia_peermem`
-/// is left alone on purpose: NCCL ≥ 2.30 reads that one alone as "nvidia_peermem is loaded" for
-/// GPU-initiated networking, which gdrshim does not provide.
-pub const PEER_MEMORY_PROBE_PATH: &[u8] = b"/sys/kernel/mm/memory_peers/nv_mem/version";
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (cuda.h).
+pub const ATTR_DMA_BUF_SUPPORTED: i32 = 124;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     /// `GDRSHIM_ADVERTISE_GDR=1`.
     pub advertise: bool,
-    /// `GDRSHIM_TEST_HIDE_GDR=1`: answer 0 for the attribute, so a datacenter GPU looks like a
+    /// `GDRSHIM_TEST_HIDE_GDR=1`: answer 0 for attribute 116, so a datacenter GPU looks like a
     /// GeForce to NCCL (how the patched gate is exercised on the H200).
-    pub hide_for_test: bool,
-    /// gdrshim registers GPU memory for verbs here: register mode on a driver ABI it knows.
-    pub registering: bool,
+    pub hide_gdr_for_test: bool,
+    /// `GDRSHIM_TEST_HIDE_DMABUF=1`: libcuda's dma-buf support is hidden (attribute 124 reads 0
+    /// unless gdrshim serves), as on a GeForce.
+    pub hide_dmabuf_for_test: bool,
+    /// The route gdrshim registers GPU memory by here: register mode, a known driver ABI, hooks in
+    /// place, and a route the machine supports.
+    pub route: Option<Route>,
     /// `NCCL_GDR_FLUSH_DISABLE` is set to a non-zero value.
     pub flush_disabled: bool,
 }
@@ -40,8 +47,8 @@ pub enum Answer {
 
 impl Policy {
     fn why_not(&self) -> Option<&'static str> {
-        if !self.registering {
-            Some("gdrshim is not registering here (GDRSHIM_MODE is not register, or the driver ABI is unknown)")
+        if self.route.is_none() {
+            Some("gdrshim registers nothing here (GDRSHIM_MODE is not register, the driver ABI is unknown, or no route works)")
         } else if self.flush_disabled {
             Some("NCCL_GDR_FLUSH_DISABLE is set: GPUs before sm_90 need that flush, without it received data can be stale")
         } else {
@@ -51,10 +58,15 @@ impl Policy {
 
     /// The value to return for `cuDeviceGetAttribute(attrib)` whose driver answer was `real`.
     pub fn device_attribute(&self, attrib: i32, real: i32) -> Answer {
-        if attrib != ATTR_GPU_DIRECT_RDMA_SUPPORTED {
-            return Answer::Unchanged;
+        match attrib {
+            ATTR_GPU_DIRECT_RDMA_SUPPORTED => self.gdr_attribute(real),
+            ATTR_DMA_BUF_SUPPORTED => self.dmabuf_attribute(real),
+            _ => Answer::Unchanged,
         }
-        let driver = if self.hide_for_test { 0 } else { real };
+    }
+
+    fn gdr_attribute(&self, real: i32) -> Answer {
+        let driver = if self.hide_gdr_for_test { 0 } else { real };
         if driver != 0 || !self.advertise {
             return if driver != real { Answer::Replaced(driver, "GDRSHIM_TEST_HIDE_GDR=1 (test only)") } else { Answer::Unchanged };
         }
@@ -70,14 +82,18 @@ impl Policy {
         }
     }
 
-    /// Whether `access(path, F_OK)`, which failed, should succeed instead.
-    pub fn peer_memory_probe(&self, path: &[u8], mode: i32) -> Answer {
-        if !self.advertise || path != PEER_MEMORY_PROBE_PATH || mode != libc::F_OK {
+    fn dmabuf_attribute(&self, real: i32) -> Answer {
+        let driver = if self.hide_dmabuf_for_test { 0 } else { real };
+        if driver != 0 {
             return Answer::Unchanged;
         }
-        match self.why_not() {
-            Some(why) => Answer::Refused(why),
-            None => Answer::Replaced(0, "GDRSHIM_ADVERTISE_GDR=1: gdrshim takes the peer-memory client's place"),
+        if self.route == Some(Route::Dmabuf) {
+            return Answer::Replaced(1, "gdrshim exports dma-bufs of this process's GPU memory (route dmabuf)");
+        }
+        if driver != real {
+            Answer::Replaced(0, "GDRSHIM_TEST_HIDE_DMABUF=1 (test only)")
+        } else {
+            Answer::Unchanged
         }
     }
 }
@@ -85,40 +101,52 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const ON: Policy = Policy { advertise: true, hide_for_test: false, registering: true, flush_disabled: false };
+    const ON: Policy = Policy {
+        advertise: true,
+        hide_gdr_for_test: false,
+        hide_dmabuf_for_test: false,
+        route: Some(Route::Nv503c),
+        flush_disabled: false,
+    };
 
     #[test]
     fn only_when_asked_and_registering() {
         assert_eq!(Policy::default().device_attribute(116, 0), Answer::Unchanged);
         assert!(matches!(ON.device_attribute(116, 0), Answer::Replaced(1, _)));
+        assert!(matches!(Policy { route: Some(Route::Dmabuf), ..ON }.device_attribute(116, 0), Answer::Replaced(1, _)));
         assert_eq!(ON.device_attribute(116, 1), Answer::Unchanged, "native support is left alone");
-        assert_eq!(ON.device_attribute(117, 0), Answer::Unchanged, "only the GDR attribute");
-        let shadow = Policy { registering: false, ..ON };
-        assert!(matches!(shadow.device_attribute(116, 0), Answer::Refused(w) if w.contains("GDRSHIM_MODE")));
+        assert_eq!(ON.device_attribute(117, 0), Answer::Unchanged, "only the GDR and DMA-BUF attributes");
+        let none = Policy { route: None, ..ON };
+        assert!(matches!(none.device_attribute(116, 0), Answer::Refused(w) if w.contains("GDRSHIM_MODE")));
     }
 
     #[test]
     fn never_with_the_flush_disabled() {
         let p = Policy { flush_disabled: true, ..ON };
         assert!(matches!(p.device_attribute(116, 0), Answer::Refused(w) if w.contains("NCCL_GDR_FLUSH_DISABLE")));
-        assert!(matches!(p.peer_memory_probe(PEER_MEMORY_PROBE_PATH, libc::F_OK), Answer::Refused(_)));
+    }
+
+    #[test]
+    fn dmabuf_supported_only_while_gdrshim_serves_dmabufs() {
+        let dmabuf = Policy { advertise: false, route: Some(Route::Dmabuf), ..ON };
+        assert!(matches!(dmabuf.device_attribute(124, 0), Answer::Replaced(1, _)));
+        assert_eq!(dmabuf.device_attribute(124, 1), Answer::Unchanged, "libcuda's own yes stays");
+        assert_eq!(ON.device_attribute(124, 0), Answer::Unchanged, "the NV503C route serves no dma-buf");
+        assert_eq!(Policy { route: None, ..dmabuf }.device_attribute(124, 0), Answer::Unchanged);
+        // GeForce emulation: libcuda's yes hidden; gdrshim's own answer decides
+        let hide = Policy { hide_dmabuf_for_test: true, ..dmabuf };
+        assert!(matches!(hide.device_attribute(124, 1), Answer::Replaced(1, _)));
+        assert!(matches!(Policy { route: None, ..hide }.device_attribute(124, 1), Answer::Replaced(0, _)));
     }
 
     #[test]
     fn test_hiding() {
-        let hide = Policy { hide_for_test: true, advertise: false, ..ON };
+        let hide = Policy { hide_gdr_for_test: true, advertise: false, ..ON };
         assert!(matches!(hide.device_attribute(116, 1), Answer::Replaced(0, _)));
-        assert!(matches!(Policy { hide_for_test: true, ..ON }.device_attribute(116, 1), Answer::Replaced(1, w) if w.contains("ADVERTISE")));
-        let hide_shadow = Policy { hide_for_test: true, registering: false, ..ON };
+        assert!(
+            matches!(Policy { hide_gdr_for_test: true, ..ON }.device_attribute(116, 1), Answer::Replaced(1, w) if w.contains("ADVERTISE"))
+        );
+        let hide_shadow = Policy { hide_gdr_for_test: true, route: None, ..ON };
         assert!(matches!(hide_shadow.device_attribute(116, 1), Answer::Replaced(0, _)));
-    }
-
-    #[test]
-    fn peer_memory_probe_is_one_exact_path() {
-        assert!(matches!(ON.peer_memory_probe(PEER_MEMORY_PROBE_PATH, libc::F_OK), Answer::Replaced(0, _)));
-        assert_eq!(ON.peer_memory_probe(b"/sys/module/nvidia_peermem/version", libc::F_OK), Answer::Unchanged);
-        assert_eq!(ON.peer_memory_probe(b"/sys/kernel/mm/memory_peers/nv_mem/version2", libc::F_OK), Answer::Unchanged);
-        assert_eq!(ON.peer_memory_probe(PEER_MEMORY_PROBE_PATH, libc::R_OK), Answer::Unchanged);
-        assert_eq!(Policy::default().peer_memory_probe(PEER_MEMORY_PROBE_PATH, libc::F_OK), Answer::Unchanged);
     }
 }

@@ -184,6 +184,9 @@ pub fn notice_line(n: &Notice) -> String {
     match n {
         Notice::NativeRegistrationPresent => "libcuda registers third-party P2P natively on this GPU (its own 503C traffic seen)".into(),
         Notice::Unpredicted(t) => format!("unpredicted native registration {t}: no user allocation covered it"),
+        Notice::DmabufMismatch { ptr, size, native, predicted } => {
+            format!("dma-buf of [{ptr:#x}, +{size:#x}): libcuda exported {native}, the map predicts {predicted}")
+        }
         Notice::UnknownUvmFree { base } => {
             format!("UVM_FREE of a range never seen created at {base:#x}: dropped every mapping continuing from it")
         }

@@ -75,6 +75,11 @@ pub struct Config {
     pub advertise_gdr: bool,
     /// Test-only: report `GPU_DIRECT_RDMA_SUPPORTED` as 0, so a datacenter GPU looks like a GeForce.
     pub test_hide_gdr: bool,
+    /// `GDRSHIM_ROUTE`: how registrations reach the NIC (DMA-BUF, NV503C, or auto).
+    pub route: crate::route::Wish,
+    /// Test-only: hide libcuda's dma-buf support (attribute 124 reads 0, `cuMemGetHandleForAddressRange`
+    /// answers as on a GeForce), so gdrshim's own exports are exercised on a datacenter GPU.
+    pub test_hide_dmabuf: bool,
     /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
     pub nccl_flush_disabled: bool,
     /// Test-only (`GDRSHIM_TEST_PANIC`): panic inside the hooks of this family (`ioctl`,
@@ -94,6 +99,8 @@ pub const ENV_APPLY_THREAD: &str = "GDRSHIM_APPLY_THREAD";
 pub const ENV_TEST_DEV_DIR: &str = "GDRSHIM_TEST_DEV_DIR";
 pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
 pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
+pub const ENV_ROUTE: &str = "GDRSHIM_ROUTE";
+pub const ENV_TEST_HIDE_DMABUF: &str = "GDRSHIM_TEST_HIDE_DMABUF";
 pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
@@ -112,6 +119,8 @@ impl Default for Config {
             test_dev_dir: None,
             advertise_gdr: false,
             test_hide_gdr: false,
+            route: crate::route::Wish::Auto,
+            test_hide_dmabuf: false,
             nccl_flush_disabled: false,
             test_panic: None,
         }
@@ -158,6 +167,13 @@ impl Config {
         c.eager = flag(&get, ENV_EAGER, false, &mut warnings);
         c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, false, &mut warnings);
         c.test_hide_gdr = flag(&get, ENV_TEST_HIDE_GDR, false, &mut warnings);
+        c.test_hide_dmabuf = flag(&get, ENV_TEST_HIDE_DMABUF, false, &mut warnings);
+        if let Some(v) = get(ENV_ROUTE) {
+            match crate::route::Wish::parse(&v) {
+                Some(w) => c.route = w,
+                None => warnings.push(format!("{ENV_ROUTE}={v:?} is not one of auto, dmabuf, nv503c; using auto")),
+            }
+        }
         // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
         c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
         c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
@@ -242,6 +258,15 @@ mod tests {
         let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "sure")]);
         assert!(!c.advertise_gdr);
         assert!(w[0].contains("GDRSHIM_ADVERTISE_GDR"));
+    }
+
+    #[test]
+    fn route_choice() {
+        assert_eq!(parse(&[]).0.route, crate::route::Wish::Auto);
+        assert_eq!(parse(&[("GDRSHIM_ROUTE", "dmabuf")]).0.route, crate::route::Wish::Dmabuf);
+        let (c, w) = parse(&[("GDRSHIM_ROUTE", "fastest")]);
+        assert_eq!(c.route, crate::route::Wish::Auto);
+        assert!(w[0].contains("GDRSHIM_ROUTE") && w[0].contains("auto, dmabuf, nv503c"), "{w:?}");
     }
 
     #[test]

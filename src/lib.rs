@@ -18,6 +18,8 @@ pub mod log;
 pub mod real;
 pub mod registrar;
 pub mod rm;
+pub mod route;
+pub mod serve;
 pub mod shim;
 pub mod tracker;
 pub mod vamap;

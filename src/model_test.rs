@@ -12,9 +12,11 @@
 //! the peermem lookup, to the memory the model has there. `GDRSHIM_MODEL_OPS` sets the number of
 //! operations (default 1 000 000).
 
+use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::{class, status};
 use crate::decode::{Event, Pending, Uuid};
-use crate::registrar::{Decision, RegMiss, Registrar, Rm};
+use crate::registrar::{Client as RmClient, Decision, RegMiss, Registrar, Rm};
+use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::MemRef;
 use std::collections::HashMap;
@@ -73,6 +75,11 @@ struct StrictRm {
     regs: Vec<(u32, VidmemTuple)>, // (503C handle, tuple)
     next_handle: u32,
     refused: u64,
+    /// (client, device) -> device instance (the GPU)
+    instances: HashMap<(u32, u32), u32>,
+    /// dma-bufs made: fd -> (total size, pieces (memory, offset, size) by slot)
+    exports: HashMap<i32, (u64, Vec<Option<(MemRef, u64, u64)>>)>,
+    next_fd: i32,
 }
 
 impl StrictRm {
@@ -141,7 +148,8 @@ impl StrictRm {
 }
 
 impl Rm for StrictRm {
-    fn alloc_p2p(&mut self, client: u32, subdevice: u32) -> Result<u32, u32> {
+    fn alloc_p2p(&mut self, c: RmClient, subdevice: u32) -> Result<u32, u32> {
+        let client = c.handle;
         if !self.subdevices.contains_key(&(client, subdevice)) {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         }
@@ -153,7 +161,8 @@ impl Rm for StrictRm {
         self.p2p.push(P2pObj { client, subdevice, h, vaspaces: Vec::new() });
         Ok(h)
     }
-    fn register_va_space(&mut self, client: u32, p2p: u32, h_vaspace: u32) -> Result<u64, u32> {
+    fn register_va_space(&mut self, c: RmClient, p2p: u32, h_vaspace: u32) -> Result<u64, u32> {
+        let client = c.handle;
         let Some(i) = self.p2p.iter().position(|o| o.client == client && o.h == p2p) else {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         };
@@ -163,7 +172,8 @@ impl Rm for StrictRm {
         self.p2p[i].vaspaces.push(h_vaspace);
         Ok(0xfe00)
     }
-    fn register_vidmem(&mut self, client: u32, p2p: u32, t: &VidmemTuple) -> Result<(), u32> {
+    fn register_vidmem(&mut self, c: RmClient, p2p: u32, t: &VidmemTuple) -> Result<(), u32> {
+        let client = c.handle;
         let Some(o) = self.obj(client, p2p).cloned() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
         // same client, then same device as the 503C's subdevice, then FBMEM, then alignment
         if t.mem.client != client {
@@ -188,7 +198,8 @@ impl Rm for StrictRm {
         self.regs.push((p2p, *t));
         Ok(())
     }
-    fn unregister_vidmem(&mut self, client: u32, p2p: u32, h_memory: u32) -> Result<(), u32> {
+    fn unregister_vidmem(&mut self, c: RmClient, p2p: u32, h_memory: u32) -> Result<(), u32> {
+        let client = c.handle;
         let n = self.regs.len();
         self.regs.retain(|(p, t)| !(*p == p2p && t.mem.client == client && t.mem.memory == h_memory));
         if self.regs.len() == n {
@@ -196,12 +207,61 @@ impl Rm for StrictRm {
         }
         Ok(())
     }
-    fn free(&mut self, client: u32, _parent: u32, h: u32) -> Result<(), u32> {
+    fn free(&mut self, c: RmClient, _parent: u32, h: u32) -> Result<(), u32> {
+        let client = c.handle;
         if self.obj(client, h).is_none() {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         }
         self.drop_p2p(client, h);
         Ok(())
+    }
+    fn gpu_dmabuf_capable(&mut self, c: RmClient, subdevice: u32) -> Result<bool, u32> {
+        if !self.subdevices.contains_key(&(c.handle, subdevice)) {
+            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
+        }
+        Ok(true)
+    }
+    /// RM's rules of nv-dmabuf.c / RmDmabufVerifyMemHandle: the memory of the fd's GPU, video
+    /// memory, page-aligned pieces inside it, slots filled once, sizes adding up to the total.
+    fn export_dmabuf(&mut self, c: RmClient, instance: u32, p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+        let (n, index, total_objects) = (p.num_objects as usize, p.index as usize, p.total_objects as usize);
+        if p.total_size == 0 || n == 0 || total_objects == 0 || n > 128 || n > total_objects || index + n > total_objects {
+            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
+        }
+        let mut pieces = Vec::new();
+        for i in 0..n {
+            let m = MemRef { client: c.handle, memory: p.handles[i] };
+            let Some(f) = self.mems.get(&m).copied() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
+            if self.instances.get(&(c.handle, f.device)) != Some(&instance) {
+                return self.refuse(status::NV_ERR_INVALID_OBJECT_PARENT);
+            }
+            let (off, size) = (p.offsets[i], p.sizes[i]);
+            if !f.vidmem || size == 0 || (off | size) % 0x1000 != 0 || off + size > f.size {
+                return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
+            }
+            pieces.push((m, off, size));
+        }
+        let fd = if p.fd == -1 {
+            self.next_fd += 1;
+            self.exports.insert(self.next_fd, (p.total_size, vec![None; total_objects]));
+            self.next_fd
+        } else {
+            p.fd
+        };
+        let Some((total, slots)) = self.exports.get_mut(&fd) else { return self.refuse(status::NV_ERR_INVALID_ARGUMENT) };
+        for (i, piece) in pieces.into_iter().enumerate() {
+            if slots[index + i].replace(piece).is_some() {
+                return self.refuse(status::NV_ERR_IN_USE);
+            }
+        }
+        if slots.iter().all(Option::is_some) && slots.iter().map(|s| s.expect("filled").2).sum::<u64>() != *total {
+            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
+        }
+        p.fd = fd;
+        Ok(fd)
+    }
+    fn close_fd(&mut self, fd: i32) {
+        self.exports.remove(&fd);
     }
 }
 
@@ -251,10 +311,10 @@ struct World {
 }
 
 impl World {
-    fn new() -> World {
+    fn new(route: Route) -> World {
         let mut w = World {
             t: Tracker::new(),
-            r: Registrar::new(false),
+            r: Registrar::with_route(false, Ok(route)),
             rm: StrictRm::default(),
             model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]] },
             clients: [Client::new(0), Client::new(1)],
@@ -297,12 +357,13 @@ impl World {
             });
         }
         self.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
+        self.rm.instances.insert((c.h, c.devices[i]), i as u32);
     }
 
     /// The shim's order (`Shim::before_ioctl`): while registrations are live, those the call
     /// concerns go first; then the driver runs it.
     fn driver(&mut self, call: Pending) {
-        if self.r.live_registrations() > 0 {
+        if self.r.in_use() {
             self.r.before_driver_call(&self.t, &mut self.rm, call);
         }
     }
@@ -325,6 +386,17 @@ impl World {
 
 #[test]
 fn model_two_clients_two_gpus_overlapping_maps() {
+    run_model(Route::Nv503c);
+}
+
+/// The same walk on the DMA-BUF route: every export is, 4 KiB page by page, the memory the
+/// process has at those addresses, on the right GPU, and RM never refuses one.
+#[test]
+fn model_two_clients_two_gpus_dmabuf_exports() {
+    run_model(Route::Dmabuf);
+}
+
+fn run_model(route: Route) {
     let ops: u64 = std::env::var("GDRSHIM_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rnd = move |n: u64| {
@@ -333,7 +405,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
         seed ^= seed << 17;
         seed % n.max(1)
     };
-    let mut w = World::new();
+    let mut w = World::new(route);
     let mut mrs: Vec<u64> = Vec::new();
     let mut next_mr = 1u64;
     let mut n: HashMap<&'static str, u64> = HashMap::new();
@@ -483,6 +555,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                 let d = w.r.before_reg(&w.t, &mut w.rm, addr, len);
                 match &d {
                     Decision::Hit { mem, .. } => {
+                        assert_eq!(route, Route::Nv503c, "step {step}");
                         // what the NIC gets is what the process sees, for every page of the MR
                         let got = w.rm.get_pages(addr, len);
                         let Ok((gm, goff)) = got else { panic!("step {step}: hit at {addr:#x}+{len:#x} but peermem says {got:?}") };
@@ -506,7 +579,32 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                         }
                         count("host");
                     }
-                    Decision::StandAside => panic!("step {step}: no native registration here"),
+                    Decision::Exported(e) => {
+                        // the buffer, 4 KiB page by page, is what the process has there now
+                        let (total, slots) = w.rm.exports.remove(&e.fd).expect("an fd RM handed out");
+                        let base = addr & !0xfff;
+                        assert_eq!(addr - base, e.offset, "step {step}");
+                        assert!(
+                            total >= e.offset + len && total - (e.offset + len) < 0x1000,
+                            "step {step}: buffer {total:#x} for {addr:#x}+{len:#x}"
+                        );
+                        let mut at = 0u64;
+                        for (m, off, size) in slots.into_iter().map(|s| s.expect("complete")) {
+                            for q in (0..size).step_by(0x1000) {
+                                let va = base + at + q;
+                                let want = w.model.at(va & !(PAGE - 1)).ok().flatten().map(|(mm, o)| (mm, o + (va & (PAGE - 1))));
+                                assert_eq!(want, Some((m, off + q)), "step {step}: export of {addr:#x}+{len:#x} at {va:#x}");
+                            }
+                            at += size;
+                        }
+                        assert_eq!(at, total, "step {step}");
+                        count("exports");
+                        let mr = next_mr;
+                        next_mr += 1;
+                        w.r.after_dmabuf_reg(mr, e, 0, addr);
+                        mrs.push(mr);
+                    }
+                    Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),
                     Decision::Miss(m) => {
                         count(match m {
                             RegMiss::Lookup(_) => "miss_lookup",
@@ -515,6 +613,7 @@ fn model_two_clients_two_gpus_overlapping_maps() {
                             RegMiss::SpansMappings { .. } => "miss_spans_mapping",
                             RegMiss::NoVaSpace => "miss_no_vaspace",
                             RegMiss::Rm { .. } => "miss_rm",
+                            RegMiss::Export(_) => "miss_export",
                             _ => "miss_other",
                         });
                     }
@@ -540,8 +639,16 @@ fn model_two_clients_two_gpus_overlapping_maps() {
     let g = |k: &str| n.get(k).copied().unwrap_or(0);
     let mut keys: Vec<_> = n.iter().collect();
     keys.sort();
-    eprintln!("model (2 clients, 2 GPUs): {ops} operations, {keys:?}, registered={}", w.r.counts.registered);
-    if ops >= 100_000 {
+    eprintln!("model (2 clients, 2 GPUs, {route:?}): {ops} operations, {keys:?}, registered={}", w.r.counts.registered);
+    assert_eq!(w.r.dmabuf_mrs(), 0, "every dma-buf MR deregistered");
+    assert!(w.rm.exports.is_empty(), "every export was taken by an MR");
+    if ops >= 100_000 && route == Route::Dmabuf {
+        for k in ["exports", "host", "maps", "unmaps", "uvm_frees", "mem_frees", "device_frees", "client_frees", "deregs", "miss_lookup"] {
+            assert!(g(k) > 0, "the random walk never reached {k}: {keys:?}");
+        }
+        assert!(g("exports") > ops / 50, "{keys:?}");
+    }
+    if ops >= 100_000 && route == Route::Nv503c {
         for k in [
             "hits",
             "host",

@@ -249,7 +249,7 @@ impl NextFn {
 
 /// `name` in an already loaded library whose file name starts with `prefix`, in whatever scope
 /// it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps no reference.
-fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
+pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
     struct Find<'a> {
         prefix: &'a [u8],
         path: Option<std::ffi::CString>,
@@ -317,7 +317,6 @@ real_fn!(pub close, c"close", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup, c"dup", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
 real_fn!(pub dup3, c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int);
-real_fn!(pub access, c"access", unsafe extern "C" fn(*const c_char, c_int) -> c_int);
 real_fn!(pub fcntl, c"fcntl", unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int);
 real_fn!(pub dlclose, c"dlclose", unsafe extern "C" fn(*mut c_void) -> c_int);
 

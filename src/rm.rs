@@ -1,96 +1,213 @@
-//! The production [`Rm`]: our own RM calls, issued on the CUDA client's /dev/nvidiactl fd through
-//! the real `ioctl` (never through our hook, so they are not decoded as the program's traffic).
+//! The production [`Rm`]: our own RM calls, issued through the real `ioctl` (never through our
+//! hook, so they are not decoded as the program's traffic). Client calls go on the client's own
+//! /dev/nvidiactl fd (strict client validation); dma-buf exports on a /dev/nvidiaN fd of the
+//! memory's GPU that this object opens and owns (RM refuses an export on another GPU's node with
+//! NV_ERR_INVALID_OBJECT_PARENT, so a wrong node can never give wrong pages).
 
+use crate::abi::dmabuf::{self, CardInfo, ExportToDmabufFd, GpuIdInfoV2, CARD_INFO_ENTRIES};
+use crate::abi::{self, esc, p2p, status, zeroed, AbiTable};
 use crate::abi::{
-    self, esc, p2p, status, zeroed, Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free,
-    Nvos21Alloc, Nvos54Control,
+    Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free, Nvos21Alloc, Nvos54Control,
 };
-use crate::registrar::Rm;
-use crate::tracker::{Tracker, VidmemTuple};
+use crate::decode::DevKind;
+use crate::registrar::{Client, Rm};
+use crate::tracker::VidmemTuple;
 use core::ffi::c_void;
 
-pub struct RealRm<'a> {
-    pub tracker: &'a Tracker,
+pub struct RealRm {
+    table: &'static AbiTable,
+    /// Where the device nodes are (`/dev`; a test folder under GDRSHIM_TEST_DEV_DIR).
+    dev_dir: String,
+    /// /dev/nvidiaN fds opened for exports: (minor, fd).
+    gpu_fds: Vec<(u32, i32)>,
+    /// RM device instance → minor number, as RM answered.
+    minors: Vec<(u32, u32)>,
 }
 
-impl RealRm<'_> {
-    fn fd(&self, client: u32) -> Result<i32, u32> {
-        self.tracker.client_fd(client).ok_or(status::NV_ERR_INVALID_CLIENT)
+impl RealRm {
+    pub fn new(table: &'static AbiTable, test_dev_dir: Option<&str>) -> RealRm {
+        RealRm { table, dev_dir: test_dev_dir.unwrap_or("/dev").to_string(), gpu_fds: Vec::new(), minors: Vec::new() }
     }
 
-    /// One RM escape on `fd`; errno is preserved for the caller of the hook that got us here.
-    fn ioctl<T: abi::Pod>(&self, fd: i32, nr: u32, arg: &mut T) -> Result<(), u32> {
+    /// One escape on `fd`; errno is preserved for the caller of the hook that got us here.
+    fn ioctl_bytes(fd: i32, nr: u32, arg: *mut c_void, size: usize) -> Result<(), u32> {
         let real = crate::real::ioctl().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::shim::errno();
-        let req = abi::nv_ioctl(nr, core::mem::size_of::<T>());
-        // SAFETY: arg is a live, correctly sized RM parameter struct for this escape.
-        let rc = unsafe { real(fd, req as libc::c_ulong, arg as *mut T as *mut c_void) };
+        let req = abi::nv_ioctl(nr, size);
+        // SAFETY: arg points to `size` bytes of a correctly laid out parameter struct for `nr`,
+        // alive and not otherwise borrowed for the call.
+        let rc = unsafe { real(fd, req as libc::c_ulong, arg) };
+        let err = crate::shim::errno();
         crate::shim::set_errno(e);
         if rc != 0 {
-            Err(status::NV_ERR_GENERIC)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn control<P: abi::Pod>(&self, client: u32, object: u32, cmd: u32, params: &mut P) -> Result<(), u32> {
-        let fd = self.fd(client)?;
-        let mut c: Nvos54Control = zeroed();
-        c.h_client = client;
-        c.h_object = object;
-        c.cmd = cmd;
-        c.params = params as *mut P as u64;
-        c.params_size = core::mem::size_of::<P>() as u32;
-        self.ioctl(fd, esc::RM_CONTROL, &mut c)?;
-        if c.status != status::NV_OK {
-            return Err(c.status);
+            tracing::debug!("our ioctl nr={nr:#x} on fd {fd} failed: errno {err}");
+            return Err(status::NV_ERR_GENERIC);
         }
         Ok(())
     }
+
+    fn ioctl<T: abi::Pod>(fd: i32, nr: u32, arg: &mut T) -> Result<(), u32> {
+        Self::ioctl_bytes(fd, nr, arg as *mut T as *mut c_void, core::mem::size_of::<T>())
+    }
+
+    fn control_bytes(c: Client, object: u32, cmd: u32, params: &mut [u8]) -> Result<(), u32> {
+        let mut ctl: Nvos54Control = zeroed();
+        ctl.h_client = c.handle;
+        ctl.h_object = object;
+        ctl.cmd = cmd;
+        ctl.params = params.as_mut_ptr() as u64;
+        ctl.params_size = params.len() as u32;
+        Self::ioctl(c.ctl_fd, esc::RM_CONTROL, &mut ctl)?;
+        if ctl.status != status::NV_OK {
+            return Err(ctl.status);
+        }
+        Ok(())
+    }
+
+    fn control<P: abi::Pod>(c: Client, object: u32, cmd: u32, params: &mut P) -> Result<(), u32> {
+        let mut ctl: Nvos54Control = zeroed();
+        ctl.h_client = c.handle;
+        ctl.h_object = object;
+        ctl.cmd = cmd;
+        ctl.params = params as *mut P as u64;
+        ctl.params_size = core::mem::size_of::<P>() as u32;
+        Self::ioctl(c.ctl_fd, esc::RM_CONTROL, &mut ctl)?;
+        if ctl.status != status::NV_OK {
+            return Err(ctl.status);
+        }
+        Ok(())
+    }
+
+    /// The minor number of the GPU with device instance `instance`: NV_ESC_CARD_INFO gives each
+    /// node's gpuId, NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2 each gpuId's device instance.
+    fn minor_of(&mut self, c: Client, instance: u32) -> Result<u32, u32> {
+        if let Some(&(_, m)) = self.minors.iter().find(|(i, _)| *i == instance) {
+            return Ok(m);
+        }
+        let mut cards = [zeroed::<CardInfo>(); CARD_INFO_ENTRIES];
+        Self::ioctl_bytes(c.ctl_fd, esc::CARD_INFO, cards.as_mut_ptr() as *mut c_void, core::mem::size_of_val(&cards))?;
+        for card in cards.iter().filter(|k| k.valid != 0) {
+            let mut id: GpuIdInfoV2 = zeroed();
+            id.gpu_id = card.gpu_id;
+            if Self::control(c, c.handle, dmabuf::GPU_GET_ID_INFO_V2, &mut id).is_ok() {
+                self.minors.push((id.device_instance, card.minor_number));
+            }
+        }
+        self.minors.iter().find(|(i, _)| *i == instance).map(|&(_, m)| m).ok_or(status::NV_ERR_INVALID_DEVICE)
+    }
+
+    /// Our /dev/nvidiaN fd of `minor`, opened once, checked still to be that node before use (a
+    /// program may close fds it does not own).
+    fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
+        if let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) {
+            let fd = self.gpu_fds[i].1;
+            if crate::hooks::fd::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
+                return Ok(fd);
+            }
+            self.gpu_fds.swap_remove(i);
+        }
+        let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir)).map_err(|_| status::NV_ERR_GENERIC)?;
+        let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
+        let e = crate::shim::errno();
+        // SAFETY: a valid C string; open has no other preconditions.
+        let fd = unsafe { open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        let err = crate::shim::errno();
+        crate::shim::set_errno(e);
+        if fd < 0 {
+            tracing::warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
+            return Err(status::NV_ERR_GENERIC);
+        }
+        if crate::hooks::fd::classify_fstat(fd) != Some(DevKind::Gpu(minor)) {
+            Self::close(fd);
+            return Err(status::NV_ERR_INVALID_DEVICE);
+        }
+        self.gpu_fds.push((minor, fd));
+        Ok(fd)
+    }
+
+    fn close(fd: i32) {
+        if let Some(close) = crate::real::close() {
+            let e = crate::shim::errno();
+            // SAFETY: an fd this object opened or RM created for it.
+            unsafe { close(fd) };
+            crate::shim::set_errno(e);
+        }
+    }
 }
 
-impl Rm for RealRm<'_> {
-    fn alloc_p2p(&mut self, client: u32, subdevice: u32) -> Result<u32, u32> {
-        let fd = self.fd(client)?;
+impl Rm for RealRm {
+    fn alloc_p2p(&mut self, c: Client, subdevice: u32) -> Result<u32, u32> {
         let mut params = Nv503cAllocParams { flags: p2p::TYPE_BAR1 };
         let mut a: Nvos21Alloc = zeroed();
-        a.h_root = client;
+        a.h_root = c.handle;
         a.h_object_parent = subdevice;
         a.h_object_new = 0; // RM picks the handle: no clash with libcuda's own numbering
         a.h_class = abi::class::NV50_THIRD_PARTY_P2P;
         a.p_alloc_parms = &mut params as *mut Nv503cAllocParams as u64;
         a.params_size = core::mem::size_of::<Nv503cAllocParams>() as u32;
-        self.ioctl(fd, esc::RM_ALLOC, &mut a)?;
+        Self::ioctl(c.ctl_fd, esc::RM_ALLOC, &mut a)?;
         if a.status != status::NV_OK {
             return Err(a.status);
         }
         Ok(a.h_object_new)
     }
 
-    fn register_va_space(&mut self, client: u32, p2p_obj: u32, h_vaspace: u32) -> Result<u64, u32> {
+    fn register_va_space(&mut self, c: Client, p2p_obj: u32, h_vaspace: u32) -> Result<u64, u32> {
         let mut p: Nv503cRegisterVaSpace = zeroed();
         p.h_va_space = h_vaspace;
-        self.control(client, p2p_obj, p2p::REGISTER_VA_SPACE, &mut p)?;
+        Self::control(c, p2p_obj, p2p::REGISTER_VA_SPACE, &mut p)?;
         Ok(p.va_space_token)
     }
 
-    fn register_vidmem(&mut self, client: u32, p2p_obj: u32, t: &VidmemTuple) -> Result<(), u32> {
+    fn register_vidmem(&mut self, c: Client, p2p_obj: u32, t: &VidmemTuple) -> Result<(), u32> {
         let mut p = Nv503cRegisterVidmem { h_memory: t.mem.memory, _pad0: 0, address: t.address, size: t.size, offset: t.offset };
-        self.control(client, p2p_obj, p2p::REGISTER_VIDMEM, &mut p)
+        Self::control(c, p2p_obj, p2p::REGISTER_VIDMEM, &mut p)
     }
 
-    fn unregister_vidmem(&mut self, client: u32, p2p_obj: u32, h_memory: u32) -> Result<(), u32> {
+    fn unregister_vidmem(&mut self, c: Client, p2p_obj: u32, h_memory: u32) -> Result<(), u32> {
         let mut p = Nv503cUnregisterVidmem { h_memory };
-        self.control(client, p2p_obj, p2p::UNREGISTER_VIDMEM, &mut p)
+        Self::control(c, p2p_obj, p2p::UNREGISTER_VIDMEM, &mut p)
     }
 
-    fn free(&mut self, client: u32, parent: u32, h: u32) -> Result<(), u32> {
-        let fd = self.fd(client)?;
-        let mut f = Nvos00Free { h_root: client, h_object_parent: parent, h_object_old: h, status: 0 };
-        self.ioctl(fd, esc::RM_FREE, &mut f)?;
+    fn free(&mut self, c: Client, parent: u32, h: u32) -> Result<(), u32> {
+        let mut f = Nvos00Free { h_root: c.handle, h_object_parent: parent, h_object_old: h, status: 0 };
+        Self::ioctl(c.ctl_fd, esc::RM_FREE, &mut f)?;
         if f.status != status::NV_OK {
             return Err(f.status);
         }
         Ok(())
+    }
+
+    fn gpu_dmabuf_capable(&mut self, c: Client, subdevice: u32) -> Result<bool, u32> {
+        let size = self.table.gpu_info_v2_size.ok_or(status::NV_ERR_INVALID_PARAM_STRUCT)?;
+        let mut p = vec![0u8; size];
+        p[dmabuf::GPU_INFO_LIST_SIZE..][..4].copy_from_slice(&1u32.to_le_bytes());
+        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4].copy_from_slice(&dmabuf::GPU_INFO_INDEX_DMABUF_CAPABILITY.to_le_bytes());
+        Self::control_bytes(c, subdevice, dmabuf::GPU_GET_INFO_V2, &mut p)?;
+        let data = u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
+        Ok(data == dmabuf::GPU_INFO_DMABUF_CAPABILITY_YES)
+    }
+
+    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32> {
+        if !self.table.dmabuf_export {
+            return Err(status::NV_ERR_NOT_SUPPORTED);
+        }
+        let minor = self.minor_of(c, device_instance)?;
+        let fd = self.gpu_fd(minor)?;
+        let creates = params.fd == -1;
+        Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
+        if params.status != status::NV_OK {
+            // RM hands out the fd only on success; never leave one behind all the same (a buffer
+            // made by an earlier call of the same export is closed by the caller)
+            if creates && params.fd >= 0 {
+                Self::close(params.fd);
+            }
+            return Err(params.status);
+        }
+        Ok(params.fd)
+    }
+
+    fn close_fd(&mut self, fd: i32) {
+        Self::close(fd);
     }
 }

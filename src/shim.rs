@@ -5,8 +5,8 @@ use crate::abi::{self, AbiTable, DriverVersion};
 use crate::capture::{self, IoctlRecord};
 use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
-use crate::registrar::{Decision, Registrar};
-use crate::tracker::{NativeAnswer, Tracker, Verdict};
+use crate::registrar::Registrar;
+use crate::tracker::Tracker;
 use core::cell::Cell;
 use core::ffi::c_void;
 use core::sync::atomic::{
@@ -212,6 +212,10 @@ pub struct Stats {
     pub bench_pauses: AtomicU64,
     /// GDR probes answered differently from the driver (`advertise`).
     pub gdr_answers: AtomicU64,
+    /// dma-bufs handed to CUDA's callers where libcuda refused (DMA-BUF route).
+    pub dmabuf_served: AtomicU64,
+    /// Exports `ibv_reg_dmabuf_mr` refused (the original call was delegated).
+    pub dmabuf_refused: AtomicU64,
     /// With GDRSHIM_TIMING=1: clock ticks spent in the ioctl hook outside the real call
     /// (nanoseconds in the summary).
     pub hook_ns: AtomicU64,
@@ -233,12 +237,24 @@ pub struct Core {
     pub decoded: u64,
     pub tracker: Box<Tracker>,
     pub registrar: Box<Registrar>,
+    /// Our own RM calls (it owns the /dev/nvidiaN fds it exports on).
+    pub rm: crate::rm::RealRm,
 }
 
 /// What the ioctl and allocation hooks hand to the core.
-enum Work {
+pub(crate) enum Work {
     Event(decode::Event),
-    UserAllocation { api: &'static str, ptr: u64, len: u64 },
+    UserAllocation {
+        api: &'static str,
+        ptr: u64,
+        len: u64,
+    },
+    /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)` (compared with libcuda's export).
+    DmabufRequest {
+        ptr: u64,
+        size: u64,
+        fd: i32,
+    },
 }
 
 /// Most work items the hooks leave unapplied (512 × 72 bytes). Applying them in a batch is
@@ -355,7 +371,7 @@ enum Helper {
 impl Core {
     /// Applies `batch`, in order. `warn` gets the lines worth a warning.
     fn apply(&mut self, batch: &[Work], warn: &mut dyn FnMut(&str)) {
-        let Core { tracker, registrar, decoded } = self;
+        let Core { tracker, registrar, decoded, .. } = self;
         for w in batch {
             match *w {
                 Work::Event(ref ev) => {
@@ -376,6 +392,11 @@ impl Core {
                         warn(&capture::verdict_line(api, ptr, len, &v));
                     }
                 }
+                Work::DmabufRequest { ptr, size, fd } => {
+                    if let Some(n) = tracker.dmabuf_request(ptr, size, fd) {
+                        warn(&capture::notice_line(&n));
+                    }
+                }
             }
         }
     }
@@ -387,7 +408,7 @@ impl Core {
 pub struct ShimLine {
     /// The ABI table of this driver; `None`: every call passes through undecoded.
     pub table: Option<&'static AbiTable>,
-    capture_fd: AtomicI32,
+    pub(crate) capture_fd: AtomicI32,
     /// Work items that may wait in the queue: 1 (none wait) in trace mode and at debug level,
     /// where lines must come out in the order of the calls.
     backlog_max: u32,
@@ -418,14 +439,18 @@ pub struct Shim {
     helper: OnceCell<std::thread::Thread>,
     helper_asleep: core::sync::atomic::AtomicBool,
     /// Reach it through [`Shim::core`], which applies the queue first.
-    core_lock: Mutex<Core>,
+    pub(crate) core_lock: Mutex<Core>,
+    /// Registrations hold its write side, release-type driver calls its read side (`serve`).
+    pub(crate) release_gate: parking_lot::RwLock<()>,
+    /// `serve::ROUTE_*`: the route decision, readable without the core's lock.
+    pub(crate) route_state: AtomicU8,
     pub cfg: Config,
     pub version: Option<DriverVersion>,
     capture_lock: Mutex<()>,
     pub stats: Stats,
-    stood_aside_logged: core::sync::atomic::AtomicBool,
+    pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
     /// One bit per CUDA device whose GDR attribute answer was logged.
-    gdr_attr_logged: AtomicU64,
+    pub(crate) gdr_attr_logged: AtomicU64,
     /// MRs holding a registration: a deregistration with none live needs no lock.
     pub live_mrs: core::sync::atomic::AtomicUsize,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
@@ -523,7 +548,11 @@ impl Shim {
         };
         let dry_run = cfg.mode != Mode::Register;
         let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
-        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::new(dry_run)), decoded: 0 };
+        let rm = crate::rm::RealRm::new(
+            table.unwrap_or(abi::table_for(DriverVersion(580, 0, 0)).expect("a known branch")),
+            cfg.test_dev_dir.as_deref(),
+        );
+        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
         let helper = if cfg.apply_thread && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
         let queue =
             Queue { current: Vec::with_capacity(backlog_max), helper, rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }) };
@@ -547,6 +576,8 @@ impl Shim {
             helper: OnceCell::new(),
             helper_asleep: core::sync::atomic::AtomicBool::new(false),
             core_lock: Mutex::new(core),
+            release_gate: parking_lot::RwLock::new(()),
+            route_state: AtomicU8::new(crate::serve::ROUTE_UNDECIDED),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: AtomicU64::new(0),
             live_mrs: core::sync::atomic::AtomicUsize::new(0),
@@ -564,7 +595,7 @@ impl Shim {
         shim
     }
 
-    fn capture(&self, line: &str) {
+    pub(crate) fn capture(&self, line: &str) {
         let fd = self.line.capture_fd.load(Relaxed);
         if fd < 0 {
             return;
@@ -618,64 +649,6 @@ impl Shim {
         self.line.registering
     }
 
-    fn advertise_policy(&self) -> crate::advertise::Policy {
-        crate::advertise::Policy {
-            advertise: self.cfg.advertise_gdr,
-            hide_for_test: self.cfg.test_hide_gdr,
-            registering: self.registering(),
-            flush_disabled: self.cfg.nccl_flush_disabled,
-        }
-    }
-
-    /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replace it where the
-    /// advertising policy says so. The first answer per device is logged at info level.
-    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32) {
-        use crate::advertise::Answer;
-        let answer = self.advertise_policy().device_attribute(attrib, *value);
-        let first = || {
-            let bit = 1u64 << (dev.clamp(0, 63) as u32);
-            self.gdr_attr_logged.fetch_or(bit, Relaxed) & bit == 0
-        };
-        match answer {
-            Answer::Unchanged => {}
-            Answer::Replaced(v, why) => {
-                self.stats.gdr_answers.fetch_add(1, Relaxed);
-                if first() {
-                    tracing::info!(
-                        "cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says {}, answered {v}: {why}",
-                        *value
-                    );
-                }
-                *value = v;
-            }
-            Answer::Refused(why) => {
-                if first() {
-                    tracing::warn!("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device {dev}): driver says 0; GPUDirect RDMA not advertised although GDRSHIM_ADVERTISE_GDR=1: {why}");
-                }
-            }
-        }
-    }
-
-    /// `access(path, mode)` failed: whether to report success instead (NCCL's peer-memory probe).
-    pub fn answer_peer_memory_probe(&self, path: &[u8], mode: i32) -> bool {
-        use crate::advertise::Answer;
-        match self.advertise_policy().peer_memory_probe(path, mode) {
-            Answer::Unchanged => false,
-            Answer::Replaced(_, why) => {
-                self.stats.gdr_answers.fetch_add(1, Relaxed);
-                tracing::info!("access({}) answered yes: {why}", String::from_utf8_lossy(path));
-                true
-            }
-            Answer::Refused(why) => {
-                tracing::warn!(
-                    "access({}): peer-memory probe not answered although GDRSHIM_ADVERTISE_GDR=1: {why}",
-                    String::from_utf8_lossy(path)
-                );
-                false
-            }
-        }
-    }
-
     pub fn mark(&self, text: &str) {
         self.capture(&format!("M {text}"));
     }
@@ -690,7 +663,7 @@ impl Shim {
 
     /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
     /// `false` if the queue's lock was not free within 5 s.
-    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) -> bool {
+    pub(crate) fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) -> bool {
         let (older, newer) = {
             let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
             if q.rest.handed.is_empty() && q.current.is_empty() {
@@ -721,7 +694,7 @@ impl Shim {
 
     /// Hands work to the core: applied once its batch is full (on the helper thread), or before
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
-    fn queue(&self, w: Work) -> Result<(), Work> {
+    pub(crate) fn queue(&self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
         q.current.push(w);
         if q.current.len() >= self.line.backlog_max as usize {
@@ -937,98 +910,6 @@ impl Shim {
         }
     }
 
-    fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
-        if self.line.capture_fd.load(Relaxed) >= 0 {
-            self.capture(&format!("A {api} {ptr:x} {len:x}"));
-        }
-        if self.line.table.is_none() {
-            return;
-        }
-        let eager = self.cfg.eager && self.cfg.mode == Mode::Register;
-        if !eager && !tracing::enabled!(tracing::Level::DEBUG) {
-            // the usual case: counted, and a line only for what deserves a warning
-            let _ = self.queue(Work::UserAllocation { api, ptr, len });
-            return;
-        }
-        let v = match self.core(Duration::from_secs(5)) {
-            Some(mut c) => {
-                let v = c.tracker.user_allocation(ptr, len);
-                if let (true, Mode::Register, Verdict::Covered(pieces)) = (self.cfg.eager, self.cfg.mode, &v) {
-                    // Each UVM mapping behind the allocation, as libcuda registers it; the reference
-                    // is held until the memory or VA goes (before_release).
-                    let Core { tracker, registrar, .. } = &mut *c;
-                    let mut rm = crate::rm::RealRm { tracker };
-                    for (t, _) in pieces {
-                        match registrar.before_reg(tracker, &mut rm, t.address, t.size) {
-                            Decision::Miss(m) => tracing::warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
-                            Decision::Hit { tuple, .. } => tracing::debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
-                            _ => {}
-                        }
-                    }
-                }
-                v
-            }
-            None => return,
-        };
-        // The line is only formatted when it will be written: this runs on every allocation.
-        match &v {
-            Verdict::Uncovered(_) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
-            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => {
-                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v))
-            }
-            _ => tracing::debug!("{}", capture::verdict_line(api, ptr, len, &v)),
-        }
-    }
-
-    /// Before a verbs registration of `[addr, addr+len)`: the pass0 decision (registering in
-    /// register mode), logged one line per GPU registration.
-    pub fn verbs_before(&self, api: &str, addr: u64, len: u64) -> Option<Decision> {
-        if self.line.table.is_none() || self.cfg.mode == Mode::Trace {
-            return None;
-        }
-        let mut c = self.core(Duration::from_secs(5))?;
-        let Core { tracker, registrar, .. } = &mut *c;
-        let mut rm = crate::rm::RealRm { tracker };
-        let d = registrar.before_reg(tracker, &mut rm, addr, len);
-        drop(c);
-        match &d {
-            Decision::Host => tracing::debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
-            Decision::StandAside => {
-                if !self.stood_aside_logged.swap(true, Relaxed) {
-                    tracing::warn!(
-                        "native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing"
-                    );
-                }
-                tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
-            }
-            Decision::Hit { mem, offset, tuple, fresh, .. } => tracing::info!(
-                "{api} addr={addr:#x} len={len:#x} pass0 hit hMemory={:#010x} offset={offset:#x} {} {tuple}",
-                mem.memory,
-                match (self.cfg.mode, fresh) {
-                    (Mode::Register, true) => "registered",
-                    (Mode::Register, false) => "shares registration",
-                    _ => "would register",
-                }
-            ),
-            Decision::Miss(m) => tracing::warn!("{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"),
-        }
-        Some(d)
-    }
-
-    pub fn verbs_after(&self, d: &Decision, mr: u64) {
-        if let Some(mut c) = self.core(Duration::from_secs(5)) {
-            let Core { tracker, registrar, .. } = &mut *c;
-            let mut rm = crate::rm::RealRm { tracker };
-            registrar.after_reg(&mut rm, d, mr);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
-    }
-
-    /// Whether `mr` holds a registration (explicit handles of `gdrshim_unregister`).
-    pub fn holds_mr(&self, mr: u64) -> Option<bool> {
-        self.core(Duration::from_secs(5)).map(|c| c.registrar.holds_mr(mr))
-    }
-
     /// Every NVIDIA call seen: each ends in exactly one of these counts.
     fn nv_ioctls(&self, decoded: u64) -> u64 {
         let s = &self.stats;
@@ -1058,70 +939,11 @@ impl Shim {
         }
     }
 
-    /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table.
-    pub fn verbs_dereg_begin(&self, mr: u64) -> Option<crate::registrar::HeldRef> {
-        let mut c = self.core(Duration::from_secs(5))?;
-        let held = c.registrar.take_mr(mr);
-        self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
-        held
-    }
-
-    /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
-    pub fn verbs_dereg_end(&self, mr: u64, held: crate::registrar::HeldRef, deregistered: bool) {
-        if let Some(mut c) = self.core(Duration::from_secs(5)) {
-            let Core { tracker, registrar, .. } = &mut *c;
-            let mut rm = crate::rm::RealRm { tracker };
-            registrar.finish_dereg(&mut rm, mr, held, deregistered);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
-    }
-
-    pub fn verbs_dereg(&self, mr: u64) {
-        if let Some(mut c) = self.core(Duration::from_secs(5)) {
-            let Core { tracker, registrar, .. } = &mut *c;
-            let mut rm = crate::rm::RealRm { tracker };
-            registrar.after_dereg(&mut rm, mr);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
-    }
-
-    /// Before the real ioctl: registrations over memory or VA that this call releases or maps
-    /// anew are removed first (UVM_FREE, UVM_UNMAP_EXTERNAL, UVM_MAP_EXTERNAL_ALLOCATION, RM_FREE).
-    pub fn before_ioctl(&self, dev: DevKind, request: u64, arg: *mut c_void) {
-        if self.cfg.mode != Mode::Register || arg.is_null() {
-            return;
-        }
-        let Some(t) = self.line.table else { return };
-        // cheap filter first: only the four requests that release anything take the lock
-        let releases = match dev {
-            DevKind::Uvm => matches!(request, abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION),
-            _ => abi::ioc_nr(request) == abi::esc::RM_FREE,
-        };
-        if !releases {
-            return;
-        }
-        let Some(mut c) = self.core_lock.try_lock_for(Duration::from_secs(5)) else { return };
-        // Only live registrations need taking down before the driver runs the call (a 503C of
-        // ours that an RM free takes with it is forgotten after the free: forget_freed). The
-        // queue can only take registrations away, so this needs no catching up.
-        if c.registrar.live_registrations() == 0 {
-            return;
-        }
-        // even without the queue (its lock not free in 5 s), taking down what we know of is safer
-        // than leaving it registered over memory the driver is about to release
-        let _ = self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
-        // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
-        let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return };
-        let Core { tracker, registrar, .. } = &mut *c;
-        let mut rm = crate::rm::RealRm { tracker };
-        for x in registrar.before_driver_call(tracker, &mut rm, call) {
-            tracing::info!("unregistered {x} before the driver releases or remaps its memory or VA");
-        }
-    }
-
     pub fn summary_fields(&self) -> String {
-        let (c, entries, objects, rc, live, p2p_live, decoded) = match self.core_lock.try_lock_for(Duration::from_millis(200)) {
+        let (c, entries, objects, rc, live, p2p_live, decoded, dmabuf_live) = match self.core_lock.try_lock_for(Duration::from_millis(200))
+        {
             Some(mut core) => {
+                let dmabuf_live = core.registrar.dmabuf_mrs();
                 // At exit thread-locals may be gone, so no `tracing` here: plain lines only.
                 let _ = self.catch_up(&mut core, &mut |l| crate::log::raw_line("WARN", l));
                 let live = core.registrar.live_registrations();
@@ -1132,15 +954,19 @@ impl Shim {
                 for left in t.finish() {
                     crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
                 }
-                (t.counts, t.map.entries(), t.objects(), rc, live, p2p_live, decoded)
+                (t.counts, t.map.entries(), t.objects(), rc, live, p2p_live, decoded, dmabuf_live)
             }
-            None => (Default::default(), 0, 0, Default::default(), 0, 0, 0),
+            None => (Default::default(), 0, 0, Default::default(), 0, 0, 0, 0),
+        };
+        let route = match self.route_state.load(Relaxed) {
+            crate::serve::ROUTE_UNDECIDED => "undecided",
+            _ => self.route().map_or("none", |r| r.name()),
         };
         let s = &self.stats;
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} gdr_answers={} helper_batches={}{}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} route={route} dmabuf_exports={} dmabuf_served={} dmabuf_refused={} dmabuf_live={dmabuf_live} dmabuf_native={} dmabuf_matched={} dmabuf_mismatched={} odp_mrs={} gdr_answers={} helper_batches={}{}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.line.table.map_or("none", |t| t.since),
@@ -1170,6 +996,13 @@ impl Shim {
             s.dmabuf_mrs.load(Relaxed),
             rc.stood_aside,
             rc.p2p_objects,
+            rc.dmabuf_exports,
+            s.dmabuf_served.load(Relaxed),
+            s.dmabuf_refused.load(Relaxed),
+            c.dmabuf_native,
+            c.dmabuf_matched,
+            c.dmabuf_mismatched,
+            rc.odp,
             s.gdr_answers.load(Relaxed),
             s.helper_batches.load(Relaxed),
             match s.bench_pauses.load(Relaxed) {
@@ -1189,7 +1022,7 @@ fn trace_event(ev: &decode::Event) {
 
 /// Reads pieces `(offset, len)` of our own memory at `addr`, concatenated, without faulting on a
 /// bad pointer (one `process_vm_readv`).
-fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
+pub(crate) fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
     let total: usize = pieces.iter().map(|p| p.1).sum();
     if pieces.len() > 4 || total == 0 {
         return None;

@@ -246,6 +246,20 @@ impl VaMap {
         self.tombstones.range(..=addr).next_back().is_some_and(|(_, &t)| addr < t)
     }
 
+    /// The memory objects mapped anywhere in `[base, end)`, on any GPU, each once.
+    pub fn memory_in(&self, base: u64, end: u64) -> Vec<MemRef> {
+        let mut out: Vec<MemRef> = Vec::new();
+        for m in self.per_gpu.values() {
+            let first = m.range(..base).next_back().filter(|(_, e)| e.end > base).map(|(&s, _)| s).unwrap_or(base);
+            for (_, e) in m.range(first..end) {
+                if !out.contains(&e.mem) {
+                    out.push(e.mem);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether some GPU maps `addr`.
     pub fn contains(&self, addr: u64) -> bool {
         self.per_gpu.values().any(|m| m.range(..=addr).next_back().is_some_and(|(_, e)| addr < e.end))

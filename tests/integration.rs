@@ -109,6 +109,11 @@ fn try_player(capture: &str, version: &str, mode: &str, tag: &str) -> (bool, Str
 }
 
 fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[(&str, &str)]) -> (bool, String, String) {
+    try_player_peer(capture, version, mode, tag, extra, true)
+}
+
+/// `peermem`: whether the (fake) nvidia-peermem module is loaded.
+fn try_player_peer(capture: &str, version: &str, mode: &str, tag: &str, extra: &[(&str, &str)], peermem: bool) -> (bool, String, String) {
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     std::fs::create_dir_all(&dev).unwrap();
@@ -117,6 +122,11 @@ fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[
     }
     std::fs::write(dev.join("version"), format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build\n"))
         .unwrap();
+    // the fake NIC (fakeverbs.c) plays nvidia-peermem too: its module is "loaded"
+    let _ = std::fs::remove_dir_all(dev.join("sys"));
+    if peermem {
+        std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
+    }
     let cap = e.dir.join(format!("{tag}.cap"));
     std::fs::write(&cap, capture).unwrap();
     let out = Command::new(e.dir.join("player"))
@@ -127,6 +137,7 @@ fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[
         .env("FAKENV_CAPTURE", &cap)
         .env("GDRSHIM_MODE", mode)
         .env("GDRSHIM_LOG_LEVEL", "info")
+        .env("GDRSHIM_ROUTE", "nv503c")
         .envs(extra.iter().copied())
         .output()
         .unwrap();
@@ -366,7 +377,8 @@ fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shi
 }
 
 /// The stock-NCCL route: NCCL's GPU-side gate (the driver attribute, reached through
-/// cuGetProcAddress as cudart does) and NIC-side gate (the peer-memory file) on a fake GeForce.
+/// cuGetProcAddress as cudart does) on a fake GeForce; its NIC-side peer-memory probe (`access` of
+/// the nv_mem file) is the kernel's alone.
 fn gdr_probe(mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) {
     let text = format!("{}G\n", fixture("alloc-probe.cap.gz"));
     let (out, err) = run_player_env(&text, mode, tag, extra);
@@ -376,28 +388,41 @@ fn gdr_probe(mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) 
 
 #[test]
 fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
-    let exists =
-        std::path::Path::new(gdrshim::advertise::PEER_MEMORY_PROBE_PATH.iter().map(|&b| b as char).collect::<String>().as_str()).exists();
-    let no = if exists { 0 } else { -1 };
+    // what the file system says of the peer-memory file, which gdrshim never changes
+    let exists = Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists();
+    let access = format!("access={} errno_after={}", if exists { 0 } else { -1 }, if exists { 777 } else { libc::ENOENT });
     let (l, err) = gdr_probe("register", "adv-on", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
-    assert_eq!(l, "gdr_probe rc=0 attr=1 access=0 errno_after=777", "{err}");
+    assert_eq!(l, format!("gdr_probe rc=0 attr=1 {access}"), "{err}");
     assert!(err.contains("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device 0): driver says 0, answered 1"), "{err}");
     assert!(summary(&err).unwrap()["gdr_answers"] != "0");
 
     let (l, _) = gdr_probe("register", "adv-off", &[]);
-    assert_eq!(
-        l,
-        format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }),
-        "not asked: untouched"
-    );
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"), "not asked: untouched");
 
     let (l, err) = gdr_probe("shadow", "adv-shadow", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
-    assert!(l.starts_with("gdr_probe rc=0 attr=0 "), "{l}");
-    assert!(err.contains("not advertised although GDRSHIM_ADVERTISE_GDR=1: gdrshim is not registering"), "{err}");
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"));
+    assert!(err.contains("not advertised although GDRSHIM_ADVERTISE_GDR=1: gdrshim registers nothing here"), "{err}");
 
     let (l, err) = gdr_probe("register", "adv-noflush", &[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "1")]);
-    assert_eq!(l, format!("gdr_probe rc=0 attr=0 access={no} errno_after={}", if exists { 777 } else { libc::ENOENT }));
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"));
     assert!(err.contains("NCCL_GDR_FLUSH_DISABLE is set"), "{err}");
+}
+
+#[test]
+fn with_no_peer_memory_module_no_route_is_claimed() {
+    // no nvidia-peermem and no dma-buf route (this replay's fake driver knows no capability
+    // query): nothing registered, nothing advertised, and the peer-memory file is never faked
+    let text = format!("{}G\n", fixture("alloc-probe.cap.gz"));
+    let extra = [("GDRSHIM_ADVERTISE_GDR", "1"), ("GDRSHIM_ROUTE", "nv503c")];
+    let (ok, o, e) = try_player_peer(&text, "580.159.04", "register", "nopeer", &extra, false);
+    assert!(ok, "{o}\n{e}");
+    let exists = Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists();
+    let line = o.lines().find(|l| l.starts_with("gdr_probe ")).unwrap_or_else(|| panic!("{o}\n{e}"));
+    assert!(line.starts_with("gdr_probe rc=0 attr=0 "), "GDR not advertised without a route: {line}");
+    assert_eq!(line.contains("access=0"), exists, "the nv_mem file is the kernel's: {line}");
+    assert!(e.contains("no registration route works here") && e.contains("NV503C lacks nvidia-peermem"), "{e}");
+    let s = summary(&e).unwrap();
+    assert_eq!((s["registered"].as_str(), s["route"].as_str()), ("0", "none"), "{e}");
 }
 
 #[test]
@@ -412,6 +437,7 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     let run = |preload: bool, mode: &str| {
         let mut c = Command::new(&bin);
         c.env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev-header")).env("GDRSHIM_MODE", mode).env("GDRSHIM_SUMMARY", "0");
+        c.env("GDRSHIM_ROUTE", "nv503c");
         if preload {
             c.env("LD_PRELOAD", &e.shim);
         }
@@ -420,6 +446,10 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     let dev = e.dir.join("dev-header");
     std::fs::create_dir_all(&dev).unwrap();
     std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    // without a peer-memory module the NV503C route cannot work: gdrshim says it is not active
+    let _ = std::fs::remove_dir_all(dev.join("sys"));
+    assert!(run(true, "register").contains(" active=0 "), "no route, no claim");
+    std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
     assert_eq!(run(false, "register"), "version=none mode=-38 active=0 lookup_host=-38 register_host=-38 register=0 unregister=0 unregister_again=0 counters=-38 registered=0 unregistered=0 abi=1\n");
     // loaded, register mode, known driver: host memory is refused with EINVAL, not registered
     assert_eq!(run(true, "register"), "version=0.2.0 mode=3 active=1 lookup_host=-2 register_host=-22 register=0 unregister=0 unregister_again=0 counters=104 registered=0 unregistered=0 abi=1\n");

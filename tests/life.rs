@@ -43,6 +43,8 @@ fn env() -> &'static Env {
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
             std::fs::write(dir.join("dev").join(f), b"").unwrap();
         }
+        // the fake NIC (fakeverbs.c) plays nvidia-peermem too: its module is "loaded"
+        std::fs::create_dir_all(dir.join("dev/sys/module/nvidia_peermem")).unwrap();
         std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
             .unwrap();
         e
@@ -72,6 +74,7 @@ fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
         .env("LD_PRELOAD", preload.join(":"))
         .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
         .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_ROUTE", "nv503c")
         .env("GDRSHIM_LOG_LEVEL", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -19,6 +19,11 @@ use core::sync::atomic::Ordering::Relaxed;
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+/// What libcuda answers a dma-buf request with on GeForce.
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+/// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD` and `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE` (cuda.h).
+const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+const CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
 
@@ -122,13 +127,76 @@ cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, 
         sh.line.cuda_frees.fetch_add(1, Relaxed);
     }
 });
-// NCCL's GPU-side GDR gate, asked through the cudart linked into libnccl (see `advertise`).
+// NCCL's GPU-side GDR gate and its DMA-BUF question, asked through the cudart linked into
+// libnccl (see `advertise`).
 cuda_fn!(device_get_attribute, cuDeviceGetAttribute, c"cuDeviceGetAttribute", (pi: *mut c_int, attrib: c_int, dev: c_int), |sh, r| {
-    if r == CUDA_SUCCESS && !pi.is_null() && attrib == crate::advertise::ATTR_GPU_DIRECT_RDMA_SUPPORTED {
+    let ours = attrib == crate::advertise::ATTR_GPU_DIRECT_RDMA_SUPPORTED || attrib == crate::advertise::ATTR_DMA_BUF_SUPPORTED;
+    if r == CUDA_SUCCESS && !pi.is_null() && ours {
         // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
         sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi });
     }
 });
+// A dma-buf of device memory: where libcuda refuses (801 on GeForce) and the DMA-BUF route serves,
+// gdrshim's export of exactly the map's pieces; where libcuda answers, its export is compared with
+// the map's (shadow oracle).
+#[allow(clippy::too_many_arguments)]
+pub mod handle_range {
+    use super::*;
+    type F = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, c_int, u64) -> CUresult;
+    pub static NEXT: NextFn = NextFn::reloadable(c"cuMemGetHandleForAddressRange", b"libcuda.so");
+    slotted!(install, REAL, super::cuMemGetHandleForAddressRange, call, (handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult);
+
+    pub unsafe fn call(real: *mut c_void, handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult {
+        if real.is_null() {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        }
+        // SAFETY: the driver's function of exactly this signature (see install).
+        let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+        if kind != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || handle.is_null() {
+            // SAFETY: forwarded unchanged.
+            return unsafe { f(handle, dptr, size, kind, flags) };
+        }
+        let hide = shim::try_get().is_some_and(|s| s.cfg.test_hide_dmabuf);
+        // SAFETY: forwarded unchanged.
+        let mut r = unsafe { f(handle, dptr, size, kind, flags) };
+        if r == CUDA_SUCCESS {
+            // SAFETY: on success the driver wrote the fd (an int) into *handle.
+            let fd = unsafe { *(handle as *const c_int) };
+            shim::call_in(|s| s.dmabuf_handed_out(dptr, size as u64, fd));
+            if hide {
+                // GeForce emulation: libcuda's export is seen and compared, then taken back
+                if let Some(close) = crate::real::close() {
+                    // SAFETY: the fd libcuda just made for this call, not handed out yet.
+                    unsafe { close(fd) };
+                }
+                r = CUDA_ERROR_NOT_SUPPORTED;
+            }
+        }
+        if r == CUDA_ERROR_NOT_SUPPORTED && flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 0 {
+            let mapping = if flags != 0 { crate::abi::dmabuf::MAPPING_FORCE_PCIE } else { crate::abi::dmabuf::MAPPING_DEFAULT };
+            if let Some(fd) = shim::call_in(|s| s.serve_dmabuf(dptr, size as u64, mapping)).flatten() {
+                // SAFETY: the caller's out-parameter, an int, as for the driver.
+                unsafe { *(handle as *mut c_int) = fd };
+                r = CUDA_SUCCESS;
+            }
+        }
+        r
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
+    handle: *mut c_void,
+    dptr: CUdeviceptr,
+    size: usize,
+    kind: c_int,
+    flags: u64,
+) -> CUresult {
+    let real = Some(handle_range::NEXT.get()).filter(|&p| p != cuMemGetHandleForAddressRange as *mut c_void).unwrap_or(null_mut());
+    // SAFETY: libcuda's definition of this symbol, with this signature.
+    unsafe { handle_range::call(real, handle, dptr, size, kind, flags) }
+}
+
 cuda_fn!(get_proc_v1, cuGetProcAddress, c"cuGetProcAddress", (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64), |sh, r| {
     let _ = (sh, flags);
     // SAFETY: on success the driver wrote the function pointer into *pfn.
@@ -157,6 +225,7 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => mem_alloc_pool_async::install,
         b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => mem_free_async::install,
         b"cuDeviceGetAttribute" => device_get_attribute::install,
+        b"cuMemGetHandleForAddressRange" => handle_range::install,
         b"cuGetProcAddress" => get_proc_v1::install,
         b"cuGetProcAddress_v2" => get_proc_v2::install,
         _ => return None,
@@ -180,6 +249,7 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuMemAllocFromPoolAsync" if at_least(11020) => mem_alloc_pool_async::install,
         b"cuMemFreeAsync" if at_least(11020) => mem_free_async::install,
         b"cuDeviceGetAttribute" if at_least(2000) => device_get_attribute::install,
+        b"cuMemGetHandleForAddressRange" if at_least(11070) => handle_range::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
         _ => return None,

@@ -5,7 +5,6 @@
 //! for (named after it), so they carry no separate `# Safety` sections.
 #![allow(clippy::missing_safety_doc)]
 
-pub mod access;
 pub mod cuda;
 pub mod dl;
 pub mod fd;

@@ -49,7 +49,37 @@ pub extern "C" fn gdrshim_mode() -> c_int {
 /// it knows), else 0. What the NCCL patches ask before they let GDR on.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_gdr_active() -> c_int {
-    shim::call_in(|s| s.registering() as c_int).unwrap_or(0)
+    shim::call_in(|s| (s.registering() && s.route().is_some()) as c_int).unwrap_or(0)
+}
+
+/// The route gdrshim registers GPU memory for verbs by here: 1 DMA-BUF, 2 NV503C, 0 none
+/// (not registering, or no route works on this machine). What patch 0001 names in its log line.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_gdr_route() -> c_int {
+    shim::call_in(|s| match s.route() {
+        Some(crate::route::Route::Dmabuf) if s.registering() => 1,
+        Some(crate::route::Route::Nv503c) if s.registering() => 2,
+        _ => 0,
+    })
+    .unwrap_or(0)
+}
+
+/// A dma-buf fd of exactly the GPU memory behind `[va, va+len)` (host-page aligned; one GPU;
+/// this process's own memory), as `cuMemGetHandleForAddressRange` gives one on datacenter GPUs:
+/// the fd (the caller closes it), or `-ENOENT` not covered exactly (the reason is logged),
+/// `-EPERM` not register mode or not the DMA-BUF route, `-ENOSYS` shim off or unknown driver.
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
+    shim::call_in(|s| {
+        if s.line.table.is_none() {
+            return -libc::ENOSYS;
+        }
+        if !s.registering() || s.route() != Some(crate::route::Route::Dmabuf) {
+            return -libc::EPERM;
+        }
+        s.serve_dmabuf(va, len, crate::abi::dmabuf::MAPPING_DEFAULT).unwrap_or(-libc::ENOENT)
+    })
+    .unwrap_or(-libc::ENOSYS)
 }
 
 /// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
@@ -118,7 +148,12 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
         if s.cfg.mode != crate::config::Mode::Register {
             return -(libc::EPERM as i64);
         }
-        match s.verbs_before("gdrshim_register", va, len) {
+        if s.route() == Some(crate::route::Route::Dmabuf) {
+            // a dma-buf has no registration to hold: gdrshim_export_dmabuf gives the buffer itself
+            return -(libc::EOPNOTSUPP as i64);
+        }
+        let r = crate::registrar::VerbsReg { addr: va, len, access: 0, rereg: false };
+        match s.verbs_before("gdrshim_register", r) {
             None => -(libc::EBUSY as i64),
             Some(crate::registrar::Decision::Host) => -(libc::EINVAL as i64),
             Some(crate::registrar::Decision::StandAside) => 0,

@@ -1,12 +1,18 @@
 //! Verbs registration calls. Reached as exported symbols (programs linked against libibverbs,
-//! such as perftest) and through `dlsym`/`dlvsym` on a libibverbs handle (NCCL). Every call is
-//! delegated unchanged; around it the registrar makes (and later undoes) the NV503C registration
-//! of exactly the GPU memory behind the range.
+//! such as perftest) and through `dlsym`/`dlvsym` on a libibverbs handle (NCCL).
+//!
+//! NV503C route: the call is delegated unchanged; around it the registrar makes (and later
+//! undoes) the registration of exactly the GPU memory behind the range. DMA-BUF route: a call on
+//! GPU memory the map covers exactly becomes `ibv_reg_dmabuf_mr` of gdrshim's export of exactly
+//! that memory (the original call could only fail with EFAULT); the MR reads as the caller's
+//! (`addr` is the VA it registered). If the provider refuses the export, the original call is
+//! delegated untouched and fails as it would without gdrshim.
 
+use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
 use crate::hooks::slots::slotted;
 use crate::real::NextFn;
-use crate::registrar::Decision;
-use crate::shim::{self, set_errno};
+use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
+use crate::shim::{self, errno, set_errno};
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
@@ -14,19 +20,76 @@ use core::sync::atomic::Ordering::Relaxed;
 type Pd = *mut c_void;
 type Mr = *mut c_void;
 
+/// A registration's arguments, as both routes see them.
+#[derive(Clone, Copy)]
+pub struct RegArgs {
+    pd: Pd,
+    addr: u64,
+    len: u64,
+    /// The MR's I/O virtual address (the caller's `addr` unless given).
+    iova: u64,
+    access: u32,
+    /// `false`: nothing for gdrshim to do (a dma-buf registration through `ibv_reg_mr_ex`).
+    ours: bool,
+}
+
 /// The registrar's decision before the real call; errno untouched, panics contained.
-fn before(api: &str, addr: u64, len: u64) -> Option<Decision> {
-    shim::call_in(|s| s.verbs_before(api, addr, len)).flatten()
+fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
+    if !a.ours || !shim::active() {
+        return None;
+    }
+    // A process whose shim never started has seen no GPU memory: nothing to look up.
+    shim::try_get()?;
+    shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
 fn after(d: Option<Decision>, mr: Mr) {
-    // Only a hit holds a reference that the MR must keep or drop.
+    // Only an NV503C hit holds a reference that the MR must keep or drop.
     let Some(d @ Decision::Hit { .. }) = d else { return };
     shim::call_in(|s| s.verbs_after(&d, mr as u64));
 }
 
+type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
+
+/// `ibv_reg_dmabuf_mr` of gdrshim's export `e` for the registration `a`; the export's fd is
+/// closed either way (an MR holds its own reference). `None`: the provider refused (logged).
+fn register_export(api: &str, a: &RegArgs, e: &Export) -> Option<Mr> {
+    let e0 = errno();
+    let real = DMABUF_NEXT.get();
+    let mr = if real.is_null() {
+        set_errno(libc::ENOSYS);
+        null_mut()
+    } else {
+        // SAFETY: the provider's ibv_reg_dmabuf_mr, of this signature (IBVERBS_1.12).
+        let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
+        // SAFETY: the caller's PD and access, our buffer's fd and the offset of the MR in it.
+        unsafe { f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int) }
+    };
+    let err = errno();
+    if let Some(close) = crate::real::close() {
+        // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else holds it.
+        unsafe { close(e.fd) };
+    }
+    if mr.is_null() {
+        shim::call_in(|s| s.dmabuf_refused(api, a.addr, a.len, err));
+        set_errno(e0);
+        return None;
+    }
+    // SAFETY: the provider returned a live `struct ibv_mr`, whose `addr` field (a pointer-sized
+    // integer at IBV_MR_ADDR_OFFSET) the caller may read; nobody else uses the MR yet.
+    let provider_addr = unsafe {
+        let slot = (mr as *mut u8).add(IBV_MR_ADDR_OFFSET) as *mut u64;
+        let was = slot.read_unaligned();
+        slot.write_unaligned(a.addr);
+        was
+    };
+    shim::call_in(|s| s.verbs_after_dmabuf(e, mr as u64, provider_addr, a.addr));
+    set_errno(e0);
+    Some(mr)
+}
+
 macro_rules! verbs_reg {
-    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $range:expr) => {
+    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $args:expr) => {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
@@ -39,9 +102,14 @@ macro_rules! verbs_reg {
                     set_errno(libc::ENOSYS);
                     return null_mut();
                 }
-                let range = |$($b: $t),*| -> (u64, u64) { $range };
-                let (addr, len) = range($($a),*);
-                let d = before(stringify!($export), addr, len);
+                let args = |$($b: $t),*| -> RegArgs { $args };
+                let a = args($($a),*);
+                let d = before(stringify!($export), &a, false);
+                if let Some(Decision::Exported(e)) = &d {
+                    if let Some(mr) = register_export(stringify!($export), &a, e) {
+                        return mr;
+                    }
+                }
                 // SAFETY: real is the provider's function of exactly this signature.
                 let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
                 // SAFETY: forwarded unchanged.
@@ -59,28 +127,61 @@ macro_rules! verbs_reg {
     };
 }
 
-verbs_reg!(reg_mr, ibv_reg_mr, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |_pd, addr, length, _access| (addr as u64, length as u64));
-verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |_pd, addr, length, _iova, _access| (addr as u64, length as u64));
-verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |_pd, addr, length, _iova, _access| (addr as u64, length as u64));
-// struct ibv_mr_init_attr (rdma-core >= 59): 0 length, 8 access, 16 comp_mask, 24 iova, 32 addr,
-// 40 fd, 48 fd_offset, 56 dmah [INF: read from generated bindings, not a header of the version].
-// A DMA-BUF registration has no addr; whatever addr names is only ever looked up exactly.
-verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |_pd, attr| mr_ex_range(attr));
+fn args(pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> RegArgs {
+    RegArgs { pd, addr: addr as u64, len: length as u64, iova, access, ours: true }
+}
 
-fn mr_ex_range(attr: *mut c_void) -> (u64, u64) {
+verbs_reg!(reg_mr, ibv_reg_mr, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
+    pd,
+    addr,
+    length,
+    addr as u64,
+    access as u32
+));
+verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |pd, addr, length, iova, access| args(
+    pd,
+    addr,
+    length,
+    iova,
+    access as u32
+));
+verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |pd, addr, length, iova, access| args(
+    pd, addr, length, iova, access
+));
+verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
+
+/// `struct ibv_mr_init_attr` of `ibv_reg_mr_ex`: a registration of `addr` only when the caller
+/// gave one and no dma-buf fd.
+fn mr_ex_args(pd: Pd, attr: *mut c_void) -> RegArgs {
+    let none = RegArgs { pd, addr: 0, len: 0, iova: 0, access: 0, ours: false };
     if attr.is_null() {
-        return (0, 0);
+        return none;
     }
-    let mut b = [0u8; 40];
-    // SAFETY: the caller passes a readable ibv_mr_init_attr of at least 40 bytes to the provider.
-    unsafe { core::ptr::copy_nonoverlapping(attr as *const u8, b.as_mut_ptr(), 40) };
-    let len = u64::from_le_bytes(b[0..8].try_into().unwrap_or([0; 8]));
-    let addr = u64::from_le_bytes(b[32..40].try_into().unwrap_or([0; 8]));
-    (addr, len)
+    let mut b = [0u8; v::MR_INIT_ATTR_READ];
+    // SAFETY: the caller passes a readable ibv_mr_init_attr, larger than these bytes, to the provider.
+    unsafe { core::ptr::copy_nonoverlapping(attr as *const u8, b.as_mut_ptr(), b.len()) };
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let mask = u64_at(v::MR_INIT_ATTR_COMP_MASK);
+    if mask & v::REG_MR_MASK_ADDR == 0 || mask & v::REG_MR_MASK_FD != 0 {
+        return none;
+    }
+    let addr = u64_at(v::MR_INIT_ATTR_ADDR);
+    let iova = if mask & v::REG_MR_MASK_IOVA != 0 { u64_at(v::MR_INIT_ATTR_IOVA) } else { addr };
+    let access = u32::from_le_bytes(b[v::MR_INIT_ATTR_ACCESS..][..4].try_into().unwrap_or([0; 4]));
+    RegArgs { pd, addr, len: u64_at(v::MR_INIT_ATTR_LENGTH), iova, access, ours: true }
 }
 
 static DEREG_NEXT: NextFn = NextFn::reloadable(c"ibv_dereg_mr", b"libibverbs.so");
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
+
+/// Writes `value` into `mr->addr`.
+///
+/// # Safety
+/// `mr` is a live `struct ibv_mr` the provider made for us.
+unsafe fn set_mr_addr(mr: Mr, value: u64) {
+    // SAFETY: per the contract; `addr` is a pointer-sized integer at IBV_MR_ADDR_OFFSET.
+    unsafe { ((mr as *mut u8).add(IBV_MR_ADDR_OFFSET) as *mut u64).write_unaligned(value) };
+}
 
 unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     if real.is_null() {
@@ -93,11 +194,19 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     } else {
         None
     };
+    if let Some(HeldRef::Dmabuf { provider_addr, .. }) = &held {
+        // SAFETY: a dma-buf MR of ours, alive until the provider's call below returns.
+        unsafe { set_mr_addr(mr, *provider_addr) };
+    }
     // SAFETY: the provider's ibv_dereg_mr.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
     if let Some(held) = held {
+        if let (HeldRef::Dmabuf { va, .. }, true) = (&held, rc != 0) {
+            // SAFETY: the provider refused: the MR still exists and shows the caller's VA again.
+            unsafe { set_mr_addr(mr, *va) };
+        }
         shim::call_in(|s| s.verbs_dereg_end(mr as u64, held, rc == 0));
     }
     rc
@@ -114,7 +223,6 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
 
 static REREG_NEXT: NextFn = NextFn::reloadable(c"ibv_rereg_mr", b"libibverbs.so");
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
-const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
 
 /// A re-registration that moves the MR to `[addr, addr+length)` is a registration of the new range
 /// and a deregistration of the old one, in that order, once the provider accepted it.
@@ -123,7 +231,7 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
         return libc::ENOSYS;
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
-    let d = if moves { before("ibv_rereg_mr", addr as u64, length as u64) } else { None };
+    let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
     // SAFETY: the provider's ibv_rereg_mr.
     let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
     // SAFETY: forwarded unchanged.
@@ -151,7 +259,6 @@ pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c
 }
 
 static DMABUF_NEXT: NextFn = NextFn::reloadable(c"ibv_reg_dmabuf_mr", b"libibverbs.so");
-type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 
 unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
     if real.is_null() {
@@ -161,7 +268,7 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
     if let Some(s) = shim::try_get() {
         s.stats.dmabuf_mrs.fetch_add(1, Relaxed);
     }
-    // SAFETY: the provider's ibv_reg_dmabuf_mr, forwarded unchanged: DMA-BUF needs no help.
+    // SAFETY: the provider's ibv_reg_dmabuf_mr, forwarded unchanged: the program's own dma-buf.
     let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
     // SAFETY: forwarded unchanged.
     unsafe { f(pd, offset, length, iova, fd, access) }
@@ -203,5 +310,17 @@ mod tests {
         assert!(super::by_symbol(b"ibv_reg_mr", None).is_some());
         assert!(super::by_symbol(b"ibv_reg_mr_iova2", Some(b"IBVERBS_1.8")).is_some());
         assert!(super::by_symbol(b"ibv_open_device", Some(b"IBVERBS_1.1")).is_none());
+    }
+
+    #[test]
+    fn a_dmabuf_registration_through_reg_mr_ex_is_not_ours() {
+        let mut attr = [0u64; 8];
+        attr[0] = 0x1000; // length
+        attr[2] = super::v::REG_MR_MASK_ADDR | super::v::REG_MR_MASK_FD;
+        attr[4] = 0x7f00_0000_0000;
+        assert!(!super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast()).ours);
+        attr[2] = super::v::REG_MR_MASK_ADDR;
+        let a = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
+        assert!(a.ours && a.addr == 0x7f00_0000_0000 && a.iova == a.addr && a.len == 0x1000);
     }
 }

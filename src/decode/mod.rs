@@ -4,7 +4,6 @@
 //! only the bytes that the request encodes (RM: `_IOC_SIZE`; UVM: the branch's struct size).
 
 use crate::abi::{self, class, esc, p2p, status, uvm, AbiTable};
-use core::fmt;
 use core::mem::size_of;
 
 pub type Uuid = [u8; 16];
@@ -187,6 +186,23 @@ pub enum Event {
         base: u64,
         length: Option<u64>,
     },
+    /// A dma-buf export made by the program (libcuda's `cuMemGetHandleForAddressRange`): boxed,
+    /// it is large and rare.
+    DmabufExport(Box<ExportCall>),
+}
+
+/// One NV_ESC_EXPORT_TO_DMABUF_FD call as RM accepted it: `fd` is the buffer's fd after the call
+/// (new when the call created it), `pieces` the `num_objects` handles from slot `index` on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportCall {
+    pub fd: i32,
+    pub h_client: u32,
+    pub total_objects: u32,
+    pub index: u32,
+    pub total_size: u64,
+    pub mapping_type: u8,
+    /// (hMemory, offset, size) per piece.
+    pub pieces: Vec<(u32, u64, u64)>,
 }
 
 /// The GPUs of one UVM map call: inline for one (the usual case), so that decoding the call in
@@ -343,6 +359,7 @@ fn decode_rm(fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReade
         esc::RM_CONTROL => decode_control(arg, params),
         esc::RM_DUP_OBJECT => decode_dup(arg),
         esc::CHECK_VERSION_STR => decode_version(arg),
+        esc::EXPORT_TO_DMABUF_FD if t.dmabuf_export => decode_export(arg),
         _ => Ok(Outcome::Ignored),
     };
     r.unwrap_or_else(|o| o)
@@ -433,6 +450,27 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
         c => Event::OtherObject { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, class: c },
     };
     Ok(Outcome::Event(ev))
+}
+
+fn decode_export(arg: &[u8]) -> Result<Outcome, Outcome> {
+    use abi::dmabuf::{ExportToDmabufFd, EXPORT_MAX_HANDLES};
+    let e: ExportToDmabufFd =
+        abi::read_pod(arg).filter(|_| arg.len() == size_of::<ExportToDmabufFd>()).ok_or(Outcome::Malformed("export struct"))?;
+    failed_or(0, e.status, || ())?;
+    let n = e.num_objects as usize;
+    if n == 0 || n > EXPORT_MAX_HANDLES {
+        return Err(Outcome::Malformed("export numObjects out of range"));
+    }
+    let pieces = (0..n).map(|i| (e.handles[i], e.offsets[i], e.sizes[i])).collect();
+    Ok(Outcome::Event(Event::DmabufExport(Box::new(ExportCall {
+        fd: e.fd,
+        h_client: e.h_client,
+        total_objects: e.total_objects,
+        index: e.index,
+        total_size: e.total_size,
+        mapping_type: e.mapping_type,
+        pieces,
+    }))))
 }
 
 fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
@@ -571,277 +609,7 @@ fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome {
     }
 }
 
-pub fn uuid_str(u: &Uuid) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Event::RootClient { fd, h_client } => write!(f, "RM_ALLOC root client={h_client:#010x} fd={fd}"),
-            Event::Device { h_client, h_device, device_id } => {
-                write!(f, "RM_ALLOC device client={h_client:#010x} h={h_device:#010x} deviceId={device_id}")
-            }
-            Event::Subdevice { h_client, h_device, h_subdevice, subdevice_id } => {
-                write!(
-                    f,
-                    "RM_ALLOC subdevice client={h_client:#010x} device={h_device:#010x} h={h_subdevice:#010x} subDeviceId={subdevice_id}"
-                )
-            }
-            Event::VaSpace { h_client, h_parent, h_vaspace, class, flags } => {
-                write!(f, "RM_ALLOC vaspace client={h_client:#010x} parent={h_parent:#010x} h={h_vaspace:#010x} class={class:#x} flags={flags:#x}")
-            }
-            Event::Memory { h_client, h_parent, h_memory, class, size, attr, attr2, flags } => {
-                write!(f, "RM_ALLOC memory client={h_client:#010x} parent={h_parent:#010x} h={h_memory:#010x} class={class:#x} size=")?;
-                match size {
-                    Some(s) => write!(f, "{s:#x}")?,
-                    None => write!(f, "?")?,
-                }
-                write!(f, " attr={attr:#x} attr2={attr2:#x} flags={flags:#x}")
-            }
-            Event::OtherObject { h_client, h_parent, h_object, class } => {
-                write!(f, "RM_ALLOC object client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} class={class:#x}")
-            }
-            Event::P2pAlloc { h_client, h_parent, h_object, flags } => write!(
-                f,
-                "RM_ALLOC NV50_THIRD_PARTY_P2P client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} flags={flags:#x}"
-            ),
-            Event::P2pControl { h_client, h_object, ctrl } => {
-                write!(f, "RM_CONTROL 503C client={h_client:#010x} obj={h_object:#010x} ")?;
-                match ctrl {
-                    P2pCtrl::RegisterVaSpace { h_vaspace, token } => {
-                        write!(f, "REGISTER_VA_SPACE hVASpace={h_vaspace:#010x} token={token:#x}")
-                    }
-                    P2pCtrl::UnregisterVaSpace { h_vaspace } => write!(f, "UNREGISTER_VA_SPACE hVASpace={h_vaspace:#010x}"),
-                    P2pCtrl::RegisterVidmem { h_memory, address, size, offset } => {
-                        write!(f, "REGISTER_VIDMEM hMemory={h_memory:#010x} address={address:#x} size={size:#x} offset={offset:#x}")
-                    }
-                    P2pCtrl::UnregisterVidmem { h_memory } => write!(f, "UNREGISTER_VIDMEM hMemory={h_memory:#010x}"),
-                    P2pCtrl::RegisterPid { h_client } => write!(f, "REGISTER_PID hClient={h_client:#010x}"),
-                }
-            }
-            Event::Free { h_client, h_parent, h_object } => {
-                write!(f, "RM_FREE client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x}")
-            }
-            Event::Dup { h_client, h_parent, h_object, h_client_src, h_object_src } => {
-                write!(f, "RM_DUP client={h_client:#010x} parent={h_parent:#010x} h={h_object:#010x} from client={h_client_src:#010x} h={h_object_src:#010x}")
-            }
-            Event::Version(v) => write!(f, "CHECK_VERSION_STR {v}"),
-            Event::UvmRegisterGpu { uuid, rm_ctrl_fd, h_client } => {
-                write!(f, "UVM_REGISTER_GPU {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x}", uuid_str(uuid))
-            }
-            Event::UvmRegisterGpuVaSpace { uuid, rm_ctrl_fd, h_client, h_vaspace } => {
-                write!(
-                    f,
-                    "UVM_REGISTER_GPU_VASPACE {} rmCtrlFd={rm_ctrl_fd} hClient={h_client:#010x} hVaSpace={h_vaspace:#010x}",
-                    uuid_str(uuid)
-                )
-            }
-            Event::UvmCreateExternalRange { base, length } => write!(f, "UVM_CREATE_EXTERNAL_RANGE base={base:#x} length={length:#x}"),
-            Event::UvmMapExternal { base, length, offset, gpus, rm_ctrl_fd, h_client, h_memory } => {
-                write!(f, "UVM_MAP_EXTERNAL_ALLOCATION base={base:#x} length={length:#x} offset={offset:#x} hClient={h_client:#010x} hMemory={h_memory:#010x} rmCtrlFd={rm_ctrl_fd} gpus=")?;
-                for (i, g) in gpus.iter().enumerate() {
-                    write!(f, "{}{}", if i > 0 { "," } else { "" }, uuid_str(g))?;
-                }
-                Ok(())
-            }
-            Event::UvmUnmapExternal { base, length, gpu } => {
-                write!(f, "UVM_UNMAP_EXTERNAL base={base:#x} length={length:#x} {}", uuid_str(gpu))
-            }
-            Event::UvmFree { base, length } => match length {
-                Some(l) => write!(f, "UVM_FREE base={base:#x} length={l:#x}"),
-                None => write!(f, "UVM_FREE base={base:#x}"),
-            },
-        }
-    }
-}
-
+mod display;
+pub use display::uuid_str;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::abi::{pod_bytes, zeroed, DriverVersion};
-    use std::collections::HashMap;
-
-    #[test]
-    fn pending_releases_read_only_the_fields_they_need() {
-        for v in ["535.288.01", "580.159.04", "595.45.04"] {
-            let t = abi::table_for(DriverVersion::parse(v).unwrap()).unwrap();
-            let l = t.uvm_map_external();
-            let mut map = vec![0u8; l.size()];
-            map[0..8].copy_from_slice(&0x7f00_0000_0000u64.to_le_bytes());
-            map[8..16].copy_from_slice(&0x20_0000u64.to_le_bytes());
-            map[16..24].copy_from_slice(&0x1_0000u64.to_le_bytes());
-            map[l.h_client()..l.h_client() + 4].copy_from_slice(&0xc1d0_0001u32.to_le_bytes());
-            map[l.h_memory()..l.h_memory() + 4].copy_from_slice(&0x5c00_0042u32.to_le_bytes());
-            let read = |b: &[u8], pieces: &[(usize, usize)]| -> Option<Vec<u8>> {
-                let mut out = Vec::new();
-                for &(o, n) in pieces {
-                    out.extend_from_slice(b.get(o..o + n)?);
-                }
-                Some(out)
-            };
-            let got = pending(DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION, t, &|p| read(&map, p));
-            assert_eq!(
-                got,
-                Some(Pending::UvmMap {
-                    base: 0x7f00_0000_0000,
-                    length: 0x20_0000,
-                    offset: 0x1_0000,
-                    h_client: 0xc1d0_0001,
-                    h_memory: 0x5c00_0042
-                }),
-                "{v}"
-            );
-            let unmap = [0x11u8; 40];
-            assert_eq!(
-                pending(DevKind::Uvm, uvm::UNMAP_EXTERNAL, t, &|p| read(&unmap, p)),
-                Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 })
-            );
-            let mut free = zeroed::<abi::Nvos00Free>();
-            free.h_root = 7;
-            free.h_object_old = 9;
-            let req = abi::nv_ioctl(esc::RM_FREE, 16);
-            assert_eq!(pending(DevKind::Ctl, req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
-            assert_eq!(
-                pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)),
-                Some(Pending::RmFree { h_client: 7, h_object: 9 })
-            );
-            // calls that release nothing read nothing; an unreadable argument is no release
-            assert_eq!(pending(DevKind::Ctl, abi::nv_ioctl(esc::RM_ALLOC, 48), t, &|_| panic!("read")), None);
-            assert_eq!(pending(DevKind::Uvm, uvm::FREE, t, &|_| None), None);
-        }
-    }
-
-    struct Params(HashMap<u64, Vec<u8>>);
-    impl ParamReader for Params {
-        fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {
-            self.0.get(&ptr).filter(|b| b.len() >= len).map(|b| b[..len].to_vec())
-        }
-    }
-
-    fn t580() -> &'static AbiTable {
-        abi::table_for(DriverVersion(580, 159, 4)).unwrap()
-    }
-
-    #[test]
-    fn memory_alloc_reads_size_from_class_params_not_params_size() {
-        let mut mp: abi::MemoryAllocationParamsV545 = zeroed();
-        mp.size = 64 << 20;
-        mp.attr = 0x1180_0000;
-        let mut a: abi::Nvos64Alloc = zeroed();
-        a.h_root = 0xc1d0_0022;
-        a.h_object_parent = 0x5c00_0002;
-        a.h_object_new = 0x5c00_0096;
-        a.h_class = 0x40;
-        a.p_alloc_parms = 0x1000;
-        a.params_size = 0; // as libcuda passes it
-        let p = Params([(0x1000, pod_bytes(&mp).to_vec())].into());
-        let r = abi::nv_ioctl(esc::RM_ALLOC, 48);
-        let o = decode(DevKind::Ctl, 8, r, 0, pod_bytes(&a), &p, t580());
-        assert_eq!(
-            o,
-            Outcome::Event(Event::Memory {
-                h_client: 0xc1d0_0022,
-                h_parent: 0x5c00_0002,
-                h_memory: 0x5c00_0096,
-                class: 0x40,
-                size: Some(64 << 20),
-                attr: 0x1180_0000,
-                attr2: 0,
-                flags: 0
-            })
-        );
-    }
-
-    #[test]
-    fn failed_status_and_failed_rc_are_not_decoded() {
-        let mut f: abi::Nvos00Free = zeroed();
-        f.status = status::NV_ERR_OBJECT_NOT_FOUND;
-        let r = abi::nv_ioctl(esc::RM_FREE, 16);
-        assert_eq!(decode(DevKind::Ctl, 3, r, 0, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: 0, status: 0x57 });
-        f.status = 0;
-        assert_eq!(decode(DevKind::Ctl, 3, r, -1, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: -1, status: 0 });
-    }
-
-    #[test]
-    fn size_mismatch_is_malformed() {
-        let f: abi::Nvos00Free = zeroed();
-        let r = abi::nv_ioctl(esc::RM_FREE, 20);
-        let mut b = pod_bytes(&f).to_vec();
-        b.extend_from_slice(&[0; 4]);
-        assert!(matches!(decode(DevKind::Ctl, 3, r, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
-        // captured length different from _IOC_SIZE
-        let r = abi::nv_ioctl(esc::RM_FREE, 16);
-        assert!(matches!(decode(DevKind::Ctl, 3, r, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
-    }
-
-    #[test]
-    fn uvm_map_external_uses_the_branch_layout() {
-        for (t, max) in [(abi::table_for(DriverVersion(535, 288, 1)).unwrap(), 32usize), (t580(), 256)] {
-            let l = t.uvm_map_external();
-            let mut b = vec![0u8; l.size()];
-            b[0..8].copy_from_slice(&0x7f43_5200_0000u64.to_le_bytes());
-            b[8..16].copy_from_slice(&(64u64 << 20).to_le_bytes());
-            b[24..40].copy_from_slice(&[7; 16]);
-            b[l.count()..l.count() + 8].copy_from_slice(&1u64.to_le_bytes());
-            b[l.rm_ctrl_fd()..l.rm_ctrl_fd() + 4].copy_from_slice(&8i32.to_le_bytes());
-            b[l.h_client()..l.h_client() + 4].copy_from_slice(&0xc1d0_0022u32.to_le_bytes());
-            b[l.h_memory()..l.h_memory() + 4].copy_from_slice(&0x5c00_0096u32.to_le_bytes());
-            assert_eq!(l.max_gpus, max);
-            let o = decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t);
-            assert_eq!(
-                o,
-                Outcome::Event(Event::UvmMapExternal {
-                    base: 0x7f43_5200_0000,
-                    length: 64 << 20,
-                    offset: 0,
-                    gpus: smallvec::smallvec![[7; 16]],
-                    rm_ctrl_fd: 8,
-                    h_client: 0xc1d0_0022,
-                    h_memory: 0x5c00_0096
-                })
-            );
-            // rmStatus set: not decoded
-            b[l.rm_status()] = 0x1f;
-            assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t), Outcome::Failed { .. }));
-        }
-    }
-
-    #[test]
-    fn uvm_free_layout_changes_in_590() {
-        let t590 = abi::table_for(DriverVersion(590, 48, 1)).unwrap();
-        let mut b = vec![0u8; 16];
-        b[0..8].copy_from_slice(&0x2000u64.to_le_bytes());
-        assert_eq!(
-            decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590),
-            Outcome::Event(Event::UvmFree { base: 0x2000, length: None })
-        );
-        // 16 bytes on a 580 driver is not the struct the kernel copies: refused.
-        assert!(matches!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
-    }
-
-    #[test]
-    fn only_503c_controls_are_decoded() {
-        let mut c: abi::Nvos54Control = zeroed();
-        c.cmd = 0x2080_1303;
-        c.params = 0x10;
-        c.params_size = 1028;
-        let r = abi::nv_ioctl(esc::RM_CONTROL, 32);
-        assert_eq!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &NoParams, t580()), Outcome::Ignored);
-        c.cmd = p2p::REGISTER_VIDMEM;
-        c.params_size = 32;
-        let rv = abi::Nv503cRegisterVidmem { h_memory: 5, _pad0: 0, address: 0x10000, size: 0x20000, offset: 0 };
-        let p = Params([(0x10, pod_bytes(&rv).to_vec())].into());
-        assert_eq!(
-            decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()),
-            Outcome::Event(Event::P2pControl {
-                h_client: 0,
-                h_object: 0,
-                ctrl: P2pCtrl::RegisterVidmem { h_memory: 5, address: 0x10000, size: 0x20000, offset: 0 }
-            })
-        );
-        c.params_size = 31;
-        assert!(matches!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()), Outcome::Malformed(_)));
-    }
-}
+mod tests;

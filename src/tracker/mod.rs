@@ -9,6 +9,8 @@ use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use std::fmt;
 
+pub mod dmabuf;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObjKind {
     Client { fd: i32 },
@@ -61,6 +63,11 @@ pub struct ShadowCounts {
     pub predicted_only: u64,
     pub user_allocs: u64,
     pub uncovered: u64,
+    /// dma-bufs libcuda exported for `cuMemGetHandleForAddressRange` (datacenter GPUs), and
+    /// those equal / not equal to the map's plan of the same range.
+    pub dmabuf_native: u64,
+    pub dmabuf_matched: u64,
+    pub dmabuf_mismatched: u64,
 }
 
 /// What the shadow oracle found for one user allocation.
@@ -88,6 +95,13 @@ pub enum Notice {
     UnknownUvmFree {
         base: u64,
     },
+    /// libcuda's dma-buf of `[ptr, ptr+size)` is not what the map predicts.
+    DmabufMismatch {
+        ptr: u64,
+        size: u64,
+        native: String,
+        predicted: String,
+    },
 }
 
 #[derive(Default)]
@@ -106,6 +120,8 @@ pub struct Tracker {
     native_regs: HashMap<MemRef, NativeReg>,
     pub native_seen: bool,
     pub counts: ShadowCounts,
+    /// libcuda's dma-buf exports waiting for CUDA to hand out their fd (see `dmabuf`).
+    native_exports: HashMap<i32, dmabuf::NativeExport>,
 }
 
 impl Tracker {
@@ -137,6 +153,18 @@ impl Tracker {
             ObjKind::Device { device_id } => Some((o.parent, device_id)),
             _ => None,
         }
+    }
+
+    /// Every (client, device) of the clients this process allocated.
+    pub fn devices(&self) -> Vec<(u32, u32)> {
+        let mut v: Vec<(u32, u32)> = self
+            .objects
+            .iter()
+            .filter(|(&(c, _), o)| matches!(o.kind, ObjKind::Device { .. }) && self.client_fd(c).is_some())
+            .map(|(&(c, h), _)| (c, h))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The subdevice under a device (the parent a 503C object needs).
@@ -331,6 +359,7 @@ impl Tracker {
                 }
             }
             Event::Version(_) => {}
+            Event::DmabufExport(ref e) => self.native_export(e),
             Event::UvmRegisterGpu { uuid, h_client, .. } => {
                 self.gpus.insert(uuid, h_client);
             }
@@ -440,14 +469,14 @@ impl Tracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const C: u32 = 0xc1d0_0022;
-    const DEV: u32 = 0x5c00_0002;
+    pub(crate) const C: u32 = 0xc1d0_0022;
+    pub(crate) const DEV: u32 = 0x5c00_0002;
     const G: Uuid = [3; 16];
 
-    fn base_tracker() -> Tracker {
+    pub(crate) fn base_tracker() -> Tracker {
         let mut t = Tracker::new();
         for e in [
             Event::RootClient { fd: 8, h_client: C },
@@ -459,7 +488,7 @@ mod tests {
         t
     }
 
-    fn alloc(t: &mut Tracker, h: u32, va: u64, len: u64, native: bool) {
+    pub(crate) fn alloc(t: &mut Tracker, h: u32, va: u64, len: u64, native: bool) {
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
         if native {
             t.apply(&Event::P2pControl {

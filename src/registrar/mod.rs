@@ -1,0 +1,457 @@
+//! The registration paths: before a verbs registration of GPU memory is delegated, make the exact
+//! RM memory behind it reachable for the NIC by the route this machine supports, and undo it when
+//! the last MR goes or the memory goes away.
+//!
+//! - NV503C ([`nv503c`]): register the memory with NV50_THIRD_PARTY_P2P exactly as libcuda does on
+//!   datacenter GPUs; the verbs call is then delegated unchanged, and nvidia-peermem resolves it.
+//! - DMA-BUF ([`dmabuf`]): export the exact pieces as one dma-buf; the hook registers it with
+//!   `ibv_reg_dmabuf_mr` in place of the call that could only fail.
+//!
+//! Both rest on the same exact map and stand aside where libcuda registers natively. Pure logic
+//! behind the [`Rm`] trait: real ioctls in production (`rm.rs`), fakes in the tests.
+#![forbid(unsafe_code)]
+
+pub mod dmabuf;
+pub mod nv503c;
+#[cfg(test)]
+mod tests;
+
+use crate::abi::dmabuf::ExportToDmabufFd;
+use crate::abi::status::{self, Call};
+use crate::decode::Pending;
+use crate::route::Route;
+use crate::tracker::{Tracker, VidmemTuple};
+use crate::vamap::{MemRef, Miss};
+use rustc_hash::FxHashMap as HashMap;
+use std::fmt;
+
+/// An RM client of the program and the /dev/nvidiactl fd it was allocated on (strict client
+/// validation: RM takes the client's calls on that fd only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Client {
+    pub handle: u32,
+    pub ctl_fd: i32,
+}
+
+/// The RM calls the registrar needs. Errors are RM status codes (NV_ERR_GENERIC when the ioctl
+/// itself failed).
+pub trait Rm {
+    fn alloc_p2p(&mut self, c: Client, subdevice: u32) -> Result<u32, u32>;
+    fn register_va_space(&mut self, c: Client, p2p: u32, h_vaspace: u32) -> Result<u64, u32>;
+    fn register_vidmem(&mut self, c: Client, p2p: u32, t: &VidmemTuple) -> Result<(), u32>;
+    fn unregister_vidmem(&mut self, c: Client, p2p: u32, h_memory: u32) -> Result<(), u32>;
+    fn free(&mut self, c: Client, parent: u32, h: u32) -> Result<(), u32>;
+    /// RM's dma-buf capability of the GPU behind `subdevice`.
+    fn gpu_dmabuf_capable(&mut self, c: Client, subdevice: u32) -> Result<bool, u32>;
+    /// One NV_ESC_EXPORT_TO_DMABUF_FD on a /dev/nvidiaN fd of the GPU with RM device instance
+    /// `device_instance`; returns the buffer's fd (`params.fd` after the call).
+    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32>;
+    fn close_fd(&mut self, fd: i32);
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegMiss {
+    Lookup(Miss),
+    NotVidmem {
+        class: u32,
+    },
+    NoDevice,
+    NoSubdevice,
+    NoVaSpace,
+    Unaligned(VidmemTuple),
+    SpansMappings {
+        mapping_end: u64,
+    },
+    /// The UVM mapping an MR lies in is no longer whole: part of it was unmapped or mapped again.
+    MappingNotWhole {
+        tuple: VidmemTuple,
+    },
+    OtherAddress {
+        registered: VidmemTuple,
+    },
+    Rm {
+        call: Call,
+        status: u32,
+    },
+    /// No route can work here: what each lacks.
+    NoRoute(String),
+    /// DMA-BUF: the range cannot be one dma-buf of this process's own memory.
+    Export(dmabuf::PlanMiss),
+    /// DMA-BUF: RM says the GPU has no dma-buf capability.
+    GpuNotCapable,
+    /// `ibv_rereg_mr` cannot move an MR onto a dma-buf.
+    Rereg,
+    /// The memory's RM client was not allocated through this process's NVIDIA fds.
+    UnknownClient {
+        client: u32,
+    },
+}
+
+impl fmt::Display for RegMiss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegMiss::Lookup(m) => write!(f, "{m}"),
+            RegMiss::NotVidmem { class } => write!(f, "memory class {class:#x} is not vidmem"),
+            RegMiss::NoDevice => write!(f, "the memory's device is unknown"),
+            RegMiss::NoSubdevice => write!(f, "no single subdevice under the memory's device"),
+            RegMiss::NoVaSpace => write!(f, "no VA space registered with UVM under the memory's device"),
+            RegMiss::Unaligned(t) => write!(f, "backing range {t} is not 64 KiB aligned"),
+            RegMiss::SpansMappings { mapping_end } => write!(f, "the MR runs past its UVM mapping (ends at {mapping_end:#x})"),
+            RegMiss::MappingNotWhole { tuple } => write!(
+                f,
+                "the UVM mapping {tuple} is no longer whole (part of it was unmapped or mapped to other memory); registering it \
+                 would describe memory that is not there"
+            ),
+            RegMiss::OtherAddress { registered } => {
+                write!(f, "the memory is already registered at another VA {registered} (one range per hMemory)")
+            }
+            RegMiss::Rm { call, status: st } => {
+                write!(f, "{} refused: {st:#x} {} ({})", call.name(), status::name(*st), status::cause(*call, *st))
+            }
+            RegMiss::NoRoute(why) => write!(f, "no registration route on this machine: {why}"),
+            RegMiss::Export(m) => write!(f, "{m}"),
+            RegMiss::GpuNotCapable => write!(f, "RM reports no dma-buf capability for this GPU (kernel without dma-buf, or APM on)"),
+            RegMiss::Rereg => write!(f, "ibv_rereg_mr cannot move an MR onto GPU memory on the DMA-BUF route; deregister and register"),
+            RegMiss::UnknownClient { client } => {
+                write!(f, "the memory's RM client {client:#010x} was not allocated through this process's NVIDIA fds")
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegCounts {
+    pub pass0_hits: u64,
+    pub pass0_misses: u64,
+    pub registered: u64,
+    pub unregistered: u64,
+    pub rm_errors: u64,
+    pub host: u64,
+    pub stood_aside: u64,
+    pub p2p_objects: u64,
+    /// dma-bufs gdrshim exported (for verbs MRs and for CUDA's callers).
+    pub dmabuf_exports: u64,
+    /// `IBV_ACCESS_ON_DEMAND` registrations of GPU memory: neither route serves them.
+    pub odp: u64,
+}
+
+/// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
+/// iova, fd, access)`, then close `fd` (the MR holds its own reference to the buffer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    pub fd: i32,
+    /// Offset of the MR's first byte in the buffer (the buffer starts at the page below it).
+    pub offset: u64,
+    pub pieces: usize,
+    pub bytes: u64,
+    pub mems: Vec<MemRef>,
+}
+
+/// What to do about one verbs registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Not GPU memory: delegate, nothing to do.
+    Host,
+    /// `IBV_ACCESS_ON_DEMAND`: ODP MRs can use neither route; delegated untouched, counted.
+    Odp,
+    /// Native registration present (datacenter GPU): delegate, register nothing.
+    StandAside,
+    /// NV503C: registered (or shared an existing registration) for this memory; commit or release.
+    Hit { mem: MemRef, offset: u64, tuple: VidmemTuple, fresh: bool, id: u64 },
+    /// DMA-BUF: exported; the hook registers the buffer instead of delegating.
+    Exported(Export),
+    /// DMA-BUF in shadow mode: what would be exported.
+    WouldExport { pieces: usize, bytes: u64 },
+    /// Nothing registered; delegate and let the real call fail as it would.
+    Miss(RegMiss),
+}
+
+/// The registration reference of an MR being deregistered, held across the provider's call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeldRef {
+    Nv503c {
+        mem: MemRef,
+        id: u64,
+    },
+    /// A dma-buf MR of ours: `ibv_mr.addr` must read `provider_addr` again while the provider
+    /// deregisters it (gdrshim set it to the VA the caller registered).
+    Dmabuf {
+        provider_addr: u64,
+        va: u64,
+        mems: Vec<MemRef>,
+    },
+}
+
+/// A memory object whose memory or VA a driver call is about to release while verbs MRs still
+/// use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StillInUse {
+    pub route: Route,
+    pub what: String,
+    pub mrs: u32,
+}
+
+/// A verbs registration request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerbsReg {
+    pub addr: u64,
+    pub len: u64,
+    /// `IBV_ACCESS_*` flags.
+    pub access: u32,
+    /// `ibv_rereg_mr` moving an MR (cannot become a dma-buf MR).
+    pub rereg: bool,
+}
+
+#[derive(Default)]
+pub struct Registrar {
+    nv: nv503c::Nv503c,
+    dmabuf: dmabuf::Dmabuf,
+    /// Live MRs (by the provider's `ibv_mr*`) and what they hold.
+    mrs: HashMap<u64, HeldRef>,
+    next_id: u64,
+    pub counts: RegCounts,
+    /// Only compute and log decisions (shadow mode), never call RM.
+    pub dry_run: bool,
+    /// The route registrations take; `Err` says why there is none.
+    route: Option<Result<Route, String>>,
+    /// Live MRs on dma-bufs of ours.
+    dmabuf_live: usize,
+}
+
+impl Registrar {
+    /// A registrar on the NV503C route.
+    pub fn new(dry_run: bool) -> Self {
+        Self::with_route(dry_run, Ok(Route::Nv503c))
+    }
+
+    pub fn with_route(dry_run: bool, route: Result<Route, String>) -> Self {
+        Registrar { dry_run, route: Some(route), ..Default::default() }
+    }
+
+    /// A registrar whose route is decided later ([`set_route`](Self::set_route)).
+    pub fn undecided(dry_run: bool) -> Self {
+        Registrar { dry_run, ..Default::default() }
+    }
+
+    pub fn route(&self) -> Option<&Result<Route, String>> {
+        self.route.as_ref()
+    }
+
+    pub fn set_route(&mut self, r: Result<Route, String>) {
+        self.route = Some(r);
+    }
+
+    pub fn live_registrations(&self) -> usize {
+        self.nv.live()
+    }
+    /// Whether `mr` holds a registration reference.
+    pub fn holds_mr(&self, mr: u64) -> bool {
+        self.mrs.contains_key(&mr)
+    }
+    pub fn live_mrs(&self) -> usize {
+        self.mrs.len()
+    }
+    pub fn p2p_objects(&self) -> usize {
+        self.nv.p2p_objects()
+    }
+    /// Live MRs on a dma-buf of ours.
+    pub fn dmabuf_mrs(&self) -> usize {
+        self.dmabuf_live
+    }
+    /// Whether anything a release must care about is live: NV503C registrations or dma-buf MRs.
+    pub fn in_use(&self) -> bool {
+        self.nv.live() > 0 || self.dmabuf_live > 0
+    }
+
+    /// RM's dma-buf capability of the first GPU the program's own clients hold a subdevice of
+    /// (`None`: no GPU yet, or RM could not be asked), cached per device.
+    pub fn probe_gpu_dmabuf(&mut self, t: &Tracker, rm: &mut dyn Rm) -> Option<bool> {
+        self.dmabuf.probe_any(t, rm)
+    }
+
+    /// Before delegating a verbs registration of `[addr, addr+len)` (NV503C route, no flags).
+    pub fn before_reg(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64) -> Decision {
+        self.before_verbs(t, rm, VerbsReg { addr, len, access: 0, rereg: false })
+    }
+
+    /// Before a verbs registration: what to do, with every RM call it needs made.
+    pub fn before_verbs(&mut self, t: &Tracker, rm: &mut dyn Rm, r: VerbsReg) -> Decision {
+        let d = self.decide(t, rm, r);
+        match &d {
+            Decision::Host => self.counts.host += 1,
+            Decision::Odp => self.counts.odp += 1,
+            Decision::StandAside => self.counts.stood_aside += 1,
+            Decision::Hit { .. } | Decision::Exported(_) | Decision::WouldExport { .. } => self.counts.pass0_hits += 1,
+            Decision::Miss(m) => {
+                self.counts.pass0_misses += 1;
+                if matches!(m, RegMiss::Rm { .. }) {
+                    self.counts.rm_errors += 1;
+                }
+            }
+        }
+        d
+    }
+
+    fn decide(&mut self, t: &Tracker, rm: &mut dyn Rm, r: VerbsReg) -> Decision {
+        // Host memory first, with two tree lookups: most verbs registrations of a job are not GPU
+        // memory, and they must cost next to nothing.
+        if !t.is_gpu_va(r.addr) && !t.map.was_mapped(r.addr) {
+            return Decision::Host;
+        }
+        if r.access & crate::abi::verbs::IBV_ACCESS_ON_DEMAND != 0 {
+            return Decision::Odp;
+        }
+        match t.map.lookup(r.addr, r.len) {
+            Ok(pieces) => {
+                // sysmem mapped through UVM is host memory to the NIC
+                let sysmem = pieces.iter().all(|p| t.memory_class(p.mem) == Some(crate::abi::class::NV01_MEMORY_SYSTEM));
+                if sysmem {
+                    return Decision::Host;
+                }
+            }
+            Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
+        }
+        if t.native_p2p_present() || t.native_seen {
+            return Decision::StandAside;
+        }
+        match self.route.clone() {
+            Some(Ok(Route::Nv503c)) => {
+                let next_id = &mut self.next_id;
+                self.nv.decide(t, rm, r.addr, r.len, self.dry_run, &mut self.counts, next_id)
+            }
+            Some(Ok(Route::Dmabuf)) if r.rereg => Decision::Miss(RegMiss::Rereg),
+            Some(Ok(Route::Dmabuf)) => match self.export(t, rm, r.addr, r.len, crate::abi::dmabuf::MAPPING_DEFAULT) {
+                Ok(Some(e)) => Decision::Exported(e),
+                Ok(None) => {
+                    let p = t.dmabuf_plan(r.addr, r.len).expect("planned once already");
+                    Decision::WouldExport { pieces: p.spans.len(), bytes: p.total }
+                }
+                Err(m) => Decision::Miss(m),
+            },
+            Some(Err(why)) => Decision::Miss(RegMiss::NoRoute(why)),
+            None => Decision::Miss(RegMiss::NoRoute("not decided yet".into())),
+        }
+    }
+
+    /// The dma-buf of `[addr, addr+len)` (rounded out to host pages): `Ok(None)` in shadow mode.
+    /// Used by verbs registrations and by CUDA's callers (`cuMemGetHandleForAddressRange`).
+    pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64, mapping_type: u8) -> Result<Option<Export>, RegMiss> {
+        let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
+        if self.dry_run {
+            return Ok(None);
+        }
+        let e = self.dmabuf.export(t, rm, &plan, addr, mapping_type).inspect_err(|m| {
+            if matches!(m, RegMiss::Rm { .. }) {
+                self.counts.rm_errors += 1;
+            }
+        })?;
+        self.counts.dmabuf_exports += 1;
+        Ok(Some(e))
+    }
+
+    /// After the real verbs call: keep the reference if it produced an MR, else drop it.
+    pub fn after_reg(&mut self, rm: &mut dyn Rm, d: &Decision, mr: u64) {
+        let Decision::Hit { mem, id, .. } = d else { return };
+        if self.dry_run {
+            return;
+        }
+        if mr != 0 {
+            if let Some(old) = self.mrs.insert(mr, HeldRef::Nv503c { mem: *mem, id: *id }) {
+                // The provider reused an MR pointer we still hold: drop the stale reference.
+                self.finish_dereg(rm, mr, old, true);
+            }
+        } else {
+            self.nv.release(rm, *mem, *id, &mut self.counts);
+        }
+    }
+
+    /// After `ibv_reg_dmabuf_mr` of an [`Export`] produced `mr`; `provider_addr` is what the
+    /// provider put in `ibv_mr.addr` (gdrshim shows the caller its VA instead).
+    pub fn after_dmabuf_reg(&mut self, mr: u64, e: &Export, provider_addr: u64, va: u64) {
+        let held = HeldRef::Dmabuf { provider_addr, va, mems: e.mems.clone() };
+        self.dmabuf.mr_added(&e.mems);
+        self.dmabuf_live += 1;
+        if let Some(old) = self.mrs.insert(mr, held) {
+            // the provider reused an MR pointer we still hold: that MR is gone
+            self.finish_dereg(&mut NoRm, mr, old, true);
+        }
+    }
+
+    /// After a successful `ibv_dereg_mr(mr)`.
+    pub fn after_dereg(&mut self, rm: &mut dyn Rm, mr: u64) {
+        if let Some(held) = self.take_mr(mr) {
+            self.finish_dereg(rm, mr, held, true);
+        }
+    }
+
+    /// Before the provider's `ibv_dereg_mr(mr)`: take the MR's reference out of the table while
+    /// `mr` still names this MR. Once the provider frees it, another thread's registration can
+    /// get the same pointer back from malloc at once; a lookup after the call would then release
+    /// that thread's registration instead.
+    pub fn take_mr(&mut self, mr: u64) -> Option<HeldRef> {
+        self.mrs.remove(&mr)
+    }
+
+    /// After the provider's dereg: release the reference taken by [`take_mr`](Self::take_mr),
+    /// or give it back to `mr` if the provider refused (the MR still exists).
+    pub fn finish_dereg(&mut self, rm: &mut dyn Rm, mr: u64, held: HeldRef, deregistered: bool) {
+        if !deregistered {
+            self.mrs.insert(mr, held);
+            return;
+        }
+        match held {
+            HeldRef::Nv503c { mem, id } => self.nv.release(rm, mem, id, &mut self.counts),
+            HeldRef::Dmabuf { mems, .. } => {
+                self.dmabuf.mr_gone(&mems);
+                self.dmabuf_live -= 1;
+            }
+        }
+    }
+
+    /// Before the driver runs a call that releases or replaces memory or VA: unregister every
+    /// NV503C registration that would otherwise describe memory that is no longer at its
+    /// address. Returns what was unregistered, and what verbs MRs still use.
+    pub fn before_driver_call(&mut self, t: &Tracker, rm: &mut dyn Rm, call: Pending) -> (Vec<VidmemTuple>, Vec<StillInUse>) {
+        let mut in_use = self.dmabuf.in_use_by(t, &call);
+        let gone = self.nv.before_driver_call(t, rm, call, &mut self.counts, &mut in_use);
+        (gone, in_use)
+    }
+
+    /// RM freed `h` in `client` (a free that succeeded): forget our 503C objects RM freed with it.
+    pub fn forget_freed(&mut self, client: u32, h: u32) {
+        self.nv.forget_freed(client, h);
+    }
+
+    /// A client went away: RM freed its 503C objects and their registrations itself.
+    pub fn forget_client(&mut self, client: u32) {
+        self.nv.forget_client(client);
+        self.mrs.retain(|_, h| !matches!(h, HeldRef::Nv503c { mem, .. } if mem.client == client));
+    }
+}
+
+/// Releasing a dma-buf MR's reference calls no RM: this stands in where an [`Rm`] is asked for.
+struct NoRm;
+impl Rm for NoRm {
+    fn alloc_p2p(&mut self, _: Client, _: u32) -> Result<u32, u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn register_va_space(&mut self, _: Client, _: u32, _: u32) -> Result<u64, u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn register_vidmem(&mut self, _: Client, _: u32, _: &VidmemTuple) -> Result<(), u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn unregister_vidmem(&mut self, _: Client, _: u32, _: u32) -> Result<(), u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn free(&mut self, _: Client, _: u32, _: u32) -> Result<(), u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<i32, u32> {
+        Err(status::NV_ERR_NOT_SUPPORTED)
+    }
+    fn close_fd(&mut self, _: i32) {}
+}

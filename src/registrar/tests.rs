@@ -1,0 +1,432 @@
+//! Unit and model-based tests of the registrar on the NV503C route, against a fake RM that
+//! enforces the 503C rules the registrar depends on.
+
+use super::*;
+use crate::abi::status::{self, Call};
+use crate::decode::{Event, P2pCtrl};
+use crate::tracker::Tracker;
+
+const C: u32 = 0xc1d0_0001;
+const DEV: u32 = 0x5c00_0002;
+const SUB: u32 = 0x5c00_0003;
+const VAS: u32 = 0x5c00_0009;
+const GPU: [u8; 16] = [9; 16];
+
+/// A fake RM that enforces the 503C rules the registrar depends on.
+#[derive(Default)]
+struct FakeRm {
+    p2p: Vec<(u32, u32)>, // (subdevice, handle)
+    vaspaces: u32,
+    regs: Vec<VidmemTuple>,
+    fail_va_space: bool,
+    fail_alloc: Option<u32>,
+    frees: u32,
+}
+impl Rm for FakeRm {
+    fn alloc_p2p(&mut self, _c: Client, sub: u32) -> Result<u32, u32> {
+        if let Some(st) = self.fail_alloc {
+            return Err(st);
+        }
+        if self.p2p.iter().any(|p| p.0 == sub) {
+            return Err(status::NV_ERR_STATE_IN_USE);
+        }
+        self.p2p.push((sub, 0xcaf0_0000));
+        Ok(0xcaf0_0000)
+    }
+    fn register_va_space(&mut self, _c: Client, _p: u32, _v: u32) -> Result<u64, u32> {
+        if self.fail_va_space {
+            return Err(status::NV_ERR_INVALID_ARGUMENT);
+        }
+        self.vaspaces += 1;
+        Ok(0xfe00)
+    }
+    fn register_vidmem(&mut self, _c: Client, _p: u32, t: &VidmemTuple) -> Result<(), u32> {
+        if self.regs.iter().any(|r| r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)) {
+            return Err(status::NV_ERR_INSERT_DUPLICATE_NAME);
+        }
+        self.regs.push(*t);
+        Ok(())
+    }
+    fn unregister_vidmem(&mut self, _c: Client, _p: u32, h: u32) -> Result<(), u32> {
+        let n = self.regs.len();
+        self.regs.retain(|r| r.mem.memory != h);
+        if self.regs.len() == n {
+            Err(status::NV_ERR_OBJECT_NOT_FOUND)
+        } else {
+            Ok(())
+        }
+    }
+    fn free(&mut self, _c: Client, _parent: u32, h: u32) -> Result<(), u32> {
+        self.frees += 1;
+        self.p2p.retain(|p| p.1 != h);
+        Ok(())
+    }
+    fn gpu_dmabuf_capable(&mut self, _c: Client, _sub: u32) -> Result<bool, u32> {
+        panic!("the NV503C route asks no dma-buf question")
+    }
+    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+        panic!("the NV503C route exports nothing")
+    }
+    fn close_fd(&mut self, _fd: i32) {}
+}
+
+fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
+    let mut t = Tracker::new();
+    t.apply(&Event::RootClient { fd: 8, h_client: C });
+    t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
+    t.apply(&Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: SUB, subdevice_id: 0 });
+    t.apply(&Event::VaSpace { h_client: C, h_parent: DEV, h_vaspace: VAS, class: 0x90f1, flags: 0x48 });
+    t.apply(&Event::UvmRegisterGpuVaSpace { uuid: GPU, rm_ctrl_fd: 8, h_client: C, h_vaspace: VAS });
+    for &(h, va, len) in maps {
+        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
+        t.apply(&Event::UvmMapExternal {
+            base: va,
+            length: len,
+            offset: 0,
+            gpus: smallvec::smallvec![GPU],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: h,
+        });
+    }
+    t
+}
+
+#[test]
+fn registers_the_backing_mapping_once_and_refcounts_mrs() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    // NCCL-style 4 KiB-rounded MRs inside one 2 MiB chunk
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000);
+    assert!(matches!(a, Decision::Hit { fresh: true, offset: 0x1000, .. }));
+    r.after_reg(&mut rm, &a, 0xa);
+    let b = r.before_reg(&t, &mut rm, 0x7f00_0001_0000, 0x2000);
+    assert!(matches!(b, Decision::Hit { fresh: false, .. }));
+    r.after_reg(&mut rm, &b, 0xb);
+    assert_eq!(
+        rm.regs,
+        vec![VidmemTuple { mem: MemRef { client: C, memory: 0x10 }, address: 0x7f00_0000_0000, size: 0x20_0000, offset: 0 }]
+    );
+    assert_eq!((rm.p2p.len(), rm.vaspaces), (1, 1), "one 503C with exactly one VA space");
+    r.after_dereg(&mut rm, 0xa);
+    assert_eq!(rm.regs.len(), 1);
+    r.after_dereg(&mut rm, 0xb);
+    assert!(rm.regs.is_empty());
+    assert_eq!((r.counts.registered, r.counts.unregistered, r.counts.rm_errors), (1, 1, 0));
+}
+
+#[test]
+fn a_failed_verbs_call_drops_its_reference() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &a, 0);
+    assert!(rm.regs.is_empty());
+    assert_eq!(r.live_registrations(), 0);
+}
+
+#[test]
+fn misses_register_nothing() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0020_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    assert!(matches!(
+        r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000),
+        Decision::Miss(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))
+    ));
+    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::Unmapped { .. }))));
+    assert_eq!(r.before_reg(&t, &mut rm, 0x1000, 0x1000), Decision::Host);
+    assert!(rm.regs.is_empty() && rm.p2p.is_empty());
+    assert_eq!(r.counts.pass0_misses, 2);
+}
+
+#[test]
+fn unaligned_mapping_is_a_miss_not_a_guess() {
+    let mut t = tracker_with(&[]);
+    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::UvmMapExternal {
+        base: 0x7f00_0000_1000,
+        length: 0x8000,
+        offset: 0x1000,
+        gpus: smallvec::smallvec![GPU],
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_memory: 0x20,
+    });
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
+    assert!(rm.p2p.is_empty());
+}
+
+#[test]
+fn refused_va_space_leaves_no_half_made_object() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    let mut rm = FakeRm { fail_va_space: true, ..Default::default() };
+    let mut r = Registrar::new(false);
+    let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    assert!(matches!(d, Decision::Miss(RegMiss::Rm { call: Call::RegisterVaSpace, .. })));
+    assert!(rm.p2p.is_empty(), "the 503C was freed again");
+    assert_eq!((rm.frees, r.counts.rm_errors), (1, 1));
+    let mut rm = FakeRm { fail_alloc: Some(status::NV_ERR_NOT_SUPPORTED), ..Default::default() };
+    let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    let Decision::Miss(m) = d else { panic!() };
+    // the 503C constructor refuses NOT_SUPPORTED for APM/CC; a P2P patch has nothing to do with it
+    assert!(m.to_string().contains("APM"), "{m}");
+    assert!(!m.to_string().contains("P2P-patched"), "{m}");
+}
+
+#[test]
+fn native_registration_means_stand_aside() {
+    let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    t.apply(&Event::P2pAlloc { h_client: C, h_parent: SUB, h_object: 0x5c00_000d, flags: 1 });
+    t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 } });
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    assert_eq!(r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000), Decision::StandAside);
+    assert!(rm.p2p.is_empty());
+}
+
+#[test]
+fn release_before_free_and_the_same_memory_at_a_new_va() {
+    let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &a, 0xa);
+    // VMM unmap of the VA while the MR is live: unregistered first
+    let (gone, in_use) = r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: 0x7f00_0000_0000 });
+    assert_eq!(in_use.len(), 1, "the live MR is named: the NIC keeps the old memory until its dereg");
+    assert_eq!(gone.len(), 1);
+    assert!(rm.regs.is_empty());
+    t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
+    t.apply(&Event::UvmMapExternal {
+        base: 0x7f00_1000_0000,
+        length: 0x20_0000,
+        offset: 0,
+        gpus: smallvec::smallvec![GPU],
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_memory: 0x10,
+    });
+    let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
+    assert!(matches!(b, Decision::Hit { fresh: true, .. }));
+    r.after_reg(&mut rm, &b, 0xb);
+    // the old MR's dereg is a no-op now; the new one's unregisters
+    r.after_dereg(&mut rm, 0xa);
+    assert_eq!(rm.regs.len(), 1);
+    r.after_dereg(&mut rm, 0xb);
+    assert!(rm.regs.is_empty());
+    assert_eq!(r.counts.rm_errors, 0);
+}
+
+#[test]
+fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
+    let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x40_0000)]);
+    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x11, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &a, 0xa);
+    // cuMemSetAccess maps the first half again, same memory, same offsets: kept
+    let same = Pending::UvmMap { base: 0x7f00_0000_0000, length: 0x20_0000, offset: 0, h_client: C, h_memory: 0x10 };
+    assert!(r.before_driver_call(&t, &mut rm, same).0.is_empty());
+    // the second half now at another offset of the same memory: the registration would lie
+    let shifted = Pending::UvmMap { base: 0x7f00_0020_0000, length: 0x10_0000, offset: 0, h_client: C, h_memory: 0x10 };
+    assert_eq!(r.before_driver_call(&t, &mut rm, shifted).0.len(), 1);
+    assert!(rm.regs.is_empty());
+    r.after_dereg(&mut rm, 0xa);
+    let b = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &b, 0xb);
+    // other memory over part of it: unregistered before UVM replaces it
+    let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
+    assert_eq!(r.before_driver_call(&t, &mut rm, other).0.len(), 1);
+    t.apply(&Event::UvmMapExternal {
+        base: 0x7f00_0030_0000,
+        length: 0x1_0000,
+        offset: 0,
+        gpus: smallvec::smallvec![GPU],
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_memory: 0x11,
+    });
+    // and the mapping it cut is no longer registrable as a whole
+    let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
+    assert!(c_miss_text(&c).contains("no longer whole"));
+    assert!(rm.regs.is_empty());
+}
+
+fn c_miss_text(d: &Decision) -> String {
+    match d {
+        Decision::Miss(m) => m.to_string(),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn a_freed_device_with_nothing_registered_takes_our_503c_with_it() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &a, 0xa);
+    r.after_dereg(&mut rm, 0xa);
+    assert_eq!((r.live_registrations(), r.p2p_objects()), (0, 1));
+    r.forget_freed(C, 0x5c00_0077); // some other object: nothing
+    assert_eq!(r.p2p_objects(), 1);
+    r.forget_freed(C, VAS);
+    assert_eq!(r.p2p_objects(), 0, "RM freed our 503C with the VA space");
+}
+
+#[test]
+fn freeing_the_va_space_or_device_takes_our_503c_down_first() {
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    for h in [VAS, SUB, DEV] {
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+        r.after_reg(&mut rm, &a, 0xa);
+        assert_eq!(r.p2p_objects(), 1);
+        let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
+        assert_eq!(gone.len(), 1, "freeing {h:#x}");
+        assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "freeing {h:#x}: our 503C and its registration are gone");
+        assert_eq!(r.p2p_objects(), 0);
+        assert_eq!(r.counts.rm_errors, 0);
+    }
+}
+
+/// Model-based: random allocations, maps (sub-ranges, offsets), unmaps, frees in any order,
+/// verbs registrations of random sub-ranges (and of random addresses), deregistrations. After
+/// every step every registration the fake RM holds is exactly a live mapping of the model, and
+/// every hit names the mapping the model has at that address. `GDRSHIM_MODEL_OPS` sets the
+/// number of operations (default 1 000 000).
+#[test]
+fn model_based_random_operations() {
+    let ops: u64 = std::env::var("GDRSHIM_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rnd = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n.max(1)
+    };
+    const SLOT: u64 = 16 << 20; // one VA slot per mapping, so model mappings never overlap
+    const BASE: u64 = 0x7f00_0000_0000;
+    let mut t = tracker_with(&[]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let mut mems: Vec<(u32, u64)> = Vec::new(); // (handle, size)
+    let mut next_mem = 0x100u32;
+    let mut maps: std::collections::BTreeMap<u64, (u64, u32, u64)> = Default::default(); // slot base -> (len, mem, offset)
+    let mut mrs: Vec<(u64, VidmemTuple)> = Vec::new();
+    let mut next_mr = 1u64;
+    let (mut hits, mut misses, mut frees, mut unmaps) = (0u64, 0u64, 0u64, 0u64);
+    for step in 0..ops {
+        match rnd(100) {
+            0..=9 if mems.len() < 48 => {
+                let size = (1 + rnd(128)) << 16;
+                t.apply(&Event::Memory {
+                    h_client: C,
+                    h_parent: DEV,
+                    h_memory: next_mem,
+                    class: 0x40,
+                    size: Some(size),
+                    attr: 0,
+                    attr2: 0,
+                    flags: 0,
+                });
+                mems.push((next_mem, size));
+                next_mem += 1;
+            }
+            10..=29 if !mems.is_empty() => {
+                let slot = BASE + rnd(64) * SLOT;
+                if maps.contains_key(&slot) {
+                    continue;
+                }
+                let (h, size) = mems[rnd(mems.len() as u64) as usize];
+                let offset = rnd(size >> 16) << 16;
+                let len = (1 + rnd((size - offset) >> 16)) << 16;
+                t.apply(&Event::UvmCreateExternalRange { base: slot, length: len });
+                t.apply(&Event::UvmMapExternal {
+                    base: slot,
+                    length: len,
+                    offset,
+                    gpus: smallvec::smallvec![GPU],
+                    rm_ctrl_fd: 8,
+                    h_client: C,
+                    h_memory: h,
+                });
+                maps.insert(slot, (len, h, offset));
+            }
+            30..=37 if !maps.is_empty() => {
+                // UVM_FREE of a mapping, as the shim's before_ioctl handles it
+                let slot = *maps.keys().nth(rnd(maps.len() as u64) as usize).unwrap();
+                r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: slot });
+                t.apply(&Event::UvmFree { base: slot, length: None });
+                maps.remove(&slot);
+                unmaps += 1;
+            }
+            38..=41 if !mems.is_empty() => {
+                // RM_FREE of a memory object, mapped or not
+                let (h, _) = mems.swap_remove(rnd(mems.len() as u64) as usize);
+                r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
+                t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: h });
+                // RM frees the memory; UVM keeps the VA range (now backed by nothing we may register)
+                maps.retain(|_, m| m.1 != h);
+                frees += 1;
+            }
+            42..=79 => {
+                // a verbs registration: mostly inside a mapping, sometimes anywhere
+                let (addr, len) = match (maps.is_empty(), rnd(5)) {
+                    (false, 0..=3) => {
+                        let (&slot, &(mlen, _, _)) = maps.iter().nth(rnd(maps.len() as u64) as usize).unwrap();
+                        let a = slot + (rnd(mlen >> 12) << 12);
+                        (a, (1 + rnd(64)) << 12)
+                    }
+                    _ => (BASE + rnd(64 * SLOT), 1 + rnd(1 << 22)),
+                };
+                let d = r.before_reg(&t, &mut rm, addr, len);
+                if let Decision::Hit { tuple, .. } = &d {
+                    // exactly the model's mapping at that address, and the MR inside it
+                    let (&slot, &(mlen, h, off)) = maps.range(..=addr).next_back().expect("a hit lies in a live mapping");
+                    assert_eq!(
+                        (tuple.address, tuple.size, tuple.mem.memory, tuple.offset),
+                        (slot, mlen, h, off),
+                        "step {step}: hit at {addr:#x}+{len:#x}"
+                    );
+                    assert!(addr >= slot && addr + len <= slot + mlen.div_ceil(0x10000) * 0x10000 + 0x10000, "step {step}");
+                    hits += 1;
+                    let mr = if rnd(10) == 0 { 0 } else { next_mr };
+                    next_mr += 1;
+                    r.after_reg(&mut rm, &d, mr);
+                    if mr != 0 {
+                        mrs.push((mr, *tuple));
+                    }
+                } else {
+                    misses += 1;
+                }
+            }
+            80..=99 if !mrs.is_empty() => {
+                let (mr, _) = mrs.swap_remove(rnd(mrs.len() as u64) as usize);
+                r.after_dereg(&mut rm, mr);
+            }
+            _ => {}
+        }
+        // every registration RM holds is a live mapping of the model, exactly
+        for reg in &rm.regs {
+            let m = maps.get(&reg.address);
+            assert_eq!(
+                m.map(|&(l, h, o)| (l, h, o)),
+                Some((reg.size, reg.mem.memory, reg.offset)),
+                "step {step}: RM holds {reg} but the model has {m:?} there"
+            );
+        }
+        assert!(rm.regs.len() <= maps.len());
+    }
+    // drop every MR: nothing stays registered
+    for (mr, _) in mrs.drain(..) {
+        r.after_dereg(&mut rm, mr);
+    }
+    assert!(rm.regs.is_empty(), "{:?}", rm.regs);
+    assert_eq!(r.live_registrations(), 0);
+    assert_eq!(r.counts.registered, r.counts.unregistered);
+    assert!(hits > ops / 10 && misses > 0 && frees > 0 && unmaps > 0, "hits={hits} misses={misses} frees={frees} unmaps={unmaps}");
+    eprintln!(
+        "model: {ops} operations, {hits} hits, {misses} misses, {unmaps} unmaps, {frees} frees, {} registered, rm_errors={}",
+        r.counts.registered, r.counts.rm_errors
+    );
+}

@@ -1,0 +1,391 @@
+//! The runtime side of the two registration routes: the route decision, verbs registrations,
+//! dma-bufs for CUDA's callers, the answers to CUDA's capability attributes, and the releases
+//! that must wait for (or take down) registrations.
+//!
+//! A registration and the driver calls that release memory never overlap: releases hold the read
+//! side of `Shim::release_gate` across their driver call, a registration its write side from the
+//! map lookup to the last RM call. Without it a free and a new allocation reusing the handle
+//! (libcuda reuses them) could land between our lookup and our export or REGISTER_VIDMEM, and
+//! the NIC would get memory that is no longer at that address.
+
+use crate::abi::{self, verbs::IBV_ACCESS_ON_DEMAND};
+use crate::advertise::{Answer, ATTR_DMA_BUF_SUPPORTED};
+use crate::capture;
+use crate::config::Mode;
+use crate::decode::{self, DevKind};
+use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
+use crate::route::{self, Facts, Route};
+use crate::shim::{read_own_pieces, Core, Shim};
+use crate::tracker::{NativeAnswer, Verdict};
+use core::ffi::c_void;
+use core::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// `Shim::route_state`: not decided yet, none, or the route.
+pub const ROUTE_UNDECIDED: u8 = 0;
+const ROUTE_NONE: u8 = 1;
+const ROUTE_DMABUF: u8 = 2;
+const ROUTE_NV503C: u8 = 3;
+
+/// A release-type driver call in flight (holds the read side of the gate).
+pub type ReleaseGuard<'a> = parking_lot::RwLockReadGuard<'a, ()>;
+
+impl Shim {
+    /// The route registrations take in this process, decided at the first need (a GPU
+    /// registration, a CUDA capability question): `None` outside register mode or when no route
+    /// works here (then said once, with what each route lacks).
+    pub fn route(&self) -> Option<Route> {
+        match self.route_state.load(Relaxed) {
+            ROUTE_DMABUF => Some(Route::Dmabuf),
+            ROUTE_NV503C => Some(Route::Nv503c),
+            ROUTE_NONE => None,
+            _ => {
+                if !self.registering() && self.cfg.mode != Mode::Shadow {
+                    return None;
+                }
+                let mut c = self.core(WAIT)?;
+                self.decide_route(&mut c)
+            }
+        }
+    }
+
+    /// Decides the route with the core's lock held (once; later calls read the decision).
+    fn decide_route(&self, c: &mut Core) -> Option<Route> {
+        if let Some(r) = c.registrar.route() {
+            return r.clone().ok();
+        }
+        let table = self.line.table?;
+        let Core { tracker, registrar, rm, .. } = c;
+        // DMA-BUF's facts are asked only where that route may be taken
+        let may_dmabuf = self.cfg.route != route::Wish::Nv503c && table.dmabuf_export;
+        let gpu_dmabuf = if may_dmabuf { registrar.probe_gpu_dmabuf(tracker, rm) } else { None };
+        let verbs_dmabuf = may_dmabuf && verbs_has_dmabuf();
+        let facts = Facts { gpu_dmabuf, export_abi: table.dmabuf_export, verbs_dmabuf, peermem: self.peermem_loaded() };
+        let choice = route::choose(self.cfg.route, &facts);
+        let (state, r) = match choice {
+            route::Choice::Use(r) => {
+                tracing::info!("registration route {} (GDRSHIM_ROUTE={}; {facts:?})", r.name(), self.cfg.route.name());
+                (if r == Route::Dmabuf { ROUTE_DMABUF } else { ROUTE_NV503C }, Ok(r))
+            }
+            route::Choice::None(lacks) => {
+                tracing::warn!(
+                    "no registration route works here (GDRSHIM_ROUTE={}): {lacks}; every verbs call passes through untouched",
+                    self.cfg.route.name()
+                );
+                (ROUTE_NONE, Err(lacks.to_string()))
+            }
+        };
+        registrar.set_route(r.clone());
+        self.route_state.store(state, Relaxed);
+        r.ok()
+    }
+
+    fn peermem_loaded(&self) -> bool {
+        let root = self.cfg.test_dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
+        ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"].iter().any(|p| {
+            let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };
+            let e = crate::shim::errno();
+            // SAFETY: a valid C string; access has no other preconditions.
+            let ok = unsafe { libc::access(c.as_ptr(), libc::F_OK) } == 0;
+            crate::shim::set_errno(e);
+            ok
+        })
+    }
+
+    fn advertise_policy(&self) -> crate::advertise::Policy {
+        crate::advertise::Policy {
+            advertise: self.cfg.advertise_gdr,
+            hide_gdr_for_test: self.cfg.test_hide_gdr,
+            hide_dmabuf_for_test: self.cfg.test_hide_dmabuf,
+            route: if self.registering() { self.route() } else { None },
+            flush_disabled: self.cfg.nccl_flush_disabled,
+        }
+    }
+
+    /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replace it where the
+    /// policy says so. The first answer per device and attribute is logged at info level.
+    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32) {
+        let name = if attrib == ATTR_DMA_BUF_SUPPORTED { "DMA_BUF_SUPPORTED" } else { "GPU_DIRECT_RDMA_SUPPORTED" };
+        let answer = self.advertise_policy().device_attribute(attrib, *value);
+        let first = || {
+            let bit = 1u64 << ((dev.clamp(0, 31) as u32) + if attrib == ATTR_DMA_BUF_SUPPORTED { 32 } else { 0 });
+            self.gdr_attr_logged.fetch_or(bit, Relaxed) & bit == 0
+        };
+        match answer {
+            Answer::Unchanged => {}
+            Answer::Replaced(v, why) => {
+                self.stats.gdr_answers.fetch_add(1, Relaxed);
+                if first() {
+                    tracing::info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}", *value);
+                }
+                *value = v;
+            }
+            Answer::Refused(why) => {
+                if first() {
+                    tracing::warn!(
+                        "cuDeviceGetAttribute({name}, device {dev}): driver says 0; GPUDirect RDMA not advertised although GDRSHIM_ADVERTISE_GDR=1: {why}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point (see `user_allocation`).
+    pub(crate) fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
+        if self.line.capture_fd.load(Relaxed) >= 0 {
+            self.capture(&format!("A {api} {ptr:x} {len:x}"));
+        }
+        if self.line.table.is_none() {
+            return;
+        }
+        let eager = self.cfg.eager && self.registering();
+        if !eager && !tracing::enabled!(tracing::Level::DEBUG) {
+            // the usual case: counted, and a line only for what deserves a warning
+            let _ = self.queue(crate::shim::Work::UserAllocation { api, ptr, len });
+            return;
+        }
+        let _gate = if eager { Some(self.release_gate.try_write_for(WAIT)) } else { None };
+        let Some(mut c) = self.core(WAIT) else { return };
+        let v = c.tracker.user_allocation(ptr, len);
+        if let (true, Verdict::Covered(pieces)) = (eager, &v) {
+            // Eager registration is NV503C's (a dma-buf exists only for an MR).
+            if self.decide_route(&mut c) == Some(Route::Nv503c) {
+                // Each UVM mapping behind the allocation, as libcuda registers it; the reference
+                // is held until the memory or VA goes.
+                let Core { tracker, registrar, rm, .. } = &mut *c;
+                for (t, _) in pieces {
+                    match registrar.before_reg(tracker, rm, t.address, t.size) {
+                        Decision::Miss(m) => tracing::warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
+                        Decision::Hit { tuple, .. } => tracing::debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        drop(c);
+        // The line is only formatted when it will be written: this runs on every allocation.
+        match &v {
+            Verdict::Uncovered(_) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
+            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => {
+                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v))
+            }
+            _ => tracing::debug!("{}", capture::verdict_line(api, ptr, len, &v)),
+        }
+    }
+
+    /// Before a verbs registration: the pass0 decision, with every RM call of the route made
+    /// (in register mode), logged one line per GPU registration.
+    pub fn verbs_before(&self, api: &str, r: VerbsReg) -> Option<Decision> {
+        if self.line.table.is_none() || self.cfg.mode == Mode::Trace {
+            return None;
+        }
+        let (addr, len) = (r.addr, r.len);
+        let _gate = if self.registering() { Some(self.release_gate.try_write_for(WAIT)?) } else { None };
+        let mut c = self.core(WAIT)?;
+        if c.tracker.is_gpu_va(addr) && r.access & IBV_ACCESS_ON_DEMAND == 0 {
+            self.decide_route(&mut c);
+        }
+        let Core { tracker, registrar, rm, .. } = &mut *c;
+        let d = registrar.before_verbs(tracker, rm, r);
+        drop(c);
+        match &d {
+            Decision::Host => tracing::debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
+            Decision::Odp => tracing::info!(
+                "{api} addr={addr:#x} len={len:#x}: IBV_ACCESS_ON_DEMAND on GPU memory: neither route serves ODP MRs; passed through"
+            ),
+            Decision::StandAside => {
+                if !self.stood_aside_logged.swap(true, Relaxed) {
+                    tracing::warn!(
+                        "native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing"
+                    );
+                }
+                tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
+            }
+            Decision::Hit { mem, offset, tuple, fresh, .. } => tracing::info!(
+                "{api} addr={addr:#x} len={len:#x} pass0 hit hMemory={:#010x} offset={offset:#x} {} {tuple}",
+                mem.memory,
+                match (self.cfg.mode, fresh) {
+                    (Mode::Register, true) => "registered",
+                    (Mode::Register, false) => "shares registration",
+                    _ => "would register",
+                }
+            ),
+            Decision::Exported(e) => tracing::info!(
+                "{api} addr={addr:#x} len={len:#x} pass0 hit: exported {} piece(s), {:#x} bytes, as dma-buf fd {} (MR at offset {:#x})",
+                e.pieces,
+                e.bytes,
+                e.fd,
+                e.offset
+            ),
+            Decision::WouldExport { pieces, bytes } => {
+                tracing::info!(
+                    "{api} addr={addr:#x} len={len:#x} pass0 hit: would export {pieces} piece(s), {bytes:#x} bytes, as a dma-buf"
+                )
+            }
+            Decision::Miss(m) => tracing::warn!("{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"),
+        }
+        Some(d)
+    }
+
+    pub fn verbs_after(&self, d: &Decision, mr: u64) {
+        if let Some(mut c) = self.core(WAIT) {
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.after_reg(rm, d, mr);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
+        }
+    }
+
+    /// `ibv_reg_dmabuf_mr` of an export gave `mr` (whose `addr` the provider set to `provider_addr`).
+    pub fn verbs_after_dmabuf(&self, e: &Export, mr: u64, provider_addr: u64, va: u64) {
+        if let Some(mut c) = self.core(WAIT) {
+            c.registrar.after_dmabuf_reg(mr, e, provider_addr, va);
+            self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
+        }
+    }
+
+    /// An export the verbs call did not take: its fd is closed by the hook; counted as a refusal.
+    pub fn dmabuf_refused(&self, api: &str, addr: u64, len: u64, errno: i32) {
+        self.stats.dmabuf_refused.fetch_add(1, Relaxed);
+        tracing::warn!(
+            "{api} addr={addr:#x} len={len:#x}: ibv_reg_dmabuf_mr refused the export: {} (errno {errno}); delegating the original call",
+            std::io::Error::from_raw_os_error(errno)
+        );
+    }
+
+    /// Whether `mr` holds a registration (explicit handles of `gdrshim_unregister`).
+    pub fn holds_mr(&self, mr: u64) -> Option<bool> {
+        self.core(WAIT).map(|c| c.registrar.holds_mr(mr))
+    }
+
+    /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table.
+    pub fn verbs_dereg_begin(&self, mr: u64) -> Option<HeldRef> {
+        let mut c = self.core(WAIT)?;
+        let held = c.registrar.take_mr(mr);
+        self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
+        held
+    }
+
+    /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
+    pub fn verbs_dereg_end(&self, mr: u64, held: HeldRef, deregistered: bool) {
+        if let Some(mut c) = self.core(WAIT) {
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.finish_dereg(rm, mr, held, deregistered);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
+        }
+    }
+
+    pub fn verbs_dereg(&self, mr: u64) {
+        if let Some(mut c) = self.core(WAIT) {
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.after_dereg(rm, mr);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
+        }
+    }
+
+    /// `cuMemGetHandleForAddressRange(DMA_BUF_FD)` that libcuda refused (801, as on GeForce):
+    /// the fd of gdrshim's export of exactly the map's pieces, where the DMA-BUF route serves.
+    pub fn serve_dmabuf(&self, ptr: u64, size: u64, mapping_type: u8) -> Option<i32> {
+        if !self.registering() || self.route() != Some(Route::Dmabuf) {
+            return None;
+        }
+        if ptr % crate::tracker::dmabuf::HOST_PAGE != 0 || size % crate::tracker::dmabuf::HOST_PAGE != 0 {
+            tracing::warn!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); not served");
+            return None;
+        }
+        let _gate = self.release_gate.try_write_for(WAIT)?;
+        let mut c = self.core(WAIT)?;
+        let Core { tracker, registrar, rm, .. } = &mut *c;
+        match registrar.export(tracker, rm, ptr, size, mapping_type) {
+            Ok(Some(e)) => {
+                self.stats.dmabuf_served.fetch_add(1, Relaxed);
+                tracing::info!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): served dma-buf fd {} ({} piece(s))", e.fd, e.pieces);
+                Some(e.fd)
+            }
+            Ok(None) => None,
+            Err(m) => {
+                tracing::warn!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not served: {m}; CUDA's answer stands");
+                None
+            }
+        }
+    }
+
+    /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)`: queued for the shadow oracle.
+    pub fn dmabuf_handed_out(&self, ptr: u64, size: u64, fd: i32) {
+        if self.line.table.is_some() {
+            let _ = self.queue(crate::shim::Work::DmabufRequest { ptr, size, fd });
+        }
+    }
+
+    /// Before the real ioctl of a call that releases (or maps over) memory or VA: waits for any
+    /// registration in progress (the returned guard is held across the driver call), then takes
+    /// down the NV503C registrations it would leave describing memory that is no longer there,
+    /// and warns when verbs MRs still use that memory.
+    pub fn before_ioctl(&self, dev: DevKind, request: u64, arg: *mut c_void) -> Option<ReleaseGuard<'_>> {
+        if !self.registering() || arg.is_null() {
+            return None;
+        }
+        let t = self.line.table?;
+        // cheap filter first: only the four requests that release anything take a lock
+        let releases = match dev {
+            DevKind::Uvm => matches!(request, abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION),
+            _ => abi::ioc_nr(request) == abi::esc::RM_FREE,
+        };
+        if !releases {
+            return None;
+        }
+        let gate = self.release_gate.try_read_for(WAIT);
+        let Some(mut c) = self.core_lock.try_lock_for(WAIT) else { return gate };
+        // Only what is in use needs handling before the driver runs the call (a 503C of ours that
+        // an RM free takes with it is forgotten after the free: forget_freed). The queue can only
+        // take registrations away, so deciding that needs no catching up.
+        if !c.registrar.in_use() {
+            return gate;
+        }
+        // even without the queue (its lock not free in 5 s), taking down what we know of is safer
+        // than leaving it registered over memory the driver is about to release
+        let _ = self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
+        // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
+        let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return gate };
+        let Core { tracker, registrar, rm, .. } = &mut *c;
+        let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);
+        for x in gone {
+            tracing::info!("unregistered {x} before the driver releases or remaps its memory or VA");
+        }
+        for u in in_use {
+            tracing::warn!(
+                "{} is released or remapped while {} verbs MR(s) still use it: the NIC keeps the old memory until they are deregistered ({})",
+                u.what,
+                u.mrs,
+                match u.route {
+                    Route::Nv503c => "nvidia-peermem's persistent API, the default since 560",
+                    Route::Dmabuf => "the dma-buf holds it, as libcuda's own do",
+                }
+            );
+        }
+        gate
+    }
+}
+
+/// libibverbs (loaded in any scope, or loadable) has `ibv_reg_dmabuf_mr` (IBVERBS_1.12).
+fn verbs_has_dmabuf() -> bool {
+    let found = crate::real::in_loaded_library(b"libibverbs.so", c"ibv_reg_dmabuf_mr");
+    if !found.is_null() {
+        return true;
+    }
+    // not loaded yet: look without keeping it
+    // SAFETY: dlopen of a library by name with lazy binding; the handle is closed below.
+    let h = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: a lookup on the handle just obtained, with valid C strings.
+    let p = crate::real::real_dlvsym()
+        .map_or(core::ptr::null_mut(), |f| unsafe { f(h, c"ibv_reg_dmabuf_mr".as_ptr(), c"IBVERBS_1.12".as_ptr()) });
+    if let Some(close) = crate::real::dlclose() {
+        // SAFETY: the handle dlopen gave above.
+        unsafe { close(h) };
+    }
+    !p.is_null()
+}
