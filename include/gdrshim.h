@@ -8,8 +8,14 @@
  * variable, then the default):
  *   GDRSHIM_MODE           off | trace | shadow | register (default shadow). off: pure pass-through;
  *                          trace: decode and log every RM/UVM call; shadow: also decide (and log)
- *                          what would be registered, register nothing; register: register GPU
- *                          memory with NV503C before each verbs registration of it.
+ *                          what would be registered, register nothing; register: make GPU memory
+ *                          reachable for the NIC by the route below at each verbs registration.
+ *   GDRSHIM_ROUTE          auto | dmabuf | nv503c (default auto). dmabuf: export the exact memory as
+ *                          a dma-buf, register it with ibv_reg_dmabuf_mr, and serve
+ *                          cuMemGetHandleForAddressRange (inbox RDMA stack). nv503c: register with
+ *                          NV50_THIRD_PARTY_P2P before the verbs call (needs nvidia-peermem, so
+ *                          MLNX_OFED/DOCA-OFED). auto: dmabuf where the GPU and libibverbs support it,
+ *                          else nv503c where nvidia-peermem is loaded, else none (one warning).
  *   GDRSHIM_LOG_LEVEL      error | warn | info | debug | trace (default warn; info in trace mode).
  *   GDRSHIM_LOG_FILE       log file instead of stderr; %h host, %p pid; O_APPEND|O_NOFOLLOW, 0600.
  *   GDRSHIM_CAPTURE        raw capture of every NVIDIA ioctl (the fixture format); %h, %p.
@@ -18,10 +24,12 @@
  *                          users the shim does not intercept); register mode only.
  *   GDRSHIM_TIMING         1: measure the time the ioctl hook adds (summary hook_ns_per_nv_ioctl).
  *   GDRSHIM_BENCH_PAUSE    benchmark only, shadow mode: allow gdrshim_bench_pause (below).
- *   GDRSHIM_ADVERTISE_GDR  1: answer stock NCCL's GDR probes yes (the GPU attribute and the
- *                          nv_mem peer-memory file), only while registering; never with
- *                          NCCL_GDR_FLUSH_DISABLE set.
+ *   GDRSHIM_ADVERTISE_GDR  1: answer CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED yes (stock NCCL's
+ *                          GPU-side gate), only while a route registers; never with
+ *                          NCCL_GDR_FLUSH_DISABLE set. (DMA_BUF_SUPPORTED is answered yes whenever
+ *                          the DMA-BUF route serves.)
  *   GDRSHIM_TEST_HIDE_GDR  test only: report CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as 0.
+ *   GDRSHIM_TEST_HIDE_DMABUF test only: hide libcuda's dma-buf support, as on a GeForce.
  *   GDRSHIM_TEST_DEV_DIR   test only: files standing in for the device nodes and driver version.
  *   GDRSHIM_TEST_PANIC     test only: ioctl | hook | dlsym: panic inside that hook family (contained).
  * Under secure execution (AT_SECURE) and in a child made by fork() after the shim is up, the shim is
@@ -45,6 +53,7 @@ extern "C" {
 #define GDRSHIM_GPU_PAGE_SIZE (64u << 10) /* NV503C registers in 64 KiB units */
 
 enum gdrshim_mode { GDRSHIM_MODE_OFF = 0, GDRSHIM_MODE_TRACE = 1, GDRSHIM_MODE_SHADOW = 2, GDRSHIM_MODE_REGISTER = 3 };
+enum gdrshim_route { GDRSHIM_ROUTE_NONE = 0, GDRSHIM_ROUTE_DMABUF = 1, GDRSHIM_ROUTE_NV503C = 2 };
 
 struct gdrshim_backing {
   uint32_t struct_version; /* GDRSHIM_QUERY_ABI */
@@ -63,7 +72,12 @@ struct gdrshim_counters {
 
 const char *gdrshim_version(void);   /* "0.2.0" */
 int gdrshim_mode(void);              /* enum gdrshim_mode */
-int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI) */
+int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI, a route that works) */
+int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 NV503C, 0 none */
+/* A dma-buf fd of exactly the GPU memory behind [va, va+len) (host-page aligned, one GPU, this
+ * process's own memory), as cuMemGetHandleForAddressRange gives one: the fd (close it), -ENOENT
+ * not covered exactly, -EPERM not register mode or not the DMA-BUF route, -ENOSYS no shim. */
+int gdrshim_export_dmabuf(uint64_t va, uint64_t len);
 /* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans
  * memory objects; -ENOSYS nothing tracked (off mode or unknown driver). */
 int gdrshim_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out);
@@ -93,6 +107,14 @@ static inline int gdrshim_dl_mode(void) {
 static inline int gdrshim_dl_gdr_active(void) {
   int (*f)(void) = GDRSHIM_DL_(gdrshim_gdr_active);
   return f ? f() : 0;
+}
+static inline int gdrshim_dl_gdr_route(void) {
+  int (*f)(void) = GDRSHIM_DL_(gdrshim_gdr_route);
+  return f ? f() : 0;
+}
+static inline int gdrshim_dl_export_dmabuf(uint64_t va, uint64_t len) {
+  int (*f)(uint64_t, uint64_t) = GDRSHIM_DL_(gdrshim_export_dmabuf);
+  return f ? f(va, len) : -ENOSYS;
 }
 static inline int gdrshim_dl_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out) {
   int (*f)(uint64_t, uint64_t, struct gdrshim_backing *) = GDRSHIM_DL_(gdrshim_lookup);

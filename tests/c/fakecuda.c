@@ -15,6 +15,8 @@ CUresult cuMemFree_v2(uint64_t p) { (void)p; return 0; }
 // A GeForce: no GPUDirect RDMA (attribute 116); compute capability 8.9.
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)dev; *v = attr == 75 ? 8 : attr == 76 ? 9 : 0; return 0; }
 CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; } // v1 ABI: never wrapped
+// A GeForce refuses dma-bufs (CUDA_ERROR_NOT_SUPPORTED) and reports DMA_BUF_SUPPORTED 0.
+CUresult cuMemGetHandleForAddressRange(void *h, uint64_t p, size_t n, int type, unsigned long long flags) { (void)h; (void)p; (void)n; (void)type; (void)flags; return 801; }
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;
   void *f = 0;
@@ -25,6 +27,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   else if (!strcmp(sym, "cuMemSetAccess")) f = (void *)cuMemSetAccess;
   else if (!strcmp(sym, "cuMemFree")) f = (void *)cuMemFree_v2;
   else if (!strcmp(sym, "cuDeviceGetAttribute")) f = (void *)cuDeviceGetAttribute;
+  else if (!strcmp(sym, "cuMemGetHandleForAddressRange") && ver >= 11070) f = (void *)cuMemGetHandleForAddressRange;
   if (status) *status = f ? 0 : 1;
   *pfn = f;
   return f ? 0 : 500;

@@ -10,6 +10,11 @@
 // fakenv_check(va, len) answers what nvidia_p2p_get_pages would give the NIC (fakeverbs.c asks
 // it): 0 only if exactly one registration holds the 64 KiB-rounded range and it is, for every
 // page, the memory the process has mapped there.
+// DMA-BUF: NV_ESC_CARD_INFO (nvidia0 = gpuId 0x100, nvidia1 = 0x200), the NV0000 gpuId ->
+// device instance control, NV2080 GET_INFO_V2's dma-buf capability (FAKERM_DMABUF_CAPABLE, default
+// 1) and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
+// fakenv_dmabuf_check(fd, offset, len, iova) answers what the kernel's RDMA core would map: 0 only
+// if every page of [iova, iova+len) is, at that moment, the buffer's memory at that offset.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -18,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAXO 65536
 typedef struct { uint32_t client, h, parent, cls, device; uint64_t size; int live; } obj_t;
@@ -93,6 +100,7 @@ static uint32_t rm_alloc(uint32_t c, uint32_t parent, uint32_t *hnew, uint32_t c
     for (int i = 0; i < nobjs; i++) if (objs[i].live && objs[i].client == c && objs[i].parent == parent && objs[i].cls == 0x503c) return 0x63;
   }
   if (cls == 0x40 || cls == 0x3e) { if (!params) return 0x1f; memcpy(&o.size, params + 64, 8); if (!o.size || o.size & 0xffff) return 0x1f; }
+  if (cls == 0x80 && params) memcpy(&o.device, params, 4); // NV0080_ALLOC_PARAMETERS.deviceId
   if (!add_obj(o)) return 0x51;
   *hnew = o.h; return 0;
 }
@@ -157,6 +165,125 @@ static int uvm_call(unsigned long cmd, uint8_t *a) {
   return 0;
 }
 
+// ---- DMA-BUF ----
+#define MAXB 4096
+typedef struct { uint32_t h; uint64_t off, size; int filled; } slot_t;
+typedef struct { dev_t dev; ino_t ino; int gpu, live; uint32_t client, total; uint64_t size; slot_t *slots; } buf_t;
+static buf_t bufs[MAXB]; static int nbufs;
+unsigned long fakenv_exports, fakenv_export_refusals;
+static int capable(void) { const char *c = getenv("FAKERM_DMABUF_CAPABLE"); return !c || strcmp(c, "0"); }
+static buf_t *buf_of(int fd) {
+  struct stat st; if (fstat(fd, &st)) return NULL;
+  for (int i = 0; i < nbufs; i++) if (bufs[i].live && bufs[i].dev == st.st_dev && bufs[i].ino == st.st_ino) return &bufs[i];
+  return NULL;
+}
+// A buffer lives while any fd of the process refers to it (the kernel's reference count, for the
+// one process there is): dead entries are reclaimed when the table is full.
+static void gc_bufs(void) {
+  for (int i = 0; i < nbufs; i++) bufs[i].live = 0;
+  char p[64];
+  for (int fd = 0; fd < 65536; fd++) {
+    struct stat st; if (fstat(fd, &st)) continue;
+    (void)p;
+    for (int i = 0; i < nbufs; i++) if (bufs[i].dev == st.st_dev && bufs[i].ino == st.st_ino && bufs[i].slots) bufs[i].live = 1;
+  }
+  for (int i = 0; i < nbufs; i++) if (!bufs[i].live && bufs[i].slots) { free(bufs[i].slots); bufs[i].slots = NULL; }
+}
+
+// nv_dma_buf_export with RmDmabufVerifyMemHandle's rules; the status goes into the params.
+static uint32_t export_dmabuf(int gpu, uint8_t *a) {
+  int32_t fd; uint32_t client, total, num, index; uint64_t tsize; uint8_t mtype, mmap_ok;
+  memcpy(&fd, a, 4); memcpy(&client, a + 4, 4); memcpy(&total, a + 8, 4); memcpy(&num, a + 12, 4); memcpy(&index, a + 16, 4);
+  memcpy(&tsize, a + 24, 8); mtype = a[32]; mmap_ok = a[33];
+  if (!tsize || !num || !total || num > 128 || num > total) return 0x1f;
+  if (mtype > 1) return 0x1f;
+  buf_t *b = NULL;
+  if (fd == -1) {
+    if (!capable()) return 0x56;
+    if (mtype == 1 || mmap_ok) return 0x56; // FORCE_PCIE needs a coherent GPU; mmap only on iGPUs
+    if (index > total - num) return 0x1f;
+    int j; for (j = 0; j < nbufs && bufs[j].live; j++) {}
+    if (j == MAXB) { gc_bufs(); for (j = 0; j < nbufs && bufs[j].live; j++) {} }
+    if (j == MAXB) return 0x51;
+    int nfd = memfd_create("nv_dmabuf", MFD_CLOEXEC);
+    if (nfd < 0 || ftruncate(nfd, (off_t)tsize)) { if (nfd >= 0) close(nfd); return 0x59; }
+    struct stat st; fstat(nfd, &st);
+    b = &bufs[j]; if (j == nbufs) nbufs++;
+    *b = (buf_t){st.st_dev, st.st_ino, gpu, 1, client, total, tsize, calloc(total, sizeof(slot_t))};
+    fd = nfd;
+  } else if (fd >= 0) {
+    b = buf_of(fd); if (!b) return 0x1f;
+    if (num > b->total || index > b->total - num) return 0x1f;
+  } else return 0x1f;
+  uint64_t attached = 0; for (uint32_t i = 0; i < b->total; i++) attached += b->slots[i].filled ? b->slots[i].size : 0;
+  for (uint32_t i = 0; i < num; i++) {
+    uint32_t h; uint64_t off, size; memcpy(&h, a + 36 + 4 * i, 4); memcpy(&off, a + 552 + 8 * i, 8); memcpy(&size, a + 1576 + 8 * i, 8);
+    obj_t *m = obj(client, h); uint32_t st = 0;
+    if (!obj(client, client)) st = 0x33; else if (!m) st = 0x57;
+    else if (m->cls != 0x40 && m->cls != 0x3e) st = 0x31;
+    else { obj_t *d = obj(client, device_of(m)); if (!d || (int)d->device != b->gpu) st = 0x36; }
+    if (!st && ((off | size) & 0xfff)) st = 0x1f;
+    if (!st && m->cls != 0x40) st = 0x1f;
+    if (!st && (!size || size > m->size || off > m->size - size)) st = 0x1f;
+    if (!st && b->slots[index + i].filled) st = 0x17;
+    if (!st && size > b->size - attached) st = 0x1f;
+    if (st) { for (uint32_t k = 0; k < i; k++) b->slots[index + k].filled = 0; if (fd != *(int32_t *)a) { close(fd); b->live = 0; } return st; }
+    b->slots[index + i] = (slot_t){h, off, size, 1}; attached += size;
+  }
+  int complete = 1; for (uint32_t i = 0; i < b->total; i++) complete &= b->slots[i].filled;
+  if (complete && attached != b->size) { if (fd != *(int32_t *)a) { close(fd); b->live = 0; } return 0x1f; }
+  memcpy(a, &fd, 4); fakenv_exports++;
+  return 0;
+}
+// What ib_umem_dmabuf would map for an MR of [iova, iova+len) at `offset` in the buffer of fd: 0
+// exactly the process's memory at those addresses now, -1 not, -2 not a complete buffer of ours.
+int fakenv_dmabuf_check(int fd, uint64_t offset, uint64_t len, uint64_t iova) {
+  pthread_mutex_lock(&mu);
+  buf_t *b = buf_of(fd); int r = 0;
+  if (!b) r = -2;
+  for (uint32_t i = 0; !r && i < b->total; i++) if (!b->slots[i].filled) r = -2;
+  if (!r && (!len || offset + len > b->size)) r = -1;
+  for (uint64_t p = 0; !r && p < ((iova & 0xfff) + len + 0xfff) / 0x1000; p++) {
+    uint64_t va = (iova & ~0xfffull) + p * 0x1000, bo = (offset & ~0xfffull) + p * 0x1000, at = 0;
+    slot_t *s = NULL;
+    for (uint32_t i = 0; i < b->total; at += b->slots[i].size, i++) if (bo >= at && bo < at + b->slots[i].size) { s = &b->slots[i]; break; }
+    if (!s) { r = -1; break; }
+    uint64_t moff = s->off + (bo - at); int seen = 0;
+    for (int i = 0; i < nmaps; i++) {
+      map_t *m = &maps[i];
+      if (!m->live || va < m->base || va >= m->base + m->len) continue;
+      seen = 1;
+      if (m->client != b->client || m->h != s->h || m->off + (va - m->base) != moff) r = -1;
+    }
+    if (!seen) r = -1;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+int fakenv_dmabufs_open(void) { // fds of this process that are fake dma-bufs
+  int n = 0; char p[64];
+  for (int fd = 0; fd < 4096; fd++) { snprintf(p, sizeof p, "/proc/self/fd/%d", fd); char t[256]; ssize_t k = readlink(p, t, sizeof t - 1); if (k > 0) { t[k] = 0; if (strstr(t, "memfd:nv_dmabuf")) n++; } }
+  return n;
+}
+
+// NV0000 / NV2080 queries gdrshim's DMA-BUF route makes; no state, so no lock. 1: answered.
+static int gpu_query(uint32_t *w) {
+  uint8_t *p; uint64_t pp; memcpy(&pp, w + 4, 8); p = (uint8_t *)(uintptr_t)pp;
+  if (w[2] == 0x205) { // GET_ID_INFO_V2 on the root client
+    uint32_t id; if (w[6] != 32 || !p) { w[7] = 0x3a; return 1; }
+    memcpy(&id, p, 4); uint32_t inst = id == 0x100 ? 0 : id == 0x200 ? 1 : 99;
+    w[7] = inst == 99 ? 0x1f : 0; if (inst != 99) memcpy(p + 8, &inst, 4); return 1;
+  }
+  if (w[2] == 0x20800102) { // GET_INFO_V2 on a subdevice, 580's size
+    if (w[6] != 564 || !p) { w[7] = 0x3a; return 1; }
+    uint32_t n, idx, yes = capable(); memcpy(&n, p, 4); memcpy(&idx, p + 4, 4);
+    if (n < 1 || n > 0x46) { w[7] = 0x1f; return 1; }
+    if (idx == 0x3d) memcpy(p + 8, &yes, 4);
+    w[7] = 0; return 1;
+  }
+  return 0;
+}
+
 // FAKERM_THRASH_KB=N: each call writes N KiB first and runs 128 KiB of code, as the real
 // driver's work evicts the caller's data and instruction caches between two calls (the
 // benchmark then sees the hook's cold-cache cost).
@@ -181,7 +308,18 @@ int ioctl(int fd, unsigned long req, void *arg) {
   if (!arg) { errno = EFAULT; return -1; }
   uint8_t *a = arg; uint32_t *w = arg; unsigned nr = req & 0xff, size = (req >> 16) & 0x3fff;
   // controls other than the 503C's touch no state: answered without the lock (signal handlers issue them)
-  if (node != 1 && nr == 0x2a && size == 32 && (w[2] >> 16) != 0x503c) { w[7] = 0; return 0; }
+  if (node != 1 && nr == 0x2a && size == 32 && (w[2] >> 16) != 0x503c) { if (!gpu_query(w)) w[7] = 0; return 0; }
+  if (node == 0 && nr == 0xc8 && size == 32 * 72) { // CARD_INFO
+    memset(a, 0, 32 * 72);
+    for (int g = 0; g < 2; g++) { a[72 * g] = 1; uint32_t id = 0x100 * (g + 1), minor = g; memcpy(a + 72 * g + 16, &id, 4); memcpy(a + 72 * g + 56, &minor, 4); }
+    return 0;
+  }
+  if (nr == 0xd9) { // EXPORT_TO_DMABUF_FD: /dev/nvidiaN only, exact size
+    if (node < 2 || size != 2608) { errno = EINVAL; return -1; }
+    pthread_mutex_lock(&mu); uint32_t st = export_dmabuf(node - 2, a); pthread_mutex_unlock(&mu);
+    if (st) fakenv_export_refusals++;
+    memcpy(a + 2600, &st, 4); return 0;
+  }
   pthread_mutex_lock(&mu);
   __atomic_add_fetch(&fakenv_calls, 1, __ATOMIC_RELAXED);
   int rc = 0;

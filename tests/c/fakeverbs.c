@@ -2,27 +2,60 @@
 // plus nvidia-peermem: a registration of GPU memory succeeds only when the fake driver says the
 // range lies inside exactly one registration of the right memory object, on exactly one 503C
 // of this process with one VA space; otherwise EFAULT, as ibv_reg_mr gives on a GeForce.
+// ibv_reg_dmabuf_mr plays the kernel's RDMA core (ib_umem_dmabuf): the fd must be a complete
+// buffer of the fake driver whose memory is, page by page, the process's memory at [iova,
+// iova+len) (else EFAULT); fd -1 gives EBADF (NCCL's probe), ON_DEMAND and an iova whose page
+// offset differs from the buffer offset's give EINVAL; the MR holds its own reference to the
+// buffer (a dup of the fd) until ibv_dereg_mr; mr->addr is the offset, as rdma-core sets it.
+// FAKEVERBS_DMABUF_FAIL=ERRNO refuses every dma-buf registration with that errno. Built with
+// -DNO_DMABUF (and a map without IBVERBS_1.12) it is an rdma-core older than 34.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
-unsigned long fakeverbs_dmabuf;
+struct mr_held { struct ibv_mr mr; int buf_fd; }; // every MR: a dma-buf MR keeps its buffer here
+unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 static struct ibv_mr *reg(void *addr, size_t len) {
   if (__atomic_load_n(&fakeverbs_exit_in_reg, __ATOMIC_ACQUIRE)) pthread_exit((void *)42);
   int (*check)(uint64_t, uint64_t) = (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_check");
   int r = check ? check((uint64_t)(uintptr_t)addr, len) : 1;
   if (r < 0) { errno = EFAULT; return NULL; }
-  struct ibv_mr *m = calloc(1, sizeof *m); m->addr = addr; m->length = len; m->lkey = m->rkey = 7;
+  struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = -1;
+  struct ibv_mr *m = &h->mr; m->addr = addr; m->length = len; m->lkey = m->rkey = 7;
   return m;
 }
 struct ibv_mr *ibv_reg_mr(void *pd, void *addr, size_t len, int access) { (void)pd; (void)access; return reg(addr, len); }
 struct ibv_mr *ibv_reg_mr_iova2(void *pd, void *addr, size_t len, uint64_t iova, unsigned access) { (void)pd; (void)iova; (void)access; return reg(addr, len); }
-struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) { (void)pd; (void)off; (void)iova; (void)fd; (void)access; fakeverbs_dmabuf++; struct ibv_mr *m = calloc(1, sizeof *m); m->length = len; return m; }
-int ibv_dereg_mr(struct ibv_mr *mr) { free(mr); return 0; }
+#ifndef NO_DMABUF
+struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) {
+  (void)pd;
+  __atomic_add_fetch(&fakeverbs_dmabuf, 1, __ATOMIC_RELAXED);
+  const char *fail = getenv("FAKEVERBS_DMABUF_FAIL");
+  if (fail) { errno = atoi(fail); return NULL; }
+  if (fd < 0) { errno = EBADF; return NULL; }
+  if ((access & 0x40) || (off & 0xfff) != (iova & 0xfff)) { errno = EINVAL; return NULL; }
+  int (*check)(int, uint64_t, uint64_t, uint64_t) = (int (*)(int, uint64_t, uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_dmabuf_check");
+  int r = check ? check(fd, off, len, iova) : -2;
+  if (r == -2) { errno = EINVAL; return NULL; }
+  if (r) { __atomic_add_fetch(&fakeverbs_dmabuf_wrong, 1, __ATOMIC_RELAXED); errno = EFAULT; return NULL; }
+  struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  struct ibv_mr *m = &h->mr; m->addr = (void *)(uintptr_t)off; m->length = len; m->lkey = m->rkey = 9;
+  return m;
+}
+#endif
+int ibv_dereg_mr(struct ibv_mr *mr) {
+  struct mr_held *h = (struct mr_held *)mr;
+  if (h->buf_fd >= 0) close(h->buf_fd);
+  free(h);
+  return 0;
+}
 int ibv_rereg_mr(struct ibv_mr *mr, int flags, void *pd, void *addr, size_t len, int access) {
   (void)pd; (void)access;
   if (!(flags & 1)) return 0;

@@ -1,0 +1,212 @@
+// Both registration routes end to end under the real libgdrshim.so (ours), with the live fake
+// driver (fakerm.c: RM, UVM, dma-buf exports) and the fake NIC (fakeverbs.c):
+//   routes matrix       the route the shim took, and what one GPU registration gives
+//   routes dmabuf N     DMA-BUF route: MRs over one, two and 130 memory objects (two export
+//                       calls), unaligned sub-ranges, through dlvsym and directly, read as the
+//                       caller's MRs; misses (two GPUs, freed memory, ODP) fail as without
+//                       gdrshim; N register/deregister cycles; no fd left at the end
+//   routes cuda         cuMemGetHandleForAddressRange through cuGetProcAddress of a libcuda that
+//                       answers 801 (a GeForce): gdrshim's fd, a complete buffer of the right size
+//   routes refused      the provider refuses every export: the original call fails as without
+//                       gdrshim (EFAULT), no fd left
+// Prints "routes MODE ok key=value ..." and exits 0, or names what went wrong and exits 1.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "../../include/gdrshim.h"
+
+#define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
+#define K64 0x10000ull
+#define BASE 0x7f0000000000ull
+struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
+typedef struct ibv_mr *(*reg_t)(void *, void *, size_t, int);
+typedef int (*dereg_t)(struct ibv_mr *);
+static int ctl, uvm, failures;
+static uint32_t client, dev[2], sub[2], vas[2];
+static uint8_t (*uuid)[16];
+static reg_t vreg, direct;
+static dereg_t vdereg;
+static int (*open_bufs)(void);
+
+static void fail(const char *what, long a, long b) { failures++; fprintf(stderr, "FAIL %s %#lx %#lx\n", what, (unsigned long)a, (unsigned long)b); }
+
+static uint32_t rm_alloc(uint32_t parent, uint32_t cls, void *params) {
+  uint32_t a[12] = {client, parent, 0, cls}; uint64_t p = (uintptr_t)params; memcpy(&a[4], &p, 8);
+  if (cls == 0x41) a[0] = a[1] = 0;
+  if (ioctl(ctl, NV_IOCTL(0x2b, 48), a) || a[10]) { fail("RM_ALLOC", cls, a[10]); return 0; }
+  return a[2];
+}
+static void rm_free(uint32_t parent, uint32_t h) {
+  uint32_t a[4] = {client, parent, h, 0};
+  if (ioctl(ctl, NV_IOCTL(0x29, 16), a) || a[3]) fail("RM_FREE", h, a[3]);
+}
+static uint32_t alloc_mem(int g, uint64_t size) { uint8_t p[128] = {0}; memcpy(p + 64, &size, 8); return rm_alloc(dev[g], 0x40, p); }
+static void uvm_call(unsigned long cmd, void *a, size_t status_at) {
+  uint32_t st = 0;
+  if (ioctl(uvm, cmd, a) || (memcpy(&st, (uint8_t *)a + status_at, 4), st)) fail("UVM", cmd, st);
+}
+static void map(uint64_t base, uint64_t len, uint64_t off, int g, uint32_t h) {
+  static uint8_t a[9264];
+  memset(a, 0, sizeof a); memcpy(a, &base, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, &off, 8); memcpy(a + 24, uuid[g], 16);
+  uint64_t count = 1; memcpy(a + 9240, &count, 8); memcpy(a + 9248, &ctl, 4); memcpy(a + 9252, &client, 4); memcpy(a + 9256, &h, 4);
+  uvm_call(33, a, 9260);
+}
+// cudaMalloc as libcuda does it: memory, an external range, the mapping
+static uint32_t gpu_alloc(int g, uint64_t va, uint64_t size) {
+  uint32_t h = alloc_mem(g, size);
+  uint64_t r[3] = {va, size, 0}; uvm_call(73, r, 16);
+  map(va, size, 0, g, h);
+  return h;
+}
+static void gpu_free(int g, uint64_t va, uint64_t size, uint32_t h) {
+  uint64_t f[3] = {va, size, 0}; uvm_call(34, f, 16);
+  rm_free(dev[g], h);
+}
+
+static void setup(void) {
+  const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
+  snprintf(p, sizeof p, "%s/nvidiactl", d); ctl = open(p, O_RDWR | O_CLOEXEC);
+  snprintf(p, sizeof p, "%s/nvidia-uvm", d); uvm = open(p, O_RDWR | O_CLOEXEC);
+  uuid = (uint8_t (*)[16])dlsym(RTLD_DEFAULT, "fakerm_uuid");
+  open_bufs = (int (*)(void))dlsym(RTLD_DEFAULT, "fakenv_dmabufs_open");
+  if (ctl < 0 || uvm < 0 || !uuid || !open_bufs) { fprintf(stderr, "no fake driver\n"); exit(2); }
+  client = rm_alloc(0, 0x41, NULL);
+  for (int g = 0; g < 2; g++) {
+    uint8_t dp[56] = {0}; uint32_t id = g; memcpy(dp, &id, 4);
+    dev[g] = rm_alloc(client, 0x80, dp);
+    uint32_t sp = 0; sub[g] = rm_alloc(dev[g], 0x2080, &sp);
+    uint8_t vp[56] = {0}; vas[g] = rm_alloc(dev[g], 0x90f1, vp);
+    uint8_t r[32] = {0}; memcpy(r, uuid[g], 16); memcpy(r + 16, &ctl, 4); memcpy(r + 20, &client, 4); memcpy(r + 24, &vas[g], 4);
+    uvm_call(25, r, 28);
+  }
+  void *vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!vh) { fprintf(stderr, "dlopen libibverbs.so.1: %s\n", dlerror()); exit(2); }
+  vreg = (reg_t)dlvsym(vh, "ibv_reg_mr", "IBVERBS_1.1");
+  vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
+  direct = (reg_t)dlsym(RTLD_DEFAULT, "ibv_reg_mr");
+  if (!vreg || !vdereg || !direct) { fprintf(stderr, "verbs symbols missing\n"); exit(2); }
+}
+
+// One MR that must work: it reads as an ibv_reg_mr MR of [addr, addr+len).
+static struct ibv_mr *must_reg(reg_t f, uint64_t addr, uint64_t len, const char *what) {
+  errno = 4242;
+  struct ibv_mr *m = f((void *)0x1, (void *)(uintptr_t)addr, len, 0xf);
+  if (!m) { fail(what, addr, errno); return NULL; }
+  if ((uint64_t)(uintptr_t)m->addr != addr || m->length != len) fail("MR fields", (long)(uintptr_t)m->addr, (long)m->length);
+  if (errno != 4242) fail("errno changed by a working registration", addr, errno);
+  return m;
+}
+// One registration that must fail as it would without gdrshim: EFAULT from the fake NIC.
+static void must_miss(uint64_t addr, uint64_t len, int access, const char *what) {
+  errno = 0;
+  struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)addr, len, access);
+  if (m) { fail(what, addr, len); vdereg(m); }
+  else if (errno != EFAULT) fail("a miss must fail with EFAULT", addr, errno);
+}
+
+// One registration gdrshim must not serve (nothing there to export): whatever the provider does
+// with it, it is not a dma-buf MR (the fake NIC gives those lkey 9).
+static void must_not_export(uint64_t addr, uint64_t len, const char *what) {
+  struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)addr, len, 0xf);
+  if (m && m->lkey == 9) fail(what, addr, len);
+  if (m) vdereg(m);
+}
+
+static int matrix(void) {
+  gpu_alloc(0, BASE, 4 * K64);
+  errno = 0;
+  struct ibv_mr *m = vreg((void *)0x1, (void *)BASE, 4 * K64, 0xf);
+  printf("routes matrix ok route=%d active=%d registered=%s errno=%d\n", gdrshim_dl_gdr_route(), gdrshim_dl_gdr_active(), m ? "yes" : "no", m ? 0 : errno);
+  if (m) vdereg(m);
+  return 0;
+}
+
+static int dmabuf(long cycles) {
+  int fds0 = open_bufs();
+  uint32_t a = gpu_alloc(0, BASE, 64 * K64);                      // one object
+  uint32_t b = gpu_alloc(0, BASE + 64 * K64, 32 * K64);           // right after it: two objects
+  uint32_t c = gpu_alloc(1, BASE + 96 * K64, 16 * K64);           // on the other GPU
+  (void)c;
+  for (int i = 0; i < 130; i++) gpu_alloc(0, BASE + (1024 + i) * K64, K64); // 130 objects in a row
+  struct ibv_mr *m[6];
+  m[0] = must_reg(vreg, BASE, 64 * K64, "whole allocation");
+  m[1] = must_reg(direct, BASE + 0x1234, 0x5000, "unaligned sub-range, exported symbol");
+  m[2] = must_reg(vreg, BASE + 60 * K64, 8 * K64, "across two memory objects");
+  m[3] = must_reg(vreg, BASE + 1024 * K64, 130 * K64, "130 objects: two export calls");
+  m[4] = must_reg(vreg, BASE + 1024 * K64 + 0x800, 0x10, "16 bytes");
+  m[5] = must_reg(vreg, BASE + 4 * K64, 4 * K64, "a second MR of the same memory");
+  must_miss(BASE + 95 * K64, 2 * K64, 0xf, "across two GPUs");
+  must_not_export(BASE + 200 * K64, K64, "unmapped");
+  must_miss(BASE, K64, 0xf | 0x40, "ODP");
+  // host memory is the provider's, untouched
+  static char host[1 << 16];
+  struct ibv_mr *h = vreg((void *)0x1, host, sizeof host, 0xf);
+  if (!h || h->addr != host) fail("host MR", (long)(uintptr_t)h, 0); else vdereg(h);
+  // free the second object while an MR over it is live: the dma-buf keeps the memory (a warning)
+  gpu_free(0, BASE + 64 * K64, 32 * K64, b);
+  must_not_export(BASE + 64 * K64, K64, "freed memory");
+  for (int i = 0; i < 6; i++) if (m[i] && vdereg(m[i])) fail("dereg", i, 0);
+  for (long i = 0; i < cycles; i++) {
+    struct ibv_mr *x = must_reg(i & 1 ? direct : vreg, BASE + (i % 60) * K64, K64 + (i % 7) * 0x1000, "cycle");
+    if (x && vdereg(x)) fail("cycle dereg", i, 0);
+  }
+  int fds1 = open_bufs();
+  if (fds1 != fds0) fail("dma-buf fds left", fds0, fds1);
+  (void)a;
+  printf("routes dmabuf %s cycles=%ld buffers_left=%d failures=%d\n", failures ? "FAILED" : "ok", cycles, fds1 - fds0, failures);
+  return failures != 0;
+}
+
+typedef int (*getproc_t)(const char *, void **, int, uint64_t, int *);
+typedef int (*handle_t)(void *, uint64_t, size_t, int, unsigned long long);
+typedef int (*attr_t)(int *, int, int);
+static int cuda(void) {
+  gpu_alloc(0, BASE, 64 * K64);
+  void *lib = dlopen(getenv("FAKE_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  getproc_t gp = lib ? (getproc_t)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  if (!gp) { fprintf(stderr, "no fake libcuda\n"); return 2; }
+  handle_t hf = NULL; attr_t af = NULL;
+  gp("cuMemGetHandleForAddressRange", (void **)&hf, 12080, 0, NULL);
+  gp("cuDeviceGetAttribute", (void **)&af, 12080, 0, NULL);
+  int supported = -1; af(&supported, 124, 0);
+  int fd = -1, r = hf(&fd, BASE + 2 * K64, 8 * K64, 1, 0);
+  struct stat st = {0};
+  if (r || fd < 0 || fstat(fd, &st) || st.st_size != (off_t)(8 * K64)) fail("served fd", r, fd);
+  int fd2 = -1, r2 = hf(&fd2, BASE + 0x100, K64, 1, 0); // not page aligned: CUDA's 801 stands
+  int fd3 = -1, r3 = hf(&fd3, BASE + 80 * K64, K64, 1, 0); // not mapped: CUDA's 801 stands
+  int direct_fd = gdrshim_dl_export_dmabuf(BASE, 4 * K64);
+  if (direct_fd < 0) fail("gdrshim_export_dmabuf", direct_fd, 0);
+  printf("routes cuda %s attr124=%d r=%d size=%ld r_unaligned=%d r_unmapped=%d export=%s\n", failures ? "FAILED" : "ok", supported, r, (long)st.st_size, r2, r3,
+         direct_fd >= 0 ? "fd" : "none");
+  close(fd); close(direct_fd);
+  return failures != 0;
+}
+
+static int refused(void) {
+  int fds0 = open_bufs();
+  gpu_alloc(0, BASE, 4 * K64);
+  must_miss(BASE, 4 * K64, 0xf, "a refused export falls back");
+  int fds1 = open_bufs();
+  if (fds1 != fds0) fail("dma-buf fds left", fds0, fds1);
+  printf("routes refused %s buffers_left=%d\n", failures ? "FAILED" : "ok", fds1 - fds0);
+  return failures != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  setup();
+  if (!strcmp(argv[1], "matrix")) return matrix();
+  if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
+  if (!strcmp(argv[1], "cuda")) return cuda();
+  if (!strcmp(argv[1], "refused")) return refused();
+  return 2;
+}

@@ -1,0 +1,166 @@
+//! Both registration routes through the real libgdrshim.so, with the live fake driver (RM, UVM
+//! and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd) and the fake NIC
+//! (`ibv_reg_dmabuf_mr` accepts only a buffer whose memory is, page by page, the process's memory
+//! at the MR's addresses): which route the machine gets, and what each gives the NIC.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+mod common;
+use common::Env;
+
+fn env() -> &'static Env {
+    static E: OnceLock<Env> = OnceLock::new();
+    E.get_or_init(|| {
+        let e = common::build("routes");
+        let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+        let src = |f: &str| c.join(f).to_str().unwrap().to_string();
+        let cc = |args: &[&str]| common::cc(&e, args);
+        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        for (dir, map, def) in [("verbs-new", "fakeverbs.map", "-DNEW"), ("verbs-old", "fakeverbs-old.map", "-DNO_DMABUF")] {
+            std::fs::create_dir_all(e.dir.join(dir)).unwrap();
+            let out = format!("{dir}/libibverbs.so.1");
+            let map = format!("-Wl,--version-script={}", c.join(map).display());
+            cc(&["-shared", "-fPIC", "-O1", def, &map, "-Wl,-soname,libibverbs.so.1", "-o", &out, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+        }
+        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
+        cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
+        e
+    })
+}
+
+struct Rig {
+    peermem: bool,
+    capable: bool,
+    new_verbs: bool,
+}
+
+/// `routes ARGS` on a fresh fake machine; returns (exit code, stdout, stderr).
+fn routes(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
+    let e = env();
+    let dev: PathBuf = e.dir.join(format!("dev-{tag}"));
+    let _ = std::fs::remove_dir_all(&dev);
+    std::fs::create_dir_all(&dev).unwrap();
+    for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
+        std::fs::write(dev.join(f), b"").unwrap();
+    }
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    if rig.peermem {
+        std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
+    }
+    let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
+    let out = Command::new(e.dir.join("routes"))
+        .args(args)
+        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+        .env("LD_LIBRARY_PATH", &verbs)
+        .env("GDRSHIM_TEST_DEV_DIR", &dev)
+        .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_LOG_LEVEL", "info")
+        .env("FAKERM_DMABUF_CAPABLE", if rig.capable { "1" } else { "0" })
+        .env("FAKE_LIBCUDA", e.dir.join("libcuda.so.1"))
+        .envs(extra.iter().copied())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn summary(text: &str) -> HashMap<String, String> {
+    let line = text.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary in {text}"));
+    line["gdrshim: summary ".len()..].split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('='))).unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+#[test]
+fn the_route_matrix() {
+    for peermem in [false, true] {
+        for capable in [false, true] {
+            for new_verbs in [false, true] {
+                let rig = Rig { peermem, capable, new_verbs };
+                let tag = format!("m{}{}{}", peermem as u8, capable as u8, new_verbs as u8);
+                let (code, out, err) = routes(&tag, &rig, &["matrix"], &[]);
+                assert_eq!(code, 0, "{out}\n{err}");
+                let line = out.lines().find(|l| l.starts_with("routes matrix ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+                let s = summary(&err);
+                let (route, reg) = (field(line, "route"), field(line, "registered"));
+                let what = format!("peermem={peermem} capable={capable} ibv_reg_dmabuf_mr={new_verbs}: {line}\n{err}");
+                if capable && new_verbs {
+                    assert_eq!((route, reg, s["route"].as_str()), ("1", "yes", "dmabuf"), "{what}");
+                    assert_eq!(s["dmabuf_exports"], "1", "{what}");
+                    assert_eq!(s["registered"], "0", "no NV503C registration on the DMA-BUF route: {what}");
+                } else if peermem {
+                    assert_eq!((route, reg, s["route"].as_str()), ("2", "yes", "nv503c"), "{what}");
+                    assert_eq!((s["registered"].as_str(), s["dmabuf_exports"].as_str()), ("1", "0"), "{what}");
+                } else {
+                    // no route: the call fails exactly as without gdrshim, and the log says why
+                    assert_eq!((route, reg, field(line, "errno"), field(line, "active")), ("0", "no", "14", "0"), "{what}");
+                    assert!(err.contains("no registration route works here") && err.contains("NV503C lacks nvidia-peermem"), "{what}");
+                    assert_eq!(err.contains("ibv_reg_dmabuf_mr in libibverbs"), !new_verbs, "{what}");
+                    assert_eq!(err.contains("dma-buf capability (RM says no"), !capable, "{what}");
+                    assert_eq!(s["route"], "none", "{what}");
+                }
+                assert_eq!(s["rm_errors"], "0", "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_dmabuf_route_gives_the_nic_exactly_the_mapped_memory() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("dmabuf", &rig, &["dmabuf", "10000"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("routes dmabuf ok cycles=10000 buffers_left=0 failures=0"), "{out}\n{err}");
+    let s = summary(&err);
+    assert_eq!(s["route"], "dmabuf");
+    // 6 MRs and 10 000 cycles, each one export; the two-GPU, ODP and unmapped ones are misses
+    assert_eq!(s["dmabuf_exports"], "10006", "{err}");
+    assert_eq!((s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()), ("0", "0", "0"));
+    assert!(s["odp_mrs"] != "0", "{err}");
+    assert!(err.contains("addr=0x7f00005f0000 len=0x20000 pass0 miss"), "across two GPUs: {err}");
+    assert!(err.contains("IBV_ACCESS_ON_DEMAND on GPU memory"), "{err}");
+    // the memory freed under a live MR is named: the dma-buf keeps it until the dereg
+    assert!(err.contains("verbs MR(s) still use it") && err.contains("the dma-buf holds it"), "{err}");
+    assert!(err.contains("exported 2 piece(s)"), "an MR over two memory objects: {err}");
+}
+
+#[test]
+fn cuda_callers_get_a_dmabuf_where_libcuda_refuses() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("cuda", &rig, &["cuda"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let line = out.lines().find(|l| l.starts_with("routes cuda")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert_eq!(line, "routes cuda ok attr124=1 r=0 size=524288 r_unaligned=801 r_unmapped=801 export=fd", "{err}");
+    let s = summary(&err);
+    // one for CUDA's caller, one for gdrshim_export_dmabuf
+    assert_eq!((s["dmabuf_served"].as_str(), s["dmabuf_exports"].as_str()), ("2", "2"), "{err}");
+    assert!(err.contains("not host-page aligned"), "{err}");
+    // without the DMA-BUF route, CUDA's answers stand
+    let nv = Rig { peermem: true, capable: false, new_verbs: true };
+    let (_, out, err) = routes("cuda-nv", &nv, &["cuda"], &[]);
+    assert!(out.contains("attr124=0 r=801"), "{out}\n{err}");
+}
+
+#[test]
+fn a_refused_export_leaves_the_call_as_it_was() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("refused", &rig, &["refused"], &[("FAKEVERBS_DMABUF_FAIL", "95")]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("routes refused ok buffers_left=0"), "{out}\n{err}");
+    assert_eq!(summary(&err)["dmabuf_refused"], "1");
+    assert!(err.contains("ibv_reg_dmabuf_mr refused the export") && err.contains("delegating the original call"), "{err}");
+}
+
+#[test]
+fn shadow_mode_says_what_it_would_export_and_exports_nothing() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("shadow", &rig, &["matrix"], &[("GDRSHIM_MODE", "shadow")]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("registered=no errno=14"), "{out}\n{err}");
+    assert!(err.contains("would export 1 piece(s)"), "{err}");
+    assert_eq!(summary(&err)["dmabuf_exports"], "0");
+}
