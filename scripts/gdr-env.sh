@@ -16,17 +16,18 @@
 #   --register-buffers keep NCCL_LOCAL_REGISTER/NCCL_GRAPH_REGISTER at NCCL's default (only with a
 #                      large BAR1; with the 256 MiB default BAR1 they stay 0)
 #   --shim-mode M      GDRSHIM_MODE (default register)
+#   --route R          GDRSHIM_ROUTE: auto (default), dmabuf, nv503c (the doctor says which works)
 #   --shim-log PATH    GDRSHIM_LOG_FILE (%h host, %p pid)
 #   --advertise        GDRSHIM_ADVERTISE_GDR=1: stock NCCL without the patches (see README)
 #   --debug            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P (what verify-run reads)
 # GDR_ENV_SYSFS (test only) replaces /sys/class/infiniband when checking HCA names.
 
-_gdr_env_usage() { sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+_gdr_env_usage() { sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 # Fills _GDR_ENV (NAME=VALUE lines) and _GDR_ENV_CMD; returns non-zero with a message on bad input.
 _gdr_env_build() {
   local mode=gdr prefix=/opt/rtx4090-gdr/current nccl_lib="" hca="" gid="" gdr_level=SYS p2p_level=SYS
-  local register=0 shim_mode=register shim_log="" advertise=0 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}"
+  local register=0 shim_mode=register shim_log="" advertise=0 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto
   _GDR_ENV="" _GDR_ENV_CMD=() _GDR_ENV_PRINT=0
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -39,6 +40,7 @@ _gdr_env_build() {
       --p2p-level) p2p_level="${2-}"; shift ;;
       --register-buffers) register=1 ;;
       --shim-mode) shim_mode="${2-}"; shift ;;
+      --route) route="${2-}"; shift ;;
       --shim-log) shim_log="${2-}"; shift ;;
       --advertise) advertise=1 ;;
       --debug) debug=1 ;;
@@ -63,6 +65,11 @@ _gdr_env_build() {
   if [ "$mode" = gdr ]; then
     [[ " $levels " == *" $gdr_level "* ]] || { echo "gdr-env: --gdr-level must be one of $levels, not '$gdr_level'" >&2; return 2; }
     case "$shim_mode" in register|shadow|trace|off) ;; *) echo "gdr-env: --shim-mode must be register, shadow, trace or off" >&2; return 2 ;; esac
+    case "$route" in auto|dmabuf|nv503c) ;; *) echo "gdr-env: --route must be auto, dmabuf or nv503c, not '$route'" >&2; return 2 ;; esac
+    if [ "$route" != nv503c ] && [ "${NCCL_DMABUF_ENABLE:-1}" = 0 ]; then
+      echo "gdr-env: NCCL_DMABUF_ENABLE=0 is set: NCCL would not use the DMA-BUF route's dma-bufs; unset it (or --route nv503c)" >&2
+      return 2
+    fi
     local shim="$prefix/lib/libgdrshim.so"
     [ -f "$shim" ] || { echo "gdr-env: no shim at $shim (install a release with scripts/deploy.sh, or pass --prefix)" >&2; return 1; }
     [ -f "$prefix/SHA256SUMS" ] || { echo "gdr-env: no SHA256SUMS in $prefix: refusing to preload an unverified shim" >&2; return 1; }
@@ -95,15 +102,15 @@ _gdr_env_build() {
     add LD_PRELOAD "$shim${LD_PRELOAD:+:$LD_PRELOAD}"
     [ -z "$nccl_lib" ] || add LD_LIBRARY_PATH "$(cd "$nccl_lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     add GDRSHIM_MODE "$shim_mode"
+    add GDRSHIM_ROUTE "$route"
     [ -z "$shim_log" ] || add GDRSHIM_LOG_FILE "$shim_log"
     [ "$advertise" = 0 ] || add GDRSHIM_ADVERTISE_GDR 1
     add NCCL_IB_DISABLE 0
     add NCCL_IB_HCA "$hca"
     [ -z "$gid" ] || add NCCL_IB_GID_INDEX "$gid"
     add NCCL_NET_GDR_LEVEL "$gdr_level"
-    # the shim registers plain GPU memory; NCCL's DMA-BUF path is a different route (GeForce: 801)
-    add NCCL_DMABUF_ENABLE 0
-    # the internal IB transport is the one whose registrations the shim sees
+    # DMA-BUF route: NCCL's own DMA-BUF path takes gdrshim's dma-bufs (NCCL_DMABUF_ENABLE stays 1);
+    # NV503C route: the internal IB transport is the one whose ibv_reg_mr the shim sees
     add NCCL_NET_PLUGIN none
   fi
   if [ "$debug" = 1 ]; then

@@ -80,6 +80,9 @@ pub struct Config {
     /// Test-only: hide libcuda's dma-buf support (attribute 124 reads 0, `cuMemGetHandleForAddressRange`
     /// answers as on a GeForce), so gdrshim's own exports are exercised on a datacenter GPU.
     pub test_hide_dmabuf: bool,
+    /// Test-only: take nvidia-peermem as loaded, so the NV503C route is exercised against the real
+    /// RM on a machine without it (the H200): RM is exercised, no NIC reads the registrations.
+    pub test_assume_peermem: bool,
     /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
     pub nccl_flush_disabled: bool,
     /// Test-only (`GDRSHIM_TEST_PANIC`): panic inside the hooks of this family (`ioctl`,
@@ -101,6 +104,7 @@ pub const ENV_ADVERTISE_GDR: &str = "GDRSHIM_ADVERTISE_GDR";
 pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
 pub const ENV_ROUTE: &str = "GDRSHIM_ROUTE";
 pub const ENV_TEST_HIDE_DMABUF: &str = "GDRSHIM_TEST_HIDE_DMABUF";
+pub const ENV_TEST_ASSUME_PEERMEM: &str = "GDRSHIM_TEST_ASSUME_PEERMEM";
 pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
@@ -121,6 +125,7 @@ impl Default for Config {
             test_hide_gdr: false,
             route: crate::route::Wish::Auto,
             test_hide_dmabuf: false,
+            test_assume_peermem: false,
             nccl_flush_disabled: false,
             test_panic: None,
         }
@@ -168,6 +173,7 @@ impl Config {
         c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, false, &mut warnings);
         c.test_hide_gdr = flag(&get, ENV_TEST_HIDE_GDR, false, &mut warnings);
         c.test_hide_dmabuf = flag(&get, ENV_TEST_HIDE_DMABUF, false, &mut warnings);
+        c.test_assume_peermem = flag(&get, ENV_TEST_ASSUME_PEERMEM, false, &mut warnings);
         if let Some(v) = get(ENV_ROUTE) {
             match crate::route::Wish::parse(&v) {
                 Some(w) => c.route = w,

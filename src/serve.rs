@@ -83,6 +83,9 @@ impl Shim {
     }
 
     fn peermem_loaded(&self) -> bool {
+        if self.cfg.test_assume_peermem {
+            return true;
+        }
         let root = self.cfg.test_dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
         ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"].iter().any(|p| {
             let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };

@@ -198,10 +198,18 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
         "export NCCL_P2P_LEVEL=SYS".into(),
         "export NCCL_LOCAL_REGISTER=0".into(),
         "export NCCL_GRAPH_REGISTER=0".into(),
-        "export NCCL_DMABUF_ENABLE=0".into(),
+        "export GDRSHIM_ROUTE=auto".into(),
     ] {
         assert!(out.lines().any(|l| l == want), "missing {want:?} in\n{out}");
     }
+    assert!(!out.contains("NCCL_DMABUF_ENABLE"), "the DMA-BUF route needs NCCL's DMA-BUF path: {out}");
+    let (rc, out) = sh(
+        "gdr-env.sh",
+        &["--prefix", c, "--hca", "mlx5_0", "--route", "dmabuf", "--print"],
+        &[env[0], ("LD_PRELOAD", ""), ("NCCL_DMABUF_ENABLE", "0")],
+    );
+    assert_eq!(rc, 2, "NCCL_DMABUF_ENABLE=0 with the DMA-BUF route is refused: {out}");
+    assert_eq!(sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", "--route", "both", "--print"], &env).0, 2);
     // p2p mode: no shim at all
     let (rc, out) = sh("gdr-env.sh", &["--mode", "p2p", "--print"], &env);
     assert_eq!(rc, 0);

@@ -104,7 +104,7 @@ fn every_series_is_well_formed_and_touches_only_what_it_claims() {
         }
         // the gate asks the shim by the exported names the library really has
         let text: String = ps.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
-        for sym in ["gdrshim_gdr_active", "gdrshim_version"] {
+        for sym in ["gdrshim_gdr_active", "gdrshim_version", "gdrshim_gdr_route"] {
             assert!(text.contains(&format!("\"{sym}\"")), "{d:?} asks for {sym}");
             assert!(
                 root().join("src/hooks/query.rs").exists()
@@ -114,7 +114,11 @@ fn every_series_is_well_formed_and_touches_only_what_it_claims() {
         }
         assert!(text.contains("NCCL_GDR_FLUSH_DISABLE") && text.contains("major < 9"), "{d:?}: the flush refusal");
         assert!(all.contains("src/plugin/net.cc"), "{d:?}: the GPU-side gate");
-        assert!(all.iter().any(|f| f.starts_with("src/transport/net_ib")), "{d:?}: the NIC-side gate");
+        // the NIC side is NCCL's own (peer memory or DMA-BUF): no patch may claim a peer-memory
+        // client the kernel does not have
+        assert!(!all.iter().any(|f| f.starts_with("src/transport/net_ib")), "{d:?} touches the NIC-side gate");
+        assert!(!text.contains("ncclIbGdrModuleLoaded = 1"), "{d:?} claims a peer-memory module");
+        assert!(text.contains("route %s"), "{d:?}: the INFO line names the route");
     }
 }
 

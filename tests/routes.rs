@@ -23,7 +23,19 @@ fn env() -> &'static Env {
             std::fs::create_dir_all(e.dir.join(dir)).unwrap();
             let out = format!("{dir}/libibverbs.so.1");
             let map = format!("-Wl,--version-script={}", c.join(map).display());
-            cc(&["-shared", "-fPIC", "-O1", def, &map, "-Wl,-soname,libibverbs.so.1", "-o", &out, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+            cc(&[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                def,
+                &map,
+                "-Wl,-soname,libibverbs.so.1",
+                "-o",
+                &out,
+                &src("fakeverbs.c"),
+                "-ldl",
+                "-lpthread",
+            ]);
         }
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
         cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
@@ -68,11 +80,17 @@ fn routes(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, 
 
 fn summary(text: &str) -> HashMap<String, String> {
     let line = text.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary in {text}"));
-    line["gdrshim: summary ".len()..].split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    line["gdrshim: summary ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('='))).unwrap_or_else(|| panic!("no {key} in {line}"))
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
 }
 
 #[test]

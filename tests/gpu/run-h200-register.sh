@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Registration path on the GPU machine with libcuda's native 503C suppressed (GeForce emulation).
+# NV503C registration path on the GPU machine with libcuda's native 503C suppressed (GeForce emulation).
 # Usage: tests/gpu/run-h200-register.sh OUTDIR
 set -u
 OUT=${1:?outdir}
@@ -11,6 +11,9 @@ gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
 gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
 nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/stub" -l:libibverbs.so.1 2>&1 | grep -v _GNU_SOURCE | grep -i error
 export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the NV503C route against the real RM: no nvidia-peermem here (nothing reads the registrations),
+# so the test knob takes it as loaded; the DMA-BUF route has its own run (run-h200-dmabuf.sh)
+export GDRSHIM_ROUTE=nv503c GDRSHIM_TEST_ASSUME_PEERMEM=1
 run() { # name, command...
   local name=$1; shift
   log "### $name: LD_PRELOAD=suppress503c.so:libgdrshim.so GDRSHIM_MODE=register $*"

@@ -47,7 +47,7 @@ impl Item {
             _ => None,
         }
     }
-    fn why_not(&self, what: &str) -> String {
+    pub(crate) fn why_not(&self, what: &str) -> String {
         match self {
             Item::Missing => format!("{what}: not recorded"),
             Item::NotRun(t) => format!("{what}: {t} is not installed here"),
@@ -468,7 +468,7 @@ pub fn doctor(st: &State) -> Report {
                     "gpu.model",
                     Status::Info,
                     format!(
-                        "{} GeForce GPU(s): GDR needs gdrshim (register mode), the P2P-patched open module and the patched NCCL",
+                        "{} GeForce GPU(s): GDR needs gdrshim in register mode by a route that works here (route.* below) and NCCL's GPU-side gate answered (patch 0001 or GDRSHIM_ADVERTISE_GDR=1); the P2P-patched module is for GPU-to-GPU P2P",
                         geforce
                     ),
                 )
@@ -607,25 +607,8 @@ pub fn doctor(st: &State) -> Report {
     // --- RDMA -------------------------------------------------------------------------------
     let params = st.item("module-params").any().unwrap_or("");
     let param = |p: &str| params.lines().find(|l| l.starts_with(p)).and_then(|l| l.split_once(": ")).map(|(_, v)| v.trim().to_string());
-    let peermem_loaded = param("/sys/module/nvidia_peermem/version").is_some_and(|v| !v.contains("No such file"));
-    let peer_symbol = st.item("kallsyms-peer").any().and_then(|t| t.trim().parse::<u32>().ok());
-    let einval = st.item("dmesg-nvidia").any().and_then(|d| {
-        d.lines()
-            .find(|l| l.contains("ib_register_peer_memory_client") || (l.contains("peermem") && l.contains("Invalid argument")))
-            .map(str::to_string)
-    });
     let geforce = gpus.iter().any(|g| g.is_geforce());
-    if peermem_loaded {
-        r.push(Check::new("rdma.peermem", Status::Info, "nvidia_peermem is loaded: that is the kernel's peer-memory framework only, not proof of GDR (on GeForce ibv_reg_mr still fails without gdrshim)"));
-    } else {
-        let mut c = Check::new("rdma.peermem", Status::Info, match (peer_symbol, geforce) {
-            (Some(0), _) => "nvidia_peermem not loaded, and this kernel lacks ib_register_peer_memory_client (inbox rdma-core): modprobe nvidia_peermem fails with 'Invalid argument', as expected; it is not needed (GeForce: gdrshim; Hopper/Blackwell: DMA-BUF)",
-            (_, true) => "nvidia_peermem not loaded: not needed with gdrshim (the shim registers GPU memory itself)",
-            _ => "nvidia_peermem not loaded: use DMA-BUF (open module) instead; installing MLNX_OFED only to load peermem is not needed",
-        });
-        if let Some(l) = einval {
-            c = c.evidence(l);
-        }
+    for c in crate::routes::checks(st, kernel_version.as_deref(), &gpus) {
         r.push(c);
     }
     match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
@@ -849,6 +832,23 @@ mod tests {
         }
         assert!(r.get("rdma.mlx5_0.1").unwrap().summary.contains("NCCL_IB_GID_INDEX=3"));
         assert!(r.get("gpu.model").unwrap().summary.contains("gdrshim"));
+        // the inbox stack: DMA-BUF works, NV503C cannot (no peer-memory module) and is not needed
+        assert_eq!(status(&r, "route.dmabuf"), Status::Pass, "{}", r.text());
+        let nv = r.get("route.nv503c").unwrap();
+        assert_eq!(nv.status, Status::Warn, "{}", r.text());
+        assert!(nv.summary.contains("ib_register_peer_memory_client") && nv.summary.contains("not needed"), "{}", nv.summary);
+        assert!(r.get("route.choice").unwrap().summary.contains("takes DMA-BUF"));
+    }
+
+    #[test]
+    fn a_rig_with_mlnx_ofed_and_peermem_takes_nv503c() {
+        let r = doctor(&fixture("rig-4090-ofed"));
+        assert!(!r.failed(), "{}", r.text());
+        assert_eq!(status(&r, "route.nv503c"), Status::Pass, "{}", r.text());
+        let d = r.get("route.dmabuf").unwrap();
+        assert_eq!(d.status, Status::Warn, "{}", r.text());
+        assert!(d.summary.contains("570"), "{}", d.summary);
+        assert!(r.get("route.choice").unwrap().summary.contains("takes NV503C"));
     }
 
     #[test]
@@ -870,7 +870,9 @@ mod tests {
             ("rdma.mlx5_1.1", Status::Fail, "cable"),
             ("limits.memlock", Status::Fail, "memlock=-1"),
             ("kernel.xid", Status::Warn, "Xid"),
-            ("rdma.peermem", Status::Info, "ib_register_peer_memory_client"),
+            ("route.nv503c", Status::Fail, "ib_register_peer_memory_client"),
+            ("route.dmabuf", Status::Fail, "rdma-core 34"),
+            ("route.choice", Status::Fail, "no registration route works"),
         ];
         for (id, st, word) in expect {
             let c = r.get(id).unwrap_or_else(|| panic!("{id}"));

@@ -4,6 +4,7 @@
 mod dmabuf;
 mod doctor;
 mod report;
+mod routes;
 mod verify;
 
 use std::path::PathBuf;
