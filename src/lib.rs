@@ -12,6 +12,7 @@ pub mod advertise;
 pub mod capture;
 pub mod config;
 pub mod decode;
+pub mod files;
 pub mod fxhash;
 pub mod hooks;
 pub mod log;

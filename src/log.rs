@@ -1,16 +1,126 @@
 //! Logging through `tracing`, written with plain `write(2)` so that it works before and during
 //! hooking. Lines are prefixed like NCCL's: `host:pid:tid [gdrshim] LEVEL message`.
+//!
+//! The `log_*!` macros check the level first (an atomic load) and hand `tracing` one event per
+//! level from [`emit`]. Not a `tracing` macro per call site: each of those is a static with a dozen
+//! relocations, which the dynamic loader applies in every process the library is preloaded into
+//! (a hundred of them were a third of the library's start-up cost per exec).
 
 use crate::config::{expand_path, Config, Level};
 use core::sync::atomic::{AtomicI32, Ordering};
-use std::ffi::CString;
 use std::fmt;
 use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
-use tracing_subscriber::registry::LookupSpan;
 
 static LOG_FD: AtomicI32 = AtomicI32::new(2);
+
+/// The most verbose level written (`config::Level` as a number); 0 until logging is set up.
+static MAX_LEVEL: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+/// Whether lines of `level` are written.
+#[inline]
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= MAX_LEVEL.load(Ordering::Relaxed)
+}
+
+/// One line at `level` (the `log_*!` macros check [`enabled`] first).
+#[cold]
+#[inline(never)]
+pub fn emit(level: Level, args: fmt::Arguments<'_>) {
+    match level {
+        Level::Error => tracing::error!("{args}"),
+        Level::Warn => tracing::warn!("{args}"),
+        Level::Info => tracing::info!("{args}"),
+        Level::Debug => tracing::debug!("{args}"),
+        Level::Trace => tracing::trace!("{args}"),
+    }
+}
+
+/// Lines of one kind that may repeat without end (a miss per verbs call under a race, a refusal
+/// per export): the first [`LIMIT_FIRST`] as they come, then at most one a second, saying how
+/// many like it were held back. The total held back is in the summary (`lines_held=`).
+pub const LIMIT_FIRST: u64 = 10;
+struct Limited {
+    key: &'static str,
+    seen: u64,
+    held: u64,
+    last_ns: u64,
+}
+static LIMITS: parking_lot::Mutex<Vec<Limited>> = parking_lot::const_mutex(Vec::new());
+static HELD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Lines held back so far.
+pub fn held() -> u64 {
+    HELD.load(Ordering::Relaxed)
+}
+
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid out-buffer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether a line of kind `key` may be written now, with how many were held back since the last.
+pub fn allow(key: &'static str) -> Option<u64> {
+    let now = coarse_ns();
+    let mut l = LIMITS.lock();
+    let i = match l.iter().position(|x| x.key == key) {
+        Some(i) => i,
+        None => {
+            l.push(Limited { key, seen: 0, held: 0, last_ns: 0 });
+            l.len() - 1
+        }
+    };
+    let x = &mut l[i];
+    x.seen += 1;
+    if x.seen <= LIMIT_FIRST || now.saturating_sub(x.last_ns) >= 1_000_000_000 {
+        x.last_ns = now;
+        Some(core::mem::take(&mut x.held))
+    } else {
+        x.held += 1;
+        HELD.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// A rate-limited line (see [`allow`]).
+#[cold]
+#[inline(never)]
+pub fn emit_held(level: Level, held: u64, args: fmt::Arguments<'_>) {
+    if held > 0 {
+        emit(level, format_args!("{args} ({held} more like this held back since the last)"));
+    } else {
+        emit(level, args);
+    }
+}
+
+#[macro_export]
+macro_rules! log_limited {
+    ($level:expr, $key:expr, $($arg:tt)+) => {
+        if $crate::log::enabled($level) {
+            if let Some(held) = $crate::log::allow($key) {
+                $crate::log::emit_held($level, held, format_args!($($arg)+))
+            }
+        }
+    };
+}
+
+#[macro_export]
+macro_rules! log_at {
+    ($level:expr, $($arg:tt)+) => {
+        if $crate::log::enabled($level) {
+            $crate::log::emit($level, format_args!($($arg)+))
+        }
+    };
+}
+#[macro_export]
+macro_rules! log_error { ($($arg:tt)+) => { $crate::log_at!($crate::config::Level::Error, $($arg)+) }; }
+#[macro_export]
+macro_rules! log_warn { ($($arg:tt)+) => { $crate::log_at!($crate::config::Level::Warn, $($arg)+) }; }
+#[macro_export]
+macro_rules! log_info { ($($arg:tt)+) => { $crate::log_at!($crate::config::Level::Info, $($arg)+) }; }
+#[macro_export]
+macro_rules! log_debug { ($($arg:tt)+) => { $crate::log_at!($crate::config::Level::Debug, $($arg)+) }; }
 
 pub fn host_name() -> String {
     let mut buf = [0u8; 256];
@@ -38,54 +148,50 @@ pub fn write_raw(bytes: &[u8]) {
     }
 }
 
-pub struct FdWriter;
-impl std::io::Write for FdWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        write_raw(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-struct MakeFdWriter;
-impl<'a> MakeWriter<'a> for MakeFdWriter {
-    type Writer = FdWriter;
-    fn make_writer(&'a self) -> FdWriter {
-        FdWriter
-    }
-}
-
-struct NcclStyle {
+/// The subscriber: one NCCL-style line per event, written with `write(2)`. Hand-written rather
+/// than tracing-subscriber's fmt layer: that one's registry, per-thread span stacks and formatting
+/// layers cost a few hundred relocations and pages the dynamic loader touches in every process the
+/// library is preloaded into, for features (spans, layers, filters) gdrshim does not use.
+struct NcclLines {
     host: String,
+    max: tracing::Level,
 }
 
-impl<S, N> FormatEvent<S, N> for NcclStyle
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+/// Writes an event's fields: the message as it is, any other field as ` name=value`.
+struct Fields<'a>(&'a mut String);
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        use std::fmt::Write as _;
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+impl Subscriber for NcclLines {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= self.max
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::from_level(self.max))
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &Event<'_>) {
         // SAFETY: getpid and gettid have no preconditions.
         let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid)) };
-        write!(w, "{}:{}:{} [gdrshim] {} ", self.host, pid, tid, event.metadata().level())?;
-        ctx.field_format().format_fields(w.by_ref(), event)?;
-        writeln!(w)
+        let mut line = format!("{}:{pid}:{tid} [gdrshim] {} ", self.host, event.metadata().level());
+        event.record(&mut Fields(&mut line));
+        line.push('\n');
+        write_raw(line.as_bytes());
     }
-}
-
-fn open_log_file(path: &str) -> Result<i32, String> {
-    let c = CString::new(path).map_err(|_| "path contains a NUL byte".to_string())?;
-    let open = crate::real::open().ok_or("open() not found")?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-    // SAFETY: c is a valid C string; open has no other preconditions.
-    let fd = unsafe { open(c.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error().to_string())
-    } else {
-        Ok(fd)
-    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// Sets up logging once; returns warnings to print (they go to the chosen destination).
@@ -95,11 +201,9 @@ pub fn init(cfg: &Config) -> Vec<String> {
     if let Some(tpl) = &cfg.log_file {
         // SAFETY: getpid has no preconditions.
         let path = expand_path(tpl, &host, unsafe { libc::getpid() } as u32);
-        match open_log_file(&path) {
+        match crate::files::open_private(&path) {
             Ok(fd) => LOG_FD.store(fd, Ordering::Relaxed),
-            Err(e) => {
-                warnings.push(format!("GDRSHIM_LOG_FILE={path:?} cannot be opened ({e}; symlinks are not followed); logging to stderr"))
-            }
+            Err(e) => warnings.push(format!("GDRSHIM_LOG_FILE={path:?} refused: {e}; logging to stderr")),
         }
     }
     let max = match cfg.level {
@@ -109,7 +213,8 @@ pub fn init(cfg: &Config) -> Vec<String> {
         Level::Debug => tracing::Level::DEBUG,
         Level::Trace => tracing::Level::TRACE,
     };
-    let sub = tracing_subscriber::fmt().with_max_level(max).with_writer(MakeFdWriter).event_format(NcclStyle { host }).finish();
+    MAX_LEVEL.store(cfg.level as u8, Ordering::Relaxed);
+    let sub = NcclLines { host, max };
     // Our own copy of tracing: the host program's subscriber (if any) is a different static.
     let _ = tracing::subscriber::set_global_default(sub);
     warnings

@@ -40,7 +40,7 @@ impl RealRm {
         let err = crate::shim::errno();
         crate::shim::set_errno(e);
         if rc != 0 {
-            tracing::debug!("our ioctl nr={nr:#x} on fd {fd} failed: errno {err}");
+            crate::log_debug!("our ioctl nr={nr:#x} on fd {fd} failed: errno {err}");
             return Err(status::NV_ERR_GENERIC);
         }
         Ok(())
@@ -114,7 +114,7 @@ impl RealRm {
         let err = crate::shim::errno();
         crate::shim::set_errno(e);
         if fd < 0 {
-            tracing::warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
+            crate::log_warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
             return Err(status::NV_ERR_GENERIC);
         }
         if crate::hooks::fd::classify_fstat(fd) != Some(DevKind::Gpu(minor)) {

@@ -66,11 +66,11 @@ impl Shim {
         let choice = route::choose(self.cfg.route, &facts);
         let (state, r) = match choice {
             route::Choice::Use(r) => {
-                tracing::info!("registration route {} (GDRSHIM_ROUTE={}; {facts:?})", r.name(), self.cfg.route.name());
+                crate::log_info!("registration route {} (GDRSHIM_ROUTE={}; {facts:?})", r.name(), self.cfg.route.name());
                 (if r == Route::Dmabuf { ROUTE_DMABUF } else { ROUTE_NV503C }, Ok(r))
             }
             route::Choice::None(lacks) => {
-                tracing::warn!(
+                crate::log_warn!(
                     "no registration route works here (GDRSHIM_ROUTE={}): {lacks}; every verbs call passes through untouched",
                     self.cfg.route.name()
                 );
@@ -121,13 +121,13 @@ impl Shim {
             Answer::Replaced(v, why) => {
                 self.stats.gdr_answers.fetch_add(1, Relaxed);
                 if first() {
-                    tracing::info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}", *value);
+                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}", *value);
                 }
                 *value = v;
             }
             Answer::Refused(why) => {
                 if first() {
-                    tracing::warn!(
+                    crate::log_warn!(
                         "cuDeviceGetAttribute({name}, device {dev}): driver says 0; GPUDirect RDMA not advertised although GDRSHIM_ADVERTISE_GDR=1: {why}"
                     );
                 }
@@ -144,7 +144,7 @@ impl Shim {
             return;
         }
         let eager = self.cfg.eager && self.registering();
-        if !eager && !tracing::enabled!(tracing::Level::DEBUG) {
+        if !eager && !crate::log::enabled(crate::config::Level::Debug) {
             // the usual case: counted, and a line only for what deserves a warning
             let _ = self.queue(crate::shim::Work::UserAllocation { api, ptr, len });
             return;
@@ -160,8 +160,8 @@ impl Shim {
                 let Core { tracker, registrar, rm, .. } = &mut *c;
                 for (t, _) in pieces {
                     match registrar.before_reg(tracker, rm, t.address, t.size) {
-                        Decision::Miss(m) => tracing::warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
-                        Decision::Hit { tuple, .. } => tracing::debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
+                        Decision::Miss(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
+                        Decision::Hit { tuple, .. } => crate::log_debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
                         _ => {}
                     }
                 }
@@ -170,11 +170,11 @@ impl Shim {
         drop(c);
         // The line is only formatted when it will be written: this runs on every allocation.
         match &v {
-            Verdict::Uncovered(_) => tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v)),
+            Verdict::Uncovered(_) => crate::log_warn!("{}", capture::verdict_line(api, ptr, len, &v)),
             Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => {
-                tracing::warn!("{}", capture::verdict_line(api, ptr, len, &v))
+                crate::log_warn!("{}", capture::verdict_line(api, ptr, len, &v))
             }
-            _ => tracing::debug!("{}", capture::verdict_line(api, ptr, len, &v)),
+            _ => crate::log_debug!("{}", capture::verdict_line(api, ptr, len, &v)),
         }
     }
 
@@ -194,19 +194,19 @@ impl Shim {
         let d = registrar.before_verbs(tracker, rm, r);
         drop(c);
         match &d {
-            Decision::Host => tracing::debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
-            Decision::Odp => tracing::info!(
+            Decision::Host => crate::log_debug!("{api} addr={addr:#x} len={len:#x}: host memory, passed through"),
+            Decision::Odp => crate::log_info!(
                 "{api} addr={addr:#x} len={len:#x}: IBV_ACCESS_ON_DEMAND on GPU memory: neither route serves ODP MRs; passed through"
             ),
             Decision::StandAside => {
                 if !self.stood_aside_logged.swap(true, Relaxed) {
-                    tracing::warn!(
+                    crate::log_warn!(
                         "native registration present (libcuda registers third-party P2P itself on this GPU): gdrshim registers nothing"
                     );
                 }
-                tracing::debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
+                crate::log_debug!("{api} addr={addr:#x} len={len:#x}: native registration present, standing aside");
             }
-            Decision::Hit { mem, offset, tuple, fresh, .. } => tracing::info!(
+            Decision::Hit { mem, offset, tuple, fresh, .. } => crate::log_info!(
                 "{api} addr={addr:#x} len={len:#x} pass0 hit hMemory={:#010x} offset={offset:#x} {} {tuple}",
                 mem.memory,
                 match (self.cfg.mode, fresh) {
@@ -215,7 +215,7 @@ impl Shim {
                     _ => "would register",
                 }
             ),
-            Decision::Exported(e) => tracing::info!(
+            Decision::Exported(e) => crate::log_info!(
                 "{api} addr={addr:#x} len={len:#x} pass0 hit: exported {} piece(s), {:#x} bytes, as dma-buf fd {} (MR at offset {:#x})",
                 e.pieces,
                 e.bytes,
@@ -223,11 +223,15 @@ impl Shim {
                 e.offset
             ),
             Decision::WouldExport { pieces, bytes } => {
-                tracing::info!(
+                crate::log_info!(
                     "{api} addr={addr:#x} len={len:#x} pass0 hit: would export {pieces} piece(s), {bytes:#x} bytes, as a dma-buf"
                 )
             }
-            Decision::Miss(m) => tracing::warn!("{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"),
+            Decision::Miss(m) => crate::log_limited!(
+                crate::config::Level::Warn,
+                "pass0 miss",
+                "{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"
+            ),
         }
         Some(d)
     }
@@ -251,7 +255,9 @@ impl Shim {
     /// An export the verbs call did not take: its fd is closed by the hook; counted as a refusal.
     pub fn dmabuf_refused(&self, api: &str, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
-        tracing::warn!(
+        crate::log_limited!(
+            crate::config::Level::Warn,
+            "export refused",
             "{api} addr={addr:#x} len={len:#x}: ibv_reg_dmabuf_mr refused the export: {} (errno {errno}); delegating the original call",
             std::io::Error::from_raw_os_error(errno)
         );
@@ -293,8 +299,12 @@ impl Shim {
         if !self.registering() || self.route() != Some(Route::Dmabuf) {
             return None;
         }
-        if ptr % crate::tracker::dmabuf::HOST_PAGE != 0 || size % crate::tracker::dmabuf::HOST_PAGE != 0 {
-            tracing::warn!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); not served");
+        if !ptr.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) || !size.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) {
+            crate::log_limited!(
+                crate::config::Level::Warn,
+                "dma-buf not served",
+                "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); not served"
+            );
             return None;
         }
         let _gate = self.release_gate.try_write_for(WAIT)?;
@@ -303,12 +313,20 @@ impl Shim {
         match registrar.export(tracker, rm, ptr, size, mapping_type) {
             Ok(Some(e)) => {
                 self.stats.dmabuf_served.fetch_add(1, Relaxed);
-                tracing::info!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): served dma-buf fd {} ({} piece(s))", e.fd, e.pieces);
+                crate::log_info!(
+                    "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): served dma-buf fd {} ({} piece(s))",
+                    e.fd,
+                    e.pieces
+                );
                 Some(e.fd)
             }
             Ok(None) => None,
             Err(m) => {
-                tracing::warn!("cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not served: {m}; CUDA's answer stands");
+                crate::log_limited!(
+                    crate::config::Level::Warn,
+                    "dma-buf not served",
+                    "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not served: {m}; CUDA's answer stands"
+                );
                 None
             }
         }
@@ -348,16 +366,18 @@ impl Shim {
         }
         // even without the queue (its lock not free in 5 s), taking down what we know of is safer
         // than leaving it registered over memory the driver is about to release
-        let _ = self.catch_up(&mut c, &mut |l| tracing::warn!("{l}"));
+        let _ = self.catch_up(&mut c, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"));
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return gate };
         let Core { tracker, registrar, rm, .. } = &mut *c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);
         for x in gone {
-            tracing::info!("unregistered {x} before the driver releases or remaps its memory or VA");
+            crate::log_info!("unregistered {x} before the driver releases or remaps its memory or VA");
         }
         for u in in_use {
-            tracing::warn!(
+            crate::log_limited!(
+                crate::config::Level::Warn,
+                "freed in use",
                 "{} is released or remapped while {} verbs MR(s) still use it: the NIC keeps the old memory until they are deregistered ({})",
                 u.what,
                 u.mrs,

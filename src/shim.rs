@@ -105,7 +105,8 @@ fn first_active() -> bool {
             // SAFETY: getenv returned a NUL-terminated string of the environment.
             let v = unsafe { core::ffi::CStr::from_ptr(mode) }.to_bytes();
             matches!(v.trim_ascii().to_ascii_lowercase().as_slice(), b"off" | b"0" | b"none")
-        });
+        })
+        || another_copy_first();
     if !off {
         // Before anything can start initialising: a fork while another thread is inside the
         // one-time initialisation would leave the child waiting on it forever.
@@ -114,6 +115,58 @@ fn first_active() -> bool {
     // a forked child may have turned inert meanwhile: that stays
     let _ = HOOK.active.compare_exchange(0, if off { 1 } else { 2 }, Relaxed, Relaxed);
     HOOK.active.load(Relaxed) == 2
+}
+
+/// Whether another copy of gdrshim owns the process's global names (two copies preloaded, or this
+/// one loaded again under another path): that copy does the work, this one stays inert and says
+/// so once, so the process gets one registration per MR and one summary.
+fn another_copy_first() -> bool {
+    let Some(dlsym) = crate::real::real_dlsym() else { return false };
+    // SAFETY: a lookup of a C-string name in the global scope.
+    let global = unsafe { dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()) };
+    // (our own exported names may resolve to the other copy even from inside this one: the
+    // object is told by the address of a function nobody can interpose)
+    let (Some(theirs), Some(ours)) = (object_of(global), object_of(another_copy_first as *mut c_void)) else { return false };
+    if theirs.0 == ours.0 {
+        return false;
+    }
+    crate::log::raw_line(
+        "WARN",
+        &format!("another copy of gdrshim ({}) is loaded before this one ({}): this copy stays inert", theirs.1, ours.1),
+    );
+    true
+}
+
+/// The loaded object `p` lies in: its base address and file name.
+fn object_of(p: *mut c_void) -> Option<(usize, String)> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr only reads the loader's tables; info is a valid out-buffer.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(p, &mut info) } == 0 {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        "?".into()
+    } else {
+        // SAFETY: a C string of the loader's.
+        unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+    };
+    Some((info.dli_fbase as usize, name))
+}
+
+/// Whether this copy's hooks really see the process's calls: its names are the process's global
+/// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
+/// or to another interposer ahead of it, not straight to libc.
+pub fn hooks_in_place() -> bool {
+    let Some(dlsym) = crate::real::real_dlsym() else { return false };
+    // SAFETY: lookups of C-string names in the global scope.
+    let (version, ioctl) =
+        unsafe { (dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()), dlsym(libc::RTLD_DEFAULT, c"ioctl".as_ptr())) };
+    let ours = object_of(hooks_in_place as *mut c_void).map(|o| o.0);
+    ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get()
 }
 
 /// Installs [`fork_child`] once; returns when it is installed. Threads that come while another
@@ -144,16 +197,37 @@ fn install_fork_handler() {
     }
 }
 
-/// Runs `f` on the runtime from inside a hook: only when active, with this thread marked as
-/// inside gdrshim, a panic contained, and the caller's errno as it was. `None` if it did not run.
+/// Runs `f` on the runtime from inside a hook: only when active and already started (an NVIDIA
+/// fd's ioctl starts it; a process that never had one has no GPU memory to look up), with this
+/// thread marked as inside gdrshim, a panic contained, and the caller's errno as it was. `None`
+/// if it did not run.
 pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     if !active() {
         return None;
     }
+    run_in(try_get()?, f)
+}
+
+/// [`call_in`] for the CUDA driver's entry points: a program that calls them uses a GPU, so the
+/// runtime starts here if no NVIDIA ioctl has started it yet (cudart resolves its entry points
+/// through `cuGetProcAddress` before it opens a device).
+pub fn call_in_waking<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
+    if !active() {
+        return None;
+    }
+    let s = try_get().or_else(|| {
+        let e = errno();
+        let s = std::panic::catch_unwind(get).ok();
+        set_errno(e);
+        s
+    })?;
+    run_in(s, f)
+}
+
+fn run_in<R>(s: &'static Shim, f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     let e = errno();
     let r = Guard::enter().and_then(|_g| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let s = get();
             if s.line.panic_in_hook {
                 s.test_panic("hook");
             }
@@ -505,7 +579,7 @@ impl Shim {
         warnings.extend(crate::log::init(&cfg));
         crate::log::contain_panic_messages();
         for w in &warnings {
-            tracing::warn!("{w}");
+            crate::log_warn!("{w}");
         }
         let version_path = match &cfg.test_dev_dir {
             Some(d) => format!("{d}/version"),
@@ -514,40 +588,34 @@ impl Shim {
         let version = read_file(&version_path).as_deref().and_then(parse_proc_version);
         let table = version.and_then(abi::table_for);
         match (version, table) {
-            (Some(v), Some(t)) => tracing::info!("mode={} driver {v}, ABI table {}", cfg.mode.name(), t.since),
-            (Some(v), None) => tracing::warn!(
+            (Some(v), Some(t)) => crate::log_info!("mode={} driver {v}, ABI table {}", cfg.mode.name(), t.since),
+            (Some(v), None) => crate::log_warn!(
                 "driver {v} has no verified ABI table in gdrshim {}: passing every NVIDIA call through untouched (unknown driver ABI)",
                 env!("CARGO_PKG_VERSION")
             ),
-            (None, _) => tracing::warn!("cannot read the driver version from {version_path}: passing every NVIDIA call through untouched"),
+            (None, _) => {
+                crate::log_warn!("cannot read the driver version from {version_path}: passing every NVIDIA call through untouched")
+            }
         }
         let capture_fd = match &cfg.capture_file {
             Some(tpl) => {
                 // SAFETY: getpid has no preconditions.
                 let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
-                use std::os::unix::fs::OpenOptionsExt;
-                // like the log file: never through a symlink, private to the user
-                match std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&path)
-                {
-                    Ok(f) => {
-                        use std::os::fd::IntoRawFd;
-                        f.into_raw_fd()
-                    }
-                    Err(e) => {
-                        tracing::warn!("GDRSHIM_CAPTURE={path:?} cannot be opened ({e}; symlinks are not followed); not capturing");
-                        -1
-                    }
-                }
+                // like the log file: never through a link, never somebody else's file
+                crate::files::open_private(&path).unwrap_or_else(|e| {
+                    crate::log_warn!("GDRSHIM_CAPTURE={path:?} refused: {e}; not capturing");
+                    -1
+                })
             }
             None => -1,
         };
-        let dry_run = cfg.mode != Mode::Register;
-        let backlog_max = if cfg.mode == Mode::Trace || tracing::enabled!(tracing::Level::DEBUG) { 1 } else { BACKLOG };
+        // a copy loaded with dlopen: its hooks see nothing, so it never claims to register
+        let in_place = hooks_in_place();
+        if cfg.mode == Mode::Register && !in_place {
+            crate::log_warn!("this copy of gdrshim was not preloaded (loaded with dlopen?): its hooks see nothing; it registers nothing and says so to NCCL");
+        }
+        let dry_run = cfg.mode != Mode::Register || !in_place;
+        let backlog_max = if cfg.mode == Mode::Trace || crate::log::enabled(crate::config::Level::Debug) { 1 } else { BACKLOG };
         let rm = crate::rm::RealRm::new(
             table.unwrap_or(abi::table_for(DriverVersion(580, 0, 0)).expect("a known branch")),
             cfg.test_dev_dir.as_deref(),
@@ -565,7 +633,7 @@ impl Shim {
             panic_in_ioctl: cfg.test_panic.as_deref() == Some("ioctl"),
             panic_in_hook: cfg.test_panic.as_deref() == Some("hook"),
             cuda_frees: AtomicU64::new(0),
-            registering: cfg.mode == Mode::Register && table.is_some(),
+            registering: cfg.mode == Mode::Register && table.is_some() && in_place,
         };
         let shim = Shim {
             line,
@@ -658,7 +726,7 @@ impl Shim {
     pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
         let mut c = self.core_lock.try_lock_for(wait)?;
         // a map that may lack queued calls is no map to decide on
-        self.catch_up(&mut c, &mut |l| tracing::warn!("{l}")).then_some(c)
+        self.catch_up(&mut c, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}")).then_some(c)
     }
 
     /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
@@ -711,7 +779,7 @@ impl Shim {
             q.helper = match self.start_helper() {
                 Ok(()) => Helper::Running,
                 Err(e) => {
-                    tracing::info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
+                    crate::log_info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
                     Helper::Inline
                 }
             };
@@ -766,7 +834,7 @@ impl Shim {
                     return; // a reader caught up first
                 }
                 let t0 = self.line.timing.then(crate::hooks::ioctl::Clock::now);
-                c.apply(&batch, &mut |l| tracing::warn!("{l}"));
+                c.apply(&batch, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"));
                 drop(c);
                 if demote {
                     demote_lines(&batch);
@@ -849,12 +917,12 @@ impl Shim {
         if rc != 0 {
             self.stats.failed.fetch_add(1, Relaxed);
             if self.line.mode == Mode::Trace {
-                tracing::info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
+                crate::log_info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::shim::errno());
             }
         } else {
             self.stats.not_decoded.fetch_add(1, Relaxed);
             if self.line.mode == Mode::Trace {
-                tracing::info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
+                crate::log_info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
             }
         }
     }
@@ -867,17 +935,17 @@ impl Shim {
             Outcome::Failed { status, .. } => {
                 self.stats.failed.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
-                    tracing::info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
+                    crate::log_info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
                 }
             }
             Outcome::Malformed(why) => {
                 self.stats.malformed.fetch_add(1, Relaxed);
-                tracing::debug!("{} fd={fd} request={request:#x}: {why}; passed through, not decoded", dev.tag());
+                crate::log_debug!("{} fd={fd} request={request:#x}: {why}; passed through, not decoded", dev.tag());
             }
             Outcome::Ignored => {
                 self.stats.not_decoded.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
-                    tracing::info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
+                    crate::log_info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
                 }
             }
         }
@@ -887,16 +955,19 @@ impl Shim {
     #[inline(never)]
     fn event_dropped(&self, ev: &decode::Event) {
         self.stats.dropped.fetch_add(1, Relaxed);
-        tracing::error!("tracker lock not available for 5 s; event dropped: {ev}");
+        crate::log_error!("tracker lock not available for 5 s; event dropped: {ev}");
     }
 
     #[cold]
     #[inline(never)]
     fn capture_call(&self, dev: DevKind, fd: i32, request: u64, rc: i32, bytes: &[u8], t: &AbiTable) {
-        let params = capture::params_spec(dev, request, bytes, t).and_then(|(off, plen)| {
-            let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
-            LiveParams.read(ptr, plen).filter(|_| rm_status_ok(request, bytes)).map(|p| (off, p))
-        });
+        // The embedded parameters only where RM accepted the call (then it copied exactly these
+        // bytes from the pointer); a refused call's pointer may not even be readable.
+        let params =
+            capture::params_spec(dev, request, bytes, t).filter(|_| decode::rm_accepted(request, bytes)).and_then(|(off, plen)| {
+                let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
+                LiveParams.read(ptr, plen).map(|p| (off, p))
+            });
         self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.to_vec(), params }.line());
     }
 
@@ -966,7 +1037,7 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         format!(
-            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} route={route} dmabuf_exports={} dmabuf_served={} dmabuf_refused={} dmabuf_live={dmabuf_live} dmabuf_native={} dmabuf_matched={} dmabuf_mismatched={} odp_mrs={} gdr_answers={} helper_batches={}{}",
+            "pid={pid} mode={} driver={} abi={} nv_ioctls={} decoded={} failed={} malformed={} not_decoded={} passthrough={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={entries} rm_objects={objects} wrapped={} unwrapped={} cuda_frees={}{} pass0_hits={} pass0_misses={} registered={} unregistered={} rm_errors={} host_mrs={} dmabuf_mrs={} stood_aside={} p2p_objects={} p2p_live={p2p_live} live_registrations={live} lines_held={} route={route} dmabuf_exports={} dmabuf_served={} dmabuf_refused={} dmabuf_live={dmabuf_live} dmabuf_native={} dmabuf_matched={} dmabuf_mismatched={} odp_mrs={} gdr_answers={} helper_batches={}{}",
             self.cfg.mode.name(),
             self.version.map_or("unknown".to_string(), |v| v.to_string()),
             self.line.table.map_or("none", |t| t.since),
@@ -996,6 +1067,7 @@ impl Shim {
             s.dmabuf_mrs.load(Relaxed),
             rc.stood_aside,
             rc.p2p_objects,
+            crate::log::held(),
             rc.dmabuf_exports,
             s.dmabuf_served.load(Relaxed),
             s.dmabuf_refused.load(Relaxed),
@@ -1017,7 +1089,7 @@ impl Shim {
 #[cold]
 #[inline(never)]
 fn trace_event(ev: &decode::Event) {
-    tracing::info!("{ev}");
+    crate::log_info!("{ev}");
 }
 
 /// Reads pieces `(offset, len)` of our own memory at `addr`, concatenated, without faulting on a
@@ -1039,15 +1111,6 @@ pub(crate) fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Ve
     (n == total as isize).then_some(buf)
 }
 
-fn rm_status_ok(request: u64, arg: &[u8]) -> bool {
-    let at = match (abi::ioc_nr(request), arg.len()) {
-        (abi::esc::RM_ALLOC, 48) => 40,
-        (abi::esc::RM_ALLOC, 32) | (abi::esc::RM_CONTROL, 32) => 28,
-        _ => return false,
-    };
-    arg[at..at + 4] == [0, 0, 0, 0]
-}
-
 /// Reads the caller's embedded parameter pointers.
 struct LiveParams;
 impl ParamReader for LiveParams {
@@ -1055,8 +1118,9 @@ impl ParamReader for LiveParams {
         if ptr == 0 || len == 0 {
             return None;
         }
-        // SAFETY: decode follows a pointer only after RM answered NV_OK for the call, which means
-        // RM copied exactly these `len` bytes (the class's or control's struct) from it.
+        // SAFETY: followed only after RM answered NV_OK for the call (decode checks the status
+        // before it asks; the capture asks decode::rm_accepted first), which means RM copied
+        // exactly these `len` bytes (the class's or control's struct) from it.
         Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec())
     }
     fn read_small(&self, ptr: u64, len: usize) -> Option<decode::ParamBytes> {

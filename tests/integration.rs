@@ -518,10 +518,10 @@ fn hostile_log_and_capture_paths() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let text = fixture("alloc-probe.cap.gz");
     for (tag, var, path, why) in [
-        ("log-link", "GDRSHIM_LOG_FILE", link.clone(), "symlinks are not followed"),
-        ("log-nodir", "GDRSHIM_LOG_FILE", d.join("no/such/dir/log"), "No such file or directory"),
-        ("log-dir", "GDRSHIM_LOG_FILE", d.clone(), "cannot be opened"),
-        ("cap-link", "GDRSHIM_CAPTURE", link.clone(), "symlinks are not followed"),
+        ("log-link", "GDRSHIM_LOG_FILE", link.clone(), "symbolic link"),
+        ("log-nodir", "GDRSHIM_LOG_FILE", d.join("no/such/dir/log"), "does not exist"),
+        ("log-dir", "GDRSHIM_LOG_FILE", d.clone(), "refused"),
+        ("cap-link", "GDRSHIM_CAPTURE", link.clone(), "symbolic link"),
     ] {
         let (out, err) = run_player_env(&text, "shadow", tag, &[(var, path.to_str().unwrap())]);
         assert!(out.contains("rc_mismatch=0"), "{tag}: {out}");
@@ -582,4 +582,31 @@ fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=0 ptr=0x1234000\n");
     let without = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&without.stdout), "rc=-1 ptr=0\n", "without the shim nothing exports cuMemAlloc_v2 globally");
+}
+
+/// A root job and a file another user planted where its log or capture goes (`%p` names too):
+/// refused, untouched, not read. Run by `scripts/test.sh` as root (`--include-ignored`).
+#[test]
+#[ignore = "needs root: plants files owned by another uid"]
+fn files_planted_by_another_user_are_refused() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "run as root");
+    let e = env();
+    let d = e.dir.join("planted");
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let text = fixture("alloc-probe.cap.gz");
+    // the player's pid is not known in advance: plant one file, and name the log after it exactly
+    for (tag, var) in [("planted-log", "GDRSHIM_LOG_FILE"), ("planted-cap", "GDRSHIM_CAPTURE")] {
+        let f = d.join(tag);
+        std::fs::write(&f, "theirs\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+        let (out, err) = run_player_env(&text, "shadow", tag, &[(var, f.to_str().unwrap())]);
+        assert!(out.contains("rc_mismatch=0"), "{tag}: {out}");
+        assert!(err.contains(var) && err.contains("belongs to uid 65534"), "{tag}: {err}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "theirs\n", "{tag}: not written");
+    }
 }

@@ -61,6 +61,11 @@ struct Run {
 /// `life ARGS` under the shim (and `extra_preload` between the shim and the fake driver),
 /// killed after `deadline`.
 fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
+    life_with(args, extra_preload, &[], deadline)
+}
+
+/// [`life`] with more environment (which overrides the defaults).
+fn life_with(args: &[&str], extra_preload: Option<&str>, vars: &[(&str, &str)], deadline: Duration) -> Run {
     let e = env();
     let mut preload = vec![e.shim.display().to_string()];
     if let Some(x) = extra_preload {
@@ -76,6 +81,7 @@ fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
         .env("GDRSHIM_MODE", "register")
         .env("GDRSHIM_ROUTE", "nv503c")
         .env("GDRSHIM_LOG_LEVEL", "warn")
+        .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -110,6 +116,29 @@ fn num(text: &str, key: &str) -> u64 {
 }
 
 #[test]
+fn capture_reads_nothing_rm_refused() {
+    // the capture used to read the parameters of a call RM refused (rc 0, error status): SIGSEGV
+    let e = env();
+    let cap = e.dir.join("badparams.cap");
+    let out = Command::new(e.dir.join("life"))
+        .arg("badparams")
+        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+        .env("GDRSHIM_MODE", "shadow")
+        .env("GDRSHIM_CAPTURE", &cap)
+        .output()
+        .unwrap();
+    let (o, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{o}\n{err}");
+    assert!(o.contains("life badparams ok control rc=0 status=0x1e alloc rc=0 status=0x1e"), "{o}\n{err}");
+    let text = std::fs::read_to_string(&cap).unwrap();
+    let refused: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("I c ") && (l.contains(" c020462a ") || l.contains(" c030462b "))).collect();
+    assert!(refused.len() >= 2, "{text}");
+    assert!(refused.iter().rev().take(2).all(|l| !l.contains(" P ")), "no parameters recorded for refused calls: {refused:?}");
+}
+
+#[test]
 fn many_threads_register_and_release_at_once() {
     let threads = std::env::var("GDRSHIM_LIFE_THREADS").unwrap_or_else(|_| "64".into());
     let iters = std::env::var("GDRSHIM_LIFE_ITERS").unwrap_or_else(|_| "1000".into());
@@ -120,6 +149,21 @@ fn many_threads_register_and_release_at_once() {
     assert!(reg > 1000 && reg == unreg, "{}", r.out);
     assert_eq!(num(&r.out, "kernel_registrations"), 0);
     eprintln!("{threads} threads × {iters}: {} ({:.2} s)", r.out.lines().next().unwrap_or(""), r.secs);
+}
+
+/// A free holds the release gate across its driver call: a registration on another thread waits
+/// for it and then finds the memory gone, on both routes (the fake driver counts a registration or
+/// export of memory it is freeing).
+#[test]
+fn no_registration_of_memory_the_driver_is_freeing() {
+    for route in ["nv503c", "dmabuf"] {
+        let r =
+            life_with(&["racefree", "30"], None, &[("GDRSHIM_ROUTE", route), ("FAKERM_FREE_DELAY_US", "3000")], Duration::from_secs(120));
+        assert_ok(&r, "racefree");
+        assert_eq!(num(&r.out, "race_violations"), 0, "{route}: {}", r.out);
+        assert!(num(&r.out, "mrs") >= 30, "{route}: the racer registered before each free: {}", r.out);
+        assert!(r.err.contains(&format!("route={route}")), "{route}: {}", r.err);
+    }
 }
 
 #[test]

@@ -39,6 +39,9 @@ fn env() -> &'static Env {
         }
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
         cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
+        cc(&["-O1", "-Wall", "-Werror", "-o", "dlopened", &src("dlopened.c"), "-ldl"]);
+        // the same library under another name: a second copy
+        std::fs::copy(&e.shim, e.dir.join("libgdrshim-copy.so")).unwrap();
         e
     })
 }
@@ -181,4 +184,38 @@ fn shadow_mode_says_what_it_would_export_and_exports_nothing() {
     assert!(out.contains("registered=no errno=14"), "{out}\n{err}");
     assert!(err.contains("would export 1 piece(s)"), "{err}");
     assert_eq!(summary(&err)["dmabuf_exports"], "0");
+}
+
+#[test]
+fn two_copies_make_one_registration_one_warning_one_summary() {
+    let e = env();
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let copy = e.dir.join("libgdrshim-copy.so");
+    let preload = format!("{}:{}:{}", e.shim.display(), copy.display(), e.dir.join("libfakerm.so").display());
+    let (code, out, err) = routes("twocopies", &rig, &["matrix"], &[("LD_PRELOAD", preload.as_str())]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("route=1 active=1 registered=yes"), "{out}\n{err}");
+    assert_eq!(err.matches("gdrshim: summary").count(), 1, "one summary: {err}");
+    assert_eq!(err.matches("another copy of gdrshim").count(), 1, "one warning: {err}");
+    assert!(err.contains("libgdrshim-copy.so") && err.contains("stays inert"), "{err}");
+    assert_eq!(summary(&err)["dmabuf_exports"], "1", "registered once: {err}");
+}
+
+#[test]
+fn a_dlopened_copy_never_claims_to_register() {
+    let e = env();
+    let dev = e.dir.join("dev-dlopened");
+    std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    for global in [false, true] {
+        let mut c = Command::new(e.dir.join("dlopened"));
+        c.arg(&e.shim).env("GDRSHIM_TEST_DEV_DIR", &dev).env("GDRSHIM_MODE", "register").env("GDRSHIM_ROUTE", "nv503c");
+        if global {
+            c.arg("global");
+        }
+        let out = c.output().unwrap();
+        let (o, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(o.contains("dlopened mode=3 gdr_active=0"), "RTLD_GLOBAL={global}: {o}\n{err}");
+        assert!(err.contains("not preloaded"), "RTLD_GLOBAL={global}: {err}");
+    }
 }

@@ -300,6 +300,21 @@ fn uvm_arg_len(cmd: u64, t: &AbiTable) -> Option<usize> {
     })
 }
 
+/// Whether RM accepted a finished RM_ALLOC or RM_CONTROL (`arg` its bytes after the call): only
+/// then has RM read the parameters behind its pointer. Other calls: `false`.
+pub fn rm_accepted(request: u64, arg: &[u8]) -> bool {
+    if abi::ioc_type(request) != abi::NV_IOCTL_MAGIC {
+        return false;
+    }
+    let status = match (abi::ioc_nr(request), arg.len()) {
+        (esc::RM_ALLOC, 48) => abi::read_pod::<abi::Nvos64Alloc>(arg).map(|a| a.status),
+        (esc::RM_ALLOC, 32) => abi::read_pod::<abi::Nvos21Alloc>(arg).map(|a| a.status),
+        (esc::RM_CONTROL, 32) => abi::read_pod::<abi::Nvos54Control>(arg).map(|c| c.status),
+        _ => None,
+    };
+    status == Some(status::NV_OK)
+}
+
 /// Size of the alloc parameter struct RM copies in for `class` (RM ignores `paramsSize`).
 pub fn alloc_params_len(class_id: u32, t: &AbiTable) -> Option<usize> {
     Some(match class_id {

@@ -45,7 +45,7 @@ macro_rules! cuda_fn {
                 // SAFETY: forwarded unchanged.
                 let $res = unsafe { f($($a),*) };
                 // Our bookkeeping: errno preserved, panics contained.
-                shim::call_in(|$sh| $body);
+                shim::call_in_waking(|$sh| $body);
                 $res
             }
         }
@@ -83,11 +83,11 @@ cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
 });
 cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |sh, r| {
     let _ = (handle, prop, flags, sh, r);
-    tracing::debug!("cuMemCreate size={size:#x} -> {r}");
+    crate::log_debug!("cuMemCreate size={size:#x} -> {r}");
 });
 cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
     let _ = (offset, handle, flags, sh);
-    tracing::debug!("cuMemMap [{ptr:#x}, +{size:#x}) -> {r}");
+    crate::log_debug!("cuMemMap [{ptr:#x}, +{size:#x}) -> {r}");
 });
 // libcuda makes the UVM mapping (and its native REGISTER_VIDMEM) of a VMM range only when access
 // is granted: seen on the H200, where the range is still unmapped when cuMemMap returns. The
@@ -162,7 +162,7 @@ pub mod handle_range {
         if r == CUDA_SUCCESS {
             // SAFETY: on success the driver wrote the fd (an int) into *handle.
             let fd = unsafe { *(handle as *const c_int) };
-            shim::call_in(|s| s.dmabuf_handed_out(dptr, size as u64, fd));
+            shim::call_in_waking(|s| s.dmabuf_handed_out(dptr, size as u64, fd));
             if hide {
                 // GeForce emulation: libcuda's export is seen and compared, then taken back
                 if let Some(close) = crate::real::close() {
@@ -174,7 +174,7 @@ pub mod handle_range {
         }
         if r == CUDA_ERROR_NOT_SUPPORTED && flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 0 {
             let mapping = if flags != 0 { crate::abi::dmabuf::MAPPING_FORCE_PCIE } else { crate::abi::dmabuf::MAPPING_DEFAULT };
-            if let Some(fd) = shim::call_in(|s| s.serve_dmabuf(dptr, size as u64, mapping)).flatten() {
+            if let Some(fd) = shim::call_in_waking(|s| s.serve_dmabuf(dptr, size as u64, mapping)).flatten() {
                 // SAFETY: the caller's out-parameter, an int, as for the driver.
                 unsafe { *(handle as *mut c_int) = fd };
                 r = CUDA_SUCCESS;

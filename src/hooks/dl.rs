@@ -77,7 +77,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     // answer it. (An interposer of its own finding its next ibv_reg_mr/cuMemAlloc must get
     // exactly that, or it calls itself through us forever.)
     // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
-    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') || !active() {
+    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') {
         return FORWARD;
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
@@ -93,7 +93,8 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
             b if b.starts_with(b"ibv_") => verbs::by_symbol(b, ver),
             b => cuda::by_symbol_name(b),
         };
-        let Some(install) = install else { return FORWARD };
+        // a wrapper costs nothing until called, and wakes nothing: only off mode forwards
+        let Some(install) = install.filter(|_| active()) else { return FORWARD };
         // SAFETY: the real functions with the caller's own arguments.
         let found = unsafe {
             if version.is_null() {
@@ -106,10 +107,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
             return RETURN_NULL;
         }
         let w = install(found);
-        if w != found && n.to_bytes().starts_with(b"ibv_") {
+        if w != found && n.to_bytes().starts_with(b"ibv_") && crate::shim::try_get().is_some() {
             let v = ver.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "default".into());
-            crate::shim::get();
-            tracing::info!(
+            crate::log_info!(
                 "{}({}, {v}) resolved to gdrshim's wrapper",
                 if version.is_null() { "dlsym" } else { "dlvsym" },
                 n.to_string_lossy()

@@ -1,21 +1,68 @@
-//! Which fds are NVIDIA device nodes. A table of one byte per fd (below 4096) caches the answer;
-//! fds the shim did not see opened, or above the table, are classified with `fstat`.
+//! Which fds are NVIDIA device nodes: one cached byte per fd, for any fd number, so that an fd is
+//! `fstat`ed once (at its first ioctl, or at open by its path) and never again until it is closed.
+//!
+//! Classifying wakes nothing: a process that never touches an NVIDIA node costs an `fstat` per fd
+//! it ioctls (a terminal, a socket) and, once, a `stat` of /dev/nvidia-uvm; no shim, no file.
 
 use crate::decode::DevKind;
 use crate::real;
-use crate::shim::{active, errno, set_errno, Guard};
+use crate::shim::{errno, set_errno, Guard};
 use core::ffi::{c_char, c_int, CStr};
-use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicPtr, AtomicU8,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use once_cell::sync::OnceCell;
 
-const TABLE: usize = 4096;
 pub const UNKNOWN: u8 = 0;
 pub const NOT_NV: u8 = 1;
 const CTL: u8 = 2;
 const UVM: u8 = 3;
 const GPU0: u8 = 4;
 
-static KIND: [AtomicU8; TABLE] = [const { AtomicU8::new(UNKNOWN) }; TABLE];
+/// fds per page of the table; the first page is static, the others are mapped when an fd that high
+/// is first seen (fd numbers go up to `RLIMIT_NOFILE`, at most 2^31).
+const PAGE: usize = 4096;
+const PAGES: usize = (i32::MAX as usize + 1) / PAGE;
+static FIRST: [AtomicU8; PAGE] = [const { AtomicU8::new(UNKNOWN) }; PAGE];
+/// Pages 1.. by fd / PAGE; a null page is all UNKNOWN. (512 Ki pointers, 4 MiB of zero pages the
+/// kernel maps only where touched.)
+static MORE: [AtomicPtr<AtomicU8>; PAGES] = [const { AtomicPtr::new(core::ptr::null_mut()) }; PAGES];
+
+/// The page holding `fd`'s byte, mapped if `create` (never freed: fds are reused).
+fn page(fd: c_int, create: bool) -> Option<&'static [AtomicU8; PAGE]> {
+    let fd = usize::try_from(fd).ok()?;
+    if fd < PAGE {
+        return Some(&FIRST);
+    }
+    let slot = &MORE[fd / PAGE];
+    let mut p = slot.load(Acquire);
+    if p.is_null() {
+        if !create {
+            return None;
+        }
+        // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child)
+        // SAFETY: an anonymous private mapping of one page-sized table; checked below.
+        let m = unsafe {
+            libc::mmap(core::ptr::null_mut(), PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if m == libc::MAP_FAILED {
+            return None;
+        }
+        match slot.compare_exchange(core::ptr::null_mut(), m as *mut AtomicU8, AcqRel, Acquire) {
+            Ok(_) => p = m as *mut AtomicU8,
+            Err(other) => {
+                // another thread mapped it first
+                // SAFETY: our own mapping of PAGE bytes, never shared.
+                unsafe { libc::munmap(m, PAGE) };
+                p = other;
+            }
+        }
+    }
+    // SAFETY: p is a live, zero-initialised mapping of PAGE bytes that is never unmapped; a byte
+    // of zeros is a valid AtomicU8.
+    Some(unsafe { &*(p as *const [AtomicU8; PAGE]) })
+}
 
 fn encode(k: Option<DevKind>) -> u8 {
     match k {
@@ -37,16 +84,22 @@ fn decode(b: u8) -> Option<DevKind> {
 /// The cached byte for `fd`: [`UNKNOWN`], [`NOT_NV`] or an NVIDIA kind.
 #[inline(always)]
 pub fn cached(fd: c_int) -> u8 {
-    if fd >= 0 && (fd as usize) < TABLE {
-        KIND[fd as usize].load(Relaxed)
+    if fd >= 0 && (fd as usize) < PAGE {
+        FIRST[fd as usize].load(Relaxed)
     } else {
-        UNKNOWN
+        cached_high(fd)
     }
 }
 
+#[cold]
+fn cached_high(fd: c_int) -> u8 {
+    page(fd, false).map_or(UNKNOWN, |p| p[fd as usize % PAGE].load(Relaxed))
+}
+
 fn store(fd: c_int, b: u8) {
-    if fd >= 0 && (fd as usize) < TABLE {
-        KIND[fd as usize].store(b, Relaxed);
+    // an unknown byte needs no page; a byte that cannot be stored stays unknown (re-checked)
+    if let Some(p) = page(fd, b != UNKNOWN) {
+        p[fd as usize % PAGE].store(b, Relaxed);
     }
 }
 
@@ -67,9 +120,13 @@ fn stat_path(p: &str) -> Option<libc::stat> {
     (unsafe { libc::stat(c.as_ptr(), &mut st) } == 0).then_some(st)
 }
 
+/// What the device nodes are. libc's getenv, not std's: std's takes a lock a fork could leave held.
 fn nodes() -> &'static Nodes {
     NODES.get_or_init(|| {
-        let test_dir = std::env::var(crate::config::ENV_TEST_DEV_DIR).ok().filter(|s| !s.is_empty());
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let dir = unsafe { libc::getenv(c"GDRSHIM_TEST_DEV_DIR".as_ptr()) };
+        // SAFETY: getenv returned a NUL-terminated string of the environment, or null.
+        let test_dir = (!dir.is_null()).then(|| unsafe { CStr::from_ptr(dir) }.to_string_lossy().into_owned()).filter(|s| !s.is_empty());
         let mut test = Vec::new();
         if let Some(d) = &test_dir {
             let mut add = |name: String, k: DevKind| {
@@ -83,15 +140,8 @@ fn nodes() -> &'static Nodes {
                 add(format!("nvidia{n}"), DevKind::Gpu(n));
             }
         }
-        // nvidia-uvm has a dynamic major: /proc/devices names it.
-        let uvm_major = std::fs::read_to_string("/proc/devices").ok().and_then(|t| {
-            t.lines().find_map(|l| {
-                let mut it = l.split_whitespace();
-                let major: u32 = it.next()?.parse().ok()?;
-                (it.next()? == "nvidia-uvm").then_some(major)
-            })
-        });
-        let uvm_rdev = uvm_major.map(|m| libc::makedev(m, 0)).or_else(|| stat_path("/dev/nvidia-uvm").map(|s| s.st_rdev));
+        // nvidia-uvm has a dynamic major: its node says which (the only path CUDA opens it by)
+        let uvm_rdev = stat_path("/dev/nvidia-uvm").filter(|s| s.st_mode & libc::S_IFMT == libc::S_IFCHR).map(|s| s.st_rdev);
         Nodes { uvm_rdev, test, test_dir }
     })
 }
@@ -107,22 +157,24 @@ pub fn classify_fstat(fd: c_int) -> Option<DevKind> {
     if !ok {
         return None;
     }
-    let n = nodes();
-    if !n.test.is_empty() {
-        return n.test.iter().find(|(id, _)| *id == (st.st_dev, st.st_ino)).map(|(_, k)| *k);
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
-        return None;
-    }
-    let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
-    if major == 195 {
-        return match minor {
+    let chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    if chr && libc::major(st.st_rdev) == 195 {
+        return match libc::minor(st.st_rdev) {
             255 => Some(DevKind::Ctl),
             m if m <= 247 => Some(DevKind::Gpu(m)),
             _ => None, // nvidia-modeset and friends
         };
     }
-    (Some(st.st_rdev) == n.uvm_rdev).then_some(DevKind::Uvm)
+    // only a character device can be nvidia-uvm, only a plain file a test stand-in
+    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if !chr && !regular {
+        return None;
+    }
+    let n = nodes();
+    if !n.test.is_empty() {
+        return n.test.iter().find(|(id, _)| *id == (st.st_dev, st.st_ino)).map(|(_, k)| *k);
+    }
+    (chr && Some(st.st_rdev) == n.uvm_rdev).then_some(DevKind::Uvm)
 }
 
 /// The NVIDIA kind of `fd`, classifying and caching it if needed.
@@ -135,10 +187,10 @@ pub fn kind(fd: c_int) -> Option<DevKind> {
     }
 }
 
-/// Keeps errno (the ioctl hook relies on it): the first call also reads /proc/devices.
+/// Keeps errno (the ioctl hook relies on it).
 #[cold]
 #[inline(never)]
-fn classify_and_cache(fd: c_int) -> Option<DevKind> {
+pub fn classify_and_cache(fd: c_int) -> Option<DevKind> {
     let e = errno();
     let k = classify_fstat(fd);
     store(fd, encode(k));
@@ -147,7 +199,7 @@ fn classify_and_cache(fd: c_int) -> Option<DevKind> {
 }
 
 fn note_open(fd: c_int, path: *const c_char) {
-    if fd < 0 || !active() {
+    if fd < 0 {
         return;
     }
     let Some(_g) = Guard::enter() else {
@@ -156,9 +208,10 @@ fn note_open(fd: c_int, path: *const c_char) {
     };
     // SAFETY: the real open just accepted path as a valid C string.
     let p = if path.is_null() { &[][..] } else { unsafe { CStr::from_ptr(path) }.to_bytes() };
-    let dev_path = p.starts_with(b"/dev/") || nodes().test_dir.as_deref().is_some_and(|d| p.starts_with(d.as_bytes()));
-    // Other absolute paths are never device nodes of ours; relative ones are checked lazily.
-    store(fd, if dev_path || !p.starts_with(b"/") { UNKNOWN } else { NOT_NV });
+    // Absolute paths outside /dev are never device nodes of ours (bar the tests' stand-ins);
+    // relative ones are checked at their first ioctl.
+    let maybe = !p.starts_with(b"/") || p.starts_with(b"/dev/") || nodes().test_dir.as_deref().is_some_and(|d| p.starts_with(d.as_bytes()));
+    store(fd, if maybe { UNKNOWN } else { NOT_NV });
 }
 
 fn note_dup(old: c_int, new: c_int) {
@@ -174,49 +227,29 @@ macro_rules! missing {
     }};
 }
 
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    let Some(f) = real::open() else { missing!() };
-    // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(path, flags, mode) };
-    let e = errno();
-    note_open(fd, path);
-    set_errno(e);
-    fd
+/// The four `open` entry points: one body.
+macro_rules! open_hook {
+    ($name:ident, $real:ident, ($($a:ident : $t:ty),*), $path:ident) => {
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(f) = real::$real() else { missing!() };
+            // SAFETY: forwarded unchanged.
+            let fd = unsafe { f($($a),*) };
+            // recorded even in off mode: the byte is never used then, and reading the mode here
+            // would wake the shim in every process that opens a file
+            if fd >= 0 {
+                let e = errno();
+                note_open(fd, $path);
+                set_errno(e);
+            }
+            fd
+        }
+    };
 }
-
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    let Some(f) = real::open64() else { missing!() };
-    // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(path, flags, mode) };
-    let e = errno();
-    note_open(fd, path);
-    set_errno(e);
-    fd
-}
-
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    let Some(f) = real::openat() else { missing!() };
-    // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(dirfd, path, flags, mode) };
-    let e = errno();
-    note_open(fd, path);
-    set_errno(e);
-    fd
-}
-
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
-    let Some(f) = real::openat64() else { missing!() };
-    // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(dirfd, path, flags, mode) };
-    let e = errno();
-    note_open(fd, path);
-    set_errno(e);
-    fd
-}
+open_hook!(open, open, (path: *const c_char, flags: c_int, mode: libc::mode_t), path);
+open_hook!(open64, open64, (path: *const c_char, flags: c_int, mode: libc::mode_t), path);
+open_hook!(openat, openat, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path);
+open_hook!(openat64, openat64, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path);
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
@@ -272,4 +305,23 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_i
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
     // SAFETY: same contract as fcntl, which glibc's fcntl64 also implements.
     unsafe { fcntl(fd, cmd, arg) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_fd_number_has_a_byte() {
+        for fd in [0, 4095, 4096, 70_000, 1 << 20, i32::MAX] {
+            assert_eq!(cached(fd), UNKNOWN);
+            store(fd, NOT_NV);
+            assert_eq!(cached(fd), NOT_NV, "fd {fd}");
+            store(fd, UNKNOWN);
+            assert_eq!(cached(fd), UNKNOWN);
+        }
+        assert_eq!(cached(-1), UNKNOWN);
+        store(-1, NOT_NV);
+        assert_eq!(cached(-1), UNKNOWN, "no byte for a negative fd");
+    }
 }

@@ -15,7 +15,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         set_errno(libc::ENOSYS);
         return -1;
     };
-    if fd::cached(fd) == fd::NOT_NV || !active() {
+    // Only an NVIDIA fd wakes the shim: any other is classified (one fstat, cached) and forwarded.
+    let b = fd::cached(fd);
+    if b == fd::NOT_NV || (b == fd::UNKNOWN && fd::classify_and_cache(fd).is_none()) || !active() {
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     }
@@ -46,11 +48,16 @@ unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -
         // SAFETY: as for this function.
         return unsafe { timed(s, real, dev, fd, request, arg) };
     }
-    if s.line.registering {
+    // A release holds the read side of the release gate across the driver call, so that no
+    // registration can be decided over memory the driver is taking away at the same moment.
+    let _release_gate = if s.line.registering {
         let e0 = errno();
-        let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
+        let gate = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg))).ok().flatten();
         set_errno(e0);
-    }
+        gate
+    } else {
+        None
+    };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     let e = errno();
@@ -87,10 +94,13 @@ unsafe fn timed(
 ) -> c_int {
     let e0 = errno();
     let t0 = Clock::now();
-    if s.line.registering {
-        let _ = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg)));
+    let _release_gate = if s.line.registering {
+        let gate = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg))).ok().flatten();
         set_errno(e0);
-    }
+        gate
+    } else {
+        None
+    };
     let t1 = Clock::now();
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };

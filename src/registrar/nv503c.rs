@@ -185,7 +185,9 @@ impl Nv503c {
             Ok(()) => counts.unregistered += 1,
             Err(st) => {
                 counts.rm_errors += 1;
-                tracing::warn!(
+                crate::log_limited!(
+                    crate::config::Level::Warn,
+                    "unregister refused",
                     "UNREGISTER_VIDMEM hMemory={:#010x} refused: {st:#x} {} ({})",
                     r.tuple.mem.memory,
                     status::name(st),
@@ -275,7 +277,7 @@ impl Nv503c {
                         self.gpus.remove(&key);
                         let c = Client { handle: h_client, ctl_fd: g.ctl_fd };
                         if let Err(st) = rm.free(c, g.subdevice, g.p2p) {
-                            tracing::warn!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st));
+                            crate::log_warn!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st));
                         }
                     }
                     out

@@ -105,6 +105,10 @@ static uint32_t rm_alloc(uint32_t c, uint32_t parent, uint32_t *hnew, uint32_t c
   *hnew = o.h; return 0;
 }
 
+// FAKERM_FREE_DELAY_US=N: an RM_FREE spends N us in the driver before it takes the memory, as a
+// large free does; a registration or export of that memory meanwhile is a race the shim lost.
+static uint32_t freeing_h; long fakenv_race_violations;
+static long free_delay_us(void) { static long d = -1; if (d < 0) { const char *t = getenv("FAKERM_FREE_DELAY_US"); d = t ? atol(t) : 0; } return d; }
 static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
   obj_t *o = obj(c, p2p); if (!o || o->cls != 0x503c) return 0x57;
   if (cmd == 0x503c0102) {
@@ -114,6 +118,7 @@ static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
   if (cmd == 0x503c0104) {
     uint32_t h; uint64_t ad, sz, of; memcpy(&h, p, 4); memcpy(&ad, p + 8, 8); memcpy(&sz, p + 16, 8); memcpy(&of, p + 24, 8);
     obj_t *m = obj(c, h); if (!m) return 0x57;
+    if (h == __atomic_load_n(&freeing_h, __ATOMIC_ACQUIRE)) fakenv_race_violations++;
     if (device_of(m) != device_of(o)) return 0x57;
     if (m->cls != 0x40) return 0x56;
     if (!sz || (ad | sz | of) & 0xffff || of + sz > m->size) return 0x1f;
@@ -219,6 +224,7 @@ static uint32_t export_dmabuf(int gpu, uint8_t *a) {
   for (uint32_t i = 0; i < num; i++) {
     uint32_t h; uint64_t off, size; memcpy(&h, a + 36 + 4 * i, 4); memcpy(&off, a + 552 + 8 * i, 8); memcpy(&size, a + 1576 + 8 * i, 8);
     obj_t *m = obj(client, h); uint32_t st = 0;
+    if (m && h == __atomic_load_n(&freeing_h, __ATOMIC_ACQUIRE)) fakenv_race_violations++;
     if (!obj(client, client)) st = 0x33; else if (!m) st = 0x57;
     else if (m->cls != 0x40 && m->cls != 0x3e) st = 0x31;
     else { obj_t *d = obj(client, device_of(m)); if (!d || (int)d->device != b->gpu) st = 0x36; }
@@ -308,6 +314,9 @@ int ioctl(int fd, unsigned long req, void *arg) {
   if (!arg) { errno = EFAULT; return -1; }
   uint8_t *a = arg; uint32_t *w = arg; unsigned nr = req & 0xff, size = (req >> 16) & 0x3fff;
   // controls other than the 503C's touch no state: answered without the lock (signal handlers issue them)
+  // RM copies the parameters in first: a pointer it cannot read is an error status, rc 0
+  uint64_t pp0 = 0; if (node != 1 && (nr == 0x2a || nr == 0x2b) && size >= 32) memcpy(&pp0, a + 16, 8);
+  if (pp0 && pp0 < 0x10000) { w[nr == 0x2b && size == 48 ? 10 : 7] = 0x1e; return 0; }
   if (node != 1 && nr == 0x2a && size == 32 && (w[2] >> 16) != 0x503c) { if (!gpu_query(w)) w[7] = 0; return 0; }
   if (node == 0 && nr == 0xc8 && size == 32 * 72) { // CARD_INFO
     memset(a, 0, 32 * 72);
@@ -320,6 +329,10 @@ int ioctl(int fd, unsigned long req, void *arg) {
     if (st) fakenv_export_refusals++;
     memcpy(a + 2600, &st, 4); return 0;
   }
+  if (node != 1 && nr == 0x29 && size == 16 && free_delay_us()) {
+    __atomic_store_n(&freeing_h, w[2], __ATOMIC_RELEASE);
+    usleep((useconds_t)free_delay_us());
+  }
   pthread_mutex_lock(&mu);
   __atomic_add_fetch(&fakenv_calls, 1, __ATOMIC_RELAXED);
   int rc = 0;
@@ -331,6 +344,7 @@ int ioctl(int fd, unsigned long req, void *arg) {
     w[size == 48 ? 10 : 7] = st;
   } else if (nr == 0x29 && size == 16) {
     if (!obj(w[0], w[2])) w[3] = 0x57; else { free_tree(w[0], w[2]); w[3] = 0; }
+    __atomic_store_n(&freeing_h, 0, __ATOMIC_RELEASE);
   } else if (nr == 0x2a && size == 32) {
     uint64_t pp; memcpy(&pp, a + 16, 8);
     w[7] = p2p_ctrl(w[0], w[1], w[2], (uint8_t *)(uintptr_t)pp);

@@ -9,6 +9,8 @@
 //   life threadexit       a thread ends inside ibv_reg_mr; a thread cancelled inside open()
 //   life dlclose DIR      libibverbs unloaded with the plugin that uses it, loaded elsewhere
 //   life interpose        another interposer of ibv_reg_mr finds its next with RTLD_NEXT
+//   life racefree ROUNDS  one thread registers memory over and over while another frees it (with
+//                         FAKERM_FREE_DELAY_US, the free spends that long in the driver)
 // Prints "life MODE ok ..." and exits 0, or names what went wrong and exits 1.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -187,10 +189,54 @@ static int ranges_of(const char *lib, uint64_t lo[], uint64_t hi[], int max) {
   return n;
 }
 
+// racefree: registrations of a memory while it is being freed.
+struct race { uint64_t base; volatile int done; long made; };
+static void *racer(void *p) {
+  struct race *r = p;
+  while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
+    void *m = vreg(0, (void *)(uintptr_t)r->base, 4 * 4096, 0xf);
+    if (m) { r->made++; if (vdereg(m)) fail("dereg", r->base, 0); }
+  }
+  return NULL;
+}
+static int run_racefree(int rounds) {
+  long *violations = (long *)dlsym(RTLD_DEFAULT, "fakenv_race_violations");
+  if (!violations) { fprintf(stderr, "no fakenv_race_violations\n"); return 1; }
+  long made = 0;
+  for (int i = 0; i < rounds; i++) {
+    uint64_t base = 0x7d0000000000ull, len = 4 * K64;
+    uint32_t h = alloc_mem(0, len);
+    create_range(base, len);
+    map(base, len, 0, 0, h);
+    struct race r = {base, 0, 0};
+    pthread_t t; pthread_create(&t, NULL, racer, &r);
+    while (!__atomic_load_n(&r.made, __ATOMIC_RELAXED) && !failures) usleep(50);
+    rm_free(dev[0], h);
+    __atomic_store_n(&r.done, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    uvm_free(base, len);
+    made += r.made;
+  }
+  printf("life racefree rounds=%d mrs=%ld race_violations=%ld\n", rounds, made, *violations);
+  if (*violations) fail("registered or exported memory while the driver was freeing it", (uint64_t)*violations, 0);
+  return counters_ok("racefree", 0) ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   const char *mode = argv[1];
   setvbuf(stdout, NULL, _IONBF, 0);
+  if (!strcmp(mode, "badparams")) {
+    // RM answers rc 0 and an error status when it cannot read a call's parameters: nothing may
+    // read them after it (the capture did, and crashed the program)
+    setup();
+    uint32_t c[8] = {client, sub[0], 0x20800101, 0, 0x10, 0, 64, 0};
+    int rc = ioctl(ctl, NV_IOCTL(0x2a, 32), c);
+    uint32_t a[12] = {client, dev[0], 0, 0x40, 0x20, 0, 0, 0, 0, 0, 0, 0};
+    int rc2 = ioctl(ctl, NV_IOCTL(0x2b, 48), a);
+    printf("life badparams %s control rc=%d status=%#x alloc rc=%d status=%#x\n", rc == 0 && c[7] && rc2 == 0 && a[10] ? "ok" : "FAILED", rc, c[7], rc2, a[10]);
+    return 0;
+  }
   if (!strcmp(mode, "dlclose")) {
     setup();
     uint64_t base = 0x7f1000000000ull; uint32_t h = alloc_mem(0, 1 << 20); create_range(base, 1 << 20); map(base, 1 << 20, 0, 0, h);
@@ -224,6 +270,10 @@ int main(int argc, char **argv) {
   }
   setup();
   open_verbs();
+  if (!strcmp(mode, "racefree")) {
+    setup(); open_verbs();
+    return run_racefree(argc > 2 ? atoi(argv[2]) : 20);
+  }
   if (!strcmp(mode, "threads")) {
     int n = argc > 2 ? atoi(argv[2]) : 64; iters = argc > 3 ? atoi(argv[3]) : 200;
     n = run_threads(n);

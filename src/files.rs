@@ -1,0 +1,211 @@
+//! Opening the log and capture files so that no other local user can steer them: a job often runs
+//! as root or as a service account, with a path from its environment (`/tmp/gdrshim.%p.log`).
+//!
+//! - the path is walked one component at a time with `openat(O_NOFOLLOW)`: a symbolic link
+//!   anywhere in it is refused, so a link planted in a directory cannot move the file elsewhere;
+//! - a new file is created with `O_EXCL`, mode 0600;
+//! - an existing file is used only if it is a regular file, owned by the effective user, with one
+//!   link (a planted file, or a hard link to somebody's file, is refused), checked on the open fd.
+//!
+//! Anything refused is said once by the caller, which then logs to stderr.
+
+use core::ffi::c_int;
+use std::ffi::CString;
+
+/// Why a path was refused, for the one warning.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    Empty,
+    NulByte,
+    /// A component is a symbolic link (or not a directory).
+    Link(String),
+    Missing(String),
+    NotRegular,
+    OtherOwner {
+        owner: u32,
+        me: u32,
+    },
+    Links(u64),
+    Os(String, i32),
+}
+
+impl core::fmt::Display for Refused {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Refused::Empty => write!(f, "empty path"),
+            Refused::NulByte => write!(f, "the path contains a NUL byte"),
+            Refused::Link(c) => write!(f, "{c:?} is a symbolic link or not a folder (links are not followed; give the real path)"),
+            Refused::Missing(c) => write!(f, "{c:?} does not exist"),
+            Refused::NotRegular => write!(f, "not a regular file"),
+            Refused::OtherOwner { owner, me } => write!(f, "the file exists and belongs to uid {owner}, not to this process's uid {me}"),
+            Refused::Links(n) => write!(f, "the file has {n} hard links"),
+            Refused::Os(what, e) => write!(f, "{what}: {}", std::io::Error::from_raw_os_error(*e)),
+        }
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<c_int, i32> {
+    let f = crate::real::openat().ok_or(libc::ENOSYS)?;
+    // SAFETY: a valid C string; openat has no other preconditions.
+    let fd = unsafe { f(dir, name.as_ptr(), flags, mode) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+fn close(fd: c_int) {
+    if let Some(c) = crate::real::close() {
+        // SAFETY: an fd this function opened.
+        unsafe { c(fd) };
+    }
+}
+
+/// Opens `path` for appending, as the module says; the fd, or why not.
+pub fn open_private(path: &str) -> Result<c_int, Refused> {
+    if path.is_empty() {
+        return Err(Refused::Empty);
+    }
+    let mut parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let file = parts.pop().ok_or(Refused::Empty)?;
+    let start = if path.starts_with('/') { "/" } else { "." };
+    let mut dir = openat(libc::AT_FDCWD, &CString::new(start).expect("no NUL"), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
+        .map_err(|e| Refused::Os(start.into(), e))?;
+    let mut walked = String::from(if start == "/" { "" } else { "." });
+    for c in parts {
+        walked.push('/');
+        walked.push_str(c);
+        let name = CString::new(c).map_err(|_| Refused::NulByte)?;
+        let next = openat(dir, &name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
+        close(dir);
+        dir = match next {
+            Ok(d) => d,
+            Err(libc::ELOOP | libc::ENOTDIR) => return Err(Refused::Link(walked)),
+            Err(libc::ENOENT) => return Err(Refused::Missing(walked)),
+            Err(e) => return Err(Refused::Os(walked, e)),
+        };
+    }
+    let name = CString::new(file).map_err(|_| Refused::NulByte)?;
+    let base = libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
+    let r = match openat(dir, &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
+        Ok(fd) => Ok(fd),
+        // look before opening for writing: a FIFO or a device could block or act on an open
+        Err(libc::EEXIST) => match kind_of(dir, &name) {
+            Ok(libc::S_IFREG) => match openat(dir, &name, base | libc::O_NONBLOCK, 0) {
+                Ok(fd) => check_existing(fd),
+                Err(libc::ELOOP) => Err(Refused::Link(path.into())),
+                Err(e) => Err(Refused::Os(path.into(), e)),
+            },
+            Ok(libc::S_IFLNK) => Err(Refused::Link(path.into())),
+            Ok(_) => Err(Refused::NotRegular),
+            Err(e) => Err(Refused::Os(path.into(), e)),
+        },
+        Err(e) => Err(Refused::Os(path.into(), e)),
+    };
+    close(dir);
+    r
+}
+
+/// The file type of `name` in `dir`, not following a link.
+fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
+    let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0)?;
+    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above, on our own fd.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    let e = errno();
+    close(fd);
+    if ok {
+        Ok(st.st_mode & libc::S_IFMT)
+    } else {
+        Err(e)
+    }
+}
+
+/// An existing file, opened: ours, regular, one link; else closed and refused.
+fn check_existing(fd: c_int) -> Result<c_int, Refused> {
+    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let why = if !ok {
+        Some(Refused::Os("fstat".into(), errno()))
+    } else if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        Some(Refused::NotRegular)
+    } else if st.st_uid != me {
+        Some(Refused::OtherOwner { owner: st.st_uid, me })
+    } else if st.st_nlink != 1 {
+        Some(Refused::Links(st.st_nlink))
+    } else {
+        None
+    };
+    match why {
+        Some(w) => {
+            close(fd);
+            Err(w)
+        }
+        None => {
+            // O_NONBLOCK was only there so that opening a planted FIFO could not hang
+            // SAFETY: fcntl on our own fd.
+            unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_APPEND) };
+            Ok(fd)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("gdrshim-files-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn new_files_are_private_and_existing_own_files_are_appended() {
+        let d = scratch("own");
+        let p = d.join("log");
+        let fd = open_private(p.to_str().unwrap()).unwrap();
+        close(fd);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        std::fs::write(&p, "a\n").unwrap();
+        let fd = open_private(p.to_str().unwrap()).unwrap();
+        // SAFETY: our fd and a valid buffer.
+        unsafe { libc::write(fd, b"b\n".as_ptr().cast(), 2) };
+        close(fd);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a\nb\n");
+    }
+
+    #[test]
+    fn links_hard_links_and_odd_files_are_refused() {
+        let d = scratch("hostile");
+        std::fs::create_dir(d.join("real")).unwrap();
+        std::os::unix::fs::symlink(d.join("real"), d.join("via")).unwrap();
+        let via = d.join("via/log");
+        assert!(matches!(open_private(via.to_str().unwrap()), Err(Refused::Link(c)) if c.ends_with("/via")));
+        assert!(!d.join("real/log").exists(), "nothing created through the link");
+        std::fs::write(d.join("target"), "keep").unwrap();
+        std::os::unix::fs::symlink(d.join("target"), d.join("flink")).unwrap();
+        assert!(matches!(open_private(d.join("flink").to_str().unwrap()), Err(Refused::Link(_))));
+        std::fs::hard_link(d.join("target"), d.join("hard")).unwrap();
+        assert_eq!(open_private(d.join("hard").to_str().unwrap()), Err(Refused::Links(2)));
+        assert_eq!(std::fs::read_to_string(d.join("target")).unwrap(), "keep");
+        let fifo = CString::new(d.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(open_private(d.join("fifo").to_str().unwrap()), Err(Refused::NotRegular));
+        assert!(matches!(open_private(d.join("no/such/log").to_str().unwrap()), Err(Refused::Missing(c)) if c.ends_with("/no")));
+        assert_eq!(open_private(""), Err(Refused::Empty));
+    }
+}
