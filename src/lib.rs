@@ -13,7 +13,6 @@ pub mod capture;
 pub mod config;
 pub mod decode;
 pub mod files;
-pub mod fxhash;
 pub mod hooks;
 pub mod log;
 pub mod real;

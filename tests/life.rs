@@ -166,6 +166,21 @@ fn no_registration_of_memory_the_driver_is_freeing() {
     }
 }
 
+/// A program that keeps registering memory it freed gets the first few miss lines, then one a
+/// second with a count; the summary totals them.
+#[test]
+fn repeated_misses_are_rate_limited() {
+    let n = 20000;
+    let r = life(&["misses", &n.to_string()], None, Duration::from_secs(120));
+    assert_ok(&r, "misses");
+    assert_eq!(num(&r.out, "pass0_misses"), n, "{}", r.out);
+    let lines = r.err.lines().filter(|l| l.contains("pass0 miss")).count() as u64;
+    let allowed = gdrshim::log::LIMIT_FIRST + r.secs.ceil() as u64 + 1;
+    assert!(lines >= gdrshim::log::LIMIT_FIRST && lines <= allowed, "{lines} miss lines in {:.2} s: {}", r.secs, r.err);
+    let summary = r.err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap();
+    assert!(num(summary, "lines_held") >= n - allowed, "{summary}");
+}
+
 #[test]
 fn signals_arriving_inside_the_hooks() {
     let r = life(&["signals", "300"], None, Duration::from_secs(120));

@@ -5,21 +5,33 @@
 //! Pure: no FFI, no locks, no I/O. The hooks feed it events and log what it reports.
 
 use crate::decode::{Event, P2pCtrl, Uuid};
-use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt;
 
 pub mod dmabuf;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObjKind {
-    Client { fd: i32 },
-    Device { device_id: u32 },
+    Client {
+        fd: i32,
+    },
+    Device {
+        device_id: u32,
+    },
     Subdevice,
-    VaSpace { flags: u32 },
-    Memory { class: u32, size: Option<u64>, dup_of: Option<MemRef> },
+    VaSpace {
+        flags: u32,
+    },
+    /// (12 bytes with its parent: a job holds a million of these. A duplicate's root memory is
+    /// in `Tracker::dups`.)
+    Memory {
+        class: u32,
+    },
     P2p,
-    Other { class: u32 },
+    Other {
+        class: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,9 +121,6 @@ pub struct Tracker {
     objects: HashMap<(u32, u32), Obj>,
     children: HashMap<(u32, u32), HashSet<u32>>,
     pub map: VaMap,
-    /// UVM external ranges: base → length. (A hash map: created and freed by base on every
-    /// allocation; only `is_gpu_va`, on the verbs path, needs to search it.)
-    ranges: HashMap<u64, u64>,
     /// GPUs UVM knows, with the RM client that registered them.
     pub gpus: HashMap<Uuid, u32>,
     native_p2p: HashSet<(u32, u32)>,
@@ -122,6 +131,8 @@ pub struct Tracker {
     pub counts: ShadowCounts,
     /// libcuda's dma-buf exports waiting for CUDA to hand out their fd (see `dmabuf`).
     native_exports: HashMap<i32, dmabuf::NativeExport>,
+    /// Duplicated memory handles (RM_DUP_OBJECT) → the memory they duplicate.
+    dups: HashMap<(u32, u32), MemRef>,
 }
 
 impl Tracker {
@@ -129,12 +140,17 @@ impl Tracker {
         Self::default()
     }
 
-    pub fn object(&self, client: u32, h: u32) -> Option<&Obj> {
-        self.objects.get(&(client, h))
+    /// An RM object of the process (memory objects live in the map's table, see `VaMap::memory`).
+    pub fn object(&self, client: u32, h: u32) -> Option<Obj> {
+        if let Some(o) = self.objects.get(&(client, h)) {
+            return Some(*o);
+        }
+        let m = self.map.memory(MemRef { client, memory: h })?;
+        Some(Obj { parent: m.parent, kind: ObjKind::Memory { class: m.class } })
     }
 
     pub fn objects(&self) -> usize {
-        self.objects.len()
+        self.objects.len() + self.map.memories()
     }
 
     /// The ctl fd on which a client was allocated.
@@ -147,10 +163,9 @@ impl Tracker {
 
     /// The Device handle and deviceId a memory object hangs under.
     pub fn memory_device(&self, mem: MemRef) -> Option<(u32, u32)> {
-        let o = self.objects.get(&(mem.client, mem.memory))?;
-        let ObjKind::Memory { .. } = o.kind else { return None };
-        match self.objects.get(&(mem.client, o.parent))?.kind {
-            ObjKind::Device { device_id } => Some((o.parent, device_id)),
+        let parent = self.map.memory(mem)?.parent;
+        match self.objects.get(&(mem.client, parent))?.kind {
+            ObjKind::Device { device_id } => Some((parent, device_id)),
             _ => None,
         }
     }
@@ -186,25 +201,13 @@ impl Tracker {
 
     /// Whether `addr` lies in a UVM external range or mapping gdrshim knows: GPU memory.
     pub fn is_gpu_va(&self, addr: u64) -> bool {
-        self.ranges.iter().any(|(&b, &l)| b <= addr && addr - b < l) || self.map.contains(addr)
+        self.map.is_gpu_va(addr)
     }
 
     /// The VA that UVM_FREE(base) releases: the external range created there, or else the run
     /// of mappings continuing from base.
     pub fn uvm_free_extent(&self, base: u64, length: Option<u64>) -> u64 {
-        if let Some(&l) = self.ranges.get(&base) {
-            return l;
-        }
-        if let Some(l) = length {
-            return l;
-        }
-        let mut end = base;
-        for (_, s, l, _, _) in self.map.dump() {
-            if s <= end && s + l > end && s >= base {
-                end = s + l;
-            }
-        }
-        end - base
+        self.map.free_extent(base, length)
     }
 
     /// Whether any native 503C object is alive.
@@ -212,23 +215,30 @@ impl Tracker {
         !self.native_p2p.is_empty()
     }
 
+    /// The memory a duplicated handle stands for (`None`: not a duplicate).
+    pub fn dup_root(&self, mem: MemRef) -> Option<MemRef> {
+        self.dups.get(&(mem.client, mem.memory)).copied()
+    }
+
     pub fn memory_class(&self, mem: MemRef) -> Option<u32> {
-        match self.objects.get(&(mem.client, mem.memory))?.kind {
-            ObjKind::Memory { class, .. } => Some(class),
-            _ => None,
-        }
+        Some(self.map.memory(mem)?.class)
     }
 
     fn insert(&mut self, client: u32, h: u32, parent: u32, kind: ObjKind) {
         // A handle reused without a free we saw: drop the stale object first.
-        if self.objects.contains_key(&(client, h)) {
+        let mem = MemRef { client, memory: h };
+        if self.objects.contains_key(&(client, h)) || self.map.memory(mem).is_some() {
             self.remove_tree(client, h);
         }
+        // Memory, which comes and goes all the time, lives in the map's table (one table per
+        // allocation) and is not listed under its parent: a parent's free finds it by a scan
+        // (parents go rarely).
+        if let ObjKind::Memory { class } = kind {
+            self.map.add_memory(mem, parent, class);
+            return;
+        }
         self.objects.insert((client, h), Obj { parent, kind });
-        // Memory, which comes and goes all the time, is not listed under its parent: two cold
-        // tables fewer per allocation and per free. A parent's free finds it by a scan (parents
-        // go rarely).
-        if parent != h && !matches!(kind, ObjKind::Memory { .. }) {
+        if parent != h {
             self.children.entry((client, parent)).or_default().insert(h);
         }
     }
@@ -239,45 +249,43 @@ impl Tracker {
         let mut stack = Vec::new();
         let mut first = Some(h);
         while let Some(x) = first.take().or_else(|| stack.pop()) {
-            let o = self.objects.remove(&(client, x));
-            let memory = matches!(o.map(|o| o.kind), Some(ObjKind::Memory { .. }));
-            if !memory {
-                if let Some(kids) = self.children.remove(&(client, x)) {
-                    stack.extend(kids);
+            let mem = MemRef { client, memory: x };
+            let memory = self.map.memory(mem).is_some();
+            // (also memory allocated before we saw it, known only by its mappings)
+            if memory || self.map.knows(mem) {
+                self.map.remove_memory(mem);
+                if !self.dups.is_empty() {
+                    self.dups.remove(&(client, x));
                 }
-                // the memory under it, which is not listed (see insert)
-                stack.extend(
-                    self.objects
-                        .iter()
-                        .filter(|(&(c, _), m)| c == client && m.parent == x && matches!(m.kind, ObjKind::Memory { .. }))
-                        .map(|(&(_, h), _)| h),
-                );
+                // RM unregisters freed vidmem from every 503C of the client by itself.
+                notes.extend(self.drop_native(mem));
             }
-            if let Some(o) = o {
-                if o.parent != x && !memory {
-                    if let Some(sib) = self.children.get_mut(&(client, o.parent)) {
-                        sib.remove(&x);
+            if memory {
+                continue;
+            }
+            if let Some(kids) = self.children.remove(&(client, x)) {
+                stack.extend(kids);
+            }
+            // the memory under it, which is not listed (see insert)
+            stack.extend(self.map.memory_under(client, x).into_iter().map(|m| m.memory));
+            let Some(o) = self.objects.remove(&(client, x)) else { continue };
+            if o.parent != x {
+                if let Some(sib) = self.children.get_mut(&(client, o.parent)) {
+                    sib.remove(&x);
+                }
+            }
+            match o.kind {
+                ObjKind::VaSpace { .. } => {
+                    self.uvm_vaspaces.remove(&(client, x));
+                }
+                ObjKind::P2p => {
+                    self.native_p2p.remove(&(client, x));
+                    let gone: Vec<MemRef> = self.native_regs.keys().filter(|m| m.client == client).copied().collect();
+                    for m in gone {
+                        notes.extend(self.drop_native(m));
                     }
                 }
-                match o.kind {
-                    ObjKind::Memory { .. } => {
-                        let mem = MemRef { client, memory: x };
-                        self.map.remove_memory(mem);
-                        // RM unregisters freed vidmem from every 503C of the client by itself.
-                        notes.extend(self.drop_native(mem));
-                    }
-                    ObjKind::VaSpace { .. } => {
-                        self.uvm_vaspaces.remove(&(client, x));
-                    }
-                    ObjKind::P2p => {
-                        self.native_p2p.remove(&(client, x));
-                        let gone: Vec<MemRef> = self.native_regs.keys().filter(|m| m.client == client).copied().collect();
-                        for m in gone {
-                            notes.extend(self.drop_native(m));
-                        }
-                    }
-                    _ => {}
-                }
+                _ => {}
             }
         }
         notes
@@ -303,8 +311,8 @@ impl Tracker {
             Event::VaSpace { h_client, h_parent, h_vaspace, flags, .. } => {
                 self.insert(h_client, h_vaspace, h_parent, ObjKind::VaSpace { flags })
             }
-            Event::Memory { h_client, h_parent, h_memory, class, size, .. } => {
-                self.insert(h_client, h_memory, h_parent, ObjKind::Memory { class, size, dup_of: None })
+            Event::Memory { h_client, h_parent, h_memory, class, .. } => {
+                self.insert(h_client, h_memory, h_parent, ObjKind::Memory { class })
             }
             Event::OtherObject { h_client, h_parent, h_object, class } => {
                 self.insert(h_client, h_object, h_parent, ObjKind::Other { class })
@@ -343,6 +351,12 @@ impl Tracker {
                     for h in all {
                         notes.extend(self.remove_tree(h_client, h));
                     }
+                    for m in self.map.memory_of(h_client) {
+                        notes.extend(self.drop_native(m));
+                        if !self.dups.is_empty() {
+                            self.dups.remove(&(m.client, m.memory));
+                        }
+                    }
                     self.map.remove_client(h_client);
                 } else {
                     notes.extend(self.remove_tree(h_client, h_object));
@@ -350,10 +364,11 @@ impl Tracker {
             }
             Event::Dup { h_client, h_parent, h_object, h_client_src, h_object_src } => {
                 let src = MemRef { client: h_client_src, memory: h_object_src };
-                match self.objects.get(&(h_client_src, h_object_src)).map(|o| o.kind) {
-                    Some(ObjKind::Memory { class, size, dup_of }) => {
-                        let root = dup_of.unwrap_or(src);
-                        self.insert(h_client, h_object, h_parent, ObjKind::Memory { class, size, dup_of: Some(root) })
+                match self.object(h_client_src, h_object_src).map(|o| o.kind) {
+                    Some(ObjKind::Memory { class }) => {
+                        let root = self.dup_root(src).unwrap_or(src);
+                        self.insert(h_client, h_object, h_parent, ObjKind::Memory { class });
+                        self.dups.insert((h_client, h_object), root);
                     }
                     _ => self.insert(h_client, h_object, h_parent, ObjKind::Other { class: 0 }),
                 }
@@ -366,9 +381,7 @@ impl Tracker {
             Event::UvmRegisterGpuVaSpace { h_client, h_vaspace, .. } => {
                 self.uvm_vaspaces.insert((h_client, h_vaspace));
             }
-            Event::UvmCreateExternalRange { base, length } => {
-                self.ranges.insert(base, length);
-            }
+            Event::UvmCreateExternalRange { base, length } => self.map.create_range(base, length),
             Event::UvmMapExternal { base, length, offset, ref gpus, h_client, h_memory, .. } => {
                 let mem = MemRef { client: h_client, memory: h_memory };
                 for g in gpus {
@@ -380,16 +393,11 @@ impl Tracker {
             }
             Event::UvmFree { base, length } => {
                 // UVM_FREE destroys the whole range that starts at base; the length field, where
-                // the branch has one, must equal it.
-                if !self.ranges.contains_key(&base) && length.is_none() {
-                    // Unknown range (created before we saw it): drop every mapping that starts at
-                    // base or continues from it, so nothing stale can ever be looked up.
+                // the branch has one, must equal it. A range created before we saw it: every
+                // mapping that starts at base or continues from it goes, so nothing stale can be
+                // looked up.
+                if !self.map.free_range(base, length) && length.is_none() {
                     notes.push(Notice::UnknownUvmFree { base });
-                }
-                let len = self.uvm_free_extent(base, length);
-                self.ranges.remove(&base);
-                if len > 0 {
-                    self.map.unmap_all(base, len);
                 }
             }
         }
@@ -634,13 +642,42 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn memory_mapped_before_we_saw_it_loses_its_mappings_when_freed() {
+        let mut t = base_tracker();
+        // mapped, its allocation unseen (the shim came in late)
+        t.apply(&Event::UvmMapExternal {
+            base: 0x3000_0000,
+            length: 0x20_0000,
+            offset: 0,
+            gpus: smallvec::smallvec![G],
+            rm_ctrl_fd: 8,
+            h_client: C,
+            h_memory: 0x77,
+        });
+        assert!(t.map.lookup(0x3000_0000, 0x1000).is_ok());
+        assert_eq!(t.object(C, 0x77), None);
+        t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 0x77 });
+        assert_eq!(t.map.lookup(0x3000_0000, 0x1000), Err(Miss::Freed { at: 0x3000_0000 }));
+        // a device's free takes the memory under it, from the map's table
+        alloc(&mut t, 0x78, 0x4000_0000, 0x20_0000, false);
+        assert_eq!(t.object(C, 0x78).map(|o| o.parent), Some(DEV));
+        t.apply(&Event::Free { h_client: C, h_parent: C, h_object: DEV });
+        assert_eq!(t.object(C, 0x78), None);
+        assert!(t.map.lookup(0x4000_0000, 0x1000).is_err());
+        assert_eq!(t.objects(), 1, "the client is all that is left");
+    }
+
+    #[test]
     fn dup_keeps_the_root_memory() {
         let mut t = base_tracker();
         alloc(&mut t, 0x10, 0x100_0000, 0x20_0000, false);
         t.apply(&Event::RootClient { fd: 20, h_client: 0xc1d0_0099 });
         t.apply(&Event::Device { h_client: 0xc1d0_0099, h_device: 1, device_id: 0 });
         t.apply(&Event::Dup { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2, h_client_src: C, h_object_src: 0x10 });
-        assert!(matches!(t.object(0xc1d0_0099, 2).unwrap().kind, ObjKind::Memory { dup_of: Some(MemRef { client: C, memory: 0x10 }), .. }));
+        assert!(matches!(t.object(0xc1d0_0099, 2).unwrap().kind, ObjKind::Memory { .. }));
+        assert_eq!(t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }), Some(MemRef { client: C, memory: 0x10 }));
+        t.apply(&Event::Free { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2 });
+        assert_eq!(t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }), None);
         assert_eq!(t.client_fd(0xc1d0_0099), Some(20));
     }
 }

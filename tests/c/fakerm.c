@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MAXO 65536
@@ -52,7 +53,8 @@ static int node_of(int fd) {
   if (fd >= 0 && fd < 4096) { int c = __atomic_load_n(&fd_node[fd], __ATOMIC_RELAXED); if (c) return c - 2; }
   if (!__atomic_load_n(&nodes_ready, __ATOMIC_ACQUIRE)) init_nodes();
   struct stat st; int r = -1;
-  if (!fstat(fd, &st)) for (int i = 0; i < 4; i++) if (nodes[i].ino && st.st_dev == nodes[i].dev && st.st_ino == nodes[i].ino) r = i;
+  // the raw system call: tests/asleep.rs counts the shim's fstats, not the fake's
+  if (!syscall(SYS_fstat, fd, &st)) for (int i = 0; i < 4; i++) if (nodes[i].ino && st.st_dev == nodes[i].dev && st.st_ino == nodes[i].ino) r = i;
   if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], (signed char)(r + 2), __ATOMIC_RELAXED);
   return r;
 }

@@ -24,7 +24,12 @@ unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 static struct ibv_mr *reg(void *addr, size_t len) {
   if (__atomic_load_n(&fakeverbs_exit_in_reg, __ATOMIC_ACQUIRE)) pthread_exit((void *)42);
-  int (*check)(uint64_t, uint64_t) = (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_check");
+  // the fake driver's view (preloaded, so looked up once); none: every MR is host memory
+  static int (*check)(uint64_t, uint64_t); static int looked;
+  if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&check, (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_check"), __ATOMIC_RELAXED);
+    __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+  }
   int r = check ? check((uint64_t)(uintptr_t)addr, len) : 1;
   if (r < 0) { errno = EFAULT; return NULL; }
   struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = -1;

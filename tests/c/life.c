@@ -9,6 +9,7 @@
 //   life threadexit       a thread ends inside ibv_reg_mr; a thread cancelled inside open()
 //   life dlclose DIR      libibverbs unloaded with the plugin that uses it, loaded elsewhere
 //   life interpose        another interposer of ibv_reg_mr finds its next with RTLD_NEXT
+//   life misses N         N registrations of GPU memory that has been freed (each a pass0 miss)
 //   life racefree ROUNDS  one thread registers memory over and over while another frees it (with
 //                         FAKERM_FREE_DELAY_US, the free spends that long in the driver)
 // Prints "life MODE ok ..." and exits 0, or names what went wrong and exits 1.
@@ -270,6 +271,15 @@ int main(int argc, char **argv) {
   }
   setup();
   open_verbs();
+  if (!strcmp(mode, "misses")) {
+    setup(); open_verbs();
+    uint64_t base = 0x7c0000000000ull; uint32_t h = alloc_mem(0, K64); create_range(base, K64); map(base, K64, 0, 0, h);
+    uvm_free(base, K64); rm_free(dev[0], h);
+    int n = argc > 2 ? atoi(argv[2]) : 1000, refused = 0;
+    for (int i = 0; i < n; i++) { void *m = vreg(0, (void *)(uintptr_t)base, 4096, 0xf); if (m) vdereg(m); else refused++; }
+    printf("life misses n=%d refused=%d\n", n, refused);
+    return counters_ok("misses", 0) ? 0 : 1;
+  }
   if (!strcmp(mode, "racefree")) {
     setup(); open_verbs();
     return run_racefree(argc > 2 ? atoi(argv[2]) : 20);

@@ -1,0 +1,392 @@
+//! The exact map from GPU virtual address to the RM memory behind it, per mapping GPU, with UVM's
+//! semantics: a new map first unmaps what it overlaps on that GPU; unmaps split entries; UVM
+//! external ranges are kept too (GPU VA that is reserved but not mapped).
+//!
+//! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
+//! one 24-byte entry per mapping in an ordered tree (a range mapped whole is a bit in it), and
+//! every operation is a few tree descents; nothing scans all entries but a client's free.
+#![forbid(unsafe_code)]
+
+use crate::decode::Uuid;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
+use std::fmt;
+
+mod gpu;
+mod lookup;
+#[cfg(test)]
+mod tests;
+
+use gpu::{Entry, GpuMap, OFFSET_LIMIT};
+
+/// An RM memory object, named by its client and handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemRef {
+    pub client: u32,
+    pub memory: u32,
+}
+
+/// The UVM map call an entry came from (kept whole when the entry is later split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub base: u64,
+    pub length: u64,
+    pub offset: u64,
+}
+
+/// One piece of an exact lookup: `[va, va+len)` is `mem` at `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub va: u64,
+    pub len: u64,
+    pub mem: MemRef,
+    pub offset: u64,
+    pub origin: Origin,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Miss {
+    Empty,
+    Overflow,
+    /// Nothing is mapped at `at` (and nothing was recently).
+    Unmapped {
+        at: u64,
+    },
+    /// `at` was mapped but has been unmapped or freed.
+    Freed {
+        at: u64,
+    },
+    /// Two mapping GPUs see different memory at the same address.
+    GpusDisagree {
+        at: u64,
+    },
+    /// The range is covered, but by more than one memory object.
+    SpansMemoryObjects {
+        count: usize,
+    },
+}
+
+impl fmt::Display for Miss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Miss::Empty => write!(f, "zero-length range"),
+            Miss::Overflow => write!(f, "range wraps the address space"),
+            Miss::Unmapped { at } => write!(f, "unmapped hole at {at:#x} (no UVM mapping seen there)"),
+            Miss::Freed { at } => write!(f, "freed: {at:#x} was mapped but has been unmapped or freed"),
+            Miss::GpusDisagree { at } => write!(f, "mapping GPUs disagree about the memory at {at:#x}"),
+            Miss::SpansMemoryObjects { count } => write!(f, "spans {count} memory objects"),
+        }
+    }
+}
+
+const TOMBSTONES: usize = 4096;
+
+#[derive(Default, Clone)]
+pub struct VaMap {
+    per_gpu: HashMap<Uuid, GpuMap>,
+    /// UVM external ranges (base → length, non-overlapping, as UVM keeps them) that no entry
+    /// claims: those not mapped whole (a VMM reservation), or not yet.
+    ranges: BTreeMap<u64, u64>,
+    /// Removed ranges (merged, start → end), so a miss can say "freed" rather than "unmapped".
+    tombstones: BTreeMap<u64, u64>,
+    /// Every memory object the process allocated or mapped: its allocation (12 bytes with the
+    /// key's 8: the one table per allocation besides the entries) and how many entries map it, so
+    /// that freeing memory that is no longer mapped (the usual order: UVM_FREE, then RM_FREE)
+    /// costs no scan.
+    mems: HashMap<MemRef, MemInfo>,
+}
+
+/// What the map knows of a memory object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    /// The object it was allocated under (its device), and its class; 0 and [`UNSEEN`] when its
+    /// allocation was not seen (mapped all the same).
+    pub parent: u32,
+    pub class: u32,
+    entries: u32,
+}
+
+/// The class of memory whose allocation was not seen (no RM class is 0).
+pub const UNSEEN: u32 = 0;
+
+type Mems = HashMap<MemRef, MemInfo>;
+
+fn count_in(mems: &mut Mems, mem: MemRef) {
+    mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0 }).entries += 1;
+}
+
+fn count_out(mems: &mut Mems, mem: MemRef) {
+    if let Some(i) = mems.get_mut(&mem) {
+        i.entries -= 1;
+        if i.entries == 0 && i.class == UNSEEN {
+            mems.remove(&mem);
+        }
+    }
+}
+
+impl VaMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn entries(&self) -> usize {
+        self.per_gpu.values().map(|m| m.entries.len()).sum()
+    }
+
+    /// UVM_CREATE_EXTERNAL_RANGE. UVM refuses a range over another, so whatever this map still
+    /// holds there was freed unseen: it goes, mappings included.
+    pub fn create_range(&mut self, base: u64, len: u64) {
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
+        let overlaps = |b: u64, l: u64| b < end && base < b.saturating_add(l);
+        // the stale ranges, recorded or claimed by an entry: each goes whole
+        let mut stale: Vec<(u64, u64)> =
+            self.ranges.range(..end).rev().take_while(|(&b, &l)| overlaps(b, l) || b >= base).map(|(&b, &l)| (b, l)).collect();
+        stale.retain(|&(b, l)| overlaps(b, l));
+        for m in self.per_gpu.values() {
+            let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
+            stale.extend(m.entries.range(first..end).filter(|(_, e)| e.claims_range()).map(|(&s, e)| (s, e.end - s)));
+        }
+        stale.push((base, len));
+        for &(b, l) in &stale {
+            self.unmap_all(b, l);
+            self.ranges.remove(&b);
+        }
+        self.ranges.insert(base, len);
+    }
+
+    /// The extent of the UVM external range at `base`, if this map knows one there.
+    pub fn range_at(&self, base: u64) -> Option<u64> {
+        if let Some(&l) = self.ranges.get(&base) {
+            return Some(l);
+        }
+        self.per_gpu.values().find_map(|m| m.entries.get(&base).filter(|e| e.claims_range()).map(|e| e.end - base))
+    }
+
+    /// What UVM_FREE(base) releases: the range created there, or else the length the call gives,
+    /// or else the run of mappings continuing from base.
+    pub fn free_extent(&self, base: u64, length: Option<u64>) -> u64 {
+        self.range_at(base).or(length).unwrap_or_else(|| self.run_end(base) - base)
+    }
+
+    /// UVM_FREE: the range at `base` goes, with every mapping in it on every GPU. Returns whether
+    /// the range was known.
+    pub fn free_range(&mut self, base: u64, length: Option<u64>) -> bool {
+        let known = self.range_at(base).is_some();
+        let len = self.free_extent(base, length);
+        if len > 0 {
+            self.unmap_all(base, len);
+        }
+        self.ranges.remove(&base);
+        known
+    }
+
+    /// UVM_MAP_EXTERNAL_ALLOCATION on one GPU: `[base, base+len)` → `mem` at `offset`.
+    pub fn map(&mut self, gpu: Uuid, base: u64, len: u64, mem: MemRef, offset: u64) {
+        if len == 0 || base.checked_add(len).is_none() {
+            return;
+        }
+        self.unmap(gpu, base, len);
+        if offset >= OFFSET_LIMIT {
+            return; // no RM memory is that large: kept out, so that lookups miss
+        }
+        let mut e = Entry::new(base + len, offset, mem);
+        if self.ranges.get(&base) == Some(&len) {
+            self.ranges.remove(&base);
+            e = e.claiming();
+        }
+        self.per_gpu.entry(gpu).or_default().insert(base, e, e.whole(base));
+        count_in(&mut self.mems, mem);
+    }
+
+    /// Removes the entry at `start`, with its count, and gives back the range it claimed.
+    fn take(m: &mut GpuMap, mems: &mut Mems, ranges: &mut BTreeMap<u64, u64>, start: u64) -> Option<(Entry, Origin)> {
+        let (e, o) = m.remove(start)?;
+        count_out(mems, e.mem);
+        if e.claims_range() {
+            ranges.insert(start, e.end - start);
+        }
+        Some((e, o))
+    }
+
+    /// UVM_UNMAP_EXTERNAL on one GPU. Returns how many entries it cut or removed.
+    pub fn unmap(&mut self, gpu: Uuid, base: u64, len: u64) -> usize {
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return 0 };
+        let Some(m) = self.per_gpu.get_mut(&gpu) else { return 0 };
+        let touched = Self::unmap_in(m, &mut self.mems, &mut self.ranges, base, end);
+        if touched > 0 {
+            self.tombstone(base, len);
+        }
+        touched
+    }
+
+    /// Cuts `[base, end)` out of one GPU's entries. (A GPU's map stays even when empty: GPUs
+    /// are few, and dropping and rebuilding its tree on every free/alloc costs allocations.)
+    fn unmap_in(m: &mut GpuMap, mems: &mut Mems, ranges: &mut BTreeMap<u64, u64>, base: u64, end: u64) -> usize {
+        // The usual cases in one descent (the loop below takes several): the last entry that
+        // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
+        // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
+        match m.entries.range(..end).next_back() {
+            None => return 0,
+            Some((_, e)) if e.end <= base => return 0,
+            Some((&s, e)) if s == base && e.end == end => {
+                Self::take(m, mems, ranges, s);
+                return 1;
+            }
+            _ => {}
+        }
+        let mut touched = 0;
+        // At most one entry starts before base and reaches into the range; then those inside.
+        let mut next = m.at(base).map(|(s, _)| s).or_else(|| m.entries.range(base..end).next().map(|(&s, _)| s));
+        while let Some(s) = next {
+            let (e, origin) = Self::take(m, mems, ranges, s).expect("key just found");
+            touched += 1;
+            if s < base {
+                m.insert(s, e.cut(s, s, base), origin);
+                count_in(mems, e.mem);
+            }
+            if e.end > end {
+                m.insert(end, e.cut(s, end, e.end), origin);
+                count_in(mems, e.mem);
+            }
+            next = m.entries.range(base..end).next().map(|(&s, _)| s);
+        }
+        touched
+    }
+
+    /// The range goes away on every GPU (UVM_FREE, or a new range over a stale one).
+    pub fn unmap_all(&mut self, base: u64, len: u64) -> usize {
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return 0 };
+        let mut touched = 0;
+        for m in self.per_gpu.values_mut() {
+            touched += Self::unmap_in(m, &mut self.mems, &mut self.ranges, base, end);
+        }
+        if touched > 0 {
+            self.tombstone(base, len);
+        }
+        touched
+    }
+
+    /// Where the run of entries that starts at `base` on some GPU and continues without a gap
+    /// ends (`base` if no entry starts there).
+    pub fn run_end(&self, base: u64) -> u64 {
+        let mut end = base;
+        for m in self.per_gpu.values() {
+            let mut at = base;
+            while let Some(e) = m.entries.get(&at) {
+                at = e.end;
+            }
+            end = end.max(at);
+        }
+        end
+    }
+
+    /// RM_ALLOC of memory under `parent`. A handle seen before (its free missed) loses its
+    /// mappings first.
+    pub fn add_memory(&mut self, mem: MemRef, parent: u32, class: u32) {
+        if self.mems.contains_key(&mem) {
+            self.remove_memory(mem);
+        }
+        self.mems.insert(mem, MemInfo { parent, class, entries: 0 });
+    }
+
+    /// The allocation of `mem`, if it was seen.
+    pub fn memory(&self, mem: MemRef) -> Option<MemInfo> {
+        self.mems.get(&mem).filter(|i| i.class != UNSEEN).copied()
+    }
+
+    /// Whether the map knows `mem` at all: allocated, or mapped without its allocation seen.
+    pub fn knows(&self, mem: MemRef) -> bool {
+        self.mems.contains_key(&mem)
+    }
+
+    /// The memory objects of `client` allocated under `parent`.
+    pub fn memory_under(&self, client: u32, parent: u32) -> Vec<MemRef> {
+        self.mems.iter().filter(|(m, i)| m.client == client && i.class != UNSEEN && i.parent == parent).map(|(m, _)| *m).collect()
+    }
+
+    /// The memory objects of `client` this map knows (allocated or mapped).
+    pub fn memory_of(&self, client: u32) -> Vec<MemRef> {
+        self.mems.keys().filter(|m| m.client == client).copied().collect()
+    }
+
+    /// How many memory objects this map knows.
+    pub fn memories(&self) -> usize {
+        self.mems.len()
+    }
+
+    /// RM free of a memory object: it is forgotten, and every mapping of it goes. (Scans the
+    /// entries only when the memory is still mapped: CUDA unmaps before it frees.)
+    pub fn remove_memory(&mut self, mem: MemRef) -> usize {
+        let Some(info) = self.mems.remove(&mem) else { return 0 };
+        if info.entries == 0 {
+            return 0;
+        }
+        self.mems.insert(mem, MemInfo { class: UNSEEN, ..info });
+        self.remove_where(|m| m == mem)
+    }
+
+    /// Every memory object of `client` is forgotten, with its mappings (client freed): one pass
+    /// over the entries.
+    pub fn remove_client(&mut self, client: u32) -> usize {
+        let mut mapped = false;
+        self.mems.retain(|m, i| {
+            mapped |= m.client == client && i.entries > 0;
+            m.client != client || i.entries > 0
+        });
+        if !mapped {
+            return 0;
+        }
+        for (_, i) in self.mems.iter_mut().filter(|(m, _)| m.client == client) {
+            i.class = UNSEEN;
+        }
+        self.remove_where(|m| m.client == client)
+    }
+
+    fn remove_where(&mut self, gone: impl Fn(MemRef) -> bool) -> usize {
+        let mut removed = Vec::new();
+        for m in self.per_gpu.values_mut() {
+            let starts: Vec<u64> = m.entries.iter().filter(|(_, e)| gone(e.mem)).map(|(&s, _)| s).collect();
+            for s in starts {
+                if let Some((e, _)) = Self::take(m, &mut self.mems, &mut self.ranges, s) {
+                    removed.push((s, e.end - s));
+                }
+            }
+        }
+        for &(s, l) in &removed {
+            self.tombstone(s, l);
+        }
+        removed.len()
+    }
+
+    fn tombstone(&mut self, base: u64, len: u64) {
+        let (mut b, mut e) = (base, base.saturating_add(len));
+        // the usual case: the same VA freed again, or inside a range already recorded
+        if self.tombstones.range(..=b).next_back().is_some_and(|(_, &t)| t >= e) {
+            return;
+        }
+        if let Some((&s, &t)) = self.tombstones.range(..=b).next_back() {
+            if t >= b {
+                b = s;
+                e = e.max(t);
+                self.tombstones.remove(&s);
+            }
+        }
+        while let Some((&s, &t)) = self.tombstones.range(b..).next() {
+            if s > e {
+                break;
+            }
+            e = e.max(t);
+            self.tombstones.remove(&s);
+        }
+        self.tombstones.insert(b, e);
+        if self.tombstones.len() > TOMBSTONES {
+            self.tombstones.pop_first();
+        }
+    }
+
+    /// Whether `addr` was mapped once and has been unmapped or freed since (as far as the
+    /// bounded record of removed ranges reaches).
+    pub fn was_mapped(&self, addr: u64) -> bool {
+        self.tombstones.range(..=addr).next_back().is_some_and(|(_, &t)| addr < t)
+    }
+}

@@ -1,0 +1,84 @@
+//! A process that never touches a GPU must not notice gdrshim: no initialisation, no output, no
+//! file, no thread; and an fd of any number costs at most one `fstat` in its life (tests/c/quiet.c,
+//! with tests/c/countstat.c counting the `fstat`s the shim makes).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+
+mod common;
+use common::Env;
+
+fn env() -> &'static Env {
+    static E: OnceLock<Env> = OnceLock::new();
+    E.get_or_init(|| {
+        let e = common::build("asleep");
+        let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+        let src = |f: &str| c.join(f).to_str().unwrap().to_string();
+        common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"]);
+        common::cc(&e, &["-shared", "-fPIC", "-O1", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "quiet", &src("quiet.c"), "-ldl"]);
+        for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
+            std::fs::write(e.dir.join("dev").join(f), b"").unwrap();
+        }
+        e
+    })
+}
+
+fn field(line: &str, key: &str) -> i64 {
+    let at = line.find(&format!(" {key}=")).unwrap_or_else(|| panic!("no {key}= in {line}"));
+    line[at + key.len() + 2..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_process_that_never_touches_a_gpu_does_not_notice_the_shim() {
+    let e = env();
+    let files = e.dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let out = Command::new(e.dir.join("quiet"))
+        .arg("plain")
+        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()))
+        .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_LOG_LEVEL", "debug")
+        .env("GDRSHIM_LOG_FILE", files.join("log-%p"))
+        .env("GDRSHIM_CAPTURE", files.join("capture-%p"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stderr, "", "nothing is printed, not even the summary");
+    let left: Vec<_> = std::fs::read_dir(&files).unwrap().map(|f| f.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "no log or capture file is made: {left:?}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert_eq!(field(line, "threads"), 1, "no thread is started: {line}");
+    // one look per fd, however many ioctls (1000 each) and wherever the fd is in the table
+    for key in ["stat_pipe", "stat_socket", "stat_null", "stat_5000"] {
+        assert_eq!(field(line, key), 1, "{key}: {line}");
+    }
+    if field(line, "top") > 0 {
+        assert_eq!(field(line, "stat_top"), 1, "{line}");
+    }
+}
+
+#[test]
+fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
+    let e = env();
+    let out = Command::new(e.dir.join("quiet"))
+        .args(["nvidia", e.dir.join("dev").to_str().unwrap()])
+        .env(
+            "LD_PRELOAD",
+            format!("{}:{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display(), e.dir.join("libfakerm.so").display()),
+        )
+        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+        .env("GDRSHIM_MODE", "shadow")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert_eq!(field(line, "ok"), 1000, "{line}");
+    // classified by its path at open, carried over by dup2: no fstat at all
+    assert!(field(line, "stat_5000") <= 1, "{line}");
+    let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
+    assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
+}
