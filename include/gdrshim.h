@@ -17,21 +17,20 @@
  *                          MLNX_OFED/DOCA-OFED). auto: dmabuf where the GPU and libibverbs support it,
  *                          else nv503c where nvidia-peermem is loaded, else none (one warning).
  *   GDRSHIM_LOG_LEVEL      error | warn | info | debug | trace (default warn; info in trace mode).
- *   GDRSHIM_LOG_FILE       log file instead of stderr; %h host, %p pid; O_APPEND|O_NOFOLLOW, 0600.
+ *   GDRSHIM_LOG_FILE       log file instead of stderr; %h host, %p pid. Opened without following a
+ *                          link in any component; a new file 0600; an existing one only if it is
+ *                          a regular file of this user with one link (else stderr, one warning).
  *   GDRSHIM_CAPTURE        raw capture of every NVIDIA ioctl (the fixture format); %h, %p.
  *   GDRSHIM_SUMMARY        1 (default): one "gdrshim: summary key=value ..." line at exit.
  *   GDRSHIM_EAGER          1: register every user allocation when CUDA returns it (for verbs
  *                          users the shim does not intercept); register mode only.
- *   GDRSHIM_TIMING         1: measure the time the ioctl hook adds (summary hook_ns_per_nv_ioctl).
- *   GDRSHIM_BENCH_PAUSE    benchmark only, shadow mode: allow gdrshim_bench_pause (below).
  *   GDRSHIM_ADVERTISE_GDR  1: answer CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED yes (stock NCCL's
  *                          GPU-side gate), only while a route registers; never with
  *                          NCCL_GDR_FLUSH_DISABLE set. (DMA_BUF_SUPPORTED is answered yes whenever
  *                          the DMA-BUF route serves.)
- *   GDRSHIM_TEST_HIDE_GDR  test only: report CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED as 0.
- *   GDRSHIM_TEST_HIDE_DMABUF test only: hide libcuda's dma-buf support, as on a GeForce.
- *   GDRSHIM_TEST_DEV_DIR   test only: files standing in for the device nodes and driver version.
- *   GDRSHIM_TEST_PANIC     test only: ioctl | hook | dlsym: panic inside that hook family (contained).
+ * The tests' and benchmarks' variables (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE,
+ * GDRSHIM_APPLY_THREAD) work only in test builds (the `knobs` feature); a release build ignores
+ * them with one warning.
  * Under secure execution (AT_SECURE) and in a child made by fork() after the shim is up, the shim is
  * inert: every call is the real one and every query answers -ENOSYS (mode 0).
  */
@@ -89,10 +88,6 @@ int gdrshim_unregister(int64_t handle); /* 0, or -ENOENT for a handle not held *
 /* Copies at most size bytes of the counters; returns the bytes written or -ENOSYS. */
 int gdrshim_counters(struct gdrshim_counters *out, size_t size);
 void gdrshim_mark(const char *text);  /* a mark line in the capture file */
-/* Benchmark only (GDRSHIM_BENCH_PAUSE=1, shadow mode): pause != 0 makes every hook inert until
- * gdrshim_bench_pause(0), so one process can time a loop with and without the shim. Pause only
- * between whole alloc/free iterations: the map sees nothing meanwhile. 0, -EPERM or -ENOSYS. */
-int gdrshim_bench_pause(int pause);
 
 /* ---- the same through dlsym: work with or without the shim loaded ---- */
 #define GDRSHIM_DL_(name) ((__typeof__(&name))dlsym(RTLD_DEFAULT, #name))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gated, atomic deployment of a gdrshim release (dist/ from scripts/build-release.sh).
+# Gated, atomic deployment of a gdrshim release (dist/ from the source tree's build-release.sh).
 #
 #   scripts/deploy.sh [--prefix DIR] DIST_DIR    verify DIST_DIR, install it, switch to it
 #   scripts/deploy.sh [--prefix DIR] --rollback  switch back to the previous release

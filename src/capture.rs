@@ -9,10 +9,13 @@
 //! A <api> <ptr-hex> <len-hex>                    a user allocation returned by CUDA
 //! M <free text>                                  a mark written by the program
 //! ```
+#![forbid(unsafe_code)]
 
 use crate::abi::{self, AbiTable, DriverVersion};
+use crate::counters::Snapshot;
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::tracker::{NativeAnswer, Notice, Tracker, Verdict};
+use core::mem::size_of;
 use std::fmt::Write as _;
 
 pub fn hex(b: &[u8]) -> String {
@@ -96,12 +99,20 @@ pub fn params_spec(dev: DevKind, request: u64, arg: &[u8], t: &AbiTable) -> Opti
     if dev == DevKind::Uvm || abi::ioc_type(request) != abi::NV_IOCTL_MAGIC {
         return None;
     }
-    let rd32 = |o: usize| arg.get(o..o + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]));
-    match (abi::ioc_nr(request), arg.len()) {
-        (abi::esc::RM_ALLOC, 32 | 48) => Some((16, decode::alloc_params_len(rd32(12)?, t)?)),
-        (abi::esc::RM_CONTROL, 32) => {
-            let size = rd32(24)? as usize;
-            (size > 0 && size <= 4096).then_some((16, size))
+    use core::mem::offset_of;
+    match abi::ioc_nr(request) {
+        abi::esc::RM_ALLOC if arg.len() == size_of::<abi::Nvos21Alloc>() => {
+            let a = abi::read_pod::<abi::Nvos21Alloc>(arg)?;
+            Some((offset_of!(abi::Nvos21Alloc, p_alloc_parms), decode::alloc_params_len(a.h_class, t)?))
+        }
+        abi::esc::RM_ALLOC if arg.len() == size_of::<abi::Nvos64Alloc>() => {
+            let a = abi::read_pod::<abi::Nvos64Alloc>(arg)?;
+            Some((offset_of!(abi::Nvos64Alloc, p_alloc_parms), decode::alloc_params_len(a.h_class, t)?))
+        }
+        abi::esc::RM_CONTROL if arg.len() == size_of::<abi::Nvos54Control>() => {
+            let c = abi::read_pod::<abi::Nvos54Control>(arg)?;
+            let size = c.params_size as usize;
+            (size > 0 && size <= 4096).then_some((offset_of!(abi::Nvos54Control, params), size))
         }
         _ => None,
     }
@@ -214,23 +225,17 @@ pub fn verdict_line(api: &str, ptr: u64, len: u64, v: &Verdict) -> String {
 }
 
 /// The summary counters of a replay, in the same `key=value` form as the live shim's exit line.
+pub fn summary(r: &Replay) -> Snapshot {
+    let mut s = Snapshot::new();
+    s.counts([("ioctls", r.ioctls), ("decoded", r.decoded), ("failed", r.failed), ("malformed", r.malformed)])
+        .counts(r.tracker.counts.pairs())
+        .add("map_entries", r.tracker.map.entries() as u64);
+    s
+}
+
+/// [`summary`] as its line.
 pub fn summary_fields(r: &Replay) -> String {
-    let c = r.tracker.counts;
-    format!(
-        "ioctls={} decoded={} failed={} malformed={} native={} matched={} mismatched={} unpredicted={} predicted_only={} user_allocs={} uncovered={} map_entries={}",
-        r.ioctls,
-        r.decoded,
-        r.failed,
-        r.malformed,
-        c.native,
-        c.matched,
-        c.mismatched,
-        c.unpredicted,
-        c.predicted_only,
-        c.user_allocs,
-        c.uncovered,
-        r.tracker.map.entries()
-    )
+    summary(r).line()
 }
 
 /// Nanoseconds per ioctl that the live shim's decode + map update costs, measured by replaying

@@ -1,6 +1,7 @@
 //! Environment configuration, read once. Every variable is documented in the README and in
 //! `include/gdrshim.h`. A bad value gives a warning naming the variable and what it accepts, then
 //! the default.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 
@@ -59,38 +60,79 @@ pub struct Config {
     /// Register every user allocation when CUDA returns it, as libcuda does on datacenter GPUs,
     /// so that verbs users gdrshim does not intercept (UCX, MPI, static binaries) work too.
     pub eager: bool,
-    /// Measure the time the ioctl hook adds (costs two clock reads per NVIDIA ioctl).
-    pub timing: bool,
-    /// Benchmark only (`GDRSHIM_BENCH_PAUSE=1`, shadow mode): `gdrshim_bench_pause` may make the
-    /// hooks inert for a while, so that one process can time its loop with and without the shim.
-    pub bench_pause: bool,
-    /// `GDRSHIM_APPLY_THREAD` (default 1): a helper thread applies full batches of the hooks'
-    /// work to the map, off the calling thread; 0 applies them on the thread whose call filled
-    /// the batch.
-    pub apply_thread: bool,
-    /// Test-only: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN` and `version` files stand
-    /// in for the device nodes and /proc/driver/nvidia/version.
-    pub test_dev_dir: Option<String>,
     /// Stock-NCCL route: answer NCCL's GDR probes yes while gdrshim registers (see `advertise`).
     pub advertise_gdr: bool,
-    /// Test-only: report `GPU_DIRECT_RDMA_SUPPORTED` as 0, so a datacenter GPU looks like a GeForce.
-    pub test_hide_gdr: bool,
     /// `GDRSHIM_ROUTE`: how registrations reach the NIC (DMA-BUF, NV503C, or auto).
     pub route: crate::route::Wish,
-    /// Test-only: hide libcuda's dma-buf support (attribute 124 reads 0, `cuMemGetHandleForAddressRange`
-    /// answers as on a GeForce), so gdrshim's own exports are exercised on a datacenter GPU.
-    pub test_hide_dmabuf: bool,
-    /// Test-only: take nvidia-peermem as loaded, so the NV503C route is exercised against the real
-    /// RM on a machine without it (the H200): RM is exercised, no NIC reads the registrations.
-    pub test_assume_peermem: bool,
     /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
     pub nccl_flush_disabled: bool,
-    /// Test-only (`GDRSHIM_TEST_PANIC`): panic inside the hooks of this family (`ioctl`,
-    /// `hook` for the CUDA/verbs/query/access hooks, `dlsym`) to prove panics are contained.
-    pub test_panic: Option<String>,
+    /// The tests' and benchmarks' knobs (all off in a release build).
+    pub knobs: Knobs,
 }
 
-pub const ENV_MODE: &str = "GDRSHIM_MODE"; // also read as a C string by shim::first_active
+/// Test and benchmark knobs. A build with the `knobs` feature (the tests', the GPU machine's)
+/// reads them from the environment; a release build never does, and says so once if one is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Knobs {
+    /// `GDRSHIM_TIMING=1`: time the ioctl and allocation hooks (two clock reads per call).
+    pub timing: bool,
+    /// `GDRSHIM_BENCH_PAUSE=1`, shadow mode only: `gdrshim_bench_pause` may make the hooks inert
+    /// for a while, so that one process can time its loop with and without the shim.
+    pub bench_pause: bool,
+    /// `GDRSHIM_APPLY_THREAD=0`: full batches are applied by the thread that filled them.
+    pub no_apply_thread: bool,
+    /// `GDRSHIM_TEST_DEV_DIR`: a folder whose `nvidiactl`, `nvidia-uvm`, `nvidiaN`, `version` and
+    /// `sys/` stand in for the device nodes, /proc/driver/nvidia/version and /sys.
+    pub dev_dir: Option<String>,
+    /// `GDRSHIM_TEST_HIDE_GDR=1`: report `GPU_DIRECT_RDMA_SUPPORTED` as 0 (a GeForce, seen by NCCL).
+    pub hide_gdr: bool,
+    /// `GDRSHIM_TEST_HIDE_DMABUF=1`: hide libcuda's dma-buf support (attribute 124 reads 0,
+    /// `cuMemGetHandleForAddressRange` answers as on a GeForce), so gdrshim's own exports are
+    /// exercised on a datacenter GPU.
+    pub hide_dmabuf: bool,
+    /// `GDRSHIM_TEST_ASSUME_PEERMEM=1`: take nvidia-peermem as loaded, so the NV503C route is
+    /// exercised against the real RM on a machine without it (no NIC reads the registrations).
+    pub assume_peermem: bool,
+    /// `GDRSHIM_TEST_PANIC=<site>`: panic inside the hooks of this family (`ioctl`, `hook`,
+    /// `dlsym`) to prove panics are contained.
+    pub panic: Option<String>,
+}
+
+/// The knobs' variables.
+pub const KNOB_VARS: [&str; 8] = [
+    ENV_TIMING,
+    ENV_BENCH_PAUSE,
+    ENV_APPLY_THREAD,
+    ENV_TEST_DEV_DIR,
+    ENV_TEST_HIDE_GDR,
+    ENV_TEST_HIDE_DMABUF,
+    ENV_TEST_ASSUME_PEERMEM,
+    ENV_TEST_PANIC,
+];
+
+impl Knobs {
+    fn from_env(get: &impl Fn(&str) -> Option<String>, mode: Mode, warnings: &mut Vec<String>) -> Knobs {
+        let mut k = Knobs {
+            timing: flag(get, ENV_TIMING, false, warnings),
+            bench_pause: flag(get, ENV_BENCH_PAUSE, false, warnings),
+            no_apply_thread: !flag(get, ENV_APPLY_THREAD, true, warnings),
+            dev_dir: get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty()),
+            hide_gdr: flag(get, ENV_TEST_HIDE_GDR, false, warnings),
+            hide_dmabuf: flag(get, ENV_TEST_HIDE_DMABUF, false, warnings),
+            assume_peermem: flag(get, ENV_TEST_ASSUME_PEERMEM, false, warnings),
+            panic: get(ENV_TEST_PANIC).filter(|s| !s.is_empty()),
+        };
+        if k.bench_pause && mode != Mode::Shadow {
+            warnings.push(format!(
+                "{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"
+            ));
+            k.bench_pause = false;
+        }
+        k
+    }
+}
+
+pub const ENV_MODE: &str = "GDRSHIM_MODE"; // also read as a C string by gate::first_active
 pub const ENV_LEVEL: &str = "GDRSHIM_LOG_LEVEL";
 pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
 pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";
@@ -117,17 +159,10 @@ impl Default for Config {
             capture_file: None,
             summary: true,
             eager: false,
-            timing: false,
-            bench_pause: false,
-            apply_thread: true,
-            test_dev_dir: None,
             advertise_gdr: false,
-            test_hide_gdr: false,
             route: crate::route::Wish::Auto,
-            test_hide_dmabuf: false,
-            test_assume_peermem: false,
             nccl_flush_disabled: false,
-            test_panic: None,
+            knobs: Knobs::default(),
         }
     }
 }
@@ -171,9 +206,6 @@ impl Config {
         }
         c.eager = flag(&get, ENV_EAGER, false, &mut warnings);
         c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, false, &mut warnings);
-        c.test_hide_gdr = flag(&get, ENV_TEST_HIDE_GDR, false, &mut warnings);
-        c.test_hide_dmabuf = flag(&get, ENV_TEST_HIDE_DMABUF, false, &mut warnings);
-        c.test_assume_peermem = flag(&get, ENV_TEST_ASSUME_PEERMEM, false, &mut warnings);
         if let Some(v) = get(ENV_ROUTE) {
             match crate::route::Wish::parse(&v) {
                 Some(w) => c.route = w,
@@ -182,17 +214,14 @@ impl Config {
         }
         // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
         c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
-        c.timing = get(ENV_TIMING).is_some_and(|v| v.trim() == "1");
-        c.bench_pause = flag(&get, ENV_BENCH_PAUSE, false, &mut warnings);
-        if c.bench_pause && c.mode != Mode::Shadow {
-            warnings.push(format!(
-                "{ENV_BENCH_PAUSE}=1 is for shadow mode only (a pause would leave registrations over memory freed meanwhile); ignored"
-            ));
-            c.bench_pause = false;
+        if cfg!(feature = "knobs") {
+            c.knobs = Knobs::from_env(&get, c.mode, &mut warnings);
+        } else {
+            let set: Vec<&str> = KNOB_VARS.iter().copied().filter(|k| get(k).is_some()).collect();
+            if !set.is_empty() {
+                warnings.push(format!("{} only work in test builds of gdrshim (the `knobs` feature); ignored", set.join(", ")));
+            }
         }
-        c.apply_thread = flag(&get, ENV_APPLY_THREAD, true, &mut warnings);
-        c.test_dev_dir = get(ENV_TEST_DEV_DIR).filter(|s| !s.is_empty());
-        c.test_panic = get(ENV_TEST_PANIC).filter(|s| !s.is_empty());
         (c, warnings)
     }
 }
@@ -256,8 +285,8 @@ mod tests {
 
     #[test]
     fn advertising_flags() {
-        let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "1"), ("GDRSHIM_TEST_HIDE_GDR", "yes"), ("NCCL_GDR_FLUSH_DISABLE", "0")]);
-        assert!(c.advertise_gdr && c.test_hide_gdr && !c.nccl_flush_disabled && w.is_empty());
+        let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "0")]);
+        assert!(c.advertise_gdr && !c.nccl_flush_disabled && w.is_empty());
         for v in ["1", " 2", "x", ""] {
             assert!(parse(&[("NCCL_GDR_FLUSH_DISABLE", v)]).0.nccl_flush_disabled, "{v:?}");
         }
@@ -275,13 +304,27 @@ mod tests {
         assert!(w[0].contains("GDRSHIM_ROUTE") && w[0].contains("auto, dmabuf, nv503c"), "{w:?}");
     }
 
+    #[cfg(feature = "knobs")]
     #[test]
-    fn apply_thread_flag() {
-        assert!(parse(&[]).0.apply_thread);
-        assert!(!parse(&[("GDRSHIM_APPLY_THREAD", "0")]).0.apply_thread);
-        let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "later")]);
-        assert!(c.apply_thread);
-        assert!(w[0].contains("GDRSHIM_APPLY_THREAD"), "{w:?}");
+    fn knobs_are_read_in_a_knobs_build() {
+        let k = parse(&[]).0.knobs;
+        assert_eq!(k, Knobs::default());
+        let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "0"), ("GDRSHIM_TEST_HIDE_GDR", "yes"), ("GDRSHIM_TIMING", "1")]);
+        assert!(c.knobs.no_apply_thread && c.knobs.hide_gdr && c.knobs.timing && w.is_empty(), "{w:?}");
+        let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "later"), ("GDRSHIM_TIMING", "lots")]);
+        assert!(!c.knobs.no_apply_thread && !c.knobs.timing);
+        assert!(w[0].contains("GDRSHIM_TIMING") && w[1].contains("GDRSHIM_APPLY_THREAD"), "{w:?}");
+        let (c, w) = parse(&[("GDRSHIM_BENCH_PAUSE", "1"), ("GDRSHIM_MODE", "register")]);
+        assert!(!c.knobs.bench_pause && w[0].contains("shadow mode only"), "{w:?}");
+    }
+
+    #[cfg(not(feature = "knobs"))]
+    #[test]
+    fn a_release_build_ignores_the_knobs_and_says_so() {
+        let (c, w) = parse(&[("GDRSHIM_TEST_HIDE_GDR", "1"), ("GDRSHIM_TIMING", "1"), ("GDRSHIM_TEST_DEV_DIR", "/tmp/x")]);
+        assert_eq!(c.knobs, Knobs::default());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("GDRSHIM_TIMING, GDRSHIM_TEST_DEV_DIR, GDRSHIM_TEST_HIDE_GDR") && w[0].contains("test builds"), "{w:?}");
     }
 
     #[test]

@@ -44,16 +44,12 @@ impl core::fmt::Display for Refused {
     }
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<c_int, i32> {
     let f = crate::real::openat().ok_or(libc::ENOSYS)?;
     // SAFETY: a valid C string; openat has no other preconditions.
     let fd = unsafe { f(dir, name.as_ptr(), flags, mode) };
     if fd < 0 {
-        Err(errno())
+        Err(crate::sys::errno())
     } else {
         Ok(fd)
     }
@@ -118,7 +114,7 @@ fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: as above, on our own fd.
     let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
-    let e = errno();
+    let e = crate::sys::errno();
     close(fd);
     if ok {
         Ok(st.st_mode & libc::S_IFMT)
@@ -136,7 +132,7 @@ fn check_existing(fd: c_int) -> Result<c_int, Refused> {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let why = if !ok {
-        Some(Refused::Os("fstat".into(), errno()))
+        Some(Refused::Os("fstat".into(), crate::sys::errno()))
     } else if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         Some(Refused::NotRegular)
     } else if st.st_uid != me {

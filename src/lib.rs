@@ -11,16 +11,22 @@ pub mod abi;
 pub mod advertise;
 pub mod capture;
 pub mod config;
+pub mod counters;
 pub mod decode;
+pub mod fdtable;
 pub mod files;
+pub mod gate;
 pub mod hooks;
 pub mod log;
+pub mod pipeline;
 pub mod real;
 pub mod registrar;
 pub mod rm;
 pub mod route;
-pub mod serve;
 pub mod shim;
+pub mod sys;
+#[cfg(test)]
+mod testkit;
 pub mod tracker;
 pub mod vamap;
 

@@ -301,14 +301,6 @@ macro_rules! real_fn {
     };
 }
 
-/// libc's `ioctl` (its cache sits in the hooks' one hot line, [`crate::shim::HOOK`]).
-#[inline(always)]
-pub fn ioctl() -> Option<unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int> {
-    let p = crate::shim::HOOK.ioctl.get();
-    // SAFETY: p is the next definition of libc's ioctl, which has exactly this C signature.
-    (!p.is_null())
-        .then(|| unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int>(p) })
-}
 real_fn!(pub open, c"open", unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int);
 real_fn!(pub open64, c"open64", unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int);
 real_fn!(pub openat, c"openat", unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int);
@@ -329,6 +321,5 @@ mod tests {
         // SAFETY: RTLD_DEFAULT lookup of a libc symbol.
         let p = unsafe { f(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
         assert_eq!(p, libc::getpid as *mut core::ffi::c_void);
-        assert!(super::ioctl().is_some());
     }
 }

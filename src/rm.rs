@@ -31,14 +31,14 @@ impl RealRm {
 
     /// One escape on `fd`; errno is preserved for the caller of the hook that got us here.
     fn ioctl_bytes(fd: i32, nr: u32, arg: *mut c_void, size: usize) -> Result<(), u32> {
-        let real = crate::real::ioctl().ok_or(status::NV_ERR_GENERIC)?;
-        let e = crate::shim::errno();
+        let real = crate::gate::real_ioctl().ok_or(status::NV_ERR_GENERIC)?;
+        let e = crate::sys::errno();
         let req = abi::nv_ioctl(nr, size);
         // SAFETY: arg points to `size` bytes of a correctly laid out parameter struct for `nr`,
         // alive and not otherwise borrowed for the call.
         let rc = unsafe { real(fd, req as libc::c_ulong, arg) };
-        let err = crate::shim::errno();
-        crate::shim::set_errno(e);
+        let err = crate::sys::errno();
+        crate::sys::set_errno(e);
         if rc != 0 {
             crate::log_debug!("our ioctl nr={nr:#x} on fd {fd} failed: errno {err}");
             return Err(status::NV_ERR_GENERIC);
@@ -101,23 +101,23 @@ impl RealRm {
     fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
         if let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) {
             let fd = self.gpu_fds[i].1;
-            if crate::hooks::fd::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
+            if crate::fdtable::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
                 return Ok(fd);
             }
             self.gpu_fds.swap_remove(i);
         }
         let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir)).map_err(|_| status::NV_ERR_GENERIC)?;
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
-        let e = crate::shim::errno();
+        let e = crate::sys::errno();
         // SAFETY: a valid C string; open has no other preconditions.
         let fd = unsafe { open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        let err = crate::shim::errno();
-        crate::shim::set_errno(e);
+        let err = crate::sys::errno();
+        crate::sys::set_errno(e);
         if fd < 0 {
             crate::log_warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
             return Err(status::NV_ERR_GENERIC);
         }
-        if crate::hooks::fd::classify_fstat(fd) != Some(DevKind::Gpu(minor)) {
+        if crate::fdtable::classify_fstat(fd) != Some(DevKind::Gpu(minor)) {
             Self::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
         }
@@ -127,10 +127,10 @@ impl RealRm {
 
     fn close(fd: i32) {
         if let Some(close) = crate::real::close() {
-            let e = crate::shim::errno();
+            let e = crate::sys::errno();
             // SAFETY: an fd this object opened or RM created for it.
             unsafe { close(fd) };
-            crate::shim::set_errno(e);
+            crate::sys::set_errno(e);
         }
     }
 }
@@ -209,5 +209,8 @@ impl Rm for RealRm {
 
     fn close_fd(&mut self, fd: i32) {
         Self::close(fd);
+    }
+    fn refused(&mut self, key: &'static str, line: String) {
+        crate::log_limited!(crate::config::Level::Warn, key, "{line}");
     }
 }

@@ -293,7 +293,7 @@ fn state_record_saves_every_item_and_compares_what_matters() {
 /// Under AT_SECURE the shim is inert: a setgid program that preloads it (glibc allows that only
 /// for a set-user-ID library in a system folder, named without a slash) gets a shim that reports
 /// mode 0 and opens no file named by the environment. Needs root (CI runs as root): run with
-/// `--include-ignored`, as scripts/test.sh does when it is root.
+/// `--include-ignored`, as scripts/dev/test.sh does when it is root.
 #[test]
 #[ignore = "needs root: installs a set-user-ID test copy of the shim into /usr/lib for the test's duration"]
 fn inert_under_secure_execution() {

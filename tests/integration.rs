@@ -567,25 +567,8 @@ fn fork_while_other_threads_hold_the_shims_locks() {
     }
 }
 
-/// A program that calls gdrshim's exported cuMemAlloc_v2 while libcuda is loaded RTLD_LOCAL
-/// reaches libcuda's own definition (found by name; RTLD_NEXT cannot see it).
-#[test]
-fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
-    let e = env();
-    let bin = e.dir.join("cuda_export");
-    sh(Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&bin)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_export.c"))
-        .arg("-ldl"));
-    let out = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).env("LD_PRELOAD", &e.shim).env("GDRSHIM_SUMMARY", "0").output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=0 ptr=0x1234000\n");
-    let without = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&without.stdout), "rc=-1 ptr=0\n", "without the shim nothing exports cuMemAlloc_v2 globally");
-}
-
 /// A root job and a file another user planted where its log or capture goes (`%p` names too):
-/// refused, untouched, not read. Run by `scripts/test.sh` as root (`--include-ignored`).
+/// refused, untouched, not read. Run by `scripts/dev/test.sh` as root (`--include-ignored`).
 #[test]
 #[ignore = "needs root: plants files owned by another uid"]
 fn files_planted_by_another_user_are_refused() {

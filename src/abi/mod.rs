@@ -6,6 +6,9 @@
 
 use core::mem::size_of;
 
+/// A GPU's UUID, as RM and UVM pass it.
+pub type Uuid = [u8; 16];
+
 pub type NvHandle = u32;
 
 // ---------------------------------------------------------------------------------------------
@@ -172,9 +175,6 @@ pub struct AbiTable {
     pub since: &'static str,
     pub memory_alloc_params_size: usize,
     pub vaspace_alloc_params_size: usize,
-    pub root_alloc_params_size: usize,
-    pub nvos46_size: usize,
-    pub nvos47_size: usize,
     pub uvm_max_gpus: usize,
     /// UVM_FREE_PARAMS carries `length` (24 bytes) up to 580.x.
     pub uvm_free_has_length: bool,
@@ -231,21 +231,18 @@ const V535: AbiTable = AbiTable {
     since: "535.0.0",
     memory_alloc_params_size: 120,
     vaspace_alloc_params_size: 48,
-    root_alloc_params_size: 108,
-    nvos46_size: 56,
-    nvos47_size: 40,
     uvm_max_gpus: 32,
     uvm_free_has_length: true,
     dmabuf_export: false,
     gpu_info_v2_size: Some(516),
 };
 const V545: AbiTable = AbiTable { since: "545.23.06", memory_alloc_params_size: 128, gpu_info_v2_size: None, ..V535 };
-const V550_40: AbiTable = AbiTable { since: "550.40.07", nvos47_size: 48, gpu_info_v2_size: Some(524), ..V545 };
+const V550_40: AbiTable = AbiTable { since: "550.40.07", gpu_info_v2_size: Some(524), ..V545 };
 const V550_54: AbiTable = AbiTable { since: "550.54.14", uvm_max_gpus: 256, ..V550_40 };
 const V555: AbiTable = AbiTable { since: "555.42.02", ..V550_54 };
-const V570: AbiTable = AbiTable { since: "570.86.15", root_alloc_params_size: 120, dmabuf_export: true, ..V555 };
+const V570: AbiTable = AbiTable { since: "570.86.15", dmabuf_export: true, ..V555 };
 const V575: AbiTable = AbiTable { since: "575.51.02", gpu_info_v2_size: Some(532), ..V570 };
-const V580: AbiTable = AbiTable { since: "580.65.06", nvos46_size: 64, vaspace_alloc_params_size: 56, gpu_info_v2_size: Some(564), ..V575 };
+const V580: AbiTable = AbiTable { since: "580.65.06", vaspace_alloc_params_size: 56, gpu_info_v2_size: Some(564), ..V575 };
 const V590: AbiTable = AbiTable { since: "590.44.01", uvm_free_has_length: false, ..V580 };
 
 /// Branches whose layouts were verified (fact sheet §7). Anything else is pass-through.
@@ -300,18 +297,17 @@ mod tests {
     fn branch_table_follows_the_fact_sheet() {
         let t = |s| table_for(DriverVersion::parse(s).unwrap()).copied();
         let v535 = t("535.288.01").unwrap();
-        assert_eq!((v535.memory_alloc_params_size, v535.uvm_max_gpus, v535.nvos47_size), (120, 32, 40));
+        assert_eq!((v535.memory_alloc_params_size, v535.uvm_max_gpus), (120, 32));
         assert_eq!(v535.uvm_map_external().size(), 1200);
         assert_eq!(v535.uvm_free_size(), 24);
         assert_eq!(t("545.23.06").unwrap().memory_alloc_params_size, 128);
-        assert_eq!(t("550.40.07").unwrap().nvos47_size, 48);
+        assert_eq!(t("550.40.07").unwrap().gpu_info_v2_size, Some(524));
         assert_eq!(t("550.40.07").unwrap().uvm_max_gpus, 32);
         assert_eq!(t("550.54.14").unwrap().uvm_max_gpus, 256);
         assert_eq!(t("550.163.01").unwrap().uvm_map_external().size(), 9264);
-        assert_eq!(t("570.86.15").unwrap().root_alloc_params_size, 120);
-        assert_eq!(t("565.57.01").unwrap().root_alloc_params_size, 108);
+        assert!(t("570.86.15").unwrap().dmabuf_export && !t("565.57.01").unwrap().dmabuf_export);
         let v580 = t("580.159.04").unwrap();
-        assert_eq!((v580.nvos46_size, v580.vaspace_alloc_params_size, v580.uvm_free_size()), (64, 56, 24));
+        assert_eq!((v580.vaspace_alloc_params_size, v580.uvm_free_size()), (56, 24));
         let v590 = t("590.48.01").unwrap();
         assert_eq!(v590.uvm_free_size(), 16);
         assert_eq!(t("595.45.04"), Some(v590));

@@ -170,6 +170,10 @@ impl UvmMapExternalLayout {
     pub const fn count(&self) -> usize {
         Self::ATTRS + self.max_gpus * size_of::<UvmGpuMappingAttributes>()
     }
+    /// The UUID of the `i`th GPU slot.
+    pub const fn gpu_uuid(&self, i: usize) -> usize {
+        Self::ATTRS + i * size_of::<UvmGpuMappingAttributes>()
+    }
     pub const fn rm_ctrl_fd(&self) -> usize {
         self.count() + 8
     }

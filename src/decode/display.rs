@@ -1,4 +1,5 @@
 //! Trace mode's text of a decoded call.
+#![forbid(unsafe_code)]
 
 use super::{Event, P2pCtrl, Uuid};
 use core::fmt;

@@ -2,11 +2,12 @@
 //!
 //! Decoding happens only after the real call returned 0 and the RM/UVM status is NV_OK, and reads
 //! only the bytes that the request encodes (RM: `_IOC_SIZE`; UVM: the branch's struct size).
+#![forbid(unsafe_code)]
 
 use crate::abi::{self, class, esc, p2p, status, uvm, AbiTable};
 use core::mem::size_of;
 
-pub type Uuid = [u8; 16];
+pub use crate::abi::Uuid;
 
 /// Which NVIDIA device node an fd refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -546,83 +547,8 @@ fn decode_control(arg: &[u8], params: &dyn ParamReader) -> Result<Outcome, Outco
     Ok(Outcome::Event(Event::P2pControl { h_client: c.h_client, h_object: c.h_object, ctrl }))
 }
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-}
-fn i32_at(b: &[u8], off: usize) -> i32 {
-    u32_at(b, off) as i32
-}
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8).map_or(0, |s| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        u64::from_le_bytes(a)
-    })
-}
-fn uuid_at(b: &[u8], off: usize) -> Uuid {
-    let mut u = [0u8; 16];
-    if let Some(s) = b.get(off..off + 16) {
-        u.copy_from_slice(s);
-    }
-    u
-}
-
-fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome {
-    let want = match uvm_arg_len(cmd, t) {
-        Some(n) => n,
-        None => return Outcome::Ignored,
-    };
-    if arg.len() != want {
-        return Outcome::Malformed("captured bytes differ from the UVM struct size");
-    }
-    let st = |off: usize| u32_at(arg, off);
-    let r = match cmd {
-        uvm::REGISTER_GPU => failed_or(rc, st(36), || Event::UvmRegisterGpu {
-            uuid: uuid_at(arg, 0),
-            rm_ctrl_fd: i32_at(arg, 24),
-            h_client: u32_at(arg, 28),
-        }),
-        uvm::REGISTER_GPU_VASPACE => failed_or(rc, st(28), || Event::UvmRegisterGpuVaSpace {
-            uuid: uuid_at(arg, 0),
-            rm_ctrl_fd: i32_at(arg, 16),
-            h_client: u32_at(arg, 20),
-            h_vaspace: u32_at(arg, 24),
-        }),
-        uvm::CREATE_EXTERNAL_RANGE => {
-            failed_or(rc, st(16), || Event::UvmCreateExternalRange { base: u64_at(arg, 0), length: u64_at(arg, 8) })
-        }
-        uvm::MAP_EXTERNAL_ALLOCATION => {
-            let l = t.uvm_map_external();
-            let count = u64_at(arg, l.count());
-            if count == 0 || count as usize > l.max_gpus {
-                return Outcome::Malformed("UVM_MAP_EXTERNAL_ALLOCATION gpuAttributesCount out of range");
-            }
-            failed_or(rc, st(l.rm_status()), || Event::UvmMapExternal {
-                base: u64_at(arg, abi::UvmMapExternalLayout::BASE),
-                length: u64_at(arg, abi::UvmMapExternalLayout::LENGTH),
-                offset: u64_at(arg, abi::UvmMapExternalLayout::OFFSET),
-                gpus: (0..count as usize).map(|i| uuid_at(arg, abi::UvmMapExternalLayout::ATTRS + i * 36)).collect(),
-                rm_ctrl_fd: i32_at(arg, l.rm_ctrl_fd()),
-                h_client: u32_at(arg, l.h_client()),
-                h_memory: u32_at(arg, l.h_memory()),
-            })
-        }
-        uvm::UNMAP_EXTERNAL => {
-            failed_or(rc, st(32), || Event::UvmUnmapExternal { base: u64_at(arg, 0), length: u64_at(arg, 8), gpu: uuid_at(arg, 16) })
-        }
-        _ => {
-            if t.uvm_free_has_length {
-                failed_or(rc, st(16), || Event::UvmFree { base: u64_at(arg, 0), length: Some(u64_at(arg, 8)) })
-            } else {
-                failed_or(rc, st(8), || Event::UvmFree { base: u64_at(arg, 0), length: None })
-            }
-        }
-    };
-    match r {
-        Ok(e) => Outcome::Event(e),
-        Err(o) => o,
-    }
-}
+mod uvm_calls;
+use uvm_calls::{decode_uvm, u32_at, u64_at};
 
 mod display;
 pub use display::uuid_str;

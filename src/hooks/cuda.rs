@@ -156,7 +156,7 @@ pub mod handle_range {
             // SAFETY: forwarded unchanged.
             return unsafe { f(handle, dptr, size, kind, flags) };
         }
-        let hide = shim::try_get().is_some_and(|s| s.cfg.test_hide_dmabuf);
+        let hide = shim::try_get().is_some_and(|s| s.cfg.knobs.hide_dmabuf);
         // SAFETY: forwarded unchanged.
         let mut r = unsafe { f(handle, dptr, size, kind, flags) };
         if r == CUDA_SUCCESS {

@@ -6,9 +6,10 @@
 //! the name is one we wrap and, if not, tail-jump to the real function with the caller's return
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
+use crate::gate::active;
 use crate::hooks::{cuda, verbs};
 use crate::real;
-use crate::shim::{active, Guard};
+use crate::sys::Guard;
 use core::ffi::{c_char, c_void, CStr};
 
 /// What `pick` answers: forward untouched, return NULL, or return this pointer.
@@ -82,6 +83,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
     std::panic::catch_unwind(|| {
+        #[cfg(feature = "knobs")]
         if let Some(s) = crate::shim::try_get() {
             s.test_panic("dlsym");
         }

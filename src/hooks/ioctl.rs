@@ -1,8 +1,11 @@
 //! The `ioctl` hook: one cached-byte branch for every non-NVIDIA fd, then the real call.
 
-use crate::hooks::fd;
-use crate::real;
-use crate::shim::{self, active, errno, set_errno, Guard};
+use crate::fdtable as fd;
+use crate::gate::active;
+use crate::shim;
+#[cfg(feature = "knobs")]
+use crate::sys::Clock;
+use crate::sys::{errno, set_errno, Guard};
 use core::ffi::{c_int, c_ulong, c_void};
 // The core's state after a contained panic is what it was then (parking_lot locks do not
 // poison); the panic is logged and the call goes through unchanged, as before the hook.
@@ -11,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// `ioctl` is variadic; its one optional argument travels in the third integer register.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let Some(real) = real::ioctl() else {
+    let Some(real) = crate::gate::real_ioctl() else {
         set_errno(libc::ENOSYS);
         return -1;
     };
@@ -44,6 +47,7 @@ unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     };
+    #[cfg(feature = "knobs")]
     if s.line.timing {
         // SAFETY: as for this function.
         return unsafe { timed(s, real, dev, fd, request, arg) };
@@ -78,6 +82,7 @@ fn shim_keeping_errno() -> Option<&'static shim::Shim> {
     })
 }
 
+#[cfg(feature = "knobs")]
 /// [`nvidia`] with GDRSHIM_TIMING: the clock read around our parts, per request kind.
 ///
 /// # Safety
@@ -110,46 +115,11 @@ unsafe fn timed(
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) }));
     use core::sync::atomic::Ordering::Relaxed;
     let ns = (t1 - t0) + (Clock::now() - t2);
-    s.stats.hook_ns.fetch_add(ns, Relaxed);
-    let i = crate::shim::PerRequest::slot(dev, request);
-    s.stats.hook_ns_by_req[i].fetch_add(ns, Relaxed);
-    s.stats.hook_calls_by_req[i].fetch_add(1, Relaxed);
+    let k = &s.stats.knobs;
+    k.hook_ns.fetch_add(ns, Relaxed);
+    let i = crate::shim::knobs::PerRequest::slot(dev, request);
+    k.hook_ns_by_req[i].fetch_add(ns, Relaxed);
+    k.hook_calls_by_req[i].fetch_add(1, Relaxed);
     set_errno(e);
     rc
-}
-
-/// The hook's own clock for GDRSHIM_TIMING: the time-stamp counter, a few cycles to read (a
-/// `clock_gettime` per read would weigh as much as what it measures), turned into nanoseconds
-/// against CLOCK_MONOTONIC over the run (`ns_per_tick`).
-pub(crate) struct Clock;
-impl Clock {
-    /// Ticks of the time-stamp counter (CLOCK_MONOTONIC nanoseconds off x86-64).
-    #[inline(always)]
-    pub(crate) fn now() -> u64 {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: rdtsc has no preconditions; user mode may read it on Linux.
-        return unsafe { core::arch::x86_64::_rdtsc() };
-        #[cfg(not(target_arch = "x86_64"))]
-        return Clock::mono_ns();
-    }
-    pub(crate) fn mono_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: ts is a valid out-buffer.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-    /// (ticks, nanoseconds) now, for calibration.
-    pub(crate) fn mark() -> (u64, u64) {
-        (Clock::now(), Clock::mono_ns())
-    }
-    /// Nanoseconds per tick between `since` and now.
-    pub(crate) fn ns_per_tick(since: (u64, u64)) -> f64 {
-        let (t, n) = Clock::mark();
-        let dt = t.saturating_sub(since.0);
-        if dt == 0 {
-            1.0
-        } else {
-            n.saturating_sub(since.1) as f64 / dt as f64
-        }
-    }
 }

@@ -1,7 +1,9 @@
 //! Small exported query functions (declared in `include/gdrshim.h`): version, mode and an exact
 //! lookup used by the BAR1 read-back check and by NCCL patches.
 
-use crate::shim::{self, active, Guard};
+use crate::gate::active;
+use crate::shim;
+use crate::sys::Guard;
 use core::ffi::{c_char, c_int};
 
 /// `GDRSHIM_QUERY_VERSION`: bump when the layout of `GdrshimBacking` changes.
@@ -197,43 +199,24 @@ pub extern "C" fn gdrshim_unregister(handle: i64) -> c_int {
     .unwrap_or(-libc::ENOSYS)
 }
 
-/// `struct gdrshim_counters` in `include/gdrshim.h`; new fields only ever go at the end.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GdrshimCounters {
-    pub nv_ioctls: u64,
-    pub native: u64,
-    pub matched: u64,
-    pub mismatched: u64,
-    pub unpredicted: u64,
-    pub pass0_hits: u64,
-    pub pass0_misses: u64,
-    pub registered: u64,
-    pub unregistered: u64,
-    pub rm_errors: u64,
-    pub live_registrations: u64,
-    pub host_mrs: u64,
-    pub stood_aside: u64,
-}
-const _: () = assert!(core::mem::size_of::<GdrshimCounters>() == 13 * 8);
-
 /// Copies the counters (those of the exit summary) into `*out`, at most `size` bytes of it, so a
 /// program built against an older header keeps working. Returns the bytes written, or -ENOSYS.
 ///
 /// # Safety
 /// `out` points to `size` writable bytes.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn gdrshim_counters(out: *mut GdrshimCounters, size: usize) -> c_int {
+pub unsafe extern "C" fn gdrshim_counters(out: *mut crate::counters::GdrshimCounters, size: usize) -> c_int {
     if out.is_null() {
         return -libc::EINVAL;
     }
-    let Some(v) = shim::call_in(|s| s.counters()) else { return -libc::ENOSYS };
-    let n = size.min(core::mem::size_of::<GdrshimCounters>()) / 8 * 8;
-    // SAFETY: v is a GdrshimCounters of at least n bytes; out has `size` ≥ n writable bytes.
-    unsafe { core::ptr::copy_nonoverlapping(&v as *const GdrshimCounters as *const u8, out as *mut u8, n) };
+    let Some(v) = shim::call_in(|s| s.counters().to_bytes()) else { return -libc::ENOSYS };
+    let n = size.min(v.len()) / 8 * 8;
+    // SAFETY: v holds at least n bytes; out has `size` ≥ n writable bytes.
+    unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), out as *mut u8, n) };
     n as c_int
 }
 
+#[cfg(feature = "knobs")]
 /// Benchmark only: with GDRSHIM_BENCH_PAUSE=1 in shadow mode, `pause` != 0 makes every hook
 /// inert until `gdrshim_bench_pause(0)`. 0 on success; -EPERM where not allowed; -ENOSYS off.
 #[cfg_attr(not(test), no_mangle)]
@@ -241,11 +224,11 @@ pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
     // not `active()`: a paused shim answers this one call
     let Some(_g) = Guard::enter() else { return -libc::EBUSY };
     let r = std::panic::catch_unwind(|| {
-        if pause != 0 && !shim::active() {
+        if pause != 0 && !crate::gate::active() {
             return -libc::ENOSYS;
         }
         match shim::try_get() {
-            Some(s) if shim::bench_pause(s, pause != 0) => 0,
+            Some(s) if shim::knobs::bench_pause(s, pause != 0) => 0,
             Some(_) => -libc::EPERM,
             None => -libc::ENOSYS,
         }

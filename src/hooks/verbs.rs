@@ -12,7 +12,8 @@ use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANS
 use crate::hooks::slots::slotted;
 use crate::real::NextFn;
 use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
-use crate::shim::{self, errno, set_errno};
+use crate::shim;
+use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
@@ -35,7 +36,7 @@ pub struct RegArgs {
 
 /// The registrar's decision before the real call; errno untouched, panics contained.
 fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
-    if !a.ours || !shim::active() {
+    if !a.ours || !crate::gate::active() {
         return None;
     }
     // A process whose shim never started has seen no GPU memory: nothing to look up.

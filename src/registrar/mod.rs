@@ -47,6 +47,11 @@ pub trait Rm {
     /// `device_instance`; returns the buffer's fd (`params.fd` after the call).
     fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32>;
     fn close_fd(&mut self, fd: i32);
+    /// A refusal worth telling a person about that has no caller to return to (an unregister or
+    /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
+    fn refused(&mut self, key: &'static str, line: String) {
+        let _ = (key, line);
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +138,24 @@ pub struct RegCounts {
     pub dmabuf_exports: u64,
     /// `IBV_ACCESS_ON_DEMAND` registrations of GPU memory: neither route serves them.
     pub odp: u64,
+}
+
+impl RegCounts {
+    /// The counts as the summary names them.
+    pub fn pairs(&self) -> [(&'static str, u64); 10] {
+        [
+            ("pass0_hits", self.pass0_hits),
+            ("pass0_misses", self.pass0_misses),
+            ("registered", self.registered),
+            ("unregistered", self.unregistered),
+            ("rm_errors", self.rm_errors),
+            ("host_mrs", self.host),
+            ("stood_aside", self.stood_aside),
+            ("p2p_objects", self.p2p_objects),
+            ("dmabuf_exports", self.dmabuf_exports),
+            ("odp_mrs", self.odp),
+        ]
+    }
 }
 
 /// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
@@ -317,7 +340,7 @@ impl Registrar {
         match self.route.clone() {
             Some(Ok(Route::Nv503c)) => {
                 let next_id = &mut self.next_id;
-                self.nv.decide(t, rm, r.addr, r.len, self.dry_run, &mut self.counts, next_id)
+                self.nv.decide(t, rm, (r.addr, r.len), self.dry_run, nv503c::Book { counts: &mut self.counts, next_id })
             }
             Some(Ok(Route::Dmabuf)) if r.rereg => Decision::Miss(RegMiss::Rereg),
             Some(Ok(Route::Dmabuf)) => match self.export(t, rm, r.addr, r.len, crate::abi::dmabuf::MAPPING_DEFAULT) {

@@ -59,6 +59,12 @@ fn up(x: u64) -> Option<u64> {
     x.checked_add(G - 1).map(down)
 }
 
+/// The registrar's books a decision writes in.
+pub struct Book<'a> {
+    pub counts: &'a mut RegCounts,
+    pub next_id: &'a mut u64,
+}
+
 impl Nv503c {
     pub fn live(&self) -> usize {
         self.regs.len()
@@ -67,17 +73,10 @@ impl Nv503c {
         self.gpus.len()
     }
 
-    /// The registration for a verbs registration of `[addr, addr+len)`, made if needed.
-    pub fn decide(
-        &mut self,
-        t: &Tracker,
-        rm: &mut dyn Rm,
-        addr: u64,
-        len: u64,
-        dry_run: bool,
-        counts: &mut RegCounts,
-        next_id: &mut u64,
-    ) -> Decision {
+    /// The registration for a verbs registration of `[addr, addr+len)`, made if needed; `book`
+    /// gets the counts and hands out registration ids.
+    pub fn decide(&mut self, t: &Tracker, rm: &mut dyn Rm, (addr, len): (u64, u64), dry_run: bool, book: Book<'_>) -> Decision {
+        let Book { counts, next_id } = book;
         let piece = match t.map.lookup_single(addr, len) {
             Ok(p) => p,
             Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
@@ -185,13 +184,14 @@ impl Nv503c {
             Ok(()) => counts.unregistered += 1,
             Err(st) => {
                 counts.rm_errors += 1;
-                crate::log_limited!(
-                    crate::config::Level::Warn,
+                rm.refused(
                     "unregister refused",
-                    "UNREGISTER_VIDMEM hMemory={:#010x} refused: {st:#x} {} ({})",
-                    r.tuple.mem.memory,
-                    status::name(st),
-                    status::cause(Call::UnregisterVidmem, st)
+                    format!(
+                        "UNREGISTER_VIDMEM hMemory={:#010x} refused: {st:#x} {} ({})",
+                        r.tuple.mem.memory,
+                        status::name(st),
+                        status::cause(Call::UnregisterVidmem, st)
+                    ),
                 );
             }
         }
@@ -277,7 +277,10 @@ impl Nv503c {
                         self.gpus.remove(&key);
                         let c = Client { handle: h_client, ctl_fd: g.ctl_fd };
                         if let Err(st) = rm.free(c, g.subdevice, g.p2p) {
-                            crate::log_warn!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st));
+                            rm.refused(
+                                "free refused",
+                                format!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st)),
+                            );
                         }
                     }
                     out

@@ -297,14 +297,9 @@ fn freeing_the_va_space_or_device_takes_our_503c_down_first() {
 /// number of operations (default 1 000 000).
 #[test]
 fn model_based_random_operations() {
-    let ops: u64 = std::env::var("GDRSHIM_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n.max(1)
-    };
+    let ops = crate::testkit::model_ops(1_000_000);
+    let mut rng = crate::testkit::Rng(0x2545_f491_4f6c_dd1d);
+    let mut rnd = move |n: u64| rng.below(n);
     const SLOT: u64 = 16 << 20; // one VA slot per mapping, so model mappings never overlap
     const BASE: u64 = 0x7f00_0000_0000;
     let mut t = tracker_with(&[]);

@@ -1,4 +1,5 @@
 //! One GPU's entries: 24 bytes each in an ordered tree (a job holds a million).
+#![forbid(unsafe_code)]
 
 use super::{MemRef, Origin};
 use std::collections::BTreeMap;

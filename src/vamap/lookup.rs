@@ -1,8 +1,9 @@
 //! Exact lookups: which memory, at which offsets, covers a VA range.
+#![forbid(unsafe_code)]
 
 use super::gpu::GpuMap;
 use super::{MemRef, Miss, Piece, VaMap};
-use crate::decode::Uuid;
+use crate::abi::Uuid;
 
 impl VaMap {
     /// The memory objects mapped anywhere in `[base, end)`, on any GPU, each once.

@@ -7,7 +7,7 @@
 //! every operation is a few tree descents; nothing scans all entries but a client's free.
 #![forbid(unsafe_code)]
 
-use crate::decode::Uuid;
+use crate::abi::Uuid;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 use std::fmt;

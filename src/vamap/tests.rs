@@ -68,18 +68,7 @@ struct Model {
 }
 const PAGE: u64 = 0x1000;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::testkit::Rng;
 
 #[test]
 fn property_against_naive_page_model() {

@@ -1,4 +1,4 @@
-// Host-memory registration cost with and without gdrshim (ours); see docs/results/local/.
+// Host-memory registration cost with and without gdrshim (ours); see docs/results/history/local/.
 // cc -O1 -o hostbench hostbench.c -Wl,--no-as-needed -L<dir of a libibverbs.so.1> -l:libibverbs.so.1
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,9 @@
 # Usage: tests/gpu/run-h200-alloc-ab.sh OUTDIR [ROUNDS]
 set -u
 OUT=${1:?outdir}; ROUNDS=${2:-21}
-SHIM=$(readlink -f target/release/libgdrshim.so)
+# the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
+# cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
+SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
 B=/tmp/gdrshim-ab; mkdir -p "$B"
 nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i " error"
 raw="$OUT/ab-raw.txt"; : >"$raw"

@@ -12,7 +12,9 @@
 # Usage: tests/gpu/run-h200-dmabuf.sh OUTDIR
 set -u
 OUT=${1:?outdir}
-SHIM=$(readlink -f target/release/libgdrshim.so)
+# the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
+# cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
+SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
 B=/tmp/gdrshim-dmabuf; mkdir -p "$B/stub"
 res="$OUT/dmabuf.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds of gdrshim side by side in one device session (the records in docs/results/h200-variants*/
+# Builds of gdrshim side by side in one device session (the records in docs/results/h200-variants4/ and docs/results/history/h200-variants*/
 # name theirs): each variant in its own process, the order of the variants rotated per round; in
 # each process `bench alloc-ab SIZE 200 40`: 40 pairs of 200-iteration batches, the shim working in
 # one and paused (gdrshim_bench_pause) in the other; then one GDRSHIM_TIMING run per variant.

@@ -2,16 +2,17 @@
 # Reproducible release: builds with --locked, a fixed SOURCE_DATE_EPOCH (Cargo.toml's) and
 # the source tree and cargo home remapped out of the binaries, then lays out
 #   dist/lib/libgdrshim.so  dist/bin/gdrshim-tool  dist/include/gdrshim.h
-#   dist/nccl-patches/  dist/scripts/  dist/BUILD-INFO  dist/SHA256SUMS (sha256sum format, sorted)
+#   dist/nccl-patches/  dist/scripts/ (every file directly in scripts/; scripts/dev/ does not ship)
+#   dist/BUILD-INFO  dist/SHA256SUMS (sha256sum format, sorted)
 # Two builds of one commit, from any directories and cargo homes, give the same SHA256SUMS; the
 # repository's top-level SHA256SUMS is that manifest.
 #
-#   scripts/build-release.sh [--out DIR] [--check-manifest] [--update-manifest]
+#   scripts/dev/build-release.sh [--out DIR] [--check-manifest] [--update-manifest]
 #     --out DIR            where dist/ goes (default: ./dist)
 #     --check-manifest     fail if dist/SHA256SUMS differs from the repository's SHA256SUMS
 #     --update-manifest    copy dist/SHA256SUMS to the repository's SHA256SUMS
 set -euo pipefail
-src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="$src/dist"
 check=0 update=0
 while [ $# -gt 0 ]; do
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift ;;
     --check-manifest) check=1 ;;
     --update-manifest) update=1 ;;
-    *) sed -n '2,13s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,14s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
@@ -48,7 +49,8 @@ mkdir -p "$out/lib" "$out/bin" "$out/include" "$out/scripts"
 install -m 0755 "$target/release/libgdrshim.so" "$out/lib/libgdrshim.so"
 install -m 0755 "$target/release/gdrshim-tool" "$out/bin/gdrshim-tool"
 install -m 0644 include/gdrshim.h "$out/include/gdrshim.h"
-for s in gdr-env.sh deploy.sh doctor verify-run dmabuf-probe find-tool.sh gdr-state-record apply-nccl-patches.sh; do
+# what ships is what lies directly in scripts/ (developer tools are in scripts/dev/, GPU-machine ones in tests/gpu/)
+find scripts -mindepth 1 -maxdepth 1 -type f -printf '%P\n' | LC_ALL=C sort | while IFS= read -r s; do
   install -m 0755 "scripts/$s" "$out/scripts/$s"
 done
 find nccl-patches -type f -print0 | while IFS= read -r -d '' f; do
@@ -75,7 +77,7 @@ if [ "$check" = 1 ]; then
   if ! diff -u "$src/SHA256SUMS" "$out/SHA256SUMS"; then
     echo "build-release: the repository's SHA256SUMS is not the manifest of this commit's release." >&2
     echo "  A change to the library, the tool, a shipped script or a patch must update it in the same commit:" >&2
-    echo "  scripts/build-release.sh --update-manifest" >&2
+    echo "  scripts/dev/build-release.sh --update-manifest" >&2
     exit 1
   fi
   echo "build-release: SHA256SUMS matches this commit's release"

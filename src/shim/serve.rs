@@ -13,9 +13,11 @@ use crate::advertise::{Answer, ATTR_DMA_BUF_SUPPORTED};
 use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
+use crate::pipeline::Core;
 use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
 use crate::route::{self, Facts, Route};
-use crate::shim::{read_own_pieces, Core, Shim};
+use crate::shim::Shim;
+use crate::sys::read_own_pieces;
 use crate::tracker::{NativeAnswer, Verdict};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::Relaxed;
@@ -83,16 +85,16 @@ impl Shim {
     }
 
     fn peermem_loaded(&self) -> bool {
-        if self.cfg.test_assume_peermem {
+        if self.cfg.knobs.assume_peermem {
             return true;
         }
-        let root = self.cfg.test_dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
+        let root = self.cfg.knobs.dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
         ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"].iter().any(|p| {
             let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };
-            let e = crate::shim::errno();
+            let e = crate::sys::errno();
             // SAFETY: a valid C string; access has no other preconditions.
             let ok = unsafe { libc::access(c.as_ptr(), libc::F_OK) } == 0;
-            crate::shim::set_errno(e);
+            crate::sys::set_errno(e);
             ok
         })
     }
@@ -100,8 +102,8 @@ impl Shim {
     fn advertise_policy(&self) -> crate::advertise::Policy {
         crate::advertise::Policy {
             advertise: self.cfg.advertise_gdr,
-            hide_gdr_for_test: self.cfg.test_hide_gdr,
-            hide_dmabuf_for_test: self.cfg.test_hide_dmabuf,
+            hide_gdr_for_test: self.cfg.knobs.hide_gdr,
+            hide_dmabuf_for_test: self.cfg.knobs.hide_dmabuf,
             route: if self.registering() { self.route() } else { None },
             flush_disabled: self.cfg.nccl_flush_disabled,
         }
@@ -136,7 +138,7 @@ impl Shim {
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point (see `user_allocation`).
-    pub(crate) fn user_allocation_inner(&self, api: &'static str, ptr: u64, len: u64) {
+    pub(crate) fn user_allocation_inner(&'static self, api: &'static str, ptr: u64, len: u64) {
         if self.line.capture_fd.load(Relaxed) >= 0 {
             self.capture(&format!("A {api} {ptr:x} {len:x}"));
         }
@@ -146,7 +148,7 @@ impl Shim {
         let eager = self.cfg.eager && self.registering();
         if !eager && !crate::log::enabled(crate::config::Level::Debug) {
             // the usual case: counted, and a line only for what deserves a warning
-            let _ = self.queue(crate::shim::Work::UserAllocation { api, ptr, len });
+            let _ = self.queue(crate::pipeline::Work::UserAllocation { api, ptr, len });
             return;
         }
         let _gate = if eager { Some(self.release_gate.try_write_for(WAIT)) } else { None };
@@ -333,9 +335,9 @@ impl Shim {
     }
 
     /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)`: queued for the shadow oracle.
-    pub fn dmabuf_handed_out(&self, ptr: u64, size: u64, fd: i32) {
+    pub fn dmabuf_handed_out(&'static self, ptr: u64, size: u64, fd: i32) {
         if self.line.table.is_some() {
-            let _ = self.queue(crate::shim::Work::DmabufRequest { ptr, size, fd });
+            let _ = self.queue(crate::pipeline::Work::DmabufRequest { ptr, size, fd });
         }
     }
 
@@ -357,19 +359,17 @@ impl Shim {
             return None;
         }
         let gate = self.release_gate.try_read_for(WAIT);
-        let Some(mut c) = self.core_lock.try_lock_for(WAIT) else { return gate };
         // Only what is in use needs handling before the driver runs the call (a 503C of ours that
         // an RM free takes with it is forgotten after the free: forget_freed). The queue can only
-        // take registrations away, so deciding that needs no catching up.
-        if !c.registrar.in_use() {
-            return gate;
-        }
-        // even without the queue (its lock not free in 5 s), taking down what we know of is safer
-        // than leaving it registered over memory the driver is about to release
-        let _ = self.catch_up(&mut c, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"));
+        // take registrations away, so deciding that needs no catching up; and even without the
+        // queue (its lock not free in 5 s), taking down what we know of is safer than leaving it
+        // registered over memory the driver is about to release.
+        let warn = &mut |l: &str| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}");
+        let Some(mut lent) = self.pipeline.lend_when(WAIT, |c| c.registrar.in_use(), warn) else { return gate };
+        let c: &mut Core = &mut lent.core;
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return gate };
-        let Core { tracker, registrar, rm, .. } = &mut *c;
+        let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);
         for x in gone {
             crate::log_info!("unregistered {x} before the driver releases or remaps its memory or VA");

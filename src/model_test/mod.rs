@@ -21,6 +21,9 @@ use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::MemRef;
 use std::collections::HashMap;
 
+mod strict_rm;
+use strict_rm::{FakeMem, StrictRm};
+
 const PAGE: u64 = 0x1_0000;
 const RANGE: u64 = 4 << 20;
 const RANGES: u64 = 16;
@@ -48,220 +51,6 @@ impl Client {
         let h = 0xc1d0_0001 + k as u32;
         let d = |i: u32| 0x5c00_0010 + 0x100 * k as u32 + i;
         Client { h, devices: [d(0), d(1)], subdevices: [d(0x10), d(0x11)], vaspaces: [d(0x20), d(0x21)] }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct FakeMem {
-    device: u32,
-    vidmem: bool,
-    size: u64,
-}
-
-#[derive(Clone)]
-struct P2pObj {
-    client: u32,
-    subdevice: u32,
-    h: u32,
-    vaspaces: Vec<u32>,
-}
-
-/// RM as far as third-party P2P goes, with its rules and its own clean-ups.
-#[derive(Default)]
-struct StrictRm {
-    subdevices: HashMap<(u32, u32), u32>, // (client, subdevice) -> device
-    mems: HashMap<MemRef, FakeMem>,
-    p2p: Vec<P2pObj>,
-    regs: Vec<(u32, VidmemTuple)>, // (503C handle, tuple)
-    next_handle: u32,
-    refused: u64,
-    /// (client, device) -> device instance (the GPU)
-    instances: HashMap<(u32, u32), u32>,
-    /// dma-bufs made: fd -> (total size, pieces (memory, offset, size) by slot)
-    exports: HashMap<i32, (u64, Vec<Option<(MemRef, u64, u64)>>)>,
-    next_fd: i32,
-}
-
-impl StrictRm {
-    fn obj(&self, client: u32, h: u32) -> Option<&P2pObj> {
-        self.p2p.iter().find(|o| o.client == client && o.h == h)
-    }
-    /// RM frees a vidmem object: it unregisters it from every 503C of its client.
-    fn free_mem(&mut self, m: MemRef) {
-        self.mems.remove(&m);
-        self.regs.retain(|(_, t)| t.mem != m);
-    }
-    /// RM frees a device: its memory, its subdevice and the 503C under that.
-    fn free_device(&mut self, client: u32, device: u32) {
-        let gone: Vec<MemRef> = self.mems.iter().filter(|(m, f)| m.client == client && f.device == device).map(|(m, _)| *m).collect();
-        for m in gone {
-            self.free_mem(m);
-        }
-        let subs: Vec<u32> = self.subdevices.iter().filter(|(k, d)| k.0 == client && **d == device).map(|(k, _)| k.1).collect();
-        for s in subs {
-            self.subdevices.remove(&(client, s));
-            let objs: Vec<u32> = self.p2p.iter().filter(|o| o.client == client && o.subdevice == s).map(|o| o.h).collect();
-            for h in objs {
-                self.drop_p2p(client, h);
-            }
-        }
-    }
-    fn free_client(&mut self, client: u32) {
-        self.mems.retain(|m, _| m.client != client);
-        self.regs.retain(|(_, t)| t.mem.client != client);
-        self.p2p.retain(|o| o.client != client);
-        self.subdevices.retain(|k, _| k.0 != client);
-    }
-    fn drop_p2p(&mut self, client: u32, h: u32) {
-        self.regs.retain(|(p, t)| !(*p == h && t.mem.client == client));
-        self.p2p.retain(|o| !(o.client == client && o.h == h));
-    }
-    fn refuse<T>(&mut self, st: u32) -> Result<T, u32> {
-        self.refused += 1;
-        Err(st)
-    }
-
-    /// `nvidia_p2p_get_pages` without tokens, for this process: every 503C of the pid, every VA
-    /// space of each (two VA spaces on one object count a hit twice), exactly one range holding
-    /// the 64 KiB-rounded `[va, va+len)`. Gives the memory and the offset of `va` in it.
-    fn get_pages(&self, va: u64, len: u64) -> Result<(MemRef, u64), &'static str> {
-        let (lo, hi) = (down(va), up(va + len));
-        let mut hits = Vec::new();
-        for o in &self.p2p {
-            if o.vaspaces.is_empty() {
-                continue;
-            }
-            for (_, t) in self.regs.iter().filter(|(p, t)| *p == o.h && t.mem.client == o.client) {
-                if lo >= t.address && hi <= t.address + t.size {
-                    for _ in &o.vaspaces {
-                        hits.push(*t);
-                    }
-                }
-            }
-        }
-        match hits.as_slice() {
-            [t] => Ok((t.mem, t.offset + (va - t.address))),
-            [] => Err("no registration holds the range (EFAULT/EINVAL)"),
-            _ => Err("more than one registration holds the range (NV_ERR_GENERIC)"),
-        }
-    }
-}
-
-impl Rm for StrictRm {
-    fn alloc_p2p(&mut self, c: RmClient, subdevice: u32) -> Result<u32, u32> {
-        let client = c.handle;
-        if !self.subdevices.contains_key(&(client, subdevice)) {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        if self.p2p.iter().any(|o| o.client == client && o.subdevice == subdevice) {
-            return self.refuse(status::NV_ERR_STATE_IN_USE);
-        }
-        self.next_handle += 1;
-        let h = 0xcaf0_0000 + self.next_handle;
-        self.p2p.push(P2pObj { client, subdevice, h, vaspaces: Vec::new() });
-        Ok(h)
-    }
-    fn register_va_space(&mut self, c: RmClient, p2p: u32, h_vaspace: u32) -> Result<u64, u32> {
-        let client = c.handle;
-        let Some(i) = self.p2p.iter().position(|o| o.client == client && o.h == p2p) else {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        };
-        if self.p2p[i].vaspaces.contains(&h_vaspace) {
-            return self.refuse(status::NV_ERR_INSERT_DUPLICATE_NAME);
-        }
-        self.p2p[i].vaspaces.push(h_vaspace);
-        Ok(0xfe00)
-    }
-    fn register_vidmem(&mut self, c: RmClient, p2p: u32, t: &VidmemTuple) -> Result<(), u32> {
-        let client = c.handle;
-        let Some(o) = self.obj(client, p2p).cloned() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
-        // same client, then same device as the 503C's subdevice, then FBMEM, then alignment
-        if t.mem.client != client {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        let Some(m) = self.mems.get(&t.mem).copied() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
-        if self.subdevices.get(&(client, o.subdevice)) != Some(&m.device) {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        if !m.vidmem {
-            return self.refuse(status::NV_ERR_NOT_SUPPORTED);
-        }
-        if t.size == 0 || !(t.size | t.address | t.offset).is_multiple_of(PAGE) || t.offset.checked_add(t.size).is_none_or(|e| e > m.size) {
-            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
-        }
-        let clash = self.regs.iter().any(|(p, r)| {
-            *p == p2p && r.mem.client == client && (r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size))
-        });
-        if clash {
-            return self.refuse(status::NV_ERR_INSERT_DUPLICATE_NAME);
-        }
-        self.regs.push((p2p, *t));
-        Ok(())
-    }
-    fn unregister_vidmem(&mut self, c: RmClient, p2p: u32, h_memory: u32) -> Result<(), u32> {
-        let client = c.handle;
-        let n = self.regs.len();
-        self.regs.retain(|(p, t)| !(*p == p2p && t.mem.client == client && t.mem.memory == h_memory));
-        if self.regs.len() == n {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        Ok(())
-    }
-    fn free(&mut self, c: RmClient, _parent: u32, h: u32) -> Result<(), u32> {
-        let client = c.handle;
-        if self.obj(client, h).is_none() {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        self.drop_p2p(client, h);
-        Ok(())
-    }
-    fn gpu_dmabuf_capable(&mut self, c: RmClient, subdevice: u32) -> Result<bool, u32> {
-        if !self.subdevices.contains_key(&(c.handle, subdevice)) {
-            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
-        }
-        Ok(true)
-    }
-    /// RM's rules of nv-dmabuf.c / RmDmabufVerifyMemHandle: the memory of the fd's GPU, video
-    /// memory, page-aligned pieces inside it, slots filled once, sizes adding up to the total.
-    fn export_dmabuf(&mut self, c: RmClient, instance: u32, p: &mut ExportToDmabufFd) -> Result<i32, u32> {
-        let (n, index, total_objects) = (p.num_objects as usize, p.index as usize, p.total_objects as usize);
-        if p.total_size == 0 || n == 0 || total_objects == 0 || n > 128 || n > total_objects || index + n > total_objects {
-            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
-        }
-        let mut pieces = Vec::new();
-        for i in 0..n {
-            let m = MemRef { client: c.handle, memory: p.handles[i] };
-            let Some(f) = self.mems.get(&m).copied() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
-            if self.instances.get(&(c.handle, f.device)) != Some(&instance) {
-                return self.refuse(status::NV_ERR_INVALID_OBJECT_PARENT);
-            }
-            let (off, size) = (p.offsets[i], p.sizes[i]);
-            if !f.vidmem || size == 0 || (off | size) % 0x1000 != 0 || off + size > f.size {
-                return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
-            }
-            pieces.push((m, off, size));
-        }
-        let fd = if p.fd == -1 {
-            self.next_fd += 1;
-            self.exports.insert(self.next_fd, (p.total_size, vec![None; total_objects]));
-            self.next_fd
-        } else {
-            p.fd
-        };
-        let Some((total, slots)) = self.exports.get_mut(&fd) else { return self.refuse(status::NV_ERR_INVALID_ARGUMENT) };
-        for (i, piece) in pieces.into_iter().enumerate() {
-            if slots[index + i].replace(piece).is_some() {
-                return self.refuse(status::NV_ERR_IN_USE);
-            }
-        }
-        if slots.iter().all(Option::is_some) && slots.iter().map(|s| s.expect("filled").2).sum::<u64>() != *total {
-            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
-        }
-        p.fd = fd;
-        Ok(fd)
-    }
-    fn close_fd(&mut self, fd: i32) {
-        self.exports.remove(&fd);
     }
 }
 
@@ -397,14 +186,9 @@ fn model_two_clients_two_gpus_dmabuf_exports() {
 }
 
 fn run_model(route: Route) {
-    let ops: u64 = std::env::var("GDRSHIM_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut rnd = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n.max(1)
-    };
+    let ops = crate::testkit::model_ops(1_000_000);
+    let mut rng = crate::testkit::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rnd = move |n: u64| rng.below(n);
     let mut w = World::new(route);
     let mut mrs: Vec<u64> = Vec::new();
     let mut next_mr = 1u64;

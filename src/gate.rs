@@ -1,0 +1,167 @@
+//! Whether the hooks work in this process, read first by every hooked call: the hot line that
+//! also holds the runtime's pointer and libc's `ioctl`; the first look at the environment; fork
+//! handling; and whether this copy of gdrshim is the one whose hooks the process calls.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
+
+/// What every hooked call reads first, in one cache line: between two NVIDIA calls the driver's
+/// own work evicts the caches, and each line a hook touches is a miss.
+#[repr(C, align(64))]
+pub struct HookLine {
+    /// 0 = not read yet, [`OFF`], [`ACTIVE`], [`PAUSED`]. Read from the environment alone (and
+    /// AT_SECURE), so that the off mode never initialises anything.
+    pub active: AtomicU8,
+    /// The runtime once it is initialised (`shim::get`, which alone reads and writes it).
+    pub shim: AtomicPtr<c_void>,
+    /// libc's `ioctl`.
+    pub ioctl: crate::real::NextFn,
+}
+pub static HOOK: HookLine =
+    HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::new(c"ioctl") };
+const _: () = assert!(core::mem::size_of::<HookLine>() == 64);
+
+/// `HOOK.active`: hooks forward only (off mode, secure execution, a forked child, another copy).
+pub const OFF: u8 = 1;
+/// `HOOK.active`: hooks work.
+pub const ACTIVE: u8 = 2;
+/// `HOOK.active` while a benchmark has paused the hooks (`gdrshim_bench_pause`, knobs builds).
+pub const PAUSED: u8 = 3;
+
+#[inline(always)]
+pub fn active() -> bool {
+    match HOOK.active.load(Relaxed) {
+        ACTIVE => true,
+        0 => first_active(),
+        _ => false, // OFF, PAUSED
+    }
+}
+
+/// The first look at the environment (every hook asks `active`: this part stays out of line).
+/// Nothing here may wait on anything: a fork can catch another thread in the middle of it, and
+/// a forked child must never wait for a thread it does not have.
+#[cold]
+#[inline(never)]
+fn first_active() -> bool {
+    // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
+    // program): inert, and no environment variable is even read.
+    // SAFETY: getauxval has no preconditions.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    // GDRSHIM_MODE (config::ENV_MODE) through libc's getenv: std's takes a lock that a fork
+    // could leave held.
+    // SAFETY: a NUL-terminated name; getenv only reads the environment.
+    let mode = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
+    let off = secure
+        || (!mode.is_null() && {
+            // SAFETY: getenv returned a NUL-terminated string of the environment.
+            let v = unsafe { core::ffi::CStr::from_ptr(mode) }.to_bytes();
+            matches!(v.trim_ascii().to_ascii_lowercase().as_slice(), b"off" | b"0" | b"none")
+        })
+        || another_copy_first();
+    if !off {
+        // Before anything can start initialising: a fork while another thread is inside the
+        // one-time initialisation would leave the child waiting on it forever.
+        install_fork_handler();
+    }
+    // a forked child may have turned inert meanwhile: that stays
+    let _ = HOOK.active.compare_exchange(0, if off { OFF } else { ACTIVE }, Relaxed, Relaxed);
+    HOOK.active.load(Relaxed) == ACTIVE
+}
+
+/// Whether another copy of gdrshim owns the process's global names (two copies preloaded, or this
+/// one loaded again under another path): that copy does the work, this one stays inert and says
+/// so once, so the process gets one registration per MR and one summary.
+fn another_copy_first() -> bool {
+    let Some(dlsym) = crate::real::real_dlsym() else { return false };
+    // SAFETY: a lookup of a C-string name in the global scope.
+    let global = unsafe { dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()) };
+    // (our own exported names may resolve to the other copy even from inside this one: the
+    // object is told by the address of a function nobody can interpose)
+    let (Some(theirs), Some(ours)) = (object_of(global), object_of(another_copy_first as *mut c_void)) else { return false };
+    if theirs.0 == ours.0 {
+        return false;
+    }
+    crate::log::raw_line(
+        "WARN",
+        &format!("another copy of gdrshim ({}) is loaded before this one ({}): this copy stays inert", theirs.1, ours.1),
+    );
+    true
+}
+
+/// The loaded object `p` lies in: its base address and file name.
+fn object_of(p: *mut c_void) -> Option<(usize, String)> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr only reads the loader's tables; info is a valid out-buffer.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(p, &mut info) } == 0 {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        "?".into()
+    } else {
+        // SAFETY: a C string of the loader's.
+        unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+    };
+    Some((info.dli_fbase as usize, name))
+}
+
+/// Whether this copy's hooks really see the process's calls: its names are the process's global
+/// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
+/// or to another interposer ahead of it, not straight to libc.
+pub fn hooks_in_place() -> bool {
+    let Some(dlsym) = crate::real::real_dlsym() else { return false };
+    // SAFETY: lookups of C-string names in the global scope.
+    let (version, ioctl) =
+        unsafe { (dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()), dlsym(libc::RTLD_DEFAULT, c"ioctl".as_ptr())) };
+    let ours = object_of(hooks_in_place as *mut c_void).map(|o| o.0);
+    ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get()
+}
+
+/// Installs [`fork_child`] once; returns when it is installed. Threads that come while another
+/// installs it wait for it, since none may go on to initialise without it. The state word
+/// carries the installer's pid: a child forked in the middle finds its parent's installer gone
+/// and installs the handler itself (its parent cannot have initialised anything yet).
+fn install_fork_handler() {
+    use core::sync::atomic::AtomicU64;
+    const DONE: u64 = 2;
+    static AT_FORK: AtomicU64 = AtomicU64::new(0);
+    // SAFETY: getpid has no preconditions.
+    let me = (unsafe { libc::getpid() } as u64) << 2 | 1;
+    loop {
+        match AT_FORK.compare_exchange(0, me, Relaxed, Relaxed) {
+            Ok(_) => {
+                // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
+                unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
+                AT_FORK.store(DONE, core::sync::atomic::Ordering::Release);
+                return;
+            }
+            Err(DONE) => return,
+            Err(other) if other >> 2 != me >> 2 => {
+                // installing in a process that is not this one: we were forked meanwhile
+                let _ = AT_FORK.compare_exchange(other, 0, Relaxed, Relaxed);
+            }
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+// fork() after the shim is up (so after CUDA was initialised in this process): the child can
+// inherit locks held by threads that do not exist in it, and CUDA does not let a forked child use
+// the parent's context anyway. The child turns inert (pure pass-through, no summary) until it
+// execs, which starts a fresh shim; the parent is untouched.
+extern "C" fn fork_child() {
+    HOOK.active.store(OFF, Relaxed);
+}
+
+/// libc's `ioctl` (its cache sits in the hooks' hot line).
+#[inline(always)]
+pub fn real_ioctl() -> Option<unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int> {
+    let p = HOOK.ioctl.get();
+    // SAFETY: p is the next definition of libc's ioctl, which has exactly this C signature.
+    (!p.is_null()).then(|| unsafe {
+        core::mem::transmute::<*mut c_void, unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int>(p)
+    })
+}

@@ -1,0 +1,469 @@
+//! The process-wide runtime behind the hooks: configuration, the driver ABI table, the tracker,
+//! the capture file and the counters. Initialised lazily on the first NVIDIA ioctl or CUDA call.
+
+use crate::abi::{self, AbiTable, DriverVersion};
+use crate::capture::{self, IoctlRecord};
+use crate::pipeline::{Core, Pipeline, Work, BACKLOG};
+
+#[cfg(feature = "knobs")]
+pub mod knobs;
+pub mod serve;
+mod summary;
+use crate::config::{Config, Mode};
+use crate::decode::{self, DevKind, Outcome, ParamReader};
+use crate::gate::{active, HOOK, PAUSED};
+use crate::registrar::Registrar;
+use crate::sys::{errno, set_errno, Guard};
+use crate::tracker::Tracker;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use once_cell::sync::OnceCell;
+use parking_lot::Mutex;
+use std::time::Duration;
+
+/// Runs `f` on the runtime from inside a hook: only when active and already started (an NVIDIA
+/// fd's ioctl starts it; a process that never had one has no GPU memory to look up), with this
+/// thread marked as inside gdrshim, a panic contained, and the caller's errno as it was. `None`
+/// if it did not run.
+pub fn call_in<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
+    if !active() {
+        return None;
+    }
+    run_in(try_get()?, f)
+}
+
+/// [`call_in`] for the CUDA driver's entry points: a program that calls them uses a GPU, so the
+/// runtime starts here if no NVIDIA ioctl has started it yet (cudart resolves its entry points
+/// through `cuGetProcAddress` before it opens a device).
+pub fn call_in_waking<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
+    if !active() {
+        return None;
+    }
+    let s = try_get().or_else(|| {
+        let e = errno();
+        let s = std::panic::catch_unwind(get).ok();
+        set_errno(e);
+        s
+    })?;
+    run_in(s, f)
+}
+
+fn run_in<R>(s: &'static Shim, f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
+    let e = errno();
+    let r = Guard::enter().and_then(|_g| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(feature = "knobs")]
+            if s.line.panic_in_hook {
+                s.test_panic("hook");
+            }
+            f(s)
+        }))
+        .ok()
+    });
+    set_errno(e);
+    r
+}
+
+#[derive(Default)]
+pub struct Stats {
+    pub failed: AtomicU64,
+    /// Decoded, but the core's lock was not free within 5 s.
+    pub dropped: AtomicU64,
+    pub malformed: AtomicU64,
+    pub not_decoded: AtomicU64,
+    pub passthrough: AtomicU64,
+    pub wrapped: AtomicU64,
+    pub unwrapped: AtomicU64,
+    pub dmabuf_mrs: AtomicU64,
+    /// GDR probes answered differently from the driver (`advertise`).
+    pub gdr_answers: AtomicU64,
+    /// dma-bufs handed to CUDA's callers where libcuda refused (DMA-BUF route).
+    pub dmabuf_served: AtomicU64,
+    /// Exports `ibv_reg_dmabuf_mr` refused (the original call was delegated).
+    pub dmabuf_refused: AtomicU64,
+    /// Knobs builds: GDRSHIM_TIMING's clock and the benchmark's pauses.
+    #[cfg(feature = "knobs")]
+    pub knobs: knobs::Stats,
+}
+
+/// What the hooks read on every NVIDIA call (and the CUDA hooks' one count), in one cache line
+/// (see [`HookLine`]); the queue of their work follows in the next.
+#[repr(C, align(64))]
+pub struct ShimLine {
+    /// The ABI table of this driver; `None`: every call passes through undecoded.
+    pub table: Option<&'static AbiTable>,
+    pub(crate) capture_fd: AtomicI32,
+    /// `cfg.mode`.
+    pub mode: Mode,
+    /// GDRSHIM_TIMING, GDRSHIM_TEST_PANIC=ioctl, =hook (knobs builds).
+    #[cfg(feature = "knobs")]
+    pub timing: bool,
+    #[cfg(feature = "knobs")]
+    panic_in_ioctl: bool,
+    #[cfg(feature = "knobs")]
+    pub(crate) panic_in_hook: bool,
+    /// Register mode on a known ABI ([`Shim::registering`]): registrations over memory that a
+    /// call releases are taken down before the driver runs it ([`Shim::before_ioctl`]).
+    pub registering: bool,
+    /// Successful cuMemFree calls (the CUDA hooks' only count of their own).
+    pub cuda_frees: AtomicU64,
+}
+const _: () = assert!(core::mem::size_of::<ShimLine>() == 64);
+
+#[repr(C)]
+pub struct Shim {
+    pub line: ShimLine,
+    /// The hooks' work on its way to the core, and the core ([`Shim::core`]).
+    pub pipeline: Pipeline,
+    /// Registrations hold its write side, release-type driver calls its read side (`serve`).
+    pub(crate) release_gate: parking_lot::RwLock<()>,
+    /// `serve::ROUTE_*`: the route decision, readable without the core's lock.
+    pub(crate) route_state: AtomicU8,
+    pub cfg: Config,
+    pub version: Option<DriverVersion>,
+    capture_lock: Mutex<()>,
+    pub stats: Stats,
+    pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
+    /// One bit per CUDA device whose GDR attribute answer was logged.
+    pub(crate) gdr_attr_logged: AtomicU64,
+    /// MRs holding a registration: a deregistration with none live needs no lock.
+    pub live_mrs: core::sync::atomic::AtomicUsize,
+    /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
+    #[cfg(feature = "knobs")]
+    clock_mark: (u64, u64),
+}
+
+static SHIM: OnceCell<Shim> = OnceCell::new();
+
+/// The runtime; call only with a [`Guard`] held (initialisation reads files through our hooks).
+#[inline]
+pub fn get() -> &'static Shim {
+    match try_get() {
+        Some(s) => s,
+        None => get_cold(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn get_cold() -> &'static Shim {
+    let s = SHIM.get_or_init(Shim::init);
+    HOOK.shim.store(s as *const Shim as *mut c_void, core::sync::atomic::Ordering::Release);
+    s
+}
+
+#[inline]
+pub fn try_get() -> Option<&'static Shim> {
+    let p = HOOK.shim.load(core::sync::atomic::Ordering::Acquire) as *const Shim;
+    // SAFETY: only get_cold stores this pointer: into the SHIM static, once it was initialised;
+    // never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn read_file(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The first `N.N[.N]` token of /proc/driver/nvidia/version's first line.
+pub fn parse_proc_version(text: &str) -> Option<DriverVersion> {
+    let line = text.lines().next()?;
+    line.split_whitespace().find_map(|tok| {
+        if tok.contains('.') && tok.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            DriverVersion::parse(tok)
+        } else {
+            None
+        }
+    })
+}
+
+impl Shim {
+    fn init() -> Shim {
+        let (cfg, mut warnings) = Config::from_env(|k| std::env::var(k).ok());
+        warnings.extend(crate::log::init(&cfg));
+        crate::log::contain_panic_messages();
+        for w in &warnings {
+            crate::log_warn!("{w}");
+        }
+        let version_path = match &cfg.knobs.dev_dir {
+            Some(d) => format!("{d}/version"),
+            None => "/proc/driver/nvidia/version".to_string(),
+        };
+        let version = read_file(&version_path).as_deref().and_then(parse_proc_version);
+        let table = version.and_then(abi::table_for);
+        match (version, table) {
+            (Some(v), Some(t)) => crate::log_info!("mode={} driver {v}, ABI table {}", cfg.mode.name(), t.since),
+            (Some(v), None) => crate::log_warn!(
+                "driver {v} has no verified ABI table in gdrshim {}: passing every NVIDIA call through untouched (unknown driver ABI)",
+                env!("CARGO_PKG_VERSION")
+            ),
+            (None, _) => {
+                crate::log_warn!("cannot read the driver version from {version_path}: passing every NVIDIA call through untouched")
+            }
+        }
+        let capture_fd = match &cfg.capture_file {
+            Some(tpl) => {
+                // SAFETY: getpid has no preconditions.
+                let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
+                // like the log file: never through a link, never somebody else's file
+                crate::files::open_private(&path).unwrap_or_else(|e| {
+                    crate::log_warn!("GDRSHIM_CAPTURE={path:?} refused: {e}; not capturing");
+                    -1
+                })
+            }
+            None => -1,
+        };
+        // a copy loaded with dlopen: its hooks see nothing, so it never claims to register
+        let in_place = crate::gate::hooks_in_place();
+        if cfg.mode == Mode::Register && !in_place {
+            crate::log_warn!("this copy of gdrshim was not preloaded (loaded with dlopen?): its hooks see nothing; it registers nothing and says so to NCCL");
+        }
+        let dry_run = cfg.mode != Mode::Register || !in_place;
+        let backlog_max = if cfg.mode == Mode::Trace || crate::log::enabled(crate::config::Level::Debug) { 1 } else { BACKLOG };
+        let rm = crate::rm::RealRm::new(
+            table.unwrap_or(abi::table_for(DriverVersion(580, 0, 0)).expect("a known branch")),
+            cfg.knobs.dev_dir.as_deref(),
+        );
+        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
+        let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing);
+        let line = ShimLine {
+            table,
+            capture_fd: AtomicI32::new(capture_fd),
+            mode: cfg.mode,
+            #[cfg(feature = "knobs")]
+            timing: cfg.knobs.timing,
+            #[cfg(feature = "knobs")]
+            panic_in_ioctl: cfg.knobs.panic.as_deref() == Some("ioctl"),
+            #[cfg(feature = "knobs")]
+            panic_in_hook: cfg.knobs.panic.as_deref() == Some("hook"),
+            cuda_frees: AtomicU64::new(0),
+            registering: cfg.mode == Mode::Register && table.is_some() && in_place,
+        };
+        let shim = Shim {
+            line,
+            cfg,
+            version,
+            pipeline,
+            release_gate: parking_lot::RwLock::new(()),
+            route_state: AtomicU8::new(serve::ROUTE_UNDECIDED),
+            stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
+            gdr_attr_logged: AtomicU64::new(0),
+            live_mrs: core::sync::atomic::AtomicUsize::new(0),
+            #[cfg(feature = "knobs")]
+            clock_mark: crate::sys::Clock::mark(),
+            capture_lock: Mutex::new(()),
+            stats: Stats::default(),
+        };
+        if let Some(v) = version {
+            shim.capture(&format!("V {v}"));
+        }
+        if shim.cfg.summary {
+            // SAFETY: at_exit is an extern "C" fn with no arguments, as atexit requires.
+            unsafe { libc::atexit(at_exit) };
+        }
+        shim
+    }
+
+    pub(crate) fn capture(&self, line: &str) {
+        let fd = self.line.capture_fd.load(Relaxed);
+        if fd < 0 {
+            return;
+        }
+        let _g = self.capture_lock.lock();
+        let mut s = String::with_capacity(line.len() + 1);
+        s.push_str(line);
+        s.push('\n');
+        let b = s.as_bytes();
+        let mut off = 0;
+        while off < b.len() {
+            // SAFETY: b is valid for reads of the remaining length.
+            let n = unsafe { libc::write(fd, b[off..].as_ptr() as *const c_void, b.len() - off) };
+            if n <= 0 {
+                break;
+            }
+            off += n as usize;
+        }
+    }
+
+    /// The core with every hook's work applied to it (see [`Pipeline::core`]).
+    pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
+        self.pipeline.core(wait)
+    }
+
+    /// Hands work to the core (see [`Pipeline::push`]).
+    pub(crate) fn queue(&'static self, w: Work) -> Result<(), Work> {
+        self.pipeline.push(w)
+    }
+
+    /// gdrshim registers GPU memory for verbs in this process: register mode on a known ABI.
+    pub fn registering(&self) -> bool {
+        self.line.registering
+    }
+
+    pub fn mark(&self, text: &str) {
+        self.capture(&format!("M {text}"));
+    }
+
+    /// Called after every real ioctl on an NVIDIA fd.
+    ///
+    /// # Safety
+    /// `arg` is the pointer the caller passed to `ioctl`; it is only read when `rc == 0`, which
+    /// means the kernel just copied the encoded number of bytes to and from it.
+    pub unsafe fn after_ioctl(&'static self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
+        // The usual call is decoded and queued; everything else leaves this path at once (out
+        // of line, so that the path stays a few cache lines of code).
+        #[cfg(feature = "knobs")]
+        if self.panics_in_ioctl() {
+            self.test_panic("ioctl");
+        }
+        let Some(t) = self.line.table else {
+            self.stats.passthrough.fetch_add(1, Relaxed);
+            return;
+        };
+        let len = match decode::arg_len(dev, request, t) {
+            Some(len) if rc == 0 && !arg.is_null() => len,
+            _ => return self.not_decoded(dev, fd, request, rc),
+        };
+        // SAFETY: see the function contract; len is what the request encodes, and the caller's
+        // buffer is not touched by anyone else while its own ioctl call is in progress.
+        let bytes: &[u8] = unsafe { std::slice::from_raw_parts(arg as *const u8, len) };
+        if self.line.capture_fd.load(Relaxed) >= 0 {
+            self.capture_call(dev, fd, request, rc, bytes, t);
+        }
+        match decode::decode(dev, fd, request, rc, bytes, &LiveParams, t) {
+            Outcome::Event(ev) => {
+                if self.line.mode == Mode::Trace {
+                    trace_event(&ev);
+                }
+                if let Err(Work::Event(ev)) = self.queue(Work::Event(ev)) {
+                    self.event_dropped(&ev);
+                }
+            }
+            other => self.not_an_event(dev, fd, request, other),
+        }
+    }
+
+    /// A call not decoded before its bytes were looked at: it failed, or this branch's table does
+    /// not know the request's size.
+    #[cold]
+    #[inline(never)]
+    fn not_decoded(&self, dev: DevKind, fd: i32, request: u64, rc: i32) {
+        if rc != 0 {
+            self.stats.failed.fetch_add(1, Relaxed);
+            if self.line.mode == Mode::Trace {
+                crate::log_info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::sys::errno());
+            }
+        } else {
+            self.stats.not_decoded.fetch_add(1, Relaxed);
+            if self.line.mode == Mode::Trace {
+                crate::log_info!("{} fd={fd} request={request:#x} (not decoded)", dev.tag());
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_an_event(&self, dev: DevKind, fd: i32, request: u64, o: Outcome) {
+        match o {
+            Outcome::Event(_) => {} // after_ioctl queues events itself
+            Outcome::Failed { status, .. } => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                if self.line.mode == Mode::Trace {
+                    crate::log_info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
+                }
+            }
+            Outcome::Malformed(why) => {
+                self.stats.malformed.fetch_add(1, Relaxed);
+                crate::log_debug!("{} fd={fd} request={request:#x}: {why}; passed through, not decoded", dev.tag());
+            }
+            Outcome::Ignored => {
+                self.stats.not_decoded.fetch_add(1, Relaxed);
+                if self.line.mode == Mode::Trace {
+                    crate::log_info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
+                }
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn event_dropped(&self, ev: &decode::Event) {
+        self.stats.dropped.fetch_add(1, Relaxed);
+        crate::log_error!("tracker lock not available for 5 s; event dropped: {ev}");
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn capture_call(&self, dev: DevKind, fd: i32, request: u64, rc: i32, bytes: &[u8], t: &AbiTable) {
+        // The embedded parameters only where RM accepted the call (then it copied exactly these
+        // bytes from the pointer); a refused call's pointer may not even be readable.
+        let params =
+            capture::params_spec(dev, request, bytes, t).filter(|_| decode::rm_accepted(request, bytes)).and_then(|(off, plen)| {
+                let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
+                LiveParams.read(ptr, plen).map(|p| (off, p))
+            });
+        self.capture(&IoctlRecord { dev, fd, request, rc, arg: bytes.to_vec(), params }.line());
+    }
+
+    /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
+    pub fn user_allocation(&'static self, api: &'static str, ptr: u64, len: u64) {
+        #[cfg(feature = "knobs")]
+        let t0 = self.line.timing.then(crate::sys::Clock::now);
+        self.user_allocation_inner(api, ptr, len);
+        #[cfg(feature = "knobs")]
+        if let Some(t0) = t0 {
+            self.stats.knobs.alloc_hook_ns.fetch_add(crate::sys::Clock::now() - t0, Relaxed);
+            self.stats.knobs.alloc_hook_calls.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Trace mode's line for a decoded call (out of line: the other modes never take it).
+#[cold]
+#[inline(never)]
+fn trace_event(ev: &decode::Event) {
+    crate::log_info!("{ev}");
+}
+
+/// Reads the caller's embedded parameter pointers.
+struct LiveParams;
+impl ParamReader for LiveParams {
+    fn read(&self, ptr: u64, len: usize) -> Option<Vec<u8>> {
+        if ptr == 0 || len == 0 {
+            return None;
+        }
+        // SAFETY: followed only after RM answered NV_OK for the call (decode checks the status
+        // before it asks; the capture asks decode::rm_accepted first), which means RM copied
+        // exactly these `len` bytes (the class's or control's struct) from it.
+        Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec())
+    }
+    fn read_small(&self, ptr: u64, len: usize) -> Option<decode::ParamBytes> {
+        if ptr == 0 || len == 0 {
+            return None;
+        }
+        // SAFETY: as in `read`: RM copied exactly these `len` bytes from `ptr` for this call.
+        decode::ParamBytes::from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) })
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(_g) = Guard::enter() else { return };
+        // a forked child that turned inert prints nothing
+        if let Some(s) = try_get().filter(|_| active() || HOOK.active.load(Relaxed) == PAUSED) {
+            crate::log::summary_line(&s.snapshot(true).line());
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_version_line() {
+        let t = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Nov 20 2025\nGCC version:  gcc version 13.3.0\n";
+        assert_eq!(parse_proc_version(t), Some(DriverVersion(580, 159, 4)));
+        assert_eq!(parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.288.01  Tue"), Some(DriverVersion(535, 288, 1)));
+        assert_eq!(parse_proc_version("garbage"), None);
+    }
+}

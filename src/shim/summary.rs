@@ -1,0 +1,103 @@
+//! Every count of the runtime in one [`Snapshot`]: the exit summary line and `gdrshim_counters`
+//! are both read from it.
+
+use super::Shim;
+use crate::counters::{GdrshimCounters, Snapshot};
+use core::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+impl Shim {
+    /// Every NVIDIA call seen: each ends in exactly one of these counts.
+    fn nv_ioctls(&self, decoded: u64) -> u64 {
+        let s = &self.stats;
+        [&s.passthrough, &s.failed, &s.not_decoded, &s.malformed, &s.dropped].iter().map(|c| c.load(Relaxed)).sum::<u64>() + decoded
+    }
+
+    /// All counts now. `at_exit`: the core's lock is waited for only briefly and warnings are
+    /// written as plain lines (thread-locals may be gone), and libcuda's registrations still
+    /// live are reported; otherwise the core is read as any reader does.
+    pub fn snapshot(&self, at_exit: bool) -> Snapshot {
+        let mut raw = |l: &str| crate::log::raw_line("WARN", l);
+        let mut limited = |l: &str| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}");
+        let lent = if at_exit {
+            self.pipeline.lend(Duration::from_millis(200), &mut raw)
+        } else {
+            self.pipeline.lend(Duration::from_secs(1), &mut limited).filter(|l| l.complete)
+        };
+        let mut core_counts = Snapshot::new();
+        let mut decoded = 0;
+        let (mut live, mut p2p_live, mut dmabuf_live) = (u64::MAX, u64::MAX, u64::MAX);
+        if let Some(mut lent) = lent {
+            let c = &mut *lent.core;
+            decoded = c.decoded;
+            if at_exit {
+                for left in c.tracker.finish() {
+                    crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
+                }
+            }
+            core_counts.counts(c.tracker.counts.pairs());
+            core_counts.counts([("map_entries", c.tracker.map.entries() as u64), ("rm_objects", c.tracker.objects() as u64)]);
+            core_counts.counts(c.registrar.counts.pairs());
+            live = c.registrar.live_registrations() as u64;
+            p2p_live = c.registrar.p2p_objects() as u64;
+            dmabuf_live = c.registrar.dmabuf_mrs() as u64;
+        }
+        let route = match self.route_state.load(Relaxed) {
+            super::serve::ROUTE_UNDECIDED => "undecided",
+            _ => self.route().map_or("none", |r| r.name()),
+        };
+        let s = &self.stats;
+        let mut snap = Snapshot::new();
+        // SAFETY: getpid has no preconditions.
+        snap.add("pid", unsafe { libc::getpid() } as u64)
+            .add("mode", self.cfg.mode.name())
+            .add("driver", self.version.map_or("unknown".to_string(), |v| v.to_string()))
+            .add("abi", self.line.table.map_or("none", |t| t.since))
+            .add("route", route)
+            .counts([
+                ("nv_ioctls", self.nv_ioctls(decoded)),
+                ("decoded", decoded),
+                ("failed", s.failed.load(Relaxed)),
+                ("malformed", s.malformed.load(Relaxed)),
+                ("not_decoded", s.not_decoded.load(Relaxed)),
+                ("passthrough", s.passthrough.load(Relaxed)),
+            ]);
+        for (n, v) in core_counts.pairs() {
+            snap.add(n, v.clone());
+        }
+        snap.counts([
+            ("live_registrations", live),
+            ("p2p_live", p2p_live),
+            ("dmabuf_live", dmabuf_live),
+            ("wrapped", s.wrapped.load(Relaxed)),
+            ("unwrapped", s.unwrapped.load(Relaxed)),
+            ("cuda_frees", self.line.cuda_frees.load(Relaxed)),
+            ("dmabuf_mrs", s.dmabuf_mrs.load(Relaxed)),
+            ("dmabuf_served", s.dmabuf_served.load(Relaxed)),
+            ("dmabuf_refused", s.dmabuf_refused.load(Relaxed)),
+            ("gdr_answers", s.gdr_answers.load(Relaxed)),
+            ("lines_held", crate::log::held()),
+            ("helper_batches", self.pipeline.helper_batches.load(Relaxed)),
+        ]);
+        #[cfg(feature = "knobs")]
+        {
+            if self.cfg.knobs.timing {
+                for (n, v) in self.timing_pairs(self.nv_ioctls(decoded)) {
+                    snap.add(n, v);
+                }
+            }
+            match s.knobs.bench_pauses.load(Relaxed) {
+                0 => {}
+                n => {
+                    snap.add("bench_pauses", n);
+                }
+            }
+        }
+        snap
+    }
+
+    /// The counters of `gdrshim_counters`.
+    pub fn counters(&self) -> GdrshimCounters {
+        GdrshimCounters::from_snapshot(&self.snapshot(false))
+    }
+}

@@ -1,0 +1,150 @@
+//! The leaf every runtime layer stands on: the caller's errno, the mark that this thread is
+//! inside gdrshim (so that our own calls bypass our hooks), a cheap clock, and reading our own
+//! memory without faulting on a bad pointer. No other module of the crate is used here.
+
+use core::cell::Cell;
+use core::ffi::c_void;
+
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside gdrshim, so calls we make ourselves bypass our hooks.
+pub struct Guard(());
+impl Guard {
+    pub fn enter() -> Option<Guard> {
+        IN_SHIM.with(|g| if g.replace(true) { None } else { Some(Guard(())) })
+    }
+}
+impl Drop for Guard {
+    fn drop(&mut self) {
+        IN_SHIM.with(|g| g.set(false));
+    }
+}
+
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+pub fn set_errno(e: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+thread_local! {
+    /// This thread's stack `[low, high)`, asked once (`(0, 0)`: not yet; `(1, 1)`: unknown).
+    static STACK: core::cell::Cell<(u64, u64)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+fn stack_bounds() -> (u64, u64) {
+    // SAFETY: attr is initialised by pthread_getattr_np before it is read, and destroyed after.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (1, 1);
+        }
+        let (mut addr, mut size) = (core::ptr::null_mut::<c_void>(), 0usize);
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || addr.is_null() {
+            return (1, 1);
+        }
+        (addr as u64, addr as u64 + size as u64)
+    }
+}
+
+/// Whether `[addr, addr+len)` lies in this thread's stack above our own frame: the frames of our
+/// callers, mapped and readable, so no system call is needed to read it safely. (Not when
+/// running on a signal stack: then our frame is not in the thread's stack.)
+#[inline(never)]
+fn in_callers_frames(addr: u64, len: u64) -> bool {
+    let probe = 0u8;
+    let here = core::hint::black_box(core::ptr::addr_of!(probe)) as u64;
+    let (lo, hi) = STACK.with(|s| {
+        if s.get() == (0, 0) {
+            s.set(stack_bounds());
+        }
+        s.get()
+    });
+    lo <= here && here < hi && here <= addr && addr.checked_add(len).is_some_and(|end| end <= hi)
+}
+
+/// Reads pieces `(offset, len)` of our own memory at `addr`, concatenated, without faulting on a
+/// bad pointer: directly where it is in the callers' stack frames (libcuda's parameters are),
+/// else with one `process_vm_readv`.
+pub fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
+    let total: usize = pieces.iter().map(|p| p.1).sum();
+    if pieces.len() > 4 || total == 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; total];
+    if pieces.iter().all(|&(off, len)| addr.checked_add(off as u64).is_some_and(|a| in_callers_frames(a, len as u64))) {
+        let mut at = 0;
+        for &(off, len) in pieces {
+            // SAFETY: in_callers_frames: these bytes are in our callers' stack frames, mapped and
+            // readable, and nothing else writes them while their thread is in this call.
+            let src = unsafe { core::slice::from_raw_parts((addr + off as u64) as *const u8, len) };
+            buf[at..at + len].copy_from_slice(src);
+            at += len;
+        }
+        return Some(buf);
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: total };
+    let mut remote = [libc::iovec { iov_base: core::ptr::null_mut(), iov_len: 0 }; 4];
+    for (r, &(off, len)) in remote.iter_mut().zip(pieces) {
+        *r = libc::iovec { iov_base: addr.checked_add(off as u64)? as *mut c_void, iov_len: len };
+    }
+    // SAFETY: the kernel copies between our own address ranges and reports bad ones as errors;
+    // `local` is our buffer of `total` bytes.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), pieces.len() as libc::c_ulong, 0) };
+    (n == total as isize).then_some(buf)
+}
+
+/// The hook's own clock for GDRSHIM_TIMING: the time-stamp counter, a few cycles to read (a
+/// `clock_gettime` per read would weigh as much as what it measures), turned into nanoseconds
+/// against CLOCK_MONOTONIC over the run (`ns_per_tick`).
+pub struct Clock;
+impl Clock {
+    /// Ticks of the time-stamp counter (CLOCK_MONOTONIC nanoseconds off x86-64).
+    #[inline(always)]
+    pub fn now() -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: rdtsc has no preconditions; user mode may read it on Linux.
+        return unsafe { core::arch::x86_64::_rdtsc() };
+        #[cfg(not(target_arch = "x86_64"))]
+        return Clock::mono_ns();
+    }
+    pub fn mono_ns() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: ts is a valid out-buffer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+    /// (ticks, nanoseconds) now, for calibration.
+    pub fn mark() -> (u64, u64) {
+        (Clock::now(), Clock::mono_ns())
+    }
+    /// Nanoseconds per tick between `since` and now.
+    pub fn ns_per_tick(since: (u64, u64)) -> f64 {
+        let (t, n) = Clock::mark();
+        let dt = t.saturating_sub(since.0);
+        if dt == 0 {
+            1.0
+        } else {
+            n.saturating_sub(since.1) as f64 / dt as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_is_not_reentrant() {
+        let g = Guard::enter().unwrap();
+        assert!(Guard::enter().is_none());
+        drop(g);
+        assert!(Guard::enter().is_some());
+    }
+}

@@ -1,0 +1,130 @@
+//! The doctor's judgements on saved states.
+
+use super::*;
+
+fn fixture(name: &str) -> State {
+    State::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)).unwrap()
+}
+fn status(r: &Report, id: &str) -> Status {
+    r.get(id).unwrap_or_else(|| panic!("no check {id}:\n{}", r.text())).status
+}
+
+#[test]
+fn the_real_h200_state() {
+    let r = doctor(&fixture("h200"));
+    assert!(!r.failed(), "{}", r.text());
+    assert_eq!(status(&r, "driver.loaded"), Status::Pass);
+    assert_eq!(status(&r, "driver.open"), Status::Pass);
+    let model = r.get("gpu.model").unwrap();
+    assert!(model.summary.contains("DMA-BUF") && model.summary.contains("no gdrshim"), "{}", model.summary);
+    assert_eq!(status(&r, "gpu0.bar1"), Status::Pass);
+    let p2p = r.get("p2p.matrix").unwrap();
+    assert_eq!((p2p.status, p2p.summary.contains("one GPU")), (Status::Info, true));
+    assert_eq!(status(&r, "driver.dkms"), Status::Info, "dkms is not installed there: not judged");
+    assert_eq!(status(&r, "rdma.hca"), Status::Info);
+}
+
+#[test]
+fn a_rig_set_up_by_the_runbook_passes() {
+    let r = doctor(&fixture("rig-4090-ok"));
+    assert!(!r.failed(), "{}", r.text());
+    for id in [
+        "driver.versions",
+        "driver.dkms",
+        "driver.modinfo",
+        "driver.holds",
+        "gpu0.bar1",
+        "p2p.matrix",
+        "p2p.acs",
+        "p2p.iommu",
+        "boot.secure_boot",
+        "rdma.mlx5_0.1",
+        "limits.memlock",
+        "devices.nodes",
+    ] {
+        assert_eq!(status(&r, id), Status::Pass, "{id}\n{}", r.text());
+    }
+    assert!(r.get("rdma.mlx5_0.1").unwrap().summary.contains("NCCL_IB_GID_INDEX=3"));
+    assert!(r.get("gpu.model").unwrap().summary.contains("gdrshim"));
+    // the inbox stack: DMA-BUF works, NV503C cannot (no peer-memory module) and is not needed
+    assert_eq!(status(&r, "route.dmabuf"), Status::Pass, "{}", r.text());
+    let nv = r.get("route.nv503c").unwrap();
+    assert_eq!(nv.status, Status::Warn, "{}", r.text());
+    assert!(nv.summary.contains("ib_register_peer_memory_client") && nv.summary.contains("not needed"), "{}", nv.summary);
+    assert!(r.get("route.choice").unwrap().summary.contains("takes DMA-BUF"));
+}
+
+#[test]
+fn a_rig_with_mlnx_ofed_and_peermem_takes_nv503c() {
+    let r = doctor(&fixture("rig-4090-ofed"));
+    assert!(!r.failed(), "{}", r.text());
+    assert_eq!(status(&r, "route.nv503c"), Status::Pass, "{}", r.text());
+    let d = r.get("route.dmabuf").unwrap();
+    assert_eq!(d.status, Status::Warn, "{}", r.text());
+    assert!(d.summary.contains("570"), "{}", d.summary);
+    assert!(r.get("route.choice").unwrap().summary.contains("takes NV503C"));
+}
+
+#[test]
+fn every_known_fault_is_named_with_its_fix() {
+    let r = doctor(&fixture("rig-4090-bad"));
+    assert!(r.failed());
+    let expect = [
+        ("driver.versions", Status::Fail, "libcuda.so.595.58.03"),
+        ("driver.dkms", Status::Fail, "nvidia-dkms-open"),
+        ("driver.modinfo", Status::Fail, "reboot"),
+        ("driver.holds", Status::Warn, "apt-mark hold"),
+        ("gpu0.bar1", Status::Warn, "NCCL_LOCAL_REGISTER=0"),
+        ("gpu.busy", Status::Warn, "stop the jobs"),
+        ("p2p.matrix", Status::Fail, "GPU0-GPU2: NS"),
+        ("p2p.acs", Status::Warn, "ReqRedir+"),
+        ("p2p.iommu", Status::Warn, "iommu=pt"),
+        ("boot.secure_boot", Status::Warn, "mokutil"),
+        ("rdma.mlx5_0.1", Status::Fail, "opensm"),
+        ("rdma.mlx5_1.1", Status::Fail, "cable"),
+        ("limits.memlock", Status::Fail, "memlock=-1"),
+        ("kernel.xid", Status::Warn, "Xid"),
+        ("route.nv503c", Status::Fail, "ib_register_peer_memory_client"),
+        ("route.dmabuf", Status::Fail, "rdma-core 34"),
+        ("route.choice", Status::Fail, "no registration route works"),
+    ];
+    for (id, st, word) in expect {
+        let c = r.get(id).unwrap_or_else(|| panic!("{id}"));
+        assert_eq!(c.status, st, "{id}: {}", r.text());
+        let all = format!("{} {} {}", c.summary, c.evidence.join(" "), c.fix);
+        assert!(all.contains(word), "{id} should mention {word:?}: {all}");
+    }
+}
+
+#[test]
+fn a_machine_without_a_gpu_says_what_it_cannot_see_and_passes() {
+    let st = State::from_pairs(&[
+        ("proc-driver-version", "cat: /proc/driver/nvidia/version: No such file or directory\n# exit status 1"),
+        ("nvidia-smi-q", "# not run: nvidia-smi is not installed"),
+        ("nvidia-smi-topo-p2p-r", "# not run: nvidia-smi is not installed"),
+        ("memlock", "8192"),
+        ("dev-nodes", "ls: cannot access '/dev/nvidia*': No such file or directory\n# exit status 2"),
+        ("ibv-devinfo", "# not run: ibv_devinfo is not installed"),
+    ]);
+    let r = doctor(&st);
+    assert!(!r.failed(), "{}", r.text());
+    assert_eq!(status(&r, "driver.loaded"), Status::Info);
+    assert!(r.get("gpu.model").unwrap().summary.contains("no GPU seen"));
+    assert_eq!(status(&r, "limits.memlock"), Status::Warn);
+    assert_eq!(status(&r, "devices.nodes"), Status::Info);
+    assert!(r.json().contains("\"result\":\"PASS\""));
+}
+
+#[test]
+fn parsers() {
+    let m2 = parse_p2p_matrix(&strip_ansi(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n"));
+    assert_eq!(m2, vec![("GPU0".into(), "GPU1".into(), "GNS".into()), ("GPU1".into(), "GPU0".into(), "GNS".into())]);
+    // recorded items are stripped of escape codes when read
+    assert_eq!(
+        Item::parse(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n").ok().map(parse_p2p_matrix),
+        Some(m2.clone())
+    );
+    let p = parse_ibv_devinfo("hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tEthernet\n\t\t\tGID[  3]:\t\t::ffff:10.0.0.1, RoCE v2\n");
+    assert_eq!(p[0].gids, vec![(3, "::ffff:10.0.0.1".into(), "RoCE v2".into())]);
+    assert_eq!(Item::parse("x\n# exit status 3"), Item::Ran { text: "x".into(), status: 3 });
+}
