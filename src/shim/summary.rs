@@ -48,8 +48,10 @@ impl Shim {
         };
         let s = &self.stats;
         let mut snap = Snapshot::new();
-        // SAFETY: getpid has no preconditions.
-        snap.add("pid", unsafe { libc::getpid() } as u64)
+        snap.add("host", crate::log::host_name())
+            // SAFETY: getpid has no preconditions.
+            .add("pid", unsafe { libc::getpid() } as u64)
+            .add("version", env!("CARGO_PKG_VERSION"))
             .add("mode", self.cfg.mode.name())
             .add("driver", self.version.map_or("unknown".to_string(), |v| v.to_string()))
             .add("abi", self.line.table.map_or("none", |t| t.since))
