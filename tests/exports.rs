@@ -46,3 +46,22 @@ fn the_shipped_library_has_no_knobs() {
     let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&knobs.shim).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("gdrshim_bench_pause"), "the knobs build has it");
 }
+
+/// The replay tool behaves like a command: help and version on stdout with 0, an unknown option
+/// on stderr with 2.
+#[test]
+fn the_replay_tool_answers_help_version_and_unknown_options() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_gdrshim-replay"));
+    let run = |a: &str| Command::new(bin).arg(a).output().unwrap();
+    let h = run("--help");
+    assert_eq!(h.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&h.stdout).starts_with("usage: gdrshim-replay"));
+    let v = run("--version");
+    assert_eq!(
+        (v.status.code(), String::from_utf8_lossy(&v.stdout).trim().to_string()),
+        (Some(0), format!("gdrshim-replay {}", env!("CARGO_PKG_VERSION")))
+    );
+    let u = run("--frobnicate");
+    assert_eq!(u.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&u.stderr).contains("unknown option --frobnicate"));
+}

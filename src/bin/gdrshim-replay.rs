@@ -6,12 +6,25 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    const USAGE: &str = "usage: gdrshim-replay [--quiet] [--bench] CAPTURE...\n  replays gdrshim captures (GDRSHIM_CAPTURE files): what gdrshim would register for every\n  user allocation, and the shadow oracle's summary\n  exit: 0 every capture matched, 1 a mismatch, an uncovered allocation or a bad line, 2 usage or an unreadable file";
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--version") {
+        println!("gdrshim-replay {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if let Some(bad) = args.iter().find(|a| a.starts_with('-') && !matches!(a.as_str(), "--quiet" | "--bench")) {
+        eprintln!("gdrshim-replay: unknown option {bad}\n{USAGE}");
+        return ExitCode::from(2);
+    }
     let quiet = args.iter().any(|a| a == "--quiet");
     let bench = args.iter().any(|a| a == "--bench");
-    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     if files.is_empty() {
-        eprintln!("usage: gdrshim-replay CAPTURE... [--quiet] [--bench]");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
     let mut bad = false;
