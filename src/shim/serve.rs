@@ -151,7 +151,10 @@ impl Shim {
             let _ = self.queue(crate::pipeline::Work::UserAllocation { api, ptr, len });
             return;
         }
-        let _gate = if eager { Some(self.release_gate.try_write_for(WAIT)) } else { None };
+        // an eager registration, like any, only under the release gate: if a release holds it
+        // for longer than WAIT, nothing is registered here (the MR's own call registers later)
+        let gate = if eager { self.release_gate.try_write_for(WAIT) } else { None };
+        let eager = eager && gate.is_some();
         let Some(mut c) = self.core(WAIT) else { return };
         let v = c.tracker.user_allocation(ptr, len);
         if let (true, Verdict::Covered(pieces)) = (eager, &v) {
