@@ -41,6 +41,12 @@ impl Shim {
             live = c.registrar.live_registrations() as u64;
             p2p_live = c.registrar.p2p_objects() as u64;
             dmabuf_live = c.registrar.dmabuf_mrs() as u64;
+        } else {
+            // the core's lock was not had: every count of it is unknown, not zero
+            let unknown = |pairs: &[(&'static str, u64)]| pairs.iter().map(|&(n, _)| (n, u64::MAX)).collect::<Vec<_>>();
+            core_counts.counts(unknown(&crate::tracker::ShadowCounts::default().pairs()));
+            core_counts.counts([("map_entries", u64::MAX), ("rm_objects", u64::MAX)]);
+            core_counts.counts(unknown(&crate::registrar::RegCounts::default().pairs()));
         }
         let route = match self.route_state.load(Relaxed) {
             super::serve::ROUTE_UNDECIDED => "undecided",
