@@ -268,8 +268,6 @@ impl Pipeline {
         Some(Lent { core, complete })
     }
 
-    /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
-    /// `false` if the queue's lock was not free within 5 s.
     /// [`lend`](Self::lend), but only when `needed` says so of the core as it is before the queue
     /// is applied (what it looks at must be something the queue can only take away: the
     /// registrations in use before a release). `None`: not needed, or the lock not free.
@@ -282,6 +280,8 @@ impl Pipeline {
         Some(Lent { core, complete })
     }
 
+    /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
+    /// `false` if the queue's lock was not free within 5 s.
     fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) -> bool {
         let (older, newer) = {
             let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
