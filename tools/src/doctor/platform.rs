@@ -268,14 +268,23 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
             r.push(Check::new("devices.nodes", Status::Pass, "NVIDIA and uverbs device nodes present"));
         }
     }
-    if let Some(d) = st.item("dmesg-nvidia").any() {
-        match d.lines().find(|l| l.contains("Xid")) {
-            Some(l) => r.push(
-                Check::new("kernel.xid", Status::Warn, "Xid errors in the kernel log since boot")
-                    .evidence(l)
-                    .fix("an Xid means the GPU faulted; look the number up before trusting this setup"),
+    // a kernel log that could not be read is "could not check", never a pass
+    match st.item("dmesg-nvidia") {
+        Item::Missing => {}
+        item => match item.ok() {
+            Some(d) => match d.lines().find(|l| l.contains("Xid")) {
+                Some(l) => r.push(
+                    Check::new("kernel.xid", Status::Warn, "Xid errors in the kernel log since boot")
+                        .evidence(l)
+                        .fix("an Xid means the GPU faulted; look the number up before trusting this setup"),
+                ),
+                None => r.push(Check::new("kernel.xid", Status::Pass, "no Xid in the kernel log")),
+            },
+            None => r.push(
+                Check::new("kernel.xid", Status::Warn, "could not check: the kernel log was not readable")
+                    .evidence(item.why_not("dmesg"))
+                    .fix("run the doctor as root, or read the log with `sudo journalctl -k | grep Xid`"),
             ),
-            None => r.push(Check::new("kernel.xid", Status::Pass, "no Xid in the kernel log")),
-        }
+        },
     }
 }

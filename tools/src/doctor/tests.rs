@@ -116,6 +116,17 @@ fn a_machine_without_a_gpu_says_what_it_cannot_see_and_passes() {
 }
 
 #[test]
+fn an_unreadable_kernel_log_is_could_not_check_never_a_pass() {
+    let st = State::from_pairs(&[("dmesg-nvidia", "dmesg: read kernel buffer failed: Operation not permitted\n# exit status 1")]);
+    let r = doctor(&st);
+    let c = r.get("kernel.xid").unwrap();
+    assert_eq!(c.status, Status::Warn, "{}", r.text());
+    assert!(c.summary.contains("could not check"), "{}", r.text());
+    let st = State::from_pairs(&[("dmesg-nvidia", "[ 1.0] nvidia: loading out-of-tree module")]);
+    assert_eq!(status(&doctor(&st), "kernel.xid"), Status::Pass);
+}
+
+#[test]
 fn parsers() {
     let m2 = parse_p2p_matrix(&strip_ansi(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n"));
     assert_eq!(m2, vec![("GPU0".into(), "GPU1".into(), "GNS".into()), ("GPU1".into(), "GPU0".into(), "GNS".into())]);
