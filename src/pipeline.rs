@@ -263,9 +263,7 @@ impl Pipeline {
     /// is known even when the queue's lock stays taken (taking registrations down before a
     /// release; the summary at exit). `warn` gets the lines worth a warning.
     pub fn lend(&self, wait: Duration, warn: &mut dyn FnMut(&str)) -> Option<Lent<'_>> {
-        let mut core = self.core.try_lock_for(wait)?;
-        let complete = self.catch_up(&mut core, warn);
-        Some(Lent { core, complete })
+        self.lend_when(wait, |_| true, warn)
     }
 
     /// [`lend`](Self::lend), but only when `needed` says so of the core as it is before the queue
