@@ -8,6 +8,30 @@ use crate::report::{Check, Report, Status};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use libloading::{Library, Symbol};
 
+pub const AFTER_HELP: &str = "Exit codes:
+  0  pass
+  1  a step failed
+  2  usage error";
+
+/// `gdrshim-tool dmabuf-probe`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Bytes of GPU memory to allocate, export and register
+    #[arg(long, value_name = "BYTES", default_value_t = 2 << 20)]
+    size: usize,
+    /// CUDA device ordinal
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    device: c_int,
+}
+
+impl Args {
+    pub fn run(self) -> Result<u8, String> {
+        let r = probe(self.size, self.device);
+        print!("{}", r.text());
+        Ok(if r.failed() { 1 } else { 0 })
+    }
+}
+
 type CUresult = c_int;
 const CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;

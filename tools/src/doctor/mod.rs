@@ -5,7 +5,34 @@
 
 use crate::report::{strip_ansi, Check, Report, Status};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+pub const AFTER_HELP: &str = "scripts/doctor records the live machine first (gdr-state-record save) and then runs this.
+
+Exit codes:
+  0  ready: no check failed (WARN lines are worth reading)
+  1  not ready: a check failed; each FAIL line says why and how to fix it
+  2  could not check: FOLDER is not a saved state, or usage error";
+
+/// `gdrshim-tool doctor`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A saved state folder (scripts/gdr-state-record save; scripts/doctor records the live machine first)
+    #[arg(long, value_name = "SAVED_STATE_FOLDER")]
+    from: PathBuf,
+    /// One JSON object instead of the text report
+    #[arg(long)]
+    json: bool,
+}
+
+impl Args {
+    pub fn run(self) -> Result<u8, String> {
+        let st = State::from_dir(&self.from).map_err(|e| e.to_string())?;
+        let r = doctor(&st);
+        print!("{}", if self.json { r.json() + "\n" } else { r.text() });
+        Ok(if r.failed() { 1 } else { 0 })
+    }
+}
 
 /// One recorded item: the output of one command of the record script.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,6 +8,9 @@
 
 use crate::report::{Check, Report, Status};
 
+mod cli;
+pub use cli::{Args, AFTER_HELP};
+
 #[derive(Default, Debug, Clone)]
 pub struct Inputs {
     pub nccl_log: String,
