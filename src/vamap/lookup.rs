@@ -11,7 +11,7 @@ impl VaMap {
         let mut out: Vec<MemRef> = Vec::new();
         for m in self.per_gpu.values() {
             let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
-            for (_, e) in m.entries.range(first..end) {
+            for (_, e) in m.range(first..end) {
                 if !out.contains(&e.mem) {
                     out.push(e.mem);
                 }
@@ -43,12 +43,11 @@ impl VaMap {
     /// The exact cover of `[addr, addr+len)` on one GPU, merged where consecutive entries
     /// continue the same memory; or the first hole.
     fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
-        let m = &g.entries;
         let mut pieces: Vec<Piece> = Vec::new();
         let mut at = addr;
         let mut cursor = g.at(addr).map(|(s, _)| s).unwrap_or(addr);
         while at < end {
-            let Some((&s, e)) = m.range(cursor..).next() else { return Err(at) };
+            let Some((s, e)) = g.range(cursor..).next() else { return Err(at) };
             if s > at {
                 return Err(at);
             }
@@ -71,11 +70,14 @@ impl VaMap {
             return Err(Miss::Empty);
         }
         let end = addr.checked_add(len).ok_or(Miss::Overflow)?;
+        if let Some(p) = self.lookup_one(addr, len) {
+            return Ok(vec![p]);
+        }
         let mut answer: Option<Vec<Piece>> = None;
         let mut first_hole: Option<u64> = None;
         // Every GPU that maps any of the range must give the same answer, so order does not matter.
         for m in self.per_gpu.values() {
-            let touches = m.entries.range(..end).next_back().is_some_and(|(_, e)| e.end > addr);
+            let touches = m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr);
             if !touches {
                 continue;
             }
@@ -104,8 +106,13 @@ impl VaMap {
         let end = addr.checked_add(len).filter(|_| len > 0)?;
         let mut found = None;
         for m in self.per_gpu.values() {
-            let Some((&s, e)) = m.entries.range(..end).next_back().filter(|(_, e)| e.end > addr) else { continue };
-            if found.is_some() || s > addr || e.end < end {
+            // the entry at addr, through the radix; the tree only for a GPU without one there
+            let (s, e) = match m.at(addr) {
+                Some(hit) => hit,
+                None if m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
+                None => continue,
+            };
+            if found.is_some() || e.end < end {
                 return None;
             }
             found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e) });
@@ -126,7 +133,7 @@ impl VaMap {
     /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
     pub fn dump(&self) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
         let mut v: Vec<_> =
-            self.per_gpu.iter().flat_map(|(g, m)| m.entries.iter().map(move |(&s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
+            self.per_gpu.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
         v.sort();
         v
     }

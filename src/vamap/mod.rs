@@ -130,7 +130,7 @@ impl VaMap {
     }
 
     pub fn entries(&self) -> usize {
-        self.per_gpu.values().map(|m| m.entries.len()).sum()
+        self.per_gpu.values().map(|m| m.len()).sum()
     }
 
     /// UVM_CREATE_EXTERNAL_RANGE. UVM refuses a range over another, so whatever this map still
@@ -144,7 +144,7 @@ impl VaMap {
         stale.retain(|&(b, l)| overlaps(b, l));
         for m in self.per_gpu.values() {
             let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
-            stale.extend(m.entries.range(first..end).filter(|(_, e)| e.claims_range()).map(|(&s, e)| (s, e.end - s)));
+            stale.extend(m.range(first..end).filter(|(_, e)| e.claims_range()).map(|(s, e)| (s, e.end - s)));
         }
         stale.push((base, len));
         for &(b, l) in &stale {
@@ -159,7 +159,7 @@ impl VaMap {
         if let Some(&l) = self.ranges.get(&base) {
             return Some(l);
         }
-        self.per_gpu.values().find_map(|m| m.entries.get(&base).filter(|e| e.claims_range()).map(|e| e.end - base))
+        self.per_gpu.values().find_map(|m| m.get(base).filter(|e| e.claims_range()).map(|e| e.end - base))
     }
 
     /// What UVM_FREE(base) releases: the range created there, or else the length the call gives,
@@ -225,10 +225,16 @@ impl VaMap {
         // The usual cases in one descent (the loop below takes several): the last entry that
         // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
         // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
-        match m.entries.range(..end).next_back() {
+        if m.at(base).is_some_and(|(s, e)| s == base && e.end == end) {
+            // a free, through the radix: an entry that is exactly the range is all it overlaps
+            Self::take(m, mems, ranges, base);
+            return 1;
+        }
+        let last = m.range(..end).next_back().map(|(s, e)| (s, e.end));
+        match last {
             None => return 0,
-            Some((_, e)) if e.end <= base => return 0,
-            Some((&s, e)) if s == base && e.end == end => {
+            Some((_, e_end)) if e_end <= base => return 0,
+            Some((s, e_end)) if s == base && e_end == end => {
                 Self::take(m, mems, ranges, s);
                 return 1;
             }
@@ -236,7 +242,7 @@ impl VaMap {
         }
         let mut touched = 0;
         // At most one entry starts before base and reaches into the range; then those inside.
-        let mut next = m.at(base).map(|(s, _)| s).or_else(|| m.entries.range(base..end).next().map(|(&s, _)| s));
+        let mut next = m.at(base).map(|(s, _)| s).or_else(|| m.range(base..end).next().map(|(s, _)| s));
         while let Some(s) = next {
             let (e, origin) = Self::take(m, mems, ranges, s).expect("key just found");
             touched += 1;
@@ -248,7 +254,7 @@ impl VaMap {
                 m.insert(end, e.cut(s, end, e.end), origin);
                 count_in(mems, e.mem);
             }
-            next = m.entries.range(base..end).next().map(|(&s, _)| s);
+            next = m.range(base..end).next().map(|(s, _)| s);
         }
         touched
     }
@@ -272,7 +278,7 @@ impl VaMap {
         let mut end = base;
         for m in self.per_gpu.values() {
             let mut at = base;
-            while let Some(e) = m.entries.get(&at) {
+            while let Some(e) = m.get(at) {
                 at = e.end;
             }
             end = end.max(at);
@@ -345,7 +351,7 @@ impl VaMap {
     fn remove_where(&mut self, gone: impl Fn(MemRef) -> bool) -> usize {
         let mut removed = Vec::new();
         for m in self.per_gpu.values_mut() {
-            let starts: Vec<u64> = m.entries.iter().filter(|(_, e)| gone(e.mem)).map(|(&s, _)| s).collect();
+            let starts: Vec<u64> = m.iter().filter(|(_, e)| gone(e.mem)).map(|(s, _)| s).collect();
             for s in starts {
                 if let Some((e, _)) = Self::take(m, &mut self.mems, &mut self.ranges, s) {
                     removed.push((s, e.end - s));
