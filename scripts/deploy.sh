@@ -1,31 +1,76 @@
 #!/usr/bin/env bash
 # Gated, atomic deployment of a gdrshim release (dist/ from the source tree's build-release.sh).
 #
-#   scripts/deploy.sh [--prefix DIR] DIST_DIR    verify DIST_DIR, install it, switch to it
-#   scripts/deploy.sh [--prefix DIR] --rollback  switch back to the previous release
-#   scripts/deploy.sh [--prefix DIR] --status    show the current and previous releases
+#   scripts/deploy.sh [--prefix DIR] DIST_DIR     verify DIST_DIR, install it, switch to it
+#   scripts/deploy.sh [--prefix DIR] --rollback   switch back to the previous release
+#   scripts/deploy.sh [--prefix DIR] --status     show the current and previous releases
+#   scripts/deploy.sh [--prefix DIR] --list       every release under PREFIX: current, previous,
+#                                                 and what deploy.sh did not install
+#   scripts/deploy.sh [--prefix DIR] --prune      remove the releases deploy.sh installed, but
+#                                                 not current and previous
+#   scripts/deploy.sh [--prefix DIR] --uninstall  remove current, previous and every release
+#                                                 deploy.sh installed
+#   --version  gdrshim's version;  -h, --help  this text.  One action at a time.
 #
 # Default prefix /opt/rtx4090-gdr. Layout: PREFIX/releases/<version>-<manifest hash>/ (never
 # changed once installed), PREFIX/current and PREFIX/previous (symbolic links, each switched by
 # one rename). Nothing is installed unless `sha256sum -c --strict` passes in DIST_DIR and DIST_DIR
 # holds exactly the files its SHA256SUMS lists; on any refusal PREFIX is left exactly as it was.
 # It writes under PREFIX only: the system's libnccl.so.2 is never touched, and a process that has
-# the old release loaded keeps its copy (no file is overwritten in place).
+# the old release loaded keeps its copy (no file is overwritten in place). --prune and
+# --uninstall remove only what deploy.sh installed: a release folder named <version>-<the first
+# 12 hex digits of the sha256 of its SHA256SUMS>, holding exactly the files that SHA256SUMS lists,
+# all of them intact; anything else under PREFIX stays, and they say so.
+# Exit status: 0 done; 1 refused or failed (PREFIX as it was); 2 bad arguments.
 set -euo pipefail
 prefix=/opt/rtx4090-gdr
-action=install dist=""
+action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
+usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
+bad_usage() { echo "deploy: $*" >&2; sed -n '4,13s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
+  local top v=""
+  top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  if [ -f "$top/BUILD-INFO" ]; then
+    v="$(sed -n '1s/^gdrshim //p' "$top/BUILD-INFO")"
+  elif [ -f "$top/Cargo.toml" ]; then
+    v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$top/Cargo.toml" | head -n1)"
+  fi
+  echo "deploy.sh (gdrshim) ${v:-unknown}"
+}
+set_action() {
+  [ -z "$action" ] || [ "$action" = "$1" ] || bad_usage "$2 and ${action_flag} together are ambiguous: one action at a time"
+  action="$1" action_flag="$2"
+}
+action_flag=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --prefix) prefix="${2:?--prefix needs a folder}"; shift ;;
-    --rollback) action=rollback ;;
-    --status) action=status ;;
-    -h|--help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    -*) echo "deploy: unknown option $1" >&2; exit 2 ;;
-    *) dist="$1" ;;
+    --prefix) { [ $# -ge 2 ] && [ -n "$2" ]; } || bad_usage "--prefix needs a folder"; prefix="$2"; shift ;;
+    --prefix=*) prefix="${1#--prefix=}"; [ -n "$prefix" ] || bad_usage "--prefix needs a folder" ;;
+    --rollback) set_action rollback "$1" ;;
+    --status) set_action status "$1" ;;
+    --list) set_action list "$1" ;;
+    --prune) set_action prune "$1" ;;
+    --uninstall) set_action uninstall "$1" ;;
+    -h|--help) usage; exit 0 ;;
+    --version) version; exit 0 ;;
+    --)
+      shift
+      for a in "$@"; do
+        [ -z "$dist" ] || bad_usage "two release folders: $dist and $a (one at a time)"
+        dist="$a"
+        set_action install "$a"
+      done
+      break ;;
+    -*) bad_usage "unknown option $1" ;;
+    *)
+      [ -z "$dist" ] || bad_usage "two release folders: $dist and $1 (one at a time)"
+      dist="$1"
+      set_action install "$1" ;;
   esac
   shift
 done
+[ -n "$action" ] || bad_usage "nothing to do: give a release folder or an action"
 case "$(realpath -m "$prefix")" in
   /|/usr|/usr/lib|/usr/local|/lib|/lib64|/usr/lib/x86_64-linux-gnu|/etc|/bin|/sbin) die "refusing prefix $prefix: a system folder" ;;
 esac
@@ -39,6 +84,113 @@ if [ "$action" = status ]; then
   for l in current previous; do
     if [ -L "$prefix/$l" ]; then echo "$l: $(readlink "$prefix/$l")"; else echo "$l: none"; fi
   done
+  exit 0
+fi
+
+# Is PREFIX/releases/$1 a release deploy.sh installed (see the header)? If not, prints why.
+ours() {
+  local d="$prefix/releases/$1" v h sums listed present
+  if ! [[ "$1" =~ ^([0-9A-Za-z.+-]+)-([0-9a-f]{12})$ ]]; then echo "not named <version>-<manifest hash>"; return 1; fi
+  v="${BASH_REMATCH[1]}" h="${BASH_REMATCH[2]}"
+  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "not a folder"; return 1; fi
+  if [ ! -f "$d/SHA256SUMS" ] || [ -L "$d/SHA256SUMS" ]; then echo "no SHA256SUMS"; return 1; fi
+  sums="$(sha256sum <"$d/SHA256SUMS")"
+  if [ "${sums:0:12}" != "$h" ]; then echo "its SHA256SUMS is not the one its name was made from"; return 1; fi
+  if [ "$(sed -n '1s/^gdrshim //p' "$d/BUILD-INFO" 2>/dev/null)" != "$v" ]; then echo "its BUILD-INFO does not name version $v"; return 1; fi
+  listed="$(sed -E 's/^[0-9a-f]{64}  //' "$d/SHA256SUMS" | LC_ALL=C sort)"
+  present="$(cd "$d" && find . ! -type d ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
+  if [ "$listed" != "$present" ] || [ -n "$(find "$d" -mindepth 1 -type d -empty -print -quit)" ]; then
+    echo "it holds files its SHA256SUMS does not list, or lacks some"
+    return 1
+  fi
+  if ! (cd "$d" && sha256sum -c --strict --quiet SHA256SUMS >/dev/null 2>&1); then echo "its files do not match its SHA256SUMS (changed since)"; return 1; fi
+  return 0
+}
+
+# Prints the pids of processes that have a file of folder $1 mapped (the shim loaded from it).
+users() {
+  local real m
+  real="$(cd "$1" && pwd -P)/"
+  for m in /proc/[0-9]*/maps; do
+    if grep -qF -- "$real" "$m" 2>/dev/null; then m="${m#/proc/}"; printf '%s ' "${m%/maps}"; fi
+  done
+}
+
+# Every entry of PREFIX/releases, one a line (names starting with a dot too).
+entries() {
+  [ -d "$prefix/releases" ] || return 0
+  find "$prefix/releases" -mindepth 1 -maxdepth 1 -printf '%f\n' | LC_ALL=C sort
+}
+
+link_of() { if [ -L "$prefix/$1" ]; then readlink "$prefix/$1"; fi; }
+
+if [ "$action" = list ]; then
+  cur="$(link_of current)" prev="$(link_of previous)"
+  if [ -z "$(entries)" ]; then
+    echo "no releases under $prefix"
+    exit 0
+  fi
+  echo "releases under $prefix/releases:"
+  while IFS= read -r n; do
+    why=""
+    if [ "releases/$n" = "$cur" ]; then tag=current
+    elif [ "releases/$n" = "$prev" ]; then tag=previous
+    elif why="$(ours "$n")"; then tag=""
+    else tag="not installed by deploy.sh ($why): --prune and --uninstall leave it"
+    fi
+    printf '  %-28s %s\n' "$n" "$tag"
+  done < <(entries)
+  for l in current previous; do
+    t="$(link_of "$l")"
+    if [ -n "$t" ] && [ ! -d "$prefix/$t" ]; then echo "  $l -> $t: missing"; fi
+  done
+  exit 0
+fi
+
+if [ "$action" = prune ] || [ "$action" = uninstall ]; then
+  cur="$(link_of current)" prev="$(link_of previous)"
+  remove=() kept=()
+  while IFS= read -r n; do
+    if [ "$action" = prune ] && { [ "releases/$n" = "$cur" ] || [ "releases/$n" = "$prev" ]; }; then
+      continue
+    fi
+    if ! why="$(ours "$n")"; then
+      kept+=("releases/$n: not installed by deploy.sh ($why)")
+      continue
+    fi
+    pids="$(users "$prefix/releases/$n")"
+    if [ -n "$pids" ]; then
+      [ "$action" = prune ] || die "refused: releases/$n is in use by pid ${pids% }: stop those processes first; nothing removed"
+      kept+=("releases/$n: in use by pid ${pids% }")
+      continue
+    fi
+    remove+=("$n")
+  done < <(entries)
+  if [ "$action" = uninstall ]; then
+    for l in current previous; do
+      t="$(link_of "$l")"
+      if [[ "$t" =~ ^releases/[^/]+$ ]]; then
+        rm -f "$prefix/$l"
+        echo "deploy: removed $l -> $t"
+      elif [ -e "$prefix/$l" ] || [ -L "$prefix/$l" ]; then
+        kept+=("$l: not a link deploy.sh made")
+      fi
+    done
+  fi
+  for n in "${remove[@]}"; do
+    # out of the way by one rename first: a removal cut short leaves no half release under its name
+    gone="$prefix/releases/.removing.$n"
+    mv -T "$prefix/releases/$n" "$gone"
+    rm -rf -- "$gone"
+    echo "deploy: removed releases/$n"
+  done
+  [ ${#remove[@]} -gt 0 ] || echo "deploy: no release to remove"
+  if [ "$action" = uninstall ]; then
+    rmdir "$prefix/releases" 2>/dev/null || true
+    rmdir "$prefix" 2>/dev/null || true
+  fi
+  for k in "${kept[@]}"; do echo "deploy: left in place: $k"; done
+  if [ "$action" = uninstall ] && [ -d "$prefix" ]; then echo "deploy: $prefix stays: it holds what deploy.sh did not install"; fi
   exit 0
 fi
 

@@ -3,57 +3,189 @@
 #
 #   source scripts/gdr-env.sh [options]          set the variables in this shell
 #   scripts/gdr-env.sh [options] -- COMMAND ...  run COMMAND with them (torchrun, mpirun, srun ...)
-#   scripts/gdr-env.sh [options] --print         print what would be set, set nothing
+#   scripts/gdr-env.sh [options] --print         print them as `export NAME=VALUE` lines, set nothing
 #
 #   --mode p2p|gdr     p2p: single-node PCIe P2P only (no shim); gdr (default): p2p plus the shim
 #   --prefix DIR       an installed release (default /opt/rtx4090-gdr/current); its SHA256SUMS
 #                      must match lib/libgdrshim.so before LD_PRELOAD is set
 #   --nccl-lib DIR     the patched NCCL's lib folder (put first in LD_LIBRARY_PATH)
-#   --hca LIST         NCCL_IB_HCA, e.g. mlx5_0,mlx5_1 or mlx5_0:1; each name must exist
-#   --gid-index N      NCCL_IB_GID_INDEX (RoCE: the RoCE v2 IPv4 GID; doctor names it)
-#   --gdr-level L      NCCL_NET_GDR_LEVEL: LOC PIX PXB PHB SYS (default SYS)
-#   --p2p-level L      NCCL_P2P_LEVEL (default SYS)
+#   --hca LIST         NCCL_IB_HCA in any form NCCL reads: mlx5_0,mlx5_1 (prefixes: mlx5 is every
+#                      mlx5_N), =mlx5_0 (exact names), ^mlx5_1 (all but these), ^=mlx5_1, and
+#                      name:port entries (mlx5_0:1). Checked against /sys/class/infiniband: an
+#                      exact name must exist, a prefix must match an HCA, an exclusion must leave one
+#   --gid-index N      NCCL_IB_GID_INDEX (RoCE: the RoCE v2 IPv4 GID the doctor names; -1: NCCL picks)
+#   --gdr-level L      NCCL_NET_GDR_LEVEL: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old
+#                      numbers 0-4 (LOC PIX PXB PHB SYS; 5 and more are SYS). Default SYS
+#   --p2p-level L      NCCL_P2P_LEVEL, the same forms (default SYS)
 #   --register-buffers keep NCCL_LOCAL_REGISTER/NCCL_GRAPH_REGISTER at NCCL's default (only with a
 #                      large BAR1; with the 256 MiB default BAR1 they stay 0)
 #   --shim-mode M      GDRSHIM_MODE (default register)
 #   --route R          GDRSHIM_ROUTE: auto (default), dmabuf, nv503c (the doctor says which works)
 #   --shim-log PATH    GDRSHIM_LOG_FILE (%h host, %p pid)
 #   --advertise        GDRSHIM_ADVERTISE_GDR=1: stock NCCL without the patches (see README)
-#   --debug            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P (what verify-run reads)
-# GDR_ENV_SYSFS (test only) replaces /sys/class/infiniband when checking HCA names.
+#   --debug            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,ENV (what verify-run reads)
+#   --version          gdrshim's version;  -h, --help  this text
+# Exit status: 0 done; 1 the installed shim cannot be used; 2 bad arguments. Sourced, it returns
+# the same and never exits the shell. GDR_ENV_SYSFS (tests only) replaces /sys/class/infiniband.
 
-_gdr_env_usage() { sed -n '2,24s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+_gdr_env_usage() { sed -n '2,31s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
-# Fills _GDR_ENV (NAME=VALUE lines) and _GDR_ENV_CMD; returns non-zero with a message on bad input.
+_gdr_env_version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
+  local top v=""
+  top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  if [ -f "$top/BUILD-INFO" ]; then
+    v="$(sed -n '1s/^gdrshim //p' "$top/BUILD-INFO")"
+  elif [ -f "$top/Cargo.toml" ]; then
+    v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$top/Cargo.toml" | head -n1)"
+  fi
+  echo "gdr-env.sh (gdrshim) ${v:-unknown}"
+}
+
+# A level as NCCL's ncclGetLevel reads NCCL_NET_GDR_LEVEL / NCCL_P2P_LEVEL: a path type name
+# (case sensitive, strcmp) or, starting with a digit, an old number. Prints the name it means.
+_gdr_env_level() {
+  local old=(LOC PIX PXB PHB SYS SYS)
+  case "$1" in
+    LOC|NVL|NVB|C2C|PIX|PXB|P2C|PXN|PHB|SYS) echo "$1" ;;
+    *)
+      [[ "$1" =~ ^(0|[1-9][0-9]{0,8})$ ]] || return 1
+      if [ "$1" -gt 5 ]; then echo SYS; else echo "${old[$1]}"; fi ;;
+  esac
+}
+
+# Does NCCL_IB_HCA entry $4 (name:port, port "" = any) select HCA $2, port $3 ("" = any)? As
+# NCCL's matchIfList decides: exact ($1 = 1) compares whole names, else the entry is a prefix.
+_gdr_env_sel() {
+  local n="${4%%:*}" q="${4#*:}"
+  if [ "$1" = 1 ]; then [ "$2" = "$n" ] || return 1; else [ "${2:0:${#n}}" = "$n" ] || return 1; fi
+  [ -z "$q" ] || [ -z "$3" ] || [ "$q" = "$3" ]
+}
+
+# NCCL_IB_HCA as NCCL's ncclIbInit reads it: '^' (exclude) first, then '=' (exact), then a comma
+# list of name[:port]; without '=' a name matches every HCA it is a prefix of.
+_gdr_env_check_hca() {
+  local spec="$1" sysfs="$2" not=0 exact=0 list e name port d p hit named kept ports have=() entries=()
+  [ "${spec:0:1}" != "^" ] || { not=1; spec="${spec:1}"; }
+  [ "${spec:0:1}" != "=" ] || { exact=1; spec="${spec:1}"; }
+  IFS=',' read -r -a list <<<"$spec"
+  for e in "${list[@]}"; do
+    [ -n "$e" ] || continue # NCCL skips empty entries
+    name="${e%%:*}" port=""
+    [ "$name" = "$e" ] || port="${e#*:}"
+    [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gdr-env: bad HCA name '$e' in --hca $1" >&2; return 2; }
+    if [ "$name" != "$e" ] && ! [[ "$port" =~ ^[0-9]+$ ]]; then
+      echo "gdr-env: bad port in '$e' (--hca $1): NCCL takes name:port with a port number" >&2
+      return 2
+    fi
+    entries+=("$name:$port")
+  done
+  [ ${#entries[@]} -gt 0 ] || { echo "gdr-env: --hca '$1' names no HCA (NCCL would then use none)" >&2; return 2; }
+  if [ -d "$sysfs" ]; then
+    for d in "$sysfs"/*; do [ -e "$d" ] && have+=("${d##*/}"); done
+  fi
+  if [ "$not" = 0 ]; then
+    # every entry must select at least one port of an HCA that is here
+    for e in "${entries[@]}"; do
+      name="${e%%:*}" port="${e#*:}" hit=0 named=0
+      for d in "${have[@]}"; do
+        _gdr_env_sel "$exact" "$d" "" "$e" || continue
+        named=1
+        if [ -z "$port" ] || [ -d "$sysfs/$d/ports/$port" ]; then hit=1; break; fi
+      done
+      [ "$hit" = 0 ] || continue
+      if [ "$named" = 1 ] && { [ "$exact" = 1 ] || [ -d "$sysfs/$name" ]; }; then
+        echo "gdr-env: HCA '$name' has no port '$port'" >&2
+      elif [ "$named" = 1 ]; then
+        echo "gdr-env: no HCA whose name starts with '$name' has a port '$port'" >&2
+      elif [ "$exact" = 1 ]; then
+        echo "gdr-env: HCA '$name' does not exist (have: ${have[*]:-none})" >&2
+      else
+        echo "gdr-env: HCA '$name' does not exist, and no HCA's name starts with it (have: ${have[*]:-none})" >&2
+      fi
+      return 2
+    done
+    return 0
+  fi
+  # an exclusion needs no name to exist (a warning where it matches nothing), but it must leave
+  # NCCL at least one port
+  for e in "${entries[@]}"; do
+    named=0
+    for d in "${have[@]}"; do if _gdr_env_sel "$exact" "$d" "" "$e"; then named=1; break; fi; done
+    [ "$named" = 1 ] || echo "gdr-env: warning: --hca $1 excludes '${e%:}', which matches no HCA here" >&2
+  done
+  hit=0
+  for d in "${have[@]}"; do
+    ports=()
+    for p in "$sysfs/$d"/ports/*; do [ -e "$p" ] && ports+=("${p##*/}"); done
+    [ ${#ports[@]} -gt 0 ] || ports=("")
+    for p in "${ports[@]}"; do
+      kept=1
+      for e in "${entries[@]}"; do
+        if _gdr_env_sel "$exact" "$d" "$p" "$e"; then kept=0; break; fi
+      done
+      [ "$kept" = 0 ] || hit=1
+    done
+  done
+  if [ "$hit" = 0 ]; then
+    echo "gdr-env: --hca '$1' excludes every HCA port here (have: ${have[*]:-none}): NCCL would have no IB device" >&2
+    return 2
+  fi
+  return 0
+}
+
+# Fills _GDR_ENV (NAME=VALUE lines) and _GDR_ENV_CMD; returns non-zero with a message on bad input
+# (3: help or version printed, nothing to do).
 _gdr_env_build() {
   local mode=gdr prefix=/opt/rtx4090-gdr/current nccl_lib="" hca="" gid="" gdr_level=SYS p2p_level=SYS
   local register=0 shim_mode=register shim_log="" advertise=0 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto
+  local has_cmd=0 opt val
   _GDR_ENV="" _GDR_ENV_CMD=() _GDR_ENV_PRINT=0
   while [ $# -gt 0 ]; do
-    case "$1" in
-      --mode) mode="${2-}"; shift ;;
-      --prefix) prefix="${2-}"; shift ;;
-      --nccl-lib) nccl_lib="${2-}"; shift ;;
-      --hca) hca="${2-}"; shift ;;
-      --gid-index) gid="${2-}"; shift ;;
-      --gdr-level) gdr_level="${2-}"; shift ;;
-      --p2p-level) p2p_level="${2-}"; shift ;;
+    opt="$1" val=""
+    case "$opt" in
+      --*=*) val="${opt#*=}"; opt="${opt%%=*}" ;;
+      --mode|--prefix|--nccl-lib|--hca|--gid-index|--gdr-level|--p2p-level|--shim-mode|--route|--shim-log)
+        if [ $# -lt 2 ]; then
+          echo "gdr-env: $opt needs a value (--help)" >&2
+          return 2
+        fi
+        val="$2"; shift ;;
+    esac
+    case "$opt" in
+      --mode) mode="$val" ;;
+      --prefix) prefix="$val" ;;
+      --nccl-lib) nccl_lib="$val" ;;
+      --hca) hca="$val" ;;
+      --gid-index) gid="$val" ;;
+      --gdr-level) gdr_level="$val" ;;
+      --p2p-level) p2p_level="$val" ;;
+      --shim-mode) shim_mode="$val" ;;
+      --route) route="$val" ;;
+      --shim-log) shim_log="$val" ;;
       --register-buffers) register=1 ;;
-      --shim-mode) shim_mode="${2-}"; shift ;;
-      --route) route="${2-}"; shift ;;
-      --shim-log) shim_log="${2-}"; shift ;;
       --advertise) advertise=1 ;;
       --debug) debug=1 ;;
       --print) _GDR_ENV_PRINT=1 ;;
       -h|--help) _gdr_env_usage; return 3 ;;
-      --) shift; _GDR_ENV_CMD=("$@"); break ;;
-      *) echo "gdr-env: unknown option $1 (--help)" >&2; return 2 ;;
+      --version) _gdr_env_version; return 3 ;;
+      --) shift; _GDR_ENV_CMD=("$@"); has_cmd=1; break ;;
+      *) echo "gdr-env: unknown option $1" >&2; _gdr_env_usage >&2; return 2 ;;
     esac
     shift
   done
-  local levels="LOC PIX PXB PHB SYS"
+  if [ "$_GDR_ENV_PRINT" = 1 ] && [ "$has_cmd" = 1 ]; then
+    echo "gdr-env: --print and -- COMMAND together are ambiguous: --print runs nothing; drop one of them" >&2
+    return 2
+  fi
+  if [ "$has_cmd" = 1 ] && [ ${#_GDR_ENV_CMD[@]} -eq 0 ]; then
+    echo "gdr-env: -- needs a COMMAND after it" >&2
+    return 2
+  fi
+  local levels="LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS or 0-4"
   case "$mode" in p2p|gdr) ;; *) echo "gdr-env: --mode must be p2p or gdr, not '$mode'" >&2; return 2 ;; esac
-  [[ " $levels " == *" $p2p_level "* ]] || { echo "gdr-env: --p2p-level must be one of $levels, not '$p2p_level'" >&2; return 2; }
+  local name
+  name="$(_gdr_env_level "$p2p_level")" || { echo "gdr-env: --p2p-level must be one of $levels (upper case, as NCCL compares), not '$p2p_level'" >&2; return 2; }
+  [ "$name" != LOC ] || echo "gdr-env: warning: NCCL_P2P_LEVEL=$p2p_level means LOC: P2P off" >&2
   local vars=""
   add() { vars+="$1=$2"$'\n'; }
   add NCCL_P2P_LEVEL "$p2p_level"
@@ -63,13 +195,22 @@ _gdr_env_build() {
     add NCCL_GRAPH_REGISTER 0
   fi
   if [ "$mode" = gdr ]; then
-    [[ " $levels " == *" $gdr_level "* ]] || { echo "gdr-env: --gdr-level must be one of $levels, not '$gdr_level'" >&2; return 2; }
+    name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels (upper case, as NCCL compares), not '$gdr_level'" >&2; return 2; }
+    case "$name" in
+      LOC|NVL|NVB|C2C) echo "gdr-env: warning: NCCL_NET_GDR_LEVEL=$gdr_level means $name: a NIC on PCIe is at least PIX from the GPU, so NCCL will not use GDR" >&2 ;;
+    esac
     case "$shim_mode" in register|shadow|trace|off) ;; *) echo "gdr-env: --shim-mode must be register, shadow, trace or off" >&2; return 2 ;; esac
     case "$route" in auto|dmabuf|nv503c) ;; *) echo "gdr-env: --route must be auto, dmabuf or nv503c, not '$route'" >&2; return 2 ;; esac
     if [ "$route" != nv503c ] && [ "${NCCL_DMABUF_ENABLE:-1}" = 0 ]; then
       echo "gdr-env: NCCL_DMABUF_ENABLE=0 is set: NCCL would not use the DMA-BUF route's dma-bufs; unset it (or --route nv503c)" >&2
       return 2
     fi
+    if [ -z "$hca" ]; then echo "gdr-env: --hca is required in gdr mode (e.g. --hca mlx5_0); doctor lists the HCAs" >&2; return 2; fi
+    _gdr_env_check_hca "$hca" "$sysfs" || return 2
+    if [ -n "$gid" ]; then
+      [[ "$gid" =~ ^(-1|0|[1-9][0-9]*)$ ]] || { echo "gdr-env: --gid-index must be a number (decimal, or -1 for NCCL's own choice), not '$gid'" >&2; return 2; }
+    fi
+    [ -z "$nccl_lib" ] || [ -f "$nccl_lib/libnccl.so.2" ] || { echo "gdr-env: no libnccl.so.2 in $nccl_lib" >&2; return 2; }
     local shim="$prefix/lib/libgdrshim.so"
     [ -f "$shim" ] || { echo "gdr-env: no shim at $shim (install a release with scripts/deploy.sh, or pass --prefix)" >&2; return 1; }
     [ -f "$prefix/SHA256SUMS" ] || { echo "gdr-env: no SHA256SUMS in $prefix: refusing to preload an unverified shim" >&2; return 1; }
@@ -80,25 +221,6 @@ _gdr_env_build() {
     fi
     # the verified file itself, not a path through "current" that a later deploy moves
     shim="$(cd "$(dirname "$shim")" && pwd -P)/libgdrshim.so"
-    if [ -z "$hca" ]; then echo "gdr-env: --hca is required in gdr mode (e.g. --hca mlx5_0); doctor lists the HCAs" >&2; return 2; fi
-    local h name port
-    local -a hcas
-    IFS=',' read -r -a hcas <<<"$hca"
-    for h in "${hcas[@]}"; do
-      name="${h%%:*}"; port=""; [ "$name" = "$h" ] || port="${h#*:}"
-      [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gdr-env: bad HCA name '$h'" >&2; return 2; }
-      [ -d "$sysfs/$name" ] || { echo "gdr-env: HCA '$name' does not exist (have: $(cd "$sysfs" 2>/dev/null && printf '%s ' *))" >&2; return 2; }
-      if [ -n "$port" ]; then
-        if ! [[ "$port" =~ ^[0-9]+$ ]] || [ ! -d "$sysfs/$name/ports/$port" ]; then
-          echo "gdr-env: HCA '$name' has no port '$port'" >&2
-          return 2
-        fi
-      fi
-    done
-    if [ -n "$gid" ]; then
-      [[ "$gid" =~ ^[0-9]+$ ]] || { echo "gdr-env: --gid-index must be a number, not '$gid'" >&2; return 2; }
-    fi
-    [ -z "$nccl_lib" ] || [ -f "$nccl_lib/libnccl.so.2" ] || { echo "gdr-env: no libnccl.so.2 in $nccl_lib" >&2; return 2; }
     add LD_PRELOAD "$shim${LD_PRELOAD:+:$LD_PRELOAD}"
     [ -z "$nccl_lib" ] || add LD_LIBRARY_PATH "$(cd "$nccl_lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     add GDRSHIM_MODE "$shim_mode"
@@ -122,10 +244,17 @@ _gdr_env_build() {
   return 0
 }
 
+# `export NAME=VALUE`, VALUE bare where no shell (bash, sh, zsh) would change it, else in single
+# quotes (a leading '=' is zsh's command expansion, '^' its glob operator, '~' a home folder)
 _gdr_env_print() {
-  local kv
+  local kv v
   while IFS= read -r kv; do
-    [ -n "$kv" ] && printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}"
+    [ -n "$kv" ] || continue
+    v="${kv#*=}"
+    if ! [[ "$v" =~ ^[A-Za-z0-9_./:,@%+-][A-Za-z0-9_./:,=@%+-]*$ ]]; then
+      v="'${v//\'/\'\\\'\'}'"
+    fi
+    printf 'export %s=%s\n' "${kv%%=*}" "$v"
   done <<<"$_GDR_ENV"
 }
 
@@ -133,6 +262,10 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
   # sourced: set the variables here, never exit the caller's shell
   _gdr_env_rc=0
   _gdr_env_build "$@" || _gdr_env_rc=$?
+  if [ "$_gdr_env_rc" = 0 ] && [ ${#_GDR_ENV_CMD[@]} -gt 0 ]; then
+    echo "gdr-env: sourced, it runs no COMMAND: run the script itself for -- ${_GDR_ENV_CMD[0]} ..." >&2
+    _gdr_env_rc=2
+  fi
   if [ "$_gdr_env_rc" = 0 ]; then
     if [ "$_GDR_ENV_PRINT" = 1 ]; then
       _gdr_env_print
@@ -144,7 +277,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
       echo "gdr-env: set $(grep -c . <<<"$_GDR_ENV") variables (--print shows them)" >&2
     fi
   fi
-  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage
+  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_version _gdr_env_level _gdr_env_check_hca _gdr_env_sel
   unset _GDR_ENV _GDR_ENV_CMD _GDR_ENV_PRINT
   [ "$_gdr_env_rc" != 3 ] || _gdr_env_rc=0
   set -- "$_gdr_env_rc"
@@ -156,7 +289,7 @@ else
   rc=$?
   [ "$rc" = 3 ] && exit 0
   [ "$rc" = 0 ] || exit "$rc"
-  if [ "$_GDR_ENV_PRINT" = 1 ] || [ ${#_GDR_ENV_CMD[@]} -eq 0 ]; then
+  if [ ${#_GDR_ENV_CMD[@]} -eq 0 ]; then
     _gdr_env_print
     exit 0
   fi

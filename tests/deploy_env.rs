@@ -192,7 +192,7 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
         format!("export LD_PRELOAD={}", real_shim.display()),
         "export GDRSHIM_MODE=register".into(),
         "export NCCL_IB_DISABLE=0".into(),
-        "export NCCL_IB_HCA=mlx5_0:1\\,mlx5_1".into(),
+        "export NCCL_IB_HCA=mlx5_0:1,mlx5_1".into(),
         "export NCCL_IB_GID_INDEX=3".into(),
         "export NCCL_NET_GDR_LEVEL=PHB".into(),
         "export NCCL_P2P_LEVEL=SYS".into(),
