@@ -1,7 +1,9 @@
 //! `gdrshim-tool verify-run`'s arguments and how its input files are read.
 
 use super::{usable, verify, Inputs};
-use std::path::PathBuf;
+use crate::report::{Check, Status};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 pub const AFTER_HELP: &str = "Exit codes:
   0  PASS: every check of the acceptance checklist passed
@@ -33,21 +35,57 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     gpu_sm: Option<u32>,
     /// The run's exit status (0..=255; 128+N is death by signal N)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8), allow_negative_numbers = true)]
     exit_code: Option<u8>,
     /// One JSON object instead of the text report
     #[arg(long)]
     json: bool,
 }
 
-fn read(path: &std::path::Path) -> Result<String, String> {
-    std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(|e| format!("cannot read {}: {e}", path.display()))
+/// Reads each input file once: a file is known by its device and inode, so the same file under
+/// two names (a path and a symlink or hard link, `/dev/fd/N` of one pipe) is one file. A pipe
+/// (`<(journalctl -k)`) can only be read once anyway.
+#[derive(Default)]
+struct Files {
+    read: Vec<((u64, u64), String, String)>,
+    notes: Vec<String>,
+}
+
+enum Got {
+    New(String),
+    /// Already read under the given role.
+    Again(String, String),
+}
+
+impl Files {
+    fn get(&mut self, role: &str, path: &Path) -> Result<Got, String> {
+        let cannot = |e: std::io::Error| format!("cannot read {role} {}: {e}", path.display());
+        let m = std::fs::metadata(path).map_err(cannot)?;
+        let id = (m.dev(), m.ino());
+        if let Some((_, first, text)) = self.read.iter().find(|(i, _, _)| *i == id) {
+            return Ok(Got::Again(first.clone(), text.clone()));
+        }
+        let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(cannot)?;
+        self.read.push((id, format!("{role} {}", path.display()), text.clone()));
+        Ok(Got::New(text))
+    }
+    /// A file's text, the same file given before (in another role) being read once.
+    fn text(&mut self, role: &str, path: &Path) -> Result<String, String> {
+        Ok(match self.get(role, path)? {
+            Got::New(t) => t,
+            Got::Again(first, t) => {
+                self.notes.push(format!("{role} {} is the file given as {first}: read once", path.display()));
+                t
+            }
+        })
+    }
 }
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
+        let mut files = Files::default();
         let mut inp = Inputs {
-            nccl_log: read(&self.nccl_log)?,
+            nccl_log: files.text("--nccl-log", &self.nccl_log)?,
             expect_gdr: self.expect_gdr,
             expect_p2p: self.expect_p2p,
             gpu_sm: self.gpu_sm,
@@ -55,12 +93,24 @@ impl Args {
             ..Default::default()
         };
         for p in &self.shim_log {
-            inp.shim_logs.push(read(p)?);
+            // the same lines twice would count each summary twice: a file given again is skipped
+            match files.get("--shim-log", p)? {
+                Got::New(t) => inp.shim_logs.push(t),
+                Got::Again(first, _) => {
+                    files.notes.push(format!("--shim-log {} is the file given as {first}: read once, its lines counted once", p.display()))
+                }
+            }
         }
-        inp.perftest_log = self.perftest_log.as_deref().map(read).transpose()?;
-        inp.kernel_log = self.kernel_log.as_deref().map(read).transpose()?;
+        if let Some(p) = &self.perftest_log {
+            inp.perftest_log = Some(files.text("--perftest-log", p)?);
+        }
+        if let Some(p) = &self.kernel_log {
+            inp.kernel_log = Some(files.text("--kernel-log", p)?);
+        }
         usable(&inp.nccl_log)?;
-        let r = verify(&inp);
+        let mut r = verify(&inp);
+        let notes = files.notes.into_iter().map(|n| Check::new("input.read_once", Status::Info, n));
+        r.checks.splice(0..0, notes);
         print!("{}", if self.json { r.json() + "\n" } else { r.text() });
         if !self.json {
             println!("{}", if r.failed() { "RESULT: FAIL" } else { "RESULT: PASS" });
