@@ -9,12 +9,23 @@
 //! hooks are exported), so the program's own unwinder is untouched.
 //!
 //! Without a C compiler that knows its libgcc_eh.a the build falls back to the shared unwinder.
+//!
+//! It also keeps the shim's hooks out of the dynamic symbol table of this package's programs
+//! (gdrshim-replay). They link the rlib, whose hooks are named like libc's functions (`open`,
+//! `ioctl`, `dlsym`…); GNU ld exports a program's definition of any symbol a shared library it
+//! links against also defines, so that the library's callers reach it. A tool would then hand its
+//! hooks to every library it loads. A version script that makes every symbol of the programs
+//! local stops that; libgdrshim.so's exports (its own version script, from rustc) are untouched.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let bins_map = out_dir.join("bins-export-nothing.map");
+    std::fs::write(&bins_map, "{\n  local: *;\n};\n").expect("OUT_DIR is writable");
+    println!("cargo:rustc-link-arg-bins=-Wl,--version-script={}", bins_map.display());
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let found = Command::new(&cc)
         .arg("-print-file-name=libgcc_eh.a")
@@ -27,7 +38,7 @@ fn main() {
         println!("cargo:warning=no libgcc_eh.a from `{cc} -print-file-name`: libgdrshim.so will need libgcc_s.so.1");
         return;
     };
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("static-unwind");
+    let out = out_dir.join("static-unwind");
     std::fs::create_dir_all(&out).expect("OUT_DIR is writable");
     std::fs::copy(&eh, out.join("libgcc_s.a")).expect("copy libgcc_eh.a");
     println!("cargo:rustc-link-search=native={}", out.display());

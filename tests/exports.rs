@@ -47,21 +47,123 @@ fn the_shipped_library_has_no_knobs() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("gdrshim_bench_pause"), "the knobs build has it");
 }
 
-/// The replay tool behaves like a command: help and version on stdout with 0, an unknown option
-/// on stderr with 2.
+/// The replay tool behaves like a command: help (with its exit codes) and version on stdout with
+/// 0, an unknown option or no capture on stderr with 2.
 #[test]
 fn the_replay_tool_answers_help_version_and_unknown_options() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_gdrshim-replay"));
-    let run = |a: &str| Command::new(bin).arg(a).output().unwrap();
-    let h = run("--help");
-    assert_eq!(h.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&h.stdout).starts_with("usage: gdrshim-replay"));
-    let v = run("--version");
+    let run = |a: &[&str]| Command::new(bin).args(a).output().unwrap();
+    for h in [run(&["--help"]), run(&["-h"])] {
+        assert_eq!(h.status.code(), Some(0));
+        let out = String::from_utf8_lossy(&h.stdout);
+        assert!(out.contains("Usage: gdrshim-replay") && out.contains("Exit codes:") && out.contains("not a capture"), "{out}");
+    }
+    let v = run(&["--version"]);
     assert_eq!(
         (v.status.code(), String::from_utf8_lossy(&v.stdout).trim().to_string()),
         (Some(0), format!("gdrshim-replay {}", env!("CARGO_PKG_VERSION")))
     );
-    let u = run("--frobnicate");
+    let u = run(&["--frobnicate", "x.cap"]);
     assert_eq!(u.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&u.stderr).contains("unknown option --frobnicate"));
+    assert!(String::from_utf8_lossy(&u.stderr).contains("unexpected argument '--frobnicate'"), "{}", String::from_utf8_lossy(&u.stderr));
+    assert!(u.stdout.is_empty());
+    let none = run(&["--quiet"]);
+    assert_eq!(none.status.code(), Some(2), "no capture named");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("<CAPTURE>"));
+}
+
+/// The names src/hooks exports (`#[no_mangle]` functions, written out or made by a macro whose
+/// body has one), read from the source, so a new hook is covered without editing this test.
+fn hook_names() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hooks");
+    let ident =
+        |s: &str| s.trim().trim_start_matches("super::").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        // written out: `fn NAME(` within the two lines after `no_mangle`
+        for (i, _) in lines.iter().enumerate().filter(|(_, l)| l.contains("no_mangle)") || l.trim() == "#[no_mangle]") {
+            for next in &lines[i + 1..(i + 3).min(lines.len())] {
+                if let Some(rest) = next.split_once(" fn ").map(|(_, r)| r) {
+                    let n = ident(rest);
+                    if !n.is_empty() {
+                        names.push(n);
+                    }
+                    break;
+                }
+            }
+        }
+        // made by a macro: the argument in the place of the metavariable its `fn $x(` uses
+        for (start, _) in text.match_indices("macro_rules! ") {
+            let name = ident(&text[start + 13..]);
+            let body_end = text[start..].find("\n}\n").map_or(text.len(), |e| start + e);
+            let body = &text[start..body_end];
+            if !body.contains("no_mangle") {
+                continue;
+            }
+            let Some(var) = body.split_once("fn $").map(|(_, r)| ident(r)) else { continue };
+            let matcher = &body[body.find('(').unwrap() + 1..];
+            let Some(pos) = matcher.split(',').position(|a| a.trim() == format!("${var}:ident")) else { continue };
+            for (at, _) in text.match_indices(&format!("\n{name}!(")) {
+                let args = &text[at + name.len() + 3..];
+                names.push(ident(args.split(',').nth(pos).unwrap()));
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `nm -D --defined-only FILE`: the names of its defined dynamic symbols.
+fn dynamic_exports(file: &Path) -> Vec<String> {
+    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(file).output().expect("nm (binutils)");
+    assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|s| s.split('@').next().unwrap().to_string())
+        .collect()
+}
+
+/// Only libgdrshim.so carries the hooks in its dynamic symbol table. The programs link the rlib,
+/// and GNU ld would export their definitions of `open`, `ioctl`, `dlsym`… (names libc defines
+/// too); build.rs makes every symbol of the programs local. The library still exports each hook.
+#[test]
+fn only_the_library_exports_the_hooks() {
+    let hooks = hook_names();
+    for must in [
+        "dlsym",
+        "dlvsym",
+        "ioctl",
+        "open",
+        "openat64",
+        "close",
+        "ibv_reg_mr",
+        "ibv_reg_dmabuf_mr",
+        "cuMemAlloc_v2",
+        "cuGetProcAddress_v2",
+        "gdrshim_version",
+    ] {
+        assert!(hooks.iter().any(|h| h == must), "the hook list read from src/hooks lacks {must}: {hooks:?}");
+    }
+    assert!(hooks.len() >= 40, "{hooks:?}");
+    let lib = common::shipped();
+    let lib_syms = dynamic_exports(&lib);
+    // the benchmark pause is a knobs-build hook (the_shipped_library_has_no_knobs)
+    for h in hooks.iter().filter(|h| *h != "gdrshim_bench_pause") {
+        assert!(lib_syms.contains(h), "libgdrshim.so does not export {h}");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    common::sh(
+        Command::new(env!("CARGO"))
+            .args(["build", "--release", "--locked", "-p", "gdrshim-tools", "--bin", "gdrshim-tool"])
+            .current_dir(root),
+    );
+    for bin in [Path::new(env!("CARGO_BIN_EXE_gdrshim-replay")).to_path_buf(), root.join("target/release/gdrshim-tool")] {
+        let syms = dynamic_exports(&bin);
+        let leaked: Vec<&String> = hooks.iter().filter(|h| syms.contains(h)).collect();
+        assert!(leaked.is_empty(), "{} exports the shim's hooks {leaked:?}", bin.display());
+    }
 }

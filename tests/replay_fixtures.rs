@@ -67,3 +67,97 @@ fn every_fixture_replays_without_malformed_or_mismatched() {
         assert!(r.tracker.counts.native > 0, "{f}: the H200 registers natively");
     }
 }
+
+/// The replay tool on `args`: exit code, stdout, stderr.
+fn replay_tool(args: &[&std::path::Path]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gdrshim-replay")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn fixtures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// The summary fields of a replay's output, without the `replay=FILE` that names the file.
+fn summary_of(stdout: &str) -> String {
+    let l = stdout.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary: {stdout}"));
+    l.split_whitespace().filter(|f| !f.starts_with("replay=")).collect::<Vec<_>>().join(" ")
+}
+
+/// Each shipped `.cap.gz` replays as it is, through the program users run, exactly as its
+/// decompressed `.cap` does: the driver read, hundreds of ioctls, libcuda's registrations all
+/// predicted, exit 0.
+#[test]
+fn the_replay_tool_reads_each_shipped_capture_gz_and_cap() {
+    let scratch = std::env::temp_dir().join(format!("gdrshim-replay-fixtures-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cap.gz"))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 5, "{names:?}");
+    for n in &names {
+        let gz = fixtures_dir().join(n);
+        let (rc, out, err) = replay_tool(&[&gz]);
+        assert_eq!(rc, 0, "{n}: {err}\n{out}");
+        assert!(out.starts_with(&format!("== {} (driver 580.159.04)", gz.display())), "{n}: {out:.200}");
+        let s = summary_of(&out);
+        assert!(s.contains(" malformed=0 ") && s.contains(" mismatched=0 ") && s.contains(" uncovered=0 "), "{n}: {s}");
+        let field = |k: &str| s.split_whitespace().find_map(|f| f.strip_prefix(k)).and_then(|v| v.parse::<u64>().ok()).unwrap();
+        assert!(field("ioctls=") > 400 && field("native=") > 0 && field("native=") == field("matched="), "{n}: {s}");
+        let plain = scratch.join(n.trim_end_matches(".gz"));
+        std::fs::write(&plain, fixture(n)).unwrap();
+        let (rc, out2, err) = replay_tool(&[&plain]);
+        assert_eq!((rc, summary_of(&out2)), (0, s), "{n} as plain text: {err}");
+    }
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
+
+/// A file that is not a capture is rejected with the reason on stderr and exit 2 (as `--help`
+/// says), never replayed into an all-zero summary; the other files named still are.
+#[test]
+fn the_replay_tool_rejects_garbage_and_says_why() {
+    let d = std::env::temp_dir().join(format!("gdrshim-replay-garbage-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let text = fixture("alloc-probe.cap.gz");
+    let gz = std::fs::read(fixtures_dir().join("alloc-probe.cap.gz")).unwrap();
+    // the 200th line cut after its first ten characters: `I c 10 c0…`, no rc, no argument
+    let cut: usize = text.lines().take(199).map(|l| l.len() + 1).sum::<usize>() + 10;
+    let mut noise: Vec<u8> = (0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    noise[0] = 0xff;
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        ("noise.cap", noise, "not a capture: binary data (not UTF-8 text) at byte 0".into()),
+        (
+            "hello.cap",
+            b"hello world\nthis is not a capture\n".to_vec(),
+            "not a capture: bad magic: the first line is \"hello world\"".into(),
+        ),
+        ("empty.cap", Vec::new(), "not a capture: the file is empty".into()),
+        ("plain.cap.gz", text.as_bytes().to_vec(), "not gzip: bad magic [56 20] where a .gz file starts 1f 8b".into()),
+        ("half.cap.gz", gz[..gz.len() / 2].to_vec(), "truncated: the gzip stream ends early, at record ".into()),
+        ("cut.cap", text.as_bytes()[..cut].to_vec(), "truncated at record 200: its line has no end".into()),
+    ];
+    for (name, bytes, why) in &cases {
+        let f = d.join(name);
+        std::fs::write(&f, bytes).unwrap();
+        let (rc, out, err) = replay_tool(&[&f]);
+        assert_eq!(rc, 2, "{name}: {out}{err}");
+        assert!(err.contains(&format!("{}: rejected: {why}", f.display())), "{name}: {err}");
+        assert!(!out.contains("summary"), "{name}: a rejected file has no summary: {out}");
+    }
+    // a capture with a bad line in it replays, exit 1, naming the first bad line
+    let bad = d.join("bad-line.cap");
+    std::fs::write(&bad, text.replacen("\nM ", "\nZ this is no record\nM ", 1)).unwrap();
+    let (rc, out, err) = replay_tool(&[&bad]);
+    assert_eq!(rc, 1, "{out}{err}");
+    assert!(summary_of(&out).contains(" malformed=0 "));
+    assert!(err.contains("1 line(s) are no capture record, the first is line 2: \"Z this is no record\""), "{err}");
+    // every file is tried; the exit code is the worst
+    let good = fixtures_dir().join("torch-alloc.cap.gz");
+    let (rc, out, err) = replay_tool(&[&good, &d.join("hello.cap"), &bad]);
+    assert_eq!(rc, 2, "{err}");
+    assert_eq!(out.matches("gdrshim: summary").count(), 2, "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
