@@ -8,6 +8,7 @@ mod dmabuf;
 mod doctor;
 mod report;
 mod routes;
+mod selftest;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +46,9 @@ enum Cmd {
     /// Allocate GPU memory, export it as a DMA-BUF and register it on each HCA (no gdrshim involved)
     #[command(after_help = dmabuf::AFTER_HELP)]
     DmabufProbe(dmabuf::Args),
+    /// Prove GPUDirect RDMA here: GPU memory registered under the shim, RDMA WRITE/READ through one self-connected QP, every byte checked
+    #[command(after_help = selftest::AFTER_HELP)]
+    Selftest(selftest::Args),
     /// Print the tool's version
     Version,
 }
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::Doctor(a) => a.run(),
         Cmd::VerifyRun(a) => a.run(),
         Cmd::DmabufProbe(a) => a.run(),
+        Cmd::Selftest(a) => a.run(),
         Cmd::Version => {
             println!("gdrshim-tool {}", env!("CARGO_PKG_VERSION"));
             Ok(0)

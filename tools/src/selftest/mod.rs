@@ -1,0 +1,318 @@
+//! `gdrshim-tool selftest`: one command that proves GPUDirect RDMA on this machine, with every
+//! byte checked. It runs itself under the shim in register mode (re-executing with
+//! `LD_PRELOAD=libgdrshim.so GDRSHIM_MODE=register` when the shim is not loaded), then:
+//! 1. the route the shim chose (and that it registers at all);
+//! 2. GPU memory from libcuda (`cuMemAlloc`);
+//! 3. registration of it with `ibv_reg_mr` under the shim, on the DMA-BUF route also
+//!    `cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr` as NCCL does, and of host memory;
+//! 4. one RC QP connected to itself: RDMA WRITE GPU→GPU, host→GPU, GPU→host and RDMA READ
+//!    GPU→host, a pattern that differs per 4 KiB page and per run, every byte compared;
+//! 5. bandwidth per direction against the link rate from `ibv_query_port`;
+//! 6. the shim's counters.
+//!
+//! Each check is PASS, FAIL or COULD-NOT-CHECK with the call, its errno or CUDA status, and the
+//! likely cause. libcuda and libibverbs are loaded at run time (no build-time rdma-core).
+
+mod cuda;
+pub mod ffi;
+#[cfg(test)]
+mod layout;
+mod qp;
+mod rdma;
+mod report;
+
+use core::ffi::{c_char, c_int, c_void};
+use report::Report;
+use std::path::PathBuf;
+
+pub const AFTER_HELP: &str = "Runs under libgdrshim.so in register mode (re-executes itself with LD_PRELOAD when the shim is not
+loaded: --shim PATH, else libgdrshim.so next to the binary or in ../lib). Needs a GPU and an HCA port
+that is up; with no HCA the RDMA steps say COULD-NOT-CHECK and the exit code is 2.
+
+Exit codes:
+  0  every step passed
+  1  a step failed (each FAIL names the call, its errno or CUDA status, and the likely cause)
+  2  could not check here (no libcuda, no GPU, no libibverbs, no HCA) or a usage error";
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// HCA to use (as in /sys/class/infiniband; default: the first one libibverbs lists)
+    #[arg(long, value_name = "NAME")]
+    pub hca: Option<String>,
+    /// HCA port
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub port: u8,
+    /// GID index (RoCE: the RoCE v2 IPv4 GID the doctor names; IB: LID addressing is used)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub gid_index: c_int,
+    /// CUDA device ordinal
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub gpu: c_int,
+    /// Largest transfer (bytes; a multiple of 4096, at least 65536); bandwidth runs 64 KiB … this
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    pub size: usize,
+    /// Route the shim must take (auto: whichever works here)
+    #[arg(long, value_name = "R", default_value = "auto", value_parser = ["auto", "dmabuf", "nv503c"])]
+    pub route: String,
+    /// libgdrshim.so to run under when it is not preloaded already
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// Skip the bandwidth step (step 5)
+    #[arg(long)]
+    pub no_bandwidth: bool,
+    /// JSON on stdout instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Set in the re-executed child: never re-execute twice.
+const CHILD_VAR: &str = "GDRSHIM_SELFTEST_CHILD";
+
+impl Args {
+    pub fn run(self) -> Result<u8, String> {
+        if self.size < 65536 || self.size % 4096 != 0 {
+            return Err("--size must be a multiple of 4096 and at least 65536".into());
+        }
+        if let Some(code) = self.reexec()? {
+            return Ok(code);
+        }
+        let r = selftest(&self);
+        print!("{}", if self.json { r.json() + "\n" } else { r.text() });
+        Ok(r.exit_code())
+    }
+
+    /// Under the shim in register mode (and with the route asked for) already: None. Else
+    /// re-executes this program so; an error only where that is impossible.
+    fn reexec(&self) -> Result<Option<u8>, String> {
+        let want_route = (self.route != "auto").then_some(self.route.as_str());
+        let mode_ok = std::env::var("GDRSHIM_MODE").is_ok_and(|m| m == "register");
+        let route_ok = want_route.is_none_or(|r| std::env::var("GDRSHIM_ROUTE").is_ok_and(|v| v == r));
+        if (shim_loaded() && mode_ok && route_ok) || std::env::var_os(CHILD_VAR).is_some() {
+            return Ok(None); // the child reports what is still wrong in step 1
+        }
+        let mut preload = std::env::var("LD_PRELOAD").unwrap_or_default();
+        if !shim_loaded() {
+            let lib = self.find_shim().ok_or(
+                "libgdrshim.so is not preloaded and was not found (next to the binary, in ../lib, target/release): give --shim PATH",
+            )?;
+            preload = if preload.is_empty() { lib.display().to_string() } else { format!("{}:{preload}", lib.display()) };
+        }
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to re-execute it: {e}"))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args(std::env::args_os().skip(1)).env("LD_PRELOAD", preload).env("GDRSHIM_MODE", "register").env(CHILD_VAR, "1");
+        if let Some(r) = want_route {
+            cmd.env("GDRSHIM_ROUTE", r);
+        }
+        let st = cmd.status().map_err(|e| format!("cannot re-execute under the shim: {e}"))?;
+        Ok(Some(st.code().map_or(2, |c| c as u8)))
+    }
+
+    fn find_shim(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.shim {
+            return p.is_file().then(|| p.canonicalize().unwrap_or(p.clone()));
+        }
+        let exe = std::env::current_exe().ok()?;
+        let dir = exe.parent()?;
+        [dir.join("libgdrshim.so"), dir.join("../lib/libgdrshim.so")].into_iter().find(|p| p.is_file()).and_then(|p| p.canonicalize().ok())
+    }
+}
+
+/// `dlsym(RTLD_DEFAULT, name)`.
+fn global_sym(name: &[u8]) -> *mut c_void {
+    // SAFETY: dlsym with a NUL-terminated name (every caller passes a literal ending in \0).
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr() as *const c_char) }
+}
+
+fn shim_loaded() -> bool {
+    !global_sym(b"gdrshim_version\0").is_null()
+}
+
+fn shim_int(name: &[u8]) -> Option<c_int> {
+    let f = global_sym(name);
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the shim's exported `int gdrshim_*(void)` queries (include/gdrshim.h).
+    let f: unsafe extern "C" fn() -> c_int = unsafe { core::mem::transmute(f) };
+    // SAFETY: as above; they take no arguments and never fail.
+    Some(unsafe { f() })
+}
+
+/// `struct gdrshim_counters` of include/gdrshim.h, by name.
+const COUNTER_NAMES: [&str; 13] = [
+    "nv_ioctls",
+    "native",
+    "matched",
+    "mismatched",
+    "unpredicted",
+    "pass0_hits",
+    "pass0_misses",
+    "registered",
+    "unregistered",
+    "rm_errors",
+    "live_registrations",
+    "host_mrs",
+    "stood_aside",
+];
+
+pub fn counters() -> Option<[u64; 13]> {
+    let f = global_sym(b"gdrshim_counters\0");
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: `int gdrshim_counters(struct gdrshim_counters *out, size_t size)` of gdrshim.h.
+    let f: unsafe extern "C" fn(*mut u64, usize) -> c_int = unsafe { core::mem::transmute(f) };
+    let mut c = [0u64; 13];
+    // SAFETY: `c` is 13 u64s, the size we pass; the shim writes at most that many bytes.
+    let n = unsafe { f(c.as_mut_ptr(), core::mem::size_of_val(&c)) };
+    (n >= 0).then_some(c)
+}
+
+fn counter(c: &[u64; 13], name: &str) -> u64 {
+    COUNTER_NAMES.iter().position(|n| *n == name).map_or(0, |i| c[i])
+}
+
+fn route_name(r: c_int) -> &'static str {
+    match r {
+        1 => "dmabuf",
+        2 => "nv503c",
+        _ => "none",
+    }
+}
+
+fn selftest(a: &Args) -> Report {
+    let mut r = Report::default();
+    let mut cu = match cuda::Cuda::load() {
+        Ok(c) => c,
+        Err(e) => {
+            r.not_checked(1, "route", "the route is decided at the first NVIDIA call: none without libcuda", "");
+            r.not_checked(2, "gpu.alloc", e, "no NVIDIA driver (libcuda.so.1) on this machine or in this container (--gpus)");
+            return r;
+        }
+    };
+    let gpu_name = match cu.open(a.gpu) {
+        Ok(n) => n,
+        Err((call, st)) => {
+            r.not_checked(1, "route", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
+            r.fail(2, "gpu.context", format!("no CUDA context on GPU {}", a.gpu), format!("{call} -> {st}"), cu_cause(&st));
+            return r;
+        }
+    };
+    step1_route(a, &cu, &mut r);
+    // step 2: GPU memory
+    let mut gpu = [0u64; 2];
+    for (k, p) in gpu.iter_mut().enumerate() {
+        match cu.alloc(a.size) {
+            Ok(v) => *p = v,
+            Err((call, st)) => {
+                r.fail(2, "gpu.alloc", format!("GPU memory on {gpu_name}"), format!("{call} -> {st}"), cu_cause(&st));
+                for q in &gpu[..k] {
+                    cu.free(*q);
+                }
+                shim_counters(&mut r);
+                return r;
+            }
+        }
+    }
+    r.pass(
+        2,
+        "gpu.alloc",
+        format!("2 x {} bytes of GPU memory on {gpu_name} (GPU {}) at {:#x}, {:#x}", a.size, a.gpu, gpu[0], gpu[1]),
+        "cuMemAlloc -> CUDA_SUCCESS",
+    );
+    rdma::steps(a, &cu, gpu, &mut r);
+    for p in gpu {
+        cu.free(p);
+    }
+    shim_counters(&mut r);
+    r
+}
+
+fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
+    let Some(mode) = shim_int(b"gdrshim_mode\0") else {
+        r.fail(
+            1,
+            "route.shim",
+            "libgdrshim.so is not loaded in this process",
+            format!("LD_PRELOAD={}", std::env::var("LD_PRELOAD").unwrap_or_default()),
+            "the dynamic linker ignored LD_PRELOAD (setuid/secure execution, a 32-bit or foreign-arch library, a wrong path), or --shim named another file",
+        );
+        return;
+    };
+    let route = shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
+    let active = shim_int(b"gdrshim_gdr_active\0").unwrap_or(0);
+    let attr = cu.attribute(cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).map_or("unknown".into(), |v| v.to_string());
+    let call = format!(
+        "gdrshim_mode()={mode} gdrshim_gdr_route()={route} gdrshim_gdr_active()={active}; CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={attr}"
+    );
+    if mode != 3 {
+        r.fail(1, "route.shim", format!("the shim runs in mode {mode}, not register (3)"), call, "GDRSHIM_MODE is not register in this process (a wrapper script overrides it), or the shim is inert (fork child, secure execution, unknown driver ABI: see its log)");
+    } else if route == 0 || active == 0 {
+        r.fail(1, "route.chosen", "the shim registers by no route here", call, "neither route works on this machine: DMA-BUF needs the open module 570+, kernel 5.12+ with dma-buf and ODP, rdma-core 34+ (ibv_reg_dmabuf_mr); NV503C needs nvidia-peermem (MLNX_OFED/DOCA). The shim's warning names what is missing; scripts/doctor says it per route");
+    } else if a.route != "auto" && a.route != route_name(route) {
+        r.fail(1, "route.chosen", format!("the shim took route {} but --route {} was asked", route_name(route), a.route), call, "the route asked for cannot work here (the shim falls back only with GDRSHIM_ROUTE=auto); see the shim's warning and scripts/doctor");
+    } else {
+        r.pass(
+            1,
+            "route.chosen",
+            format!("gdrshim {} registers GPU memory by route {} (register mode)", shim_version(), route_name(route)),
+            call,
+        );
+    }
+}
+
+fn shim_version() -> String {
+    let f = global_sym(b"gdrshim_version\0");
+    if f.is_null() {
+        return "?".into();
+    }
+    // SAFETY: `const char *gdrshim_version(void)` of gdrshim.h: a static string.
+    let f: unsafe extern "C" fn() -> *const c_char = unsafe { core::mem::transmute(f) };
+    // SAFETY: as above; the string is NUL-terminated and static.
+    unsafe { core::ffi::CStr::from_ptr(f()) }.to_string_lossy().into_owned()
+}
+
+/// Step 6: the shim's counters; a miss on our own allocations, an RM error or a mismatch fails.
+fn shim_counters(r: &mut Report) {
+    let Some(c) = counters() else {
+        r.not_checked(6, "shim.counters", "the shim is not loaded: no counters", "");
+        return;
+    };
+    r.counters = COUNTER_NAMES.iter().zip(c).map(|(n, v)| (*n, v.to_string())).collect();
+    r.counters.insert(0, ("route", route_name(shim_int(b"gdrshim_gdr_route\0").unwrap_or(0)).to_string()));
+    let (hits, misses, rm, mism) =
+        (counter(&c, "pass0_hits"), counter(&c, "pass0_misses"), counter(&c, "rm_errors"), counter(&c, "mismatched"));
+    let call = format!("gdrshim_counters(): pass0_hits={hits} pass0_misses={misses} rm_errors={rm} mismatched={mism}");
+    if misses > 0 || rm > 0 || mism > 0 {
+        r.fail(6, "shim.counters", "the shim missed, or RM refused, a registration of this test's own memory", call, "a miss: the GPU memory was not one exact mapping the shim saw (its log names the reason); rm_errors: RM refused a registration or export (the log names the status and its cause); mismatched: the shim's plan differs from libcuda's own (report it with the shim log)");
+    } else {
+        r.pass(6, "shim.counters", "no miss, no RM error, no mismatch", call);
+    }
+}
+
+/// The likely cause of a failed CUDA call, by status name.
+fn cu_cause(st: &str) -> String {
+    let c = if st.contains("NO_DEVICE") || st.contains("(100)") {
+        "no GPU visible (CUDA_VISIBLE_DEVICES, container without --gpus)"
+    } else if st.contains("INVALID_DEVICE") || st.contains("(101)") {
+        "--gpu names no such device"
+    } else if st.contains("OUT_OF_MEMORY") || st.contains("(2)") {
+        "the GPU is out of memory (other processes, or --size too large)"
+    } else if st.contains("(999)") || st.contains("UNKNOWN") || st.contains("SYSTEM_DRIVER_MISMATCH") || st.contains("(803)") {
+        "kernel module and libcuda versions differ, or the driver is wedged (the doctor's driver.versions; dmesg for Xid)"
+    } else if st.contains("NOT_SUPPORTED") || st.contains("(801)") {
+        "the driver does not support this here (GeForce without the shim serving it)"
+    } else {
+        "see the CUDA status; dmesg for an Xid"
+    };
+    c.to_string()
+}
+
+/// `strerror`-style text of an errno.
+pub fn errno_text(e: i32) -> String {
+    format!("errno {e} ({})", std::io::Error::from_raw_os_error(e))
+}
+
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}

@@ -1,0 +1,413 @@
+//! Steps 3 to 5: registration of GPU and host memory, one RC QP connected to itself, RDMA WRITE
+//! and READ between GPU and host memory with every byte compared, and the bandwidth per direction.
+
+use super::cuda::Cuda;
+use super::ffi::*;
+use super::report::Report;
+use super::{errno, errno_text, Args};
+use core::ffi::{c_int, c_void, CStr};
+use std::time::{Duration, Instant};
+
+/// Page-aligned host memory (anonymous mmap).
+pub struct HostBuf {
+    p: *mut u8,
+    len: usize,
+}
+
+impl HostBuf {
+    pub fn new(len: usize) -> Option<HostBuf> {
+        // SAFETY: an anonymous private mapping; unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        (p != libc::MAP_FAILED).then_some(HostBuf { p: p.cast(), len })
+    }
+    pub fn addr(&self) -> u64 {
+        self.p as u64
+    }
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: our mapping of len bytes, alive while self is. The NIC writes it only while a
+        // work request we posted runs, and we read it only after its completion.
+        unsafe { core::slice::from_raw_parts(self.p, self.len) }
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self is the only Rust view.
+        unsafe { core::slice::from_raw_parts_mut(self.p, self.len) }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), unmapped once.
+        unsafe { libc::munmap(self.p.cast(), self.len) };
+    }
+}
+
+/// The per-run pattern: 8-byte words of splitmix64 over (run seed, transfer, 4 KiB page, word),
+/// so every page of every transfer of every run differs.
+pub fn fill(buf: &mut [u8], seed: u64, tag: u64) {
+    for (j, w) in buf.chunks_mut(8).enumerate() {
+        let page = (j * 8 / 4096) as u64;
+        let mut z = seed ^ (tag << 48) ^ (page << 20) ^ (j as u64 & 511);
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let b = z.to_le_bytes();
+        w.copy_from_slice(&b[..w.len()]);
+    }
+}
+
+/// None: equal; else (first differing offset, bytes that differ).
+pub fn compare(got: &[u8], want: &[u8]) -> Option<(usize, usize)> {
+    let first = got.iter().zip(want).position(|(a, b)| a != b)?;
+    Some((first, got[first..].iter().zip(&want[first..]).filter(|(a, b)| a != b).count()))
+}
+
+/// Everything opened on the HCA, released in reverse order.
+struct Hca<'v> {
+    v: &'v Verbs,
+    ctx: *mut IbvContext,
+    pd: *mut c_void,
+    cq: *mut IbvCqHead,
+    qp: *mut IbvQpHead,
+    mrs: Vec<*mut IbvMr>,
+}
+
+impl Drop for Hca<'_> {
+    fn drop(&mut self) {
+        // SAFETY: each object was created on this context by libibverbs and is released once,
+        // children before parents.
+        unsafe {
+            if !self.qp.is_null() {
+                (self.v.destroy_qp)(self.qp);
+            }
+            if !self.cq.is_null() {
+                (self.v.destroy_cq)(self.cq);
+            }
+            for m in self.mrs.drain(..) {
+                (self.v.dereg_mr)(m);
+            }
+            if !self.pd.is_null() {
+                (self.v.dealloc_pd)(self.pd);
+            }
+            (self.v.close_device)(self.ctx);
+        }
+    }
+}
+
+/// One memory region as the QP addresses it.
+#[derive(Clone, Copy)]
+pub struct Region {
+    pub addr: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+fn mr_region(mr: *mut IbvMr, addr: u64) -> Region {
+    // SAFETY: a live MR returned by libibverbs (or the shim, which returns the provider's MR).
+    let m = unsafe { &*mr };
+    Region { addr, lkey: m.lkey, rkey: m.rkey }
+}
+
+const ACCESS: c_int = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+fn reg_cause(e: i32, gpu: bool) -> &'static str {
+    match e {
+        libc::EFAULT if gpu => "the NIC could not pin the GPU memory: gdrshim did not make it reachable (a miss: see pass0_misses and the shim log; no route: step 1), nvidia-peermem is not loaded (NV503C), or the HCA driver refused the dma-buf (DMA-BUF)",
+        libc::EFAULT | libc::ENOMEM | libc::EPERM => "the locked-memory limit is too low: ulimit -l unlimited (docker: --ulimit memlock=-1, --cap-add=IPC_LOCK)",
+        libc::EOPNOTSUPP | libc::EPROTONOSUPPORT => "the kernel or the HCA driver lacks DMA-BUF MRs: kernel 5.12+ with CONFIG_DMA_SHARED_BUFFER, rdma-core 34+, an mlx5 HCA",
+        libc::EINVAL => "the HCA driver refused the range (a dma-buf it cannot map: firmware, or no DMA-BUF support in this HCA)",
+        _ => "see dmesg for the HCA driver's reason",
+    }
+}
+
+/// `ibv_reg_mr` (the shim's, under it) of [addr, addr+len); the MR is released with `h`.
+fn reg(h: &mut Hca, addr: u64, len: usize) -> Result<*mut IbvMr, i32> {
+    // SAFETY: our pd; [addr, addr+len) is our allocation (GPU or host).
+    let m = unsafe { (h.v.reg_mr)(h.pd, addr as *mut c_void, len, ACCESS) };
+    if m.is_null() {
+        return Err(errno());
+    }
+    h.mrs.push(m);
+    Ok(m)
+}
+
+/// Steps 3, 4 and 5 on the GPU buffers `gpu` (each `a.size` bytes).
+pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
+    let dmabuf_route = super::shim_int(b"gdrshim_gdr_route\0") == Some(1);
+    // NCCL's way on the DMA-BUF route: the fd from libcuda (served by gdrshim on a GeForce)
+    let mut fd: Option<c_int> = None;
+    if dmabuf_route {
+        match cu.export_dmabuf(gpu[1], a.size) {
+            Some(Ok(f)) => {
+                r.pass(3, "reg.export", format!("DMA-BUF fd {f} for {} bytes of GPU memory", a.size), "cuMemGetHandleForAddressRange(DMA_BUF_FD) -> CUDA_SUCCESS");
+                fd = Some(f);
+            }
+            Some(Err((call, st))) => r.fail(3, "reg.export", "no DMA-BUF of the GPU memory", format!("{call} -> {st}"), "801 (NOT_SUPPORTED): the shim did not serve it (not an exact hit, or not the DMA-BUF route: see step 1 and the shim log); other: the driver refused the export (open module 570+, kernel with CONFIG_DMA_SHARED_BUFFER)"),
+            None => r.fail(3, "reg.export", "libcuda lacks cuMemGetHandleForAddressRange", "dlsym(libcuda, cuMemGetHandleForAddressRange) -> NULL", "a driver older than CUDA 11.7"),
+        }
+    }
+    let close_fd = |fd: Option<c_int>| {
+        if let Some(f) = fd {
+            // SAFETY: our fd from cuMemGetHandleForAddressRange, closed once.
+            unsafe { libc::close(f) };
+        }
+    };
+    let v = match Verbs::load() {
+        Ok(v) => v,
+        Err(e) => {
+            r.not_checked(3, "reg.gpu", e, "install rdma-core (libibverbs1 and ibverbs-providers)");
+            r.not_checked(4, "rdma.loopback", "no libibverbs: no queue pair", "");
+            close_fd(fd);
+            return;
+        }
+    };
+    let Some(mut h) = open_hca(a, &v, r) else {
+        close_fd(fd);
+        return;
+    };
+    let mut gpu_mr = [core::ptr::null_mut(); 2];
+    for (k, p) in gpu.iter().enumerate() {
+        match reg(&mut h, *p, a.size) {
+            Ok(m) => gpu_mr[k] = m,
+            Err(e) => {
+                r.fail(
+                    3,
+                    "reg.gpu",
+                    "ibv_reg_mr of GPU memory failed",
+                    format!("ibv_reg_mr({p:#x}, {}) -> NULL, {}", a.size, errno_text(e)),
+                    reg_cause(e, true),
+                );
+                r.not_checked(4, "rdma.loopback", "GPU memory is not registered: no transfer", "");
+                close_fd(fd);
+                return;
+            }
+        }
+    }
+    let hits = super::counters().map_or("?".into(), |c| super::counter(&c, "pass0_hits").to_string());
+    r.pass(
+        3,
+        "reg.gpu",
+        format!("ibv_reg_mr of 2 GPU buffers under the shim (pass0_hits={hits})"),
+        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", gpu[0], a.size, mr_region(gpu_mr[0], gpu[0]).lkey),
+    );
+    let mut dst = mr_region(gpu_mr[1], gpu[1]);
+    if let Some(f) = fd {
+        match v.reg_dmabuf_mr {
+            None => r.fail(
+                3,
+                "reg.dmabuf",
+                "libibverbs lacks ibv_reg_dmabuf_mr",
+                "dlsym(libibverbs, ibv_reg_dmabuf_mr) -> NULL",
+                "rdma-core older than 34",
+            ),
+            Some(regd) => {
+                // SAFETY: our pd and fd; iova = the GPU address, as NCCL registers it.
+                let m = unsafe { regd(h.pd, 0, a.size, gpu[1], f, ACCESS) };
+                if m.is_null() {
+                    let e = errno();
+                    r.fail(
+                        3,
+                        "reg.dmabuf",
+                        "ibv_reg_dmabuf_mr of the exported fd failed",
+                        format!("ibv_reg_dmabuf_mr(fd {f}, 0, {}, iova {:#x}) -> NULL, {}", a.size, gpu[1], errno_text(e)),
+                        reg_cause(e, true),
+                    );
+                } else {
+                    h.mrs.push(m);
+                    dst = mr_region(m, gpu[1]);
+                    r.pass(
+                        3,
+                        "reg.dmabuf",
+                        "ibv_reg_dmabuf_mr of the DMA-BUF (the RDMA steps write the GPU through this MR)",
+                        format!("ibv_reg_dmabuf_mr(fd {f}) -> lkey {:#x}", dst.lkey),
+                    );
+                }
+            }
+        }
+        close_fd(fd);
+    }
+    let (Some(mut hsrc), Some(mut hdst)) = (HostBuf::new(a.size), HostBuf::new(a.size)) else {
+        r.fail(3, "reg.host", "no host memory", format!("mmap({}) -> MAP_FAILED", a.size), "out of memory");
+        return;
+    };
+    let mut host_mr = [core::ptr::null_mut(); 2];
+    for (k, b) in [&hsrc, &hdst].into_iter().enumerate() {
+        match reg(&mut h, b.addr(), a.size) {
+            Ok(m) => host_mr[k] = m,
+            Err(e) => {
+                r.fail(
+                    3,
+                    "reg.host",
+                    "ibv_reg_mr of host memory failed",
+                    format!("ibv_reg_mr({:#x}, {}) -> NULL, {}", b.addr(), a.size, errno_text(e)),
+                    reg_cause(e, false),
+                );
+                r.not_checked(4, "rdma.loopback", "host memory is not registered: no transfer", "");
+                return;
+            }
+        }
+    }
+    r.pass(
+        3,
+        "reg.host",
+        "ibv_reg_mr of 2 host buffers",
+        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", hsrc.addr(), a.size, mr_region(host_mr[0], hsrc.addr()).lkey),
+    );
+    let regions = Regions {
+        gsrc: mr_region(gpu_mr[0], gpu[0]),
+        gdst: dst,
+        hsrc: mr_region(host_mr[0], hsrc.addr()),
+        hdst: mr_region(host_mr[1], hdst.addr()),
+    };
+    let Some((q, link)) = super::qp::connect(a, &v, &mut h.cq, &mut h.qp, h.ctx, h.pd, r) else {
+        return;
+    };
+    let seed = run_seed();
+    if !super::qp::data_steps(a, cu, &q, &regions, &mut hsrc, &mut hdst, seed, r) {
+        r.not_checked(5, "bandwidth", "the data steps failed: no bandwidth figures", "");
+        return;
+    }
+    if a.no_bandwidth {
+        r.not_checked(5, "bandwidth", "skipped (--no-bandwidth)", "");
+    } else {
+        super::qp::bandwidth(a, &q, &regions, link, r);
+    }
+}
+
+pub struct Regions {
+    pub gsrc: Region,
+    pub gdst: Region,
+    pub hsrc: Region,
+    pub hdst: Region,
+}
+
+fn run_seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 32)
+}
+
+fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Report) -> Option<Hca<'v>> {
+    let mut n = 0;
+    // SAFETY: a valid out-pointer; the list is freed below.
+    let list = unsafe { (v.get_device_list)(&mut n) };
+    let mut names = Vec::new();
+    for i in 0..if list.is_null() { 0 } else { n.max(0) as usize } {
+        // SAFETY: i < n entries of the list.
+        let d = unsafe { *list.add(i) };
+        // SAFETY: a device of the list: its name is a NUL-terminated string.
+        names.push((d, unsafe { CStr::from_ptr((v.get_device_name)(d)) }.to_string_lossy().into_owned()));
+    }
+    let pick = match &a.hca {
+        Some(want) => names.iter().find(|(_, nm)| nm == want).map(|(d, nm)| (*d, nm.clone())),
+        None => names.first().cloned(),
+    };
+    let out = match pick {
+        None if names.is_empty() => {
+            r.not_checked(
+                3,
+                "reg.gpu",
+                "no HCA: ibv_get_device_list found 0 devices, so nothing can register memory",
+                "this machine has no RDMA device (or the container lacks --device /dev/infiniband/uverbsN); run it on a node with the HCA",
+            );
+            r.not_checked(4, "rdma.loopback", "no HCA: no queue pair", "");
+            None
+        }
+        None => {
+            let all: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+            r.fail(
+                3,
+                "hca",
+                format!("--hca {} is not an RDMA device here (there are: {})", a.hca.as_deref().unwrap_or(""), all.join(", ")),
+                "ibv_get_device_list",
+                "a typo, or the device was renamed (rdma link show)",
+            );
+            None
+        }
+        Some((d, name)) => {
+            // SAFETY: a device of the list, opened before the list is freed.
+            let ctx = unsafe { (v.open_device)(d) };
+            if ctx.is_null() {
+                let e = errno();
+                r.fail(
+                    3,
+                    "hca",
+                    format!("cannot open {name}"),
+                    format!("ibv_open_device({name}) -> NULL, {}", errno_text(e)),
+                    "missing /dev/infiniband/uverbs* (containers: --device), ib_uverbs not loaded, or no permission",
+                );
+                None
+            } else {
+                // SAFETY: an open context.
+                let pd = unsafe { (v.alloc_pd)(ctx) };
+                let h = Hca { v, ctx, pd, cq: core::ptr::null_mut(), qp: core::ptr::null_mut(), mrs: Vec::new() };
+                if pd.is_null() {
+                    let e = errno();
+                    r.fail(
+                        3,
+                        "hca",
+                        format!("no protection domain on {name}"),
+                        format!("ibv_alloc_pd -> NULL, {}", errno_text(e)),
+                        "the HCA driver is in a bad state (dmesg)",
+                    );
+                    None
+                } else {
+                    Some(h)
+                }
+            }
+        }
+    };
+    if !list.is_null() {
+        // SAFETY: from ibv_get_device_list; opened contexts stay valid after it is freed.
+        unsafe { (v.free_device_list)(list) };
+    }
+    out
+}
+
+/// Polls until `want` completions arrived or `limit` passed without one.
+pub fn wait_completions(poll: PollCq, cq: *mut IbvCqHead, want: usize, limit: Duration) -> Result<(), (String, String)> {
+    let mut got = 0;
+    let mut last = Instant::now();
+    let mut wc = [IbvWc::default(); 16];
+    while got < want {
+        // SAFETY: our CQ and a buffer of 16 work completions, as we say.
+        let n = unsafe { poll(cq, 16, wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err((format!("ibv_poll_cq -> {n}"), "the CQ is in error (overrun or a driver fault; dmesg)".into()));
+        }
+        for w in &wc[..n as usize] {
+            if w.status != 0 {
+                let call = format!(
+                    "ibv_poll_cq: wr_id {} status {} ({}) vendor_err {:#x}",
+                    w.wr_id,
+                    wc_status_name(w.status),
+                    w.status,
+                    w.vendor_err
+                );
+                return Err((call, wc_cause(w.status).into()));
+            }
+        }
+        if n > 0 {
+            got += n as usize;
+            last = Instant::now();
+        } else if last.elapsed() > limit {
+            return Err((
+                format!("ibv_poll_cq: {got} of {want} completions, none for {} s", limit.as_secs()),
+                "the QP hangs: the port went down, or the HCA lost its PCIe path (dmesg)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn wc_cause(s: u32) -> &'static str {
+    match s {
+        10 => "remote access error: the NIC could not reach the target memory through its MR (for GPU memory: the BAR mapping behind the registration is gone or not the registered pages; IOMMU/ACS blocked the peer access)",
+        4 | 8 => "local protection/access error: the NIC could not read or write the local MR's memory (for GPU memory: the registration does not cover it)",
+        12 => "transport retries exhausted: the QP got no answer from itself (wrong GID/LID or GID type, RoCE v2 without an IP on the netdev, port down, MTU)",
+        13 => "RNR retries exhausted: nothing was posted to receive (a tool bug)",
+        5 => "flushed: an earlier work request failed and the QP went to the error state",
+        _ => "see the status; dmesg for the HCA driver's message",
+    }
+}
