@@ -9,9 +9,10 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use libloading::{Library, Symbol};
 
 pub const AFTER_HELP: &str = "Exit codes:
-  0  pass
-  1  a step failed
-  2  usage error";
+  0  pass: every step worked (GPUDirect RDMA through DMA-BUF works natively here)
+  1  a step failed on a machine where it could run (each FAIL line says why and what to do)
+  2  could not check here: libcuda cannot be loaded, no GPU (or no device N), no libibverbs or no
+     HCA for step 3; or a usage error";
 
 /// `gdrshim-tool dmabuf-probe`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -22,13 +23,16 @@ pub struct Args {
     /// CUDA device ordinal
     #[arg(long, value_name = "N", default_value_t = 0)]
     device: c_int,
+    /// The CUDA driver library to load (a name the dynamic loader searches for, or a path)
+    #[arg(long, value_name = "LIB", default_value = "libcuda.so.1")]
+    libcuda: String,
 }
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
-        let r = probe(self.size, self.device);
+        let r = probe(&self.libcuda, self.size, self.device);
         print!("{}", r.text());
-        Ok(if r.failed() { 1 } else { 0 })
+        Ok(r.exit_code())
     }
 }
 
@@ -64,17 +68,25 @@ fn errno_text(e: i32) -> String {
     format!("errno {e} ({s})")
 }
 
-pub fn probe(size: usize, ordinal: c_int) -> Report {
+/// CUDA_ERROR_NO_DEVICE, CUDA_ERROR_INVALID_DEVICE: no GPU to probe here.
+const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+
+pub fn probe(libcuda: &str, size: usize, ordinal: c_int) -> Report {
     let mut r = Report::default();
     // SAFETY: loading the system's libcuda runs its initialisers, as any CUDA program does.
-    let cuda = match unsafe { Library::new("libcuda.so.1") } {
+    let cuda = match unsafe { Library::new(libcuda) } {
         Ok(lib) => Cuda { lib },
         Err(e) => {
-            r.push(Check::new(
-                "dmabuf.libcuda",
-                Status::Info,
-                format!("libcuda.so.1 cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run"),
-            ));
+            r.push(
+                Check::new(
+                    "dmabuf.libcuda",
+                    Status::Info,
+                    format!("{libcuda} cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run"),
+                )
+                .fix("run it on a GPU node with the NVIDIA driver installed (in a container: --gpus all)"),
+            );
+            r.could_not_check(format!("libcuda ({libcuda}) cannot be loaded"));
             return r;
         }
     };
@@ -103,11 +115,16 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     let alloc: Symbol<unsafe extern "C" fn(*mut u64, usize) -> CUresult> = sym!("cuMemAlloc_v2", _);
     let free: Symbol<unsafe extern "C" fn(u64) -> CUresult> = sym!("cuMemFree_v2", _);
     let export: Symbol<unsafe extern "C" fn(*mut c_void, u64, usize, c_int, u64) -> CUresult> = sym!("cuMemGetHandleForAddressRange", _);
-    r.push(Check::new("dmabuf.libcuda", Status::Pass, "libcuda.so.1 loaded"));
+    r.push(Check::new("dmabuf.libcuda", Status::Pass, format!("{libcuda} loaded")));
 
     let (mut dev, mut ctx, mut v) = (0, core::ptr::null_mut(), 0);
     // SAFETY: plain driver API calls with valid out-pointers.
     let rc = unsafe { cu_init(0) };
+    if rc == CUDA_ERROR_NO_DEVICE {
+        r.push(Check::new("dmabuf.init", Status::Info, format!("cuInit: {}: no GPU here, the GPU steps cannot run", cuda.err_name(rc))));
+        r.could_not_check("libcuda finds no GPU");
+        return r;
+    }
     if rc != 0 {
         r.push(
             Check::new("dmabuf.init", Status::Fail, format!("cuInit failed: {}", cuda.err_name(rc)))
@@ -117,6 +134,15 @@ pub fn probe(size: usize, ordinal: c_int) -> Report {
     }
     // SAFETY: as above.
     let rc = unsafe { dev_get(&mut dev, ordinal) };
+    if rc == CUDA_ERROR_INVALID_DEVICE {
+        r.push(Check::new(
+            "dmabuf.init",
+            Status::Info,
+            format!("cuDeviceGet({ordinal}): {}: there is no device {ordinal}", cuda.err_name(rc)),
+        ));
+        r.could_not_check(format!("no CUDA device {ordinal} here (--device)"));
+        return r;
+    }
     if rc != 0 {
         r.push(Check::new("dmabuf.init", Status::Fail, format!("cuDeviceGet({ordinal}) failed: {}", cuda.err_name(rc))));
         return r;
@@ -194,6 +220,7 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
                 )
                 .fix("install rdma-core (ibverbs-providers) on a machine with an HCA"),
             );
+            r.could_not_check("libibverbs cannot be loaded: step 3 (ibv_reg_dmabuf_mr) could not run");
             return;
         }
     };
@@ -232,6 +259,7 @@ fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
     let devs = unsafe { list(&mut n) };
     if devs.is_null() || n == 0 {
         r.push(Check::new("dmabuf.verbs", Status::Info, "libibverbs loaded, but there is no HCA (ibv_get_device_list found 0 devices): step 3, ibv_reg_dmabuf_mr, cannot run on this machine"));
+        r.could_not_check("no HCA: step 3 (ibv_reg_dmabuf_mr) could not run");
         if !devs.is_null() {
             // SAFETY: from ibv_get_device_list.
             unsafe { free_list(devs) };

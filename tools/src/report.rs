@@ -52,6 +52,9 @@ impl Check {
 #[derive(Default, Debug)]
 pub struct Report {
     pub checks: Vec<Check>,
+    /// Why what the command is for could not be checked here (no driver, no GPU, no libcuda…):
+    /// then, unless a check FAILs, the verdict is "could not check", exit 2, never a pass.
+    pub unchecked: Option<String>,
 }
 
 impl Report {
@@ -63,6 +66,27 @@ impl Report {
     }
     pub fn failed(&self) -> bool {
         self.worst() == Status::Fail
+    }
+    /// Marks the report "could not check" with the reason (the first reason given is kept).
+    pub fn could_not_check(&mut self, why: impl Into<String>) {
+        self.unchecked.get_or_insert_with(|| why.into());
+    }
+    /// 1 when a check failed, else 2 when it could not be checked here, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.failed() {
+            1
+        } else if self.unchecked.is_some() {
+            2
+        } else {
+            0
+        }
+    }
+    fn result(&self) -> &'static str {
+        match self.exit_code() {
+            0 => "PASS",
+            1 => "FAIL",
+            _ => "COULD NOT CHECK",
+        }
     }
     #[cfg(test)]
     pub fn get(&self, id: &str) -> Option<&Check> {
@@ -90,6 +114,9 @@ impl Report {
             count(Status::Fail),
             count(Status::Info)
         );
+        if let (Some(why), false) = (&self.unchecked, self.failed()) {
+            let _ = writeln!(s, "could not check here: {why}");
+        }
         s
     }
 
@@ -110,7 +137,11 @@ impl Report {
                 json_str(&c.fix)
             );
         }
-        let _ = write!(s, "],\"result\":{}}}", json_str(if self.failed() { "FAIL" } else { "PASS" }));
+        s.push(']');
+        if let Some(why) = &self.unchecked {
+            let _ = write!(s, ",\"could_not_check\":{}", json_str(why));
+        }
+        let _ = write!(s, ",\"result\":{}}}", json_str(self.result()));
         s
     }
 }
@@ -170,6 +201,22 @@ mod tests {
         r.push(Check::new("b", Status::Fail, "no"));
         assert!(r.json().ends_with("\"result\":\"FAIL\"}"));
         assert!(r.failed());
+    }
+    #[test]
+    fn exit_codes() {
+        let mut r = Report::default();
+        r.push(Check::new("a", Status::Pass, "yes"));
+        assert_eq!(r.exit_code(), 0);
+        assert!(!r.text().contains("could not check"));
+        r.could_not_check("no libcuda");
+        r.could_not_check("a second reason is not kept");
+        assert_eq!(r.exit_code(), 2);
+        assert!(r.text().ends_with("could not check here: no libcuda\n"), "{}", r.text());
+        assert!(r.json().ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\"}"), "{}", r.json());
+        // a failure found is a failure, whatever could not be checked
+        r.push(Check::new("b", Status::Fail, "no"));
+        assert_eq!(r.exit_code(), 1);
+        assert!(!r.text().contains("could not check here") && r.json().ends_with("\"result\":\"FAIL\"}"));
     }
     #[test]
     fn ansi() {

@@ -36,22 +36,60 @@ fn verify_run_exit_codes() {
 #[test]
 fn doctor_exit_codes() {
     assert_eq!(tool(&["doctor", "--from", "tests/fixtures/state/rig-4090-ok"]).0, 0);
+    assert_eq!(tool(&["doctor", "--from", "tests/fixtures/state/rig-4090-ofed"]).0, 0);
+    // a GPU and a driver but no HCA (a datacenter GPU: P2P and the GPU side judged): ready
+    let (rc, out) = tool(&["doctor", "--from", "tests/fixtures/state/h200"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!out.contains("could not check here"), "{out}");
     let (rc, out) = tool(&["doctor", "--from", "tests/fixtures/state/rig-4090-bad", "--json"]);
     assert_eq!(rc, 1);
     assert!(out.contains("\"id\":\"p2p.matrix\",\"status\":\"FAIL\""), "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"FAIL\"}"), "{out}");
     assert_eq!(tool(&["doctor", "--from", "tests"]).0, 2, "not a saved state");
     assert_eq!(tool(&["doctor"]).0, 2);
 }
 
+/// A saved state in which nothing GPUDirect needs could be seen is "could not check" (2), never
+/// ready (0): an empty state, and a machine with no driver, GPU or HCA.
 #[test]
-fn dmabuf_probe_says_what_it_cannot_do() {
-    let (rc, out) = tool(&["dmabuf-probe"]);
-    if Path::new("/proc/driver/nvidia/version").exists() {
-        // a GPU machine: the two GPU steps run for real
-        assert!(out.contains("PASS dmabuf.alloc"), "{out}");
-        return;
+fn doctor_could_not_check() {
+    let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-state", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let empty = d.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(empty.join("RECORD"), "saved 20261203T000000Z\nhost ci\n").unwrap();
+    let (rc, out) = tool(&["doctor", "--from", empty.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("could not check here: no NVIDIA kernel module and no GPU"), "{out}");
+    let (rc, out) = tool(&["doctor", "--from", empty.to_str().unwrap(), "--json"]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"COULD NOT CHECK\"}") && out.contains("\"could_not_check\":\"no NVIDIA"), "{out}");
+    // a machine as gdr-state-record saves it where there is no driver, no GPU and no HCA (CI):
+    // some things are judged (memlock, kernel config), but nothing about GPUs
+    let bare = d.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    for (f, t) in [
+        ("RECORD", "saved 20261203T000000Z\nhost ci\n"),
+        ("proc-driver-version.txt", "cat: /proc/driver/nvidia/version: No such file or directory\n# exit status 1\n"),
+        ("nvidia-smi-q.txt", "# not run: nvidia-smi is not installed\n"),
+        ("ibv-devinfo.txt", "# not run: ibv_devinfo is not installed\n"),
+        ("memlock.txt", "unlimited\n"),
+        ("dmesg-nvidia.txt", "\n"),
+    ] {
+        std::fs::write(bare.join(f), t).unwrap();
     }
-    // no NVIDIA driver (CI): the probe says so and does not fail
-    assert_eq!(rc, 0, "{out}");
-    assert!(out.contains("INFO dmabuf.libcuda") && out.contains("cannot be loaded"), "{out}");
+    let (rc, out) = tool(&["doctor", "--from", bare.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("PASS limits.memlock") && out.contains("could not check here"), "{out}");
+    // the same machine with a FAIL found is not ready (1), whatever could not be checked
+    std::fs::write(
+        bare.join("ibv-devinfo.txt"),
+        "hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tEthernet\n",
+    )
+    .unwrap();
+    std::fs::write(bare.join("memlock.txt"), "64\n").unwrap();
+    let (rc, out) = tool(&["doctor", "--from", bare.to_str().unwrap()]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("FAIL limits.memlock") && !out.contains("could not check here"), "{out}");
+    let _ = std::fs::remove_dir_all(d);
 }

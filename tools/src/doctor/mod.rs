@@ -12,7 +12,8 @@ pub const AFTER_HELP: &str = "scripts/doctor records the live machine first (gdr
 Exit codes:
   0  ready: no check failed (WARN lines are worth reading)
   1  not ready: a check failed; each FAIL line says why and how to fix it
-  2  could not check: FOLDER is not a saved state, or usage error";
+  2  could not check: no NVIDIA kernel module and no GPU in the state (nothing on the GPU side could
+     be judged), FOLDER is not a saved state, or a usage error";
 
 /// `gdrshim-tool doctor`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -30,7 +31,7 @@ impl Args {
         let st = State::from_dir(&self.from).map_err(|e| e.to_string())?;
         let r = doctor(&st);
         print!("{}", if self.json { r.json() + "\n" } else { r.text() });
-        Ok(if r.failed() { 1 } else { 0 })
+        Ok(r.exit_code())
     }
 }
 
@@ -164,5 +165,13 @@ pub fn doctor(st: &State) -> Report {
     let gpus = software::gpus(st, &mut r);
     platform::p2p_and_boot(st, &mut r, &gpus, &kernel_version);
     platform::rdma(st, &mut r, &gpus, &kernel_version);
+    if kernel_version.is_none() && gpus.is_empty() {
+        r.could_not_check(
+            "no NVIDIA kernel module and no GPU in this state: nothing GPUDirect needs on the GPU side could be judged \
+             (record it on a GPU node with the driver loaded)",
+        );
+    } else if r.checks.iter().all(|c| c.status == Status::Info) {
+        r.could_not_check("every check is INFO: nothing in this state could be judged");
+    }
     r
 }

@@ -97,7 +97,7 @@ fn every_known_fault_is_named_with_its_fix() {
 }
 
 #[test]
-fn a_machine_without_a_gpu_says_what_it_cannot_see_and_passes() {
+fn a_machine_without_a_gpu_says_what_it_cannot_see_and_could_not_check() {
     let st = State::from_pairs(&[
         ("proc-driver-version", "cat: /proc/driver/nvidia/version: No such file or directory\n# exit status 1"),
         ("nvidia-smi-q", "# not run: nvidia-smi is not installed"),
@@ -112,7 +112,18 @@ fn a_machine_without_a_gpu_says_what_it_cannot_see_and_passes() {
     assert!(r.get("gpu.model").unwrap().summary.contains("no GPU seen"));
     assert_eq!(status(&r, "limits.memlock"), Status::Warn);
     assert_eq!(status(&r, "devices.nodes"), Status::Info);
-    assert!(r.json().contains("\"result\":\"PASS\""));
+    // no FAIL, but nothing on the GPU side seen: could not check (2), never ready
+    assert_eq!(r.exit_code(), 2, "{}", r.text());
+    assert!(r.json().contains("\"result\":\"COULD NOT CHECK\""));
+    // the same with the driver loaded is judged
+    let st = State::from_pairs(&[
+        ("proc-driver-version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"),
+        ("nvidia-smi-q", "# not run: nvidia-smi is not installed"),
+        ("memlock", "unlimited"),
+    ]);
+    let r = doctor(&st);
+    assert_eq!(status(&r, "driver.loaded"), Status::Pass, "{}", r.text());
+    assert_eq!(r.exit_code(), 0, "{}", r.text());
 }
 
 #[test]

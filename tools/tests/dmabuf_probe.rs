@@ -1,0 +1,127 @@
+//! `dmabuf-probe`'s verdicts: 2 "could not check here" when libcuda cannot be loaded (or finds no
+//! GPU, or step 3 has no HCA), 1 when a step fails where it could run, 0 when every step works.
+//! The CI machine has no GPU: the GPU side is played by a stand-in libcuda (fake-libcuda.c,
+//! built here with cc), passed with --libcuda.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn probe(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).arg("dmabuf-probe").args(args).envs(envs.iter().copied()).output().unwrap();
+    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn line_of<'a>(out: &'a str, id: &str) -> &'a str {
+    out.lines().find(|l| l.split_whitespace().nth(1) == Some(id)).unwrap_or_else(|| panic!("no {id} line: {out}"))
+}
+
+/// The stand-in libcuda, built once per test process.
+fn fake_libcuda() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-fakecuda", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let lib = d.join("libcuda.so.1");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-libcuda.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let st =
+            Command::new(&cc).args(["-shared", "-fPIC", "-O1", "-o"]).arg(&lib).arg(&src).status().unwrap_or_else(|e| panic!("{cc}: {e}"));
+        assert!(st.success(), "building {}", src.display());
+        lib
+    })
+}
+
+/// Whether this machine has an RDMA device, which would make step 3 run for real.
+fn hca_here() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+#[test]
+fn no_libcuda_is_could_not_check_exit_2() {
+    let (rc, out) = probe(&["--libcuda", "/nonexistent/libcuda.so.1"], &[]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(line_of(&out, "dmabuf.libcuda").starts_with("INFO") && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"), "{out}");
+    assert!(out.contains("could not check here: libcuda"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("PASS") || l.starts_with("FAIL")), "{out}");
+    // the default name, on a machine without a driver: LD_LIBRARY_PATH an empty folder
+    if Path::new("/proc/driver/nvidia/version").exists() {
+        return; // a GPU machine: its libcuda is found through ld.so.cache whatever LD_LIBRARY_PATH says
+    }
+    let empty = std::env::temp_dir().join(format!("gdrshim-tool-{}-empty", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let (rc, out) = probe(&[], &[("LD_LIBRARY_PATH", empty.to_str().unwrap())]);
+    if line_of(&out, "dmabuf.libcuda").starts_with("PASS") {
+        return; // a libcuda without a driver (CUDA toolkit stubs installed): cuInit decides, tested below
+    }
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("libcuda.so.1 cannot be loaded") && out.contains("could not check here: libcuda"), "{out}");
+}
+
+#[test]
+fn no_gpu_or_no_such_device_is_could_not_check() {
+    let lib = fake_libcuda().to_str().unwrap();
+    let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "nodevice")]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(
+        line_of(&out, "dmabuf.init").contains("CUDA_ERROR_NO_DEVICE") && out.contains("could not check here: libcuda finds no GPU"),
+        "{out}"
+    );
+    let (rc, out) = probe(&["--libcuda", lib, "--device", "3"], &[("FAKE_CUDA", "ok")]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("could not check here: no CUDA device 3"), "{out}");
+}
+
+#[test]
+fn a_failing_step_is_exit_1() {
+    let lib = fake_libcuda().to_str().unwrap();
+    // a GeForce: the driver will not export a dma-buf
+    let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "geforce")]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(line_of(&out, "dmabuf.attribute").starts_with("WARN"), "{out}");
+    let l = line_of(&out, "dmabuf.export");
+    assert!(l.starts_with("FAIL") && l.contains("CUDA_ERROR_NOT_SUPPORTED (801)"), "{out}");
+    assert!(!out.contains("could not check"), "{out}");
+    let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "oomgpu")]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(line_of(&out, "dmabuf.alloc").starts_with("FAIL"), "{out}");
+    // a libcuda without the driver API (too old, or not libcuda at all)
+    let (rc, out) = probe(&["--libcuda", "libc.so.6"], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(line_of(&out, "dmabuf.libcuda").starts_with("FAIL") && out.contains("lacks cuInit"), "{out}");
+}
+
+#[test]
+fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
+    if hca_here() {
+        return; // step 3 would hand the stand-in's /dev/null "dma-buf" to a real HCA
+    }
+    let lib = fake_libcuda().to_str().unwrap();
+    let (rc, out) = probe(&["--libcuda", lib, "--size", "4096"], &[("FAKE_CUDA", "ok")]);
+    for id in ["dmabuf.libcuda", "dmabuf.attribute", "dmabuf.alloc", "dmabuf.export"] {
+        assert!(line_of(&out, id).starts_with("PASS"), "{id}: {out}");
+    }
+    assert!(line_of(&out, "dmabuf.alloc").contains("4096 bytes"), "{out}");
+    // no HCA here: GPU steps passing is not "GPUDirect RDMA works"
+    assert_eq!(rc, 2, "{out}");
+    assert!(line_of(&out, "dmabuf.verbs").starts_with("INFO"), "{out}");
+    assert!(out.contains("could not check here:") && out.contains("step 3 (ibv_reg_dmabuf_mr) could not run"), "{out}");
+}
+
+/// On a GPU machine the real libcuda is probed; the exit code follows what was found.
+#[test]
+fn the_real_libcuda_where_there_is_one() {
+    if !Path::new("/proc/driver/nvidia/version").exists() {
+        return; // covered by no_libcuda_is_could_not_check_exit_2
+    }
+    let (rc, out) = probe(&[], &[]);
+    assert!(line_of(&out, "dmabuf.libcuda").starts_with("PASS"), "{out}");
+    let want = if out.lines().any(|l| l.starts_with("FAIL")) {
+        1
+    } else if out.contains("could not check here:") {
+        2
+    } else {
+        0
+    };
+    assert_eq!(rc, want, "{out}");
+}
