@@ -343,3 +343,163 @@ fn inert_under_secure_execution() {
     let (out, err) = run(&name);
     assert_eq!(out, "secure=0 loaded=1 mode=3\n", "{err}");
 }
+
+fn release_named(prefix: &Path, version: &str) -> String {
+    let mut v: Vec<String> = std::fs::read_dir(prefix.join("releases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{version}-")) && n.len() == version.len() + 13)
+        .collect();
+    assert_eq!(v.len(), 1, "{version}: {v:?}");
+    v.pop().unwrap()
+}
+
+#[test]
+fn deploy_refuses_ambiguous_arguments_with_exit_2_and_changes_nothing() {
+    let s = scratch("ambiguous");
+    let prefix = s.join("prefix");
+    let p = prefix.to_str().unwrap();
+    let (a, b) = (dist(&s, "1.0.0"), dist(&s, "1.1.0"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    // two release folders: not "the last one wins"; nothing installed, the prefix not even made
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, a, b], &[]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(out.contains("two release folders"), "{out}");
+    assert!(!prefix.exists());
+    assert_eq!(sh("deploy.sh", &["--prefix", p, a], &[]).0, 0);
+    assert_eq!(sh("deploy.sh", &["--prefix", p, b], &[]).0, 0);
+    let before = snapshot(&prefix);
+    for args in [
+        vec!["--status", "--rollback"],
+        vec!["--rollback", "--status"],
+        vec!["--list", "--prune"],
+        vec!["--prune", "--uninstall"],
+        vec!["--uninstall", a],
+        vec![a, "--rollback"],
+        vec!["--", a, b],
+        vec!["--frobnicate"],
+        vec![],
+    ] {
+        let (rc, out) = sh("deploy.sh", &[&["--prefix", p][..], &args].concat(), &[]);
+        assert_eq!(rc, 2, "{args:?}: {out}");
+        assert!(out.contains("deploy: "), "{args:?}: a message: {out}");
+        assert_eq!(snapshot(&prefix), before, "{args:?} changed the prefix");
+    }
+    let (rc, out) = sh("deploy.sh", &["--status", "--rollback"], &[]);
+    assert!(rc == 2 && out.contains("ambiguous"), "{out}");
+    for args in [vec!["--prefix"], vec!["--status", "--prefix"], vec!["--prefix="]] {
+        let (rc, out) = sh("deploy.sh", &args, &[]);
+        assert_eq!(rc, 2, "{args:?}: {out}");
+        assert!(out.contains("--prefix needs a folder"), "{args:?}: {out}");
+        assert!(!out.contains("parameter null") && !out.contains("unbound variable"), "no bash error: {out}");
+    }
+}
+
+#[test]
+fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
+    let s = scratch("prune");
+    let prefix = s.join("prefix");
+    let p = prefix.to_str().unwrap();
+    let rel = prefix.join("releases");
+    // 1.2.0's tool is a real program, so that a process can run (map) a file of that release
+    let sleep = Command::new("sh").arg("-c").arg("command -v sleep").output().unwrap();
+    let sleep = String::from_utf8(sleep.stdout).unwrap().trim().to_owned();
+    for v in ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"] {
+        let d = dist(&s, v);
+        if v == "1.2.0" {
+            std::fs::copy(&sleep, d.join("bin/gdrshim-tool")).unwrap();
+            manifest(&d);
+        }
+        assert_eq!(sh("deploy.sh", &["--prefix", p, d.to_str().unwrap()], &[]).0, 0, "{v}");
+    }
+    let name = |v: &str| release_named(&prefix, v);
+    let (r10, r11, r12, r13, r14) = (name("1.0.0"), name("1.1.0"), name("1.2.0"), name("1.3.0"), name("1.4.0"));
+    // things deploy.sh did not install: a folder of the user's, a release copied under another
+    // name, a release of ours that someone added a file to, a file, a file beside releases/
+    std::fs::create_dir_all(rel.join("mine")).unwrap();
+    std::fs::write(rel.join("mine/notes.txt"), "keep\n").unwrap();
+    assert!(Command::new("cp").arg("-a").arg(rel.join(&r10)).arg(rel.join("1.0.0-000000000000")).status().unwrap().success());
+    std::fs::write(rel.join(&r11).join("lib/extra.so"), "user's\n").unwrap();
+    std::fs::write(rel.join("README"), "ours\n").unwrap();
+    std::fs::write(prefix.join("site.conf"), "x=1\n").unwrap();
+    let foreign = ["mine", "1.0.0-000000000000", r11.as_str(), "README"];
+    let foreign_now = || -> Vec<String> {
+        foreign
+            .iter()
+            .map(|f| {
+                let q = rel.join(f);
+                if q.is_dir() {
+                    snapshot(&q)
+                } else {
+                    std::fs::read_to_string(&q).unwrap_or_default()
+                }
+            })
+            .collect()
+    };
+    let foreign_before = foreign_now();
+
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    let row = |n: &str| {
+        out.lines().find(|l| l.trim_start().starts_with(&format!("{n} "))).unwrap_or_else(|| panic!("{n} listed: {out}")).to_owned()
+    };
+    assert!(row(&r14).ends_with("current") && row(&r13).ends_with("previous"), "{out}");
+    assert_eq!(row(&r10).trim(), r10, "an old release of ours: no tag");
+    for f in ["mine", "1.0.0-000000000000", r11.as_str(), "README"] {
+        assert!(row(f).contains("not installed by deploy.sh"), "{f}: {out}");
+    }
+
+    // a release a process is using is kept by --prune and makes --uninstall refuse
+    let mut user = Command::new(rel.join(&r12).join("bin/gdrshim-tool")).arg("60").spawn().unwrap();
+    let exe = format!("/proc/{}/exe", user.id());
+    for _ in 0..100 {
+        if std::fs::read_link(&exe).map(|l| l.to_string_lossy().contains(&r12)).unwrap_or(false) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let before = snapshot(&prefix);
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains(&format!("releases/{r12} is in use by pid {}", user.id())), "{out}");
+    assert_eq!(snapshot(&prefix), before, "a refused uninstall removes nothing");
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains(&format!("removed releases/{r10}")), "{out}");
+    assert!(out.contains(&format!("left in place: releases/{r12}: in use by pid {}", user.id())), "{out}");
+    assert!(!rel.join(&r10).exists() && rel.join(&r12).exists());
+    user.kill().unwrap();
+    user.wait().unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains(&format!("removed releases/{r12}")) && out.contains("left in place: releases/mine"), "{out}");
+    // current and previous stay, links untouched; everything foreign byte for byte
+    assert_eq!((link(&prefix.join("current")), link(&prefix.join("previous"))), (format!("releases/{r14}"), format!("releases/{r13}")));
+    assert!(rel.join(&r13).join("SHA256SUMS").exists() && rel.join(&r14).join("SHA256SUMS").exists());
+    assert_eq!(foreign_now(), foreign_before);
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
+    assert!(rc == 0 && out.contains("no release to remove"), "{out}");
+
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        !prefix.join("current").exists() && !prefix.join("previous").exists() && !rel.join(&r13).exists() && !rel.join(&r14).exists(),
+        "{out}"
+    );
+    assert_eq!(foreign_now(), foreign_before, "uninstall leaves what it did not install");
+    assert_eq!(std::fs::read_to_string(prefix.join("site.conf")).unwrap(), "x=1\n");
+    assert!(out.contains("stays"), "{out}");
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--status"], &[]);
+    assert!(rc == 0 && out.contains("current: none"), "{out}");
+
+    // a prefix that holds only what deploy.sh made is gone after --uninstall
+    let clean = s.join("clean");
+    let c = clean.to_str().unwrap();
+    assert_eq!(sh("deploy.sh", &["--prefix", c, dist(&s, "2.0.0").to_str().unwrap()], &[]).0, 0);
+    assert_eq!(sh("deploy.sh", &["--prefix", c, dist(&s, "2.1.0").to_str().unwrap()], &[]).0, 0);
+    let (rc, out) = sh("deploy.sh", &["--prefix", c, "--uninstall"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!clean.exists(), "{out}");
+    let (rc, out) = sh("deploy.sh", &["--prefix", c, "--list"], &[]);
+    assert!(rc == 0 && out.contains("no releases"), "{out}");
+}
