@@ -70,7 +70,7 @@ const CHILD_VAR: &str = "GDRSHIM_SELFTEST_CHILD";
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
-        if self.size < 65536 || self.size % 4096 != 0 {
+        if self.size < 65536 || !self.size.is_multiple_of(4096) {
             return Err("--size must be a multiple of 4096 and at least 65536".into());
         }
         if let Some(code) = self.reexec()? {

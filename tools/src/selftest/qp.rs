@@ -312,8 +312,14 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
             match l {
                 Loc::GpuSrc => cu.htod(region(g, l).addr, data),
                 Loc::GpuDst => cu.htod(region(g, l).addr, data),
-                Loc::HostSrc => Ok(hs.bytes_mut().copy_from_slice(data)),
-                Loc::HostDst => Ok(hd.bytes_mut().copy_from_slice(data)),
+                Loc::HostSrc => {
+                    hs.bytes_mut().copy_from_slice(data);
+                    Ok(())
+                }
+                Loc::HostDst => {
+                    hd.bytes_mut().copy_from_slice(data);
+                    Ok(())
+                }
             }
         };
         if let Err((call, st)) = put(src, &want, hsrc, hdst).and_then(|()| put(dst, &got, hsrc, hdst)) {
@@ -329,8 +335,14 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
         let dt = t0.elapsed();
         let read = match dst {
             Loc::GpuDst | Loc::GpuSrc => cu.dtoh(&mut got, region(g, dst).addr),
-            Loc::HostDst => Ok(got.copy_from_slice(hdst.bytes())),
-            Loc::HostSrc => Ok(got.copy_from_slice(hsrc.bytes())),
+            Loc::HostDst => {
+                got.copy_from_slice(hdst.bytes());
+                Ok(())
+            }
+            Loc::HostSrc => {
+                got.copy_from_slice(hsrc.bytes());
+                Ok(())
+            }
         };
         if let Err((call, st)) = read {
             r.fail(4, &id, "cannot read the destination back", format!("{call} -> {st}"), "the GPU copy engine failed (dmesg for an Xid)");

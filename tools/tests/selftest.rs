@@ -1,0 +1,267 @@
+//! `gdrshim-tool selftest` end to end under the real libgdrshim.so (the knobs build, as
+//! tests/common builds it), with the live fake driver (tests/c/fakerm.c), a GeForce libcuda whose
+//! memory is host pages (tests/c/selftestcuda.c) and a libibverbs stand-in that moves the bytes
+//! between registered ranges (tests/c/selftestverbs.c). A clean run passes on both routes; each
+//! injected fault ends as the FAIL of its step; no HCA is "could not check" (exit 2).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+struct Env {
+    dir: PathBuf,
+    shim: PathBuf,
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd.output().expect("spawn");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn env() -> &'static Env {
+    static E: OnceLock<Env> = OnceLock::new();
+    E.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        sh(Command::new(env!("CARGO"))
+            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim"])
+            .env("CARGO_TARGET_DIR", root.join("target/knobs"))
+            .current_dir(&root));
+        let dir = std::env::temp_dir().join(format!("gdrshim-selftest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = root.join("tests/c");
+        let src = |f: &str| c.join(f).display().to_string();
+        let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
+        let map = format!("-Wl,--version-script={}", src("selftestverbs.map"));
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            &map,
+            "-Wl,-soname,libibverbs.so.1",
+            "-o",
+            "libibverbs.so.1",
+            &src("selftestverbs.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-Wl,-Bsymbolic",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            "libcuda.so.1",
+            &src("selftestcuda.c"),
+            "-ldl",
+        ]);
+        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        Env { dir, shim: root.join("target/knobs/release/libgdrshim.so").canonicalize().unwrap() }
+    })
+}
+
+struct Rig {
+    peermem: bool,
+    capable: bool,
+}
+
+const DMABUF: Rig = Rig { peermem: false, capable: true };
+
+/// Runs the self-test on a fresh fake machine; (exit code, stdout, stderr).
+fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload_shim: bool) -> (i32, String, String) {
+    let e = env();
+    let dev = e.dir.join(format!("dev-{tag}"));
+    let _ = std::fs::remove_dir_all(&dev);
+    std::fs::create_dir_all(&dev).unwrap();
+    for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
+        std::fs::write(dev.join(f), b"").unwrap();
+    }
+    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    if rig.peermem {
+        std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
+    }
+    let fakerm = e.dir.join("libfakerm.so");
+    let preload = if preload_shim { format!("{}:{}", e.shim.display(), fakerm.display()) } else { fakerm.display().to_string() };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"));
+    cmd.arg("selftest");
+    if !args.contains(&"--size") {
+        cmd.args(["--size", "262144"]);
+    }
+    cmd.args(args)
+        .env("LD_PRELOAD", preload)
+        .env("LD_LIBRARY_PATH", &e.dir)
+        .env("GDRSHIM_TEST_DEV_DIR", &dev)
+        .env("GDRSHIM_LOG_LEVEL", "info")
+        .env("FAKERM_DMABUF_CAPABLE", if rig.capable { "1" } else { "0" })
+        .env_remove("GDRSHIM_ROUTE")
+        .env_remove("GDRSHIM_SELFTEST_CHILD")
+        .env_remove("SELFTESTVERBS_FAULT");
+    if preload_shim {
+        cmd.env("GDRSHIM_MODE", "register");
+    } else {
+        cmd.env_remove("GDRSHIM_MODE");
+    }
+    let out = cmd.envs(extra.iter().copied()).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The report line of check `id`: "VERDICT step N id summary".
+fn line<'a>(out: &'a str, id: &str) -> &'a str {
+    out.lines().find(|l| l.split_whitespace().nth(3) == Some(id)).unwrap_or_else(|| panic!("no check {id} in:\n{out}"))
+}
+
+/// The text after check `id`'s line up to the next check (its call and cause lines).
+fn detail(out: &str, id: &str) -> String {
+    let start = out.find(line(out, id)).unwrap();
+    out[start..].lines().skip(1).take_while(|l| l.starts_with(' ')).collect::<Vec<_>>().join("\n")
+}
+
+fn verdict<'a>(out: &'a str, id: &str) -> &'a str {
+    line(out, id).split_whitespace().next().unwrap()
+}
+
+const DATA: [&str; 4] = ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host", "rdma.read.gpu-host"];
+
+#[test]
+fn a_clean_run_passes_on_the_dmabuf_route() {
+    let (rc, out, err) = selftest("clean", &DMABUF, &[], &[], true);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for id in ["route.chosen", "gpu.alloc", "reg.export", "reg.gpu", "reg.dmabuf", "reg.host", "rdma.connect", "shim.counters"] {
+        assert_eq!(verdict(&out, id), "PASS", "{id}: {out}");
+    }
+    for id in DATA {
+        assert_eq!(verdict(&out, id), "PASS", "{id}: {out}");
+        assert!(line(&out, id).contains("262144 bytes, every byte as sent"), "{out}");
+    }
+    for id in DATA.map(|d| d.replacen("rdma.", "bw.", 1)) {
+        assert_eq!(verdict(&out, &id), "PASS", "{id}: {out}");
+    }
+    assert!(line(&out, "route.chosen").contains("route dmabuf"), "{out}");
+    assert!(out.contains("RESULT: PASS (16 PASS, 0 FAIL, 0 COULD-NOT-CHECK)"), "{out}");
+    // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
+    assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");
+    let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(summary.contains("dmabuf_served=1") && summary.contains("dmabuf_mrs=1") && summary.contains("dmabuf_live=0"), "{summary}");
+    // two runs, two patterns
+    let (_, out2, _) = selftest("clean2", &DMABUF, &[], &[], true);
+    let seed = |o: &str| detail(o, "rdma.write.gpu-gpu").split("seed ").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    assert_ne!(seed(&out), seed(&out2), "the pattern must change per run");
+}
+
+#[test]
+fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
+    let rig = Rig { peermem: true, capable: false };
+    let (rc, out, err) = selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
+    // --no-bandwidth leaves step 5 unchecked: exit 2, never 0
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(out.starts_with("{\"steps\":[") && out.trim_end().ends_with("\"result\":\"COULD-NOT-CHECK\",\"exit\":2}"), "{out}");
+    assert!(
+        out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.2.0 registers GPU memory by route nv503c"),
+        "{out}"
+    );
+    assert!(out.contains("\"id\":\"bandwidth\",\"status\":\"COULD-NOT-CHECK\""), "{out}");
+    assert!(!out.contains("\"status\":\"FAIL\""), "{out}");
+    assert!(!out.contains("reg.dmabuf"), "no DMA-BUF registration on the NV503C route: {out}");
+    for id in DATA {
+        assert!(out.contains(&format!("\"id\":\"{id}\",\"status\":\"PASS\"")), "{id}: {out}");
+    }
+    assert!(out.contains("\"registered\":2") && out.contains("\"route\":\"nv503c\""), "the shim's NV503C registrations: {out}");
+}
+
+#[test]
+fn efault_at_registration_fails_step_3() {
+    let (rc, out, err) = selftest("efault", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "efault")], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert_eq!(verdict(&out, "reg.gpu"), "FAIL", "{out}");
+    let d = detail(&out, "reg.gpu");
+    assert!(d.contains("errno 14") && d.contains("the NIC could not pin the GPU memory"), "{d}");
+    assert_eq!(verdict(&out, "rdma.loopback"), "COULD-NOT-CHECK", "{out}");
+    assert!(!out.contains("rdma.write"), "{out}");
+}
+
+#[test]
+fn a_bad_completion_status_fails_step_4() {
+    let (rc, out, err) = selftest("status", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "status")], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert_eq!(verdict(&out, "rdma.write.gpu-gpu"), "FAIL", "{out}");
+    let d = detail(&out, "rdma.write.gpu-gpu");
+    assert!(d.contains("status IBV_WC_REM_ACCESS_ERR (10)") && d.contains("remote access error"), "{d}");
+    // the QP is in error after it: what follows is flushed, each transfer named
+    assert!(detail(&out, "rdma.write.host-gpu").contains("IBV_WC_WR_FLUSH_ERR"), "{out}");
+    assert_eq!(verdict(&out, "bandwidth"), "COULD-NOT-CHECK", "{out}");
+}
+
+#[test]
+fn one_corrupted_byte_fails_step_4_with_its_offset() {
+    let (rc, out, err) = selftest("corrupt", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "corrupt")], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    let l = line(&out, "rdma.write.gpu-gpu");
+    assert!(l.starts_with("FAIL") && l.contains("1 of 262144 bytes differ; the first at offset 0x3234 (4 KiB page 3)"), "{out}");
+    for id in &DATA[1..] {
+        assert_eq!(verdict(&out, id), "PASS", "only the first transfer was corrupted: {out}");
+    }
+}
+
+#[test]
+fn a_wrong_gid_fails_the_connection() {
+    let (rc, out, err) = selftest("gid", &DMABUF, &["--gid-index", "3"], &[("SELFTESTVERBS_FAULT", "gid")], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert_eq!(verdict(&out, "rdma.connect"), "FAIL", "{out}");
+    assert!(line(&out, "rdma.connect").contains("INIT→RTR to itself (GID 0000:0000:0000:0000:0000:ffff:0a00:005b (index 3))"), "{out}");
+    let d = detail(&out, "rdma.connect");
+    assert!(d.contains("errno 110") && d.contains("wrong --gid-index"), "{d}");
+    // registration went fine before it
+    assert_eq!(verdict(&out, "reg.gpu"), "PASS", "{out}");
+}
+
+#[test]
+fn no_hca_is_could_not_check() {
+    let (rc, out, err) = selftest("nohca", &DMABUF, &[], &[("SELFTESTVERBS_DEVICES", "0")], true);
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
+    assert_eq!(verdict(&out, "gpu.alloc"), "PASS", "{out}");
+    assert_eq!(verdict(&out, "reg.export"), "PASS", "the export needs no HCA: {out}");
+    assert_eq!(verdict(&out, "reg.gpu"), "COULD-NOT-CHECK", "{out}");
+    assert!(line(&out, "reg.gpu").contains("no HCA"), "{out}");
+    assert_eq!(verdict(&out, "rdma.loopback"), "COULD-NOT-CHECK", "{out}");
+    assert!(!out.contains("FAIL "), "{out}");
+}
+
+#[test]
+fn no_route_fails_step_1_and_the_registration() {
+    let rig = Rig { peermem: false, capable: false };
+    let (rc, out, err) = selftest("noroute", &rig, &[], &[], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert_eq!(verdict(&out, "route.chosen"), "FAIL", "{out}");
+    assert!(detail(&out, "route.chosen").contains("gdrshim_gdr_route()=0"), "{out}");
+    assert_eq!(verdict(&out, "reg.gpu"), "FAIL", "{out}");
+}
+
+#[test]
+fn a_slow_path_fails_step_5() {
+    let (rc, out, err) = selftest("slow", &DMABUF, &["--size", "65536"], &[("SELFTESTVERBS_DELAY_US", "1000")], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    for id in DATA {
+        assert_eq!(verdict(&out, id), "PASS", "{out}");
+    }
+    let l = line(&out, "bw.write.gpu-gpu");
+    assert!(l.starts_with("FAIL") && l.contains("of the 2.00 Gb/s link"), "{out}");
+}
+
+#[test]
+fn it_reexecutes_itself_under_the_shim() {
+    let shim = env().shim.display().to_string();
+    let (rc, out, err) = selftest("reexec", &DMABUF, &["--shim", &shim, "--no-bandwidth"], &[], false);
+    assert_eq!(rc, 2, "only step 5 unchecked: {out}\n{err}");
+    assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
+    assert!(detail(&out, "route.chosen").contains("gdrshim_mode()=3"), "register mode: {out}");
+    assert!(out.contains("RESULT: COULD-NOT-CHECK (") && out.contains(" 0 FAIL, 1 COULD-NOT-CHECK)"), "{out}");
+    // without a shim to find, it says so (exit 2) instead of testing without it
+    let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
+    assert_eq!(rc, 2);
+    assert!(err.contains("not preloaded and was not found"), "{err}");
+}
