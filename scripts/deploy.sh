@@ -104,6 +104,16 @@ ours() {
     return 1
   fi
   if ! (cd "$d" && sha256sum -c --strict --quiet SHA256SUMS >/dev/null 2>&1); then echo "its files do not match its SHA256SUMS (changed since)"; return 1; fi
+  # the same layout from the .deb (scripts/dev/build-deb.sh) is dpkg's to remove, not ours
+  if command -v dpkg-query >/dev/null 2>&1; then
+    local p o
+    for p in "$(realpath -ms -- "$d")" "$(cd "$d" && pwd -P)"; do
+      if o="$(dpkg-query -S -- "$p/SHA256SUMS" 2>/dev/null)"; then
+        echo "installed by the package ${o%%:*}: apt or dpkg removes it"
+        return 1
+      fi
+    done
+  fi
   return 0
 }
 
@@ -167,13 +177,14 @@ if [ "$action" = prune ] || [ "$action" = uninstall ]; then
     remove+=("$n")
   done < <(entries)
   if [ "$action" = uninstall ]; then
+    # a link goes with the release it points to; one to anything else stays
     for l in current previous; do
       t="$(link_of "$l")"
-      if [[ "$t" =~ ^releases/[^/]+$ ]]; then
+      if [ -n "$t" ] && [[ " ${remove[*]} " == *" ${t#releases/} "* ]] && [ "releases/${t#releases/}" = "$t" ]; then
         rm -f "$prefix/$l"
         echo "deploy: removed $l -> $t"
       elif [ -e "$prefix/$l" ] || [ -L "$prefix/$l" ]; then
-        kept+=("$l: not a link deploy.sh made")
+        kept+=("$l${t:+ -> $t}: not a release deploy.sh removes")
       fi
     done
   fi

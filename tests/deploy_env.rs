@@ -503,3 +503,41 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     let (rc, out) = sh("deploy.sh", &["--prefix", c, "--list"], &[]);
     assert!(rc == 0 && out.contains("no releases"), "{out}");
 }
+
+/// The .deb lays out the same release folders; dpkg owns those, so --prune and --uninstall leave
+/// them (and the links to them) to apt/dpkg. dpkg-query is a stub here that claims two releases.
+#[test]
+fn deploy_leaves_releases_of_the_deb_package_to_dpkg() {
+    let s = scratch("dpkg");
+    let prefix = s.join("prefix");
+    let p = prefix.to_str().unwrap();
+    for v in ["1.0.0", "1.1.0", "1.2.0"] {
+        assert_eq!(sh("deploy.sh", &["--prefix", p, dist(&s, v).to_str().unwrap()], &[]).0, 0, "{v}");
+    }
+    let (r10, r11, r12) = (release_named(&prefix, "1.0.0"), release_named(&prefix, "1.1.0"), release_named(&prefix, "1.2.0"));
+    let stub = s.join("bin");
+    std::fs::create_dir_all(&stub).unwrap();
+    let q = stub.join("dpkg-query");
+    std::fs::write(
+        &q,
+        "#!/bin/sh\n[ \"$1\" = -S ] || exit 2\nfor r in $OWNED; do case \"$3\" in */releases/$r/SHA256SUMS) echo \"gdrshim: $3\"; exit 0 ;; esac; done\n\
+         echo \"dpkg-query: no path found matching pattern $3\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    assert!(Command::new("chmod").arg("0755").arg(&q).status().unwrap().success());
+    let path = format!("{}:{}", stub.display(), std::env::var("PATH").unwrap());
+    let owned = format!("{r10} {r12}");
+    let env = [("PATH", path.as_str()), ("OWNED", owned.as_str())];
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &env);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.lines().any(|l| l.contains(&r10) && l.contains("installed by the package gdrshim")), "{out}");
+    let packaged = (snapshot(&prefix.join("releases").join(&r10)), snapshot(&prefix.join("releases").join(&r12)));
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &env);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("no release to remove") && out.contains(&format!("left in place: releases/{r10}")), "{out}");
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &env);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains(&format!("removed releases/{r11}")) && out.contains(&format!("removed previous -> releases/{r11}")), "{out}");
+    assert_eq!(link(&prefix.join("current")), format!("releases/{r12}"), "the package's current stays: {out}");
+    assert_eq!((snapshot(&prefix.join("releases").join(&r10)), snapshot(&prefix.join("releases").join(&r12))), packaged);
+}
