@@ -182,6 +182,9 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
     assert_eq!(sh("deploy.sh", &["--prefix", p, dist_with(&s, "1.0.0", Some(&real_lib)).to_str().unwrap()], &[]).0, 0);
     let cur = prefix.join("current");
     let c = cur.to_str().unwrap();
+    // the installed script names the release it came with (BUILD-INFO), not the source tree's version
+    let v = Command::new("bash").arg(cur.join("scripts/gdr-env.sh")).arg("--version").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout), "gdr-env.sh (gdrshim) 1.0.0\n");
     let sys = sysfs(&s);
     let env = [("GDR_ENV_SYSFS", sys.to_str().unwrap()), ("LD_PRELOAD", "")];
     let (rc, out) =
