@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Builds gdrshim_<version>_amd64.deb from a release folder (scripts/dev/build-release.sh's).
+#
+#   scripts/dev/build-deb.sh [--dist DIR] [--out DIR]
+#     --dist DIR    the release folder (default: build one with build-release.sh, in a temp folder)
+#     --out DIR     where the .deb goes (default: target/deb/ of the source tree)
+#     -h, --help    this text;  --version  the version being packaged
+#
+# The package holds the release folder exactly as scripts/deploy.sh installs it:
+# /opt/rtx4090-gdr/releases/<version>-<first 12 hex digits of sha256(SHA256SUMS)>/, plus
+# /usr/share/doc/gdrshim/copyright. Configuring it points /opt/rtx4090-gdr/current at that release
+# by one rename (the release current named before becomes previous, as with deploy.sh); removing
+# it puts current back to previous, or removes it, before its files go. The maintainer scripts
+# honour DPKG_ROOT (dpkg --root DIR --force-script-chrootless installs into a scratch root).
+# Reproducible: SOURCE_DATE_EPOCH from Cargo.toml for every time, root:root owners
+# (--root-owner-group), fixed modes, names sorted, xz on one thread; one release gives one .deb,
+# byte for byte (scripts/dev/check-release.sh builds it twice and compares).
+# Exit: 0 built; 1 the release folder fails its SHA256SUMS or the build failed; 2 usage.
+set -euo pipefail
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
+bad_usage() { echo "build-deb: $1" >&2; usage >&2; exit 2; }
+die() { echo "build-deb: $*" >&2; exit 1; }
+cargo_version() { sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1; }
+dist="" out="$src/target/deb"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dist|--out)
+      if [ $# -lt 2 ] || [ -z "$2" ]; then bad_usage "$1 needs a folder"; fi
+      if [ "$1" = --dist ]; then dist="$2"; else out="$2"; fi
+      shift ;;
+    -h|--help) usage; exit 0 ;;
+    --version) echo "build-deb (gdrshim) $(cargo_version)"; exit 0 ;;
+    *) bad_usage "unknown argument $1" ;;
+  esac
+  shift
+done
+command -v dpkg-deb >/dev/null || die "dpkg-deb is not installed (apt-get install dpkg)"
+epoch="$(sed -n 's/^source-date-epoch = \([0-9]*\)$/\1/p' "$src/Cargo.toml")"
+[ -n "$epoch" ] || die "no source-date-epoch in Cargo.toml"
+export SOURCE_DATE_EPOCH="$epoch"
+
+work="$(mktemp -d)"
+trap 'rm -rf -- "$work"' EXIT
+if [ -z "$dist" ]; then
+  bash "$src/scripts/dev/build-release.sh" --out "$work/dist" >/dev/null
+  dist="$work/dist"
+fi
+if [ ! -d "$dist" ] || [ ! -f "$dist/SHA256SUMS" ]; then die "$dist is not a release folder (no SHA256SUMS)"; fi
+dist="$(cd "$dist" && pwd)"
+# what deploy.sh checks before it installs: every file as listed, and no file it does not list
+(cd "$dist" && sha256sum -c --strict --quiet SHA256SUMS) || die "$dist does not match its SHA256SUMS"
+listed="$(sed -E 's/^[0-9a-f]{64}  //' "$dist/SHA256SUMS" | LC_ALL=C sort)"
+present="$(cd "$dist" && find . -mindepth 1 ! -type d ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
+[ "$listed" = "$present" ] || die "$dist holds files its SHA256SUMS does not list"
+version="$(head -n1 "$dist/BUILD-INFO" | awk '$1 == "gdrshim" {print $2}')"
+[[ "$version" =~ ^[0-9][0-9A-Za-z.+-]*$ ]] || die "cannot read the version from $dist/BUILD-INFO"
+name="$version-$(sha256sum "$dist/SHA256SUMS" | cut -c1-12)"
+debver="${version//-/\~}" # a Cargo pre-release (1.0.0-rc.1) sorts before its release in dpkg as 1.0.0~rc.1
+prefix=opt/rtx4090-gdr
+
+pkg="$work/pkg"
+mkdir -p "$pkg/DEBIAN" "$pkg/$prefix/releases/$name" "$pkg/usr/share/doc/gdrshim"
+cp -R -- "$dist/." "$pkg/$prefix/releases/$name/"
+{
+  echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+  echo "Upstream-Name: gdrshim"
+  echo
+  echo "Files: *"
+  echo "Copyright: the gdrshim developers"
+  echo "License: MIT or Apache-2.0"
+  echo " The full texts: /$prefix/releases/$name/LICENSE-MIT and LICENSE-APACHE,"
+  echo " and /usr/share/common-licenses/Apache-2.0."
+} >"$pkg/usr/share/doc/gdrshim/copyright"
+
+# The maintainer scripts (POSIX sh). @REL@ is this package's release, relative to the prefix.
+cat >"$pkg/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+# gdrshim: point current at this package's release, by one rename; the release current named
+# before becomes previous (for scripts/deploy.sh --rollback, and for removing this package).
+set -e
+prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
+rel="@REL@"
+switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+case "$1" in
+  configure|abort-upgrade|abort-remove|abort-deconfigure)
+    cur="$(readlink "$prefix/current" 2>/dev/null || true)"
+    if [ "$cur" != "$rel" ]; then
+      switch_link current "$rel"
+      if [ -n "$cur" ] && [ -d "$prefix/$cur" ]; then switch_link previous "$cur"; fi
+    fi
+    echo "gdrshim: $prefix/current -> $rel"
+    ;;
+esac
+exit 0
+EOF
+cat >"$pkg/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+# gdrshim: before this package's release goes, current goes back to previous (where that is
+# another release that is still there) or is removed; a previous naming this release is removed.
+# On an upgrade the new package's postinst switches current instead.
+set -e
+prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
+rel="@REL@"
+switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+case "$1" in
+  remove|deconfigure)
+    cur="$(readlink "$prefix/current" 2>/dev/null || true)"
+    prev="$(readlink "$prefix/previous" 2>/dev/null || true)"
+    if [ "$cur" = "$rel" ]; then
+      if [ -n "$prev" ] && [ "$prev" != "$rel" ] && [ -d "$prefix/$prev" ]; then
+        switch_link current "$prev"
+        rm -f "$prefix/previous"
+        echo "gdrshim: $prefix/current -> $prev (was previous)"
+      else
+        rm -f "$prefix/current"
+        echo "gdrshim: $prefix/current removed (no previous release)"
+      fi
+    elif [ "$prev" = "$rel" ]; then
+      rm -f "$prefix/previous"
+    fi
+    ;;
+esac
+exit 0
+EOF
+cat >"$pkg/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+# gdrshim: a current or previous link still naming this package's release (a failed install
+# being undone, or an upgrade that removed it) is removed; links to other releases stay.
+set -e
+prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
+rel="@REL@"
+case "$1" in
+  remove|purge|abort-install|abort-upgrade|disappear|upgrade)
+    for l in current previous; do
+      if [ "$(readlink "$prefix/$l" 2>/dev/null || true)" = "$rel" ] && [ ! -d "$prefix/$rel" ]; then
+        rm -f "$prefix/$l"
+      fi
+    done
+    ;;
+esac
+exit 0
+EOF
+sed -i "s|@REL@|releases/$name|" "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
+
+# fixed modes whatever the umask: folders 0755, files 0644 or 0755 as the release has them
+find "$pkg" -type d -exec chmod 0755 {} +
+find "$pkg" -type f -exec chmod u+rw,go+r,go-w {} +
+chmod 0755 "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
+(cd "$pkg" && find opt usr -type f | LC_ALL=C sort | xargs -d '\n' md5sum) >"$pkg/DEBIAN/md5sums"
+# Installed-Size as dpkg-gencontrol counts it: KiB of each file rounded up, 1 per other entry
+size="$(cd "$pkg" && find opt usr \( -type f -printf 'f %s\n' \) -o -printf 'o 0\n' |
+  awk '{ n += ($1 == "f") ? int(($2 + 1023) / 1024) : 1 } END { print n }')"
+cat >"$pkg/DEBIAN/control" <<EOF
+Package: gdrshim
+Version: $debver
+Architecture: amd64
+Maintainer: the gdrshim developers
+Installed-Size: $size
+Depends: libc6 (>= 2.35)
+Section: utils
+Priority: optional
+Description: LD_PRELOAD shim: GPUDirect RDMA on GeForce GPUs
+ libgdrshim.so makes GPUDirect RDMA registration work on GeForce GPUs (RTX 4090
+ with the open kernel module, ConnectX-6/7 RoCE) by DMA-BUF or nvidia-peermem,
+ with its tools (gdrshim-tool, gdrshim-replay) and scripts (gdr-env.sh, doctor,
+ verify-run, deploy.sh). Installs /opt/rtx4090-gdr/releases/$name and
+ points /opt/rtx4090-gdr/current at it.
+EOF
+chmod 0644 "$pkg/DEBIAN/control" "$pkg/DEBIAN/md5sums"
+find "$pkg" -exec touch -h -d "@$epoch" {} +
+
+threads=()
+# xz on one thread: the same bytes on every machine (dpkg 1.21.9 and later have the option)
+if dpkg-deb --help | grep -q -- '--threads-max'; then threads=(--threads-max=1); fi
+mkdir -p "$out"
+deb="$out/gdrshim_${debver}_amd64.deb"
+dpkg-deb "${threads[@]}" --root-owner-group -Zxz -z6 --build "$pkg" "$work/out.deb" >/dev/null
+mv -f -- "$work/out.deb" "$deb"
+echo "build-deb: $deb ($name, sha256 $(sha256sum "$deb" | cut -c1-16)…)"
