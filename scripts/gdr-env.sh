@@ -187,12 +187,12 @@ _gdr_env_build() {
   name="$(_gdr_env_level "$p2p_level")" || { echo "gdr-env: --p2p-level must be one of $levels (upper case, as NCCL compares), not '$p2p_level'" >&2; return 2; }
   [ "$name" != LOC ] || echo "gdr-env: warning: NCCL_P2P_LEVEL=$p2p_level means LOC: P2P off" >&2
   local vars=""
-  add() { vars+="$1=$2"$'\n'; }
-  add NCCL_P2P_LEVEL "$p2p_level"
+  _gdr_env_add() { vars+="$1=$2"$'\n'; }
+  _gdr_env_add NCCL_P2P_LEVEL "$p2p_level"
   if [ "$register" = 0 ]; then
     # BAR1 is small (256 MiB) without Resizable BAR: user-buffer registration would exhaust it
-    add NCCL_LOCAL_REGISTER 0
-    add NCCL_GRAPH_REGISTER 0
+    _gdr_env_add NCCL_LOCAL_REGISTER 0
+    _gdr_env_add NCCL_GRAPH_REGISTER 0
   fi
   if [ "$mode" = gdr ]; then
     name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels (upper case, as NCCL compares), not '$gdr_level'" >&2; return 2; }
@@ -221,26 +221,26 @@ _gdr_env_build() {
     fi
     # the verified file itself, not a path through "current" that a later deploy moves
     shim="$(cd "$(dirname "$shim")" && pwd -P)/libgdrshim.so"
-    add LD_PRELOAD "$shim${LD_PRELOAD:+:$LD_PRELOAD}"
-    [ -z "$nccl_lib" ] || add LD_LIBRARY_PATH "$(cd "$nccl_lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    add GDRSHIM_MODE "$shim_mode"
-    add GDRSHIM_ROUTE "$route"
-    [ -z "$shim_log" ] || add GDRSHIM_LOG_FILE "$shim_log"
-    [ "$advertise" = 0 ] || add GDRSHIM_ADVERTISE_GDR 1
-    add NCCL_IB_DISABLE 0
-    add NCCL_IB_HCA "$hca"
-    [ -z "$gid" ] || add NCCL_IB_GID_INDEX "$gid"
-    add NCCL_NET_GDR_LEVEL "$gdr_level"
+    _gdr_env_add LD_PRELOAD "$shim${LD_PRELOAD:+:$LD_PRELOAD}"
+    [ -z "$nccl_lib" ] || _gdr_env_add LD_LIBRARY_PATH "$(cd "$nccl_lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    _gdr_env_add GDRSHIM_MODE "$shim_mode"
+    _gdr_env_add GDRSHIM_ROUTE "$route"
+    [ -z "$shim_log" ] || _gdr_env_add GDRSHIM_LOG_FILE "$shim_log"
+    [ "$advertise" = 0 ] || _gdr_env_add GDRSHIM_ADVERTISE_GDR 1
+    _gdr_env_add NCCL_IB_DISABLE 0
+    _gdr_env_add NCCL_IB_HCA "$hca"
+    [ -z "$gid" ] || _gdr_env_add NCCL_IB_GID_INDEX "$gid"
+    _gdr_env_add NCCL_NET_GDR_LEVEL "$gdr_level"
     # DMA-BUF route: NCCL's own DMA-BUF path takes gdrshim's dma-bufs (NCCL_DMABUF_ENABLE stays 1);
     # NV503C route: the internal IB transport is the one whose ibv_reg_mr the shim sees
-    add NCCL_NET_PLUGIN none
+    _gdr_env_add NCCL_NET_PLUGIN none
   fi
   if [ "$debug" = 1 ]; then
-    add NCCL_DEBUG INFO
-    add NCCL_DEBUG_SUBSYS INIT,NET,P2P,ENV
+    _gdr_env_add NCCL_DEBUG INFO
+    _gdr_env_add NCCL_DEBUG_SUBSYS INIT,NET,P2P,ENV
   fi
   _GDR_ENV="$vars"
-  unset -f add
+  unset -f _gdr_env_add
   return 0
 }
 
@@ -277,7 +277,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
       echo "gdr-env: set $(grep -c . <<<"$_GDR_ENV") variables (--print shows them)" >&2
     fi
   fi
-  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_version _gdr_env_level _gdr_env_check_hca _gdr_env_sel
+  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_version _gdr_env_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
   unset _GDR_ENV _GDR_ENV_CMD _GDR_ENV_PRINT
   [ "$_gdr_env_rc" != 3 ] || _gdr_env_rc=0
   set -- "$_gdr_env_rc"

@@ -253,12 +253,14 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
 fn env_script_when_sourced_sets_variables_and_never_exits_the_shell() {
     let script = root().join("scripts/gdr-env.sh");
     let cmd = format!(
-        "source {s} --mode p2p; echo \"p2p=$NCCL_P2P_LEVEL\"; source {s} --mode nonsense; echo \"rc=$? alive\"; declare -F | grep -c _gdr_env || true",
+        "add() {{ echo mine; }}; source {s} --mode p2p; echo \"p2p=$NCCL_P2P_LEVEL\"; source {s} --mode nonsense; echo \"rc=$? alive\"; \
+         source {s} --prefix /nonexistent --hca nosuchhca 2>/dev/null; add; declare -F | grep -c _gdr_env || true",
         s = script.display()
     );
     let out = Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
     let o = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(o, "p2p=SYS\nrc=2 alive\n0\n", "{}", String::from_utf8_lossy(&out.stderr));
+    // the caller's own functions survive (a failure half way through included), none of ours stays
+    assert_eq!(o, "p2p=SYS\nrc=2 alive\nmine\n0\n", "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
