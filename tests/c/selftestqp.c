@@ -83,8 +83,9 @@ _Static_assert(sizeof(struct ibv_port_attr) == 52, "ibv_port_attr");
 
 // ---- memory regions ----
 typedef struct { struct ibv_mr mr; uint64_t iova; int access, fd; } st_mr_t;
-#define ST_MAXMR 1024
+#define ST_MAXMR 65536
 static st_mr_t *st_mrs[ST_MAXMR];
+static int st_hi; // slots in use are below it
 static pthread_mutex_t st_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t st_next_key = 0x100;
 static int st_fault(const char *f) { const char *l = getenv("SELFTESTVERBS_FAULT"); return l && strstr(l, f) != NULL; }
@@ -98,14 +99,15 @@ static struct ibv_mr *st_mr_new(void *pd, void *addr, uint64_t iova, size_t len,
   int i; for (i = 0; i < ST_MAXMR && st_mrs[i]; i++) {}
   if (i == ST_MAXMR) { pthread_mutex_unlock(&st_mu); free(m); errno = ENOMEM; return NULL; }
   m->mr.lkey = st_next_key++; m->mr.rkey = st_next_key++ | 0x80000000u; m->mr.handle = (uint32_t)i;
-  st_mrs[i] = m;
+  st_mrs[i] = m; if (i >= st_hi) st_hi = i + 1;
   pthread_mutex_unlock(&st_mu);
   return &m->mr;
 }
 static void st_mr_free(struct ibv_mr *mr) {
   st_mr_t *m = (st_mr_t *)mr;
   pthread_mutex_lock(&st_mu);
-  for (int i = 0; i < ST_MAXMR; i++) if (st_mrs[i] == m) st_mrs[i] = NULL;
+  for (int i = 0; i < st_hi; i++) if (st_mrs[i] == m) st_mrs[i] = NULL;
+  while (st_hi > 0 && !st_mrs[st_hi - 1]) st_hi--;
   pthread_mutex_unlock(&st_mu);
   if (m->fd >= 0) close(m->fd);
   free(m);
@@ -114,7 +116,7 @@ static void st_mr_free(struct ibv_mr *mr) {
 static st_mr_t *st_find(uint32_t key, int remote, uint64_t a, uint64_t n, int need) {
   st_mr_t *r = NULL;
   pthread_mutex_lock(&st_mu);
-  for (int i = 0; i < ST_MAXMR; i++) {
+  for (int i = 0; i < st_hi; i++) {
     st_mr_t *m = st_mrs[i];
     if (!m || (remote ? m->mr.rkey : m->mr.lkey) != key) continue;
     if (a >= m->iova && n <= m->mr.length && a - m->iova <= m->mr.length - n && (m->access & need) == need) r = m;
@@ -210,7 +212,7 @@ int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask) {
 }
 
 // ---- data ----
-static void COPY(void *dst, const void *src, size_t n);
+static int COPY(void *dst, const void *src, size_t n); // 0, or the copy failed
 static int st_status_fault_done, st_corrupt_done;
 static void st_complete(struct ibv_qp *qp, struct ibv_send_wr *wr, uint32_t status, uint32_t len) {
   if (!status && !(wr->send_flags & 2) && !qp->sq_sig_all) return;
@@ -236,10 +238,10 @@ static int st_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
     // the NIC addresses an MR by iova; the bytes are at the caller's address (iova for reg_mr,
     // the GPU VA for the dma-buf MRs this tool makes with iova = its address)
     void *la = (void *)(uintptr_t)s->addr, *ra = (void *)(uintptr_t)wr->remote_addr;
-    if (read) COPY(la, ra, s->length); else COPY(ra, la, s->length);
+    if (read ? COPY(la, ra, s->length) : COPY(ra, la, s->length)) { st_complete(qp, wr, 21, 0); continue; } // IBV_WC_GENERAL_ERR
     if (st_fault("corrupt") && !__atomic_exchange_n(&st_corrupt_done, 1, __ATOMIC_RELAXED) && s->length > 0x3234) {
       uint8_t b; uint8_t *at = (uint8_t *)(read ? la : ra) + 0x3234;
-      COPY(&b, at, 1); b ^= 0x01; COPY(at, &b, 1);
+      if (!COPY(&b, at, 1)) { b ^= 0x01; COPY(at, &b, 1); }
     }
     int delay = st_env("SELFTESTVERBS_DELAY_US", 0);
     if (delay > 0) usleep((useconds_t)delay);

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include "selftestqp.c"
 
-static void COPY(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+static int COPY(void *dst, const void *src, size_t n) { memcpy(dst, src, n); return 0; }
 
 static void *fake(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 // 1 host memory, 0 GPU memory the NIC gets exactly, -1 GPU memory it cannot get
