@@ -20,13 +20,15 @@
 # the old release loaded keeps its copy (no file is overwritten in place). --prune and
 # --uninstall remove only what deploy.sh installed: a release folder named <version>-<the first
 # 12 hex digits of the sha256 of its SHA256SUMS>, holding exactly the files that SHA256SUMS lists,
-# all of them intact; anything else under PREFIX stays, and they say so.
+# all of them intact, owned by no package (dpkg -S: the .deb's releases are dpkg's) and mapped by no
+# running process; current and previous go only with the release they point to. Anything else
+# under PREFIX stays, and they say so.
 # Exit status: 0 done; 1 refused or failed (PREFIX as it was); 2 bad arguments.
 set -euo pipefail
 prefix=/opt/rtx4090-gdr
 action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
-usage() { sed -n '2,32s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,26s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "deploy: $*" >&2; sed -n '4,13s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
   local top v=""
