@@ -3,7 +3,8 @@
 // sets up RM and UVM as libcuda does (client, device, subdevice, VA space, UVM GPU VA space) on
 // the fake driver of GDRSHIM_TEST_DEV_DIR (fakerm.c, preloaded after the shim), so the shim sees
 // it; cuMemAlloc maps anonymous pages at the returned address and makes the RM memory and the UVM
-// mapping for it; the copies are memcpy. SELFTESTCUDA_FAIL_ALLOC=1: cuMemAlloc is out of memory.
+// mapping for it; the copies are memcpy (cuPointerGetAttribute tells its memory from host memory,
+// for tests/gpu/stubverbs.c's copies). SELFTESTCUDA_FAIL_ALLOC=1: cuMemAlloc is out of memory.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -93,6 +94,15 @@ CUresult cuMemFree_v2(uint64_t p) {
 }
 CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { memcpy(d, (const void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { memcpy((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+// CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): CU_MEMORYTYPE_DEVICE (2) inside an allocation; other
+// memory is unknown to CUDA (CUDA_ERROR_INVALID_VALUE), as pageable host memory is
+CUresult cuPointerGetAttribute(void *data, int attr, uint64_t p) {
+  if (attr != 2) return 1;
+  for (int i = 0; i < 64; i++) if (allocs[i].size && p >= allocs[i].va && p < allocs[i].va + allocs[i].size) { *(unsigned *)data = 2; return 0; }
+  return 1;
+}
 // A GeForce refuses dma-bufs: CUDA_ERROR_NOT_SUPPORTED (gdrshim serves them on its DMA-BUF route).
 CUresult cuMemGetHandleForAddressRange(void *h, uint64_t p, size_t n, int type, unsigned long long flags) { (void)h; (void)p; (void)n; (void)type; (void)flags; return 801; }
 CUresult cuGetErrorName(CUresult r, const char **s) {

@@ -60,6 +60,25 @@ fn env() -> &'static Env {
             "-ldl",
         ]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        // the GPU machine's stub NIC (tests/gpu/stubverbs.c), in a folder of its own
+        std::fs::create_dir_all(dir.join("gpustub")).unwrap();
+        let gpu = root.join("tests/gpu");
+        let map = format!("-Wl,--version-script={}", gpu.join("stubverbs.map").display());
+        let stub = gpu.join("stubverbs.c").display().to_string();
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            &map,
+            "-Wl,-soname,libibverbs.so.1",
+            "-o",
+            "gpustub/libibverbs.so.1",
+            &stub,
+            "-ldl",
+            "-lpthread",
+        ]);
         Env { dir, shim: root.join("target/knobs/release/libgdrshim.so").canonicalize().unwrap() }
     })
 }
@@ -264,4 +283,31 @@ fn it_reexecutes_itself_under_the_shim() {
     let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
     assert_eq!(rc, 2);
     assert!(err.contains("not preloaded and was not found"), "{err}");
+}
+
+#[test]
+fn the_gpu_machines_stub_nic_moves_the_bytes_through_libcuda() {
+    // tests/gpu/stubverbs.c as run-h200-selftest.sh uses it: its QP copies with libcuda's
+    // cuMemcpy* chosen by cuPointerGetAttribute (here the fake's, over host pages). The NV503C
+    // route: the stub checks a dma-buf as the kernel does (fdinfo exp_name), which the fake
+    // driver's memfd buffers are not.
+    let e = env();
+    let nv = Rig { peermem: true, capable: false };
+    let path = format!("{}:{}", e.dir.join("gpustub").display(), e.dir.display());
+    let (rc, out, err) = selftest("gpustub", &nv, &["--route", "nv503c"], &[("LD_LIBRARY_PATH", path.as_str())], true);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for id in DATA {
+        assert_eq!(verdict(&out, id), "PASS", "{id}: {out}");
+    }
+    assert!(out.contains("registered=2"), "the shim registered both GPU buffers: {out}");
+    assert!(line(&out, "bw.write.gpu-gpu").contains("of the 25.00 Gb/s link"), "the stub's port is EDR 1x: {out}");
+    let (rc, out, err) = selftest(
+        "gpustub-corrupt",
+        &DMABUF,
+        &["--no-bandwidth"],
+        &[("LD_LIBRARY_PATH", path.as_str()), ("SELFTESTVERBS_FAULT", "corrupt")],
+        true,
+    );
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert!(line(&out, "rdma.write.gpu-gpu").contains("1 of 262144 bytes differ; the first at offset 0x3234"), "{out}");
 }
