@@ -15,7 +15,7 @@
 # Reproducible: SOURCE_DATE_EPOCH from Cargo.toml for every time, root:root owners
 # (--root-owner-group), fixed modes, names sorted, xz on one thread; one release gives one .deb,
 # byte for byte (scripts/dev/check-release.sh builds it twice and compares).
-# Exit: 0 built; 1 the release folder fails its SHA256SUMS or the build failed; 2 usage.
+# Exit status: 0 built; 1 the release folder fails its SHA256SUMS or the build failed; 2 usage.
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
       if [ "$1" = --dist ]; then dist="$2"; else out="$2"; fi
       shift ;;
     -h|--help) usage; exit 0 ;;
-    --version) echo "build-deb (gdrshim) $(cargo_version)"; exit 0 ;;
+    --version) echo "build-deb.sh (gdrshim) $(cargo_version)"; exit 0 ;;
     *) bad_usage "unknown argument $1" ;;
   esac
   shift

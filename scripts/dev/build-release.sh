@@ -16,7 +16,7 @@
 #     --check-manifest     fail if DIR/SHA256SUMS differs from the repository's SHA256SUMS
 #     --update-manifest    copy DIR/SHA256SUMS to the repository's SHA256SUMS
 #     -h, --help           this text;  --version  the version being released
-# Exit: 0 built; 1 the build, a check or the manifest failed, or DIR was refused; 2 usage.
+# Exit status: 0 built; 1 the build, a check or the manifest failed, or DIR was refused; 2 usage.
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { sed -n '2,20s/^# \{0,1\}//p' "$0"; }
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --check-manifest) check=1 ;;
     --update-manifest) update=1 ;;
     -h|--help) usage; exit 0 ;;
-    --version) echo "build-release (gdrshim) $(version)"; exit 0 ;;
+    --version) echo "build-release.sh (gdrshim) $(version)"; exit 0 ;;
     *) bad_usage "unknown argument $1" ;;
   esac
   shift
