@@ -160,6 +160,7 @@ fn a_clean_run_passes_on_the_dmabuf_route() {
         assert_eq!(verdict(&out, &id), "PASS", "{id}: {out}");
     }
     assert!(line(&out, "route.chosen").contains("route dmabuf"), "{out}");
+    assert!(line(&out, "reg.gpu").contains("pass0_hits=2: the shim made exactly this memory reachable"), "{out}");
     assert!(out.contains("RESULT: PASS (16 PASS, 0 FAIL, 0 COULD-NOT-CHECK)"), "{out}");
     // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
     assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");

@@ -185,11 +185,19 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
             }
         }
     }
-    let hits = super::counters().map_or("?".into(), |c| super::counter(&c, "pass0_hits").to_string());
+    let c = super::counters();
+    let aside = c.map_or(0, |c| super::counter(&c, "stood_aside"));
+    let how = match c {
+        _ if aside > 0 => {
+            format!("stood_aside={aside}: libcuda registers GPU memory natively here (a datacenter GPU), the shim stood aside")
+        }
+        Some(c) => format!("pass0_hits={}: the shim made exactly this memory reachable", super::counter(&c, "pass0_hits")),
+        None => "no shim counters".to_string(),
+    };
     r.pass(
         3,
         "reg.gpu",
-        format!("ibv_reg_mr of 2 GPU buffers under the shim (pass0_hits={hits})"),
+        format!("ibv_reg_mr of 2 GPU buffers under the shim ({how})"),
         format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", gpu[0], a.size, mr_region(gpu_mr[0], gpu[0]).lkey),
     );
     let mut dst = mr_region(gpu_mr[1], gpu[1]);
