@@ -183,11 +183,20 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(prefix.join(&old_name)));
     assert_ne!(run(dpkg(&r).args(["-S", &lib])).0, 0, "dpkg no longer knows the file");
 
-    // alone in a fresh root: installed, current made; removed, the whole tree gone
+    // alone in a fresh root, as an upgrade of an older .deb: current follows the package, the
+    // older release goes with it (dpkg removes its files), no link is left naming it; purged,
+    // the whole tree is gone
+    ok(Command::new("bash").arg(root().join("scripts/dev/build-deb.sh")).arg("--dist").arg(&old).arg("--out").arg(s.join("deb-old")));
+    let old_deb = s.join("deb-old/gdrshim_0.0.1_amd64.deb");
     let r2 = scratch_root(&s.join("root2"));
-    ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&deb));
-    assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(name.as_str()));
-    assert!(link(&r2.join("opt/rtx4090-gdr/previous")).is_none());
+    ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&old_deb));
+    assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(old_name.as_str()));
+    let out = ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&deb));
+    assert!(out.contains(&format!("Unpacking gdrshim ({}) over (0.0.1)", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(name.as_str()), "{out}");
+    assert!(link(&r2.join("opt/rtx4090-gdr/previous")).is_none(), "{out}");
+    assert!(!r2.join("opt/rtx4090-gdr").join(&old_name).exists(), "{out}");
+    assert_eq!(ok(dpkg(&r2).args(["--verify", "gdrshim"])), "");
     ok(dpkg(&r2).args(["--purge", "gdrshim"]));
     assert!(!r2.join("opt/rtx4090-gdr").exists(), "the tree is gone");
     assert!(!r2.join("usr/share/doc/gdrshim").exists());
