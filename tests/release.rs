@@ -82,9 +82,15 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
     assert_eq!(rc, 1, "{err}");
     assert!(old.join("notes.txt").is_file() && old.join("lib/libgdrshim.so").is_file() && old.join("SHA256SUMS").is_file());
+    // an empty folder it does not list is not the script's either
+    std::fs::remove_file(old.join("notes.txt")).unwrap();
+    std::fs::create_dir(old.join("mine")).unwrap();
+    let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(old.join("mine").is_dir());
+    std::fs::remove_dir(old.join("mine")).unwrap();
     // without the extra file it is the script's own: accepted, so the build starts (the stub
     // cargo stops it) -- and the old release is all there until a new one is built
-    std::fs::remove_file(old.join("notes.txt")).unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
     assert_eq!(rc, 97, "{err}");
     assert!(err.contains("stub cargo: build --release --locked"), "{err}");

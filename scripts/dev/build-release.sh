@@ -42,12 +42,13 @@ done
 out="$(realpath -m -- "$out")"
 
 # Whether $1 is a release folder this script built: SHA256SUMS and BUILD-INFO of gdrshim, and
-# nothing in it (file, link or anything else) that its SHA256SUMS does not list.
+# nothing in it (file, link, folder or anything else) that its SHA256SUMS does not list or that
+# is not a folder of a file it lists.
 ours() {
   local d=$1 listed present
   [ -f "$d/SHA256SUMS" ] && [ -f "$d/BUILD-INFO" ] && head -n1 "$d/BUILD-INFO" | grep -q '^gdrshim ' || return 1
-  listed="$(sed -E 's/^[0-9a-f]{64}  //' "$d/SHA256SUMS" | LC_ALL=C sort)"
-  present="$(cd "$d" && find . -mindepth 1 ! -type d ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
+  listed="$(sed -E 's/^[0-9a-f]{64}  //' "$d/SHA256SUMS" | awk -F/ '{ print; p = $1; for (i = 2; i <= NF; i++) { print p; p = p "/" $i } }' | LC_ALL=C sort -u)"
+  present="$(cd "$d" && find . -mindepth 1 ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
   [ -z "$(comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present"))" ]
 }
 # Refuses an --out that is not ours to replace (before the build, and again before the swap).
