@@ -1,7 +1,8 @@
 //! The start-up benchmark (issue 16): `cargo bench --bench startup [-- N]`. Spawns /bin/true N
 //! times per round (default 2000), rounds alternating no preload, a minimal C preload library
-//! that wraps ioctl (tests/c/minimal_preload.c) and libgdrshim.so, and prints the per-spawn
-//! ratios measured in this one run (gdrshim's goal: ≤ 1.05× the minimal library).
+//! that wraps ioctl (tests/c/minimal_preload.c) and libgdrshim.so as it ships (the release
+//! build, without the test knobs), and prints the per-spawn ratios measured in this one run
+//! (gdrshim's goal: ≤ 1.05× the minimal library).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -13,7 +14,7 @@ fn main() {
     common::cc(&env, &["-O2", "-o", "spawnbench", c.join("spawnbench.c").to_str().unwrap()]);
     common::cc(&env, &["-shared", "-fPIC", "-O2", "-o", "libminimal.so", c.join("minimal_preload.c").to_str().unwrap(), "-ldl"]);
     let out = std::process::Command::new(env.dir.join("spawnbench"))
-        .args([&n, "/bin/true", env.dir.join("libminimal.so").to_str().unwrap(), env.shim.to_str().unwrap()])
+        .args([&n, "/bin/true", env.dir.join("libminimal.so").to_str().unwrap(), common::shipped().to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

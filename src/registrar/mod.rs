@@ -327,7 +327,7 @@ impl Registrar {
         match t.map.lookup(r.addr, r.len) {
             Ok(pieces) => {
                 // sysmem mapped through UVM is host memory to the NIC
-                let sysmem = pieces.iter().all(|p| t.memory_class(p.mem) == Some(crate::abi::class::NV01_MEMORY_SYSTEM));
+                let sysmem = pieces.iter().all(|p| p.alloc.class() == Some(crate::abi::class::NV01_MEMORY_SYSTEM));
                 if sysmem {
                     return Decision::Host;
                 }

@@ -81,7 +81,7 @@ impl Nv503c {
             Ok(p) => p,
             Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
         };
-        match t.memory_class(piece.mem) {
+        match piece.alloc.class() {
             Some(crate::abi::class::NV01_MEMORY_LOCAL_USER) => {}
             Some(class) if class == crate::abi::class::NV01_MEMORY_SYSTEM => return Decision::Host,
             Some(class) => return Decision::Miss(RegMiss::NotVidmem { class }),
@@ -118,7 +118,7 @@ impl Nv503c {
         if dry_run {
             return Decision::Hit { mem: piece.mem, offset, tuple, fresh: true, id: 0 };
         }
-        let Some((h_device, _)) = t.memory_device(piece.mem) else { return Decision::Miss(RegMiss::NoDevice) };
+        let Some((h_device, _)) = t.piece_device(&piece) else { return Decision::Miss(RegMiss::NoDevice) };
         let client = piece.mem.client;
         let Some(ctl_fd) = t.client_fd(client) else { return Decision::Miss(RegMiss::UnknownClient { client }) };
         let c = Client { handle: client, ctl_fd };

@@ -145,12 +145,12 @@ impl Tracker {
             if p.mem.client != client {
                 return Err(PlanMiss::SpansClients);
             }
-            match self.memory_class(p.mem) {
+            match p.alloc.class() {
                 Some(class::NV01_MEMORY_LOCAL_USER) => {}
                 Some(class) => return Err(PlanMiss::NotVidmem { class }),
                 None => return Err(PlanMiss::UnknownMemory { memory: p.mem.memory }),
             }
-            let d = self.memory_device(p.mem).ok_or(PlanMiss::UnknownMemory { memory: p.mem.memory })?;
+            let d = self.piece_device(p).ok_or(PlanMiss::UnknownMemory { memory: p.mem.memory })?;
             if *device.get_or_insert(d) != d {
                 return Err(PlanMiss::SpansGpus);
             }

@@ -182,8 +182,17 @@ impl Tracker {
 
     /// The Device handle and deviceId a memory object hangs under.
     pub fn memory_device(&self, mem: MemRef) -> Option<(u32, u32)> {
-        let parent = self.map.memory(mem)?.parent;
-        match self.objects.get(&(mem.client, parent))?.kind {
+        self.device_under(mem.client, self.map.memory(mem)?.parent)
+    }
+
+    /// The Device handle and deviceId of a looked-up piece's memory (from the piece: no lookup
+    /// of the memory table).
+    pub fn piece_device(&self, p: &Piece) -> Option<(u32, u32)> {
+        self.device_under(p.mem.client, p.alloc.parent()?)
+    }
+
+    fn device_under(&self, client: u32, parent: u32) -> Option<(u32, u32)> {
+        match self.objects.get(&(client, parent))?.kind {
             ObjKind::Device { device_id } => Some((parent, device_id)),
             _ => None,
         }

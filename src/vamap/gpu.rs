@@ -1,8 +1,8 @@
-//! One GPU's entries (a job holds a million): 24 bytes each, ordered, with a radix over 2 MiB
+//! One GPU's entries (a job holds a million): 32 bytes each, ordered, with a radix over 2 MiB
 //! granules in front of the tree for point lookups.
 #![forbid(unsafe_code)]
 
-use super::{MemRef, Origin};
+use super::{Allocation, MemRef, Origin};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
@@ -17,12 +17,16 @@ pub(super) struct Entry {
     pub end: u64,
     offset_bits: u64,
     pub mem: MemRef,
+    /// `mem`'s allocation as the map knew it when this entry was made; it cannot change while
+    /// the entry lives (a handle allocated again loses its mappings first), so a lookup answers
+    /// class and parent without a second table's cache miss.
+    pub alloc: Allocation,
 }
 
 impl Entry {
-    pub fn new(end: u64, offset: u64, mem: MemRef) -> Entry {
+    pub fn new(end: u64, offset: u64, mem: MemRef, alloc: Allocation) -> Entry {
         debug_assert!(offset < OFFSET_LIMIT);
-        Entry { end, offset_bits: offset, mem }
+        Entry { end, offset_bits: offset, mem, alloc }
     }
 
     /// Offset into `mem` of this entry's first byte.
@@ -41,7 +45,7 @@ impl Entry {
     /// The same memory, cut to `[start, end)` of an entry that began at `was`: a cut never
     /// claims its range.
     pub fn cut(&self, was: u64, start: u64, end: u64) -> Entry {
-        Entry::new(end, self.offset() + (start - was), self.mem)
+        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc)
     }
 
     /// The map call of an entry that is one whole call.
@@ -53,7 +57,7 @@ impl Entry {
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
 ///
-/// Entries live in a slab (start and entry, 32 bytes) ordered by a tree of slot numbers; a
+/// Entries live in a slab (start and entry, 40 bytes) ordered by a tree of slot numbers; a
 /// radix of 2 MiB granules names, per granule, the slot of an entry that touches it. A point
 /// lookup ([`at`](Self::at)) reads the radix leaf and the slot (two cache misses at a million
 /// entries, against a dozen for a tree descent) and checks that the slot's entry covers the
@@ -141,7 +145,8 @@ impl GpuMap {
 
     pub fn remove(&mut self, start: u64) -> Option<(Entry, Origin)> {
         let slot = self.tree.remove(&start)?;
-        let (_, e) = std::mem::replace(&mut self.slab[slot as usize], (FREE, Entry::new(0, 0, MemRef { client: 0, memory: 0 })));
+        let (_, e) =
+            std::mem::replace(&mut self.slab[slot as usize], (FREE, Entry::new(0, 0, MemRef { client: 0, memory: 0 }, Allocation::UNSEEN)));
         self.unhint(start, e.end, slot);
         self.free_slots.push(slot);
         let o = if self.cut.is_empty() { None } else { self.cut.remove(&start) };

@@ -55,7 +55,7 @@ impl VaMap {
             let off = e.offset() + (at - s);
             match pieces.last_mut() {
                 Some(p) if p.mem == e.mem && p.offset + p.len == off => p.len += piece_end - at,
-                _ => pieces.push(Piece { va: at, len: piece_end - at, mem: e.mem, offset: off, origin: g.origin(s, e) }),
+                _ => pieces.push(Piece { va: at, len: piece_end - at, mem: e.mem, offset: off, origin: g.origin(s, e), alloc: e.alloc }),
             }
             at = piece_end;
             cursor = e.end;
@@ -115,7 +115,7 @@ impl VaMap {
             if found.is_some() || e.end < end {
                 return None;
             }
-            found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e) });
+            found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e), alloc: e.alloc });
         }
         found
     }

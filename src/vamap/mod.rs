@@ -42,6 +42,30 @@ pub struct Piece {
     pub mem: MemRef,
     pub offset: u64,
     pub origin: Origin,
+    /// `mem`'s allocation (what [`VaMap::memory`] says of it).
+    pub alloc: Allocation,
+}
+
+/// What the map knows of a memory object's allocation: the object it was allocated under (its
+/// device) and its class; [`Allocation::UNSEEN`] when the allocation was not seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub parent: u32,
+    pub class: u32,
+}
+
+impl Allocation {
+    pub const UNSEEN: Allocation = Allocation { parent: 0, class: UNSEEN };
+
+    /// The class, if the allocation was seen.
+    pub fn class(&self) -> Option<u32> {
+        (self.class != UNSEEN).then_some(self.class)
+    }
+
+    /// The parent (device) handle, if the allocation was seen.
+    pub fn parent(&self) -> Option<u32> {
+        (self.class != UNSEEN).then_some(self.parent)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,8 +135,11 @@ pub const UNSEEN: u32 = 0;
 
 type Mems = HashMap<MemRef, MemInfo>;
 
-fn count_in(mems: &mut Mems, mem: MemRef) {
-    mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0 }).entries += 1;
+/// One entry more maps `mem`; its allocation as known.
+fn count_in(mems: &mut Mems, mem: MemRef) -> Allocation {
+    let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0 });
+    i.entries += 1;
+    Allocation { parent: i.parent, class: i.class }
 }
 
 fn count_out(mems: &mut Mems, mem: MemRef) {
@@ -189,13 +216,13 @@ impl VaMap {
         if offset >= OFFSET_LIMIT {
             return; // no RM memory is that large: kept out, so that lookups miss
         }
-        let mut e = Entry::new(base + len, offset, mem);
+        let alloc = count_in(&mut self.mems, mem);
+        let mut e = Entry::new(base + len, offset, mem, alloc);
         if self.ranges.get(&base) == Some(&len) {
             self.ranges.remove(&base);
             e = e.claiming();
         }
         self.per_gpu.entry(gpu).or_default().insert(base, e, e.whole(base));
-        count_in(&mut self.mems, mem);
     }
 
     /// Removes the entry at `start`, with its count, and gives back the range it claimed.

@@ -322,7 +322,8 @@ fn memory_records_live_with_their_allocation_or_their_mappings() {
 #[test]
 fn radix_hints_agree_with_the_tree_at_granule_scale() {
     // Entries of 512 KiB to 4 MiB over 64 MiB that straddles a radix leaf, mapped, cut, freed
-    // and reused: every point lookup equals the tree's answer, and the radix's books stay right.
+    // and reused, memory allocated again under them: every point lookup equals the tree's
+    // answer, the radix's books stay right, and entries know their memory's allocation.
     const UNIT: u64 = 0x8_0000;
     const ORIGIN: u64 = (1 << 27) - (32 << 20);
     let gpus = [G0, G1];
@@ -337,11 +338,17 @@ fn radix_hints_agree_with_the_tree_at_granule_scale() {
             0..=2 => v.map(g, base, len, m(1 + rng.below(9) as u32), rng.below(4) * UNIT),
             3 => drop(v.unmap(g, base, len)),
             4 => drop(v.free_range(base, Some(len))),
-            _ => drop(v.remove_memory(m(1 + rng.below(9) as u32))),
+            5 if rng.below(2) == 0 => drop(v.remove_memory(m(1 + rng.below(9) as u32))),
+            _ => v.add_memory(m(1 + rng.below(9) as u32), 0xd0 + rng.below(2) as u32, [0x40, 0x3e][rng.below(2) as usize]),
         }
         if op % 97 == 0 {
             for gm in v.per_gpu.values() {
                 gm.check_hints();
+                // what an entry remembers of its memory's allocation is what the table says now
+                for (_, e) in gm.iter() {
+                    let now = v.mems.get(&e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
+                    assert_eq!(Some(e.alloc), now, "{:?}", e.mem);
+                }
                 for a in (ORIGIN - UNIT..ORIGIN + 140 * UNIT).step_by(0x1_0000) {
                     let tree = gm.range(..=a).next_back().filter(|(_, e)| a < e.end);
                     assert_eq!(gm.at(a), tree, "at({a:#x})");
