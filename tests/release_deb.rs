@@ -191,8 +191,13 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     let r2 = scratch_root(&s.join("root2"));
     ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&old_deb));
     assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(old_name.as_str()));
-    let out = ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&deb));
+    // unpacked, not yet configured (the moment the older release's files are gone): current
+    // already names the new release, never a removed one
+    let out = ok(dpkg(&r2).arg("--force-depends").arg("--unpack").arg(&deb));
     assert!(out.contains(&format!("Unpacking gdrshim ({}) over (0.0.1)", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(!r2.join("opt/rtx4090-gdr").join(&old_name).exists(), "{out}");
+    assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(name.as_str()), "{out}");
+    let out = ok(dpkg(&r2).args(["--force-depends", "--configure", "gdrshim"]));
     assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(name.as_str()), "{out}");
     assert!(link(&r2.join("opt/rtx4090-gdr/previous")).is_none(), "{out}");
     assert!(!r2.join("opt/rtx4090-gdr").join(&old_name).exists(), "{out}");

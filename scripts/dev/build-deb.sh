@@ -9,16 +9,17 @@
 # The package holds the release folder exactly as scripts/deploy.sh installs it:
 # /opt/rtx4090-gdr/releases/<version>-<first 12 hex digits of sha256(SHA256SUMS)>/, plus
 # /usr/share/doc/gdrshim/copyright. Configuring it points /opt/rtx4090-gdr/current at that release
-# by one rename (the release current named before becomes previous, as with deploy.sh); removing
-# it puts current back to previous, or removes it, before its files go. The maintainer scripts
-# honour DPKG_ROOT (dpkg --root DIR --force-script-chrootless installs into a scratch root).
+# by one rename (the release current named before becomes previous, as with deploy.sh); on an
+# upgrade current follows to the new release once it is unpacked, before the old one's files go;
+# removing it puts current back to previous, or removes it, before its files go. The maintainer
+# scripts honour DPKG_ROOT (dpkg --root DIR --force-script-chrootless installs into a scratch root).
 # Reproducible: SOURCE_DATE_EPOCH from Cargo.toml for every time, root:root owners
 # (--root-owner-group), fixed modes, names sorted, xz on one thread; one release gives one .deb,
 # byte for byte (scripts/dev/check-release.sh builds it twice and compares).
 # Exit status: 0 built; 1 the release folder fails its SHA256SUMS or the build failed; 2 usage.
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,19s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "build-deb: $1" >&2; usage >&2; exit 2; }
 die() { echo "build-deb: $*" >&2; exit 1; }
 cargo_version() { sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1; }
@@ -125,11 +126,22 @@ exit 0
 EOF
 cat >"$pkg/DEBIAN/postrm" <<'EOF'
 #!/bin/sh
-# gdrshim: a current or previous link still naming this package's release (a failed install
-# being undone, or an upgrade that removed it) is removed; links to other releases stay.
+# gdrshim: on an upgrade the new version's files are unpacked and this release's are about to
+# go: current, where it names this release, follows to the new one now (the one release folder
+# of the new version), not only when the new one is configured. A current or previous link
+# still naming this release once it is gone is removed; links to other releases stay.
 set -e
 prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
 rel="@REL@"
+switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+if [ "$1" = upgrade ] && [ "$(readlink "$prefix/current" 2>/dev/null || true)" = "$rel" ]; then
+  new_version="$(printf '%s' "${2:-}" | tr '~' '-')"
+  set -- "$1" "$prefix/releases/$new_version"-*/
+  if [ $# = 2 ] && [ -f "$2/SHA256SUMS" ]; then
+    switch_link current "releases/$(basename "$2")"
+  fi
+  set -- upgrade
+fi
 case "$1" in
   remove|purge|abort-install|abort-upgrade|disappear|upgrade)
     for l in current previous; do
