@@ -93,7 +93,7 @@ pub fn check_text(bytes: Vec<u8>) -> Result<String, Rejected> {
     }
     // The shim writes whole lines; a last line without its end that is no record was cut off.
     if !text.ends_with('\n') {
-        let last = text.lines().last().unwrap_or_default();
+        let last = text.lines().next_back().unwrap_or_default();
         if parse_line(last).is_none() {
             return Err(Rejected::Truncated { record: text.lines().count() });
         }
