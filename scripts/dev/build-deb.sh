@@ -155,9 +155,10 @@ exit 0
 EOF
 sed -i "s|@REL@|releases/$name|" "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
 
-# fixed modes whatever the umask: folders 0755, files 0644 or 0755 as the release has them
+# fixed modes whatever the umask: folders 0755, files 0755 where the release has them executable, else 0644
 find "$pkg" -type d -exec chmod 0755 {} +
-find "$pkg" -type f -exec chmod u+rw,go+r,go-w {} +
+find "$pkg" -type f -perm /0111 -exec chmod 0755 {} +
+find "$pkg" -type f ! -perm /0111 -exec chmod 0644 {} +
 chmod 0755 "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
 (cd "$pkg" && find opt usr -type f | LC_ALL=C sort | xargs -d '\n' md5sum) >"$pkg/DEBIAN/md5sums"
 # Installed-Size as dpkg-gencontrol counts it: KiB of each file rounded up, 1 per other entry
