@@ -1,4 +1,4 @@
-# Sourced by scripts/doctor, scripts/verify-run and scripts/dmabuf-probe: sets `tool` to the
+# Sourced by scripts/doctor, scripts/verify-run, scripts/dmabuf-probe and scripts/selftest: sets `tool` to the
 # gdrshim-tool of this release (../bin) or of this source tree (../target/release), or exits 2.
 # shellcheck shell=bash
 tool=""

@@ -61,6 +61,8 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         ("scripts/gdr-state-record", "compare OLD NEW"),
         ("scripts/doctor", "--from DIR"),
         ("scripts/dev/demo.sh", "--verbose"),
+        ("scripts/apply-nccl-patches.sh", "--patches DIR"),
+        ("scripts/dev/test.sh", "GDRSHIM_REQUIRE_ALL"),
     ] {
         let p = script(rel);
         for h in ["-h", "--help"] {
@@ -78,6 +80,16 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         assert_eq!(r.rc, 2, "{rel}: {} {}", r.out, r.err);
         assert!(r.err.contains("--no-such-option") && r.err.contains(usage_word), "{rel}: usage on stderr: {}", r.err);
         assert_eq!(r.out, "", "{rel}: nothing on stdout");
+    }
+    // the wrappers of gdrshim-tool: the tool's conventions, with the subcommand's name
+    for (rel, sub) in [("scripts/verify-run", "verify-run"), ("scripts/dmabuf-probe", "dmabuf-probe"), ("scripts/selftest", "selftest")] {
+        let p = script(rel);
+        let r = run(&p, &["--help"], &env);
+        assert!(r.rc == 0 && r.out.contains("Exit codes") && r.err.is_empty(), "{rel} --help: {} {}", r.out, r.err);
+        let r = run(&p, &["--version"], &env);
+        assert_eq!((r.rc, r.out.as_str()), (0, format!("gdrshim-tool {sub} {}\n", env!("CARGO_PKG_VERSION")).as_str()), "{rel}");
+        let r = run(&p, &["--no-such-option"], &env);
+        assert!(r.rc == 2 && r.out.is_empty() && r.err.contains("--no-such-option"), "{rel}: {} {}", r.out, r.err);
     }
     assert!(!marker.exists(), "the demo replayed nothing");
     assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "the doctor recorded nothing");

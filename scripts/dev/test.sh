@@ -4,15 +4,16 @@
 # integration tests (the real libgdrshim.so in child processes with a fake driver and NIC), the
 # tools' tests, shellcheck, and the reproducible release against SHA256SUMS.
 #
-#   scripts/dev/test.sh [--help]
+#   scripts/dev/test.sh [--help | --version]
 #
 # GDRSHIM_REQUIRE_ALL=1 (CI) makes a missing linter an error instead of a "NOT RUN" line.
 # Exit status: 0 every phase passed; 1 a phase failed; 2 usage.
 set -euo pipefail
 case "${1:-}" in
   -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  --version) echo "test.sh (gdrshim) $(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../../Cargo.toml" | head -n1)"; exit 0 ;;
   "") ;;
-  *) echo "test.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  *) echo "test.sh: unknown argument $1" >&2; sed -n '2,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/../.."
 require_all="${GDRSHIM_REQUIRE_ALL:-0}"

@@ -1,4 +1,4 @@
-//! gdrshim-tool: `doctor`, `verify-run` and `dmabuf-probe` (see each module).
+//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe` and `selftest` (see each module).
 //!
 //! Each subcommand is one variant of [`Cmd`] whose arguments (a `clap::Args` struct with a
 //! `run(self) -> Result<u8, String>`) live in its own module; adding a subcommand is one variant
@@ -24,7 +24,7 @@ pub const EXIT_CODES: &str = "Exit codes:
 #[command(
     name = "gdrshim-tool",
     version,
-    about = "gdrshim's operator tools: preflight doctor, acceptance verifier, DMA-BUF probe",
+    about = "gdrshim's operator tools: preflight doctor, acceptance verifier, DMA-BUF probe, rig self-test",
     after_help = EXIT_CODES,
     propagate_version = true,
     subcommand_required = true,
@@ -38,16 +38,16 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Judge a saved machine state (scripts/gdr-state-record save) by the runbook's preflight checks
-    #[command(after_help = doctor::AFTER_HELP)]
+    #[command(after_help = doctor::AFTER_HELP, display_name = "gdrshim-tool doctor")]
     Doctor(doctor::Args),
     /// Judge a NCCL Tests run (and the shim's, perftest's and the kernel's logs) by the acceptance checklist
-    #[command(after_help = verify::AFTER_HELP)]
+    #[command(after_help = verify::AFTER_HELP, display_name = "gdrshim-tool verify-run")]
     VerifyRun(verify::Args),
     /// Allocate GPU memory, export it as a DMA-BUF and register it on each HCA (no gdrshim involved)
-    #[command(after_help = dmabuf::AFTER_HELP)]
+    #[command(after_help = dmabuf::AFTER_HELP, display_name = "gdrshim-tool dmabuf-probe")]
     DmabufProbe(dmabuf::Args),
     /// Prove GPUDirect RDMA here: GPU memory registered under the shim, RDMA WRITE/READ through one self-connected QP, every byte checked
-    #[command(after_help = selftest::AFTER_HELP)]
+    #[command(after_help = selftest::AFTER_HELP, display_name = "gdrshim-tool selftest")]
     Selftest(selftest::Args),
     /// Print the tool's version
     Version,

@@ -19,7 +19,7 @@ fn tool(args: &[&str]) -> Out {
     }
 }
 
-const SUBCOMMANDS: &[&str] = &["doctor", "verify-run", "dmabuf-probe"];
+const SUBCOMMANDS: &[&str] = &["doctor", "verify-run", "dmabuf-probe", "selftest"];
 
 #[test]
 fn help_is_usage_on_stdout_exit_0_with_the_exit_codes() {
@@ -62,7 +62,7 @@ fn version_everywhere() {
     for sub in SUBCOMMANDS {
         let o = tool(&[sub, "--version"]);
         assert_eq!(o.rc, 0, "{sub}: {}", o.stderr);
-        assert!(o.stdout.starts_with("gdrshim-tool") && o.stdout.trim_end().ends_with(want), "{sub}: {}", o.stdout);
+        assert_eq!(o.stdout, format!("gdrshim-tool {sub} {want}\n"), "{sub}");
     }
 }
 
