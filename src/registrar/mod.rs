@@ -54,6 +54,15 @@ pub trait Rm {
     }
 }
 
+/// A table that held many entries and now holds few gives its buckets back: a registration
+/// then touches a few warm cache lines, not a random bucket of a table sized for its peak.
+/// Amortised O(1): the table shrinks to twice its size only after it fell below an eighth.
+pub(crate) fn shrink_when_sparse<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 1024 && m.len() * 8 < m.capacity() {
+        m.shrink_to(m.len() * 2);
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegMiss {
     Lookup(Miss),
@@ -412,7 +421,9 @@ impl Registrar {
     /// get the same pointer back from malloc at once; a lookup after the call would then release
     /// that thread's registration instead.
     pub fn take_mr(&mut self, mr: u64) -> Option<HeldRef> {
-        self.mrs.remove(&mr)
+        let held = self.mrs.remove(&mr);
+        shrink_when_sparse(&mut self.mrs);
+        held
     }
 
     /// After the provider's dereg: release the reference taken by [`take_mr`](Self::take_mr),

@@ -162,6 +162,7 @@ impl Nv503c {
 
     fn remove(&mut self, mem: MemRef) -> Option<Reg> {
         let r = self.regs.remove(&mem)?;
+        super::shrink_when_sparse(&mut self.regs);
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
             self.by_address.remove(&r.tuple.address);
         }

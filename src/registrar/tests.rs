@@ -425,3 +425,24 @@ fn model_based_random_operations() {
         r.counts.registered, r.counts.rm_errors
     );
 }
+
+#[test]
+fn tables_sized_for_a_peak_shrink_when_it_has_passed() {
+    let mut m: HashMap<u64, u64> = HashMap::default();
+    for i in 0..100_000 {
+        m.insert(i, i);
+    }
+    let peak = m.capacity();
+    for i in 0..100_000 {
+        m.remove(&i);
+        super::shrink_when_sparse(&mut m);
+        assert!(m.capacity() <= peak);
+    }
+    assert!(m.capacity() <= 2048, "capacity {} after the peak of {peak}", m.capacity());
+    // small tables are left alone
+    let mut small: HashMap<u64, u64> = (0..500).map(|i| (i, i)).collect();
+    let cap = small.capacity();
+    small.retain(|k, _| *k == 0);
+    super::shrink_when_sparse(&mut small);
+    assert_eq!(small.capacity(), cap);
+}
