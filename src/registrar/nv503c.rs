@@ -49,6 +49,17 @@ pub struct Nv503c {
     /// Registrations by VA: they never overlap (each is a whole UVM mapping, and a mapping over
     /// registered VA takes the registration down first).
     by_address: BTreeMap<u64, MemRef>,
+    /// How many registrations touch each 2 MiB granule of VA: a release of VA that no
+    /// registration touches (nearly every free) is answered from here, without the tree.
+    granules: HashMap<u64, u32>,
+}
+
+const GRANULE_SHIFT: u32 = 21;
+/// A release larger than this many granules asks the tree directly.
+const GRANULE_PROBES: u64 = 64;
+
+fn granules_of(address: u64, size: u64) -> std::ops::RangeInclusive<u64> {
+    (address >> GRANULE_SHIFT)..=(address.saturating_add(size.max(1) - 1) >> GRANULE_SHIFT)
 }
 
 const G: u64 = p2p::GRANULE;
@@ -157,6 +168,9 @@ impl Nv503c {
 
     fn insert(&mut self, r: Reg) {
         self.by_address.insert(r.tuple.address, r.tuple.mem);
+        for g in granules_of(r.tuple.address, r.tuple.size) {
+            *self.granules.entry(g).or_default() += 1;
+        }
         self.regs.insert(r.tuple.mem, r);
     }
 
@@ -166,6 +180,15 @@ impl Nv503c {
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
             self.by_address.remove(&r.tuple.address);
         }
+        for g in granules_of(r.tuple.address, r.tuple.size) {
+            if let Some(n) = self.granules.get_mut(&g) {
+                *n -= 1;
+                if *n == 0 {
+                    self.granules.remove(&g);
+                }
+            }
+        }
+        super::shrink_when_sparse(&mut self.granules);
         Some(r)
     }
 
@@ -216,6 +239,11 @@ impl Nv503c {
     /// The registrations overlapping `[base, end)`: the one starting before `base` that reaches
     /// into it, and those starting inside (they never overlap each other).
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
+        // (an empty range still asks the tree: the registration around base, on the safe side)
+        let span = granules_of(base, end.saturating_sub(base));
+        if span.end() - span.start() < GRANULE_PROBES && span.clone().all(|g| !self.granules.contains_key(&g)) {
+            return Vec::new();
+        }
         let before = self.by_address.range(..base).next_back().map(|(_, m)| *m).filter(|m| {
             let r = &self.regs[m];
             r.tuple.address.saturating_add(r.tuple.size) > base

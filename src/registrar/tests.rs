@@ -446,3 +446,23 @@ fn tables_sized_for_a_peak_shrink_when_it_has_passed() {
     super::shrink_when_sparse(&mut small);
     assert_eq!(small.capacity(), cap);
 }
+
+#[test]
+fn a_release_of_any_granule_of_a_registration_takes_it_down() {
+    // A 6 MiB mapping, 1 MiB into a 2 MiB granule: it touches granules 0..=3 of its region. A
+    // release of its first 4 KiB, of its last 4 KiB, or of VA just past it finds exactly what it
+    // touches (the granule index answers "nothing" only where nothing is registered).
+    const BASE: u64 = 0x7f00_0010_0000;
+    const LEN: u64 = 0x60_0000;
+    for (at, len, hits) in
+        [(BASE, 0x1000, true), (BASE + LEN - 0x1000, 0x1000, true), (BASE + LEN, 0x20_0000, false), (BASE - 0x1000, 0x1000, false)]
+    {
+        let t = tracker_with(&[(0x10, BASE, LEN)]);
+        let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+        let a = r.before_reg(&t, &mut rm, BASE + 0x1000, 0x1000);
+        assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
+        let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::UvmUnmap { base: at, length: len });
+        assert_eq!(gone.len(), usize::from(hits), "release {at:#x}+{len:#x}");
+        assert_eq!(rm.regs.is_empty(), hits, "release {at:#x}+{len:#x}");
+    }
+}

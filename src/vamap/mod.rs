@@ -186,7 +186,8 @@ impl VaMap {
         if let Some(&l) = self.ranges.get(&base) {
             return Some(l);
         }
-        self.per_gpu.values().find_map(|m| m.get(base).filter(|e| e.claims_range()).map(|e| e.end - base))
+        // through the radix: the entry at base, if it starts there
+        self.per_gpu.values().find_map(|m| m.at(base).filter(|(s, e)| *s == base && e.claims_range()).map(|(_, e)| e.end - base))
     }
 
     /// What UVM_FREE(base) releases: the range created there, or else the length the call gives,
