@@ -245,7 +245,7 @@ fn demo_says_fail_when_a_prediction_differs_or_the_replay_breaks() {
     assert_eq!(r.rc, 1, "{}", r.out);
     assert!(r.out.contains("FAIL: torch-exp"), "{}", r.out);
     assert!(
-        r.out.lines().any(|l| l.starts_with("torch-exp ") && l.split('|').map(str::trim).last() == Some("1")),
+        r.out.lines().any(|l| l.starts_with("torch-exp ") && l.split('|').map(str::trim).next_back() == Some("1")),
         "the table shows it: {}",
         r.out
     );

@@ -18,6 +18,7 @@ pub fn sh(cmd: &mut Command) {
 /// Builds the release library with the test knobs (`--features knobs`, in target/knobs: the
 /// fake driver's device folder, injected panics, the benchmark pause) and makes
 /// `$TMP/gdrshim-<tag>-<pid>/dev`.
+#[allow(dead_code)] // every test uses it; the start-up benchmark measures the shipped library
 pub fn build(tag: &str) -> Env {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     sh(Command::new(env!("CARGO"))
