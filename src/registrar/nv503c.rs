@@ -52,6 +52,8 @@ pub struct Nv503c {
     /// How many registrations touch each 2 MiB granule of VA: a release of VA that no
     /// registration touches (nearly every free) is answered from here, without the tree.
     granules: HashMap<u64, u32>,
+    /// Registrations too wide to count per granule: while any lives, releases ask the tree.
+    uncounted: usize,
 }
 
 const GRANULE_SHIFT: u32 = 21;
@@ -60,6 +62,14 @@ const GRANULE_PROBES: u64 = 64;
 
 fn granules_of(address: u64, size: u64) -> std::ops::RangeInclusive<u64> {
     (address >> GRANULE_SHIFT)..=(address.saturating_add(size.max(1) - 1) >> GRANULE_SHIFT)
+}
+
+/// A registration wider than this (128 GiB) is not counted per granule (bounded work and memory
+/// whatever size it claims); see `Nv503c::uncounted`.
+const MAX_COUNTED_GRANULES: u64 = 1 << 16;
+
+fn counted(span: &std::ops::RangeInclusive<u64>) -> bool {
+    span.end() - span.start() < MAX_COUNTED_GRANULES
 }
 
 const G: u64 = p2p::GRANULE;
@@ -168,8 +178,13 @@ impl Nv503c {
 
     fn insert(&mut self, r: Reg) {
         self.by_address.insert(r.tuple.address, r.tuple.mem);
-        for g in granules_of(r.tuple.address, r.tuple.size) {
-            *self.granules.entry(g).or_default() += 1;
+        let span = granules_of(r.tuple.address, r.tuple.size);
+        if counted(&span) {
+            for g in span {
+                *self.granules.entry(g).or_default() += 1;
+            }
+        } else {
+            self.uncounted += 1;
         }
         self.regs.insert(r.tuple.mem, r);
     }
@@ -180,13 +195,18 @@ impl Nv503c {
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
             self.by_address.remove(&r.tuple.address);
         }
-        for g in granules_of(r.tuple.address, r.tuple.size) {
-            if let Some(n) = self.granules.get_mut(&g) {
-                *n -= 1;
-                if *n == 0 {
-                    self.granules.remove(&g);
+        let span = granules_of(r.tuple.address, r.tuple.size);
+        if counted(&span) {
+            for g in span {
+                if let Some(n) = self.granules.get_mut(&g) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.granules.remove(&g);
+                    }
                 }
             }
+        } else {
+            self.uncounted -= 1;
         }
         super::shrink_when_sparse(&mut self.granules);
         Some(r)
@@ -241,7 +261,7 @@ impl Nv503c {
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
         // (an empty range still asks the tree: the registration around base, on the safe side)
         let span = granules_of(base, end.saturating_sub(base));
-        if span.end() - span.start() < GRANULE_PROBES && span.clone().all(|g| !self.granules.contains_key(&g)) {
+        if self.uncounted == 0 && span.end() - span.start() < GRANULE_PROBES && span.clone().all(|g| !self.granules.contains_key(&g)) {
             return Vec::new();
         }
         let before = self.by_address.range(..base).next_back().map(|(_, m)| *m).filter(|m| {

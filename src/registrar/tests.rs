@@ -466,3 +466,18 @@ fn a_release_of_any_granule_of_a_registration_takes_it_down() {
         assert_eq!(rm.regs.is_empty(), hits, "release {at:#x}+{len:#x}");
     }
 }
+
+#[test]
+fn a_registration_too_wide_to_count_is_still_found_by_a_release() {
+    // 1 TiB (2^19 granules, beyond the per-granule count): a release of its last 4 KiB asks the
+    // tree and takes it down.
+    const BASE: u64 = 0x7000_0000_0000;
+    const LEN: u64 = 1 << 40;
+    let t = tracker_with(&[(0x10, BASE, LEN)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, BASE, 0x1000);
+    assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
+    let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::UvmUnmap { base: BASE + LEN - 0x1000, length: 0x1000 });
+    assert_eq!(gone.len(), 1);
+    assert!(rm.regs.is_empty());
+}

@@ -87,8 +87,19 @@ struct Leaf {
     set: u32,
 }
 
+/// An entry wider than this (128 GiB) gets no hints: its lookups take the tree. Keeps one map
+/// call's work and memory bounded whatever length it claims.
+const MAX_HINTED_GRANULES: u64 = 1 << 16;
+
+/// The granules an entry's hints cover: all it touches, or none when it is wider than
+/// [`MAX_HINTED_GRANULES`].
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
-    (start >> GRANULE_SHIFT)..=((end - 1) >> GRANULE_SHIFT)
+    let (first, last) = (start >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
+    if last - first >= MAX_HINTED_GRANULES {
+        #[allow(clippy::reversed_empty_ranges)]
+        return 1..=0;
+    }
+    first..=last
 }
 
 fn leaf_of(granule: u64) -> (u64, usize) {
