@@ -90,6 +90,17 @@ struct Rig {
 
 const DMABUF: Rig = Rig { peermem: false, capable: true };
 
+/// The saved rig state (tests/fixtures/state) that matches a fake machine: DMA-BUF capable
+/// (rig-4090-ok), peer memory only (rig-4090-ofed), neither (rig-4090-bad).
+fn state_of(rig: &Rig) -> PathBuf {
+    let name = match (rig.capable, rig.peermem) {
+        (true, _) => "rig-4090-ok",
+        (false, true) => "rig-4090-ofed",
+        (false, false) => "rig-4090-bad",
+    };
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)
+}
+
 /// Runs the self-test on a fresh fake machine; (exit code, stdout, stderr).
 fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload_shim: bool) -> (i32, String, String) {
     let e = env();
@@ -109,6 +120,10 @@ fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload
     cmd.arg("selftest");
     if !args.contains(&"--size") {
         cmd.args(["--size", "262144"]);
+    }
+    if !args.contains(&"--state") && !extra.iter().any(|(k, _)| *k == "SELFTEST_RECORD_HERE") {
+        // step 1's route checks judge a saved rig that matches the fake machine
+        cmd.arg("--state").arg(state_of(rig));
     }
     cmd.args(args)
         .env("LD_PRELOAD", preload)
@@ -161,7 +176,11 @@ fn a_clean_run_passes_on_the_dmabuf_route() {
     }
     assert!(line(&out, "route.chosen").contains("route dmabuf"), "{out}");
     assert!(line(&out, "reg.gpu").contains("pass0_hits=2: the shim made exactly this memory reachable"), "{out}");
-    assert!(out.contains("RESULT: PASS (16 PASS, 0 FAIL, 0 COULD-NOT-CHECK)"), "{out}");
+    // step 1 also carries the doctor's verdict on the route taken, over the saved rig
+    assert_eq!(verdict(&out, "route.dmabuf"), "PASS", "{out}");
+    assert!(detail(&out, "route.dmabuf").contains("rig-4090-ok"), "{out}");
+    assert!(!out.contains("route.nv503c"), "the route not taken is not judged: {out}");
+    assert!(out.contains("RESULT: PASS (18 PASS, 0 FAIL, 0 COULD-NOT-CHECK)"), "{out}");
     // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
     assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");
     let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
@@ -311,4 +330,35 @@ fn the_gpu_machines_stub_nic_moves_the_bytes_through_libcuda() {
     );
     assert_eq!(rc, 1, "{out}\n{err}");
     assert!(line(&out, "rdma.write.gpu-gpu").contains("1 of 262144 bytes differ; the first at offset 0x3234"), "{out}");
+}
+
+#[test]
+fn step_1_fails_when_the_doctor_finds_the_route_taken_cannot_work() {
+    // the shim took DMA-BUF, but the machine state says the driver is 565 (no 570+ export ABI)
+    let ofed = state_of(&Rig { peermem: true, capable: false });
+    let (rc, out, err) = selftest("doctor-no", &DMABUF, &["--state", ofed.to_str().unwrap(), "--no-bandwidth"], &[], true);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
+    let l = line(&out, "route.dmabuf");
+    assert!(l.starts_with("FAIL") && l.contains("565"), "{out}");
+    // a state that cannot be read is "could not check", never a pass
+    let (rc, out, _) = selftest("doctor-none", &DMABUF, &["--state", "/nonexistent/state", "--no-bandwidth"], &[], true);
+    assert_eq!(rc, 2, "{out}");
+    assert_eq!(verdict(&out, "route.doctor"), "COULD-NOT-CHECK", "{out}");
+}
+
+#[test]
+fn without_a_state_it_records_this_machine() {
+    // scripts/gdr-state-record next to the tool (../../scripts from target/release) records the
+    // machine the test runs on; its verdict depends on that machine, the judging does not
+    let (_, out, err) = selftest("record", &DMABUF, &["--no-bandwidth"], &[("SELFTEST_RECORD_HERE", "1")], true);
+    let l = line(&out, "route.dmabuf");
+    assert!(l.starts_with("PASS") || l.starts_with("FAIL"), "{out}\n{err}");
+    assert!(detail(&out, "route.dmabuf").contains("this machine, just recorded"), "{out}");
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("gdrshim-selftest-state-"))
+        .collect();
+    assert!(left.is_empty(), "the recorded state is removed: {left:?}");
 }

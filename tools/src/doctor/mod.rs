@@ -155,12 +155,24 @@ const HOLD: &[&str] = &[
     "nvidia-persistenced",
 ];
 
+/// The kernel module's version, from /proc/driver/nvidia/version.
+fn kernel_version(st: &State) -> Option<String> {
+    st.item("proc-driver-version").ok().and_then(|t| t.lines().next()).and_then(|l| {
+        l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string)
+    })
+}
+
+/// Only the route checks of the doctor (`route.dmabuf`, `route.nv503c`, `route.choice`), for the
+/// self-test's step 1.
+pub fn route_checks(st: &State) -> Vec<Check> {
+    let kernel_version = kernel_version(st);
+    let gpus = software::gpus(st, &mut Report::default());
+    crate::routes::checks(st, kernel_version.as_deref(), &gpus)
+}
+
 pub fn doctor(st: &State) -> Report {
     let mut r = Report::default();
-    let proc_version = st.item("proc-driver-version");
-    let kernel_version = proc_version.ok().and_then(|t| t.lines().next()).and_then(|l| {
-        l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string)
-    });
+    let kernel_version = kernel_version(st);
     software::driver(st, &mut r, &kernel_version);
     let gpus = software::gpus(st, &mut r);
     platform::p2p_and_boot(st, &mut r, &gpus, &kernel_version);

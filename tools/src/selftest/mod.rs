@@ -1,7 +1,8 @@
 //! `gdrshim-tool selftest`: one command that proves GPUDirect RDMA on this machine, with every
 //! byte checked. It runs itself under the shim in register mode (re-executing with
 //! `LD_PRELOAD=libgdrshim.so GDRSHIM_MODE=register` when the shim is not loaded), then:
-//! 1. the route the shim chose (and that it registers at all);
+//! 1. the route the shim chose (and that it registers at all), and the doctor's checks of that
+//!    route over this machine's state (recorded by `scripts/gdr-state-record`, or `--state DIR`);
 //! 2. GPU memory from libcuda (`cuMemAlloc`);
 //! 3. registration of it with `ibv_reg_mr` under the shim, on the DMA-BUF route also
 //!    `cuMemGetHandleForAddressRange` + `ibv_reg_dmabuf_mr` as NCCL does, and of host memory;
@@ -17,6 +18,7 @@ mod cuda;
 pub mod ffi;
 #[cfg(test)]
 mod layout;
+mod machine;
 mod qp;
 mod rdma;
 mod report;
@@ -57,6 +59,10 @@ pub struct Args {
     /// libgdrshim.so to run under when it is not preloaded already
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
+    /// A machine state saved by `scripts/gdr-state-record save` for step 1's route checks
+    /// (default: record this machine now with the gdr-state-record next to this program)
+    #[arg(long, value_name = "DIR")]
+    pub state: Option<PathBuf>,
     /// Skip the bandwidth step (step 5)
     #[arg(long)]
     pub no_bandwidth: bool,
@@ -237,6 +243,7 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
             format!("LD_PRELOAD={}", std::env::var("LD_PRELOAD").unwrap_or_default()),
             "the dynamic linker ignored LD_PRELOAD (setuid/secure execution, a 32-bit or foreign-arch library, a wrong path), or --shim named another file",
         );
+        machine::route_checks(a.state.as_deref(), None, r);
         return;
     };
     let route = shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
@@ -259,6 +266,7 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
             call,
         );
     }
+    machine::route_checks(a.state.as_deref(), (mode == 3 && route != 0 && active != 0).then(|| route_name(route)), r);
 }
 
 fn shim_version() -> String {
