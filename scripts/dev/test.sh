@@ -43,6 +43,12 @@ if [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -n1)" != "$want" ]; t
   exit 1
 fi
 echo "test.sh: $(rustc -V); rust-version $want"
+# shellcheck disable=SC2016 # the backquotes are the README's Markdown, not a command
+recorded="$(sed -n 's/.*`rustc -V` of the builds recorded here: `\(rustc [^`]*\)`.*/\1/p' README.md | head -n1)"
+if [ -n "$recorded" ] && [ "$(rustc -V)" != "$recorded" ]; then
+  # said first, so that a release check against SHA256SUMS is not read as a change to the code
+  echo "test.sh: NOTE: this is not the toolchain SHA256SUMS was built with ($recorded): the release phase compares two builds of this toolchain with each other instead"
+fi
 
 phase format
 cargo fmt --all -- --check
