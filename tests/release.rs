@@ -102,6 +102,32 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
         assert_eq!(rc, 97, "{}: {err}", fresh.display());
     }
 
+    // what it would delete must lie inside the folder, be regular files and be as listed: a
+    // manifest naming ../keep.txt, a lib/ that is a link to another folder, and an edited file
+    // are each refused, and every file stays
+    let outside = s.join("keep.txt");
+    std::fs::write(&outside, "outside\n").unwrap();
+    let victim = s.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("libgdrshim.so"), "x").unwrap();
+    let planted = s.join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(planted.join("BUILD-INFO"), "gdrshim 0.0.1\n").unwrap();
+    std::os::unix::fs::symlink(&victim, planted.join("lib")).unwrap();
+    let sums = Command::new("sh")
+        .args(["-c", "sha256sum BUILD-INFO ../keep.txt lib/libgdrshim.so"])
+        .current_dir(&planted)
+        .output()
+        .unwrap();
+    std::fs::write(planted.join("SHA256SUMS"), &sums.stdout).unwrap();
+    let (rc, _, err) = run("build-release.sh", &["--out", planted.to_str().unwrap()]);
+    assert_eq!(rc, 1, "a manifest reaching outside, through a link: {err}");
+    assert!(outside.is_file() && victim.join("libgdrshim.so").is_file());
+    std::fs::write(old.join("lib/libgdrshim.so"), "edited").unwrap();
+    let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
+    assert_eq!(rc, 1, "an old release with a file not as listed: {err}");
+    assert_eq!(std::fs::read_to_string(old.join("lib/libgdrshim.so")).unwrap(), "edited");
+
     let file = s.join("a-file");
     std::fs::write(&file, "x").unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", file.to_str().unwrap()]);

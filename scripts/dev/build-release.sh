@@ -41,12 +41,16 @@ while [ $# -gt 0 ]; do
 done
 out="$(realpath -m -- "$out")"
 
-# Whether $1 is a release folder this script built: SHA256SUMS and BUILD-INFO of gdrshim, and
-# nothing in it (file, link, folder or anything else) that its SHA256SUMS does not list or that
-# is not a folder of a file it lists.
+# Whether $1 is a release folder this script built, intact: SHA256SUMS and BUILD-INFO of gdrshim;
+# only regular files and folders (no link anywhere); every listed path relative and without "..";
+# every listed file as listed (sha256sum -c); nothing that SHA256SUMS does not list or that is not
+# a folder of a file it lists. Anything else is not ours to delete.
 ours() {
   local d=$1 listed present
-  [ -f "$d/SHA256SUMS" ] && [ -f "$d/BUILD-INFO" ] && head -n1 "$d/BUILD-INFO" | grep -q '^gdrshim ' || return 1
+  [ -f "$d/SHA256SUMS" ] && [ ! -L "$d/SHA256SUMS" ] && [ -f "$d/BUILD-INFO" ] && head -n1 "$d/BUILD-INFO" | grep -q '^gdrshim ' || return 1
+  [ -z "$(find "$d" -mindepth 1 ! -type f ! -type d -print -quit)" ] || return 1
+  ! sed -E 's/^[0-9a-f]{64}  //' "$d/SHA256SUMS" | grep -qE '^/|(^|/)\.\.(/|$)' || return 1
+  (cd "$d" && sha256sum -c --strict --quiet SHA256SUMS >/dev/null 2>&1) || return 1
   listed="$(sed -E 's/^[0-9a-f]{64}  //' "$d/SHA256SUMS" | awk -F/ '{ print; p = $1; for (i = 2; i <= NF; i++) { print p; p = p "/" $i } }' | LC_ALL=C sort -u)"
   present="$(cd "$d" && find . -mindepth 1 ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
   [ -z "$(comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present"))" ]
