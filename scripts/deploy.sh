@@ -134,7 +134,14 @@ entries() {
   find "$prefix/releases" -mindepth 1 -maxdepth 1 -printf '%f\n' | LC_ALL=C sort
 }
 
-link_of() { if [ -L "$prefix/$1" ]; then readlink "$prefix/$1"; fi; }
+# Where link $1 points, as "releases/<name>" whenever it resolves into this prefix's releases
+# folder (a link written absolute, or by another tool, names the same release); else as written.
+link_of() {
+  [ -L "$prefix/$1" ] || return 0
+  local r base
+  r="$(realpath -m -- "$prefix/$1")" base="$(realpath -m -- "$prefix/releases")"
+  if [ "$(dirname -- "$r")" = "$base" ]; then echo "releases/$(basename -- "$r")"; else readlink "$prefix/$1"; fi
+}
 
 if [ "$action" = list ]; then
   cur="$(link_of current)" prev="$(link_of previous)"

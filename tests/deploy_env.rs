@@ -484,6 +484,16 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     assert_eq!(foreign_now(), foreign_before);
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert!(rc == 0 && out.contains("no release to remove"), "{out}");
+    // current written as an absolute link (by hand, or another tool) names the same release:
+    // listed as current, never pruned
+    let cur = prefix.join("current");
+    std::fs::remove_file(&cur).unwrap();
+    std::os::unix::fs::symlink(rel.join(&r14), &cur).unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &[]);
+    assert!(rc == 0 && !out.contains("missing"), "{out}");
+    assert!(out.lines().any(|l| l.trim_start().starts_with(&format!("{r14} ")) && l.ends_with("current")), "{out}");
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
+    assert!(rc == 0 && out.contains("no release to remove") && rel.join(&r14).join("SHA256SUMS").exists(), "{out}");
 
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &[]);
     assert_eq!(rc, 0, "{out}");
