@@ -114,11 +114,8 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     std::fs::create_dir_all(&planted).unwrap();
     std::fs::write(planted.join("BUILD-INFO"), "gdrshim 0.0.1\n").unwrap();
     std::os::unix::fs::symlink(&victim, planted.join("lib")).unwrap();
-    let sums = Command::new("sh")
-        .args(["-c", "sha256sum BUILD-INFO ../keep.txt lib/libgdrshim.so"])
-        .current_dir(&planted)
-        .output()
-        .unwrap();
+    let sums =
+        Command::new("sh").args(["-c", "sha256sum BUILD-INFO ../keep.txt lib/libgdrshim.so"]).current_dir(&planted).output().unwrap();
     std::fs::write(planted.join("SHA256SUMS"), &sums.stdout).unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", planted.to_str().unwrap()]);
     assert_eq!(rc, 1, "a manifest reaching outside, through a link: {err}");

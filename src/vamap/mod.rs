@@ -3,8 +3,9 @@
 //! external ranges are kept too (GPU VA that is reserved but not mapped).
 //!
 //! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
-//! one 24-byte entry per mapping in an ordered tree (a range mapped whole is a bit in it), and
-//! every operation is a few tree descents; nothing scans all entries but a client's free.
+//! one 32-byte entry per mapping in a slab ordered by a tree, with a radix of 2 MiB granules in
+//! front for point lookups (a range mapped whole is a bit in its entry); every operation is a
+//! radix probe or a few tree descents; nothing scans all entries but a client's free.
 #![forbid(unsafe_code)]
 
 use crate::abi::Uuid;
@@ -214,8 +215,8 @@ impl VaMap {
             return;
         }
         self.unmap(gpu, base, len);
-        if offset >= OFFSET_LIMIT {
-            return; // no RM memory is that large: kept out, so that lookups miss
+        if offset.checked_add(len).is_none_or(|end| end > OFFSET_LIMIT) {
+            return; // no RM memory is that large: kept out, so that lookups miss (and a cut's offset stays below the limit)
         }
         let alloc = count_in(&mut self.mems, mem);
         let mut e = Entry::new(base + len, offset, mem, alloc);

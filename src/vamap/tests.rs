@@ -377,3 +377,14 @@ fn an_entry_of_any_width_costs_bounded_work_and_is_found() {
     v.per_gpu[&G0].check_hints();
     assert!(!v.contains(base + (1 << 49)));
 }
+
+#[test]
+fn a_map_whose_offsets_would_pass_the_limit_is_kept_out() {
+    // offset + length beyond any RM memory: a later cut could not carry its offset; not kept
+    let mut v = VaMap::new();
+    v.map(G0, 0x10000, 1 << 41, m(1), (1 << 63) - (1 << 40));
+    assert!(!v.contains(0x10000 + (1 << 40)));
+    v.unmap(G0, 0x10000, 1 << 40);
+    assert_eq!(v.range_at(0x10000 + (1 << 40)), None);
+    assert_eq!(v.entries(), 0);
+}

@@ -14,7 +14,8 @@
 //                                 work request completes with IBV_WC_REM_ACCESS_ERR), corrupt (one
 //                                 byte of the first transfer's destination flipped), gid
 //                                 (ibv_query_gid answers a GID that is not the port's, so RTR to
-//                                 it cannot resolve: ETIMEDOUT)
+//                                 it cannot resolve: ETIMEDOUT), abort (the provider crashes in
+//                                 ibv_reg_mr: SIGABRT)
 //   SELFTESTVERBS_DELAY_US=N      each work request takes N us more (a slow path: step 5 must see it)
 #include <errno.h>
 #include <pthread.h>

@@ -21,6 +21,7 @@ static int gpu_check(void *addr, size_t len) {
 }
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
   if (!pd || !len) { errno = EINVAL; return NULL; }
+  if (st_fault("abort")) abort();
   int r = gpu_check(addr, len);
   if (r < 0 || (r == 0 && st_fault("efault"))) { errno = EFAULT; return NULL; }
   return st_mr_new(pd, addr, (uint64_t)(uintptr_t)addr, len, access, -1);

@@ -362,3 +362,18 @@ fn without_a_state_it_records_this_machine() {
         .collect();
     assert!(left.is_empty(), "the recorded state is removed: {left:?}");
 }
+
+#[test]
+fn a_crash_under_the_shim_is_a_failure_and_sizes_are_checked() {
+    // the re-executed child dies (the provider aborts): exit 1 with the signal, never 2
+    let shim = env().shim.display().to_string();
+    let (rc, out, err) = selftest("abort", &DMABUF, &["--shim", &shim, "--no-bandwidth"], &[("SELFTESTVERBS_FAULT", "abort")], false);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert!(out.contains("killed by signal 6"), "{out}");
+    // a size the transfers cannot move in equal work requests is a usage error, not a FAIL
+    for size in ["6291456", "102400", "2147483648", "32768"] {
+        let (rc, _, err) = selftest("size", &DMABUF, &["--size", size], &[], true);
+        assert_eq!(rc, 2, "{size}: {err}");
+        assert!(err.contains("power of two"), "{size}: {err}");
+    }
+}

@@ -50,7 +50,7 @@ pub struct Args {
     /// CUDA device ordinal
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub gpu: c_int,
-    /// Largest transfer (bytes; a multiple of 4096, at least 65536); bandwidth runs 64 KiB … this
+    /// Largest transfer (bytes; a power of two, 64 KiB … 1 GiB); bandwidth runs 64 KiB … this
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
     pub size: usize,
     /// Route the shim must take (auto: whichever works here)
@@ -76,8 +76,9 @@ const CHILD_VAR: &str = "GDRSHIM_SELFTEST_CHILD";
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
-        if self.size < 65536 || !self.size.is_multiple_of(4096) {
-            return Err("--size must be a multiple of 4096 and at least 65536".into());
+        // a power of two: the transfers move it in equal work requests, the bandwidth sizes divide it
+        if !(65536..=1 << 30).contains(&self.size) || !self.size.is_power_of_two() {
+            return Err("--size must be a power of two from 65536 to 1073741824 (1 GiB)".into());
         }
         if let Some(code) = self.reexec()? {
             return Ok(code);
@@ -110,7 +111,15 @@ impl Args {
             cmd.env("GDRSHIM_ROUTE", r);
         }
         let st = cmd.status().map_err(|e| format!("cannot re-execute under the shim: {e}"))?;
-        Ok(Some(st.code().map_or(2, |c| c as u8)))
+        match (st.code(), std::os::unix::process::ExitStatusExt::signal(&st)) {
+            (Some(c), _) => Ok(Some(c as u8)),
+            (None, sig) => {
+                // a crash under the shim is a failure, never "could not check"
+                let sig = sig.unwrap_or(0);
+                println!("FAIL            selftest: the run under the shim was killed by signal {sig}; rerun with GDRSHIM_LOG_LEVEL=debug and report it with the shim's log");
+                Ok(Some(1))
+            }
+        }
     }
 
     fn find_shim(&self) -> Option<PathBuf> {

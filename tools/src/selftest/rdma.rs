@@ -163,6 +163,12 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
             return;
         }
     };
+    // declared before the HCA, so that they outlive its MRs and queue pair
+    let (Some(mut hsrc), Some(mut hdst)) = (HostBuf::new(a.size), HostBuf::new(a.size)) else {
+        r.fail(3, "reg.host", "no host memory", format!("mmap({}) -> MAP_FAILED", a.size), "out of memory");
+        close_fd(fd);
+        return;
+    };
     let Some(mut h) = open_hca(a, &v, r) else {
         close_fd(fd);
         return;
@@ -190,6 +196,9 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
     let how = match c {
         _ if aside > 0 => {
             format!("stood_aside={aside}: libcuda registers GPU memory natively here (a datacenter GPU), the shim stood aside")
+        }
+        Some(c) if super::counter(&c, "pass0_hits") == 0 => {
+            "pass0_hits=0: the provider took it without gdrshim's help (the data steps still check every byte)".to_string()
         }
         Some(c) => format!("pass0_hits={}: the shim made exactly this memory reachable", super::counter(&c, "pass0_hits")),
         None => "no shim counters".to_string(),
@@ -236,10 +245,6 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
         }
         close_fd(fd);
     }
-    let (Some(mut hsrc), Some(mut hdst)) = (HostBuf::new(a.size), HostBuf::new(a.size)) else {
-        r.fail(3, "reg.host", "no host memory", format!("mmap({}) -> MAP_FAILED", a.size), "out of memory");
-        return;
-    };
     let mut host_mr = [core::ptr::null_mut(); 2];
     for (k, b) in [&hsrc, &hdst].into_iter().enumerate() {
         match reg(&mut h, b.addr(), a.size) {
