@@ -196,6 +196,7 @@ int ibv_destroy_qp(struct ibv_qp *q) { free(q); return 0; }
 int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask) {
   if (!(mask & 1)) return EINVAL;
   uint32_t to = a->qp_state;
+  if (to == 6) { q->state = 6; return 0; } // IBV_QPS_ERR from any state: the rest is flushed
   if (to != q->state + 1 || to > 3) return EINVAL;
   if (to == 1 && (!(mask & 32) || a->port_num != 1)) return EINVAL;
   if (to == 2) {

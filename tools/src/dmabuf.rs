@@ -26,11 +26,14 @@ pub struct Args {
     /// The CUDA driver library to load (a name the dynamic loader searches for, or a path)
     #[arg(long, value_name = "LIB", default_value = "libcuda.so.1")]
     libcuda: String,
+    /// The verbs library to load for step 3 (a name the dynamic loader searches for, or a path)
+    #[arg(long, value_name = "LIB", default_value = "libibverbs.so.1")]
+    libibverbs: String,
 }
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
-        let r = probe(&self.libcuda, self.size, self.device);
+        let r = probe(&self.libcuda, &self.libibverbs, self.size, self.device);
         print!("{}", r.text());
         Ok(r.exit_code())
     }
@@ -72,7 +75,7 @@ fn errno_text(e: i32) -> String {
 const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 
-pub fn probe(libcuda: &str, size: usize, ordinal: c_int) -> Report {
+pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Report {
     let mut r = Report::default();
     // SAFETY: loading the system's libcuda runs its initialisers, as any CUDA program does.
     let cuda = match unsafe { Library::new(libcuda) } {
@@ -195,7 +198,7 @@ pub fn probe(libcuda: &str, size: usize, ordinal: c_int) -> Report {
         );
     } else {
         r.push(Check::new("dmabuf.export", Status::Pass, format!("step 2: DMA-BUF fd {fd} for the allocation")));
-        verbs_step(&mut r, fd, ptr, size);
+        verbs_step(&mut r, libibverbs, fd, ptr, size);
         // SAFETY: our fd.
         unsafe { libc::close(fd) };
     }
@@ -207,16 +210,16 @@ pub fn probe(libcuda: &str, size: usize, ordinal: c_int) -> Report {
     r
 }
 
-fn verbs_step(r: &mut Report, fd: c_int, ptr: u64, size: usize) {
-    // SAFETY: loading the system's libibverbs, as any verbs program does.
-    let lib = match unsafe { Library::new("libibverbs.so.1") } {
+fn verbs_step(r: &mut Report, libibverbs: &str, fd: c_int, ptr: u64, size: usize) {
+    // SAFETY: loading the system's libibverbs (or the one named), as any verbs program does.
+    let lib = match unsafe { Library::new(libibverbs) } {
         Ok(l) => l,
         Err(e) => {
             r.push(
                 Check::new(
                     "dmabuf.verbs",
                     Status::Info,
-                    format!("libibverbs.so.1 cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here"),
+                    format!("{libibverbs} cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here"),
                 )
                 .fix("install rdma-core (ibverbs-providers) on a machine with an HCA"),
             );

@@ -44,18 +44,10 @@ fn no_libcuda_is_could_not_check_exit_2() {
     assert!(line_of(&out, "dmabuf.libcuda").starts_with("INFO") && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"), "{out}");
     assert!(out.contains("could not check here: libcuda"), "{out}");
     assert!(!out.lines().any(|l| l.starts_with("PASS") || l.starts_with("FAIL")), "{out}");
-    // the default name, on a machine without a driver: LD_LIBRARY_PATH an empty folder
-    if Path::new("/proc/driver/nvidia/version").exists() {
-        return; // a GPU machine: its libcuda is found through ld.so.cache whatever LD_LIBRARY_PATH says
-    }
-    let empty = std::env::temp_dir().join(format!("gdrshim-tool-{}-empty", std::process::id()));
-    std::fs::create_dir_all(&empty).unwrap();
-    let (rc, out) = probe(&[], &[("LD_LIBRARY_PATH", empty.to_str().unwrap())]);
-    if line_of(&out, "dmabuf.libcuda").starts_with("PASS") {
-        return; // a libcuda without a driver (CUDA toolkit stubs installed): cuInit decides, tested below
-    }
+    // a bare name the dynamic loader searches for (as the default libcuda.so.1) and finds nowhere
+    let (rc, out) = probe(&["--libcuda", "libcuda-gdrshim-test-none.so.1"], &[]);
     assert_eq!(rc, 2, "{out}");
-    assert!(out.contains("libcuda.so.1 cannot be loaded") && out.contains("could not check here: libcuda"), "{out}");
+    assert!(out.contains("libcuda-gdrshim-test-none.so.1 cannot be loaded") && out.contains("could not check here: libcuda"), "{out}");
 }
 
 #[test]
@@ -93,11 +85,14 @@ fn a_failing_step_is_exit_1() {
 
 #[test]
 fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
-    if hca_here() {
-        return; // step 3 would hand the stand-in's /dev/null "dma-buf" to a real HCA
-    }
     let lib = fake_libcuda().to_str().unwrap();
-    let (rc, out) = probe(&["--libcuda", lib, "--size", "4096"], &[("FAKE_CUDA", "ok")]);
+    // step 3 must never hand the stand-in's /dev/null "dma-buf" to a real HCA: where there is
+    // one, the verbs library is one that cannot be loaded
+    let mut args = vec!["--libcuda", lib, "--size", "4096"];
+    if hca_here() {
+        args.extend(["--libibverbs", "/nonexistent/libibverbs.so.1"]);
+    }
+    let (rc, out) = probe(&args, &[("FAKE_CUDA", "ok")]);
     for id in ["dmabuf.libcuda", "dmabuf.attribute", "dmabuf.alloc", "dmabuf.export"] {
         assert!(line_of(&out, id).starts_with("PASS"), "{id}: {out}");
     }
@@ -106,6 +101,10 @@ fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
     assert_eq!(rc, 2, "{out}");
     assert!(line_of(&out, "dmabuf.verbs").starts_with("INFO"), "{out}");
     assert!(out.contains("could not check here:") && out.contains("step 3 (ibv_reg_dmabuf_mr) could not run"), "{out}");
+    // and a verbs library that cannot be loaded says so (any machine)
+    let (rc, out) = probe(&["--libcuda", lib, "--size", "4096", "--libibverbs", "/nonexistent/libibverbs.so.1"], &[("FAKE_CUDA", "ok")]);
+    assert_eq!(rc, 2, "{out}");
+    assert!(line_of(&out, "dmabuf.verbs").contains("/nonexistent/libibverbs.so.1 cannot be loaded"), "{out}");
 }
 
 /// On a GPU machine the real libcuda is probed; the exit code follows what was found.

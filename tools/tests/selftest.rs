@@ -26,7 +26,9 @@ fn env() -> &'static Env {
             .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim"])
             .env("CARGO_TARGET_DIR", root.join("target/knobs"))
             .current_dir(&root));
-        let dir = std::env::temp_dir().join(format!("gdrshim-selftest-{}", std::process::id()));
+        // under target/ (one folder, rebuilt each run), not a new /tmp folder per run
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("selftest");
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let c = root.join("tests/c");
         let src = |f: &str| c.join(f).display().to_string();

@@ -239,6 +239,7 @@ pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_QPS_INIT: u32 = 1;
 pub const IBV_QPS_RTR: u32 = 2;
 pub const IBV_QPS_RTS: u32 = 3;
+pub const IBV_QPS_ERR: u32 = 6;
 pub const IBV_QP_STATE: c_int = 1;
 pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
 pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
@@ -307,7 +308,7 @@ type CreateCq = unsafe extern "C" fn(*mut IbvContext, c_int, *mut c_void, *mut c
 type DestroyCq = unsafe extern "C" fn(*mut IbvCqHead) -> c_int;
 type CreateQp = unsafe extern "C" fn(*mut c_void, *mut IbvQpInitAttr) -> *mut IbvQpHead;
 type DestroyQp = unsafe extern "C" fn(*mut IbvQpHead) -> c_int;
-type ModifyQp = unsafe extern "C" fn(*mut IbvQpHead, *mut IbvQpAttr, c_int) -> c_int;
+pub type ModifyQp = unsafe extern "C" fn(*mut IbvQpHead, *mut IbvQpAttr, c_int) -> c_int;
 type QueryPort = unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr) -> c_int;
 type QueryGid = unsafe extern "C" fn(*mut IbvContext, u8, c_int, *mut IbvGid) -> c_int;
 

@@ -14,6 +14,7 @@ pub struct Qp {
     cq: *mut IbvCqHead,
     post_send: PostSend,
     poll_cq: PollCq,
+    modify_qp: ModifyQp,
 }
 
 const WINDOW: usize = 32;
@@ -223,10 +224,28 @@ pub fn connect(
         return None;
     }
     r.pass(4, "rdma.connect", format!("RC QP {qpn} connected to itself through port {} ({dest})", a.port), port_call);
-    Some((Qp { qp: *qp, cq: *cq, post_send, poll_cq }, link))
+    Some((Qp { qp: *qp, cq: *cq, post_send, poll_cq, modify_qp: v.modify_qp }, link))
 }
 
 impl Qp {
+    /// After a failed transfer: the QP to ERR, which flushes every work request still queued, and
+    /// its completions drained, so that nothing the NIC still had in flight lands in a buffer a
+    /// later step fills and compares.
+    fn quiesce(&self) {
+        let mut at = IbvQpAttr { qp_state: IBV_QPS_ERR, ..Default::default() };
+        // SAFETY: our QP and an ibv_qp_attr with the state set, as the mask says.
+        unsafe { (self.modify_qp)(self.qp, &mut at, IBV_QP_STATE) };
+        let mut wc = [IbvWc::default(); 16];
+        let t0 = Instant::now();
+        let mut quiet = Instant::now();
+        while quiet.elapsed() < Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(5) {
+            // SAFETY: our CQ and a buffer of 16 work completions, as we say.
+            if unsafe { (self.poll_cq)(self.cq, 16, wc.as_mut_ptr()) } > 0 {
+                quiet = Instant::now();
+            }
+        }
+    }
+
     /// `count` work requests of `op`, each `len` bytes from `local` to (WRITE) or from (READ)
     /// `remote`, each starting at offset `i*len % span`, at most WINDOW in flight; all signaled.
     fn run(&self, op: u32, local: Region, remote: Region, len: usize, count: usize, span: usize) -> Result<(), (String, String)> {
@@ -329,6 +348,7 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
         let t0 = Instant::now();
         if let Err((call, cause)) = q.run(op, region(g, local), region(g, remote), chunk, a.size / chunk, a.size) {
             r.fail(4, &id, format!("RDMA {} failed", if op == IBV_WR_RDMA_READ { "READ" } else { "WRITE" }), call, cause);
+            q.quiesce();
             ok = false;
             continue;
         }
