@@ -173,6 +173,12 @@ if [ "$action" = prune ] || [ "$action" = uninstall ]; then
     if [ "$action" = prune ] && { [ "releases/$n" = "$cur" ] || [ "releases/$n" = "$prev" ]; }; then
       continue
     fi
+    # what a removal cut short left: a release of ours renamed out of the way, to finish
+    if [[ "$n" == .removing.* ]] && [ -d "$prefix/releases/$n" ] && [ ! -L "$prefix/releases/$n" ] && [ -z "$(users "$prefix/releases/$n")" ]; then
+      rm -rf -- "${prefix:?}/releases/$n"
+      echo "deploy: finished removing releases/${n#.removing.} (an earlier removal was cut short)"
+      continue
+    fi
     if ! why="$(ours "$n")"; then
       kept+=("releases/$n: not installed by deploy.sh ($why)")
       continue

@@ -484,6 +484,15 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     assert_eq!(foreign_now(), foreign_before);
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert!(rc == 0 && out.contains("no release to remove"), "{out}");
+    // a removal cut short after its rename is finished by the next --prune; a user's folder
+    // named like it but holding a link is not touched
+    std::fs::create_dir_all(rel.join(".removing.9.9.9-0123456789ab/lib")).unwrap();
+    std::fs::write(rel.join(".removing.9.9.9-0123456789ab/lib/libgdrshim.so"), "x").unwrap();
+    std::os::unix::fs::symlink(&s, rel.join(".removing.link")).unwrap();
+    let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
+    assert!(rc == 0 && out.contains("finished removing releases/9.9.9-0123456789ab"), "{out}");
+    assert!(!rel.join(".removing.9.9.9-0123456789ab").exists() && rel.join(".removing.link").is_symlink() && s.is_dir());
+    std::fs::remove_file(rel.join(".removing.link")).unwrap();
     // current written as an absolute link (by hand, or another tool) names the same release:
     // listed as current, never pruned
     let cur = prefix.join("current");
