@@ -167,6 +167,9 @@ if [ "$action" = list ]; then
 fi
 
 if [ "$action" = prune ] || [ "$action" = uninstall ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deploy: note: not root: a release another user's process has mapped cannot be seen here (run it with sudo)"
+  fi
   cur="$(link_of current)" prev="$(link_of previous)"
   remove=() kept=()
   while IFS= read -r n; do
