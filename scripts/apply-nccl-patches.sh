@@ -18,22 +18,17 @@ patches="$here/../nccl-patches"
 check_only=0
 tree=""
 usage() { sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
-version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
-  local top v=""
-  top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  if [ -f "$top/BUILD-INFO" ]; then
-    v="$(sed -n '1s/^gdrshim //p' "$top/BUILD-INFO")"
-  elif [ -f "$top/Cargo.toml" ]; then
-    v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$top/Cargo.toml" | head -n1)"
-  fi
-  echo "apply-nccl-patches.sh (gdrshim) ${v:-unknown}"
-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --check) check_only=1 ;;
     --patches) [ $# -ge 2 ] || { echo "apply-nccl-patches: --patches needs a folder" >&2; exit 2; }; patches="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
-    --version) version; exit 0 ;;
+    --version)
+      # shellcheck source=scripts/gdrshim-version.sh
+      source "$here/gdrshim-version.sh"
+      gdrshim_version apply-nccl-patches.sh
+      exit 0
+      ;;
     -*) echo "apply-nccl-patches: unknown option $1" >&2; usage >&2; exit 2 ;;
     *) [ -z "$tree" ] || { echo "apply-nccl-patches: one source tree only" >&2; exit 2; }; tree="$1" ;;
   esac

@@ -30,16 +30,6 @@ action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
 usage() { sed -n '2,26s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "deploy: $*" >&2; sed -n '4,13s/^# \{0,1\}//p' "$0" >&2; exit 2; }
-version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
-  local top v=""
-  top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  if [ -f "$top/BUILD-INFO" ]; then
-    v="$(sed -n '1s/^gdrshim //p' "$top/BUILD-INFO")"
-  elif [ -f "$top/Cargo.toml" ]; then
-    v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$top/Cargo.toml" | head -n1)"
-  fi
-  echo "deploy.sh (gdrshim) ${v:-unknown}"
-}
 set_action() {
   [ -z "$action" ] || [ "$action" = "$1" ] || bad_usage "$2 and ${action_flag} together are ambiguous: one action at a time"
   action="$1" action_flag="$2"
@@ -55,7 +45,12 @@ while [ $# -gt 0 ]; do
     --prune) set_action prune "$1" ;;
     --uninstall) set_action uninstall "$1" ;;
     -h|--help) usage; exit 0 ;;
-    --version) version; exit 0 ;;
+    --version)
+      # shellcheck source=scripts/gdrshim-version.sh
+      source "$(dirname "${BASH_SOURCE[0]}")/gdrshim-version.sh"
+      gdrshim_version deploy.sh
+      exit 0
+      ;;
     --)
       shift
       for a in "$@"; do

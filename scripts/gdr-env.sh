@@ -30,16 +30,6 @@
 
 _gdr_env_usage() { sed -n '2,31s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
-_gdr_env_version() { # the release's BUILD-INFO (an installed tree), else the source tree's Cargo.toml
-  local top v=""
-  top="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-  if [ -f "$top/BUILD-INFO" ]; then
-    v="$(sed -n '1s/^gdrshim //p' "$top/BUILD-INFO")"
-  elif [ -f "$top/Cargo.toml" ]; then
-    v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$top/Cargo.toml" | head -n1)"
-  fi
-  echo "gdr-env.sh (gdrshim) ${v:-unknown}"
-}
 
 # A level as NCCL's ncclGetLevel reads NCCL_NET_GDR_LEVEL / NCCL_P2P_LEVEL: a path type name
 # (case sensitive, strcmp) or, starting with a digit, an old number. Prints the name it means.
@@ -167,7 +157,10 @@ _gdr_env_build() {
       --debug) debug=1 ;;
       --print) _GDR_ENV_PRINT=1 ;;
       -h|--help) _gdr_env_usage; return 3 ;;
-      --version) _gdr_env_version; return 3 ;;
+      --version) (
+        # shellcheck source=scripts/gdrshim-version.sh
+        source "$(dirname "${BASH_SOURCE[0]}")/gdrshim-version.sh" && gdrshim_version gdr-env.sh
+      ); return 3 ;;
       --) shift; _GDR_ENV_CMD=("$@"); has_cmd=1; break ;;
       *) echo "gdr-env: unknown option $1" >&2; _gdr_env_usage >&2; return 2 ;;
     esac
@@ -277,7 +270,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
       echo "gdr-env: set $(grep -c . <<<"$_GDR_ENV") variables (--print shows them)" >&2
     fi
   fi
-  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_version _gdr_env_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
+  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
   unset _GDR_ENV _GDR_ENV_CMD _GDR_ENV_PRINT
   [ "$_gdr_env_rc" != 3 ] || _gdr_env_rc=0
   set -- "$_gdr_env_rc"

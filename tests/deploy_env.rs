@@ -43,7 +43,9 @@ fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
         std::fs::copy(l, d.join("lib/libgdrshim.so")).unwrap();
     }
     std::fs::create_dir_all(d.join("scripts")).unwrap();
-    std::fs::copy(root().join("scripts/gdr-env.sh"), d.join("scripts/gdr-env.sh")).unwrap();
+    for f in ["gdr-env.sh", "gdrshim-version.sh"] {
+        std::fs::copy(root().join("scripts").join(f), d.join("scripts").join(f)).unwrap();
+    }
     manifest(&d);
     d
 }

@@ -114,7 +114,7 @@ fn state_record_usage_errors_exit_2_with_a_message() {
 fn doctor_tree(at: &Path, tool_rc: i32) -> PathBuf {
     let t = at.join("release");
     std::fs::create_dir_all(t.join("scripts")).unwrap();
-    for f in ["doctor", "find-tool.sh"] {
+    for f in ["doctor", "find-tool.sh", "gdrshim-version.sh"] {
         std::fs::copy(root().join("scripts").join(f), t.join("scripts").join(f)).unwrap();
     }
     std::fs::write(t.join("BUILD-INFO"), "gdrshim 9.8.7\nrustc: test\n").unwrap();

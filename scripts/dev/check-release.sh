@@ -14,7 +14,12 @@ set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 case "${1:-}" in
   -h|--help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  --version) echo "check-release.sh (gdrshim) $(sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1)"; exit 0 ;;
+  --version)
+    # shellcheck source=scripts/gdrshim-version.sh
+    source "$src/scripts/gdrshim-version.sh"
+    gdrshim_version check-release.sh
+    exit 0
+    ;;
   "") ;;
   *) echo "check-release: unknown argument $1" >&2; sed -n '2,12s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

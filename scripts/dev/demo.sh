@@ -19,8 +19,9 @@ while [ $# -gt 0 ]; do
     -v|--verbose) verbose=1 ;;
     -h|--help) usage; exit 0 ;;
     --version)
-      v="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../../Cargo.toml" | head -n1)"
-      echo "demo.sh (gdrshim) ${v:-unknown}"
+      # shellcheck source=scripts/gdrshim-version.sh
+      source "$(dirname "$0")/../gdrshim-version.sh"
+      gdrshim_version demo.sh
       exit 0 ;;
     *) echo "demo: unknown argument $1" >&2; sed -n '7,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
   esac

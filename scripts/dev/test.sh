@@ -11,7 +11,12 @@
 set -euo pipefail
 case "${1:-}" in
   -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  --version) echo "test.sh (gdrshim) $(sed -n 's/^version = "\(.*\)"$/\1/p' "$(dirname "$0")/../../Cargo.toml" | head -n1)"; exit 0 ;;
+  --version)
+    # shellcheck source=scripts/gdrshim-version.sh
+    source "$(dirname "$0")/../gdrshim-version.sh"
+    gdrshim_version test.sh
+    exit 0
+    ;;
   "") ;;
   *) echo "test.sh: unknown argument $1" >&2; sed -n '2,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac
