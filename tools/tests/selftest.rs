@@ -33,21 +33,26 @@ fn env() -> &'static Env {
         let c = root.join("tests/c");
         let src = |f: &str| c.join(f).display().to_string();
         let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
-        let map = format!("-Wl,--version-script={}", src("selftestverbs.map"));
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            &map,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "libibverbs.so.1",
-            &src("selftestverbs.c"),
-            "-ldl",
-            "-lpthread",
-        ]);
+        // a libibverbs.so.1 stand-in: its version map, where it goes, its source
+        let verbs = |map: &Path, out: &str, source: &Path| {
+            let map = format!("-Wl,--version-script={}", map.display());
+            let source = source.display().to_string();
+            cc(&[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-Wall",
+                "-Werror",
+                &map,
+                "-Wl,-soname,libibverbs.so.1",
+                "-o",
+                out,
+                &source,
+                "-ldl",
+                "-lpthread",
+            ]);
+        };
+        verbs(&c.join("selftestverbs.map"), "libibverbs.so.1", &c.join("selftestverbs.c"));
         cc(&[
             "-shared",
             "-fPIC",
@@ -65,22 +70,7 @@ fn env() -> &'static Env {
         // the GPU machine's stub NIC (tests/gpu/stubverbs.c), in a folder of its own
         std::fs::create_dir_all(dir.join("gpustub")).unwrap();
         let gpu = root.join("tests/gpu");
-        let map = format!("-Wl,--version-script={}", gpu.join("stubverbs.map").display());
-        let stub = gpu.join("stubverbs.c").display().to_string();
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            &map,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "gpustub/libibverbs.so.1",
-            &stub,
-            "-ldl",
-            "-lpthread",
-        ]);
+        verbs(&gpu.join("stubverbs.map"), "gpustub/libibverbs.so.1", &gpu.join("stubverbs.c"));
         Env { dir, shim: root.join("target/knobs/release/libgdrshim.so").canonicalize().unwrap() }
     })
 }
