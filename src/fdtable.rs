@@ -19,45 +19,59 @@ const CTL: u8 = 2;
 const UVM: u8 = 3;
 const GPU0: u8 = 4;
 
-/// fds per page of the table; the first page is static, the others are mapped when an fd that high
-/// is first seen (fd numbers go up to `RLIMIT_NOFILE`, at most 2^31).
+/// fds per page of the table; pages are mapped when an fd in them is first classified (fd numbers
+/// go up to `RLIMIT_NOFILE`, at most 2^31).
+///
+/// Nothing of the table is in the library's own memory: a large `.bss` is one more mapping the
+/// loader makes in every process at start-up (issue 16's per-exec cost).
 const PAGE: usize = 4096;
 const PAGES: usize = (i32::MAX as usize + 1) / PAGE;
-static FIRST: [AtomicU8; PAGE] = [const { AtomicU8::new(UNKNOWN) }; PAGE];
-/// Pages 1.. by fd / PAGE; a null page is all UNKNOWN. (512 Ki pointers, 4 MiB of zero pages the
-/// kernel maps only where touched.)
-static MORE: [AtomicPtr<AtomicU8>; PAGES] = [const { AtomicPtr::new(core::ptr::null_mut()) }; PAGES];
+/// Page 0 (fds below 4096); null until an fd there is classified, and a null page is all UNKNOWN.
+static FIRST: AtomicPtr<AtomicU8> = AtomicPtr::new(core::ptr::null_mut());
+/// The directory of pages 1.. by fd / PAGE (512 Ki pointers: 4 MiB of zero pages the kernel backs
+/// only where touched), mapped when an fd of 4096 or more is first classified.
+static MORE: AtomicPtr<AtomicPtr<AtomicU8>> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The page holding `fd`'s byte, mapped if `create` (never freed: fds are reused).
+/// The zeroed mapping of `bytes` in `slot`, mapped now if `create` (never freed: fds are reused).
+fn mapped<T>(slot: &AtomicPtr<T>, bytes: usize, create: bool) -> Option<*mut T> {
+    let p = slot.load(Acquire);
+    if !p.is_null() {
+        return Some(p);
+    }
+    if !create {
+        return None;
+    }
+    // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child)
+    // SAFETY: an anonymous private mapping of `bytes`; checked below.
+    let m = unsafe {
+        libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if m == libc::MAP_FAILED {
+        return None;
+    }
+    match slot.compare_exchange(core::ptr::null_mut(), m as *mut T, AcqRel, Acquire) {
+        Ok(_) => Some(m as *mut T),
+        Err(other) => {
+            // another thread mapped it first
+            // SAFETY: our own mapping of `bytes`, never shared.
+            unsafe { libc::munmap(m, bytes) };
+            Some(other)
+        }
+    }
+}
+
+/// The page holding `fd`'s byte, mapped if `create`.
 fn page(fd: c_int, create: bool) -> Option<&'static [AtomicU8; PAGE]> {
     let fd = usize::try_from(fd).ok()?;
-    if fd < PAGE {
-        return Some(&FIRST);
-    }
-    let slot = &MORE[fd / PAGE];
-    let mut p = slot.load(Acquire);
-    if p.is_null() {
-        if !create {
-            return None;
-        }
-        // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child)
-        // SAFETY: an anonymous private mapping of one page-sized table; checked below.
-        let m = unsafe {
-            libc::mmap(core::ptr::null_mut(), PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if m == libc::MAP_FAILED {
-            return None;
-        }
-        match slot.compare_exchange(core::ptr::null_mut(), m as *mut AtomicU8, AcqRel, Acquire) {
-            Ok(_) => p = m as *mut AtomicU8,
-            Err(other) => {
-                // another thread mapped it first
-                // SAFETY: our own mapping of PAGE bytes, never shared.
-                unsafe { libc::munmap(m, PAGE) };
-                p = other;
-            }
-        }
-    }
+    let p = if fd < PAGE {
+        mapped(&FIRST, PAGE, create)?
+    } else {
+        let dir = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), create)?;
+        // SAFETY: dir is a live, zero-initialised mapping of PAGES pointers that is never
+        // unmapped, fd / PAGE < PAGES, and null is a valid AtomicPtr.
+        let slot = unsafe { &*dir.add(fd / PAGE) };
+        mapped(slot, PAGE, create)?
+    };
     // SAFETY: p is a live, zero-initialised mapping of PAGE bytes that is never unmapped; a byte
     // of zeros is a valid AtomicU8.
     Some(unsafe { &*(p as *const [AtomicU8; PAGE]) })
@@ -83,8 +97,10 @@ fn decode(b: u8) -> Option<DevKind> {
 /// The cached byte for `fd`: [`UNKNOWN`], [`NOT_NV`] or an NVIDIA kind.
 #[inline(always)]
 pub fn cached(fd: c_int) -> u8 {
-    if fd >= 0 && (fd as usize) < PAGE {
-        FIRST[fd as usize].load(Relaxed)
+    let first = FIRST.load(Acquire);
+    if fd >= 0 && (fd as usize) < PAGE && !first.is_null() {
+        // SAFETY: a page of PAGE AtomicU8 (see `page`), and fd < PAGE.
+        unsafe { (*first.add(fd as usize)).load(Relaxed) }
     } else {
         cached_high(fd)
     }

@@ -18,7 +18,7 @@ pub struct HookLine {
     pub ioctl: crate::real::NextFn,
 }
 pub static HOOK: HookLine =
-    HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::new(c"ioctl") };
+    HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::libc() };
 const _: () = assert!(core::mem::size_of::<HookLine>() == 64);
 
 /// `HOOK.active`: hooks forward only (off mode, secure execution, a forked child, another copy).
@@ -117,7 +117,7 @@ pub fn hooks_in_place() -> bool {
     let (version, ioctl) =
         unsafe { (dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()), dlsym(libc::RTLD_DEFAULT, c"ioctl".as_ptr())) };
     let ours = object_of(hooks_in_place as *mut c_void).map(|o| o.0);
-    ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get()
+    ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get(c"ioctl", None)
 }
 
 /// Installs [`fork_child`] once; returns when it is installed. Threads that come while another
@@ -159,7 +159,7 @@ extern "C" fn fork_child() {
 /// libc's `ioctl` (its cache sits in the hooks' hot line).
 #[inline(always)]
 pub fn real_ioctl() -> Option<unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int> {
-    let p = HOOK.ioctl.get();
+    let p = HOOK.ioctl.get(c"ioctl", None);
     // SAFETY: p is the next definition of libc's ioctl, which has exactly this C signature.
     (!p.is_null()).then(|| unsafe {
         core::mem::transmute::<*mut c_void, unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int>(p)

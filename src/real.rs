@@ -196,12 +196,10 @@ pub fn next(name: &CStr) -> *mut c_void {
 /// libcuda) may have been unloaded and loaded again elsewhere since a pointer was cached.
 pub static DL_GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// A lazily resolved pointer to the next definition of one symbol.
+/// A lazily resolved pointer to the next definition of one symbol. It holds no pointer until
+/// resolved (the name comes with each call): a static with a pointer in it is a relocation the
+/// loader writes in every process at start-up, and a page of it touched (issue 16).
 pub struct NextFn {
-    name: &'static CStr,
-    /// For symbols of a library that a plugin may hold in its own local scope: the file-name
-    /// prefix of that library (`RTLD_NEXT` from gdrshim sees only the global scope).
-    library: Option<&'static [u8]>,
     ptr: AtomicPtr<c_void>,
     /// For symbols of libraries that can be unloaded: the [`DL_GENERATION`] `ptr` was resolved
     /// in, plus one (0: never resolved). `u64::MAX` for libc's, which is never unloaded.
@@ -210,33 +208,35 @@ pub struct NextFn {
 
 impl NextFn {
     /// A libc function: resolved once.
-    pub const fn new(name: &'static CStr) -> Self {
-        NextFn { name, library: None, ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(u64::MAX) }
+    pub const fn libc() -> Self {
+        NextFn { ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(u64::MAX) }
     }
-    /// A function of `library` (a file-name prefix such as `libibverbs.so`), which may be
-    /// loaded only in a plugin's local scope, and may be `dlclose`d and loaded again at another
-    /// address: looked up again after any `dlclose`.
-    pub const fn reloadable(name: &'static CStr, library: &'static [u8]) -> Self {
-        NextFn { name, library: Some(library), ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(0) }
+    /// A function of a library (a file-name prefix such as `libibverbs.so`, given with each
+    /// call), which may be loaded only in a plugin's local scope, and may be `dlclose`d and
+    /// loaded again at another address: looked up again after any `dlclose`.
+    pub const fn reloadable() -> Self {
+        NextFn { ptr: AtomicPtr::new(core::ptr::null_mut()), resolved_in: AtomicU64::new(0) }
     }
+    /// The next definition of `name` (always the same name for one `NextFn`: use [`next_def!`]),
+    /// and where `RTLD_NEXT` does not see it, `library`'s own.
     #[inline(always)]
-    pub fn get(&self) -> *mut c_void {
+    pub fn get(&self, name: &'static CStr, library: Option<&'static [u8]>) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         let seen = self.resolved_in.load(Ordering::Acquire);
         let now = if seen == u64::MAX { u64::MAX } else { DL_GENERATION.load(Ordering::Acquire) + 1 };
         if !p.is_null() && seen == now {
             return p;
         }
-        self.resolve(seen, now)
+        self.resolve(name, library, seen, now)
     }
 
     #[cold]
     #[inline(never)]
-    fn resolve(&self, seen: u64, now: u64) -> *mut c_void {
-        let mut p = next(self.name);
+    fn resolve(&self, name: &'static CStr, library: Option<&'static [u8]>, seen: u64, now: u64) -> *mut c_void {
+        let mut p = next(name);
         if p.is_null() {
-            if let Some(lib) = self.library {
-                p = in_loaded_library(lib, self.name);
+            if let Some(lib) = library {
+                p = in_loaded_library(lib, name);
             }
         }
         self.ptr.store(p, Ordering::Release);
@@ -246,6 +246,22 @@ impl NextFn {
         p
     }
 }
+
+/// The next definition of a symbol, cached in a static of this call site's own:
+/// `next_def!(c"close")` for libc's (resolved once); `next_def!(c"ibv_reg_mr" in b"libibverbs.so")` for
+/// a library's that may be unloaded (resolved again after any `dlclose`, and found in a plugin's
+/// local scope by the library's file-name prefix).
+macro_rules! next_def {
+    ($sym:literal) => {{
+        static NEXT: $crate::real::NextFn = $crate::real::NextFn::libc();
+        NEXT.get($sym, None)
+    }};
+    ($sym:literal in $lib:literal) => {{
+        static NEXT: $crate::real::NextFn = $crate::real::NextFn::reloadable();
+        NEXT.get($sym, Some($lib))
+    }};
+}
+pub(crate) use next_def;
 
 /// `name` in an already loaded library whose file name starts with `prefix`, in whatever scope
 /// it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps no reference.
@@ -293,8 +309,7 @@ pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
 macro_rules! real_fn {
     ($vis:vis $acc:ident, $sym:literal, $ty:ty) => {
         $vis fn $acc() -> Option<$ty> {
-            static NEXT: $crate::real::NextFn = $crate::real::NextFn::new($sym);
-            let p = NEXT.get();
+            let p = $crate::real::next_def!($sym);
             // SAFETY: p is the next definition of a libc symbol with exactly this C signature.
             (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut core::ffi::c_void, $ty>(p) })
         }

@@ -10,7 +10,7 @@
 #![allow(non_snake_case)] // the CUDA driver API names
 
 use crate::hooks::slots::slotted;
-use crate::real::NextFn;
+use crate::real::next_def;
 use crate::shim;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
@@ -32,7 +32,6 @@ macro_rules! cuda_fn {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> CUresult;
-            pub static NEXT: NextFn = NextFn::reloadable($sym, b"libcuda.so");
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> CUresult);
 
             #[inline(always)]
@@ -53,8 +52,8 @@ macro_rules! cuda_fn {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $export($($a: $t),*) -> CUresult {
             // the next definition, or libcuda's own where it was loaded RTLD_LOCAL (as cudart
-            // loads it; NextFn finds it by name), never ours
-            let real = Some($modname::NEXT.get()).filter(|&p| p != $export as *mut c_void).unwrap_or(null_mut());
+            // loads it; next_def! finds it by name), never ours
+            let real = Some(next_def!($sym in b"libcuda.so")).filter(|&p| p != $export as *mut c_void).unwrap_or(null_mut());
             // SAFETY: libcuda's definition of this symbol, with this signature.
             unsafe { $modname::call(real, $($a),*) }
         }
@@ -143,7 +142,10 @@ cuda_fn!(device_get_attribute, cuDeviceGetAttribute, c"cuDeviceGetAttribute", (p
 pub mod handle_range {
     use super::*;
     type F = unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, c_int, u64) -> CUresult;
-    pub static NEXT: NextFn = NextFn::reloadable(c"cuMemGetHandleForAddressRange", b"libcuda.so");
+    /// libcuda's own.
+    pub fn next() -> *mut c_void {
+        next_def!(c"cuMemGetHandleForAddressRange" in b"libcuda.so")
+    }
     slotted!(install, REAL, super::cuMemGetHandleForAddressRange, call, (handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult);
 
     pub unsafe fn call(real: *mut c_void, handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult {
@@ -192,7 +194,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     kind: c_int,
     flags: u64,
 ) -> CUresult {
-    let real = Some(handle_range::NEXT.get()).filter(|&p| p != cuMemGetHandleForAddressRange as *mut c_void).unwrap_or(null_mut());
+    let real = Some(handle_range::next()).filter(|&p| p != cuMemGetHandleForAddressRange as *mut c_void).unwrap_or(null_mut());
     // SAFETY: libcuda's definition of this symbol, with this signature.
     unsafe { handle_range::call(real, handle, dptr, size, kind, flags) }
 }

@@ -10,7 +10,7 @@
 
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
 use crate::hooks::slots::slotted;
-use crate::real::NextFn;
+use crate::real::next_def;
 use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
 use crate::shim;
 use crate::sys::{errno, set_errno};
@@ -56,7 +56,7 @@ type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 /// closed either way (an MR holds its own reference). `None`: the provider refused (logged).
 fn register_export(api: &str, a: &RegArgs, e: &Export) -> Option<Mr> {
     let e0 = errno();
-    let real = DMABUF_NEXT.get();
+    let real = dmabuf_next();
     let mr = if real.is_null() {
         set_errno(libc::ENOSYS);
         null_mut()
@@ -94,7 +94,6 @@ macro_rules! verbs_reg {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
-            pub static NEXT: NextFn = NextFn::reloadable($sym, b"libibverbs.so");
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
 
             #[inline(always)]
@@ -123,7 +122,7 @@ macro_rules! verbs_reg {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $export($($a: $t),*) -> Mr {
             // SAFETY: the next definition after gdrshim, libibverbs', with this signature.
-            unsafe { $modname::call($modname::NEXT.get(), $($a),*) }
+            unsafe { $modname::call(next_def!($sym in b"libibverbs.so"), $($a),*) }
         }
     };
 }
@@ -172,7 +171,6 @@ fn mr_ex_args(pd: Pd, attr: *mut c_void) -> RegArgs {
     RegArgs { pd, addr, len: u64_at(v::MR_INIT_ATTR_LENGTH), iova, access, ours: true }
 }
 
-static DEREG_NEXT: NextFn = NextFn::reloadable(c"ibv_dereg_mr", b"libibverbs.so");
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
 
 /// Writes `value` into `mr->addr`.
@@ -219,10 +217,9 @@ slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int)
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
     // SAFETY: forwarded to the next definition.
-    unsafe { dereg_call(DEREG_NEXT.get(), mr) }
+    unsafe { dereg_call(next_def!(c"ibv_dereg_mr" in b"libibverbs.so"), mr) }
 }
 
-static REREG_NEXT: NextFn = NextFn::reloadable(c"ibv_rereg_mr", b"libibverbs.so");
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
 
 /// A re-registration that moves the MR to `[addr, addr+length)` is a registration of the new range
@@ -256,10 +253,13 @@ slotted!(rereg_install, REREG_REAL, ibv_rereg_mr, rereg_call, (mr: Mr, flags: c_
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
     // SAFETY: forwarded to the next definition.
-    unsafe { rereg_call(REREG_NEXT.get(), mr, flags, pd, addr, length, access) }
+    unsafe { rereg_call(next_def!(c"ibv_rereg_mr" in b"libibverbs.so"), mr, flags, pd, addr, length, access) }
 }
 
-static DMABUF_NEXT: NextFn = NextFn::reloadable(c"ibv_reg_dmabuf_mr", b"libibverbs.so");
+/// libibverbs' `ibv_reg_dmabuf_mr`, for the hook and for the registrations of our own exports.
+fn dmabuf_next() -> *mut c_void {
+    next_def!(c"ibv_reg_dmabuf_mr" in b"libibverbs.so")
+}
 
 unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
     if real.is_null() {
@@ -281,7 +281,7 @@ slotted!(dmabuf_install, DMABUF_REAL, ibv_reg_dmabuf_mr, dmabuf_call, (pd: Pd, o
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
     // SAFETY: forwarded to the next definition.
-    unsafe { dmabuf_call(DMABUF_NEXT.get(), pd, offset, length, iova, fd, access) }
+    unsafe { dmabuf_call(dmabuf_next(), pd, offset, length, iova, fd, access) }
 }
 
 type Install = fn(*mut c_void) -> *mut c_void;
