@@ -16,7 +16,7 @@ use crate::abi::status::{self, Call};
 use crate::decode::Pending;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
-use crate::vamap::{MemRef, Miss};
+use crate::vamap::{granule, MemRef, Miss};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
@@ -56,21 +56,8 @@ pub struct Nv503c {
     uncounted: usize,
 }
 
-const GRANULE_SHIFT: u32 = 21;
 /// A release larger than this many granules asks the tree directly.
 const GRANULE_PROBES: u64 = 64;
-
-fn granules_of(address: u64, size: u64) -> std::ops::RangeInclusive<u64> {
-    (address >> GRANULE_SHIFT)..=(address.saturating_add(size.max(1) - 1) >> GRANULE_SHIFT)
-}
-
-/// A registration wider than this (128 GiB) is not counted per granule (bounded work and memory
-/// whatever size it claims); see `Nv503c::uncounted`.
-const MAX_COUNTED_GRANULES: u64 = 1 << 16;
-
-fn counted(span: &std::ops::RangeInclusive<u64>) -> bool {
-    span.end() - span.start() < MAX_COUNTED_GRANULES
-}
 
 const G: u64 = p2p::GRANULE;
 fn down(x: u64) -> u64 {
@@ -178,8 +165,8 @@ impl Nv503c {
 
     fn insert(&mut self, r: Reg) {
         self.by_address.insert(r.tuple.address, r.tuple.mem);
-        let span = granules_of(r.tuple.address, r.tuple.size);
-        if counted(&span) {
+        let span = granule::touched(r.tuple.address, r.tuple.size);
+        if granule::kept(&span) {
             for g in span {
                 *self.granules.entry(g).or_default() += 1;
             }
@@ -195,8 +182,8 @@ impl Nv503c {
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
             self.by_address.remove(&r.tuple.address);
         }
-        let span = granules_of(r.tuple.address, r.tuple.size);
-        if counted(&span) {
+        let span = granule::touched(r.tuple.address, r.tuple.size);
+        if granule::kept(&span) {
             for g in span {
                 if let Some(n) = self.granules.get_mut(&g) {
                     *n -= 1;
@@ -260,7 +247,7 @@ impl Nv503c {
     /// into it, and those starting inside (they never overlap each other).
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
         // (an empty range still asks the tree: the registration around base, on the safe side)
-        let span = granules_of(base, end.saturating_sub(base));
+        let span = granule::touched(base, end.saturating_sub(base));
         if self.uncounted == 0 && span.end() - span.start() < GRANULE_PROBES && span.clone().all(|g| !self.granules.contains_key(&g)) {
             return Vec::new();
         }

@@ -2,7 +2,7 @@
 //! granules in front of the tree for point lookups.
 #![forbid(unsafe_code)]
 
-use super::{Allocation, MemRef, Origin};
+use super::{granule, Allocation, MemRef, Origin};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
@@ -74,8 +74,6 @@ pub(super) struct GpuMap {
 
 /// The start of a free slab slot: no entry starts there (it would end past the address space).
 const FREE: u64 = u64::MAX;
-/// Granule of the radix: a caching allocator's segments are 2 MiB and larger.
-const GRANULE_SHIFT: u32 = 21;
 /// Granules per radix leaf (a leaf covers 128 MiB in 260 bytes).
 const LEAF_BITS: u32 = 6;
 const LEAF_LEN: usize = 1 << LEAF_BITS;
@@ -87,19 +85,15 @@ struct Leaf {
     set: u32,
 }
 
-/// An entry wider than this (128 GiB) gets no hints: its lookups take the tree. Keeps one map
-/// call's work and memory bounded whatever length it claims.
-const MAX_HINTED_GRANULES: u64 = 1 << 16;
-
 /// The granules an entry's hints cover: all it touches, or none when it is wider than
-/// [`MAX_HINTED_GRANULES`].
+/// [`granule::MAX_SPAN`] (its lookups then take the tree).
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
-    let (first, last) = (start >> GRANULE_SHIFT, (end - 1) >> GRANULE_SHIFT);
-    if last - first >= MAX_HINTED_GRANULES {
+    let span = granule::touched(start, end - start);
+    if !granule::kept(&span) {
         #[allow(clippy::reversed_empty_ranges)]
         return 1..=0;
     }
-    first..=last
+    span
 }
 
 fn leaf_of(granule: u64) -> (u64, usize) {
@@ -181,7 +175,7 @@ impl GpuMap {
 
     /// The entry covering `addr`.
     pub fn at(&self, addr: u64) -> Option<(u64, &Entry)> {
-        let (key, i) = leaf_of(addr >> GRANULE_SHIFT);
+        let (key, i) = leaf_of(granule::of(addr));
         if let Some(slot) = self.hints.get(&key).map(|l| l.slots[i]).filter(|&s| s != 0) {
             let (s, e) = &self.slab[slot as usize - 1];
             if *s != FREE && *s <= addr && addr < e.end {

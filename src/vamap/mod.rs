@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod gpu;
+pub mod granule;
 mod lookup;
 #[cfg(test)]
 mod tests;
