@@ -1,4 +1,4 @@
-//! libgdrshim.so. Everything is in the gdrshim crate (src/); linking it is enough, since a cdylib
+//! libgdrshim.so. Everything is in the gdrshim crate (this folder); linking it is enough, since a cdylib
 //! exports the `#[no_mangle]` hooks of the crates it links.
 
 #![forbid(unsafe_code)]
