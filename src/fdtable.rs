@@ -118,6 +118,15 @@ pub fn store(fd: c_int, b: u8) {
     }
 }
 
+/// Like [`store`], but maps nothing: for a byte that only saves a later `fstat` (a file opened by
+/// a path outside /dev), which a process that opens files and never ioctls them should not pay a
+/// mapping for.
+fn store_if_mapped(fd: c_int, b: u8) {
+    if let Some(p) = page(fd, false) {
+        p[fd as usize % PAGE].store(b, Relaxed);
+    }
+}
+
 struct Nodes {
     uvm_rdev: Option<u64>,
     /// Test stand-ins: (st_dev, st_ino) of the files in GDRSHIM_TEST_DEV_DIR.
@@ -230,7 +239,7 @@ pub fn note_open(fd: c_int, path: Option<&CStr>) {
     // Absolute paths outside /dev are never device nodes of ours (bar the tests' stand-ins);
     // relative ones are checked at their first ioctl.
     let maybe = !p.starts_with(b"/") || p.starts_with(b"/dev/") || nodes().test_dir.as_deref().is_some_and(|d| p.starts_with(d.as_bytes()));
-    store(fd, if maybe { UNKNOWN } else { NOT_NV });
+    store_if_mapped(fd, if maybe { UNKNOWN } else { NOT_NV });
 }
 
 pub fn note_dup(old: c_int, new: c_int) {

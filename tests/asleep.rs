@@ -60,6 +60,24 @@ fn a_process_that_never_touches_a_gpu_does_not_notice_the_shim() {
     }
 }
 
+/// Files opened by their paths, dup'ed, read and closed, and never ioctl'ed: the shim maps nothing
+/// (the fd table is mapped at the first ioctl's look, not at an open).
+#[test]
+fn a_process_that_only_opens_files_maps_nothing() {
+    let e = env();
+    let out = Command::new(e.dir.join("quiet"))
+        .arg("files")
+        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()))
+        .env("GDRSHIM_MODE", "register")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let line = stdout.lines().next().unwrap_or_default();
+    assert_eq!(field(line, "reads"), 100, "{line}");
+    assert_eq!(field(line, "shim_maps"), 0, "{line}");
+}
+
 #[test]
 fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     let e = env();

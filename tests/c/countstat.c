@@ -1,8 +1,11 @@
 // Counts fstat-family calls per fd (ours), for tests/asleep.rs: preloaded after the shim, so the
-// shim's own fstat reaches it. fds from 2^20 up are counted together in the last slot.
+// shim's own fstat reaches it. fds from 2^20 up are counted together in the last slot. Also counts
+// the mmap calls made from libgdrshim.so's own code (the fd table's pages).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #define SLOTS (1 << 20)
 static long counts[SLOTS];
@@ -16,3 +19,11 @@ int __fxstat64(int v, int fd, struct stat64 *st) { NEXT(__fxstat64); count(fd); 
 int fstatat(int fd, const char *p, struct stat *st, int fl) { NEXT(fstatat); if (!*p) count(fd); return real(fd, p, st, fl); }
 int fstatat64(int fd, const char *p, struct stat64 *st, int fl) { NEXT(fstatat64); if (!*p) count(fd); return real(fd, p, st, fl); }
 int statx(int fd, const char *p, int fl, unsigned int mask, struct statx *st) { NEXT(statx); if (!*p) count(fd); return real(fd, p, fl, mask, st); }
+static long shim_maps;
+long countstat_shim_maps(void) { return shim_maps; }
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  NEXT(mmap);
+  Dl_info i;
+  if (dladdr(__builtin_return_address(0), &i) && i.dli_fname && strstr(i.dli_fname, "libgdrshim")) __atomic_add_fetch(&shim_maps, 1, __ATOMIC_RELAXED);
+  return real(addr, len, prot, flags, fd, off);
+}

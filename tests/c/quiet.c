@@ -3,6 +3,8 @@
 // count and how many fstat calls (counted by countstat.c, preloaded after the shim) each fd got.
 //   quiet plain          no NVIDIA node is touched
 //   quiet nvidia DEVDIR  the fake driver's nvidiactl, moved to fd 5000, gets 1000 ioctls
+//   quiet files          opens, dups, reads and closes files, no ioctl: prints how many mappings
+//                        the shim made (none: a file opened by its path needs no fd table)
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -32,6 +34,17 @@ int main(int argc, char **argv) {
   r.rlim_cur = r.rlim_max; setrlimit(RLIMIT_NOFILE, &r);
   int top_fd = (int)r.rlim_cur - 1;
   int v, p[2];
+  if (!strcmp(argv[1], "files")) {
+    long (*shim_maps)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "countstat_shim_maps");
+    char buf[256]; long got = 0;
+    for (int i = 0; i < 100; i++) {
+      int f = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC), g = dup(f), h = dup2(f, 6000);
+      got += read(g, buf, sizeof buf) > 0;
+      close(f); close(g); close(h);
+    }
+    printf("quiet files reads=%ld shim_maps=%ld\n", got, shim_maps ? shim_maps() : -1);
+    return 0;
+  }
   if (pipe(p)) return 2;
   if (!strcmp(argv[1], "nvidia") && argc > 2) {
     char path[4096]; snprintf(path, sizeof path, "%s/nvidiactl", argv[2]);
