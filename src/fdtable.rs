@@ -1,11 +1,13 @@
 //! Which fds are NVIDIA device nodes: one cached byte per fd, for any fd number, so that an fd is
-//! `fstat`ed once (at its first ioctl, or at open by its path) and never again until it is closed.
+//! `fstat`ed once (at its first ioctl) and never again until it is closed.
 //!
 //! Classifying wakes nothing: a process that never touches an NVIDIA node costs an `fstat` per fd
-//! it ioctls (a terminal, a socket) and, once, a `stat` of /dev/nvidia-uvm; no shim, no file.
+//! it ioctls (a terminal, a socket), once a `stat` of /dev/nvidia-uvm, and the table's mappings
+//! (a page at its first such ioctl; for fds from 4096 up, a 4 MiB directory of untouched zero
+//! pages and a page per 4096 fds); no shim, no file. Opening files maps nothing.
 
 use crate::decode::DevKind;
-use crate::sys::{errno, set_errno, Guard};
+use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
 use core::sync::atomic::{
     AtomicPtr, AtomicU8,
@@ -41,12 +43,19 @@ fn mapped<T>(slot: &AtomicPtr<T>, bytes: usize, create: bool) -> Option<*mut T> 
     if !create {
         return None;
     }
-    // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child)
+    // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child).
+    // NORESERVE: the directory is 4 MiB of which a page or two is ever touched; not charged
+    // against a strict overcommit limit.
+    let e = errno();
     // SAFETY: an anonymous private mapping of `bytes`; checked below.
     let m = unsafe {
-        libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
     };
     if m == libc::MAP_FAILED {
+        // the byte stays unknown (looked at again); the hook's caller (a dup that worked) keeps
+        // its errno
+        set_errno(e);
         return None;
     }
     match slot.compare_exchange(core::ptr::null_mut(), m as *mut T, AcqRel, Acquire) {
@@ -118,9 +127,8 @@ pub fn store(fd: c_int, b: u8) {
     }
 }
 
-/// Like [`store`], but maps nothing: for a byte that only saves a later `fstat` (a file opened by
-/// a path outside /dev), which a process that opens files and never ioctls them should not pay a
-/// mapping for.
+/// Like [`store`], but maps nothing: a process that opens files and never ioctls them pays no
+/// mapping.
 fn store_if_mapped(fd: c_int, b: u8) {
     if let Some(p) = page(fd, false) {
         p[fd as usize % PAGE].store(b, Relaxed);
@@ -131,7 +139,6 @@ struct Nodes {
     uvm_rdev: Option<u64>,
     /// Test stand-ins: (st_dev, st_ino) of the files in GDRSHIM_TEST_DEV_DIR.
     test: Vec<((u64, u64), DevKind)>,
-    test_dir: Option<String>,
 }
 
 static NODES: OnceCell<Nodes> = OnceCell::new();
@@ -170,7 +177,7 @@ fn nodes() -> &'static Nodes {
         }
         // nvidia-uvm has a dynamic major: its node says which (the only path CUDA opens it by)
         let uvm_rdev = stat_path("/dev/nvidia-uvm").filter(|s| s.st_mode & libc::S_IFMT == libc::S_IFCHR).map(|s| s.st_rdev);
-        Nodes { uvm_rdev, test, test_dir }
+        Nodes { uvm_rdev, test }
     })
 }
 
@@ -226,20 +233,12 @@ pub fn classify_and_cache(fd: c_int) -> Option<DevKind> {
     k
 }
 
-/// An fd just opened by `path`: classified by the path alone where it can be.
-pub fn note_open(fd: c_int, path: Option<&CStr>) {
-    if fd < 0 {
-        return;
-    }
-    let Some(_g) = Guard::enter() else {
-        store(fd, UNKNOWN);
-        return;
-    };
-    let p = path.map_or(&[][..], CStr::to_bytes);
-    // Absolute paths outside /dev are never device nodes of ours (bar the tests' stand-ins);
-    // relative ones are checked at their first ioctl.
-    let maybe = !p.starts_with(b"/") || p.starts_with(b"/dev/") || nodes().test_dir.as_deref().is_some_and(|d| p.starts_with(d.as_bytes()));
-    store_if_mapped(fd, if maybe { UNKNOWN } else { NOT_NV });
+/// An fd just opened: whatever its number held before is forgotten (the number may have been
+/// closed behind our back, by a `close_range` or a raw syscall), and it is classified by its
+/// `fstat` at its first ioctl. Not by its path: a node can be reached by any path (a bind mount,
+/// a link), and a kind guessed from a name could hide an NVIDIA fd from the map. Maps nothing.
+pub fn note_open(fd: c_int) {
+    store_if_mapped(fd, UNKNOWN);
 }
 
 pub fn note_dup(old: c_int, new: c_int) {

@@ -78,6 +78,25 @@ fn a_process_that_only_opens_files_maps_nothing() {
     assert_eq!(field(line, "shim_maps"), 0, "{line}");
 }
 
+/// A dup2 that works keeps the caller's errno even when the fd table cannot map the page for its
+/// new fd (the address space is full: RLIMIT_AS).
+#[test]
+fn a_dup_keeps_errno_when_the_table_cannot_grow() {
+    let e = env();
+    let run = |shim: bool| {
+        let mut c = Command::new(e.dir.join("quiet"));
+        c.arg("errno").env("LD_PRELOAD", e.dir.join("libcountstat.so"));
+        if shim {
+            c.env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()));
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(run(false), "quiet errno dup2=5000 errno=0", "without the shim");
+    assert_eq!(run(true), "quiet errno dup2=5000 errno=0", "with the shim");
+}
+
 #[test]
 fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     let e = env();
@@ -95,7 +114,7 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     assert!(out.status.success(), "{stdout}{stderr}");
     let line = stdout.lines().next().unwrap_or_default();
     assert_eq!(field(line, "ok"), 1000, "{line}");
-    // classified by its path at open, carried over by dup2: no fstat at all
+    // one fstat, at its first ioctl, whatever its number; never again
     assert!(field(line, "stat_5000") <= 1, "{line}");
     let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");

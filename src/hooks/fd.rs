@@ -4,7 +4,7 @@
 use crate::fdtable::{note_dup, note_open, store, UNKNOWN};
 use crate::real;
 use crate::sys::{errno, set_errno};
-use core::ffi::{c_char, c_int, CStr};
+use core::ffi::{c_char, c_int};
 
 macro_rules! missing {
     () => {{
@@ -15,7 +15,7 @@ macro_rules! missing {
 
 /// The four `open` entry points: one body.
 macro_rules! open_hook {
-    ($name:ident, $real:ident, ($($a:ident : $t:ty),*), $path:ident) => {
+    ($name:ident, $real:ident, ($($a:ident : $t:ty),*)) => {
         #[cfg_attr(not(test), no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             let Some(f) = real::$real() else { missing!() };
@@ -25,18 +25,17 @@ macro_rules! open_hook {
             // would wake the shim in every process that opens a file
             if fd >= 0 {
                 let e = errno();
-                // SAFETY: the real open just accepted a non-null path as a valid C string.
-                note_open(fd, (!$path.is_null()).then(|| unsafe { CStr::from_ptr($path) }));
+                note_open(fd);
                 set_errno(e);
             }
             fd
         }
     };
 }
-open_hook!(open, open, (path: *const c_char, flags: c_int, mode: libc::mode_t), path);
-open_hook!(open64, open64, (path: *const c_char, flags: c_int, mode: libc::mode_t), path);
-open_hook!(openat, openat, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path);
-open_hook!(openat64, openat64, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t), path);
+open_hook!(open, open, (path: *const c_char, flags: c_int, mode: libc::mode_t));
+open_hook!(open64, open64, (path: *const c_char, flags: c_int, mode: libc::mode_t));
+open_hook!(openat, openat, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
+open_hook!(openat64, openat64, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {

@@ -5,8 +5,11 @@
 //   quiet nvidia DEVDIR  the fake driver's nvidiactl, moved to fd 5000, gets 1000 ioctls
 //   quiet files          opens, dups, reads and closes files, no ioctl: prints how many mappings
 //                        the shim made (none: a file opened by its path needs no fd table)
+//   quiet errno          a dup2 to fd 5000 that works while the fd table cannot map its directory
+//                        (RLIMIT_AS): prints the dup2's result and errno (0: the shim kept it)
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +49,19 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (pipe(p)) return 2;
+  if (!strcmp(argv[1], "errno")) {
+    for (int i = 0; i < 10; i++) ioctl(p[0], FIONREAD, &v); // the pipe's byte: known, not NVIDIA
+    FILE *f = fopen("/proc/self/status", "r"); char line[256]; long vm_kb = 0;
+    while (f && fgets(line, sizeof line, f)) if (!strncmp(line, "VmSize:", 7)) vm_kb = atol(line + 7);
+    if (f) fclose(f);
+    struct rlimit as = {(rlim_t)(vm_kb + 512) * 1024, (rlim_t)(vm_kb + 512) * 1024};
+    if (!vm_kb || setrlimit(RLIMIT_AS, &as)) return 2;
+    errno = 0;
+    int d = dup2(p[0], 5000);
+    int e = errno;
+    printf("quiet errno dup2=%d errno=%d\n", d, e);
+    return 0;
+  }
   if (!strcmp(argv[1], "nvidia") && argc > 2) {
     char path[4096]; snprintf(path, sizeof path, "%s/nvidiactl", argv[2]);
     int ctl = open(path, O_RDWR | O_CLOEXEC);

@@ -14,6 +14,11 @@ B=/tmp/gdrshim-scale
 rm -rf "$B"; mkdir -p "$B/dev/sys/module/nvidia_peermem"
 KNOBS=$(readlink -f target/knobs/release/libgdrshim.so)
 SHIM=$(readlink -f target/release/libgdrshim.so)
+# ld.so ignores a preload it cannot find: without this, "with" would silently measure "without"
+if [ ! -f "$KNOBS" ] || [ ! -f "$SHIM" ]; then
+  echo "run-h200-scale: build and carry target/knobs/release/libgdrshim.so and target/release/libgdrshim.so" >&2
+  exit 1
+fi
 C=tests/c
 gcc -O2 -Wall -Werror -o "$B/scalebench" "$C/scalebench.c" -ldl || exit 1
 gcc -shared -fPIC -O2 -Wall -Werror -o "$B/libscalefake.so" "$C/scalefake.c" -ldl || exit 1
@@ -42,6 +47,7 @@ run() { # run WITH_SHIM ARGS...
   run 0 heap 1000 10000 100000 1000000 2>/dev/null | sed 's/^/without /'
   grep '^gdrshim: summary' "$OUT/scale-with.err" | tail -1
 } >>"$OUT/scale-raw.txt"
+grep -q '^gdrshim: summary' "$OUT/scale-with.err" || { echo "run-h200-scale: the shim did not run (no summary)" >&2; exit 1; }
 # the dev VM's tables: added = with - without, per (N, op); heap = with - without, per allocation
 awk '
   $2 == "scale" && $4 ~ /^op=/ {
