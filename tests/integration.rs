@@ -444,8 +444,7 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
         String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
     };
     let dev = e.dir.join("dev-header");
-    std::fs::create_dir_all(&dev).unwrap();
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    common::fakedev::fake_dev(&dev, &[], false);
     // without a peer-memory module the NV503C route cannot work: gdrshim says it is not active
     let _ = std::fs::remove_dir_all(dev.join("sys"));
     assert!(run(true, "register").contains(" active=0 "), "no route, no claim");
@@ -472,9 +471,7 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
         .arg(&e.dir)
         .args(["-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]));
     let dev = e.dir.join("dev-errno");
-    std::fs::create_dir_all(&dev).unwrap();
-    std::fs::write(dev.join("nvidiactl"), b"").unwrap();
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    common::fakedev::fake_dev(&dev, &["nvidiactl"], false);
     let run = |preload: String, extra: &[(&str, &str)]| {
         let out = Command::new(&bin)
             .arg(e.dir.join("libcuda.so.1"))
@@ -543,8 +540,7 @@ fn fork_while_other_threads_hold_the_shims_locks() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fork_locks.c"))
         .args(["-ldl", "-lpthread"]));
     let dev = e.dir.join("dev-fork");
-    std::fs::create_dir_all(&dev).unwrap();
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    common::fakedev::fake_dev(&dev, &[], false);
     // The first fork of each run races the shim's one-time initialisation in the spinning
     // threads (a child forked in the middle of it once waited on it forever): several runs.
     for run in 0..8 {

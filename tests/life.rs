@@ -40,13 +40,8 @@ fn env() -> &'static Env {
         cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
         // not linked against libibverbs: it must be able to unload it
         cc(&["-O1", "-Wall", "-Werror", "-o", "life", &src("life.c"), "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN"]);
-        for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
-            std::fs::write(dir.join("dev").join(f), b"").unwrap();
-        }
         // the fake NIC (fakeverbs.c) plays nvidia-peermem too: its module is "loaded"
-        std::fs::create_dir_all(dir.join("dev/sys/module/nvidia_peermem")).unwrap();
-        std::fs::write(dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
-            .unwrap();
+        common::fakedev::fake_dev(&dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], true);
         e
     })
 }

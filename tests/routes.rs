@@ -57,14 +57,7 @@ fn routes(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, 
     let e = env();
     let dev: PathBuf = e.dir.join(format!("dev-{tag}"));
     let _ = std::fs::remove_dir_all(&dev);
-    std::fs::create_dir_all(&dev).unwrap();
-    for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
-        std::fs::write(dev.join(f), b"").unwrap();
-    }
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
-    if rig.peermem {
-        std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
-    }
+    common::fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], rig.peermem);
     let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
     let out = Command::new(e.dir.join("routes"))
         .args(args)
@@ -205,8 +198,7 @@ fn two_copies_make_one_registration_one_warning_one_summary() {
 fn a_dlopened_copy_never_claims_to_register() {
     let e = env();
     let dev = e.dir.join("dev-dlopened");
-    std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
+    common::fakedev::fake_dev(&dev, &[], true);
     for global in [false, true] {
         let mut c = Command::new(e.dir.join("dlopened"));
         c.arg(&e.shim).env("GDRSHIM_TEST_DEV_DIR", &dev).env("GDRSHIM_MODE", "register").env("GDRSHIM_ROUTE", "nv503c");

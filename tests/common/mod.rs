@@ -1,6 +1,8 @@
 //! What the tests that load the real libgdrshim.so into child processes share: the shim built
 //! once, a scratch folder of their own, and a command that must succeed.
 
+pub mod fakedev;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -28,12 +28,7 @@ pub fn build(env: &Env) {
             "-lpthread",
         ],
     );
-    for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
-        std::fs::write(env.dir.join("dev").join(f), b"").unwrap();
-    }
-    std::fs::create_dir_all(env.dir.join("dev/sys/module/nvidia_peermem")).unwrap();
-    std::fs::write(env.dir.join("dev/version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
-        .unwrap();
+    crate::common::fakedev::fake_dev(&env.dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0"], true);
 }
 
 /// `scalebench ARGS` with the shim (register mode, NV503C route) or without; its `scale` lines.

@@ -4,6 +4,9 @@
 //! between registered ranges (tests/c/selftestverbs.c). A clean run passes on both routes; each
 //! injected fault ends as the FAIL of its step; no HCA is "could not check" (exit 2).
 
+#[path = "../../tests/common/fakedev.rs"]
+mod fakedev;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -98,14 +101,7 @@ fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     let _ = std::fs::remove_dir_all(&dev);
-    std::fs::create_dir_all(&dev).unwrap();
-    for f in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
-        std::fs::write(dev.join(f), b"").unwrap();
-    }
-    std::fs::write(dev.join("version"), "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n").unwrap();
-    if rig.peermem {
-        std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
-    }
+    fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], rig.peermem);
     let fakerm = e.dir.join("libfakerm.so");
     let preload = if preload_shim { format!("{}:{}", e.shim.display(), fakerm.display()) } else { fakerm.display().to_string() };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"));
