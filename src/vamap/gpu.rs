@@ -1,9 +1,9 @@
-//! One GPU's entries (a job holds a million): 32 bytes each, ordered, with a radix over 2 MiB
-//! granules in front of the tree for point lookups.
+//! One GPU's entries (a job holds a million), ordered by a tree of their starts and kept in cells
+//! of 2 MiB granules, so that a point lookup reads one cell.
 #![forbid(unsafe_code)]
 
+use super::cells::{Cell, Cells, View, FREE};
 use super::{granule, Allocation, MemRef, Origin};
-use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
 /// Set in `Entry::offset_bits` when the entry's extent is also a UVM external range, which then
@@ -13,6 +13,7 @@ const CLAIMS_RANGE: u64 = 1 << 63;
 pub const OFFSET_LIMIT: u64 = CLAIMS_RANGE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)] // `end` first: see cells::Cell
 pub(super) struct Entry {
     pub end: u64,
     offset_bits: u64,
@@ -24,6 +25,9 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// What an empty or hint cell holds: no entry ends at 0.
+    pub(super) const NONE: Entry = Entry { end: 0, offset_bits: 0, mem: MemRef { client: 0, memory: 0 }, alloc: Allocation::UNSEEN };
+
     pub fn new(end: u64, offset: u64, mem: MemRef, alloc: Allocation) -> Entry {
         debug_assert!(offset < OFFSET_LIMIT);
         Entry { end, offset_bits: offset, mem, alloc }
@@ -57,36 +61,32 @@ impl Entry {
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
 ///
-/// Entries live in a slab (start and entry, 40 bytes) ordered by a tree of slot numbers; a
-/// radix of 2 MiB granules names, per granule, the slot of an entry that touches it. A point
-/// lookup ([`at`](Self::at)) reads the radix leaf and the slot (two cache misses at a million
-/// entries, against a dozen for a tree descent) and checks that the slot's entry covers the
-/// address: entries never overlap, so an entry that covers it is the answer, and a hint that
-/// is stale or absent only costs the tree descent. Correctness never rests on the radix.
+/// Every granule an entry touches has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the granule its start lies in, its home, unless another
+/// entry is at home there; then it lives in `overflow`. A granule's cell that is no entry's home
+/// names ("hints") an entry that touches it. A point lookup ([`at`](Self::at)) reads the cell of
+/// the address's granule and checks that its entry covers the address: entries never overlap,
+/// so one that covers it is the answer. That is one cache miss at a million entries, where a
+/// radix of slot numbers in front of a slab took two (`docs/results/scale-2026-12-03d`); a hint,
+/// or an entry that does not cover the address, costs a second read or the tree's descent.
+/// Correctness rests on the tree naming where each entry is, never on the hints.
+///
+/// The price is a cell per granule touched: 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB
+/// allocation one cell, a 1 GiB one 512.
 #[derive(Default, Clone)]
 pub(super) struct GpuMap {
+    /// start → [`IN_CELL`], or the entry's slot in `overflow`
     tree: BTreeMap<u64, u32>,
-    slab: Vec<(u64, Entry)>,
-    free_slots: Vec<u32>,
-    hints: HashMap<u64, Box<Leaf>>,
+    cells: Cells,
+    overflow: Vec<(u64, Entry)>,
+    free_overflow: Vec<u32>,
     cut: BTreeMap<u64, Origin>,
 }
 
-/// The start of a free slab slot: no entry starts there (it would end past the address space).
-const FREE: u64 = u64::MAX;
-/// Granules per radix leaf (a leaf covers 128 MiB in 260 bytes).
-const LEAF_BITS: u32 = 6;
-const LEAF_LEN: usize = 1 << LEAF_BITS;
+/// The tree's mark for an entry that lives in its home cell.
+const IN_CELL: u32 = u32::MAX;
 
-/// One radix leaf: slot + 1 per granule (0: no hint), and how many are set.
-#[derive(Clone)]
-struct Leaf {
-    slots: [u32; LEAF_LEN],
-    set: u32,
-}
-
-/// The granules an entry's hints cover: all it touches, or none when it is wider than
-/// [`granule::MAX_SPAN`] (its lookups then take the tree).
+/// The granules an entry hints beyond its home: all it touches, or none when it is wider than
+/// [`granule::MAX_SPAN`] (lookups there then take the tree).
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
     let span = granule::touched(start, end - start);
     if !granule::kept(&span) {
@@ -94,10 +94,6 @@ fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
         return 1..=0;
     }
     span
-}
-
-fn leaf_of(granule: u64) -> (u64, usize) {
-    (granule >> LEAF_BITS, (granule & (LEAF_LEN as u64 - 1)) as usize)
 }
 
 impl GpuMap {
@@ -112,6 +108,35 @@ impl GpuMap {
         self.tree.len()
     }
 
+    fn view(&self, granule: u64) -> View<'_> {
+        self.cells.view(granule)
+    }
+
+    fn set_cell(&mut self, granule: u64, c: Cell) {
+        self.cells.set(granule, c)
+    }
+
+    /// The entry at `start`, where the tree says it is (`None` only if the books disagree: the
+    /// entry is then not found, never another's taken).
+    fn entry_of(&self, start: u64, loc: u32) -> Option<&Entry> {
+        let found = if loc == IN_CELL {
+            match self.view(granule::of(start)) {
+                View::Home(s, e) if s == start => Some(e),
+                _ => None,
+            }
+        } else {
+            self.overflow.get(loc as usize).filter(|(s, _)| *s == start).map(|(_, e)| e)
+        };
+        debug_assert!(found.is_some(), "the tree places {start:#x} where it is not");
+        found
+    }
+
+    fn take_overflow(&mut self, slot: u32) -> Entry {
+        let (_, e) = std::mem::replace(&mut self.overflow[slot as usize], (FREE, Entry::NONE));
+        self.free_overflow.push(slot);
+        e
+    }
+
     pub fn insert(&mut self, start: u64, e: Entry, origin: Origin) {
         debug_assert!(start < e.end);
         if origin != e.whole(start) {
@@ -119,80 +144,116 @@ impl GpuMap {
         } else if !self.cut.is_empty() {
             self.cut.remove(&start);
         }
-        let slot = match self.tree.get(&start) {
-            Some(&slot) => {
-                let (_, old) = self.slab[slot as usize];
-                self.unhint(start, old.end, slot);
-                slot
+        let home = granule::of(start);
+        match self.tree.get(&start).copied() {
+            Some(loc) => {
+                if let Some(old_end) = self.entry_of(start, loc).map(|old| old.end) {
+                    self.unhint(start, old_end);
+                }
+                if loc == IN_CELL {
+                    self.set_cell(home, Cell::home(start, e));
+                } else {
+                    self.overflow[loc as usize] = (start, e);
+                }
             }
             None => {
-                let slot = match self.free_slots.pop() {
-                    Some(slot) => slot,
-                    None => {
-                        self.slab.push((FREE, e));
-                        (self.slab.len() - 1) as u32
+                let loc = if !Cells::covers(home) || matches!(self.view(home), View::Home(..)) {
+                    match self.free_overflow.pop() {
+                        Some(slot) => {
+                            self.overflow[slot as usize] = (start, e);
+                            slot
+                        }
+                        None => {
+                            self.overflow.push((start, e));
+                            (self.overflow.len() - 1) as u32
+                        }
                     }
+                } else {
+                    self.set_cell(home, Cell::home(start, e));
+                    IN_CELL
                 };
-                self.tree.insert(start, slot);
-                slot
+                self.tree.insert(start, loc);
             }
-        };
-        self.slab[slot as usize] = (start, e);
-        for g in granules(start, e.end) {
-            let (key, i) = leaf_of(g);
-            let leaf = self.hints.entry(key).or_insert_with(|| Box::new(Leaf { slots: [0; LEAF_LEN], set: 0 }));
-            if leaf.slots[i] == 0 {
-                leaf.set += 1;
+        }
+        for g in granules(start, e.end).filter(|&g| g != home) {
+            if !matches!(self.view(g), View::Home(..)) {
+                self.set_cell(g, Cell::hint(start));
             }
-            leaf.slots[i] = slot + 1;
         }
     }
 
     pub fn remove(&mut self, start: u64) -> Option<(Entry, Origin)> {
-        let slot = self.tree.remove(&start)?;
-        let (_, e) =
-            std::mem::replace(&mut self.slab[slot as usize], (FREE, Entry::new(0, 0, MemRef { client: 0, memory: 0 }, Allocation::UNSEEN)));
-        self.unhint(start, e.end, slot);
-        self.free_slots.push(slot);
+        let loc = self.tree.remove(&start)?;
+        let e = if loc == IN_CELL {
+            let home = granule::of(start);
+            let View::Home(s, &e) = self.view(home) else { return None };
+            if s != start {
+                return None;
+            }
+            self.set_cell(home, Cell::EMPTY);
+            self.refill(home);
+            e
+        } else {
+            self.take_overflow(loc)
+        };
+        self.unhint(start, e.end);
         let o = if self.cut.is_empty() { None } else { self.cut.remove(&start) };
         Some((e, o.unwrap_or_else(|| e.whole(start))))
     }
 
-    /// Clears the hints of `[start, end)` that name `slot`; a leaf with none left goes.
-    fn unhint(&mut self, start: u64, end: u64, slot: u32) {
-        for g in granules(start, end) {
-            let (key, i) = leaf_of(g);
-            let Some(leaf) = self.hints.get_mut(&key) else { continue };
-            if leaf.slots[i] == slot + 1 {
-                leaf.slots[i] = 0;
-                leaf.set -= 1;
-                if leaf.set == 0 {
-                    self.hints.remove(&key);
-                }
+    /// Empties the cells beyond its home that hint the entry at `start`.
+    fn unhint(&mut self, start: u64, end: u64) {
+        let home = granule::of(start);
+        for g in granules(start, end).filter(|&g| g != home) {
+            if self.view(g) == View::Hint(start) {
+                self.set_cell(g, Cell::EMPTY);
             }
+        }
+    }
+
+    /// A granule's cell has just been emptied: an entry that starts in it (all were in
+    /// overflow) moves home, or else the cell hints the entry that covers its first byte.
+    fn refill(&mut self, granule: u64) {
+        let lo = granule << granule::SHIFT;
+        let hi = lo.saturating_add(1 << granule::SHIFT);
+        if let Some((&s, &slot)) = self.tree.range(lo..hi).next() {
+            if slot != IN_CELL {
+                let e = self.take_overflow(slot);
+                self.tree.insert(s, IN_CELL);
+                self.set_cell(granule, Cell::home(s, e));
+            }
+            return;
+        }
+        let Some((&s, &loc)) = self.tree.range(..lo).next_back() else { return };
+        if self.entry_of(s, loc).is_some_and(|e| e.end > lo && granules(s, e.end).contains(&granule)) {
+            self.set_cell(granule, Cell::hint(s));
         }
     }
 
     /// The entry covering `addr`.
     pub fn at(&self, addr: u64) -> Option<(u64, &Entry)> {
-        let (key, i) = leaf_of(granule::of(addr));
-        if let Some(slot) = self.hints.get(&key).map(|l| l.slots[i]).filter(|&s| s != 0) {
-            let (s, e) = &self.slab[slot as usize - 1];
-            if *s != FREE && *s <= addr && addr < e.end {
-                return Some((*s, e));
-            }
+        let found = match self.view(granule::of(addr)) {
+            View::Home(s, e) => Some((s, e)),
+            View::Hint(s) => match self.view(granule::of(s)) {
+                View::Home(hs, e) if hs == s => Some((s, e)),
+                _ => self.get(s).map(|e| (s, e)),
+            },
+            View::Empty => None,
+        };
+        if let Some((s, e)) = found.filter(|(s, e)| *s <= addr && addr < e.end) {
+            return Some((s, e));
         }
         self.range(..=addr).next_back().filter(|(_, e)| addr < e.end)
     }
 
     /// The entry that starts at `start`.
     pub fn get(&self, start: u64) -> Option<&Entry> {
-        self.tree.get(&start).map(|&slot| &self.slab[slot as usize].1)
+        self.tree.get(&start).and_then(|&loc| self.entry_of(start, loc))
     }
 
     /// The entries whose start lies in `r`, in order.
     pub fn range<R: std::ops::RangeBounds<u64>>(&self, r: R) -> impl DoubleEndedIterator<Item = (u64, &Entry)> {
-        self.tree.range(r).map(|(&s, &slot)| (s, &self.slab[slot as usize].1))
+        self.tree.range(r).filter_map(|(&s, &loc)| self.entry_of(s, loc).map(|e| (s, e)))
     }
 
     /// Every entry, in order.
@@ -205,22 +266,56 @@ impl GpuMap {
         self.cut.iter()
     }
 
-    /// The radix's own bookkeeping agrees with the tree: every hint names a live entry that
-    /// touches its granule, and leaves count their hints.
+    /// The entry `at` finds in the address's cell, or through its hint, without the tree.
     #[cfg(test)]
-    pub fn check_hints(&self) {
-        for (&key, leaf) in &self.hints {
-            let set = leaf.slots.iter().filter(|&&s| s != 0).count() as u32;
-            assert_eq!(set, leaf.set, "leaf {key:#x} counts its hints");
-            assert!(set > 0, "an empty leaf is dropped");
-            for (i, &s) in leaf.slots.iter().enumerate().filter(|(_, &s)| s != 0) {
-                let (start, e) = self.slab[s as usize - 1];
-                assert_ne!(start, FREE, "a hint names a free slot");
-                assert_eq!(self.tree.get(&start), Some(&(s - 1)));
-                let g = (key << LEAF_BITS) | i as u64;
-                assert!(granules(start, e.end).contains(&g), "a hint names an entry that touches its granule");
+    pub fn in_cells(&self, addr: u64) -> Option<u64> {
+        let s = match self.view(granule::of(addr)) {
+            View::Home(s, _) => s,
+            View::Hint(s) => match self.view(granule::of(s)) {
+                View::Home(hs, _) if hs == s => s,
+                _ => return None,
+            },
+            View::Empty => return None,
+        };
+        Some(s).filter(|&s| self.get(s).is_some_and(|e| s <= addr && addr < e.end))
+    }
+
+    /// The cells' books agree with the tree: every entry is where the tree says and nowhere
+    /// else; an entry in overflow has its home taken by another; every hint names a live entry
+    /// that touches its granule; leaves count their cells.
+    #[cfg(test)]
+    pub fn check_cells(&self) {
+        let mut homes = 0;
+        for (g, view) in self.cells.check_and_list() {
+            match view {
+                View::Empty => unreachable!("listed cells are not empty"),
+                View::Home(s, e) => {
+                    homes += 1;
+                    assert_eq!(granule::of(s), g, "an entry lives in its start's granule");
+                    assert_eq!(self.tree.get(&s), Some(&IN_CELL), "the tree knows {s:#x} is at home");
+                    assert!(s < e.end);
+                }
+                View::Hint(s) => {
+                    let e = self.get(s).unwrap_or_else(|| panic!("hint in {g:#x} names {s:#x}, not live"));
+                    assert_ne!(granule::of(s), g, "a home granule holds no hint of its own entry");
+                    assert!(granules(s, e.end).contains(&g), "a hint names an entry that touches its granule");
+                }
             }
         }
-        assert_eq!(self.slab.len(), self.tree.len() + self.free_slots.len());
+        let mut in_overflow = 0;
+        for (&s, &loc) in &self.tree {
+            if loc == IN_CELL {
+                continue;
+            }
+            in_overflow += 1;
+            assert_eq!(self.overflow[loc as usize].0, s, "overflow slot {loc} holds {s:#x}");
+            assert!(
+                !Cells::covers(granule::of(s)) || matches!(self.view(granule::of(s)), View::Home(hs, _) if hs != s),
+                "{s:#x} is in overflow while its home is free"
+            );
+        }
+        assert_eq!(homes + in_overflow, self.tree.len(), "no entry is kept twice or lost");
+        assert_eq!(self.overflow.len(), in_overflow + self.free_overflow.len());
+        assert!(self.free_overflow.iter().all(|&f| self.overflow[f as usize].0 == FREE));
     }
 }

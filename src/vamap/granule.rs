@@ -1,4 +1,4 @@
-//! 2 MiB granules of GPU VA: the unit the map's radix (`gpu`) and the NV503C registrar's
+//! 2 MiB granules of GPU VA: the unit the map's cells (`cells`) and the NV503C registrar's
 //! registration counts are keyed by, so that both answer a point or a small range in O(1).
 #![forbid(unsafe_code)]
 

@@ -106,7 +106,7 @@ impl VaMap {
         let end = addr.checked_add(len).filter(|_| len > 0)?;
         let mut found = None;
         for m in self.per_gpu.values() {
-            // the entry at addr, through the radix; the tree only for a GPU without one there
+            // the entry at addr, through its cell; the tree only for a GPU without one there
             let (s, e) = match m.at(addr) {
                 Some(hit) => hit,
                 None if m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,

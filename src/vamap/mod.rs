@@ -3,9 +3,9 @@
 //! external ranges are kept too (GPU VA that is reserved but not mapped).
 //!
 //! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
-//! one 32-byte entry per mapping in a slab ordered by a tree, with a radix of 2 MiB granules in
-//! front for point lookups (a range mapped whole is a bit in its entry); every operation is a
-//! radix probe or a few tree descents; nothing scans all entries but a client's free.
+//! one 32-byte entry per mapping, kept in the cell of its first 2 MiB granule and ordered by a
+//! tree (a range mapped whole is a bit in its entry); a point lookup reads one cell, every other
+//! operation is a few tree descents; nothing scans all entries but a client's free.
 #![forbid(unsafe_code)]
 
 use crate::abi::Uuid;
@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod cells;
 mod gpu;
 pub mod granule;
 mod lookup;
@@ -188,7 +189,7 @@ impl VaMap {
         if let Some(&l) = self.ranges.get(&base) {
             return Some(l);
         }
-        // through the radix: the entry at base, if it starts there
+        // through the cells: the entry at base, if it starts there
         self.per_gpu.values().find_map(|m| m.at(base).filter(|(s, e)| *s == base && e.claims_range()).map(|(_, e)| e.end - base))
     }
 
@@ -256,7 +257,7 @@ impl VaMap {
         // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
         // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
         if m.at(base).is_some_and(|(s, e)| s == base && e.end == end) {
-            // a free, through the radix: an entry that is exactly the range is all it overlaps
+            // a free, through the cells: an entry that is exactly the range is all it overlaps
             Self::take(m, mems, ranges, base);
             return 1;
         }

@@ -320,10 +320,10 @@ fn memory_records_live_with_their_allocation_or_their_mappings() {
 }
 
 #[test]
-fn radix_hints_agree_with_the_tree_at_granule_scale() {
-    // Entries of 512 KiB to 4 MiB over 64 MiB that straddles a radix leaf, mapped, cut, freed
+fn cells_agree_with_the_tree_at_granule_scale() {
+    // Entries of 512 KiB to 4 MiB over 64 MiB that straddles a leaf of cells, mapped, cut, freed
     // and reused, memory allocated again under them: every point lookup equals the tree's
-    // answer, the radix's books stay right, and entries know their memory's allocation.
+    // answer, the cells' books stay right, and entries know their memory's allocation.
     const UNIT: u64 = 0x8_0000;
     const ORIGIN: u64 = (1 << 27) - (32 << 20);
     let gpus = [G0, G1];
@@ -343,7 +343,7 @@ fn radix_hints_agree_with_the_tree_at_granule_scale() {
         }
         if op % 97 == 0 {
             for gm in v.per_gpu.values() {
-                gm.check_hints();
+                gm.check_cells();
                 // what an entry remembers of its memory's allocation is what the table says now
                 for (_, e) in gm.iter() {
                     let now = v.mems.get(&e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
@@ -363,18 +363,18 @@ fn radix_hints_agree_with_the_tree_at_granule_scale() {
 #[test]
 fn an_entry_of_any_width_costs_bounded_work_and_is_found() {
     // UVM refuses such lengths, but the map takes what the decoder gives: an entry of 2^50 bytes
-    // gets no radix hints (bounded time and memory) and is found through the tree.
+    // gets no hints beyond its home cell (bounded time and memory) and is found through the tree.
     let mut v = VaMap::new();
     let base = 0x1000_0000_0000;
     v.map(G0, base, 1 << 50, m(1), 0);
     v.map(G0, base + (1 << 50), 0x20_0000, m(2), 0);
     let g = &v.per_gpu[&G0];
-    g.check_hints();
+    g.check_cells();
     assert_eq!(g.at(base + (1 << 49)).map(|(s, e)| (s, e.mem)), Some((base, m(1))));
     assert_eq!(v.lookup_one(base + (1 << 50) - 0x1000, 0x1000).map(|p| p.mem), Some(m(1)));
     assert_eq!(v.lookup_one(base + (1 << 50), 0x1000).map(|p| p.mem), Some(m(2)));
     v.unmap(G0, base, 1 << 50);
-    v.per_gpu[&G0].check_hints();
+    v.per_gpu[&G0].check_cells();
     assert!(!v.contains(base + (1 << 49)));
 }
 
@@ -387,4 +387,80 @@ fn a_map_whose_offsets_would_pass_the_limit_is_kept_out() {
     v.unmap(G0, 0x10000, 1 << 40);
     assert_eq!(v.range_at(0x10000 + (1 << 40)), None);
     assert_eq!(v.entries(), 0);
+}
+
+#[test]
+fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_trees() {
+    // Entries of a quarter granule to three granules, some granule-aligned and some not, at
+    // random over 96 granules that straddle a leaf and a middle table: inserted, replaced and
+    // removed against a model. Every point lookup equals the model's, the cells' books stay
+    // right, and an entry that starts a granule nobody else starts in is found without the
+    // tree (its cell, or a hint to it), including one that waited in overflow until the entry
+    // at home there went.
+    use super::gpu::{Entry, GpuMap};
+    const GR: u64 = 1 << granule::SHIFT;
+    const ORIGIN: u64 = (1 << 37) - 48 * GR;
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut g = GpuMap::default();
+    let mut model: BTreeMap<u64, (u64, MemRef)> = BTreeMap::new();
+    let (mut fast, mut slow_allowed) = (0u64, 0u64);
+    for op in 0..30_000u64 {
+        let quarter = rng.below(96 * 4);
+        let start = ORIGIN + quarter * (GR / 4) + if rng.below(3) == 0 { 0x1000 } else { 0 };
+        let len = (1 + rng.below(12)) * (GR / 4);
+        if rng.below(5) < 3 {
+            let overlaps = model.range(..start + len).next_back().is_some_and(|(_, &(end, _))| end > start);
+            if !overlaps || model.contains_key(&start) && model.range(start + 1..start + len).next().is_none() {
+                let mem = m(1 + rng.below(50) as u32);
+                let e = Entry::new(start + len, 0, mem, Allocation::UNSEEN);
+                g.insert(start, e, e.whole(start));
+                model.insert(start, (start + len, mem));
+            }
+        } else if let Some((&s, _)) = model.range(start..).next() {
+            assert_eq!(g.remove(s).map(|(e, _)| e.mem), model.remove(&s).map(|(_, mem)| mem));
+        }
+        if op % 101 == 0 {
+            g.check_cells();
+            assert_eq!(g.len(), model.len());
+            for a in (ORIGIN - GR..ORIGIN + 100 * GR).step_by(0x4_0000) {
+                let want = model.range(..=a).next_back().filter(|(_, &(end, _))| a < end).map(|(&s, &(_, mem))| (s, mem));
+                assert_eq!(g.at(a).map(|(s, e)| (s, e.mem)), want, "at({a:#x})");
+                let Some((s, _)) = want else { continue };
+                let alone = model.range(s & !(GR - 1)..(s & !(GR - 1)) + GR).count() == 1;
+                if s % GR == 0 && alone && granule::of(a) == granule::of(s) {
+                    assert_eq!(g.in_cells(a), Some(s), "{s:#x} is at home, found from {a:#x} without the tree");
+                    fast += 1;
+                } else {
+                    slow_allowed += 1;
+                }
+            }
+        }
+    }
+    assert!(fast > 1_000 && slow_allowed > 1_000, "both kinds looked up: {fast} alone, {slow_allowed} other");
+}
+
+#[test]
+fn an_entry_that_waited_in_overflow_moves_home_when_the_granule_frees() {
+    use super::gpu::{Entry, GpuMap};
+    const GR: u64 = 1 << granule::SHIFT;
+    let base = 0x7f00_0000_0000u64;
+    let mut g = GpuMap::default();
+    let (a, b) = (Entry::new(base + GR / 2, 0, m(1), Allocation::UNSEEN), Entry::new(base + GR, 0, m(2), Allocation::UNSEEN));
+    g.insert(base, a, a.whole(base));
+    g.insert(base + GR / 2, b, b.whole(base + GR / 2));
+    g.check_cells();
+    assert_eq!(g.in_cells(base + GR / 2), None, "the granule's cell is the first entry's");
+    assert_eq!(g.at(base + GR / 2).map(|(s, _)| s), Some(base + GR / 2), "found through the tree");
+    g.remove(base);
+    g.check_cells();
+    assert_eq!(g.in_cells(base + GR / 2), Some(base + GR / 2), "moved home");
+    // above the cells' reach (2^48) entries live in overflow and are found through the tree
+    let high = 1u64 << 50;
+    let c = Entry::new(high + GR, 0, m(3), Allocation::UNSEEN);
+    g.insert(high, c, c.whole(high));
+    g.check_cells();
+    assert_eq!(g.at(high + 5).map(|(_, e)| e.mem), Some(m(3)));
+    assert_eq!(g.in_cells(high + 5), None);
+    assert_eq!(g.remove(high).map(|(e, _)| e.mem), Some(m(3)));
+    g.check_cells();
 }

@@ -1,0 +1,219 @@
+//! The cells of [`GpuMap`](super::gpu::GpuMap): one per 2 MiB granule of GPU VA, in leaves found
+//! through a two-level table (no hash), so that reaching a granule's cell is two loads that stay
+//! in cache (the table is 8 bytes per leaf) and then the cell itself.
+#![forbid(unsafe_code)]
+
+use super::gpu::Entry;
+use super::granule;
+
+/// Granules per leaf: a leaf covers 128 MiB in 2.5 KiB.
+pub const LEAF_BITS: u32 = 6;
+const LEAF_LEN: usize = 1 << LEAF_BITS;
+/// Leaves per middle table (8 KiB; 128 GiB of VA).
+const MID_BITS: u32 = 10;
+const MID_LEN: usize = 1 << MID_BITS;
+/// Cells exist for the first 2^48 bytes of VA (x86-64's and Arm's user space); a granule above
+/// has none, and its entries live in `GpuMap`'s overflow and are found through its tree.
+const VA_BITS: u32 = 48;
+const TOP_LEN: usize = 1 << (VA_BITS - granule::SHIFT - LEAF_BITS - MID_BITS);
+
+/// The start of an empty cell: no entry starts there (it would end past the address space).
+pub const FREE: u64 = u64::MAX;
+
+/// One granule's cell: empty (`start == FREE`), a hint naming the entry that starts at `start`
+/// (`entry.end == 0`: no entry ends at 0), or the entry at `start`, at home. Sentinels instead of
+/// an enum keep it at 40 bytes instead of 48. `repr(C)`: the start and the entry's end, what a
+/// lookup reads first, share a cache line in seven cells of eight.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Cell {
+    start: u64,
+    entry: Entry,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum View<'a> {
+    Empty,
+    Hint(u64),
+    Home(u64, &'a Entry),
+}
+
+impl Cell {
+    pub const EMPTY: Cell = Cell { start: FREE, entry: Entry::NONE };
+
+    pub fn hint(start: u64) -> Cell {
+        Cell { start, entry: Entry::NONE }
+    }
+
+    pub fn home(start: u64, entry: Entry) -> Cell {
+        debug_assert!(start < entry.end);
+        Cell { start, entry }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == FREE
+    }
+
+    pub fn view(&self) -> View<'_> {
+        match (self.start, self.entry.end) {
+            (FREE, _) => View::Empty,
+            (s, 0) => View::Hint(s),
+            (s, _) => View::Home(s, &self.entry),
+        }
+    }
+}
+
+/// `repr(C)`: the cells first, where the allocation starts.
+#[derive(Clone)]
+#[repr(C)]
+struct Leaf {
+    cells: [Cell; LEAF_LEN],
+    /// cells not empty: a leaf with none goes
+    used: u32,
+}
+
+#[derive(Clone)]
+struct Mid {
+    /// index + 1 in `Cells::leaves`; 0: none
+    leaves: [u32; MID_LEN],
+    used: u32,
+}
+
+/// Every granule's cell, empty unless set.
+#[derive(Default, Clone)]
+pub struct Cells {
+    /// TOP_LEN slots once the first cell is set (16 KiB)
+    top: Vec<Option<Box<Mid>>>,
+    /// The leaves, in one array rather than an allocation each: leaves made one after another
+    /// (an allocator's neighbouring segments) are neighbours in memory, which costs fewer
+    /// page-table reads than leaves spread over the heap (0.1-0.2 us at the 99th percentile,
+    /// docs/results/scale-2026-12-03d).
+    leaves: Vec<Leaf>,
+    free_leaves: Vec<u32>,
+}
+
+/// (top, mid, cell) indices of a granule, if it has a cell.
+fn place(granule: u64) -> Option<(usize, usize, usize)> {
+    let leaf = granule >> LEAF_BITS;
+    let top = (leaf >> MID_BITS) as usize;
+    (top < TOP_LEN).then_some((top, (leaf as usize) & (MID_LEN - 1), (granule as usize) & (LEAF_LEN - 1)))
+}
+
+impl Cells {
+    pub fn view(&self, granule: u64) -> View<'_> {
+        let Some((t, m, i)) = place(granule) else { return View::Empty };
+        match self.top.get(t).and_then(|mid| mid.as_ref()).map(|mid| mid.leaves[m]) {
+            Some(l) if l != 0 => self.leaves[l as usize - 1].cells[i].view(),
+            _ => View::Empty,
+        }
+    }
+
+    /// Whether `granule` can have a cell.
+    pub fn covers(granule: u64) -> bool {
+        place(granule).is_some()
+    }
+
+    /// Sets a granule's cell (nothing for one that cannot have a cell), making or dropping its
+    /// leaf and middle table.
+    pub fn set(&mut self, granule: u64, c: Cell) {
+        let Some((t, m, i)) = place(granule) else { return };
+        if c.is_empty() {
+            let Some(mid) = self.top.get_mut(t).and_then(|mid| mid.as_mut()) else { return };
+            let l = mid.leaves[m];
+            if l == 0 {
+                return;
+            }
+            let leaf = &mut self.leaves[l as usize - 1];
+            if !leaf.cells[i].is_empty() {
+                leaf.used -= 1;
+            }
+            leaf.cells[i] = c;
+            if leaf.used == 0 {
+                mid.leaves[m] = 0;
+                self.free_leaves.push(l - 1);
+                if self.free_leaves.len() == self.leaves.len() {
+                    (self.leaves, self.free_leaves) = (Vec::new(), Vec::new());
+                }
+                mid.used -= 1;
+                if mid.used == 0 {
+                    self.top[t] = None;
+                }
+            }
+            return;
+        }
+        if self.top.is_empty() {
+            self.top.resize_with(TOP_LEN, || None);
+        }
+        let mid = self.top[t].get_or_insert_with(|| Box::new(Mid { leaves: [0; MID_LEN], used: 0 }));
+        if mid.leaves[m] == 0 {
+            let l = match self.free_leaves.pop() {
+                Some(l) => l,
+                None => {
+                    self.leaves.push(Leaf { cells: [Cell::EMPTY; LEAF_LEN], used: 0 });
+                    (self.leaves.len() - 1) as u32
+                }
+            };
+            mid.leaves[m] = l + 1;
+            mid.used += 1;
+        }
+        let leaf = &mut self.leaves[mid.leaves[m] as usize - 1];
+        if leaf.cells[i].is_empty() {
+            leaf.used += 1;
+        }
+        leaf.cells[i] = c;
+    }
+
+    /// Every cell that is not empty, with its granule; and each leaf's and middle table's own
+    /// count checked against what it holds.
+    #[cfg(test)]
+    pub fn check_and_list(&self) -> Vec<(u64, View<'_>)> {
+        let (mut out, mut in_use) = (Vec::new(), 0);
+        for (t, mid) in self.top.iter().enumerate() {
+            let Some(mid) = mid else { continue };
+            let leaves = mid.leaves.iter().filter(|&&l| l != 0).count() as u32;
+            assert_eq!(leaves, mid.used, "middle table {t} counts its leaves");
+            assert!(leaves > 0, "an empty middle table is dropped");
+            for (m, &l) in mid.leaves.iter().enumerate().filter(|(_, &l)| l != 0) {
+                let leaf = &self.leaves[l as usize - 1];
+                in_use += 1;
+                assert!(!self.free_leaves.contains(&(l - 1)), "a leaf in use is not free");
+                let used = leaf.cells.iter().filter(|c| !c.is_empty()).count() as u32;
+                assert_eq!(used, leaf.used, "leaf {t}/{m} counts its cells");
+                assert!(used > 0, "an empty leaf is dropped");
+                for (i, c) in leaf.cells.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
+                    let g = ((((t << MID_BITS) | m) << LEAF_BITS) | i) as u64;
+                    out.push((g, c.view()));
+                }
+            }
+        }
+        assert_eq!(in_use + self.free_leaves.len(), self.leaves.len(), "every leaf is in use or free");
+        assert!(self.free_leaves.iter().all(|&f| self.leaves[f as usize].used == 0));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_is_40_bytes_and_its_leaves_come_and_go() {
+        assert_eq!(std::mem::size_of::<Cell>(), 40);
+        let mut c = Cells::default();
+        let top_granule = (1u64 << (VA_BITS - granule::SHIFT)) - 1;
+        assert!(Cells::covers(top_granule) && !Cells::covers(top_granule + 1));
+        c.set(top_granule + 1, Cell::hint(7));
+        assert_eq!(c.view(top_granule + 1), View::Empty, "no cell above 2^48");
+        c.set(top_granule, Cell::hint(7));
+        c.set(3, Cell::hint(9));
+        assert_eq!(c.view(top_granule), View::Hint(7));
+        assert_eq!(c.view(3), View::Hint(9));
+        assert_eq!(c.view(4), View::Empty);
+        assert_eq!(c.check_and_list().len(), 2);
+        c.set(3, Cell::EMPTY);
+        c.set(top_granule, Cell::EMPTY);
+        assert!(c.check_and_list().is_empty());
+        assert!(c.top.iter().all(|m| m.is_none()), "emptied tables are dropped");
+        assert!(c.leaves.is_empty(), "and the leaves with them");
+    }
+}
