@@ -61,7 +61,7 @@ impl Entry {
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
 ///
-/// Every granule an entry touches has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the granule its start lies in, its home, unless another
+/// Every granule below 2^48 has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the granule its start lies in, its home, unless another
 /// entry is at home there; then it lives in `overflow`. A granule's cell that is no entry's home
 /// names ("hints") an entry that touches it. A point lookup ([`at`](Self::at)) reads the cell of
 /// the address's granule and checks that its entry covers the address: entries never overlap,
@@ -70,8 +70,10 @@ impl Entry {
 /// or an entry that does not cover the address, costs a second read or the tree's descent.
 /// Correctness rests on the tree naming where each entry is, never on the hints.
 ///
-/// The price is a cell per granule touched: 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB
-/// allocation one cell, a 1 GiB one 512.
+/// The price is a cell per granule, in leaves of 64 (128 MiB, 2.5 KiB): for allocations packed
+/// in VA, as CUDA's are, 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB allocation one cell, a 1 GiB
+/// one 512; an allocation alone in its 128 MiB costs a whole leaf. Entries above 2^48 (5-level
+/// paging) have no cells: they live in overflow and are found through the tree.
 #[derive(Default, Clone)]
 pub(super) struct GpuMap {
     /// start → [`IN_CELL`], or the entry's slot in `overflow`
@@ -85,7 +87,7 @@ pub(super) struct GpuMap {
 /// The tree's mark for an entry that lives in its home cell.
 const IN_CELL: u32 = u32::MAX;
 
-/// The granules an entry hints beyond its home: all it touches, or none when it is wider than
+/// The granules an entry touches, its home among them (callers skip it), or none when it is wider than
 /// [`granule::MAX_SPAN`] (lookups there then take the tree).
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
     let span = granule::touched(start, end - start);
@@ -131,10 +133,12 @@ impl GpuMap {
         found
     }
 
-    fn take_overflow(&mut self, slot: u32) -> Entry {
-        let (_, e) = std::mem::replace(&mut self.overflow[slot as usize], (FREE, Entry::NONE));
+    /// Takes the entry at `start` out of its overflow slot (`None` if the slot holds another).
+    fn take_overflow(&mut self, slot: u32, start: u64) -> Option<Entry> {
+        let held = self.overflow.get_mut(slot as usize).filter(|(s, _)| *s == start)?;
+        let (_, e) = std::mem::replace(held, (FREE, Entry::NONE));
         self.free_overflow.push(slot);
-        e
+        Some(e)
     }
 
     pub fn insert(&mut self, start: u64, e: Entry, origin: Origin) {
@@ -152,8 +156,8 @@ impl GpuMap {
                 }
                 if loc == IN_CELL {
                     self.set_cell(home, Cell::home(start, e));
-                } else {
-                    self.overflow[loc as usize] = (start, e);
+                } else if let Some(held) = self.overflow.get_mut(loc as usize) {
+                    *held = (start, e);
                 }
             }
             None => {
@@ -182,23 +186,28 @@ impl GpuMap {
         }
     }
 
+    /// Takes the entry at `start` out of the tree and its place. `None` if there is none (or
+    /// the books disagree: it is then forgotten, never another's taken).
     pub fn remove(&mut self, start: u64) -> Option<(Entry, Origin)> {
         let loc = self.tree.remove(&start)?;
+        let cut = if self.cut.is_empty() { None } else { self.cut.remove(&start) };
         let e = if loc == IN_CELL {
             let home = granule::of(start);
-            let View::Home(s, &e) = self.view(home) else { return None };
-            if s != start {
-                return None;
-            }
+            let e = match self.view(home) {
+                View::Home(s, &e) if s == start => e,
+                _ => {
+                    debug_assert!(false, "the tree placed {start:#x} at home, where it is not");
+                    return None;
+                }
+            };
             self.set_cell(home, Cell::EMPTY);
             self.refill(home);
             e
         } else {
-            self.take_overflow(loc)
+            self.take_overflow(loc, start)?
         };
         self.unhint(start, e.end);
-        let o = if self.cut.is_empty() { None } else { self.cut.remove(&start) };
-        Some((e, o.unwrap_or_else(|| e.whole(start))))
+        Some((e, cut.unwrap_or_else(|| e.whole(start))))
     }
 
     /// Empties the cells beyond its home that hint the entry at `start`.
@@ -218,9 +227,10 @@ impl GpuMap {
         let hi = lo.saturating_add(1 << granule::SHIFT);
         if let Some((&s, &slot)) = self.tree.range(lo..hi).next() {
             if slot != IN_CELL {
-                let e = self.take_overflow(slot);
-                self.tree.insert(s, IN_CELL);
-                self.set_cell(granule, Cell::home(s, e));
+                if let Some(e) = self.take_overflow(slot, s) {
+                    self.tree.insert(s, IN_CELL);
+                    self.set_cell(granule, Cell::home(s, e));
+                }
             }
             return;
         }
@@ -282,7 +292,8 @@ impl GpuMap {
 
     /// The cells' books agree with the tree: every entry is where the tree says and nowhere
     /// else; an entry in overflow has its home taken by another; every hint names a live entry
-    /// that touches its granule; leaves count their cells.
+    /// that touches its granule, and every granule an entry touches beyond its home hints it
+    /// unless it is another's home; leaves count their cells.
     #[cfg(test)]
     pub fn check_cells(&self) {
         let mut homes = 0;
@@ -304,6 +315,14 @@ impl GpuMap {
         }
         let mut in_overflow = 0;
         for (&s, &loc) in &self.tree {
+            // hints are complete: each granule an entry touches beyond its home (with a cell) is
+            // another's home or hints this entry
+            let end = self.get(s).map_or(s + 1, |e| e.end);
+            assert!(s < end, "{s:#x} ends after it starts");
+            for g in granules(s, end).filter(|&g| g != granule::of(s) && Cells::covers(g)) {
+                let v = self.view(g);
+                assert!(matches!(v, View::Home(..)) || v == View::Hint(s), "granule {g:#x} of {s:#x}: {v:?}");
+            }
             if loc == IN_CELL {
                 continue;
             }

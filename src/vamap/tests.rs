@@ -392,43 +392,55 @@ fn a_map_whose_offsets_would_pass_the_limit_is_kept_out() {
 #[test]
 fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_trees() {
     // Entries of a quarter granule to three granules, some granule-aligned and some not, at
-    // random over 96 granules that straddle a leaf and a middle table: inserted, replaced and
-    // removed against a model. Every point lookup equals the model's, the cells' books stay
-    // right, and an entry that starts a granule nobody else starts in is found without the
-    // tree (its cell, or a hint to it), including one that waited in overflow until the entry
-    // at home there went.
+    // random over 96 granules that straddle a leaf and a middle table, plus a few at and above
+    // 2^48 and a few wider than MAX_SPAN: inserted, replaced and removed against a model that
+    // keeps every entry whole (its offset is a version, so an old one would show). Every point
+    // lookup, `get` and `range` equal the model's, the cells' books stay right (hints complete),
+    // and an entry that starts a granule nobody else starts in is found without the tree from
+    // any granule it covers whole.
     use super::gpu::{Entry, GpuMap};
     const GR: u64 = 1 << granule::SHIFT;
     const ORIGIN: u64 = (1 << 37) - 48 * GR;
+    const HIGH: u64 = (1 << 48) - 2 * GR;
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut g = GpuMap::default();
-    let mut model: BTreeMap<u64, (u64, MemRef)> = BTreeMap::new();
+    let mut model: BTreeMap<u64, Entry> = BTreeMap::new();
     let (mut fast, mut slow_allowed) = (0u64, 0u64);
     for op in 0..30_000u64 {
-        let quarter = rng.below(96 * 4);
-        let start = ORIGIN + quarter * (GR / 4) + if rng.below(3) == 0 { 0x1000 } else { 0 };
-        let len = (1 + rng.below(12)) * (GR / 4);
+        let (start, len) = match rng.below(40) {
+            0 => (HIGH + rng.below(16) * (GR / 2), (1 + rng.below(6)) * (GR / 2)),
+            1 => (ORIGIN + 200 * GR + rng.below(4) * GR * (granule::MAX_SPAN + 2), (granule::MAX_SPAN + rng.below(3)) * GR),
+            _ => {
+                let quarter = rng.below(96 * 4);
+                let start = ORIGIN + quarter * (GR / 4) + if rng.below(3) == 0 { 0x1000 } else { 0 };
+                (start, (1 + rng.below(12)) * (GR / 4))
+            }
+        };
         if rng.below(5) < 3 {
-            let overlaps = model.range(..start + len).next_back().is_some_and(|(_, &(end, _))| end > start);
+            let overlaps = model.range(..start + len).next_back().is_some_and(|(_, e)| e.end > start);
             if !overlaps || model.contains_key(&start) && model.range(start + 1..start + len).next().is_none() {
-                let mem = m(1 + rng.below(50) as u32);
-                let e = Entry::new(start + len, 0, mem, Allocation::UNSEEN);
+                let e = Entry::new(start + len, op << 12, m(1 + rng.below(50) as u32), Allocation::UNSEEN);
                 g.insert(start, e, e.whole(start));
-                model.insert(start, (start + len, mem));
+                model.insert(start, e);
             }
         } else if let Some((&s, _)) = model.range(start..).next() {
-            assert_eq!(g.remove(s).map(|(e, _)| e.mem), model.remove(&s).map(|(_, mem)| mem));
+            assert_eq!(g.remove(s).map(|(e, _)| e), model.remove(&s));
         }
         if op % 101 == 0 {
             g.check_cells();
-            assert_eq!(g.len(), model.len());
-            for a in (ORIGIN - GR..ORIGIN + 100 * GR).step_by(0x4_0000) {
-                let want = model.range(..=a).next_back().filter(|(_, &(end, _))| a < end).map(|(&s, &(_, mem))| (s, mem));
-                assert_eq!(g.at(a).map(|(s, e)| (s, e.mem)), want, "at({a:#x})");
-                let Some((s, _)) = want else { continue };
-                let alone = model.range(s & !(GR - 1)..(s & !(GR - 1)) + GR).count() == 1;
-                if s % GR == 0 && alone && granule::of(a) == granule::of(s) {
-                    assert_eq!(g.in_cells(a), Some(s), "{s:#x} is at home, found from {a:#x} without the tree");
+            assert!(g.iter().map(|(s, e)| (s, *e)).eq(model.iter().map(|(&s, &e)| (s, e))), "every entry, whole, in order");
+            let probes = (ORIGIN - GR..ORIGIN + 100 * GR).step_by(0x4_0000).chain((HIGH - GR..HIGH + 12 * GR).step_by(0x8_0000));
+            for a in probes {
+                let want = model.range(..=a).next_back().filter(|(_, e)| a < e.end).map(|(&s, &e)| (s, e));
+                assert_eq!(g.at(a).map(|(s, e)| (s, *e)), want, "at({a:#x})");
+                assert_eq!(g.range(a..).next().map(|(s, e)| (s, *e)), model.range(a..).next().map(|(&s, &e)| (s, e)));
+                let Some((s, e)) = want else { continue };
+                assert_eq!(g.get(s), Some(&e));
+                let home = s & !(GR - 1);
+                let alone = model.range(home..home + GR).count() == 1;
+                let whole = granule::of(a) == granule::of(s) || a & !(GR - 1) >= s && (a & !(GR - 1)) + GR <= e.end;
+                if s % GR == 0 && alone && whole && a < 1 << 48 && e.end - s <= granule::MAX_SPAN * GR {
+                    assert_eq!(g.in_cells(a), Some(s), "{s:#x} is found from {a:#x} without the tree");
                     fast += 1;
                 } else {
                     slow_allowed += 1;
@@ -436,7 +448,7 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
             }
         }
     }
-    assert!(fast > 1_000 && slow_allowed > 1_000, "both kinds looked up: {fast} alone, {slow_allowed} other");
+    assert!(fast > 1_000 && slow_allowed > 1_000, "both kinds looked up: {fast} through the cells, {slow_allowed} other");
 }
 
 #[test]

@@ -6,6 +6,7 @@
 # at most 8 files. Usage: tests/gpu/run-h200-all.sh OUTDIR
 set -u
 OUT=${1:?outdir}
+mkdir -p "$OUT"
 W=/tmp/gdrshim-all; rm -rf "$W"; mkdir -p "$W"/{oracle,register,real,dmabuf}
 t0=$(date +%s)
 bash tests/gpu/run-h200.sh "$W/oracle" >/dev/null 2>&1; echo "oracle done $(($(date +%s) - t0)) s"

@@ -10,6 +10,7 @@
 # Usage: tests/gpu/run-h200-alloc-ab.sh OUTDIR [ROUNDS]
 set -u
 OUT=${1:?outdir}; ROUNDS=${2:-21}
+mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
 SHIM=$(readlink -f target/knobs/release/libgdrshim.so)

@@ -12,6 +12,7 @@
 # Usage: tests/gpu/run-h200-dmabuf.sh OUTDIR
 set -u
 OUT=${1:?outdir}
+mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
 SHIM=$(readlink -f target/knobs/release/libgdrshim.so)

@@ -3,6 +3,7 @@
 # mode: outputs and exit codes must be identical. Usage: tests/gpu/run-h200-real.sh OUTDIR
 set -u
 OUT=${1:?outdir}
+mkdir -p "$OUT"
 SHIM=$(readlink -f target/release/libgdrshim.so)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 res=$OUT/real.txt; : >"$res"

@@ -7,6 +7,7 @@
 #   VARIANT = NAME[:SO[:ENV=VALUE]]: bench-variants/SO.so (default NAME.so), with ENV set if given (else GDRSHIM_APPLY_THREAD=1, the default, which builds before it ignore)
 set -u
 OUT=${1:?out}; ROUNDS=${2:?rounds}; shift 2
+mkdir -p "$OUT"
 V=("$@")
 B=/tmp/gdrshim-ab; mkdir -p "$B"
 { grep -m1 "model name" /proc/cpuinfo; grep -m1 -o -w cldemote /proc/cpuinfo || echo "no cldemote"; nproc; } >"$OUT/cpu.txt"

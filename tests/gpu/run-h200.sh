@@ -3,6 +3,7 @@
 # Usage: tests/gpu/run-h200.sh OUTDIR   (needs target/release/libgdrshim.so built on our machine)
 set -u
 OUT=${1:?outdir}
+mkdir -p "$OUT"
 SHIM=$(readlink -f target/release/libgdrshim.so)
 B=/tmp/gdrshim-gpu; mkdir -p "$B"
 res="$OUT/results.txt"; : >"$res"

@@ -12,7 +12,7 @@ for f in "$rig/scalebench" "$rig/libscalefake.so" "$a" "$b"; do
 done
 for ((r = 1; r <= rounds; r++)); do
   for so in "$a" "$b"; do
-    printf 'round %d %s ' "$r" "$(basename "$so")"
+    printf 'round %d %s ' "$r" "$so"
     LD_LIBRARY_PATH=$rig LD_PRELOAD="$so:$rig/libscalefake.so" GDRSHIM_TEST_DEV_DIR=$rig/dev \
       GDRSHIM_MODE=register GDRSHIM_ROUTE=nv503c GDRSHIM_LOG_LEVEL=warn \
       "$rig/scalebench" ops "$samples" "$n" 2>/dev/null |
