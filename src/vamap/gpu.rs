@@ -61,14 +61,17 @@ impl Entry {
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
 ///
-/// Every granule below 2^48 has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the granule its start lies in, its home, unless another
-/// entry is at home there; then it lives in `overflow`. A granule's cell that is no entry's home
-/// names ("hints") an entry that touches it. A point lookup ([`at`](Self::at)) reads the cell of
-/// the address's granule and checks that its entry covers the address: entries never overlap,
-/// so one that covers it is the answer. That is one cache miss at a million entries, where a
-/// radix of slot numbers in front of a slab took two (`docs/results/scale-2026-12-03d`); a hint,
-/// or an entry that does not cover the address, costs a second read or the tree's descent.
-/// Correctness rests on the tree naming where each entry is, never on the hints.
+/// Every granule below 2^48 has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the
+/// granule its start lies in, its home, unless another entry is at home there; then it lives in
+/// `overflow`. Each other granule an entry touches is another's home or names ("hints") it. A
+/// point lookup ([`at`](Self::at)) reads the cell of the address's granule and checks that its
+/// entry covers the address: entries never overlap, so one that covers it is the answer. That
+/// is one cache miss at a million entries, where a radix of slot numbers in front of a slab took
+/// two (`docs/results/scale-2026-12-03d`); a hint, or an entry that does not cover the address,
+/// costs a second read or the tree's descent. An empty cell proves that no entry touches its
+/// granule (while no entry is too wide to hint), so a lookup of host memory or of VA not
+/// mapped yet costs one read too. The tree says where each entry is; a hint is only believed
+/// when its entry covers the address, and an empty cell only by that rule.
 ///
 /// The price is a cell per granule, in leaves of 64 (128 MiB, 2.5 KiB): for allocations packed
 /// in VA, as CUDA's are, 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB allocation one cell, a 1 GiB
@@ -82,6 +85,9 @@ pub(super) struct GpuMap {
     overflow: Vec<(u64, Entry)>,
     free_overflow: Vec<u32>,
     cut: BTreeMap<u64, Origin>,
+    /// Entries wider than [`granule::MAX_SPAN`]: they hint nothing, so while there is one an
+    /// empty cell proves nothing.
+    wide: usize,
 }
 
 /// The tree's mark for an entry that lives in its home cell.
@@ -89,6 +95,10 @@ const IN_CELL: u32 = u32::MAX;
 
 /// The granules an entry touches, its home among them (callers skip it), or none when it is wider than
 /// [`granule::MAX_SPAN`] (lookups there then take the tree).
+fn is_wide(start: u64, end: u64) -> bool {
+    !granule::kept(&granule::touched(start, end - start))
+}
+
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
     let span = granule::touched(start, end - start);
     if !granule::kept(&span) {
@@ -153,7 +163,9 @@ impl GpuMap {
             Some(loc) => {
                 if let Some(old_end) = self.entry_of(start, loc).map(|old| old.end) {
                     self.unhint(start, old_end);
+                    self.wide -= usize::from(is_wide(start, old_end));
                 }
+                self.wide += usize::from(is_wide(start, e.end));
                 if loc == IN_CELL {
                     self.set_cell(home, Cell::home(start, e));
                 } else if let Some(held) = self.overflow.get_mut(loc as usize) {
@@ -177,6 +189,7 @@ impl GpuMap {
                     IN_CELL
                 };
                 self.tree.insert(start, loc);
+                self.wide += usize::from(is_wide(start, e.end));
             }
         }
         for g in granules(start, e.end).filter(|&g| g != home) {
@@ -207,6 +220,7 @@ impl GpuMap {
             self.take_overflow(loc, start)?
         };
         self.unhint(start, e.end);
+        self.wide -= usize::from(is_wide(start, e.end));
         Some((e, cut.unwrap_or_else(|| e.whole(start))))
     }
 
@@ -240,9 +254,26 @@ impl GpuMap {
         }
     }
 
+    /// Whether no entry touches granule `g`, known from its cell alone: every entry that is not
+    /// wide marks each granule it touches (its home, another's home, or a hint), so an empty cell
+    /// is untouched while no entry is wide.
+    fn untouched(&self, g: u64) -> bool {
+        self.wide == 0 && Cells::covers(g) && self.view(g) == View::Empty
+    }
+
+    /// Whether no entry touches `[start, end)`, known from a few cells (`false`: not known).
+    pub fn none_in(&self, start: u64, end: u64) -> bool {
+        let span = granule::touched(start, end.saturating_sub(start));
+        span.end() - span.start() < 8 && span.into_iter().all(|g| self.untouched(g))
+    }
+
     /// The entry covering `addr`.
     pub fn at(&self, addr: u64) -> Option<(u64, &Entry)> {
-        let found = match self.view(granule::of(addr)) {
+        let g = granule::of(addr);
+        if self.untouched(g) {
+            return None;
+        }
+        let found = match self.view(g) {
             View::Home(s, e) => Some((s, e)),
             View::Hint(s) => match self.view(granule::of(s)) {
                 View::Home(hs, e) if hs == s => Some((s, e)),
@@ -314,6 +345,8 @@ impl GpuMap {
             }
         }
         let mut in_overflow = 0;
+        let wide = self.tree.keys().filter(|&&s| self.get(s).is_some_and(|e| is_wide(s, e.end))).count();
+        assert_eq!(wide, self.wide, "wide entries are counted");
         for (&s, &loc) in &self.tree {
             // hints are complete: each granule an entry touches beyond its home (with a cell) is
             // another's home or hints this entry

@@ -109,7 +109,7 @@ impl VaMap {
             // the entry at addr, through its cell; the tree only for a GPU without one there
             let (s, e) = match m.at(addr) {
                 Some(hit) => hit,
-                None if m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
+                None if !m.none_in(addr, end) && m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
                 None => continue,
             };
             if found.is_some() || e.end < end {

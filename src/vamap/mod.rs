@@ -256,6 +256,9 @@ impl VaMap {
         // The usual cases in one descent (the loop below takes several): the last entry that
         // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
         // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
+        if m.none_in(base, end) {
+            return 0; // a new map over untouched VA, from its cells alone
+        }
         if m.at(base).is_some_and(|(s, e)| s == base && e.end == end) {
             // a free, through the cells: an entry that is exactly the range is all it overlaps
             Self::take(m, mems, ranges, base);

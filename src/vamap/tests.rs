@@ -429,7 +429,11 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
         if op % 101 == 0 {
             g.check_cells();
             assert!(g.iter().map(|(s, e)| (s, *e)).eq(model.iter().map(|(&s, &e)| (s, e))), "every entry, whole, in order");
-            let probes = (ORIGIN - GR..ORIGIN + 100 * GR).step_by(0x4_0000).chain((HIGH - GR..HIGH + 12 * GR).step_by(0x8_0000));
+            const WIDE: u64 = ORIGIN + 200 * GR;
+            let probes = (ORIGIN - GR..ORIGIN + 100 * GR)
+                .step_by(0x4_0000)
+                .chain((HIGH - GR..HIGH + 12 * GR).step_by(0x8_0000))
+                .chain((WIDE..WIDE + 4 * (granule::MAX_SPAN + 3) * GR).step_by((granule::MAX_SPAN / 8 * GR + 0x1000) as usize));
             for a in probes {
                 let want = model.range(..=a).next_back().filter(|(_, e)| a < e.end).map(|(&s, &e)| (s, e));
                 assert_eq!(g.at(a).map(|(s, e)| (s, *e)), want, "at({a:#x})");
