@@ -93,12 +93,13 @@ pub(super) struct GpuMap {
 /// The tree's mark for an entry that lives in its home cell.
 const IN_CELL: u32 = u32::MAX;
 
-/// The granules an entry touches, its home among them (callers skip it), or none when it is wider than
-/// [`granule::MAX_SPAN`] (lookups there then take the tree).
+/// Wider than hints reach ([`granule::MAX_SPAN`]).
 fn is_wide(start: u64, end: u64) -> bool {
     !granule::kept(&granule::touched(start, end - start))
 }
 
+/// The granules an entry touches, its home among them (callers skip it), or none when it is
+/// wide (lookups there then take the tree).
 fn granules(start: u64, end: u64) -> std::ops::RangeInclusive<u64> {
     let span = granule::touched(start, end - start);
     if !granule::kept(&span) {
@@ -168,7 +169,7 @@ impl GpuMap {
                 self.wide += usize::from(is_wide(start, e.end));
                 if loc == IN_CELL {
                     self.set_cell(home, Cell::home(start, e));
-                } else if let Some(held) = self.overflow.get_mut(loc as usize) {
+                } else if let Some(held) = self.overflow.get_mut(loc as usize).filter(|(s, _)| *s == start) {
                     *held = (start, e);
                 }
             }
@@ -270,10 +271,11 @@ impl GpuMap {
     /// The entry covering `addr`.
     pub fn at(&self, addr: u64) -> Option<(u64, &Entry)> {
         let g = granule::of(addr);
-        if self.untouched(g) {
-            return None;
+        let cell = self.view(g);
+        if cell == View::Empty && self.wide == 0 && Cells::covers(g) {
+            return None; // untouched: see `untouched`
         }
-        let found = match self.view(g) {
+        let found = match cell {
             View::Home(s, e) => Some((s, e)),
             View::Hint(s) => match self.view(granule::of(s)) {
                 View::Home(hs, e) if hs == s => Some((s, e)),

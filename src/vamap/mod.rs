@@ -278,7 +278,7 @@ impl VaMap {
         // At most one entry starts before base and reaches into the range; then those inside.
         let mut next = m.at(base).map(|(s, _)| s).or_else(|| m.range(base..end).next().map(|(s, _)| s));
         while let Some(s) = next {
-            // found just now; were it not there, stopping leaves the map as it is: no panic here
+            // found just now; were its place wrong, remove has forgotten it: stop, never panic
             let Some((e, origin)) = Self::take(m, mems, ranges, s) else { break };
             touched += 1;
             if s < base {
