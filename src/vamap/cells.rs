@@ -3,11 +3,11 @@
 //! in cache (the middle tables hold 4 bytes per leaf) and then the cell itself.
 #![forbid(unsafe_code)]
 
-use super::gpu::Entry;
+use super::entry::Entry;
 use super::granule;
 
 /// Granules per leaf: a leaf covers 128 MiB in 2.5 KiB.
-pub const LEAF_BITS: u32 = 6;
+const LEAF_BITS: u32 = 6;
 const LEAF_LEN: usize = 1 << LEAF_BITS;
 /// Leaves per middle table (4 KiB; 128 GiB of VA).
 const MID_BITS: u32 = 10;

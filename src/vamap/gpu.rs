@@ -3,60 +3,9 @@
 #![forbid(unsafe_code)]
 
 use super::cells::{Cell, Cells, View, FREE};
-use super::{granule, Allocation, MemRef, Origin};
+use super::entry::Entry;
+use super::{granule, Origin};
 use std::collections::BTreeMap;
-
-/// Set in `Entry::offset_bits` when the entry's extent is also a UVM external range, which then
-/// needs no record of its own (the usual allocation: one range, mapped whole, once).
-const CLAIMS_RANGE: u64 = 1 << 63;
-/// Offsets into RM memory at or above this cannot be real; such a map is not kept.
-pub const OFFSET_LIMIT: u64 = CLAIMS_RANGE;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C)] // `end` first: see cells::Cell
-pub(super) struct Entry {
-    pub end: u64,
-    offset_bits: u64,
-    pub mem: MemRef,
-    /// `mem`'s allocation as the map knew it when this entry was made; it cannot change while
-    /// the entry lives (a handle allocated again loses its mappings first), so a lookup answers
-    /// class and parent without a second table's cache miss.
-    pub alloc: Allocation,
-}
-
-impl Entry {
-    /// What an empty or hint cell holds: no entry ends at 0.
-    pub(super) const NONE: Entry = Entry { end: 0, offset_bits: 0, mem: MemRef { client: 0, memory: 0 }, alloc: Allocation::UNSEEN };
-
-    pub fn new(end: u64, offset: u64, mem: MemRef, alloc: Allocation) -> Entry {
-        debug_assert!(offset < OFFSET_LIMIT);
-        Entry { end, offset_bits: offset, mem, alloc }
-    }
-
-    /// Offset into `mem` of this entry's first byte.
-    pub fn offset(&self) -> u64 {
-        self.offset_bits & !CLAIMS_RANGE
-    }
-
-    pub fn claims_range(&self) -> bool {
-        self.offset_bits & CLAIMS_RANGE != 0
-    }
-
-    pub fn claiming(self) -> Entry {
-        Entry { offset_bits: self.offset_bits | CLAIMS_RANGE, ..self }
-    }
-
-    /// The same memory, cut to `[start, end)` of an entry that began at `was`: a cut never
-    /// claims its range.
-    pub fn cut(&self, was: u64, start: u64, end: u64) -> Entry {
-        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc)
-    }
-
-    /// The map call of an entry that is one whole call.
-    pub fn whole(&self, start: u64) -> Origin {
-        Origin { base: start, length: self.end - start, offset: self.offset() }
-    }
-}
 
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.

@@ -14,13 +14,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod cells;
+mod entry;
 mod gpu;
 pub mod granule;
 mod lookup;
 #[cfg(test)]
 mod tests;
 
-use gpu::{Entry, GpuMap, OFFSET_LIMIT};
+use entry::{Entry, OFFSET_LIMIT};
+use gpu::GpuMap;
 
 /// An RM memory object, named by its client and handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -398,7 +398,8 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
     // lookup, `get` and `range` equal the model's, the cells' books stay right (hints complete),
     // and an entry that starts a granule nobody else starts in is found without the tree from
     // any granule it covers whole.
-    use super::gpu::{Entry, GpuMap};
+    use super::entry::Entry;
+    use super::gpu::GpuMap;
     const GR: u64 = 1 << granule::SHIFT;
     const ORIGIN: u64 = (1 << 37) - 48 * GR;
     const HIGH: u64 = (1 << 48) - 2 * GR;
@@ -457,7 +458,8 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
 
 #[test]
 fn an_entry_that_waited_in_overflow_moves_home_when_the_granule_frees() {
-    use super::gpu::{Entry, GpuMap};
+    use super::entry::Entry;
+    use super::gpu::GpuMap;
     const GR: u64 = 1 << granule::SHIFT;
     let base = 0x7f00_0000_0000u64;
     let mut g = GpuMap::default();
