@@ -2,6 +2,7 @@
 //! file, no thread; and an fd of any number costs at most one `fstat` in its life (tests/c/quiet.c,
 //! with tests/c/countstat.c counting the `fstat`s the shim makes).
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -30,33 +31,46 @@ fn field(line: &str, key: &str) -> i64 {
     line[at + key.len() + 2..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
+/// `quiet ARGS` under the shim and libcountstat (then the libraries `more`, from the scratch
+/// folder) with `envs`: its first line of output and its stderr, once it has exited 0.
+fn quiet(e: &Env, args: &[&str], more: &[&str], envs: &[(&str, &OsStr)]) -> (String, String) {
+    let mut preload = format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display());
+    for lib in more {
+        preload = format!("{preload}:{}", e.dir.join(lib).display());
+    }
+    let out = Command::new(e.dir.join("quiet")).args(args).env("LD_PRELOAD", preload).envs(envs.iter().copied()).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    (stdout.lines().next().unwrap_or_default().to_string(), stderr.into_owned())
+}
+
 #[test]
 fn a_process_that_never_touches_a_gpu_does_not_notice_the_shim() {
     let e = env();
     let files = e.dir.join("files");
     std::fs::create_dir_all(&files).unwrap();
-    let out = Command::new(e.dir.join("quiet"))
-        .arg("plain")
-        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()))
-        .env("GDRSHIM_MODE", "register")
-        .env("GDRSHIM_LOG_LEVEL", "debug")
-        .env("GDRSHIM_LOG_FILE", files.join("log-%p"))
-        .env("GDRSHIM_CAPTURE", files.join("capture-%p"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}{stderr}");
+    let (log, capture) = (files.join("log-%p"), files.join("capture-%p"));
+    let (line, stderr) = quiet(
+        e,
+        &["plain"],
+        &[],
+        &[
+            ("GDRSHIM_MODE", "register".as_ref()),
+            ("GDRSHIM_LOG_LEVEL", "debug".as_ref()),
+            ("GDRSHIM_LOG_FILE", log.as_os_str()),
+            ("GDRSHIM_CAPTURE", capture.as_os_str()),
+        ],
+    );
     assert_eq!(stderr, "", "nothing is printed, not even the summary");
     let left: Vec<_> = std::fs::read_dir(&files).unwrap().map(|f| f.unwrap().file_name()).collect();
     assert!(left.is_empty(), "no log or capture file is made: {left:?}");
-    let line = stdout.lines().next().unwrap_or_default();
-    assert_eq!(field(line, "threads"), 1, "no thread is started: {line}");
+    assert_eq!(field(&line, "threads"), 1, "no thread is started: {line}");
     // one look per fd, however many ioctls (1000 each) and wherever the fd is in the table
     for key in ["stat_pipe", "stat_socket", "stat_null", "stat_5000"] {
-        assert_eq!(field(line, key), 1, "{key}: {line}");
+        assert_eq!(field(&line, key), 1, "{key}: {line}");
     }
-    if field(line, "top") > 0 {
-        assert_eq!(field(line, "stat_top"), 1, "{line}");
+    if field(&line, "top") > 0 {
+        assert_eq!(field(&line, "stat_top"), 1, "{line}");
     }
 }
 
@@ -65,17 +79,9 @@ fn a_process_that_never_touches_a_gpu_does_not_notice_the_shim() {
 #[test]
 fn a_process_that_only_opens_files_maps_nothing() {
     let e = env();
-    let out = Command::new(e.dir.join("quiet"))
-        .arg("files")
-        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()))
-        .env("GDRSHIM_MODE", "register")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}{stderr}");
-    let line = stdout.lines().next().unwrap_or_default();
-    assert_eq!(field(line, "reads"), 100, "{line}");
-    assert_eq!(field(line, "shim_maps"), 0, "{line}");
+    let (line, _) = quiet(e, &["files"], &[], &[("GDRSHIM_MODE", "register".as_ref())]);
+    assert_eq!(field(&line, "reads"), 100, "{line}");
+    assert_eq!(field(&line, "shim_maps"), 0, "{line}");
 }
 
 /// A dup2 that works keeps the caller's errno even when the fd table cannot map the page for its
@@ -100,22 +106,16 @@ fn a_dup_keeps_errno_when_the_table_cannot_grow() {
 #[test]
 fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     let e = env();
-    let out = Command::new(e.dir.join("quiet"))
-        .args(["nvidia", e.dir.join("dev").to_str().unwrap()])
-        .env(
-            "LD_PRELOAD",
-            format!("{}:{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display(), e.dir.join("libfakerm.so").display()),
-        )
-        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
-        .env("GDRSHIM_MODE", "shadow")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}{stderr}");
-    let line = stdout.lines().next().unwrap_or_default();
-    assert_eq!(field(line, "ok"), 1000, "{line}");
+    let dev = e.dir.join("dev");
+    let (line, stderr) = quiet(
+        e,
+        &["nvidia", dev.to_str().unwrap()],
+        &["libfakerm.so"],
+        &[("GDRSHIM_TEST_DEV_DIR", dev.as_os_str()), ("GDRSHIM_MODE", "shadow".as_ref())],
+    );
+    assert_eq!(field(&line, "ok"), 1000, "{line}");
     // one fstat, at its first ioctl, whatever its number; never again
-    assert!(field(line, "stat_5000") <= 1, "{line}");
+    assert!(field(&line, "stat_5000") <= 1, "{line}");
     let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
 }

@@ -36,40 +36,22 @@ fn env() -> &'static Env {
         let c = root.join("tests/c");
         let src = |f: &str| c.join(f).display().to_string();
         let cc = |args: &[&str]| sh(Command::new("cc").args(args).current_dir(&dir));
+        // a shared library: the flags all share, then its own, then the libraries it links
+        let so = |out: &str, source: &str, own: &[&str], libs: &[&str]| {
+            let mut args = vec!["-shared", "-fPIC", "-O1", "-Wall", "-Werror"];
+            args.extend_from_slice(own);
+            args.extend(["-o", out, source]);
+            args.extend_from_slice(libs);
+            cc(&args);
+        };
         // a libibverbs.so.1 stand-in: its version map, where it goes, its source
         let verbs = |map: &Path, out: &str, source: &Path| {
             let map = format!("-Wl,--version-script={}", map.display());
-            let source = source.display().to_string();
-            cc(&[
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-Wall",
-                "-Werror",
-                &map,
-                "-Wl,-soname,libibverbs.so.1",
-                "-o",
-                out,
-                &source,
-                "-ldl",
-                "-lpthread",
-            ]);
+            so(out, &source.display().to_string(), &[&map, "-Wl,-soname,libibverbs.so.1"], &["-ldl", "-lpthread"]);
         };
         verbs(&c.join("selftestverbs.map"), "libibverbs.so.1", &c.join("selftestverbs.c"));
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            "-Wl,-Bsymbolic",
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            "libcuda.so.1",
-            &src("selftestcuda.c"),
-            "-ldl",
-        ]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        so("libcuda.so.1", &src("selftestcuda.c"), &["-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"], &["-ldl"]);
+        so("libfakerm.so", &src("fakerm.c"), &[], &["-ldl", "-lpthread"]);
         // the GPU machine's stub NIC (tests/gpu/stubverbs.c), in a folder of its own
         std::fs::create_dir_all(dir.join("gpustub")).unwrap();
         let gpu = root.join("tests/gpu");
