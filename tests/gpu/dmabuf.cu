@@ -10,6 +10,13 @@
 //   dmabuf bench N        N first registrations of fresh 2 MiB allocations: `shim` (ibv_reg_mr,
 //                         which gdrshim turns into export + ibv_reg_dmabuf_mr) or `native`
 //                         (libcuda's export + ibv_reg_dmabuf_mr): median ns per registration
+//   dmabuf bench-ab N     the same three ways in one process under gdrshim (register mode, the
+//                         DMA-BUF route; libcuda's export left as it is), in an order that
+//                         rotates per allocation: `native` as above, `shim` as above, `export`
+//                         (gdrshim_export_dmabuf + ibv_reg_dmabuf_mr: the export without the verbs
+//                         hook). Separate processes, as in `bench`, see different machine states;
+//                         here all three see the same. Median and p90 ns of each, and the median
+//                         of the per-allocation differences shim - native and export - native
 #include "common.h"
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -155,10 +162,59 @@ static int bench(int n, bool shim) {
   return fails != 0;
 }
 
+static double pct(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(size_t)(q * (v.size() - 1))];
+}
+
+static int bench_ab(int n) {
+  CKRT(cudaFree(0));
+  void *h = verbs();
+  reg_t reg = (reg_t)dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
+  regdb_t regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+  dereg_t dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
+  typedef int (*export_t)(uint64_t, uint64_t);
+  export_t gexport = (export_t)dlsym(RTLD_DEFAULT, "gdrshim_export_dmabuf");
+  if (!reg || !regdb || !dereg || !gexport) { printf("FAIL bench-ab needs the stub NIC and gdrshim\n"); return 1; }
+  const char *names[3] = {"native", "shim", "export"};
+  std::vector<double> t[3], d_shim, d_exp;
+  for (int i = 0; i < n && !fails; i++) {
+    double ti[3];
+    for (int j = 0; j < 3; j++) {
+      int way = (i + j) % 3;
+      CUdeviceptr p; CK(cuMemAlloc(&p, 2 << 20));
+      double t0 = now();
+      struct ibv_mr *m = nullptr;
+      if (way == 1) {
+        m = reg(0, (void *)p, 2 << 20, 0xf);
+      } else {
+        int fd = -1;
+        if (way == 0) CK(cuMemGetHandleForAddressRange(&fd, p, 2 << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+        else fd = gexport(p, 2 << 20);
+        if (fd >= 0) { m = regdb(0, 0, 2 << 20, p, fd, 0xf); close(fd); }
+      }
+      ti[way] = (now() - t0) * 1e9;
+      expect(m != nullptr, names[way], i);
+      if (m) dereg(m);
+      CK(cuMemFree(p));
+    }
+    for (int w = 0; w < 3; w++) t[w].push_back(ti[w]);
+    d_shim.push_back(ti[1] - ti[0]);
+    d_exp.push_back(ti[2] - ti[0]);
+  }
+  for (int w = 0; w < 3; w++)
+    printf("bench-ab first_registration %s n=%zu median_ns=%.0f p90_ns=%.0f\n", names[w], t[w].size(), pct(t[w], 0.5), pct(t[w], 0.9));
+  printf("bench-ab per-allocation difference shim-native median_ns=%.0f [p25 %.0f, p75 %.0f]  export-native median_ns=%.0f [p25 %.0f, p75 %.0f]\n",
+         pct(d_shim, 0.5), pct(d_shim, 0.25), pct(d_shim, 0.75), pct(d_exp, 0.5), pct(d_exp, 0.25), pct(d_exp, 0.75));
+  return fails != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "exports")) return exports();
   if (!strcmp(argv[1], "cycles")) return cycles(argc > 2 ? atoi(argv[2]) : 10000);
+  if (!strcmp(argv[1], "bench-ab")) return bench_ab(argc > 2 ? atoi(argv[2]) : 500);
   if (!strcmp(argv[1], "bench")) return bench(argc > 2 ? atoi(argv[2]) : 500, argc > 3 && !strcmp(argv[3], "shim"));
   return 2;
 }

@@ -8,7 +8,7 @@
 #     compared: equal params), and 10^4 verbs registrations through the stub NIC's
 #     ibv_reg_dmabuf_mr: no fd left, the GPU memory comes back after the last release;
 #  3. first-registration latency: gdrshim's export + ibv_reg_dmabuf_mr against libcuda's export +
-#     the same call.
+#     the same call, in separate processes and then interleaved in one (bench-ab).
 # Usage: tests/gpu/run-h200-dmabuf.sh OUTDIR
 set -u
 OUT=${1:?outdir}
@@ -47,4 +47,6 @@ for _ in 1 2 3; do
   "$B/dmabuf" bench 500 native | tee -a "$res"
   GDRSHIM_MODE=register GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_SUMMARY=0 SUPPRESS_LOG=/dev/null LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/dmabuf" bench 500 shim | tee -a "$res"
 done
+log "### the same three ways interleaved in one process under gdrshim (libcuda's export left as it is): native, shim, export = gdrshim_export_dmabuf + ibv_reg_dmabuf_mr"
+GDRSHIM_MODE=register GDRSHIM_SUMMARY=0 SUPPRESS_LOG=/dev/null LD_PRELOAD="$B/suppress503c.so:$SHIM" "$B/dmabuf" bench-ab 1000 2>&1 | tail -5 | tee -a "$res"
 cd "$B" && tar czf "$OUT/dmabuf-logs.tgz" ./*.log ./*.out 2>/dev/null

@@ -4,7 +4,9 @@
 # here with gcc and the table is joined with awk. The fake driver and NIC are the dev VM's
 # (tests/c/scalefake.c, fakeverbs.c): no GPU is touched. Artifacts built elsewhere:
 # target/knobs/release/libgdrshim.so (the scale rig needs the knobs' device folder) and
-# target/release/libgdrshim.so (start-up: the library as it ships).
+# target/release/libgdrshim.so (start-up: the library as it ships), and if present
+# target/floor/libfloor.so (the Rust floor of the start-up benchmark: tests/rust/floor_preload.rs as
+# `cargo bench --bench startup` builds it, copied there).
 # Usage: tests/gpu/run-h200-scale.sh OUTDIR [SAMPLES]
 set -u
 OUT=${1:?outdir}
@@ -68,5 +70,11 @@ awk '
   echo "|---:|---:|"
   sed -n 's/^H|/|/p' "$B/rows" | sort -t'|' -k2,2n
 } >"$OUT/scale.md"
-for _ in 1 2 3; do "$B/spawnbench" 2000 /bin/true "$B/libminimal.so" "$SHIM"; done >"$OUT/startup.txt"
+FLOOR=$(readlink -f target/floor/libfloor.so)
+if [ -f "$FLOOR" ]; then
+  "$B/spawnbench" 200 /bin/true "$B/libminimal.so" "$SHIM" "$FLOOR" 100 >"$OUT/startup.txt"
+else
+  echo "no target/floor/libfloor.so: start-up without the Rust floor" >"$OUT/startup.txt"
+  "$B/spawnbench" 2000 /bin/true "$B/libminimal.so" "$SHIM" >>"$OUT/startup.txt"
+fi
 cat "$OUT/scale.md" "$OUT/startup.txt"
