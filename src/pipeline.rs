@@ -10,6 +10,7 @@
 //! over 1.02), so it stays. CLDEMOTE after each batch measured another 0.4 %; it went, since the
 //! helper holds 1.02 without it (docs/results/h200-ab6: 1.0131 / 1.0122).
 
+use crate::born::Born;
 use crate::capture;
 use crate::decode;
 use crate::registrar::Registrar;
@@ -83,6 +84,9 @@ struct QueueRest {
     handed: Vec<Work>,
     /// Emptied batches, for reuse: no allocation in the hooks once there are enough.
     spare: Vec<Vec<Work>>,
+    /// What the calls pushed since a registration could last be made created (see [`Born`]):
+    /// forgotten by [`Pipeline::core`], the only way to a registration.
+    born: Born,
 }
 /// The queue and its lock, in a cache line of their own. The lock is released with a plain
 /// store, not a locked instruction: that would make the hook wait until the line of the slot it
@@ -199,6 +203,14 @@ impl Core {
     }
 }
 
+/// What a catch-up forgets besides the queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Forget {
+    Nothing,
+    /// The record of what was created since a registration could last be made: one may now be.
+    Born,
+}
+
 /// The core lent out; `complete` when every queued call was applied to it first.
 pub struct Lent<'a> {
     pub core: MutexGuard<'a, Core>,
@@ -235,7 +247,7 @@ impl Pipeline {
             current: Vec::with_capacity(backlog_max),
             backlog_max: backlog_max as u32,
             helper,
-            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }),
+            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
         };
         Pipeline {
             queue: QueueLine::new(queue),
@@ -254,35 +266,66 @@ impl Pipeline {
     /// The core with every hook's work applied to it: the way in for anyone who reads or changes
     /// the map or the registrations. `None` if the lock is not free within `wait`, or the queue's
     /// not within 5 s (a map that may lack queued calls is no map to decide on).
+    /// Registrations are made only on a core from here, so it forgets what was created before
+    /// (a registration may now use it).
     pub fn core(&self, wait: Duration) -> Option<MutexGuard<'_, Core>> {
-        let lent = self.lend(wait, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"))?;
-        lent.complete.then_some(lent.core)
+        let mut core = self.core.try_lock_for(wait)?;
+        let complete =
+            self.catch_up(&mut core, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"), Forget::Born);
+        complete.then_some(core)
     }
 
     /// The core, with as much of the queue applied as could be: for those that must act on what
     /// is known even when the queue's lock stays taken (taking registrations down before a
     /// release; the summary at exit). `warn` gets the lines worth a warning.
     pub fn lend(&self, wait: Duration, warn: &mut dyn FnMut(&str)) -> Option<Lent<'_>> {
-        self.lend_when(wait, |_| true, warn)
+        let mut core = self.core.try_lock_for(wait)?;
+        let complete = self.catch_up(&mut core, warn, Forget::Nothing);
+        Some(Lent { core, complete })
     }
 
-    /// [`lend`](Self::lend), but only when `needed` says so of the core as it is before the queue
-    /// is applied (what it looks at must be something the queue can only take away: the
-    /// registrations in use before a release). `None`: not needed, or the lock not free.
-    pub fn lend_when(&self, wait: Duration, needed: impl FnOnce(&Core) -> bool, warn: &mut dyn FnMut(&str)) -> Option<Lent<'_>> {
+    /// For the decision before a call that releases memory or VA: [`lend`](Self::lend), with the
+    /// call `read` gives, but only when `needed` says so of the core as it is before the queue is
+    /// applied (what it looks at must be something the queue can only take away: the
+    /// registrations in use) and the call touches more than what was created since a
+    /// registration could last be made ([`Born`]). `None`: not needed, nothing to decide, only
+    /// fresh, or the core's lock not free. The record of what is fresh stays: this decision makes
+    /// no registration.
+    pub fn lend_for_release(
+        &self,
+        wait: Duration,
+        needed: impl FnOnce(&Core) -> bool,
+        read: impl FnOnce() -> Option<decode::Pending>,
+        warn: &mut dyn FnMut(&str),
+    ) -> Option<(Lent<'_>, decode::Pending)> {
         let mut core = self.core.try_lock_for(wait)?;
         if !needed(&core) {
             return None;
         }
-        let complete = self.catch_up(&mut core, warn);
-        Some(Lent { core, complete })
+        // read before the queue's lock, which the hooks take on every call
+        let call = read()?;
+        let Some(q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
+            // as catch_up: decide on what is known rather than not at all
+            return Some((Lent { core, complete: false }, call));
+        };
+        if q.rest.born.covers(&call) {
+            return None;
+        }
+        drop(q);
+        let complete = self.catch_up(&mut core, warn, Forget::Nothing);
+        Some((Lent { core, complete }, call))
     }
 
     /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
     /// `false` if the queue's lock was not free within 5 s.
-    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str)) -> bool {
+    fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str), forget: Forget) -> bool {
         let (older, newer) = {
             let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
+            if forget == Forget::Born {
+                // under the queue's lock, with the queue drained below: whatever is pushed after
+                // this is new to a registration made on this core
+                q.rest.born.forget();
+            }
             if q.rest.handed.is_empty() && q.current.is_empty() {
                 return true;
             }
@@ -313,6 +356,9 @@ impl Pipeline {
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
+        if let Work::Event(ref ev) = w {
+            q.rest.born.record(ev);
+        }
         q.current.push(w);
         if q.current.len() >= q.backlog_max as usize {
             self.batch_full(q);
@@ -348,7 +394,7 @@ impl Pipeline {
         }
         // no helper, or it is still on the batch before: this thread catches up itself
         drop(q);
-        drop(self.core(Duration::from_secs(5)));
+        drop(self.lend(Duration::from_secs(5), &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}")));
     }
 
     /// The helper thread's loop: waits for a handed batch and applies it (and nothing newer, so
@@ -428,7 +474,7 @@ mod tests {
             current: Vec::new(),
             backlog_max: 1,
             helper: Helper::Inline,
-            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new() }),
+            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
         })
     }
 

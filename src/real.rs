@@ -253,10 +253,13 @@ impl NextFn {
 /// local scope by the library's file-name prefix).
 macro_rules! next_def {
     ($sym:literal) => {{
+        // .data, not .bss: see hooks::slots::slotted
+        #[link_section = ".data.gdrshim_hooks"]
         static NEXT: $crate::real::NextFn = $crate::real::NextFn::libc();
         NEXT.get($sym, None)
     }};
     ($sym:literal in $lib:literal) => {{
+        #[link_section = ".data.gdrshim_hooks"]
         static NEXT: $crate::real::NextFn = $crate::real::NextFn::reloadable();
         NEXT.get($sym, Some($lib))
     }};

@@ -9,7 +9,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["abi", "sys", "route", "testkit"],
     &["config", "decode", "vamap"],
-    &["tracker", "advertise"],
+    &["tracker", "advertise", "born"],
     &["registrar"],
     &["counters"],
     &["capture", "model_test"],
@@ -24,7 +24,8 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Modules that must stay free of `unsafe` (`#![forbid(unsafe_code)]` at their root).
-const PURE: &[&str] = &["testkit", "route", "config", "decode", "vamap", "tracker", "advertise", "registrar", "counters", "capture"];
+const PURE: &[&str] =
+    &["testkit", "route", "config", "decode", "vamap", "tracker", "advertise", "born", "registrar", "counters", "capture"];
 
 fn rank(m: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&m))

@@ -44,6 +44,10 @@ pub fn install_into(
 /// with the real function of its own slot, handed out by [`install_into`].
 macro_rules! slotted {
     ($install:ident, $slots:ident, $export:path, $call:path, ($($a:ident : $t:ty),*) -> $r:ty) => {
+        // In .data, not .bss: the hooks' caches are most of the library's zero-initialised
+        // data, and a .bss that runs past the last page of the file costs every process that
+        // loads the library a mapping of its own (tests/exports.rs).
+        #[link_section = ".data.gdrshim_hooks"]
         pub static $slots: [core::sync::atomic::AtomicPtr<core::ffi::c_void>; $crate::hooks::slots::SLOTS] =
             [const { core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()) }; $crate::hooks::slots::SLOTS];
 

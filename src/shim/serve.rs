@@ -366,12 +366,14 @@ impl Shim {
         // an RM free takes with it is forgotten after the free: forget_freed). The queue can only
         // take registrations away, so deciding that needs no catching up; and even without the
         // queue (its lock not free in 5 s), taking down what we know of is safer than leaving it
-        // registered over memory the driver is about to release.
+        // registered over memory the driver is about to release. A call that touches only what
+        // was created since a registration could last be made touches no registration (Born):
+        // no decision, so no catching up.
         let warn = &mut |l: &str| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}");
-        let Some(mut lent) = self.pipeline.lend_when(WAIT, |c| c.registrar.in_use(), warn) else { return gate };
-        let c: &mut Core = &mut lent.core;
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
-        let Some(call) = decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces)) else { return gate };
+        let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
+        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, warn) else { return gate };
+        let c: &mut Core = &mut lent.core;
         let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);
         for x in gone {
