@@ -76,6 +76,8 @@ struct Queue {
     /// must come out in the order of the calls.
     backlog_max: u32,
     helper: Helper,
+    /// Keep [`QueueRest::born`]: only where releases are checked (register mode).
+    record_born: bool,
     /// Boxed: what the hooks touch on every call (this lock, `current`) stays in one cache line.
     rest: Box<QueueRest>,
 }
@@ -240,13 +242,16 @@ pub struct Pipeline {
 impl Pipeline {
     /// `backlog_max`: work items that may wait (1: each is applied at once); `helper`: apply
     /// full batches on a thread of their own.
-    pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool) -> Pipeline {
+    /// `record_born`: keep the record of what is created ([`Born`]) for the release checks
+    /// ([`lend_for_release`](Self::lend_for_release)), which only register mode makes.
+    pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool, record_born: bool) -> Pipeline {
         let _ = timing;
         let helper = if helper && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
         let queue = Queue {
             current: Vec::with_capacity(backlog_max),
             backlog_max: backlog_max as u32,
             helper,
+            record_born,
             rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
         };
         Pipeline {
@@ -356,7 +361,7 @@ impl Pipeline {
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
-        if let Work::Event(ref ev) = w {
+        if let (true, Work::Event(ref ev)) = (q.record_born, &w) {
             q.rest.born.record(ev);
         }
         q.current.push(w);
@@ -474,6 +479,7 @@ mod tests {
             current: Vec::new(),
             backlog_max: 1,
             helper: Helper::Inline,
+            record_born: false,
             rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
         })
     }

@@ -224,7 +224,8 @@ impl Shim {
             cfg.knobs.dev_dir.as_deref(),
         );
         let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
-        let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing);
+        let registering = cfg.mode == Mode::Register && table.is_some() && in_place;
+        let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing, registering);
         let line = ShimLine {
             table,
             capture_fd: AtomicI32::new(capture_fd),
@@ -236,7 +237,7 @@ impl Shim {
             #[cfg(feature = "knobs")]
             panic_in_hook: cfg.knobs.panic.as_deref() == Some("hook"),
             cuda_frees: AtomicU64::new(0),
-            registering: cfg.mode == Mode::Register && table.is_some() && in_place,
+            registering,
         };
         let shim = Shim {
             line,
