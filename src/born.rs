@@ -10,10 +10,10 @@
 //! catching up (issue 16: an allocation and its free with registrations live).
 //!
 //! Kept: the last [`HANDLES`] objects and [`RANGES`] ranges. Forgetting one only sends its
-//! release the long way. A registration over memory or VA released behind gdrshim's back (never
-//! through a call it sees) is stale either way. The long way would take it down at the first
-//! release it overlaps; this way leaves it to its deregistration. The memory behind it is not
-//! the new memory in either case.
+//! release the long way. So does a release that the registrations alone say touches one of them
+//! (`Registrar::may_touch`): a registration left behind by a release that got no decision (its
+//! lock not free in time) or that happened behind gdrshim's back is still taken down at the
+//! first release over it, as before.
 #![forbid(unsafe_code)]
 
 use crate::decode::{Event, Pending};
@@ -23,6 +23,15 @@ pub const HANDLES: usize = 32;
 /// UVM external ranges remembered (an allocation makes one).
 pub const RANGES: usize = 16;
 
+/// What a release covered by the record touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fresh {
+    /// The RM object it frees (and what RM frees with it).
+    Object,
+    /// The VA `[start, end)` it unmaps or maps over (a UVM free: the whole range).
+    Va { start: u64, end: u64 },
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Born {
     /// (client, object), oldest overwritten first.
@@ -31,6 +40,8 @@ pub struct Born {
     ranges: [Option<(u64, u64)>; RANGES],
     next_handle: usize,
     next_range: usize,
+    /// Anything recorded since the last forget (forgetting nothing costs nothing).
+    recorded: bool,
 }
 
 impl Born {
@@ -49,6 +60,7 @@ impl Born {
                 if let Some(end) = base.checked_add(length).filter(|_| length > 0) {
                     self.ranges[self.next_range] = Some((base, end));
                     self.next_range = (self.next_range + 1) % RANGES;
+                    self.recorded = true;
                 }
                 return;
             }
@@ -56,25 +68,30 @@ impl Born {
         };
         self.handles[self.next_handle] = Some(handle);
         self.next_handle = (self.next_handle + 1) % HANDLES;
+        self.recorded = true;
     }
 
-    /// Everything `call` releases (or maps over) was created since the record was last
-    /// forgotten.
-    pub fn covers(&self, call: &Pending) -> bool {
+    /// `Some` when everything `call` releases (or maps over) was created since the record was
+    /// last forgotten: what it touches.
+    pub fn fresh(&self, call: &Pending) -> Option<Fresh> {
         match *call {
-            Pending::RmFree { h_client, h_object } => self.handles.contains(&Some((h_client, h_object))),
+            Pending::RmFree { h_client, h_object } => self.handles.contains(&Some((h_client, h_object))).then_some(Fresh::Object),
             // the whole range that starts at `base`
-            Pending::UvmFree { base } => self.ranges.iter().flatten().any(|&(start, _)| start == base),
-            Pending::UvmMap { base, length, .. } | Pending::UvmUnmap { base, length } => match base.checked_add(length) {
-                Some(end) if length > 0 => self.ranges.iter().flatten().any(|&(start, stop)| start <= base && end <= stop),
-                _ => false,
-            },
+            Pending::UvmFree { base } => {
+                self.ranges.iter().flatten().find(|&&(start, _)| start == base).map(|&(start, end)| Fresh::Va { start, end })
+            }
+            Pending::UvmMap { base, length, .. } | Pending::UvmUnmap { base, length } => {
+                let end = base.checked_add(length).filter(|_| length > 0)?;
+                self.ranges.iter().flatten().any(|&(start, stop)| start <= base && end <= stop).then_some(Fresh::Va { start: base, end })
+            }
         }
     }
 
     /// A registration may now be made on what the map knows: nothing recorded so far is new to it.
     pub fn forget(&mut self) {
-        *self = Born::default();
+        if self.recorded {
+            *self = Born::default();
+        }
     }
 }
 
@@ -90,6 +107,25 @@ mod tests {
     }
     fn map(base: u64, length: u64) -> Pending {
         Pending::UvmMap { base, length, offset: 0, h_client: 1, h_memory: 9 }
+    }
+    impl Born {
+        fn covers(&self, call: &Pending) -> bool {
+            self.fresh(call).is_some()
+        }
+    }
+
+    #[test]
+    fn what_a_fresh_release_touches() {
+        let mut b = Born::default();
+        b.record(&memory(1, 0x10));
+        b.record(&range(0x20_0000, 0x40_0000));
+        assert_eq!(b.fresh(&Pending::RmFree { h_client: 1, h_object: 0x10 }), Some(Fresh::Object));
+        assert_eq!(b.fresh(&Pending::UvmFree { base: 0x20_0000 }), Some(Fresh::Va { start: 0x20_0000, end: 0x60_0000 }), "the whole range");
+        assert_eq!(b.fresh(&map(0x30_0000, 0x1000)), Some(Fresh::Va { start: 0x30_0000, end: 0x30_1000 }), "what the map call covers");
+        assert_eq!(
+            b.fresh(&Pending::UvmUnmap { base: 0x40_0000, length: 0x20_0000 }),
+            Some(Fresh::Va { start: 0x40_0000, end: 0x60_0000 })
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! queue (a lock of its own, one cache line); full batches are applied to the core by a helper
 //! thread, or by the filling thread where there is none. The only way to the core is [`Pipeline::core`]
 //! or [`Pipeline::lend`], which drain the queue first: nobody decides on a map that lacks calls.
+//! ([`Pipeline::lend_for_release`] drains it too, unless the call to decide on touches only what
+//! was created since a registration could last be made, and so needs no decision: [`Born`].)
 //!
 //! Why batches and a thread: applying a batch at once brings the tracker's code and tables back
 //! into the caches once per batch instead of once per call, and the helper takes that work off the
@@ -78,7 +80,8 @@ struct Queue {
     helper: Helper,
     /// Keep [`QueueRest::born`]: only where releases are checked (register mode).
     record_born: bool,
-    /// Boxed: what the hooks touch on every call (this lock, `current`) stays in one cache line.
+    /// Boxed: what the hooks touch on every call (this lock, `current`) stays in one cache line
+    /// (in register mode a call that creates an object or range also writes `rest.born`).
     rest: Box<QueueRest>,
 }
 struct QueueRest {
@@ -293,9 +296,10 @@ impl Pipeline {
     /// call `read` gives, but only when `needed` says so of the core as it is before the queue is
     /// applied (what it looks at must be something the queue can only take away: the
     /// registrations in use) and the call touches more than what was created since a
-    /// registration could last be made ([`Born`]). `None`: not needed, nothing to decide, only
-    /// fresh, or the core's lock not free. The record of what is fresh stays: this decision makes
-    /// no registration.
+    /// registration could last be made ([`Born`]) or the registrations themselves say it may
+    /// touch one of them (`Registrar::may_touch`: one left behind by a release that got no
+    /// decision). `None`: not needed, nothing to decide, only fresh, or the core's lock not free.
+    /// The record of what is fresh stays: this decision makes no registration.
     pub fn lend_for_release(
         &self,
         wait: Duration,
@@ -313,10 +317,11 @@ impl Pipeline {
             // as catch_up: decide on what is known rather than not at all
             return Some((Lent { core, complete: false }, call));
         };
-        if q.rest.born.covers(&call) {
+        let fresh = q.rest.born.fresh(&call);
+        drop(q);
+        if fresh.is_some_and(|f| !core.registrar.may_touch(&call, f)) {
             return None;
         }
-        drop(q);
         let complete = self.catch_up(&mut core, warn, Forget::Nothing);
         Some((Lent { core, complete }, call))
     }
@@ -513,5 +518,49 @@ mod tests {
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), 80_000);
+    }
+
+    /// A pipeline as register mode builds it (no helper thread), for the release check.
+    fn registering_pipeline(record_born: bool) -> &'static Pipeline {
+        let table = crate::abi::table_for(crate::abi::DriverVersion(580, 0, 0)).expect("a known branch");
+        let core = Core {
+            decoded: 0,
+            tracker: Box::new(crate::tracker::Tracker::new()),
+            registrar: Box::new(Registrar::undecided(false)),
+            rm: crate::rm::RealRm::new(table, None),
+        };
+        Box::leak(Box::new(Pipeline::new(core, BACKLOG, false, false, record_born)))
+    }
+
+    #[test]
+    fn a_release_of_what_is_new_since_the_last_core_needs_no_decision() {
+        use decode::{Event, Pending};
+        let p = registering_pipeline(true);
+        let memory =
+            Event::Memory { h_client: 1, h_parent: 2, h_memory: 0x10, class: 0x40, size: Some(1 << 21), attr: 0, attr2: 0, flags: 0 };
+        assert!(p.push(Work::Event(memory.clone())).is_ok());
+        assert!(p.push(Work::Event(Event::UvmCreateExternalRange { base: 0x20_0000, length: 0x20_0000 })).is_ok());
+        let decided = |call: Pending| p.lend_for_release(Duration::from_secs(1), |_| true, || Some(call), &mut |_| {}).map(|(_, c)| c);
+        let new_memory = Pending::RmFree { h_client: 1, h_object: 0x10 };
+        let new_range = Pending::UvmFree { base: 0x20_0000 };
+        assert_eq!(decided(new_memory), None);
+        assert_eq!(decided(new_range), None);
+        assert_eq!(decided(Pending::UvmMap { base: 0x30_0000, length: 0x1000, offset: 0, h_client: 1, h_memory: 0x10 }), None);
+        let old = Pending::RmFree { h_client: 1, h_object: 0x11 };
+        assert_eq!(decided(old), Some(old), "not created since: decided");
+        // nothing registered, or nothing to read: nothing to decide
+        assert!(p.lend_for_release(Duration::from_secs(1), |_| false, || Some(old), &mut |_| {}).is_none());
+        assert!(p.lend_for_release(Duration::from_secs(1), |_| true, || None, &mut |_| {}).is_none());
+        // applying the queue (the summary, a full batch) keeps the record; the way to a
+        // registration forgets it
+        drop(p.lend(Duration::from_secs(1), &mut |_| {}));
+        assert_eq!(decided(new_memory), None, "lend keeps the record");
+        drop(p.core(Duration::from_secs(1)));
+        assert_eq!(decided(new_memory), Some(new_memory), "a registration may now use it");
+        assert_eq!(decided(new_range), Some(new_range));
+        // outside register mode nothing is recorded
+        let q = registering_pipeline(false);
+        assert!(q.push(Work::Event(memory)).is_ok());
+        assert!(q.lend_for_release(Duration::from_secs(1), |_| true, || Some(new_memory), &mut |_| {}).is_some());
     }
 }

@@ -18,6 +18,7 @@ mod tests;
 
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::status::{self, Call};
+use crate::born::Fresh;
 use crate::decode::Pending;
 use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
@@ -445,6 +446,14 @@ impl Registrar {
     /// Before the driver runs a call that releases or replaces memory or VA: unregister every
     /// NV503C registration that would otherwise describe memory that is no longer at its
     /// address. Returns what was unregistered, and what verbs MRs still use.
+    /// Whether a release of only what was created since the last registration (`fresh`) could
+    /// still touch a registration, by what the registrations alone say (no map needed): `false`
+    /// lets it through without a decision. A dma-buf MR needs none: its buffer holds its memory
+    /// whatever happens to the VA, and only a warning would be lost.
+    pub fn may_touch(&self, call: &Pending, fresh: Fresh) -> bool {
+        self.nv.may_touch(call, fresh)
+    }
+
     pub fn before_driver_call(&mut self, t: &Tracker, rm: &mut dyn Rm, call: Pending) -> (Vec<VidmemTuple>, Vec<StillInUse>) {
         let mut in_use = self.dmabuf.in_use_by(t, &call);
         let gone = self.nv.before_driver_call(t, rm, call, &mut self.counts, &mut in_use);

@@ -13,6 +13,7 @@
 use super::{Client, Decision, RegCounts, RegMiss, Rm, StillInUse};
 use crate::abi::p2p;
 use crate::abi::status::{self, Call};
+use crate::born::Fresh;
 use crate::decode::Pending;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
@@ -47,7 +48,8 @@ pub struct Nv503c {
     gpus: HashMap<(u32, u32), GpuReg>, // (client, device)
     regs: HashMap<MemRef, Reg>,
     /// Registrations by VA: they never overlap (each is a whole UVM mapping, and a mapping over
-    /// registered VA takes the registration down first).
+    /// registered VA takes the registration down first, unless that call got no decision: its
+    /// locks not free in time).
     by_address: BTreeMap<u64, MemRef>,
     /// How many registrations touch each 2 MiB granule of VA: a release of VA that no
     /// registration touches (nearly every free) is answered from here, without the tree.
@@ -245,6 +247,25 @@ impl Nv503c {
 
     /// The registrations overlapping `[base, end)`: the one starting before `base` that reaches
     /// into it, and those starting inside (they never overlap each other).
+    /// Whether a release that touches only what was created since the last registration
+    /// (`fresh`) could still touch one of ours by what this route alone knows: a registration
+    /// over its VA (one a release that got no decision left behind), one keyed by the object
+    /// it frees, or one of our 503C objects under it.
+    pub fn may_touch(&self, call: &Pending, fresh: Fresh) -> bool {
+        if self.regs.is_empty() && self.gpus.is_empty() {
+            return false;
+        }
+        match (*call, fresh) {
+            (_, Fresh::Va { start, end }) => !self.overlapping(start, end).is_empty(),
+            (Pending::RmFree { h_client, h_object }, Fresh::Object) => {
+                self.regs.contains_key(&MemRef { client: h_client, memory: h_object })
+                    || (h_client == h_object && self.regs.keys().any(|m| m.client == h_client))
+                    || !self.p2p_freed_with(h_client, h_object).is_empty()
+            }
+            _ => true,
+        }
+    }
+
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
         // (an empty range still asks the tree: the registration around base, on the safe side)
         let span = granule::touched(base, end.saturating_sub(base));

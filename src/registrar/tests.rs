@@ -481,3 +481,37 @@ fn a_registration_too_wide_to_count_is_still_found_by_a_release() {
     assert_eq!(gone.len(), 1);
     assert!(rm.regs.is_empty());
 }
+
+#[test]
+fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
+    use crate::born::Fresh;
+    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0040_0000, 0x20_0000)]);
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let va = |start: u64, len: u64| Fresh::Va { start, end: start + len };
+    let map = |base: u64, length: u64| Pending::UvmMap { base, length, offset: 0, h_client: C, h_memory: 0x12 };
+    // nothing registered: nothing to touch
+    assert!(!r.may_touch(&map(0x7f00_0000_0000, 0x20_0000), va(0x7f00_0000_0000, 0x20_0000)));
+    let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
+    r.after_reg(&mut rm, &a, 0xa);
+    // Its range freed without a decision (say the locks were not free in time), then a new range
+    // over the same VA: the registration is still there, so a map into the new range is decided.
+    for (call, fresh) in [
+        (map(0x7f00_0000_0000, 0x20_0000), va(0x7f00_0000_0000, 0x20_0000)),
+        (map(0x7f00_001f_f000, 0x2000), va(0x7f00_001f_f000, 0x2000)),
+        (Pending::UvmUnmap { base: 0x7f00_0010_0000, length: 0x1000 }, va(0x7f00_0010_0000, 0x1000)),
+        (Pending::UvmFree { base: 0x7f00_0000_0000 }, va(0x7f00_0000_0000, 0x20_0000)),
+    ] {
+        assert!(r.may_touch(&call, fresh), "{call:?}");
+    }
+    // VA beside it, and the other memory's range, touch nothing registered
+    assert!(!r.may_touch(&map(0x7f00_0020_0000, 0x20_0000), va(0x7f00_0020_0000, 0x20_0000)));
+    assert!(!r.may_touch(&Pending::UvmFree { base: 0x7f00_0040_0000 }, va(0x7f00_0040_0000, 0x20_0000)));
+    // objects: the registered memory's handle, its client, and the parents of our 503C are
+    // decided; another memory object is not
+    let free = |h_object: u32| Pending::RmFree { h_client: C, h_object };
+    for h in [0x10, C, DEV, SUB, VAS] {
+        assert!(r.may_touch(&free(h), Fresh::Object), "object {h:#x}");
+    }
+    assert!(!r.may_touch(&free(0x11), Fresh::Object));
+    assert!(!r.may_touch(&Pending::RmFree { h_client: C + 1, h_object: 0x10 }, Fresh::Object), "another client");
+}
