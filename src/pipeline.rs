@@ -208,6 +208,11 @@ impl Core {
     }
 }
 
+/// The warning line of what applying the queue noticed (rate-limited under one key).
+pub fn map_notice(line: &str) {
+    crate::log_limited!(crate::config::Level::Warn, "map notice", "{line}");
+}
+
 /// What a catch-up forgets besides the queue.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Forget {
@@ -278,8 +283,7 @@ impl Pipeline {
     /// (a registration may now use it).
     pub fn core(&self, wait: Duration) -> Option<MutexGuard<'_, Core>> {
         let mut core = self.core.try_lock_for(wait)?;
-        let complete =
-            self.catch_up(&mut core, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"), Forget::Born);
+        let complete = self.catch_up(&mut core, &mut map_notice, Forget::Born);
         complete.then_some(core)
     }
 
@@ -404,7 +408,7 @@ impl Pipeline {
         }
         // no helper, or it is still on the batch before: this thread catches up itself
         drop(q);
-        drop(self.lend(Duration::from_secs(5), &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}")));
+        drop(self.lend(Duration::from_secs(5), &mut map_notice));
     }
 
     /// The helper thread's loop: waits for a handed batch and applies it (and nothing newer, so
@@ -439,7 +443,7 @@ impl Pipeline {
                 }
                 #[cfg(feature = "knobs")]
                 let t0 = self.timing.then(crate::sys::Clock::now);
-                c.apply(&batch, &mut |l| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}"));
+                c.apply(&batch, &mut map_notice);
                 drop(c);
                 #[cfg(feature = "knobs")]
                 if let Some(t0) = t0 {

@@ -369,10 +369,12 @@ impl Shim {
         // registered over memory the driver is about to release. A call that touches only what
         // was created since a registration could last be made touches no registration (Born):
         // no decision, so no catching up.
-        let warn = &mut |l: &str| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}");
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
-        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, warn) else { return gate };
+        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
+        else {
+            return gate;
+        };
         let c: &mut Core = &mut lent.core;
         let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);

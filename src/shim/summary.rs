@@ -18,11 +18,10 @@ impl Shim {
     /// live are reported; otherwise the core is read as any reader does.
     pub fn snapshot(&self, at_exit: bool) -> Snapshot {
         let mut raw = |l: &str| crate::log::raw_line("WARN", l);
-        let mut limited = |l: &str| crate::log_limited!(crate::config::Level::Warn, "map notice", "{l}");
         let lent = if at_exit {
             self.pipeline.lend(Duration::from_millis(200), &mut raw)
         } else {
-            self.pipeline.lend(Duration::from_secs(1), &mut limited).filter(|l| l.complete)
+            self.pipeline.lend(Duration::from_secs(1), &mut crate::pipeline::map_notice).filter(|l| l.complete)
         };
         let mut core_counts = Snapshot::new();
         let mut decoded = 0;
