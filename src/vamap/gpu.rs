@@ -156,13 +156,7 @@ impl GpuMap {
         let cut = if self.cut.is_empty() { None } else { self.cut.remove(&start) };
         let e = if loc == IN_CELL {
             let home = granule::of(start);
-            let e = match self.view(home) {
-                View::Home(s, &e) if s == start => e,
-                _ => {
-                    debug_assert!(false, "the tree placed {start:#x} at home, where it is not");
-                    return None;
-                }
-            };
+            let e = *self.entry_of(start, IN_CELL)?;
             self.set_cell(home, Cell::EMPTY);
             self.refill(home);
             e
