@@ -135,27 +135,53 @@ static int cycles(int n) {
   return fails || fds1 != fds0;
 }
 
-static int bench(int n, bool shim) {
+// The three ways a fresh 2 MiB allocation gets its first registration (see the usage above).
+enum Way { NATIVE, SHIM, EXPORT };
+static const char *way_names[3] = {"native", "shim", "export"};
+struct Ways {
+  reg_t reg;
+  regdb_t regdb;
+  dereg_t dereg;
+  int (*gexport)(uint64_t, uint64_t); // gdrshim's, where it is loaded
+};
+
+static Ways ways() {
   CKRT(cudaFree(0));
   void *h = verbs();
-  reg_t reg = (reg_t)dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
-  regdb_t regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
-  dereg_t dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
+  Ways w;
+  w.reg = (reg_t)dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
+  w.regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+  w.dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
+  w.gexport = (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "gdrshim_export_dmabuf");
+  return w;
+}
+
+// The first registration of the 2 MiB at p, one way; *ns is its time. Null if it failed.
+static struct ibv_mr *first_registration(const Ways &w, Way way, CUdeviceptr p, double *ns) {
+  double t0 = now();
+  struct ibv_mr *m = nullptr;
+  if (way == SHIM) {
+    m = w.reg(0, (void *)p, 2 << 20, 0xf);
+  } else {
+    int fd = -1;
+    if (way == NATIVE) CK(cuMemGetHandleForAddressRange(&fd, p, 2 << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+    else fd = w.gexport(p, 2 << 20);
+    if (fd >= 0) { m = w.regdb(0, 0, 2 << 20, p, fd, 0xf); close(fd); }
+  }
+  *ns = (now() - t0) * 1e9;
+  return m;
+}
+
+static int bench(int n, bool shim) {
+  Ways w = ways();
   std::vector<double> t;
   for (int i = 0; i < n; i++) {
     CUdeviceptr p; CK(cuMemAlloc(&p, 2 << 20));
-    double t0 = now();
-    struct ibv_mr *m;
-    if (shim) {
-      m = reg(0, (void *)p, 2 << 20, 0xf);
-    } else {
-      int fd = -1; CK(cuMemGetHandleForAddressRange(&fd, p, 2 << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-      m = regdb(0, 0, 2 << 20, p, fd, 0xf);
-      close(fd);
-    }
-    t.push_back((now() - t0) * 1e9);
+    double ns;
+    struct ibv_mr *m = first_registration(w, shim ? SHIM : NATIVE, p, &ns);
+    t.push_back(ns);
     if (!m) { fails++; break; }
-    dereg(m); CK(cuMemFree(p));
+    w.dereg(m); CK(cuMemFree(p));
   }
   std::sort(t.begin(), t.end());
   printf("bench first_registration %s n=%zu median_ns=%.0f p90_ns=%.0f\n", shim ? "shim" : "native", t.size(), t.empty() ? 0 : t[t.size() / 2], t.empty() ? 0 : t[t.size() * 9 / 10]);
@@ -169,42 +195,25 @@ static double pct(std::vector<double> v, double q) {
 }
 
 static int bench_ab(int n) {
-  CKRT(cudaFree(0));
-  void *h = verbs();
-  reg_t reg = (reg_t)dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
-  regdb_t regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
-  dereg_t dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
-  typedef int (*export_t)(uint64_t, uint64_t);
-  export_t gexport = (export_t)dlsym(RTLD_DEFAULT, "gdrshim_export_dmabuf");
-  if (!reg || !regdb || !dereg || !gexport) { printf("FAIL bench-ab needs the stub NIC and gdrshim\n"); return 1; }
-  const char *names[3] = {"native", "shim", "export"};
+  Ways w = ways();
+  if (!w.reg || !w.regdb || !w.dereg || !w.gexport) { printf("FAIL bench-ab needs the stub NIC and gdrshim\n"); return 1; }
   std::vector<double> t[3], d_shim, d_exp;
   for (int i = 0; i < n && !fails; i++) {
     double ti[3];
     for (int j = 0; j < 3; j++) {
-      int way = (i + j) % 3;
+      Way way = (Way)((i + j) % 3);
       CUdeviceptr p; CK(cuMemAlloc(&p, 2 << 20));
-      double t0 = now();
-      struct ibv_mr *m = nullptr;
-      if (way == 1) {
-        m = reg(0, (void *)p, 2 << 20, 0xf);
-      } else {
-        int fd = -1;
-        if (way == 0) CK(cuMemGetHandleForAddressRange(&fd, p, 2 << 20, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-        else fd = gexport(p, 2 << 20);
-        if (fd >= 0) { m = regdb(0, 0, 2 << 20, p, fd, 0xf); close(fd); }
-      }
-      ti[way] = (now() - t0) * 1e9;
-      expect(m != nullptr, names[way], i);
-      if (m) dereg(m);
+      struct ibv_mr *m = first_registration(w, way, p, &ti[way]);
+      expect(m != nullptr, way_names[way], i);
+      if (m) w.dereg(m);
       CK(cuMemFree(p));
     }
-    for (int w = 0; w < 3; w++) t[w].push_back(ti[w]);
-    d_shim.push_back(ti[1] - ti[0]);
-    d_exp.push_back(ti[2] - ti[0]);
+    for (int k = 0; k < 3; k++) t[k].push_back(ti[k]);
+    d_shim.push_back(ti[SHIM] - ti[NATIVE]);
+    d_exp.push_back(ti[EXPORT] - ti[NATIVE]);
   }
-  for (int w = 0; w < 3; w++)
-    printf("bench-ab first_registration %s n=%zu median_ns=%.0f p90_ns=%.0f\n", names[w], t[w].size(), pct(t[w], 0.5), pct(t[w], 0.9));
+  for (int k = 0; k < 3; k++)
+    printf("bench-ab first_registration %s n=%zu median_ns=%.0f p90_ns=%.0f\n", way_names[k], t[k].size(), pct(t[k], 0.5), pct(t[k], 0.9));
   printf("bench-ab per-allocation difference shim-native median_ns=%.0f [p25 %.0f, p75 %.0f]  export-native median_ns=%.0f [p25 %.0f, p75 %.0f]\n",
          pct(d_shim, 0.5), pct(d_shim, 0.25), pct(d_shim, 0.75), pct(d_exp, 0.5), pct(d_exp, 0.25), pct(d_exp, 0.75));
   return fails != 0;
