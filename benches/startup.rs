@@ -5,7 +5,8 @@
 //! (tests/rust/floor_preload.rs: std, fat LTO, the static unwinder), and prints the per-spawn
 //! ratios measured in this one run, as totals and as the median of the per-round ratios
 //! (gdrshim's goal: ≤ 1.05× the minimal library). The Rust wrapper's ratio is what std alone
-//! costs; gdrshim/floor is gdrshim's own share.
+//! costs; gdrshim/floor is gdrshim's own share. With valgrind installed it also counts the
+//! user-space instructions of one exec under each (callgrind), a figure that does not move.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -35,6 +36,45 @@ fn main() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     print!("{}", String::from_utf8_lossy(&out.stdout));
+    instructions(
+        &env.dir,
+        &[("none", None), ("minimal", Some(env.dir.join("libminimal.so"))), ("gdrshim", Some(env.shim.clone())), ("floor", Some(floor))],
+    );
+}
+
+/// The user-space instructions of one exec of /bin/true under each library, counted by callgrind:
+/// the same every run, unlike the times above, which a shared machine moves by several percent.
+/// Most of a library's count is the loader's symbol lookups for it. Kernel work (mappings, page
+/// faults) is not counted. Skipped, and said so, without valgrind.
+fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>)]) {
+    let out = dir.join("callgrind.out");
+    let mut counts = Vec::new();
+    for (name, lib) in libs {
+        let mut c = std::process::Command::new("valgrind");
+        c.args(["--tool=callgrind", &format!("--callgrind-out-file={}", out.display()), "/bin/true"]);
+        if let Some(l) = lib {
+            c.env("LD_PRELOAD", l);
+        }
+        let Ok(o) = c.output() else {
+            println!("instructions per exec: not counted (no valgrind)");
+            return;
+        };
+        let err = String::from_utf8_lossy(&o.stderr);
+        let n = err.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().parse::<u64>().ok());
+        let Some(n) = n else { panic!("callgrind gave no count for {name}: {err}") };
+        counts.push((*name, n));
+    }
+    let get = |k: &str| counts.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+    let none = get("none");
+    println!("instructions per exec of /bin/true (callgrind, user space):");
+    for (name, n) in &counts {
+        println!("  {name:<8} {n:>8}  added {:>6}", n - none);
+    }
+    println!(
+        "  gdrshim - floor {} (gdrshim's own)  floor - minimal {} (std's)",
+        get("gdrshim") as i64 - get("floor") as i64,
+        get("floor") as i64 - get("minimal") as i64
+    );
 }
 
 /// tests/rust/floor_preload.rs as libgdrshim.so is built: the release profile's codegen, and

@@ -50,7 +50,7 @@ fn mapped<T>(slot: &AtomicPtr<T>, bytes: usize, create: bool) -> Option<*mut T> 
     // SAFETY: an anonymous private mapping of `bytes`; checked below.
     let m = unsafe {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+        libc::mmap64(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
     };
     if m == libc::MAP_FAILED {
         // the byte stays unknown (looked at again); the hook's caller (a dup that worked) keeps
@@ -143,12 +143,14 @@ struct Nodes {
 
 static NODES: OnceCell<Nodes> = OnceCell::new();
 
-fn stat_path(p: &str) -> Option<libc::stat> {
+// stat64/fstat64/mmap64: the names std imports too, so the loader resolves one name fewer in every
+// process (the same functions as stat/fstat/mmap on x86-64)
+fn stat_path(p: &str) -> Option<libc::stat64> {
     let c = std::ffi::CString::new(p).ok()?;
     // SAFETY: zeroed stat is a valid out-buffer.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: c is a valid C string and st a valid out-buffer.
-    (unsafe { libc::stat(c.as_ptr(), &mut st) } == 0).then_some(st)
+    (unsafe { libc::stat64(c.as_ptr(), &mut st) } == 0).then_some(st)
 }
 
 /// What the device nodes are. libc's getenv, not std's: std's takes a lock a fork could leave held.
@@ -185,9 +187,9 @@ fn nodes() -> &'static Nodes {
 pub fn classify_fstat(fd: c_int) -> Option<DevKind> {
     let e = errno();
     // SAFETY: zeroed stat is a valid out-buffer.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: fstat writes into st only.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
     set_errno(e);
     if !ok {
         return None;

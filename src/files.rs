@@ -107,13 +107,15 @@ pub fn open_private(path: &str) -> Result<c_int, Refused> {
     r
 }
 
+// (fstat64: the name std imports too, so the loader resolves one name fewer in every process)
+
 /// The file type of `name` in `dir`, not following a link.
 fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
     let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0)?;
     // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: as above, on our own fd.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
     let e = crate::sys::errno();
     close(fd);
     if ok {
@@ -126,9 +128,9 @@ fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
 /// An existing file, opened: ours, regular, one link; else closed and refused.
 fn check_existing(fd: c_int) -> Result<c_int, Refused> {
     // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let why = if !ok {
