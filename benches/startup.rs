@@ -6,7 +6,8 @@
 //! ratios measured in this one run, as totals and as the median of the per-round ratios
 //! (gdrshim's goal: ≤ 1.05× the minimal library). The Rust wrapper's ratio is what std alone
 //! costs; gdrshim/floor is gdrshim's own share. With valgrind installed it also counts the
-//! user-space instructions of one exec under each (callgrind), a figure that does not move.
+//! user-space instructions of one exec under each (callgrind), a figure that does not move, and
+//! under a third yardstick, the wrapper without std (tests/rust/nostd_preload.rs).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -36,9 +37,16 @@ fn main() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     print!("{}", String::from_utf8_lossy(&out.stdout));
+    let nostd = build_nostd(&env.dir);
     instructions(
         &env.dir,
-        &[("none", None), ("minimal", Some(env.dir.join("libminimal.so"))), ("gdrshim", Some(env.shim.clone())), ("floor", Some(floor))],
+        &[
+            ("none", None),
+            ("minimal", Some(env.dir.join("libminimal.so"))),
+            ("gdrshim", Some(env.shim.clone())),
+            ("floor", Some(floor)),
+            ("nostd", Some(nostd)),
+        ],
     );
 }
 
@@ -71,10 +79,28 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
         println!("  {name:<8} {n:>8}  added {:>6}", n - none);
     }
     println!(
-        "  gdrshim - floor {} (gdrshim's own)  floor - minimal {} (std's)",
+        "  gdrshim - floor {} (gdrshim's own)  floor - minimal {} (std's)  nostd - minimal {} (a front without std)",
         get("gdrshim") as i64 - get("floor") as i64,
-        get("floor") as i64 - get("minimal") as i64
+        get("floor") as i64 - get("minimal") as i64,
+        get("nostd") as i64 - get("minimal") as i64
     );
+}
+
+/// tests/rust/nostd_preload.rs: no std, so panics abort (there is no unwinder to catch them with).
+fn build_nostd(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rust/nostd_preload.rs");
+    let so = dir.join("libnostd.so");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let st = std::process::Command::new(rustc)
+        .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", "nostd_preload"])
+        .args(["-C", "opt-level=3", "-C", "panic=abort"])
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "rustc {}", src.display());
+    so
 }
 
 /// tests/rust/floor_preload.rs as libgdrshim.so is built: the release profile's codegen, and
