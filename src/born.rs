@@ -64,6 +64,15 @@ impl Born {
                 }
                 return;
             }
+            // a freed range's record goes: what UVM_FREE(base) frees next is another range
+            Event::UvmFree { base, .. } => {
+                for r in self.ranges.iter_mut() {
+                    if matches!(*r, Some((start, _)) if start == base) {
+                        *r = None;
+                    }
+                }
+                return;
+            }
             _ => return,
         };
         self.handles[self.next_handle] = Some(handle);
@@ -78,7 +87,14 @@ impl Born {
             Pending::RmFree { h_client, h_object } => self.handles.contains(&Some((h_client, h_object))).then_some(Fresh::Object),
             // the whole range that starts at `base`
             Pending::UvmFree { base } => {
-                self.ranges.iter().flatten().find(|&&(start, _)| start == base).map(|&(start, end)| Fresh::Va { start, end })
+                // every record at base (one dropped free can leave two): the widest, on the safe side
+                self.ranges
+                    .iter()
+                    .flatten()
+                    .filter(|&&(start, _)| start == base)
+                    .map(|&(_, end)| end)
+                    .max()
+                    .map(|end| Fresh::Va { start: base, end })
             }
             Pending::UvmMap { base, length, .. } | Pending::UvmUnmap { base, length } => {
                 let end = base.checked_add(length).filter(|_| length > 0)?;
@@ -179,6 +195,26 @@ mod tests {
         assert!(!b.covers(&Pending::RmFree { h_client: 7, h_object: 11 }));
         assert!(!b.covers(&Pending::UvmFree { base: 0x20_0000 }));
         assert!(!b.covers(&Pending::UvmFree { base: u64::MAX - 0xfff }), "a range that would wrap is not kept");
+    }
+
+    #[test]
+    fn a_freed_range_leaves_the_record_and_its_base_may_come_back_wider() {
+        let mut b = Born::default();
+        b.record(&range(0x20_0000, 0x20_0000));
+        b.record(&Event::UvmFree { base: 0x20_0000, length: None });
+        assert!(!b.covers(&Pending::UvmFree { base: 0x20_0000 }), "freed: whatever UVM_FREE frees there next is not new");
+        b.record(&range(0x20_0000, 0x400_0000));
+        assert_eq!(
+            b.fresh(&Pending::UvmFree { base: 0x20_0000 }),
+            Some(Fresh::Va { start: 0x20_0000, end: 0x420_0000 }),
+            "the range there now"
+        );
+        // a free the record never saw (dropped, or of a range it does not keep): the widest wins
+        let mut b = Born::default();
+        b.record(&range(0x20_0000, 0x20_0000));
+        b.record(&range(0x20_0000, 0x400_0000));
+        b.record(&range(0x20_0000, 0x100_0000));
+        assert_eq!(b.fresh(&Pending::UvmFree { base: 0x20_0000 }), Some(Fresh::Va { start: 0x20_0000, end: 0x420_0000 }));
     }
 
     #[test]

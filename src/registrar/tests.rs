@@ -515,3 +515,47 @@ fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
     assert!(!r.may_touch(&free(0x11), Fresh::Object));
     assert!(!r.may_touch(&Pending::RmFree { h_client: C + 1, h_object: 0x10 }, Fresh::Object), "another client");
 }
+
+/// A registration left behind by a release that got no decision is still taken down at the
+/// first release over it, also when its range's base was freed and created again since (with
+/// another length): the release of the range there now is checked against all of it.
+#[test]
+fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
+    use crate::born::{Born, Fresh};
+    const B: u64 = 0x7f00_0000_0000;
+    // R_old = [B, B+64M) with a mapping of 0x10 at B+32M, registered
+    let mut t = tracker_with(&[]);
+    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::UvmCreateExternalRange { base: B, length: 0x400_0000 });
+    t.apply(&Event::UvmMapExternal {
+        base: B + 0x200_0000,
+        length: 0x20_0000,
+        offset: 0,
+        gpus: smallvec::smallvec![GPU],
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_memory: 0x10,
+    });
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    let a = r.before_reg(&t, &mut rm, B + 0x200_0000, 0x1000);
+    assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
+    r.after_reg(&mut rm, &a, 0xa);
+    // (the registration forgot the record) R_old freed with no decision (locks not free in time)
+    let mut born = Born::default();
+    t.apply(&Event::UvmFree { base: B, length: None });
+    // R1 = [B, B+2M) created and freed, R2 = [B, B+64M) created at the same base
+    for ev in [
+        Event::UvmCreateExternalRange { base: B, length: 0x20_0000 },
+        Event::UvmFree { base: B, length: None },
+        Event::UvmCreateExternalRange { base: B, length: 0x400_0000 },
+    ] {
+        born.record(&ev);
+        t.apply(&ev);
+    }
+    let call = Pending::UvmFree { base: B };
+    let fresh = born.fresh(&call);
+    assert_eq!(fresh, Some(Fresh::Va { start: B, end: B + 0x400_0000 }), "the range there now, not the one freed before");
+    assert_eq!(t.uvm_free_extent(B, None), 0x400_0000, "what the decision would take down");
+    assert!(r.may_touch(&call, fresh.unwrap()), "the release gets its decision: a registration lies in the range");
+    assert_eq!(rm.regs.len(), 1);
+}
