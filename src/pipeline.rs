@@ -238,6 +238,9 @@ pub struct Pipeline {
     helper: OnceCell<std::thread::Thread>,
     helper_asleep: AtomicBool,
     core: Mutex<Core>,
+    /// Work was dropped ([`Pipeline::push`] could not take the queue's lock): the core's map is
+    /// marked incomplete at its next catch-up, and no release is let through unchecked.
+    lost: AtomicBool,
     /// Full batches the helper thread applied.
     pub helper_batches: AtomicU64,
     /// GDRSHIM_TIMING: clock ticks the helper spent applying (not the program's time).
@@ -268,6 +271,7 @@ impl Pipeline {
             helper: OnceCell::new(),
             helper_asleep: AtomicBool::new(false),
             core: Mutex::new(core),
+            lost: AtomicBool::new(false),
             helper_batches: AtomicU64::new(0),
             #[cfg(feature = "knobs")]
             helper_ticks: AtomicU64::new(0),
@@ -323,7 +327,8 @@ impl Pipeline {
         };
         let fresh = q.rest.born.fresh(&call);
         drop(q);
-        if fresh.is_some_and(|f| !core.registrar.may_touch(&call, f)) {
+        // (a dropped call may have been the free of something still in the record)
+        if fresh.is_some_and(|f| !core.registrar.may_touch(&call, f)) && !self.lost.load(SeqCst) {
             return None;
         }
         let complete = self.catch_up(&mut core, warn, Forget::Nothing);
@@ -333,6 +338,9 @@ impl Pipeline {
     /// Applies everything queued to `c` (whose lock the caller holds), oldest batch first;
     /// `false` if the queue's lock was not free within 5 s.
     fn catch_up(&self, c: &mut Core, warn: &mut dyn FnMut(&str), forget: Forget) -> bool {
+        if self.lost.load(SeqCst) {
+            c.tracker.incomplete = true;
+        }
         let (older, newer) = {
             let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
             if forget == Forget::Born {
@@ -369,7 +377,10 @@ impl Pipeline {
     /// Hands work to the core: applied once its batch is full (on the helper thread), or before
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
-        let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return Err(w) };
+        let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
+            self.lost.store(true, SeqCst);
+            return Err(w);
+        };
         if let (true, Work::Event(ref ev)) = (q.record_born, &w) {
             q.rest.born.record(ev);
         }
@@ -566,5 +577,23 @@ mod tests {
         let q = registering_pipeline(false);
         assert!(q.push(Work::Event(memory)).is_ok());
         assert!(q.lend_for_release(Duration::from_secs(1), |_| true, || Some(new_memory), &mut |_| {}).is_some());
+    }
+
+    /// Work dropped for want of the queue's lock: the map is marked incomplete (no registration
+    /// is made on it) and even a release of something new gets its decision.
+    #[test]
+    fn a_dropped_call_marks_the_map_incomplete() {
+        let p = registering_pipeline(true);
+        let range = decode::Event::UvmCreateExternalRange { base: 0x20_0000, length: 0x20_0000 };
+        assert!(p.push(Work::Event(range.clone())).is_ok());
+        std::thread::scope(|s| {
+            let held = p.queue.try_lock_for(Duration::ZERO).unwrap();
+            let pusher = s.spawn(|| p.push(Work::Event(decode::Event::UvmFree { base: 0x20_0000, length: None })).is_err());
+            assert!(pusher.join().unwrap(), "not pushed while the lock was held");
+            drop(held);
+        });
+        let free = decode::Pending::UvmFree { base: 0x20_0000 };
+        assert!(p.lend_for_release(Duration::from_secs(1), |_| true, || Some(free), &mut |_| {}).is_some(), "decided");
+        assert!(p.core(Duration::from_secs(1)).unwrap().tracker.incomplete);
     }
 }

@@ -100,6 +100,8 @@ pub enum RegMiss {
     UnknownClient {
         client: u32,
     },
+    /// The map missed a call the driver accepted (`Tracker::incomplete`).
+    MapIncomplete,
 }
 
 impl fmt::Display for RegMiss {
@@ -130,6 +132,11 @@ impl fmt::Display for RegMiss {
             RegMiss::UnknownClient { client } => {
                 write!(f, "the memory's RM client {client:#010x} was not allocated through this process's NVIDIA fds")
             }
+            RegMiss::MapIncomplete => write!(
+                f,
+                "the map missed a driver call earlier (its lock was not free for 5 s, see the ERROR line): it may describe memory \
+                 that is gone, so nothing is registered or exported in this process any more"
+            ),
         }
     }
 }
@@ -334,6 +341,9 @@ impl Registrar {
         if r.access & crate::abi::verbs::IBV_ACCESS_ON_DEMAND != 0 {
             return Decision::Odp;
         }
+        if t.incomplete {
+            return Decision::Miss(RegMiss::MapIncomplete);
+        }
         match t.map.lookup(r.addr, r.len) {
             Ok(pieces) => {
                 // sysmem mapped through UVM is host memory to the NIC
@@ -369,6 +379,9 @@ impl Registrar {
     /// The dma-buf of `[addr, addr+len)` (rounded out to host pages): `Ok(None)` in shadow mode.
     /// Used by verbs registrations and by CUDA's callers (`cuMemGetHandleForAddressRange`).
     pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64, mapping_type: u8) -> Result<Option<Export>, RegMiss> {
+        if t.incomplete {
+            return Err(RegMiss::MapIncomplete);
+        }
         let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
         if self.dry_run {
             return Ok(None);

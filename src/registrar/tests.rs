@@ -559,3 +559,19 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     assert!(r.may_touch(&call, fresh.unwrap()), "the release gets its decision: a registration lies in the range");
     assert_eq!(rm.regs.len(), 1);
 }
+
+/// A map that missed a call the driver accepted registers and exports nothing, on either route.
+#[test]
+fn an_incomplete_map_registers_and_exports_nothing() {
+    const VA: u64 = 0x7f00_0000_0000;
+    let mut t = tracker_with(&[(0x10, VA, 0x20_0000)]);
+    t.incomplete = true;
+    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
+    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
+    assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "no RM call");
+    let mut d = Registrar::with_route(false, Ok(Route::Dmabuf));
+    assert!(matches!(d.export(&t, &mut rm, VA, 0x1000, 0), Err(RegMiss::MapIncomplete)));
+    assert!(matches!(d.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
+    t.incomplete = false;
+    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Hit { fresh: true, .. }), "the same map, complete");
+}

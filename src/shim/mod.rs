@@ -389,7 +389,10 @@ impl Shim {
     #[inline(never)]
     fn event_dropped(&self, ev: &decode::Event) {
         self.stats.dropped.fetch_add(1, Relaxed);
-        crate::log_error!("tracker lock not available for 5 s; event dropped: {ev}");
+        crate::log_error!(
+            "tracker lock not available for 5 s; event dropped: {ev}; the map may now describe memory that is gone, so this \
+             process registers and exports nothing more (pass0 misses say so)"
+        );
     }
 
     #[cold]

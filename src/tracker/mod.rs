@@ -152,6 +152,9 @@ pub struct Tracker {
     native_exports: HashMap<i32, dmabuf::NativeExport>,
     /// Duplicated memory handles (RM_DUP_OBJECT) → the memory they duplicate.
     dups: HashMap<(u32, u32), MemRef>,
+    /// A call the driver accepted never reached the map (its queue's lock was not free in time):
+    /// the map may hold what is gone, so nothing is registered or exported on it any more.
+    pub incomplete: bool,
 }
 
 impl Tracker {
