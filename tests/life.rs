@@ -161,6 +161,16 @@ fn no_registration_of_memory_the_driver_is_freeing() {
     }
 }
 
+/// UVM_MAP_EXTERNAL_SPARSE over registered memory unmaps it first: the registration is taken
+/// down before the driver call, and a later MR over the now sparse VA registers nothing.
+#[test]
+fn a_sparse_map_over_registered_memory_takes_the_registration_down() {
+    let r = life(&["sparse"], None, Duration::from_secs(60));
+    assert_ok(&r, "sparse");
+    assert_eq!(num(&r.out, "registered"), 1, "{}", r.out);
+    assert_eq!(num(&r.out, "pass0_misses"), 1, "the MR over sparse VA: {}", r.out);
+}
+
 /// A program that keeps registering memory it freed gets the first few miss lines, then one a
 /// second with a count; the summary totals them.
 #[test]

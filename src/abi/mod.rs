@@ -110,6 +110,9 @@ pub mod uvm {
     pub const UNREGISTER_GPU: u64 = 38;
     pub const UNMAP_EXTERNAL: u64 = 66;
     pub const CREATE_EXTERNAL_RANGE: u64 = 73;
+    /// Maps `[base, base+length)` of an external range sparse on one GPU, after unmapping what
+    /// that GPU had mapped there (uvm_map_external_sparse_on_gpu): a release, like an unmap.
+    pub const MAP_EXTERNAL_SPARSE: u64 = 74;
     pub const MM_INITIALIZE: u64 = 75;
 }
 

@@ -155,6 +155,10 @@ abi_struct!(
     /// UVM_UNMAP_EXTERNAL_PARAMS.
     UvmUnmapExternalParams, size 40, {
     base: u64 = 0, length: u64 = 8, gpu_uuid: [u8; 16] = 16, rm_status: u32 = 32, _pad0: u32 = 36 });
+abi_struct!(
+    /// UVM_MAP_EXTERNAL_SPARSE_PARAMS (UVM_UNMAP_EXTERNAL_PARAMS' layout).
+    UvmMapExternalSparseParams, size 40, {
+    base: u64 = 0, length: u64 = 8, gpu_uuid: [u8; 16] = 16, rm_status: u32 = 32, _pad0: u32 = 36 });
 
 /// UVM_MAP_EXTERNAL_ALLOCATION_PARAMS: its size depends on the branch's GPU slot count, so it is
 /// described by offsets instead of a struct.

@@ -248,7 +248,10 @@ pub type ReadPieces<'a> = dyn Fn(&[(usize, usize)]) -> Option<Vec<u8>> + 'a;
 pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &ReadPieces) -> Option<Pending> {
     match (dev, request) {
         (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_at(&b, 0) }),
-        (DevKind::Uvm, uvm::UNMAP_EXTERNAL) => read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_at(&b, 0), length: u64_at(&b, 8) }),
+        // a sparse map first unmaps what that GPU had mapped in its range
+        (DevKind::Uvm, uvm::UNMAP_EXTERNAL | uvm::MAP_EXTERNAL_SPARSE) => {
+            read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_at(&b, 0), length: u64_at(&b, 8) })
+        }
         (DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION) => {
             let l = t.uvm_map_external();
             // base, length, offset; then hClient and hMemory behind the GPU attribute array
@@ -296,6 +299,7 @@ fn uvm_arg_len(cmd: u64, t: &AbiTable) -> Option<usize> {
         uvm::CREATE_EXTERNAL_RANGE => size_of::<abi::UvmCreateExternalRangeParams>(),
         uvm::MAP_EXTERNAL_ALLOCATION => t.uvm_map_external().size(),
         uvm::UNMAP_EXTERNAL => size_of::<abi::UvmUnmapExternalParams>(),
+        uvm::MAP_EXTERNAL_SPARSE => size_of::<abi::UvmMapExternalSparseParams>(),
         uvm::FREE => t.uvm_free_size(),
         _ => return None,
     })

@@ -37,6 +37,11 @@ fn pending_releases_read_only_the_fields_they_need() {
             pending(DevKind::Uvm, uvm::UNMAP_EXTERNAL, t, &|p| read(&unmap, p)),
             Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 })
         );
+        assert_eq!(
+            pending(DevKind::Uvm, uvm::MAP_EXTERNAL_SPARSE, t, &|p| read(&unmap, p)),
+            Some(Pending::UvmUnmap { base: 0x1111_1111_1111_1111, length: 0x1111_1111_1111_1111 }),
+            "a sparse map unmaps first"
+        );
         let mut free = zeroed::<abi::Nvos00Free>();
         free.h_root = 7;
         free.h_object_old = 9;
@@ -152,6 +157,19 @@ fn uvm_free_layout_changes_in_590() {
     assert_eq!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590), Outcome::Event(Event::UvmFree { base: 0x2000, length: None }));
     // 16 bytes on a 580 driver is not the struct the kernel copies: refused.
     assert!(matches!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
+}
+
+/// UVM_MAP_EXTERNAL_SPARSE unmaps what the GPU had mapped in its range first: to the map it is an
+/// unmap on that GPU (a sparse mapping holds no memory); refused calls change nothing.
+#[test]
+fn a_sparse_map_is_an_unmap_on_its_gpu() {
+    let mut p: abi::UvmMapExternalSparseParams = zeroed();
+    (p.base, p.length, p.gpu_uuid) = (0x7f00_0020_0000, 0x20_0000, [9; 16]);
+    let ev = Event::UvmUnmapExternal { base: 0x7f00_0020_0000, length: 0x20_0000, gpu: [9; 16] };
+    assert_eq!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, pod_bytes(&p), &NoParams, t580()), Outcome::Event(ev));
+    p.rm_status = 0x1f;
+    assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, pod_bytes(&p), &NoParams, t580()), Outcome::Failed { .. }));
+    assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, &[0; 16], &NoParams, t580()), Outcome::Malformed(_)));
 }
 
 #[test]

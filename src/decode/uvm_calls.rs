@@ -32,8 +32,9 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
     if arg.len() != want {
         return Outcome::Malformed("captured bytes differ from the UVM struct size");
     }
+    use abi::UvmUnmapExternalParams as Unmap;
     use abi::{read_pod, UvmCreateExternalRangeParams as Create, UvmFreeParamsV535 as FreeV535, UvmFreeParamsV590 as FreeV590};
-    use abi::{UvmRegisterGpuParams as RegGpu, UvmRegisterGpuVaspaceParams as RegVa, UvmUnmapExternalParams as Unmap};
+    use abi::{UvmMapExternalSparseParams as Sparse, UvmRegisterGpuParams as RegGpu, UvmRegisterGpuVaspaceParams as RegVa};
     // (the size was checked against the struct above: every read_pod below succeeds)
     let r = match cmd {
         uvm::REGISTER_GPU => match read_pod::<RegGpu>(arg) {
@@ -75,6 +76,11 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
         uvm::UNMAP_EXTERNAL => match read_pod::<Unmap>(arg) {
             Some(p) => failed_or(rc, p.rm_status, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
             None => return Outcome::Malformed("UVM_UNMAP_EXTERNAL too short"),
+        },
+        // to the map, a sparse mapping is no memory: what the GPU had mapped there is gone
+        uvm::MAP_EXTERNAL_SPARSE => match read_pod::<Sparse>(arg) {
+            Some(p) => failed_or(rc, p.rm_status, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
+            None => return Outcome::Malformed("UVM_MAP_EXTERNAL_SPARSE too short"),
         },
         _ if t.uvm_free_has_length => match read_pod::<FreeV535>(arg) {
             Some(p) => failed_or(rc, p.rm_status, || Event::UvmFree { base: p.base, length: Some(p.length) }),

@@ -353,9 +353,12 @@ impl Shim {
             return None;
         }
         let t = self.line.table?;
-        // cheap filter first: only the four requests that release anything take a lock
+        // cheap filter first: only the requests that release anything take a lock
         let releases = match dev {
-            DevKind::Uvm => matches!(request, abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION),
+            DevKind::Uvm => matches!(
+                request,
+                abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION | abi::uvm::MAP_EXTERNAL_SPARSE
+            ),
             _ => abi::ioc_nr(request) == abi::esc::RM_FREE,
         };
         if !releases {

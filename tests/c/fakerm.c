@@ -6,7 +6,8 @@
 //   VA spaces, memory (0x40 vidmem, 0x3e sysmem) and NV50_THIRD_PARTY_P2P; RM_FREE; RM_CONTROL
 //   of the 503C controls with RM's rules (nvidia-abi.md S3); other controls answer NV_OK.
 //   UVM_REGISTER_GPU_VASPACE, CREATE_EXTERNAL_RANGE, MAP_EXTERNAL_ALLOCATION (a new map first
-//   unmaps what it overlaps on that GPU), UNMAP_EXTERNAL, FREE.
+//   unmaps what it overlaps on that GPU), UNMAP_EXTERNAL, MAP_EXTERNAL_SPARSE (an unmap to this
+//   fake), FREE.
 // fakenv_check(va, len) answers what nvidia_p2p_get_pages would give the NIC (fakeverbs.c asks
 // it): 0 only if exactly one registration holds the 64 KiB-rounded range and it is, for every
 // page, the memory the process has mapped there.
@@ -167,7 +168,8 @@ static int uvm_call(unsigned long cmd, uint8_t *a) {
     }
     memcpy(a + 9260, &st, 4); return 0;
   }
-  if (cmd == 66) { uint64_t base, len; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); unmap(gpu_of_uuid(a + 16), base, len); memcpy(a + 32, &st, 4); return 0; }
+  // UNMAP_EXTERNAL, and MAP_EXTERNAL_SPARSE, which unmaps first and then maps no memory
+  if (cmd == 66 || cmd == 74) { uint64_t base, len; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); unmap(gpu_of_uuid(a + 16), base, len); memcpy(a + 32, &st, 4); return 0; }
   if (cmd == 34) { uint64_t base, len; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); unmap(-1, base, len); memcpy(a + 16, &st, 4); return 0; }
   return 0;
 }

@@ -280,6 +280,24 @@ int main(int argc, char **argv) {
     printf("life misses n=%d refused=%d\n", n, refused);
     return counters_ok("misses", 0) ? 0 : 1;
   }
+  if (!strcmp(mode, "sparse")) {
+    // a sparse map over registered memory unmaps it first: the registration goes before the
+    // driver call, and to a later MR the VA is no longer that memory
+    uint64_t base = 0x7c4000000000ull, len = 0x200000ull; uint32_t h = alloc_mem(0, len);
+    create_range(base, len); map(base, len, 0, 0, h);
+    void *m = vreg(0, (void *)(uintptr_t)base, 4096, 0xf);
+    if (!m || kernel_regs() != 1) fail("registered before the sparse map", (uintptr_t)m, (uint64_t)kernel_regs());
+    uint64_t a[5] = {base, len, 0, 0, 0}; memcpy(&a[2], uuid[0], 16); uvm_call(74, a, 32);
+    if (kernel_regs() != 0) fail("a registration left over the sparse map", (uint64_t)kernel_regs(), 0);
+    // (gdrshim registers nothing and delegates; the fake NIC takes unmapped VA for host memory)
+    void *again = vreg(0, (void *)(uintptr_t)base, 4096, 0xf);
+    if (kernel_regs() != 0) fail("a registration of sparse VA", (uint64_t)kernel_regs(), 0);
+    if (again) vdereg(again);
+    if (m) vdereg(m);
+    uvm_free(base, len); rm_free(dev[0], h);
+    printf("life sparse\n");
+    return counters_ok("sparse", 0) ? 0 : 1;
+  }
   if (!strcmp(mode, "racefree")) {
     setup(); open_verbs();
     return run_racefree(argc > 2 ? atoi(argv[2]) : 20);
