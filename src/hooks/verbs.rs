@@ -182,6 +182,15 @@ unsafe fn set_mr_addr(mr: Mr, value: u64) {
     unsafe { ((mr as *mut u8).add(IBV_MR_ADDR_OFFSET) as *mut u64).write_unaligned(value) };
 }
 
+/// What `mr->addr` reads.
+///
+/// # Safety
+/// `mr` is a live `struct ibv_mr`.
+unsafe fn mr_addr(mr: Mr) -> u64 {
+    // SAFETY: per the contract; `addr` is a pointer-sized integer at IBV_MR_ADDR_OFFSET.
+    unsafe { ((mr as *const u8).add(IBV_MR_ADDR_OFFSET) as *const u64).read_unaligned() }
+}
+
 unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
@@ -189,7 +198,9 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
     let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
-        shim::call_in(|s| s.verbs_dereg_begin(mr as u64)).flatten()
+        // SAFETY: a non-null `mr` is the caller's live MR (ibv_dereg_mr's contract).
+        let shown = if mr.is_null() { 0 } else { unsafe { mr_addr(mr) } };
+        shim::call_in(|s| s.verbs_dereg_begin(mr as u64, shown)).flatten()
     } else {
         None
     };

@@ -425,7 +425,7 @@ impl Registrar {
 
     /// After a successful `ibv_dereg_mr(mr)`.
     pub fn after_dereg(&mut self, rm: &mut dyn Rm, mr: u64) {
-        if let Some(held) = self.take_mr(mr) {
+        if let Some(held) = self.remove_mr(mr) {
             self.finish_dereg(rm, mr, held, true);
         }
     }
@@ -434,7 +434,22 @@ impl Registrar {
     /// `mr` still names this MR. Once the provider frees it, another thread's registration can
     /// get the same pointer back from malloc at once; a lookup after the call would then release
     /// that thread's registration instead.
-    pub fn take_mr(&mut self, mr: u64) -> Option<HeldRef> {
+    ///
+    /// `shown_addr` is what `ibv_mr.addr` reads now. A dma-buf MR of ours shows the caller's VA;
+    /// one that shows anything else is not that MR any more (its deregistration got past us, and
+    /// malloc gave the pointer to another MR): the stale reference is finished here and nothing
+    /// is returned, so that the hook writes nothing into the other MR.
+    pub fn take_mr(&mut self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
+        match self.remove_mr(mr) {
+            Some(held @ HeldRef::Dmabuf { va, .. }) if va != shown_addr => {
+                self.finish_dereg(&mut NoRm, mr, held, true);
+                None
+            }
+            held => held,
+        }
+    }
+
+    fn remove_mr(&mut self, mr: u64) -> Option<HeldRef> {
         let held = self.mrs.remove(&mr);
         shrink_when_sparse(&mut self.mrs);
         held

@@ -575,3 +575,19 @@ fn an_incomplete_map_registers_and_exports_nothing() {
     t.incomplete = false;
     assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Hit { fresh: true, .. }), "the same map, complete");
 }
+
+/// A dma-buf MR whose deregistration got past gdrshim leaves its reference under its pointer;
+/// when malloc gives the pointer to another MR, the reference is not taken for that one (the
+/// hook would write the old MR's address into it) but finished.
+#[test]
+fn a_stale_dmabuf_reference_is_not_taken_for_another_mr() {
+    const VA: u64 = 0x7f00_0000_0000;
+    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
+    let e = Export { fd: 5, offset: 0, pieces: 1, bytes: 0x20_0000, mems: vec![MemRef { client: C, memory: 0x10 }] };
+    r.after_dmabuf_reg(0xa, &e, 0, VA);
+    r.after_dmabuf_reg(0xb, &e, 0, VA + 0x1000);
+    assert_eq!((r.live_mrs(), r.dmabuf_mrs()), (2, 2));
+    assert_eq!(r.take_mr(0xa, 0x5555_0000), None, "0xa is now a host MR");
+    assert_eq!((r.live_mrs(), r.dmabuf_mrs()), (1, 1), "the stale reference is finished");
+    assert!(matches!(r.take_mr(0xb, VA + 0x1000), Some(HeldRef::Dmabuf { va, .. }) if va == VA + 0x1000));
+}

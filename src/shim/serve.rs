@@ -273,10 +273,11 @@ impl Shim {
         self.core(WAIT).map(|c| c.registrar.holds_mr(mr))
     }
 
-    /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table.
-    pub fn verbs_dereg_begin(&self, mr: u64) -> Option<HeldRef> {
+    /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table
+    /// (`shown_addr`: what the MR's `addr` reads now, see `Registrar::take_mr`).
+    pub fn verbs_dereg_begin(&self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
         let mut c = self.core(WAIT)?;
-        let held = c.registrar.take_mr(mr);
+        let held = c.registrar.take_mr(mr, shown_addr);
         self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
         held
     }
