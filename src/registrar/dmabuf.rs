@@ -16,22 +16,26 @@ use rustc_hash::FxHashMap as HashMap;
 
 #[derive(Default)]
 pub struct Dmabuf {
-    /// RM's dma-buf capability per (client, device), asked once.
-    capable: HashMap<(u32, u32), Result<bool, u32>>,
+    /// RM's dma-buf capability per (client, device), asked once RM can answer.
+    capable: HashMap<(u32, u32), bool>,
     /// Live dma-buf MRs per memory object they cover.
     users: HashMap<MemRef, u32>,
 }
 
 impl Dmabuf {
     fn capability(&mut self, t: &Tracker, rm: &mut dyn Rm, client: u32, device: u32) -> Result<bool, u32> {
-        if let Some(r) = self.capable.get(&(client, device)) {
-            return *r;
+        if let Some(&r) = self.capable.get(&(client, device)) {
+            return Ok(r);
         }
+        // only RM's answer is kept: a question asked before the device has its subdevice, or one
+        // RM refused, is asked again next time
         let r = match (t.client_fd(client), t.subdevice_of(client, device)) {
             (Some(ctl_fd), Some(sub)) => rm.gpu_dmabuf_capable(Client { handle: client, ctl_fd }, sub),
             _ => Err(status::NV_ERR_INVALID_OBJECT_PARENT),
         };
-        self.capable.insert((client, device), r);
+        if let Ok(answer) = r {
+            self.capable.insert((client, device), answer);
+        }
         r
     }
 

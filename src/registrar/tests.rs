@@ -21,6 +21,9 @@ struct FakeRm {
     fail_va_space: bool,
     fail_alloc: Option<u32>,
     frees: u32,
+    /// RM's answer to the dma-buf capability question (`None`: the question is a test failure)
+    dmabuf_capable: Option<bool>,
+    capability_asked: u32,
 }
 impl Rm for FakeRm {
     fn alloc_p2p(&mut self, _c: Client, sub: u32) -> Result<u32, u32> {
@@ -62,7 +65,8 @@ impl Rm for FakeRm {
         Ok(())
     }
     fn gpu_dmabuf_capable(&mut self, _c: Client, _sub: u32) -> Result<bool, u32> {
-        panic!("the NV503C route asks no dma-buf question")
+        self.capability_asked += 1;
+        Ok(self.dmabuf_capable.expect("the NV503C route asks no dma-buf question"))
     }
     fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<i32, u32> {
         panic!("the NV503C route exports nothing")
@@ -590,4 +594,20 @@ fn a_stale_dmabuf_reference_is_not_taken_for_another_mr() {
     assert_eq!(r.take_mr(0xa, 0x5555_0000), None, "0xa is now a host MR");
     assert_eq!((r.live_mrs(), r.dmabuf_mrs()), (1, 1), "the stale reference is finished");
     assert!(matches!(r.take_mr(0xb, VA + 0x1000), Some(HeldRef::Dmabuf { va, .. }) if va == VA + 0x1000));
+}
+
+/// A capability question asked before the device has a subdevice gets no answer from RM: that is
+/// not kept, and RM is asked once the subdevice exists (review: the error stayed for good).
+#[test]
+fn a_capability_question_asked_too_early_is_asked_again() {
+    let mut t = Tracker::new();
+    t.apply(&Event::RootClient { fd: 8, h_client: C });
+    t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
+    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
+    let mut rm = FakeRm { dmabuf_capable: Some(true), ..Default::default() };
+    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), None, "no subdevice yet");
+    t.apply(&Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: SUB, subdevice_id: 0 });
+    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), Some(true));
+    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), Some(true));
+    assert_eq!(rm.capability_asked, 1, "RM's answer is kept");
 }
