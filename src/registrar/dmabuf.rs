@@ -100,7 +100,8 @@ impl Dmabuf {
         let mems: Vec<MemRef> = match *call {
             Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
                 Some(ObjKind::Memory { .. }) => vec![MemRef { client: h_client, memory: h_object }],
-                Some(_) => self.users.keys().filter(|m| m.client == h_client).copied().collect(),
+                // RM frees what lies under the object (a device's memory, a client's everything)
+                Some(_) => self.users.keys().filter(|m| m.client == h_client && lies_under(t, **m, h_object)).copied().collect(),
                 None => Vec::new(),
             },
             Pending::UvmFree { base } => t.map.memory_in(base, base.saturating_add(t.uvm_free_extent(base, None))),
@@ -122,4 +123,21 @@ impl Dmabuf {
         }
         out
     }
+}
+
+/// Whether `object` is among `mem`'s ancestors in the tracker's tree of RM objects.
+fn lies_under(t: &Tracker, mem: MemRef, object: u32) -> bool {
+    let mut h = mem.memory;
+    // (RM's tree is a few levels deep: memory, device, client; the bound stops any loop)
+    for _ in 0..8 {
+        let Some(o) = t.object(mem.client, h) else { return false };
+        if o.parent == object {
+            return true;
+        }
+        if o.parent == h {
+            return false; // the client, its own parent
+        }
+        h = o.parent;
+    }
+    false
 }

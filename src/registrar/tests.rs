@@ -611,3 +611,17 @@ fn a_capability_question_asked_too_early_is_asked_again() {
     assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), Some(true));
     assert_eq!(rm.capability_asked, 1, "RM's answer is kept");
 }
+
+/// A free of an object says a dma-buf MR's memory is still in use only when the memory lies under
+/// it (review: any object of the client did, an event or a subdevice too).
+#[test]
+fn only_a_free_over_the_memory_says_a_dmabuf_mr_still_uses_it() {
+    let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
+    t.apply(&Event::OtherObject { h_client: C, h_parent: DEV, h_object: 0x77, class: 0x79 });
+    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
+    let e = Export { fd: 5, offset: 0, pieces: 1, bytes: 0x20_0000, mems: vec![MemRef { client: C, memory: 0x10 }] };
+    r.after_dmabuf_reg(0xa, &e, 0, 0x7f00_0000_0000);
+    let mut in_use = |h| r.before_driver_call(&t, &mut FakeRm::default(), Pending::RmFree { h_client: C, h_object: h }).1.len();
+    assert_eq!((in_use(0x77), in_use(SUB), in_use(VAS)), (0, 0, 0), "an event, the subdevice, the VA space");
+    assert_eq!((in_use(0x10), in_use(DEV), in_use(C)), (1, 1, 1), "the memory, its device, its client");
+}
