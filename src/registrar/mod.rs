@@ -15,6 +15,8 @@ pub mod dmabuf;
 pub mod nv503c;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_dmabuf;
 
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::status::{self, Call};

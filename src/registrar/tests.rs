@@ -6,24 +6,24 @@ use crate::abi::status::{self, Call};
 use crate::decode::{Event, P2pCtrl};
 use crate::tracker::Tracker;
 
-const C: u32 = 0xc1d0_0001;
-const DEV: u32 = 0x5c00_0002;
-const SUB: u32 = 0x5c00_0003;
-const VAS: u32 = 0x5c00_0009;
-const GPU: [u8; 16] = [9; 16];
+pub(super) const C: u32 = 0xc1d0_0001;
+pub(super) const DEV: u32 = 0x5c00_0002;
+pub(super) const SUB: u32 = 0x5c00_0003;
+pub(super) const VAS: u32 = 0x5c00_0009;
+pub(super) const GPU: [u8; 16] = [9; 16];
 
 /// A fake RM that enforces the 503C rules the registrar depends on.
 #[derive(Default)]
-struct FakeRm {
-    p2p: Vec<(u32, u32)>, // (subdevice, handle)
+pub(super) struct FakeRm {
+    pub(super) p2p: Vec<(u32, u32)>, // (subdevice, handle)
     vaspaces: u32,
-    regs: Vec<VidmemTuple>,
+    pub(super) regs: Vec<VidmemTuple>,
     fail_va_space: bool,
     fail_alloc: Option<u32>,
     frees: u32,
     /// RM's answer to the dma-buf capability question (`None`: the question is a test failure)
-    dmabuf_capable: Option<bool>,
-    capability_asked: u32,
+    pub(super) dmabuf_capable: Option<bool>,
+    pub(super) capability_asked: u32,
 }
 impl Rm for FakeRm {
     fn alloc_p2p(&mut self, _c: Client, sub: u32) -> Result<u32, u32> {
@@ -74,7 +74,7 @@ impl Rm for FakeRm {
     fn close_fd(&mut self, _fd: i32) {}
 }
 
-fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
+pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
     let mut t = Tracker::new();
     t.apply(&Event::RootClient { fd: 8, h_client: C });
     t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
@@ -562,66 +562,4 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     assert_eq!(t.uvm_free_extent(B, None), 0x400_0000, "what the decision would take down");
     assert!(r.may_touch(&call, fresh.unwrap()), "the release gets its decision: a registration lies in the range");
     assert_eq!(rm.regs.len(), 1);
-}
-
-/// A map that missed a call the driver accepted registers and exports nothing, on either route.
-#[test]
-fn an_incomplete_map_registers_and_exports_nothing() {
-    const VA: u64 = 0x7f00_0000_0000;
-    let mut t = tracker_with(&[(0x10, VA, 0x20_0000)]);
-    t.incomplete = true;
-    let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
-    assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "no RM call");
-    let mut d = Registrar::with_route(false, Ok(Route::Dmabuf));
-    assert!(matches!(d.export(&t, &mut rm, VA, 0x1000, 0), Err(RegMiss::MapIncomplete)));
-    assert!(matches!(d.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
-    t.incomplete = false;
-    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Hit { fresh: true, .. }), "the same map, complete");
-}
-
-/// A dma-buf MR whose deregistration got past gdrshim leaves its reference under its pointer;
-/// when malloc gives the pointer to another MR, the reference is not taken for that one (the
-/// hook would write the old MR's address into it) but finished.
-#[test]
-fn a_stale_dmabuf_reference_is_not_taken_for_another_mr() {
-    const VA: u64 = 0x7f00_0000_0000;
-    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
-    let e = Export { fd: 5, offset: 0, pieces: 1, bytes: 0x20_0000, mems: vec![MemRef { client: C, memory: 0x10 }] };
-    r.after_dmabuf_reg(0xa, &e, 0, VA);
-    r.after_dmabuf_reg(0xb, &e, 0, VA + 0x1000);
-    assert_eq!((r.live_mrs(), r.dmabuf_mrs()), (2, 2));
-    assert_eq!(r.take_mr(0xa, 0x5555_0000), None, "0xa is now a host MR");
-    assert_eq!((r.live_mrs(), r.dmabuf_mrs()), (1, 1), "the stale reference is finished");
-    assert!(matches!(r.take_mr(0xb, VA + 0x1000), Some(HeldRef::Dmabuf { va, .. }) if va == VA + 0x1000));
-}
-
-/// A capability question asked before the device has a subdevice gets no answer from RM: that is
-/// not kept, and RM is asked once the subdevice exists (review: the error stayed for good).
-#[test]
-fn a_capability_question_asked_too_early_is_asked_again() {
-    let mut t = Tracker::new();
-    t.apply(&Event::RootClient { fd: 8, h_client: C });
-    t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
-    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
-    let mut rm = FakeRm { dmabuf_capable: Some(true), ..Default::default() };
-    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), None, "no subdevice yet");
-    t.apply(&Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: SUB, subdevice_id: 0 });
-    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), Some(true));
-    assert_eq!(r.probe_gpu_dmabuf(&t, &mut rm), Some(true));
-    assert_eq!(rm.capability_asked, 1, "RM's answer is kept");
-}
-
-/// A free of an object says a dma-buf MR's memory is still in use only when the memory lies under
-/// it (review: any object of the client did, an event or a subdevice too).
-#[test]
-fn only_a_free_over_the_memory_says_a_dmabuf_mr_still_uses_it() {
-    let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
-    t.apply(&Event::OtherObject { h_client: C, h_parent: DEV, h_object: 0x77, class: 0x79 });
-    let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
-    let e = Export { fd: 5, offset: 0, pieces: 1, bytes: 0x20_0000, mems: vec![MemRef { client: C, memory: 0x10 }] };
-    r.after_dmabuf_reg(0xa, &e, 0, 0x7f00_0000_0000);
-    let mut in_use = |h| r.before_driver_call(&t, &mut FakeRm::default(), Pending::RmFree { h_client: C, h_object: h }).1.len();
-    assert_eq!((in_use(0x77), in_use(SUB), in_use(VAS)), (0, 0, 0), "an event, the subdevice, the VA space");
-    assert_eq!((in_use(0x10), in_use(DEV), in_use(C)), (1, 1, 1), "the memory, its device, its client");
 }
