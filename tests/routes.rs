@@ -123,6 +123,18 @@ fn the_route_matrix() {
     }
 }
 
+/// A route asked before the program has a GPU RM can answer for (its device without a subdevice
+/// yet) is not decided then: the first GPU registration decides it on what RM says by then.
+#[test]
+fn a_route_asked_too_early_is_decided_later() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("early", &rig, &["early"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let line = out.lines().find(|l| l.starts_with("routes early ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert_eq!((field(line, "before"), field(line, "route"), field(line, "registered")), ("0", "1", "yes"), "{line}\n{err}");
+    assert_eq!(summary(&err)["route"], "dmabuf", "{err}");
+}
+
 #[test]
 fn the_dmabuf_route_gives_the_nic_exactly_the_mapped_memory() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };

@@ -63,6 +63,11 @@ impl Shim {
         // DMA-BUF's facts are asked only where that route may be taken
         let may_dmabuf = self.cfg.route != route::Wish::Nv503c && table.dmabuf_export;
         let gpu_dmabuf = if may_dmabuf { registrar.probe_gpu_dmabuf(tracker, rm) } else { None };
+        // asked before the program has a GPU whose capability RM can tell (a device attribute
+        // read before CUDA made its context): nothing is known yet, so nothing is decided
+        if may_dmabuf && gpu_dmabuf.is_none() && !tracker.devices().iter().any(|&(c, d)| tracker.subdevice_of(c, d).is_some()) {
+            return None;
+        }
         let verbs_dmabuf = may_dmabuf && verbs_has_dmabuf();
         let facts = Facts { gpu_dmabuf, export_abi: table.dmabuf_export, verbs_dmabuf, peermem: self.peermem_loaded() };
         let choice = route::choose(self.cfg.route, &facts);

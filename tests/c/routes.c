@@ -72,6 +72,10 @@ static void gpu_free(int g, uint64_t va, uint64_t size, uint32_t h) {
   rm_free(dev[g], h);
 }
 
+// "early": the route is asked once the GPU's device exists but before its subdevice does (a device
+// attribute read before CUDA made its context)
+static int ask_early, early_route = -1;
+
 static void setup(void) {
   const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
   snprintf(p, sizeof p, "%s/nvidiactl", d); ctl = open(p, O_RDWR | O_CLOEXEC);
@@ -83,6 +87,7 @@ static void setup(void) {
   for (int g = 0; g < 2; g++) {
     uint8_t dp[56] = {0}; uint32_t id = g; memcpy(dp, &id, 4);
     dev[g] = rm_alloc(client, 0x80, dp);
+    if (ask_early && g == 0) early_route = gdrshim_dl_gdr_route();
     uint32_t sp = 0; sub[g] = rm_alloc(dev[g], 0x2080, &sp);
     uint8_t vp[56] = {0}; vas[g] = rm_alloc(dev[g], 0x90f1, vp);
     uint8_t r[32] = {0}; memcpy(r, uuid[g], 16); memcpy(r + 16, &ctl, 4); memcpy(r + 20, &client, 4); memcpy(r + 24, &vas[g], 4);
@@ -126,6 +131,14 @@ static int matrix(void) {
   errno = 0;
   struct ibv_mr *m = vreg((void *)0x1, (void *)BASE, 4 * K64, 0xf);
   printf("routes matrix ok route=%d active=%d registered=%s errno=%d\n", gdrshim_dl_gdr_route(), gdrshim_dl_gdr_active(), m ? "yes" : "no", m ? 0 : errno);
+  if (m) vdereg(m);
+  return 0;
+}
+
+static int early(void) {
+  gpu_alloc(0, BASE, 4 * K64);
+  struct ibv_mr *m = vreg((void *)0x1, (void *)BASE, 4 * K64, 0xf);
+  printf("routes early ok before=%d route=%d registered=%s\n", early_route, gdrshim_dl_gdr_route(), m ? "yes" : "no");
   if (m) vdereg(m);
   return 0;
 }
@@ -203,7 +216,9 @@ static int refused(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
+  ask_early = !strcmp(argv[1], "early");
   setup();
+  if (ask_early) return early();
   if (!strcmp(argv[1], "matrix")) return matrix();
   if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
   if (!strcmp(argv[1], "cuda")) return cuda();
