@@ -378,7 +378,9 @@ impl Pipeline {
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
-            self.lost.store(true, SeqCst);
+            if matches!(w, Work::Event(_)) {
+                self.lost.store(true, SeqCst);
+            }
             return Err(w);
         };
         if let (true, Work::Event(ref ev)) = (q.record_born, &w) {

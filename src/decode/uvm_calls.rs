@@ -78,8 +78,10 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
             None => return Outcome::Malformed("UVM_UNMAP_EXTERNAL too short"),
         },
         // to the map, a sparse mapping is no memory: what the GPU had mapped there is gone
+        // (UVM unmaps before anything that can fail: a refusal after it leaves the range unmapped,
+        // and dropping a mapping from the map is the safe direction whatever rmStatus says)
         uvm::MAP_EXTERNAL_SPARSE => match read_pod::<Sparse>(arg) {
-            Some(p) => failed_or(rc, p.rm_status, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
+            Some(p) => failed_or(rc, 0, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
             None => return Outcome::Malformed("UVM_MAP_EXTERNAL_SPARSE too short"),
         },
         _ if t.uvm_free_has_length => match read_pod::<FreeV535>(arg) {
