@@ -378,9 +378,7 @@ impl Pipeline {
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
-            if matches!(w, Work::Event(_)) {
-                self.lost.store(true, SeqCst);
-            }
+            self.lost.fetch_or(matches!(w, Work::Event(_)), SeqCst);
             return Err(w);
         };
         if let (true, Work::Event(ref ev)) = (q.record_born, &w) {
@@ -581,8 +579,7 @@ mod tests {
         assert!(q.lend_for_release(Duration::from_secs(1), |_| true, || Some(new_memory), &mut |_| {}).is_some());
     }
 
-    /// Work dropped for want of the queue's lock: the map is marked incomplete (no registration
-    /// is made on it) and even a release of something new gets its decision.
+    /// A dropped call marks the map incomplete; even a release of something new is decided.
     #[test]
     fn a_dropped_call_marks_the_map_incomplete() {
         let p = registering_pipeline(true);
