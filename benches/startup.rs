@@ -88,19 +88,23 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
 
 /// tests/rust/nostd_preload.rs: no std, so panics abort (there is no unwinder to catch them with).
 fn build_nostd(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rust/nostd_preload.rs");
-    let so = dir.join("libnostd.so");
+    rustc_cdylib("nostd_preload", &dir.join("libnostd.so"), &["-C", "opt-level=3", "-C", "panic=abort"])
+}
+
+/// Builds tests/rust/NAME.rs with rustc alone (no crates) as the cdylib `so`.
+fn rustc_cdylib(name: &str, so: &std::path::Path, flags: &[&str]) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/rust/{name}.rs"));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let st = std::process::Command::new(rustc)
-        .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", "nostd_preload"])
-        .args(["-C", "opt-level=3", "-C", "panic=abort"])
+        .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", name])
+        .args(flags)
         .arg("-o")
-        .arg(&so)
+        .arg(so)
         .arg(&src)
         .status()
         .unwrap();
     assert!(st.success(), "rustc {}", src.display());
-    so
+    so.to_path_buf()
 }
 
 /// tests/rust/floor_preload.rs as libgdrshim.so is built: the release profile's codegen, and
@@ -112,19 +116,10 @@ fn build_floor(dir: &std::path::Path) -> std::path::PathBuf {
     let eh = std::path::PathBuf::from(String::from_utf8_lossy(&eh.stdout).trim());
     assert!(eh.is_absolute() && eh.is_file(), "no libgcc_eh.a: the floor would load libgcc_s.so.1, which libgdrshim.so does not");
     std::fs::copy(&eh, unwind.join("libgcc_s.a")).unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rust/floor_preload.rs");
-    let so = dir.join("libfloor.so");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let st = std::process::Command::new(rustc)
-        .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", "floor_preload"])
-        .args(["-C", "opt-level=3", "-C", "codegen-units=1", "-C", "lto=fat", "-C", "panic=unwind"])
-        .arg("-L")
-        .arg(format!("native={}", unwind.display()))
-        .arg("-o")
-        .arg(&so)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "rustc {}", src.display());
-    so
+    let native = format!("native={}", unwind.display());
+    rustc_cdylib(
+        "floor_preload",
+        &dir.join("libfloor.so"),
+        &["-C", "opt-level=3", "-C", "codegen-units=1", "-C", "lto=fat", "-C", "panic=unwind", "-L", &native],
+    )
 }

@@ -74,6 +74,11 @@ impl Rm for FakeRm {
     fn close_fd(&mut self, _fd: i32) {}
 }
 
+/// UVM_MAP_EXTERNAL_ALLOCATION of memory `h` of client C at `[base, base+length)` on GPU.
+fn map_on_gpu(base: u64, length: u64, offset: u64, h: u32) -> Event {
+    Event::UvmMapExternal { base, length, offset, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h }
+}
+
 pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
     let mut t = Tracker::new();
     t.apply(&Event::RootClient { fd: 8, h_client: C });
@@ -84,15 +89,7 @@ pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
     for &(h, va, len) in maps {
         t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
         t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-        t.apply(&Event::UvmMapExternal {
-            base: va,
-            length: len,
-            offset: 0,
-            gpus: smallvec::smallvec![GPU],
-            rm_ctrl_fd: 8,
-            h_client: C,
-            h_memory: h,
-        });
+        t.apply(&map_on_gpu(va, len, 0, h));
     }
     t
 }
@@ -148,15 +145,7 @@ fn misses_register_nothing() {
 fn unaligned_mapping_is_a_miss_not_a_guess() {
     let mut t = tracker_with(&[]);
     t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
-    t.apply(&Event::UvmMapExternal {
-        base: 0x7f00_0000_1000,
-        length: 0x8000,
-        offset: 0x1000,
-        gpus: smallvec::smallvec![GPU],
-        rm_ctrl_fd: 8,
-        h_client: C,
-        h_memory: 0x20,
-    });
+    t.apply(&map_on_gpu(0x7f00_0000_1000, 0x8000, 0x1000, 0x20));
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
     assert!(rm.p2p.is_empty());
@@ -201,15 +190,7 @@ fn release_before_free_and_the_same_memory_at_a_new_va() {
     assert_eq!(gone.len(), 1);
     assert!(rm.regs.is_empty());
     t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
-    t.apply(&Event::UvmMapExternal {
-        base: 0x7f00_1000_0000,
-        length: 0x20_0000,
-        offset: 0,
-        gpus: smallvec::smallvec![GPU],
-        rm_ctrl_fd: 8,
-        h_client: C,
-        h_memory: 0x10,
-    });
+    t.apply(&map_on_gpu(0x7f00_1000_0000, 0x20_0000, 0, 0x10));
     let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
     assert!(matches!(b, Decision::Hit { fresh: true, .. }));
     r.after_reg(&mut rm, &b, 0xb);
@@ -241,15 +222,7 @@ fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
     // other memory over part of it: unregistered before UVM replaces it
     let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
     assert_eq!(r.before_driver_call(&t, &mut rm, other).0.len(), 1);
-    t.apply(&Event::UvmMapExternal {
-        base: 0x7f00_0030_0000,
-        length: 0x1_0000,
-        offset: 0,
-        gpus: smallvec::smallvec![GPU],
-        rm_ctrl_fd: 8,
-        h_client: C,
-        h_memory: 0x11,
-    });
+    t.apply(&map_on_gpu(0x7f00_0030_0000, 0x1_0000, 0, 0x11));
     // and the mapping it cut is no longer registrable as a whole
     let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
     assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
@@ -340,15 +313,7 @@ fn model_based_random_operations() {
                 let offset = rnd(size >> 16) << 16;
                 let len = (1 + rnd((size - offset) >> 16)) << 16;
                 t.apply(&Event::UvmCreateExternalRange { base: slot, length: len });
-                t.apply(&Event::UvmMapExternal {
-                    base: slot,
-                    length: len,
-                    offset,
-                    gpus: smallvec::smallvec![GPU],
-                    rm_ctrl_fd: 8,
-                    h_client: C,
-                    h_memory: h,
-                });
+                t.apply(&map_on_gpu(slot, len, offset, h));
                 maps.insert(slot, (len, h, offset));
             }
             30..=37 if !maps.is_empty() => {
@@ -531,15 +496,7 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     let mut t = tracker_with(&[]);
     t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
     t.apply(&Event::UvmCreateExternalRange { base: B, length: 0x400_0000 });
-    t.apply(&Event::UvmMapExternal {
-        base: B + 0x200_0000,
-        length: 0x20_0000,
-        offset: 0,
-        gpus: smallvec::smallvec![GPU],
-        rm_ctrl_fd: 8,
-        h_client: C,
-        h_memory: 0x10,
-    });
+    t.apply(&map_on_gpu(B + 0x200_0000, 0x20_0000, 0, 0x10));
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let a = r.before_reg(&t, &mut rm, B + 0x200_0000, 0x1000);
     assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
