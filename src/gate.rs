@@ -77,8 +77,9 @@ fn another_copy_first() -> bool {
     let global = unsafe { dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()) };
     // (our own exported names may resolve to the other copy even from inside this one: the
     // object is told by the address of a function nobody can interpose)
-    let (Some(theirs), Some(ours)) = (object_of(global), object_of(another_copy_first as *mut c_void)) else { return false };
-    if theirs.0 == ours.0 {
+    let (Some(theirs), Some(ours)) = (object_of(global), object_of(this_copy())) else { return false };
+    // (a dlopened copy's RTLD_DEFAULT sees its own scope: this library itself is no other copy)
+    if theirs.0 == ours.0 || object_of(another_copy_first as *mut c_void).is_some_and(|me| me.0 == theirs.0) {
         return false;
     }
     crate::log::raw_line(
@@ -86,6 +87,12 @@ fn another_copy_first() -> bool {
         &format!("another copy of gdrshim ({}) is loaded before this one ({}): this copy stays inert", theirs.1, ours.1),
     );
     true
+}
+
+/// An address inside the object whose exports are this copy's hooks: the front that loaded it
+/// (src/front), or this copy itself.
+fn this_copy() -> *mut c_void {
+    crate::real::front_object().unwrap_or(this_copy as *mut c_void)
 }
 
 /// The loaded object `p` lies in: its base address and file name.
@@ -116,7 +123,7 @@ pub fn hooks_in_place() -> bool {
     // SAFETY: lookups of C-string names in the global scope.
     let (version, ioctl) =
         unsafe { (dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()), dlsym(libc::RTLD_DEFAULT, c"ioctl".as_ptr())) };
-    let ours = object_of(hooks_in_place as *mut c_void).map(|o| o.0);
+    let ours = object_of(this_copy()).map(|o| o.0);
     ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get(c"ioctl", None)
 }
 

@@ -114,8 +114,9 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
         &[("GDRSHIM_TEST_DEV_DIR", dev.as_os_str()), ("GDRSHIM_MODE", "shadow".as_ref())],
     );
     assert_eq!(field(&line, "ok"), 1000, "{line}");
-    // one fstat, at its first ioctl, whatever its number; never again
-    assert!(field(&line, "stat_5000") <= 1, "{line}");
+    // one fstat, at its first ioctl, whatever its number; never again (through the front, the fd
+    // that wakes the core is looked at by both)
+    assert!(field(&line, "stat_5000") <= if common::via_front() { 2 } else { 1 }, "{line}");
     let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
 }

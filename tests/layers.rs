@@ -31,11 +31,12 @@ fn rank(m: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&m))
 }
 
-/// The top-level module of a file under src/ (`None`: the crate root, a binary, or `preload/`,
-/// the package that builds libgdrshim.so from this crate and names none of its modules).
+/// The top-level module of a file under src/ (`None`: the crate root, a binary, `preload/`, the
+/// package that builds the core library from this crate and names none of its modules, or
+/// `front/`, the front library, a crate of its own).
 fn module_of(rel: &Path) -> Option<String> {
     let first = rel.components().next()?.as_os_str().to_str()?.to_string();
-    if first == "lib.rs" || first == "bin" || first == "preload" {
+    if first == "lib.rs" || first == "bin" || first == "preload" || first == "front" {
         return None;
     }
     Some(first.trim_end_matches(".rs").to_string())

@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod dl;
 pub mod fd;
+pub mod front;
 pub mod ioctl;
 pub mod query;
 pub mod slots;

@@ -29,7 +29,47 @@ pub fn build(tag: &str) -> Env {
         .current_dir(root));
     let dir = std::env::temp_dir().join(format!("gdrshim-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("dev")).unwrap();
-    Env { dir, shim: root.join("target/knobs/release/libgdrshim.so") }
+    let core = root.join("target/knobs/release/libgdrshim.so");
+    // GDRSHIM_TEST_VIA_FRONT=1: every test through the front, as the release ships the two
+    let shim = if via_front() { front_pair(&core, true) } else { core };
+    Env { dir, shim }
+}
+
+/// Whether the tests run through the front (GDRSHIM_TEST_VIA_FRONT=1).
+#[allow(dead_code)]
+pub fn via_front() -> bool {
+    std::env::var_os("GDRSHIM_TEST_VIA_FRONT").is_some_and(|v| v == "1")
+}
+
+/// The core library with the test knobs, preloaded itself (what `build` makes).
+#[allow(dead_code)]
+pub fn knobs_core() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/knobs/release/libgdrshim.so")
+}
+
+/// The front library (src/front, a cargo workspace of its own) beside `core` as a release ships
+/// them: `<target>/front-pair[-knobs]/libgdrshim.so` and `libgdrshim-core.so`. Returns the front.
+#[allow(dead_code)]
+pub fn front_pair(core: &Path, knobs: bool) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (target, pair) = if knobs { ("target/knobs-front", "target/front-pair-knobs") } else { ("target/front", "target/front-pair") };
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "--release", "--locked", "--manifest-path", "src/front/Cargo.toml"]).env("CARGO_TARGET_DIR", root.join(target));
+    if knobs {
+        c.args(["--features", "knobs"]);
+    }
+    sh(c.current_dir(root));
+    let pair = root.join(pair);
+    std::fs::create_dir_all(&pair).unwrap();
+    // each through a new name and a rename: a test of another binary may be loading them now
+    let tmp = format!(".{}-{:?}", std::process::id(), std::thread::current().id());
+    for (from, to) in [(root.join(target).join("release/libgdrshim_front.so"), "libgdrshim.so"), (core.to_path_buf(), "libgdrshim-core.so")]
+    {
+        let t = pair.join(format!("{to}{tmp}"));
+        std::fs::copy(&from, &t).unwrap();
+        std::fs::rename(&t, pair.join(to)).unwrap();
+    }
+    pair.join("libgdrshim.so")
 }
 
 /// The release library as it ships (no knobs), built by `cargo build --release`.

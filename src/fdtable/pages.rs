@@ -1,0 +1,113 @@
+//! The fd table's bytes: one per fd, for any fd number, in pages mapped on first use.
+//!
+//! Shared, through `#[path]`, with the front library (src/front), which has no std: core and libc
+//! only here, and nothing that can panic.
+
+use core::ffi::c_int;
+use core::sync::atomic::{
+    AtomicPtr, AtomicU8,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
+
+/// A byte no one has classified (or one forgotten: the fd was closed or reopened).
+pub const UNKNOWN: u8 = 0;
+pub const NOT_NV: u8 = 1;
+
+/// fds per page of the table; pages are mapped when an fd in them is first classified (fd numbers
+/// go up to `RLIMIT_NOFILE`, at most 2^31).
+///
+/// Nothing of the table is in the library's own memory: a large `.bss` is one more mapping the
+/// loader makes in every process at start-up (issue 16's per-exec cost).
+const PAGE: usize = 4096;
+const PAGES: usize = (i32::MAX as usize + 1) / PAGE;
+/// Page 0 (fds below 4096); null until an fd there is classified, and a null page is all UNKNOWN.
+static FIRST: AtomicPtr<AtomicU8> = AtomicPtr::new(core::ptr::null_mut());
+/// The directory of pages 1.. by fd / PAGE (512 Ki pointers: 4 MiB of zero pages the kernel backs
+/// only where touched), mapped when an fd of 4096 or more is first classified.
+static MORE: AtomicPtr<AtomicPtr<AtomicU8>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The zeroed mapping of `bytes` in `slot`, mapped now if `create` (never freed: fds are reused).
+fn mapped<T>(slot: &AtomicPtr<T>, bytes: usize, create: bool) -> Option<*mut T> {
+    let p = slot.load(Acquire);
+    if !p.is_null() {
+        return Some(p);
+    }
+    if !create {
+        return None;
+    }
+    // mmap, not malloc: this runs inside hooks (a signal handler's ioctl, a forked child).
+    // NORESERVE: the directory is 4 MiB of which a page or two is ever touched; not charged
+    // against a strict overcommit limit.
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: an anonymous private mapping of `bytes`; checked below.
+    let m = unsafe {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        libc::mmap64(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+    };
+    if m == libc::MAP_FAILED {
+        // the byte stays unknown (looked at again); the hook's caller (a dup that worked) keeps
+        // its errno
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = e };
+        return None;
+    }
+    match slot.compare_exchange(core::ptr::null_mut(), m as *mut T, AcqRel, Acquire) {
+        Ok(_) => Some(m as *mut T),
+        Err(other) => {
+            // another thread mapped it first
+            // SAFETY: our own mapping of `bytes`, never shared.
+            unsafe { libc::munmap(m, bytes) };
+            Some(other)
+        }
+    }
+}
+
+/// The page holding `fd`'s byte, mapped if `create`.
+fn page(fd: c_int, create: bool) -> Option<&'static [AtomicU8; PAGE]> {
+    let fd = usize::try_from(fd).ok()?;
+    let p = if fd < PAGE {
+        mapped(&FIRST, PAGE, create)?
+    } else {
+        let dir = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), create)?;
+        // SAFETY: dir is a live, zero-initialised mapping of PAGES pointers that is never
+        // unmapped, fd / PAGE < PAGES, and null is a valid AtomicPtr.
+        let slot = unsafe { &*dir.add(fd / PAGE) };
+        mapped(slot, PAGE, create)?
+    };
+    // SAFETY: p is a live, zero-initialised mapping of PAGE bytes that is never unmapped; a byte
+    // of zeros is a valid AtomicU8.
+    Some(unsafe { &*(p as *const [AtomicU8; PAGE]) })
+}
+
+/// The cached byte for `fd`: [`UNKNOWN`], [`NOT_NV`] or an NVIDIA kind.
+#[inline(always)]
+pub fn cached(fd: c_int) -> u8 {
+    let first = FIRST.load(Acquire);
+    if fd >= 0 && (fd as usize) < PAGE && !first.is_null() {
+        // SAFETY: a page of PAGE AtomicU8 (see `page`), and fd < PAGE.
+        unsafe { (*first.add(fd as usize)).load(Relaxed) }
+    } else {
+        cached_high(fd)
+    }
+}
+
+#[cold]
+fn cached_high(fd: c_int) -> u8 {
+    page(fd, false).map_or(UNKNOWN, |p| p[fd as usize % PAGE].load(Relaxed))
+}
+
+pub fn store(fd: c_int, b: u8) {
+    // an unknown byte needs no page; a byte that cannot be stored stays unknown (re-checked)
+    if let Some(p) = page(fd, b != UNKNOWN) {
+        p[fd as usize % PAGE].store(b, Relaxed);
+    }
+}
+
+/// Like [`store`], but maps nothing: a process that opens files and never ioctls them pays no
+/// mapping.
+pub fn store_if_mapped(fd: c_int, b: u8) {
+    if let Some(p) = page(fd, false) {
+        p[fd as usize % PAGE].store(b, Relaxed);
+    }
+}

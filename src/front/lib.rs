@@ -1,0 +1,236 @@
+//! libgdrshim.so as it ships: the front. It carries every hook the process calls, and nothing
+//! else: no std, no allocation, a few imports, so that a process that never touches a GPU (the
+//! shells, compilers and tools of a job, all preloaded) pays for loading a library about what a
+//! minimal C preload library costs (issue 16).
+//!
+//! When the process first does something only a GPU program does (an ioctl on an NVIDIA device
+//! node, a verbs registration, a CUDA entry point, a `dlsym` of one, a gdrshim query), the front
+//! loads libgdrshim-core.so from its own folder with `dlopen` and hands it every call from then
+//! on. The core sees all NVIDIA calls from the first one, as when it is preloaded itself: no
+//! NVIDIA ioctl is ever forwarded unseen while a core can be had. Without a core (missing,
+//! another version, secure execution) every call is forwarded untouched, as in off mode.
+
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(clippy::missing_safety_doc)] // each export has exactly the contract of its C namesake
+
+#[path = "../real/attach.rs"]
+mod attach;
+#[path = "../real/elf.rs"]
+mod elf;
+#[path = "../fdtable/pages.rs"]
+mod fdpages;
+mod hooks;
+
+use attach::{FrontApi, ATTACHED, CORE_FILE};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
+};
+
+/// Nothing here panics by design (no indexing out of range, no unwrap); if something did, it must
+/// not unwind into C.
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
+}
+
+static VERSION: &[u8] = concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes();
+
+/// libc's `dlsym` and `dlvsym` (the hooks' `dlsym` is ours, so not asked of `dlsym`); read by
+/// the assembly of `hooks::dlsym`.
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Acquire);
+    if p.is_null() {
+        let [dlsym, dlvsym] = elf::libc_dlsym_dlvsym();
+        if dlsym == 0 || dlvsym == 0 {
+            return None;
+        }
+        REAL_DLVSYM.store(dlvsym as *mut c_void, Release);
+        REAL_DLSYM.store(dlsym as *mut c_void, Release);
+        p = dlsym as *mut c_void;
+    }
+    // SAFETY: p is libc's dlsym, found in its symbol table with this C signature.
+    Some(unsafe { core::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// `dlsym(RTLD_NEXT, name)` from inside the front: the definition after it. The core asks
+/// through this too (`FrontApi::next`).
+unsafe extern "C" fn next(name: *const c_char) -> *mut c_void {
+    match real_dlsym() {
+        // SAFETY: RTLD_NEXT with the caller's C string; the caller address is inside the front.
+        Some(f) => unsafe { f(libc::RTLD_NEXT, name) },
+        None => core::ptr::null_mut(),
+    }
+}
+
+/// A libc function after the front, looked up at its first use and kept (libc is never unloaded).
+pub(crate) struct Libc(AtomicPtr<c_void>);
+impl Libc {
+    pub(crate) const fn new() -> Self {
+        Libc(AtomicPtr::new(core::ptr::null_mut()))
+    }
+    #[inline(always)]
+    pub(crate) fn get(&self, name: &CStr) -> *mut c_void {
+        let p = self.0.load(Acquire);
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: a valid C string.
+        let p = unsafe { next(name.as_ptr()) };
+        self.0.store(p, Release);
+        p
+    }
+}
+
+/// The core's functions that the front's own hooks hand their calls to, once it is attached
+/// (null before: the front's path). In the order of [`CORE_NAMES`].
+pub(crate) static CORE: [AtomicPtr<c_void>; CORE_NAMES.len()] = [const { AtomicPtr::new(core::ptr::null_mut()) }; CORE_NAMES.len()];
+const CORE_NAMES: [&CStr; 13] =
+    [c"ioctl", c"open", c"open64", c"openat", c"openat64", c"close", c"dup", c"dup2", c"dup3", c"fcntl", c"dlsym", c"dlvsym", c"dlclose"];
+pub(crate) const IOCTL: usize = 0;
+pub(crate) const OPEN: usize = 1;
+pub(crate) const OPEN64: usize = 2;
+pub(crate) const OPENAT: usize = 3;
+pub(crate) const OPENAT64: usize = 4;
+pub(crate) const CLOSE: usize = 5;
+pub(crate) const DUP: usize = 6;
+pub(crate) const DUP2: usize = 7;
+pub(crate) const DUP3: usize = 8;
+pub(crate) const FCNTL: usize = 9;
+pub(crate) const DLSYM: usize = 10;
+pub(crate) const DLVSYM: usize = 11;
+pub(crate) const DLCLOSE: usize = 12;
+
+/// The core's function at `i` of [`CORE_NAMES`], if attached.
+#[inline(always)]
+pub(crate) fn core_fn(i: usize) -> Option<*mut c_void> {
+    let p = CORE.get(i)?.load(Acquire);
+    (!p.is_null()).then_some(p)
+}
+
+/// The core's `dlopen` handle, once attached.
+static HANDLE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+pub(crate) fn core_handle() -> *mut c_void {
+    HANDLE.load(Acquire)
+}
+
+const UNTRIED: u8 = 0;
+const LOADED: u8 = 1;
+const NO_CORE: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+
+/// Loads and attaches the core if that was not done yet; whether the process has one.
+///
+/// Threads that come here together each load it (`dlopen` counts references and answers the
+/// same object): none may go on without the core, since an NVIDIA call it forwarded unseen could
+/// be a free the core's map never learns of; and waiting for another thread could wait on one
+/// that waits for the loader's lock this thread holds (an ioctl in a library's constructor).
+pub(crate) fn attach() -> bool {
+    match STATE.load(Acquire) {
+        LOADED => true,
+        NO_CORE => false,
+        _ => {
+            let ok = load_core();
+            STATE.store(if ok { LOADED } else { NO_CORE }, Release);
+            ok
+        }
+    }
+}
+
+fn load_core() -> bool {
+    // Secure execution (setuid, or /etc/ld.so.preload into a privileged program): ld.so trusted
+    // this file, and nothing else is loaded beside it.
+    // SAFETY: getauxval has no preconditions.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return false;
+    }
+    let mut path = [0u8; 4096];
+    if !core_path(&mut path) {
+        say(b"cannot tell its own file, so cannot find ", CORE_FILE, b"");
+        return false;
+    }
+    // SAFETY: path is NUL-terminated (core_path). NODELETE: the hooks keep pointers into it.
+    let h = unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE) };
+    if h.is_null() {
+        // SAFETY: dlerror returns a C string of the loader's, or null.
+        let e = unsafe { libc::dlerror() };
+        let why = if e.is_null() { &b""[..] } else { unsafe { CStr::from_ptr(e) }.to_bytes() };
+        say(b"cannot load ", until_nul(&path), why);
+        return false;
+    }
+    let Some(dlsym) = real_dlsym() else { return false };
+    // SAFETY: lookups in the handle just opened, with valid C strings.
+    let attach_fn = unsafe { dlsym(h, attach::ATTACH.as_ptr()) };
+    let mut fns = [core::ptr::null_mut(); CORE_NAMES.len()];
+    for (f, name) in fns.iter_mut().zip(CORE_NAMES) {
+        // SAFETY: as above.
+        *f = unsafe { dlsym(h, name.as_ptr()) };
+    }
+    if attach_fn.is_null() || fns.iter().any(|f| f.is_null()) {
+        say(until_nul(&path), b" is not a gdrshim core", b"");
+        return false;
+    }
+    let api =
+        FrontApi { size: core::mem::size_of::<FrontApi>(), version: VERSION.as_ptr().cast(), next, object: load_core as *const c_void };
+    type AttachFn = unsafe extern "C" fn(*const FrontApi) -> c_int;
+    // SAFETY: the core's gdrshim_core_attach, with this signature (src/hooks/front.rs).
+    if unsafe { core::mem::transmute::<*mut c_void, AttachFn>(attach_fn)(&api) } != ATTACHED {
+        say(until_nul(&path), b" is of another gdrshim version than this front", b"");
+        return false;
+    }
+    HANDLE.store(h, Release);
+    for (slot, f) in CORE.iter().zip(fns) {
+        slot.store(f, Release);
+    }
+    true
+}
+
+/// `<folder of this file>/libgdrshim-core.so`, NUL-terminated, into `out`.
+fn core_path(out: &mut [u8; 4096]) -> bool {
+    // SAFETY: dladdr only reads the loader's tables; info is a valid out-buffer.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above; the address is a function of this file.
+    if unsafe { libc::dladdr(core_path as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: a C string of the loader's.
+    let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+    // a bare name (found through the library path): the core by its bare name, the same way
+    let folder = me.iter().rposition(|&c| c == b'/').map_or(&b""[..], |i| &me[..=i]);
+    let len = folder.len() + CORE_FILE.len();
+    let Some(dst) = out.get_mut(..len + 1) else { return false };
+    let (f, rest) = dst.split_at_mut(folder.len());
+    f.copy_from_slice(folder);
+    let (c, nul) = rest.split_at_mut(CORE_FILE.len());
+    c.copy_from_slice(CORE_FILE);
+    nul.fill(0);
+    true
+}
+
+fn until_nul(b: &[u8]) -> &[u8] {
+    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
+}
+
+/// One line on stderr, the first time only: the front's only output, when it cannot have a core.
+fn say(a: &[u8], b: &[u8], c: &[u8]) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Relaxed) {
+        return;
+    }
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let e = unsafe { *libc::__errno_location() };
+    for part in [&b"gdrshim: "[..], a, b, c, b"; its hooks only forward\n"] {
+        // SAFETY: writes of our own buffers to stderr; a short or failed write is let go.
+        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}

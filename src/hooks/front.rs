@@ -1,0 +1,25 @@
+//! `gdrshim_core_attach`: how the front library (src/front, the libgdrshim.so that ships) takes
+//! this one into the process when the process first touches a GPU. Until then the front forwards
+//! every call itself, and a process that never touches a GPU never loads this library.
+
+use crate::real::{self, attach::FrontApi, attach::ATTACHED};
+use core::ffi::{c_int, CStr};
+
+/// Takes the front's `RTLD_NEXT` and its place: from now on the real functions are the ones
+/// after the front, and the front's exports are this copy's hooks (`gate::hooks_in_place`).
+/// Refuses (-1) a front of another version or layout: the two files ship together.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn gdrshim_core_attach(api: *const FrontApi) -> c_int {
+    // SAFETY: a non-null api is the front's FrontApi; its size is read before anything else.
+    let Some(api) = (unsafe { api.as_ref() }) else { return -1 };
+    if api.size != core::mem::size_of::<FrontApi>() || api.version.is_null() {
+        return -1;
+    }
+    // SAFETY: version is the front's NUL-terminated version string (checked non-null).
+    let theirs = unsafe { CStr::from_ptr(api.version) }.to_bytes();
+    if theirs != env!("CARGO_PKG_VERSION").as_bytes() {
+        return -1;
+    }
+    real::set_front(api.next, api.object);
+    ATTACHED
+}

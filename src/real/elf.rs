@@ -1,0 +1,148 @@
+//! libc's own `dlsym` and `dlvsym`, found in its dynamic symbol table without calling `dlsym`.
+//!
+//! A library that defines `dlsym` itself cannot ask `dlsym` for the real one. Shared, through
+//! `#[path]`, with the front library (src/front), which has no std: core and libc only here.
+
+use core::ffi::{c_char, c_int, c_void, CStr};
+
+#[repr(C)]
+struct Elf64Dyn {
+    d_tag: i64,
+    d_val: u64,
+}
+const _: () = assert!(core::mem::size_of::<Elf64Dyn>() == 16);
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+
+struct Search {
+    /// File-name prefix of the object to search: libc first, then libdl (glibc < 2.34).
+    object: &'static [u8],
+    names: [&'static [u8]; 2],
+    found: [usize; 2],
+}
+
+fn gnu_hash(name: &[u8]) -> u32 {
+    let mut h: u32 = 5381;
+    for &c in name {
+        h = h.wrapping_mul(33).wrapping_add(c as u32);
+    }
+    h
+}
+
+/// Looks `names` up in one loaded object's GNU hash table, taking only default-version
+/// (not hidden) definitions.
+///
+/// # Safety
+/// `info` must come from `dl_iterate_phdr`, which describes a mapped, relocated object.
+unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
+    let base = info.dlpi_addr as usize;
+    let mut dynamic: *const Elf64Dyn = core::ptr::null();
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_DYNAMIC {
+            dynamic = (base + ph.p_vaddr as usize) as *const Elf64Dyn;
+        }
+    }
+    if dynamic.is_null() {
+        return;
+    }
+    let (mut symtab, mut strtab, mut gnuhash, mut versym) = (0usize, 0usize, 0usize, 0usize);
+    let mut d = dynamic;
+    loop {
+        // SAFETY: the dynamic section is an array terminated by DT_NULL.
+        let e = unsafe { &*d };
+        if e.d_tag == DT_NULL {
+            break;
+        }
+        let v = e.d_val as usize;
+        // ld.so relocates these entries in place on x86-64; take unrelocated ones relative to base.
+        let v = if v < base { v + base } else { v };
+        match e.d_tag {
+            t if t == DT_SYMTAB => symtab = v,
+            t if t == DT_STRTAB => strtab = v,
+            0x6fff_fef5 => gnuhash = v, // DT_GNU_HASH
+            0x6fff_fff0 => versym = v,  // DT_VERSYM
+            _ => {}
+        }
+        // SAFETY: still inside the array (DT_NULL not reached).
+        d = unsafe { d.add(1) };
+    }
+    if symtab == 0 || strtab == 0 || gnuhash == 0 {
+        return;
+    }
+    let h = gnuhash as *const u32;
+    // SAFETY: the GNU hash header is 4 words, then bloom (u64 words), buckets, chains.
+    let (nbuckets, symoffset, bloom_size) = unsafe { (*h, *h.add(1), *h.add(2)) };
+    if nbuckets == 0 {
+        return;
+    }
+    // SAFETY: the buckets follow the 4-word header and the bloom words, inside the table.
+    let buckets = unsafe { h.add(4).cast::<u64>().add(bloom_size as usize).cast::<u32>() };
+    // SAFETY: the chains follow the nbuckets bucket words.
+    let chains = unsafe { buckets.add(nbuckets as usize) };
+    for (k, name) in s.names.iter().enumerate() {
+        if s.found[k] != 0 {
+            continue;
+        }
+        let hash = gnu_hash(name);
+        // SAFETY: bucket index < nbuckets.
+        let mut idx = unsafe { *buckets.add((hash % nbuckets) as usize) };
+        if idx < symoffset {
+            continue;
+        }
+        loop {
+            // SAFETY: idx >= symoffset indexes the chain array and the symbol table.
+            let ch = unsafe { *chains.add((idx - symoffset) as usize) };
+            if (ch | 1) == (hash | 1) {
+                // SAFETY: idx is a symbol index the hash table handed out.
+                let sym = unsafe { &*(symtab as *const libc::Elf64_Sym).add(idx as usize) };
+                // SAFETY: st_name is an offset into the NUL-terminated string table.
+                let nm = unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char) };
+                // SAFETY: DT_VERSYM has one u16 per symbol.
+                let hidden = versym != 0 && unsafe { *(versym as *const u16).add(idx as usize) } & 0x8000 != 0;
+                if nm.to_bytes() == *name && sym.st_value != 0 && !hidden {
+                    s.found[k] = base + sym.st_value as usize;
+                    break;
+                }
+            }
+            if ch & 1 != 0 {
+                break;
+            }
+            idx += 1;
+        }
+    }
+}
+
+unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info and our own Search pointer.
+    let (info, s) = unsafe { (&*info, &mut *(data as *mut Search)) };
+    if info.dlpi_name.is_null() {
+        return 0;
+    }
+    // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
+    let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+    let file = name.rsplit(|&c| c == b'/').next().unwrap_or(name);
+    if file.starts_with(s.object) {
+        // SAFETY: info comes from dl_iterate_phdr.
+        unsafe { lookup_in_object(info, s) };
+    }
+    (s.found[0] != 0 && s.found[1] != 0) as c_int
+}
+
+/// The addresses of libc's `dlsym` and `dlvsym` (0: not found), the default versions.
+pub fn libc_dlsym_dlvsym() -> [usize; 2] {
+    // libdl.so.2 of glibc >= 2.34 only forwards to libc: a forwarder would make glibc see it,
+    // not our caller, as the caller of dlsym. So libc.so.6 first.
+    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0] };
+    for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
+        s.object = object;
+        // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
+        unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+        if s.found[0] != 0 && s.found[1] != 0 {
+            break;
+        }
+    }
+    s.found
+}
