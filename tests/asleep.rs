@@ -65,6 +65,7 @@ fn a_process_that_never_touches_a_gpu_does_not_notice_the_shim() {
     let left: Vec<_> = std::fs::read_dir(&files).unwrap().map(|f| f.unwrap().file_name()).collect();
     assert!(left.is_empty(), "no log or capture file is made: {left:?}");
     assert_eq!(field(&line, "threads"), 1, "no thread is started: {line}");
+    assert_eq!(field(&line, "core"), 0, "the front loads no core: {line}");
     // one look per fd, however many ioctls (1000 each) and wherever the fd is in the table
     for key in ["stat_pipe", "stat_socket", "stat_null", "stat_5000"] {
         assert_eq!(field(&line, key), 1, "{key}: {line}");
@@ -119,4 +120,5 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     assert!(field(&line, "stat_5000") <= if common::via_front() { 2 } else { 1 }, "{line}");
     let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
+    assert_eq!(field(&line, "core"), common::via_front() as i64, "the front loaded the core: {line}");
 }

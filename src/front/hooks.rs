@@ -188,6 +188,19 @@ dup_hook!(dup3, DUP3, c"dup3", (old, new: c_int, flags: c_int));
 /// x86-64 ABI passes in the same register either way.
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { fcntl_any(fd, cmd, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    // SAFETY: the same contract as fcntl, which glibc's fcntl64 also implements.
+    unsafe { fcntl_any(fd, cmd, arg) }
+}
+
+/// Both names' body (not one calling the other's export: that is a symbol the loader looks up).
+#[inline(always)]
+unsafe fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     type F = unsafe extern "C" fn(c_int, c_int, c_ulong) -> c_int;
     if let Some(c) = core_fn(FCNTL) {
         // SAFETY: the core's fcntl hook.
@@ -203,12 +216,6 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         store(r, cached(fd));
     }
     r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    // SAFETY: the same contract as fcntl, which glibc's fcntl64 also implements.
-    unsafe { fcntl(fd, cmd, arg) }
 }
 
 #[no_mangle]

@@ -160,8 +160,9 @@ fn load_core() -> bool {
     // SAFETY: path is NUL-terminated (core_path). NODELETE: the hooks keep pointers into it.
     let h = unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE) };
     if h.is_null() {
-        // SAFETY: dlerror returns a C string of the loader's, or null.
+        // SAFETY: dlerror has no preconditions.
         let e = unsafe { libc::dlerror() };
+        // SAFETY: dlerror answered a C string of the loader's, or null.
         let why = if e.is_null() { &b""[..] } else { unsafe { CStr::from_ptr(e) }.to_bytes() };
         say(b"cannot load ", until_nul(&path), why);
         return false;

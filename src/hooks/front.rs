@@ -23,3 +23,28 @@ pub unsafe extern "C" fn gdrshim_core_attach(api: *const FrontApi) -> c_int {
     real::set_front(api.next, api.object);
     ATTACHED
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::ffi::{c_char, c_void};
+
+    unsafe extern "C" fn nowhere(_: *const c_char) -> *mut c_void {
+        core::ptr::null_mut()
+    }
+
+    /// Only refusals here: a front taken would change how this test process finds real functions.
+    #[test]
+    fn a_front_of_another_version_or_layout_is_refused() {
+        let api = |size, version: &CStr| FrontApi { size, version: version.as_ptr(), next: nowhere, object: core::ptr::null() };
+        let size = core::mem::size_of::<FrontApi>();
+        let ours = std::ffi::CString::new(env!("CARGO_PKG_VERSION")).unwrap();
+        // SAFETY: valid FrontApi values (or null), as a front passes them.
+        unsafe {
+            assert_eq!(gdrshim_core_attach(core::ptr::null()), -1);
+            assert_eq!(gdrshim_core_attach(&api(size, c"0.0.1")), -1, "another version");
+            assert_eq!(gdrshim_core_attach(&api(size - 8, &ours)), -1, "another layout");
+        }
+        assert!(real::front_object().is_none(), "nothing taken");
+    }
+}

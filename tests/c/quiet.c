@@ -1,6 +1,7 @@
 // What a process that never touches a GPU does under gdrshim (ours): ioctls on a pipe, a socket,
 // /dev/null, an fd above 4096 and the highest one RLIMIT_NOFILE allows, dup/close, a child that does the same. Prints its thread
 // count and how many fstat calls (counted by countstat.c, preloaded after the shim) each fd got.
+// Each line ends with core=1 when the front (src/front) has loaded libgdrshim-core.so by then.
 //   quiet plain          no NVIDIA node is touched
 //   quiet nvidia DEVDIR  the fake driver's nvidiactl, moved to fd 5000, gets 1000 ioctls
 //   quiet files          opens, dups, reads and closes files, no ioctl: prints how many mappings
@@ -24,6 +25,14 @@
 static int threads(void) {
   FILE *f = fopen("/proc/self/status", "r"); char line[256]; int n = -1;
   while (f && fgets(line, sizeof line, f)) if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+// whether libgdrshim-core.so is mapped in this process
+static int core_loaded(void) {
+  FILE *f = fopen("/proc/self/maps", "r"); char line[4096]; int n = 0;
+  while (f && fgets(line, sizeof line, f)) n |= strstr(line, "/libgdrshim-core.so") != NULL;
   if (f) fclose(f);
   return n;
 }
@@ -73,7 +82,7 @@ int main(int argc, char **argv) {
       uint32_t a[12] = {0, 0, 0, 0x41}; (void)c;
       ok += ioctl(5000, 0xC0000000u | (48u << 16) | (0x46u << 8) | 0x2b, a) == 0 && a[10] == 0;
     }
-    printf("quiet nvidia ok=%d stat_5000=%ld\n", ok, stats_of(5000));
+    printf("quiet nvidia ok=%d stat_5000=%ld core=%d\n", ok, stats_of(5000), core_loaded());
     return 0;
   }
   for (int i = 0; i < 1000; i++) ioctl(p[0], FIONREAD, &v);
@@ -90,7 +99,8 @@ int main(int argc, char **argv) {
   pid_t child = fork();
   if (child == 0) { ioctl(p[0], FIONREAD, &v); _exit(0); }
   int st = 0; waitpid(child, &st, 0);
-  printf("quiet plain threads=%d stat_pipe=%ld stat_socket=%ld stat_null=%ld stat_5000=%ld stat_top=%ld top=%d\n", threads(), stats_of(p[0]),
-         stats_of(s), stats_of(n), stats_of(5000), top > 0 ? stats_of(top) : -1, top);
+  void *sym = dlsym(RTLD_DEFAULT, "printf"); // a lookup of a name the core does not wrap
+  printf("quiet plain threads=%d stat_pipe=%ld stat_socket=%ld stat_null=%ld stat_5000=%ld stat_top=%ld top=%d core=%d\n", threads(),
+         stats_of(p[0]), stats_of(s), stats_of(n), stats_of(5000), top > 0 ? stats_of(top) : -1, top, sym ? core_loaded() : -1);
   return 0;
 }
