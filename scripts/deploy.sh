@@ -243,7 +243,7 @@ listed="$(sed -E 's/^[0-9a-f]{64}  //' "$dist/SHA256SUMS" | LC_ALL=C sort)"
 present="$(cd "$dist" && find . \( -type f -o -type l \) ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort)"
 extra="$(comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present"))"
 [ -z "$extra" ] || { while read -r f; do echo "  extra: $f"; done <<<"$extra" >&2; die "refused: $dist holds files its SHA256SUMS does not list; nothing installed"; }
-for f in lib/libgdrshim.so bin/gdrshim-tool scripts/gdr-env.sh BUILD-INFO; do
+for f in lib/libgdrshim.so lib/libgdrshim-core.so bin/gdrshim-tool scripts/gdr-env.sh BUILD-INFO; do
   grep -qxF "$f" <<<"$listed" || die "refused: the release lacks $f"
 done
 version="$(head -n1 "$dist/BUILD-INFO" | awk '{print $2}')"

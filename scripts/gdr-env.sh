@@ -7,7 +7,8 @@
 #
 #   --mode p2p|gdr     p2p: single-node PCIe P2P only (no shim); gdr (default): p2p plus the shim
 #   --prefix DIR       an installed release (default /opt/rtx4090-gdr/current); its SHA256SUMS
-#                      must match lib/libgdrshim.so before LD_PRELOAD is set
+#                      must match lib/libgdrshim.so and lib/libgdrshim-core.so before
+#                      LD_PRELOAD is set
 #   --nccl-lib DIR     the patched NCCL's lib folder (put first in LD_LIBRARY_PATH)
 #   --hca LIST         NCCL_IB_HCA in any form NCCL reads: mlx5_0,mlx5_1 (prefixes: mlx5 is every
 #                      mlx5_N), =mlx5_0 (exact names), ^mlx5_1 (all but these), ^=mlx5_1, and
@@ -207,11 +208,15 @@ _gdr_env_build() {
     local shim="$prefix/lib/libgdrshim.so"
     [ -f "$shim" ] || { echo "gdr-env: no shim at $shim (install a release with scripts/deploy.sh, or pass --prefix)" >&2; return 1; }
     [ -f "$prefix/SHA256SUMS" ] || { echo "gdr-env: no SHA256SUMS in $prefix: refusing to preload an unverified shim" >&2; return 1; }
-    if ! (cd "$prefix" && grep -E '^[0-9a-f]{64}  lib/libgdrshim\.so$' SHA256SUMS | sha256sum -c --strict --status 2>/dev/null) \
-       || ! grep -qE '^[0-9a-f]{64}  lib/libgdrshim\.so$' "$prefix/SHA256SUMS"; then
-      echo "gdr-env: $shim does not match $prefix/SHA256SUMS: refusing to preload it" >&2
-      return 1
-    fi
+    # the front and the core it loads when a process first touches a GPU
+    local lib
+    for lib in 'libgdrshim\.so' 'libgdrshim-core\.so'; do
+      if ! (cd "$prefix" && grep -E "^[0-9a-f]{64}  lib/$lib\$" SHA256SUMS | sha256sum -c --strict --status 2>/dev/null) \
+         || ! grep -qE "^[0-9a-f]{64}  lib/$lib\$" "$prefix/SHA256SUMS"; then
+        echo "gdr-env: $prefix/lib/${lib//\\/} does not match $prefix/SHA256SUMS: refusing to preload $shim" >&2
+        return 1
+      fi
+    done
     # the verified file itself, not a path through "current" that a later deploy moves
     shim="$(cd "$(dirname "$shim")" && pwd -P)/libgdrshim.so"
     _gdr_env_add LD_PRELOAD "$shim${LD_PRELOAD:+:$LD_PRELOAD}"

@@ -1,6 +1,8 @@
 //! The deployment gate (scripts/deploy.sh) and the per-job env script (scripts/gdr-env.sh), on
 //! release folders and prefixes of our own making.
 
+mod common;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +33,7 @@ fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
     let d = at.join(format!("dist-{version}"));
     for (f, body) in [
         ("lib/libgdrshim.so", format!("shim {version}\n")),
+        ("lib/libgdrshim-core.so", format!("core {version}\n")),
         ("bin/gdrshim-tool", "tool\n".into()),
         ("include/gdrshim.h", "/* h */\n".into()),
         ("BUILD-INFO", format!("gdrshim {version}\nrustc: test\n")),
@@ -39,8 +42,10 @@ fn dist_with(at: &Path, version: &str, lib: Option<&Path>) -> PathBuf {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, body).unwrap();
     }
-    if let Some(l) = lib {
-        std::fs::copy(l, d.join("lib/libgdrshim.so")).unwrap();
+    if let Some(core) = lib {
+        // the front and the core, as a release ships them
+        std::fs::copy(common::front_pair(core, false), d.join("lib/libgdrshim.so")).unwrap();
+        std::fs::copy(core, d.join("lib/libgdrshim-core.so")).unwrap();
     }
     std::fs::create_dir_all(d.join("scripts")).unwrap();
     for f in ["gdr-env.sh", "gdrshim-version.sh"] {
@@ -310,17 +315,29 @@ fn inert_under_secure_execution() {
     let built = Command::new(env!("CARGO")).args(["build", "--release", "--lib", "-q"]).current_dir(root()).status().unwrap();
     assert!(built.success());
     let lib_dir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"].into_iter().map(Path::new).find(|p| p.is_dir()).unwrap();
-    let name = format!("libgdrshim-secure-test-{}.so", std::process::id());
-    let lib = lib_dir.join(&name);
-    std::fs::copy(root().join("target/release/libgdrshim.so"), &lib).unwrap();
     struct Cleanup(PathBuf);
     impl Drop for Cleanup {
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.0);
         }
     }
-    let _cleanup = Cleanup(lib.clone());
-    assert!(Command::new("chmod").arg("4755").arg(&lib).status().unwrap().success());
+    // the core preloaded itself, and the front with the core beside it (as a release ships them)
+    let core = root().join("target/release/libgdrshim.so");
+    let front = common::front_pair(&core, false);
+    let beside = lib_dir.join("libgdrshim-core.so");
+    assert!(!beside.exists(), "{} exists: not a machine to run this test on", beside.display());
+    std::fs::copy(&core, &beside).unwrap();
+    let _beside_cleanup = Cleanup(beside);
+    let mut names = Vec::new();
+    let mut cleanups = Vec::new();
+    for (what, from) in [("core", &core), ("front", &front)] {
+        let name = format!("libgdrshim-secure-test-{}-{what}.so", std::process::id());
+        let lib = lib_dir.join(&name);
+        std::fs::copy(from, &lib).unwrap();
+        cleanups.push(Cleanup(lib.clone()));
+        assert!(Command::new("chmod").arg("4755").arg(&lib).status().unwrap().success());
+        names.push(name);
+    }
     // a setgid bit only counts on a file system mounted without nosuid: the build tree's, not /tmp's
     let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("secure_probe-{}", std::process::id()));
     let _bin_cleanup = Cleanup(bin.clone());
@@ -341,14 +358,18 @@ fn inert_under_secure_execution() {
             .unwrap();
         (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let (out, err) = run(&name);
-    assert_eq!(out, "secure=1 loaded=1 mode=0\n", "{err}");
-    assert!(!err.contains("gdrshim"), "nothing said: {err}");
-    assert!(!log.exists() && !cap.exists(), "no file named by the environment was created");
+    for name in &names {
+        let (out, err) = run(name);
+        assert_eq!(out, "secure=1 loaded=1 mode=0\n", "{name}: {err}");
+        assert!(!err.contains("gdrshim"), "{name}: nothing said: {err}");
+        assert!(!log.exists() && !cap.exists(), "{name}: no file named by the environment was created");
+    }
     // the same program made ordinary: the shim is live (the control of the experiment)
     assert!(Command::new("chmod").arg("0755").arg(&bin).status().unwrap().success());
-    let (out, err) = run(&name);
-    assert_eq!(out, "secure=0 loaded=1 mode=3\n", "{err}");
+    for name in &names {
+        let (out, err) = run(name);
+        assert_eq!(out, "secure=0 loaded=1 mode=3\n", "{name}: {err}");
+    }
 }
 
 fn release_named(prefix: &Path, version: &str) -> String {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproducible release: builds with --locked, a fixed SOURCE_DATE_EPOCH (Cargo.toml's) and the
 # source tree and cargo home remapped out of the binaries, then lays out the release folder:
-#   lib/libgdrshim.so  bin/gdrshim-tool  bin/gdrshim-replay  include/gdrshim.h
+#   lib/libgdrshim.so (the front: src/front)  lib/libgdrshim-core.so (the rest, which the front
+#   loads when a process first touches a GPU)  bin/gdrshim-tool  bin/gdrshim-replay  include/gdrshim.h
 #   nccl-patches/  scripts/ (every file directly in scripts/; scripts/dev/ does not ship)
 #   README.md  LICENSE-MIT  LICENSE-APACHE  BUILD-INFO  SHA256SUMS (sha256sum format, sorted)
 # Two builds of one commit, from any directories and cargo homes, give the same SHA256SUMS; the
@@ -77,9 +78,12 @@ target="$src/target/release-build"
 export RUSTFLAGS="--remap-path-prefix=$src=/gdrshim --remap-path-prefix=$cargo_home=/cargo -C link-arg=-Wl,--build-id=none"
 export CARGO_TARGET_DIR="$target"
 cargo build --release --locked --workspace --lib --bins -q
+# the front is a cargo workspace of its own (src/front/Cargo.toml says why)
+front_target="$src/target/release-build-front"
+CARGO_TARGET_DIR="$front_target" cargo build --release --locked --manifest-path src/front/Cargo.toml -q
 
 # glibc: nothing newer than Ubuntu 22.04's 2.35
-for f in "$target/release/libgdrshim.so" "$target/release/gdrshim-tool" "$target/release/gdrshim-replay"; do
+for f in "$target/release/libgdrshim.so" "$front_target/release/libgdrshim_front.so" "$target/release/gdrshim-tool" "$target/release/gdrshim-replay"; do
   newest="$(objdump -T "$f" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)"
   if [ "$(printf '%s\n2.35\n' "$newest" | sort -V | tail -n1)" != "2.35" ]; then
     echo "build-release: $(basename "$f") needs GLIBC_$newest, newer than Ubuntu 22.04's 2.35" >&2
@@ -94,7 +98,8 @@ new="$(mktemp -d "$(dirname "$out")/.$(basename "$out").new.XXXXXX")"
 trap 'rm -rf -- "$new"' EXIT
 chmod 0755 "$new"
 mkdir -p "$new/lib" "$new/bin" "$new/include" "$new/scripts"
-install -m 0755 "$target/release/libgdrshim.so" "$new/lib/libgdrshim.so"
+install -m 0755 "$front_target/release/libgdrshim_front.so" "$new/lib/libgdrshim.so"
+install -m 0755 "$target/release/libgdrshim.so" "$new/lib/libgdrshim-core.so"
 install -m 0755 "$target/release/gdrshim-tool" "$new/bin/gdrshim-tool"
 install -m 0755 "$target/release/gdrshim-replay" "$new/bin/gdrshim-replay"
 install -m 0644 include/gdrshim.h "$new/include/gdrshim.h"
@@ -113,7 +118,7 @@ chmod 0644 "$new/README.md"
   echo "rustc: $(rustc -V)"
   echo "cargo: $(cargo -V)"
   echo "SOURCE_DATE_EPOCH: $epoch"
-  echo "built with: cargo build --release --locked --workspace; RUSTFLAGS remap the source tree and cargo home, --build-id=none"
+  echo "built with: cargo build --release --locked --workspace, and --manifest-path src/front/Cargo.toml; RUSTFLAGS remap the source tree and cargo home, --build-id=none"
 } >"$new/BUILD-INFO"
 chmod 0644 "$new/BUILD-INFO"
 # every file the same time, so a tarball of the release is reproducible too

@@ -6,6 +6,7 @@ pub mod fakedev;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[allow(dead_code)] // tests/deploy_env.rs uses only front_pair
 pub struct Env {
     pub dir: PathBuf,
     pub shim: PathBuf,
@@ -81,6 +82,7 @@ pub fn shipped() -> std::path::PathBuf {
 }
 
 /// `cc ARGS` in the scratch folder.
+#[allow(dead_code)]
 pub fn cc(env: &Env, args: &[&str]) {
     sh(Command::new("cc").args(args).current_dir(&env.dir));
 }
