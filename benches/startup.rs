@@ -1,11 +1,13 @@
 //! The start-up benchmark (issue 16): `cargo bench --bench startup [-- N [ROUNDS]]`. Spawns
 //! /bin/true N times per round (default 200, in 100 rounds), rounds timing no preload, a minimal C preload library
-//! that wraps ioctl (tests/c/minimal_preload.c), libgdrshim.so as it ships (the release build,
-//! without the test knobs) and the same wrapper in Rust built as libgdrshim.so is
+//! that wraps ioctl (tests/c/minimal_preload.c), libgdrshim.so as it ships (the front, src/front,
+//! with the core beside it; then again with the core preloaded itself, as before the front) and
+//! the same wrapper in Rust built as the core is
 //! (tests/rust/floor_preload.rs: std, fat LTO, the static unwinder), and prints the per-spawn
 //! ratios measured in this one run, as totals and as the median of the per-round ratios
 //! (gdrshim's goal: ≤ 1.05× the minimal library). The Rust wrapper's ratio is what std alone
-//! costs; gdrshim/floor is gdrshim's own share. With valgrind installed it also counts the
+//! costs, which the front does without; with the core preloaded itself, gdrshim/floor is the
+//! core's own share. With valgrind installed it also counts the
 //! user-space instructions of one exec under each (callgrind), a figure that does not move, and
 //! under a third yardstick, the wrapper without std (tests/rust/nostd_preload.rs).
 
@@ -19,24 +21,29 @@ fn main() {
     // the library as it ships (no test knobs), in a scratch folder of its own
     let dir = std::env::temp_dir().join(format!("gdrshim-startup-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let env = common::Env { dir, shim: common::shipped() };
+    // as a release ships them: the front (src/front) with the core beside it
+    let core = common::shipped();
+    let env = common::Env { dir, shim: common::front_pair(&core, false) };
     let c = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     common::cc(&env, &["-O2", "-o", "spawnbench", c.join("spawnbench.c").to_str().unwrap()]);
     common::cc(&env, &["-shared", "-fPIC", "-O2", "-o", "libminimal.so", c.join("minimal_preload.c").to_str().unwrap(), "-ldl"]);
     let floor = build_floor(&env.dir);
-    let out = std::process::Command::new(env.dir.join("spawnbench"))
-        .args([
-            &n,
-            "/bin/true",
-            env.dir.join("libminimal.so").to_str().unwrap(),
-            env.shim.to_str().unwrap(),
-            floor.to_str().unwrap(),
-            &rounds,
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    print!("{}", String::from_utf8_lossy(&out.stdout));
+    for (what, lib) in [("libgdrshim.so as it ships (the front)", &env.shim), ("the core preloaded itself (target/release/libgdrshim.so)", &core)] {
+        println!("gdrshim = {what}:");
+        let out = std::process::Command::new(env.dir.join("spawnbench"))
+            .args([
+                &n,
+                "/bin/true",
+                env.dir.join("libminimal.so").to_str().unwrap(),
+                lib.to_str().unwrap(),
+                floor.to_str().unwrap(),
+                &rounds,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
     let nostd = build_nostd(&env.dir);
     instructions(
         &env.dir,
@@ -44,6 +51,7 @@ fn main() {
             ("none", None),
             ("minimal", Some(env.dir.join("libminimal.so"))),
             ("gdrshim", Some(env.shim.clone())),
+            ("core", Some(core)),
             ("floor", Some(floor)),
             ("nostd", Some(nostd)),
         ],
@@ -79,8 +87,9 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
         println!("  {name:<8} {n:>8}  added {:>6}", n - none);
     }
     println!(
-        "  gdrshim - floor {} (gdrshim's own)  floor - minimal {} (std's)  nostd - minimal {} (a front without std)",
-        get("gdrshim") as i64 - get("floor") as i64,
+        "  gdrshim - minimal {} (the front's own)  core - floor {} (the core's own)  floor - minimal {} (std's)  nostd - minimal {} (a wrapper without std)",
+        get("gdrshim") as i64 - get("minimal") as i64,
+        get("core") as i64 - get("floor") as i64,
         get("floor") as i64 - get("minimal") as i64,
         get("nostd") as i64 - get("minimal") as i64
     );
