@@ -28,7 +28,9 @@ fn main() {
     common::cc(&env, &["-O2", "-o", "spawnbench", c.join("spawnbench.c").to_str().unwrap()]);
     common::cc(&env, &["-shared", "-fPIC", "-O2", "-o", "libminimal.so", c.join("minimal_preload.c").to_str().unwrap(), "-ldl"]);
     let floor = build_floor(&env.dir);
-    for (what, lib) in [("libgdrshim.so as it ships (the front)", &env.shim), ("the core preloaded itself (target/release/libgdrshim.so)", &core)] {
+    for (what, lib) in
+        [("libgdrshim.so as it ships (the front)", &env.shim), ("the core preloaded itself (target/release/libgdrshim.so)", &core)]
+    {
         println!("gdrshim = {what}:");
         let out = std::process::Command::new(env.dir.join("spawnbench"))
             .args([

@@ -12,7 +12,11 @@ fn dynamic_symbols(file: &Path, defined: bool) -> BTreeSet<String> {
     let flag = if defined { "--defined-only" } else { "--undefined-only" };
     let out = Command::new("nm").args(["-D", flag]).arg(file).output().expect("nm (binutils)");
     assert!(out.status.success(), "nm {}", file.display());
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().last()).map(|s| s.split('@').next().unwrap().to_string()).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|s| s.split('@').next().unwrap().to_string())
+        .collect()
 }
 
 fn readelf_dynamic(file: &Path) -> String {
@@ -74,7 +78,12 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     std::fs::create_dir_all(&alone).unwrap();
     std::fs::copy(common::front_pair(&common::knobs_core(), true), alone.join("libgdrshim.so")).unwrap();
     let run = |args: &[&str]| {
-        let preload = format!("{}:{}:{}", alone.join("libgdrshim.so").display(), e.dir.join("libcountstat.so").display(), e.dir.join("libfakerm.so").display());
+        let preload = format!(
+            "{}:{}:{}",
+            alone.join("libgdrshim.so").display(),
+            e.dir.join("libcountstat.so").display(),
+            e.dir.join("libfakerm.so").display()
+        );
         let out = Command::new(e.dir.join("quiet"))
             .args(args)
             .env("LD_PRELOAD", preload)
@@ -89,7 +98,10 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     let (o, err) = run(&["nvidia", dev.to_str().unwrap()]);
     assert!(o.contains("quiet nvidia ok=1000 ") && o.contains(" core=0"), "every ioctl forwarded to the driver: {o}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.starts_with("gdrshim: cannot load ") && err.contains("libgdrshim-core.so") && err.contains("its hooks only forward"), "{err}");
+    assert!(
+        err.starts_with("gdrshim: cannot load ") && err.contains("libgdrshim-core.so") && err.contains("its hooks only forward"),
+        "{err}"
+    );
     let (o, err) = run(&["plain"]);
     assert!(o.contains("quiet plain ") && o.contains(" core=0"), "{o}");
     assert_eq!(err, "", "no GPU touched, nothing said");

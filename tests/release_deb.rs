@@ -76,15 +76,25 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(&dist));
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
     let listed: Vec<&str> = sums.lines().map(|l| &l[66..]).collect();
-    for f in
-        ["bin/gdrshim-replay", "bin/gdrshim-tool", "lib/libgdrshim.so", "lib/libgdrshim-core.so", "README.md", "LICENSE-MIT", "LICENSE-APACHE", "BUILD-INFO"]
-    {
+    for f in [
+        "bin/gdrshim-replay",
+        "bin/gdrshim-tool",
+        "lib/libgdrshim.so",
+        "lib/libgdrshim-core.so",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "BUILD-INFO",
+    ] {
         assert!(listed.contains(&f), "SHA256SUMS lacks {f}: {listed:?}");
     }
     // the release's front loads the release's core beside it (a query wakes it)
     let probe = s.join("probe");
     ok(Command::new("cc").arg("-o").arg(&probe).arg(root().join("tests/c/secure_probe.c")));
-    let out = ok(Command::new(&probe).env("LD_PRELOAD", dist.join("lib/libgdrshim.so")).env("GDRSHIM_MODE", "register").env("GDRSHIM_SUMMARY", "0"));
+    let out = ok(Command::new(&probe)
+        .env("LD_PRELOAD", dist.join("lib/libgdrshim.so"))
+        .env("GDRSHIM_MODE", "register")
+        .env("GDRSHIM_SUMMARY", "0"));
     assert!(out.starts_with("secure=0 loaded=1 mode=3\n"), "the front answered without its core: {out}");
     for (f, text) in [
         ("LICENSE-MIT", "Copyright (c) the gdrshim developers"),

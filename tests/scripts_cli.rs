@@ -265,7 +265,12 @@ fn env_setup(s: &Path) -> (PathBuf, PathBuf) {
     std::fs::create_dir_all(prefix.join("lib")).unwrap();
     std::fs::write(prefix.join("lib/libgdrshim.so"), b"shim\n").unwrap();
     std::fs::write(prefix.join("lib/libgdrshim-core.so"), b"core\n").unwrap();
-    let sums = Command::new("sh").arg("-c").arg("sha256sum lib/libgdrshim.so lib/libgdrshim-core.so > SHA256SUMS").current_dir(&prefix).status().unwrap();
+    let sums = Command::new("sh")
+        .arg("-c")
+        .arg("sha256sum lib/libgdrshim.so lib/libgdrshim-core.so > SHA256SUMS")
+        .current_dir(&prefix)
+        .status()
+        .unwrap();
     assert!(sums.success());
     let sys = s.join("sys");
     for p in ["mlx5_0/ports/1", "mlx5_1/ports/1", "mlx5_1/ports/2"] {

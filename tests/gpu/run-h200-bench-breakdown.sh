@@ -8,7 +8,7 @@ OUT=${1:?outdir}
 mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
-SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 B=/tmp/gdrshim-bd; mkdir -p "$B"
 nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i " error"
 : >"$B/raw"

@@ -6,7 +6,7 @@ OUT=${1:?outdir}
 mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
-SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 B=/tmp/gdrshim-bench; mkdir -p "$B/stub"
 nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i " error" 
 gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl

@@ -15,7 +15,7 @@ OUT=${1:?outdir}
 mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
-SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 B=/tmp/gdrshim-dmabuf; mkdir -p "$B/stub"
 res="$OUT/dmabuf.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }

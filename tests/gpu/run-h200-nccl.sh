@@ -7,7 +7,7 @@
 set -u
 OUT=${1:?outdir}; PATCHED=${2:?patched nccl lib dir}; ARP=${3:?all_reduce_perf}
 # GDRSHIM_TEST_HIDE_GDR is a test knob: the knobs build (--features knobs, target/knobs)
-SHIM=$(readlink -f target/knobs/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 STOCK=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
 [ -e "$STOCK/libnccl.so.2" ] || STOCK=$(dirname "$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')")
 L=$OUT/logs; mkdir -p "$L"; res=$OUT/nccl.txt; : >"$res"

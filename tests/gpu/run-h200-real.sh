@@ -4,7 +4,7 @@
 set -u
 OUT=${1:?outdir}
 mkdir -p "$OUT"
-SHIM=$(readlink -f target/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_SHIM:-target/release/libgdrshim.so}")
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 res=$OUT/real.txt; : >"$res"
 python3 tests/gpu/real_programs.py >"$OUT/none.out" 2>"$OUT/none.err"; echo "none exit=$?" | tee -a "$res"

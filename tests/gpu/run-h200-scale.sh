@@ -14,8 +14,8 @@ SAMPLES=${2:-2000}
 mkdir -p "$OUT"
 B=/tmp/gdrshim-scale
 rm -rf "$B"; mkdir -p "$B/dev/sys/module/nvidia_peermem"
-KNOBS=$(readlink -f target/knobs/release/libgdrshim.so)
-SHIM=$(readlink -f target/release/libgdrshim.so)
+KNOBS=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
+SHIM=$(readlink -f "${GDRSHIM_H200_SHIM:-target/release/libgdrshim.so}")
 # ld.so ignores a preload it cannot find: without this, "with" would silently measure "without"
 if [ ! -f "$KNOBS" ] || [ ! -f "$SHIM" ]; then
   echo "run-h200-scale: build and carry target/knobs/release/libgdrshim.so and target/release/libgdrshim.so" >&2
@@ -71,8 +71,15 @@ awk '
   sed -n 's/^H|/|/p' "$B/rows" | sort -t'|' -k2,2n
 } >"$OUT/scale.md"
 FLOOR=$(readlink -f target/floor/libfloor.so)
+CORE=$(readlink -f target/release/libgdrshim.so)
 if [ -f "$FLOOR" ]; then
-  "$B/spawnbench" 200 /bin/true "$B/libminimal.so" "$SHIM" "$FLOOR" 100 >"$OUT/startup.txt"
+  echo "gdrshim = $SHIM" >"$OUT/startup.txt"
+  "$B/spawnbench" 200 /bin/true "$B/libminimal.so" "$SHIM" "$FLOOR" 100 >>"$OUT/startup.txt"
+  if [ "$SHIM" != "$CORE" ]; then
+    # through the front (tests/gpu/front-pair.sh): the core preloaded itself too, in the same call
+    echo "gdrshim = $CORE (the core preloaded itself)" >>"$OUT/startup.txt"
+    "$B/spawnbench" 200 /bin/true "$B/libminimal.so" "$CORE" "$FLOOR" 100 >>"$OUT/startup.txt"
+  fi
 else
   echo "no target/floor/libfloor.so: start-up without the Rust floor" >"$OUT/startup.txt"
   "$B/spawnbench" 2000 /bin/true "$B/libminimal.so" "$SHIM" >>"$OUT/startup.txt"

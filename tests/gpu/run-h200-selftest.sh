@@ -15,8 +15,8 @@ set -u
 OUT=${1:?outdir}
 mkdir -p "$OUT"
 TOOL=$(readlink -f target/release/gdrshim-tool)
-SHIM=$(readlink -f target/release/libgdrshim.so)
-KNOBS=$(readlink -f target/knobs/release/libgdrshim.so 2>/dev/null || true)
+SHIM=$(readlink -f "${GDRSHIM_H200_SHIM:-target/release/libgdrshim.so}")
+KNOBS=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}" 2>/dev/null || true)
 B=/tmp/gdrshim-selftest
 rm -rf "$B"; mkdir -p "$B/stub"
 res="$OUT/selftest.txt"; : >"$res"

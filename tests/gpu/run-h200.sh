@@ -4,7 +4,7 @@
 set -u
 OUT=${1:?outdir}
 mkdir -p "$OUT"
-SHIM=$(readlink -f target/release/libgdrshim.so)
+SHIM=$(readlink -f "${GDRSHIM_H200_SHIM:-target/release/libgdrshim.so}")
 B=/tmp/gdrshim-gpu; mkdir -p "$B"
 res="$OUT/results.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
