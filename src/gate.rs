@@ -43,6 +43,16 @@ pub fn active() -> bool {
 #[cold]
 #[inline(never)]
 fn first_active() -> bool {
+    // (the hook's caller keeps its errno: dladdr, getenv and the loader may leave theirs)
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let e = unsafe { *libc::__errno_location() };
+    let on = first_active_inner();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+    on
+}
+
+fn first_active_inner() -> bool {
     // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
     // program): inert, and no environment variable is even read.
     // SAFETY: getauxval has no preconditions.

@@ -121,4 +121,5 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
     assert_eq!(field(&line, "core"), common::via_front() as i64, "the front loaded the core: {line}");
+    assert_eq!(field(&line, "errno_kept"), 1000, "{line}");
 }

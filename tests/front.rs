@@ -97,6 +97,7 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     };
     let (o, err) = run(&["nvidia", dev.to_str().unwrap()]);
     assert!(o.contains("quiet nvidia ok=1000 ") && o.contains(" core=0"), "every ioctl forwarded to the driver: {o}");
+    assert!(o.contains(" errno_kept=1000"), "the failed load of the core left errno as it was: {o}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(
         err.starts_with("gdrshim: cannot load ") && err.contains("libgdrshim-core.so") && err.contains("its hooks only forward"),

@@ -9,6 +9,11 @@
 //! on. The core sees all NVIDIA calls from the first one, as when it is preloaded itself: no
 //! NVIDIA ioctl is ever forwarded unseen while a core can be had. Without a core (missing,
 //! another version, secure execution) every call is forwarded untouched, as in off mode.
+//!
+//! Loading the core is a `dlopen` inside the hook that needs it. Where that hook runs in a signal
+//! handler that interrupted the loader on the same thread, or in a child forked while another
+//! thread held the loader's lock, the loader may not be usable; a GPU program's first NVIDIA call
+//! is made by CUDA's initialisation, in neither.
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -25,7 +30,7 @@ mod hooks;
 use attach::{FrontApi, ATTACHED, CORE_FILE};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU8,
+    AtomicBool, AtomicPtr,
     Ordering::{Acquire, Relaxed, Release},
 };
 
@@ -122,27 +127,32 @@ pub(crate) fn core_handle() -> *mut c_void {
     HANDLE.load(Acquire)
 }
 
-const UNTRIED: u8 = 0;
-const LOADED: u8 = 1;
-const NO_CORE: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+/// Set when loading the core failed for good (said once on stderr): calls are forwarded.
+static NO_CORE: AtomicBool = AtomicBool::new(false);
 
-/// Loads and attaches the core if that was not done yet; whether the process has one.
+/// Loads and attaches the core if that was not done yet; whether the process has one. Keeps errno.
 ///
 /// Threads that come here together each load it (`dlopen` counts references and answers the
 /// same object): none may go on without the core, since an NVIDIA call it forwarded unseen could
 /// be a free the core's map never learns of; and waiting for another thread could wait on one
 /// that waits for the loader's lock this thread holds (an ioctl in a library's constructor).
+/// Whether there is a core is whether one was loaded ([`core_handle`]): a thread whose load
+/// failed cannot undo another's that worked.
 pub(crate) fn attach() -> bool {
-    match STATE.load(Acquire) {
-        LOADED => true,
-        NO_CORE => false,
-        _ => {
-            let ok = load_core();
-            STATE.store(if ok { LOADED } else { NO_CORE }, Release);
-            ok
-        }
+    if !core_handle().is_null() {
+        return true;
     }
+    if NO_CORE.load(Acquire) {
+        return false;
+    }
+    // SAFETY: __errno_location returns this thread's errno slot.
+    let e = unsafe { *libc::__errno_location() };
+    if !load_core() {
+        NO_CORE.store(true, Release);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+    !core_handle().is_null()
 }
 
 fn load_core() -> bool {
@@ -162,9 +172,12 @@ fn load_core() -> bool {
     if h.is_null() {
         // SAFETY: dlerror has no preconditions.
         let e = unsafe { libc::dlerror() };
-        // SAFETY: dlerror answered a C string of the loader's, or null.
-        let why = if e.is_null() { &b""[..] } else { unsafe { CStr::from_ptr(e) }.to_bytes() };
-        say(b"cannot load ", until_nul(&path), why);
+        if e.is_null() {
+            say(b"cannot load ", until_nul(&path), b"");
+        } else {
+            // SAFETY: dlerror answered a C string of the loader's (which names the file).
+            say(b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), b"");
+        }
         return false;
     }
     let Some(dlsym) = real_dlsym() else { return false };

@@ -1,6 +1,11 @@
 //! `gdrshim_core_attach`: how the front library (src/front, the libgdrshim.so that ships) takes
 //! this one into the process when the process first touches a GPU. Until then the front forwards
 //! every call itself, and a process that never touches a GPU never loads this library.
+//!
+//! Loaded by a front, this library's own references to its exported names (`cuMemAlloc_v2`, …)
+//! resolve through the process's global scope to the front's exports, which is what
+//! `hooks::slots::install_into` takes for "ours already" (so a pointer to the front is never
+//! wrapped twice). That holds only while the core is linked without `-Bsymbolic` (preload/build.rs).
 
 use crate::real::{self, attach::FrontApi, attach::ATTACHED};
 use core::ffi::{c_int, CStr};

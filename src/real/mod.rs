@@ -123,12 +123,17 @@ impl NextFn {
     #[cold]
     #[inline(never)]
     fn resolve(&self, name: &'static CStr, library: Option<&'static [u8]>, seen: u64, now: u64) -> *mut c_void {
+        // the hook's caller never sees what the loader left in errno (a call that works keeps it)
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let e = unsafe { *libc::__errno_location() };
         let mut p = next(name);
         if p.is_null() {
             if let Some(lib) = library {
                 p = in_loaded_library(lib, name);
             }
         }
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = e };
         self.ptr.store(p, Ordering::Release);
         if seen != u64::MAX {
             self.resolved_in.store(now, Ordering::Release);

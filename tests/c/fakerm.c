@@ -309,7 +309,14 @@ static void thrash(void) {
   for (long i = 0; i < (thrash_kb << 10); i += 64) thrash_buf[i]++;
   thrash_code();
 }
+static int fake_ioctl(int fd, unsigned long req, void *arg);
+// A driver's call that works leaves errno alone: so does the fake's (its first one looks things up).
 int ioctl(int fd, unsigned long req, void *arg) {
+  int e = errno, rc = fake_ioctl(fd, req, arg);
+  if (rc == 0) errno = e;
+  return rc;
+}
+static int fake_ioctl(int fd, unsigned long req, void *arg) {
   static int (*real)(int, unsigned long, void *);
   if (!real) real = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
   int node = node_of(fd);

@@ -77,12 +77,14 @@ int main(int argc, char **argv) {
     if (ctl < 0 || dup2(ctl, 5000) != 5000) return 2;
     close(ctl);
     uint32_t c[8] = {0}; // an RM_ALLOC of a client: the fake driver answers it
-    int ok = 0;
+    int ok = 0, kept = 0;
     for (int i = 0; i < 1000; i++) {
       uint32_t a[12] = {0, 0, 0, 0x41}; (void)c;
+      errno = 1234; // a call that works leaves errno as it was, the first (which wakes the shim) too
       ok += ioctl(5000, 0xC0000000u | (48u << 16) | (0x46u << 8) | 0x2b, a) == 0 && a[10] == 0;
+      kept += errno == 1234;
     }
-    printf("quiet nvidia ok=%d stat_5000=%ld core=%d\n", ok, stats_of(5000), core_loaded());
+    printf("quiet nvidia ok=%d stat_5000=%ld core=%d errno_kept=%d\n", ok, stats_of(5000), core_loaded(), kept);
     return 0;
   }
   for (int i = 0; i < 1000; i++) ioctl(p[0], FIONREAD, &v);
