@@ -136,6 +136,19 @@ fn a_route_asked_too_early_is_decided_later() {
     assert_eq!(summary(&err)["route"], "dmabuf", "{err}");
 }
 
+/// gdrshim_register as the process's first registration on a DMA-BUF rig decides the route, and is
+/// refused (a dma-buf has no registration to hold) without leaving a buffer open.
+#[test]
+fn an_explicit_registration_that_decides_dmabuf_leaves_no_buffer_open() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("explicit", &rig, &["explicit"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let line = out.lines().find(|l| l.starts_with("routes explicit ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let got = (field(line, "handle"), field(line, "route"), field(line, "buffers_left"));
+    assert_eq!(got, ("-95", "1", "0"), "{line}\n{err}");
+    assert_eq!(summary(&err)["dmabuf_exports"], "0", "decided before anything was exported: {err}");
+}
+
 #[test]
 fn the_dmabuf_route_gives_the_nic_exactly_the_mapped_memory() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };

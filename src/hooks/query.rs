@@ -166,6 +166,16 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
                     -(libc::ENOENT as i64)
                 }
             }
+            Some(crate::registrar::Decision::Exported(e)) => {
+                // the route was decided DMA-BUF after the check above (by another thread, or by
+                // this call's own decision): the buffer is not wanted, and its fd must not stay
+                // open in the process
+                if let Some(close) = crate::real::close() {
+                    // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else has it.
+                    unsafe { close(e.fd) };
+                }
+                -(libc::EOPNOTSUPP as i64)
+            }
             Some(d) => {
                 let h = NEXT_HANDLE.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
                 s.verbs_after(&d, EXPLICIT | h);

@@ -214,6 +214,18 @@ static int refused(void) {
   return failures != 0;
 }
 
+// "explicit": gdrshim_register as the process's first registration, before any route is decided:
+// on a DMA-BUF rig the call decides DMA-BUF, which has no registration to hold (-EOPNOTSUPP), and
+// no buffer is left open
+static int explicit_first(void) {
+  int fds0 = open_bufs();
+  gpu_alloc(0, BASE, 4 * K64);
+  int64_t h = gdrshim_dl_register(BASE, 4 * K64); // (asking the route first would decide it)
+  int fds1 = open_bufs();
+  printf("routes explicit ok handle=%lld route=%d buffers_left=%d\n", (long long)h, gdrshim_dl_gdr_route(), fds1 - fds0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   ask_early = !strcmp(argv[1], "early");
@@ -223,5 +235,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "refused")) return refused();
+  if (!strcmp(argv[1], "explicit")) return explicit_first();
   return 2;
 }
