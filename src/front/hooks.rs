@@ -78,7 +78,9 @@ fn classify(fd: c_int) -> bool {
     nv
 }
 
-/// /dev/nvidia-uvm's device number, looked up once (0: not looked up; 1: none).
+/// /dev/nvidia-uvm's device number, looked up once (0: not looked up; 1: none). A node made later
+/// (nvidia-modprobe) stays unknown here, as in the core's `fdtable`: harmless, since CUDA's first
+/// NVIDIA call is on /dev/nvidiactl (major 195), which attaches the core before any UVM call.
 fn uvm_rdev() -> Option<u64> {
     static UVM: AtomicU64 = AtomicU64::new(0);
     let mut v = UVM.load(Acquire);
