@@ -88,9 +88,14 @@ impl Libc {
         if !p.is_null() {
             return p;
         }
+        // (the hook's caller keeps its errno, whatever the lookup leaves)
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let e = unsafe { *libc::__errno_location() };
         // SAFETY: a valid C string.
         let p = unsafe { next(name.as_ptr()) };
         self.0.store(p, Release);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = e };
         p
     }
 }
@@ -172,11 +177,13 @@ fn load_core() -> bool {
     if h.is_null() {
         // SAFETY: dlerror has no preconditions.
         let e = unsafe { libc::dlerror() };
+        // a relative preload path is taken from the folder the process is in now, not at exec
+        let hint: &[u8] = if path[0] == b'/' { b"" } else { b" (preload libgdrshim.so by its absolute path)" };
         if e.is_null() {
-            say(b"cannot load ", until_nul(&path), b"");
+            say(b"cannot load ", until_nul(&path), hint);
         } else {
             // SAFETY: dlerror answered a C string of the loader's (which names the file).
-            say(b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), b"");
+            say(b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), hint);
         }
         return false;
     }
@@ -200,10 +207,11 @@ fn load_core() -> bool {
         say(until_nul(&path), b" is of another gdrshim version than this front", b"");
         return false;
     }
-    HANDLE.store(h, Release);
     for (slot, f) in CORE.iter().zip(fns) {
         slot.store(f, Release);
     }
+    // last: a thread that sees the handle (attach) sees every function above too
+    HANDLE.store(h, Release);
     true
 }
 
