@@ -6,6 +6,8 @@
 
 use core::mem::size_of;
 
+pub mod nodes;
+
 /// A GPU's UUID, as RM and UVM pass it.
 pub type Uuid = [u8; 16];
 

@@ -6,6 +6,7 @@
 //! (a page at its first such ioctl; for fds from 4096 up, a 4 MiB directory of untouched zero
 //! pages and a page per 4096 fds); no shim, no file. Opening files maps nothing.
 
+use crate::abi::nodes;
 use crate::decode::DevKind;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
@@ -96,12 +97,12 @@ pub fn classify_fstat(fd: c_int) -> Option<DevKind> {
         return None;
     }
     let chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
-    if chr && libc::major(st.st_rdev) == 195 {
-        return match libc::minor(st.st_rdev) {
-            255 => Some(DevKind::Ctl),
-            m if m <= 247 => Some(DevKind::Gpu(m)),
-            _ => None, // nvidia-modeset and friends
-        };
+    if chr && libc::major(st.st_rdev) == nodes::NV_MAJOR {
+        // (nvidia-modeset and friends: none of ours)
+        return nodes::node(nodes::NV_MAJOR, libc::minor(st.st_rdev)).map(|n| match n {
+            nodes::Node::Ctl => DevKind::Ctl,
+            nodes::Node::Gpu(m) => DevKind::Gpu(m),
+        });
     }
     // only a character device can be nvidia-uvm, only a plain file a test stand-in
     let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;

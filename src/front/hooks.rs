@@ -56,8 +56,8 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 }
 
 /// Whether `fd` may be an NVIDIA device node, from its `fstat` (kept in the fd table). Keeps
-/// errno. The same test as the core's `fdtable::classify_fstat`, less exact: major 195 (the
-/// control and GPU nodes), or /dev/nvidia-uvm's own number (its major is dynamic).
+/// errno. The same test as the core's `fdtable::classify_fstat`, less exact: the control and GPU
+/// nodes (`abi/nodes.rs`), or /dev/nvidia-uvm's own number (its major is dynamic).
 #[cold]
 #[inline(never)]
 fn classify(fd: c_int) -> bool {
@@ -71,7 +71,7 @@ fn classify(fd: c_int) -> bool {
     let kind = st.st_mode & libc::S_IFMT;
     let nv = ok
         && ((kind == libc::S_IFCHR
-            && ((libc::major(st.st_rdev) == 195 && matches!(libc::minor(st.st_rdev), 0..=247 | 255)) || Some(st.st_rdev) == uvm_rdev()))
+            && (crate::nodes::node(libc::major(st.st_rdev), libc::minor(st.st_rdev)).is_some() || Some(st.st_rdev) == uvm_rdev()))
             || (kind == libc::S_IFREG && test_devices()));
     set_errno(e);
     store(fd, if nv { MAYBE_NV } else { NOT_NV });
@@ -223,10 +223,7 @@ unsafe fn fcntl_any(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     type F = unsafe extern "C" fn(*mut c_void) -> c_int;
-    let f = match core_fn(DLCLOSE) {
-        Some(c) => Some(c),
-        None => Some(libc_fn!(c"dlclose", F).map_or(core::ptr::null_mut(), |f| f as *mut c_void)).filter(|p| !p.is_null()),
-    };
+    let f = core_fn(DLCLOSE).or_else(|| libc_fn!(c"dlclose", F).map(|f| f as *mut c_void));
     // SAFETY: the core's dlclose hook or libc's, forwarded unchanged.
     f.map_or(-1, |f| unsafe { transmute::<*mut c_void, F>(f)(handle) })
 }

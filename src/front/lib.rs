@@ -26,6 +26,8 @@ mod elf;
 #[path = "../fdtable/pages.rs"]
 mod fdpages;
 mod hooks;
+#[path = "../abi/nodes.rs"]
+mod nodes;
 
 use attach::{FrontApi, ATTACHED, CORE_FILE};
 use core::ffi::{c_char, c_int, c_void, CStr};
@@ -247,12 +249,9 @@ fn say(a: &[u8], b: &[u8], c: &[u8]) {
     if SAID.swap(true, Relaxed) {
         return;
     }
-    // SAFETY: __errno_location returns this thread's errno slot.
-    let e = unsafe { *libc::__errno_location() };
+    // (errno: its one caller, load_core, runs inside attach, which keeps it)
     for part in [&b"gdrshim: "[..], a, b, c, b"; its hooks only forward\n"] {
         // SAFETY: writes of our own buffers to stderr; a short or failed write is let go.
         unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
     }
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e };
 }
