@@ -45,6 +45,18 @@ pub enum Work {
         ptr: u64,
         len: u64,
     },
+    /// The program was handed `[ptr, ptr+len)` by a CUDA call that is no allocation of new
+    /// memory (`cuMemMap` of a handle, an IPC or pool import): its memory from now on.
+    ProgramMapping {
+        ptr: u64,
+        len: u64,
+    },
+    /// The program gave memory back: the allocation at `ptr` (`len` `None`: a free), or all of
+    /// `[ptr, ptr+len)` (an unmap).
+    ProgramRelease {
+        ptr: u64,
+        len: Option<u64>,
+    },
     /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)` (compared with libcuda's export).
     DmabufRequest {
         ptr: u64,
@@ -198,6 +210,11 @@ impl Core {
                         warn(&capture::verdict_line(api, ptr, len, &v));
                     }
                 }
+                Work::ProgramMapping { ptr, len } => tracker.allocs.add(ptr, len),
+                Work::ProgramRelease { ptr, len: None } => {
+                    tracker.allocs.free_at(ptr);
+                }
+                Work::ProgramRelease { ptr, len: Some(len) } => tracker.allocs.remove(ptr, ptr.saturating_add(len)),
                 Work::DmabufRequest { ptr, size, fd } => {
                     if let Some(n) = tracker.dmabuf_request(ptr, size, fd) {
                         warn(&capture::notice_line(&n));
@@ -378,7 +395,9 @@ impl Pipeline {
     /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
-            self.lost.fetch_or(matches!(w, Work::Event(_)), SeqCst);
+            // a lost release could leave the map, or the record of the program's memory,
+            // describing what is gone
+            self.lost.fetch_or(matches!(w, Work::Event(_) | Work::ProgramRelease { .. }), SeqCst);
             return Err(w);
         };
         if let (true, Work::Event(ref ev)) = (q.record_born, &w) {

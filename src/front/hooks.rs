@@ -323,8 +323,9 @@ const fn c_array<const N: usize>(name: &str) -> [u8; N] {
 
 /// The CUDA, verbs and gdrshim entry points: the core's, loaded at the first call. Each is a stub
 /// that jumps through its slot (the core's function once found), or else to [`slow`], which
-/// finds it with every argument register kept. All take integer and pointer arguments only, six
-/// at most, and none is variadic.
+/// finds it with every argument register kept. None is variadic, and none takes a float; an
+/// argument passed in memory (`cuIpcOpenMemHandle_v2`'s 64-byte handle) stays where the caller
+/// put it, since neither the stub nor [`slow`] leaves the stack other than it found it.
 macro_rules! forwarded {
     ($($name:ident => $fallback:path;)*) => { $(
         #[allow(non_snake_case)]
@@ -449,6 +450,10 @@ forwarded! {
     cuMemFreeAsync => fallback::cuda_not_found;
     cuMemFree_v2 => fallback::cuda_not_found;
     cuMemGetHandleForAddressRange => fallback::cuda_not_found;
+    cuIpcOpenMemHandle_v2 => fallback::cuda_not_found;
+    cuIpcCloseMemHandle => fallback::cuda_not_found;
+    cuMemPoolImportPointer => fallback::cuda_not_found;
+    cuMemAddressFree => fallback::cuda_not_found;
     cuMemMap => fallback::cuda_not_found;
     cuMemRelease => fallback::cuda_not_found;
     cuMemSetAccess => fallback::cuda_not_found;

@@ -12,12 +12,15 @@
 use crate::hooks::slots::slotted;
 use crate::real::next_def;
 use crate::shim;
+use crate::shim::serve::Served;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
+/// What libcuda answers a dma-buf request over memory the program did not allocate.
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 /// What libcuda answers a dma-buf request with on GeForce.
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
@@ -29,6 +32,11 @@ type CUstream = *mut c_void;
 
 macro_rules! cuda_fn {
     ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$sh:ident, $res:ident| $body:block) => {
+        cuda_fn!($modname, $export, $sym, ($($a: $t),*), outside |$res| { let _ = $res; } as _unused, |$sh, $res| $body);
+    };
+    // `outside` runs after the real call and before our bookkeeping, outside gdrshim's guard:
+    // where the bookkeeping needs libcuda again (whose NVIDIA calls the hooks must see).
+    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), outside |$res0:ident| $pre:block as $o:ident, |$sh:ident, $res:ident| $body:block) => {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> CUresult;
@@ -43,6 +51,10 @@ macro_rules! cuda_fn {
                 let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
                 // SAFETY: forwarded unchanged.
                 let $res = unsafe { f($($a),*) };
+                let $o = {
+                    let $res0 = $res;
+                    $pre
+                };
                 // Our bookkeeping: errno preserved, panics contained.
                 shim::call_in_waking(|$sh| $body);
                 $res
@@ -75,18 +87,23 @@ cuda_fn!(mem_alloc_pitch, cuMemAllocPitch_v2, c"cuMemAllocPitch_v2", (dptr: *mut
     }
 });
 cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
-    let _ = dptr;
     if r == CUDA_SUCCESS {
         sh.line.cuda_frees.fetch_add(1, Relaxed);
+        sh.program_release(dptr, None);
     }
 });
 cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |sh, r| {
     let _ = (handle, prop, flags, sh, r);
     crate::log_debug!("cuMemCreate size={size:#x} -> {r}");
 });
+// A handle mapped into the program's VA (its own cuMemCreate, or one imported from another
+// process by a shareable handle) is the program's memory there until it unmaps it.
 cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
-    let _ = (offset, handle, flags, sh);
+    let _ = (offset, handle, flags);
     crate::log_debug!("cuMemMap [{ptr:#x}, +{size:#x}) -> {r}");
+    if r == CUDA_SUCCESS {
+        sh.program_mapping(ptr, size as u64);
+    }
 });
 // libcuda makes the UVM mapping (and its native REGISTER_VIDMEM) of a VMM range only when access
 // is granted: seen on the H200, where the range is still unmapped when cuMemMap returns. The
@@ -98,9 +115,9 @@ cuda_fn!(mem_set_access, cuMemSetAccess, c"cuMemSetAccess", (ptr: CUdeviceptr, s
     }
 });
 cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), |sh, r| {
-    let _ = (ptr, size);
     if r == CUDA_SUCCESS {
         sh.line.cuda_frees.fetch_add(1, Relaxed);
+        sh.program_release(ptr, Some(size as u64));
     }
 });
 cuda_fn!(mem_release, cuMemRelease, c"cuMemRelease", (handle: u64), |sh, r| {
@@ -120,12 +137,75 @@ cuda_fn!(mem_alloc_pool_async, cuMemAllocFromPoolAsync, c"cuMemAllocFromPoolAsyn
         sh.user_allocation("cuMemAllocFromPoolAsync", unsafe { *dptr }, bytesize as u64);
     }
 });
+// (freed in stream order: the program may not hand the memory to anyone from this call on)
 cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, stream: CUstream), |sh, r| {
-    let _ = (dptr, stream);
+    let _ = stream;
     if r == CUDA_SUCCESS {
         sh.line.cuda_frees.fetch_add(1, Relaxed);
+        sh.program_release(dptr, None);
     }
 });
+// Memory of another process the program opened: its own from here, as big as the allocation
+// it came from (which only libcuda knows).
+cuda_fn!(ipc_open, cuIpcOpenMemHandle_v2, c"cuIpcOpenMemHandle_v2", (dptr: *mut CUdeviceptr, handle: CuIpcMemHandle, flags: u32),
+    outside |r| { imported_extent(r, dptr) } as extent, |sh, r| {
+    let _ = (handle, flags, r);
+    if let Some((base, len)) = extent {
+        sh.program_mapping(base, len);
+    }
+});
+cuda_fn!(ipc_close, cuIpcCloseMemHandle, c"cuIpcCloseMemHandle", (dptr: CUdeviceptr), |sh, r| {
+    if r == CUDA_SUCCESS {
+        sh.program_release(dptr, None);
+    }
+});
+cuda_fn!(pool_import, cuMemPoolImportPointer, c"cuMemPoolImportPointer", (dptr: *mut CUdeviceptr, pool: *mut c_void, data: *mut c_void),
+    outside |r| { imported_extent(r, dptr) } as extent, |sh, r| {
+    let _ = (pool, data, r);
+    if let Some((base, len)) = extent {
+        sh.program_mapping(base, len);
+    }
+});
+cuda_fn!(address_free, cuMemAddressFree, c"cuMemAddressFree", (ptr: CUdeviceptr, size: usize), |sh, r| {
+    if r == CUDA_SUCCESS {
+        sh.program_release(ptr, Some(size as u64));
+    }
+});
+
+/// `CUipcMemHandle` (cuda.h): 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CuIpcMemHandle {
+    pub reserved: [u8; 64],
+}
+const _: () = assert!(core::mem::size_of::<CuIpcMemHandle>() == 64);
+
+/// After an import that answered `r` into `*dptr`: the allocation libcuda says the imported
+/// pointer starts (`cuMemGetAddressRange_v2`), as `(base, size)`. Called outside gdrshim's guard
+/// (libcuda's NVIDIA calls, if it makes any, are seen), keeping errno.
+fn imported_extent(r: CUresult, dptr: *mut CUdeviceptr) -> Option<(u64, u64)> {
+    if r != CUDA_SUCCESS || dptr.is_null() || !crate::gate::active() {
+        return None;
+    }
+    let e = crate::sys::errno();
+    // SAFETY: on success the driver wrote the pointer into *dptr, which the caller owns.
+    let extent = allocation_extent(unsafe { *dptr });
+    crate::sys::set_errno(e);
+    extent
+}
+
+/// The allocation libcuda says holds `ptr` (`cuMemGetAddressRange_v2`): `(base, size)`.
+fn allocation_extent(ptr: CUdeviceptr) -> Option<(u64, u64)> {
+    type F = unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, CUdeviceptr) -> CUresult;
+    let p = next_def!(c"cuMemGetAddressRange_v2" in b"libcuda.so");
+    if p.is_null() {
+        return None;
+    }
+    let (mut base, mut size) = (0u64, 0usize);
+    // SAFETY: libcuda's cuMemGetAddressRange_v2, with valid out-pointers of ours.
+    let r = unsafe { core::mem::transmute::<*mut c_void, F>(p)(&mut base, &mut size, ptr) };
+    (r == CUDA_SUCCESS && size > 0).then_some((base, size as u64))
+}
 // NCCL's GPU-side GDR gate and its DMA-BUF question, asked through the cudart linked into
 // libnccl (see `advertise`).
 cuda_fn!(device_get_attribute, cuDeviceGetAttribute, c"cuDeviceGetAttribute", (pi: *mut c_int, attrib: c_int, dev: c_int), |sh, r| {
@@ -160,7 +240,8 @@ pub mod handle_range {
         }
         let hide = shim::try_get().is_some_and(|s| s.cfg.knobs.hide_dmabuf);
         // SAFETY: forwarded unchanged.
-        let mut r = unsafe { f(handle, dptr, size, kind, flags) };
+        let native = unsafe { f(handle, dptr, size, kind, flags) };
+        let mut r = native;
         if r == CUDA_SUCCESS {
             // SAFETY: on success the driver wrote the fd (an int) into *handle.
             let fd = unsafe { *(handle as *const c_int) };
@@ -171,16 +252,27 @@ pub mod handle_range {
                     // SAFETY: the fd libcuda just made for this call, not handed out yet.
                     unsafe { close(fd) };
                 }
-                r = CUDA_ERROR_NOT_SUPPORTED;
             }
+        }
+        if hide {
+            // GeForce emulation: libcuda refuses every dma-buf there; its real answer here is
+            // the oracle gdrshim's own answer is compared with
+            r = CUDA_ERROR_NOT_SUPPORTED;
         }
         if r == CUDA_ERROR_NOT_SUPPORTED && flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 0 {
             let mapping = if flags != 0 { crate::abi::dmabuf::MAPPING_FORCE_PCIE } else { crate::abi::dmabuf::MAPPING_DEFAULT };
-            if let Some(fd) = shim::call_in_waking(|s| s.serve_dmabuf(dptr, size as u64, mapping)).flatten() {
-                // SAFETY: the caller's out-parameter, an int, as for the driver.
-                unsafe { *(handle as *mut c_int) = fd };
-                r = CUDA_SUCCESS;
+            match shim::call_in_waking(|s| s.serve_dmabuf(dptr, size as u64, mapping)) {
+                Some(Served::Fd(fd)) => {
+                    // SAFETY: the caller's out-parameter, an int, as for the driver.
+                    unsafe { *(handle as *mut c_int) = fd };
+                    r = CUDA_SUCCESS;
+                }
+                Some(Served::NotTheProgramsMemory) => r = CUDA_ERROR_INVALID_VALUE,
+                Some(Served::NotServed) | None => {}
             }
+        }
+        if hide {
+            shim::call_in(|s| s.export_oracle(dptr, size as u64, native, r));
         }
         r
     }
@@ -228,6 +320,10 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => mem_free_async::install,
         b"cuDeviceGetAttribute" => device_get_attribute::install,
         b"cuMemGetHandleForAddressRange" => handle_range::install,
+        b"cuIpcOpenMemHandle_v2" => ipc_open::install,
+        b"cuIpcCloseMemHandle" => ipc_close::install,
+        b"cuMemPoolImportPointer" => pool_import::install,
+        b"cuMemAddressFree" => address_free::install,
         b"cuGetProcAddress" => get_proc_v1::install,
         b"cuGetProcAddress_v2" => get_proc_v2::install,
         _ => return None,
@@ -252,6 +348,10 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuMemFreeAsync" if at_least(11020) => mem_free_async::install,
         b"cuDeviceGetAttribute" if at_least(2000) => device_get_attribute::install,
         b"cuMemGetHandleForAddressRange" if at_least(11070) => handle_range::install,
+        b"cuIpcOpenMemHandle" if at_least(11000) => ipc_open::install,
+        b"cuIpcCloseMemHandle" if at_least(4010) => ipc_close::install,
+        b"cuMemPoolImportPointer" if at_least(11020) => pool_import::install,
+        b"cuMemAddressFree" if at_least(10020) => address_free::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
         _ => return None,

@@ -3,6 +3,7 @@
 
 use crate::gate::active;
 use crate::shim;
+use crate::shim::serve::Served;
 use crate::sys::Guard;
 use core::ffi::{c_char, c_int};
 
@@ -69,6 +70,7 @@ pub extern "C" fn gdrshim_gdr_route() -> c_int {
 /// A dma-buf fd of exactly the GPU memory behind `[va, va+len)` (host-page aligned; one GPU;
 /// this process's own memory), as `cuMemGetHandleForAddressRange` gives one on datacenter GPUs:
 /// the fd (the caller closes it), or `-ENOENT` not covered exactly (the reason is logged),
+/// `-EACCES` some byte is not in an allocation the program made through CUDA,
 /// `-EPERM` not register mode or not the DMA-BUF route, `-ENOSYS` shim off or unknown driver.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
@@ -79,7 +81,11 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
         if !s.registering() || s.route() != Some(crate::route::Route::Dmabuf) {
             return -libc::EPERM;
         }
-        s.serve_dmabuf(va, len, crate::abi::dmabuf::MAPPING_DEFAULT).unwrap_or(-libc::ENOENT)
+        match s.serve_dmabuf(va, len, crate::abi::dmabuf::MAPPING_DEFAULT) {
+            Served::Fd(fd) => fd,
+            Served::NotTheProgramsMemory => -libc::EACCES,
+            Served::NotServed => -libc::ENOENT,
+        }
     })
     .unwrap_or(-libc::ENOSYS)
 }

@@ -57,6 +57,8 @@ impl Client {
 /// What the process really has mapped: per GPU, per 64 KiB page, the memory and its offset.
 struct Model {
     pages: [Vec<Option<(MemRef, u64)>>; 2],
+    /// Pages in an allocation the program made through CUDA (the rest is CUDA's own memory).
+    owned: Vec<bool>,
 }
 impl Model {
     fn page(va: u64) -> usize {
@@ -75,6 +77,15 @@ impl Model {
             (Some(a), _) | (_, Some(a)) => Ok(Some(a)),
             (None, None) => Ok(None),
         }
+    }
+    fn own(&mut self, base: u64, len: u64, owned: bool) {
+        for p in (0..len).step_by(PAGE as usize) {
+            self.owned[Self::page(base + p)] = owned;
+        }
+    }
+    /// Whether every page of `[addr, addr+len)` is the program's own.
+    fn owns(&self, addr: u64, len: u64) -> bool {
+        (down(addr)..up(addr + len)).step_by(PAGE as usize).all(|p| self.owned[Self::page(p)])
     }
     fn forget(&mut self, gone: impl Fn(MemRef) -> bool) {
         for g in &mut self.pages {
@@ -105,7 +116,7 @@ impl World {
             t: Tracker::new(),
             r: Registrar::with_route(false, Ok(route)),
             rm: StrictRm::default(),
-            model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]] },
+            model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]], owned: vec![false; NPAGES] },
             clients: [Client::new(0), Client::new(1)],
             uvm_owner: [0, 1],
             mems: Vec::new(),
@@ -242,6 +253,11 @@ fn run_model(route: Route) {
                 for &g in &gpus {
                     w.model.set(g, base, len, |p| Some((m, offset + p)));
                 }
+                // most mappings are an allocation of the program's; some are CUDA's own memory
+                if rnd(8) != 0 {
+                    w.t.allocs.add(base, len);
+                    w.model.own(base, len, true);
+                }
                 count("maps");
             }
             300..=329 => {
@@ -273,6 +289,10 @@ fn run_model(route: Route) {
                 w.driver(Pending::UvmUnmap { base, length: len });
                 w.t.apply(&Event::UvmUnmapExternal { base, length: len, gpu: GPUS[g] });
                 w.model.set(g, base, len, |_| None);
+                // VA that no GPU maps any more is the program's no longer (`Tracker::apply`)
+                if (base..base + len).step_by(PAGE as usize).all(|p| w.model.at(p) == Ok(None)) {
+                    w.model.own(base, len, false);
+                }
                 count("unmaps");
             }
             390..=419 => {
@@ -282,6 +302,7 @@ fn run_model(route: Route) {
                 for g in 0..2 {
                     w.model.set(g, base, RANGE, |_| None);
                 }
+                w.model.own(base, RANGE, false);
                 w.t.apply(&Event::UvmCreateExternalRange { base, length: RANGE });
                 count("uvm_frees");
             }
@@ -295,6 +316,14 @@ fn run_model(route: Route) {
                 // UVM keeps its own reference, but the handle is gone: nothing there may be registered
                 w.model.forget(|x| x == m);
                 count("mem_frees");
+            }
+            450 if rnd(2) == 0 => {
+                // the program unmaps a range of its own VA (cuMemUnmap) whatever is there
+                let base = BASE + rnd(NPAGES as u64) * PAGE;
+                let len = PAGE * (1 + rnd(8)).min((BASE + RANGE * RANGES - base) / PAGE);
+                w.t.allocs.remove(base, base + len);
+                w.model.own(base, len, false);
+                count("program_unmaps");
             }
             450..=451 => {
                 // a device goes (its memory, subdevice, VA space and our 503C with it), then comes back
@@ -340,6 +369,7 @@ fn run_model(route: Route) {
                 match &d {
                     Decision::Hit { mem, .. } => {
                         assert_eq!(route, Route::Nv503c, "step {step}");
+                        assert!(w.model.owns(addr, len), "step {step}: MR {addr:#x}+{len:#x} over memory the program did not allocate");
                         // what the NIC gets is what the process sees, for every page of the MR
                         let got = w.rm.get_pages(addr, len);
                         let Ok((gm, goff)) = got else { panic!("step {step}: hit at {addr:#x}+{len:#x} but peermem says {got:?}") };
@@ -364,6 +394,7 @@ fn run_model(route: Route) {
                         count("host");
                     }
                     Decision::Exported(e) => {
+                        assert!(w.model.owns(addr, len), "step {step}: export {addr:#x}+{len:#x} of memory the program did not allocate");
                         // the buffer, 4 KiB page by page, is what the process has there now
                         let (total, slots) = w.rm.exports.remove(&e.fd).expect("an fd RM handed out");
                         let base = addr & !0xfff;
@@ -398,6 +429,11 @@ fn run_model(route: Route) {
                             RegMiss::NoVaSpace => "miss_no_vaspace",
                             RegMiss::Rm { .. } => "miss_rm",
                             RegMiss::Export(_) => "miss_export",
+                            RegMiss::NotProgramMemory { at } => {
+                                assert!(*at >= addr && *at < addr + len, "step {step}: {at:#x} outside {addr:#x}+{len:#x}");
+                                assert!(!w.model.owned[Model::page(*at)], "step {step}: {at:#x} is the program's own");
+                                "miss_not_program_memory"
+                            }
                             _ => "miss_other",
                         });
                     }
@@ -427,7 +463,20 @@ fn run_model(route: Route) {
     assert_eq!(w.r.dmabuf_mrs(), 0, "every dma-buf MR deregistered");
     assert!(w.rm.exports.is_empty(), "every export was taken by an MR");
     if ops >= 100_000 && route == Route::Dmabuf {
-        for k in ["exports", "host", "maps", "unmaps", "uvm_frees", "mem_frees", "device_frees", "client_frees", "deregs", "miss_lookup"] {
+        for k in [
+            "exports",
+            "host",
+            "maps",
+            "unmaps",
+            "uvm_frees",
+            "mem_frees",
+            "device_frees",
+            "client_frees",
+            "deregs",
+            "miss_lookup",
+            "miss_not_program_memory",
+            "program_unmaps",
+        ] {
             assert!(g(k) > 0, "the random walk never reached {k}: {keys:?}");
         }
         assert!(g("exports") > ops / 50, "{keys:?}");
@@ -447,6 +496,8 @@ fn run_model(route: Route) {
             "miss_lookup",
             "miss_not_whole",
             "miss_no_vaspace",
+            "miss_not_program_memory",
+            "program_unmaps",
         ] {
             assert!(g(k) > 0, "the random walk never reached {k}: {keys:?}");
         }

@@ -17,6 +17,8 @@ pub mod nv503c;
 mod tests;
 #[cfg(test)]
 mod tests_dmabuf;
+#[cfg(test)]
+mod tests_owned;
 
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::status::{self, Call};
@@ -104,6 +106,10 @@ pub enum RegMiss {
     },
     /// The map missed a call the driver accepted (`Tracker::incomplete`).
     MapIncomplete,
+    /// Byte `at` of the range is not memory the program allocated through CUDA (`crate::allocs`).
+    NotProgramMemory {
+        at: u64,
+    },
 }
 
 impl fmt::Display for RegMiss {
@@ -134,6 +140,12 @@ impl fmt::Display for RegMiss {
             RegMiss::UnknownClient { client } => {
                 write!(f, "the memory's RM client {client:#010x} was not allocated through this process's NVIDIA fds")
             }
+            RegMiss::NotProgramMemory { at } => write!(
+                f,
+                "{at:#x} is not in any allocation this program made through CUDA (cuMemAlloc*, a pool, cuMemMap, an IPC or pool \
+                 import): CUDA's own memory, memory freed, or a range running past its allocation; libcuda refuses such a \
+                 range too"
+            ),
             RegMiss::MapIncomplete => write!(
                 f,
                 "the map missed a driver call earlier (its lock was not free for 5 s, see the ERROR line): it may describe memory \
@@ -359,6 +371,10 @@ impl Registrar {
         if t.native_p2p_present() || t.native_seen {
             return Decision::StandAside;
         }
+        // (the lookup above took the range, so its end does not wrap)
+        if let Some(at) = t.allocs.first_gap(r.addr, r.addr + r.len) {
+            return Decision::Miss(RegMiss::NotProgramMemory { at });
+        }
         match self.route.clone() {
             Some(Ok(Route::Nv503c)) => {
                 let next_id = &mut self.next_id;
@@ -385,6 +401,9 @@ impl Registrar {
             return Err(RegMiss::MapIncomplete);
         }
         let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
+        if let Some(at) = t.allocs.first_gap(addr, addr + len) {
+            return Err(RegMiss::NotProgramMemory { at });
+        }
         if self.dry_run {
             return Ok(None);
         }

@@ -81,6 +81,10 @@ pub struct Stats {
     pub dmabuf_served: AtomicU64,
     /// Exports `ibv_reg_dmabuf_mr` refused (the original call was delegated).
     pub dmabuf_refused: AtomicU64,
+    /// GeForce emulation (`GDRSHIM_TEST_HIDE_DMABUF`): dma-buf requests whose outcome under
+    /// gdrshim was libcuda's own (exported by both, or refused by both with the same code), or not.
+    pub export_oracle_agree: AtomicU64,
+    pub export_oracle_disagree: AtomicU64,
     /// Knobs builds: GDRSHIM_TIMING's clock and the benchmark's pauses.
     #[cfg(feature = "knobs")]
     pub knobs: knobs::Stats,

@@ -14,7 +14,7 @@ use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
 use crate::pipeline::Core;
-use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
+use crate::registrar::{Decision, Export, HeldRef, RegMiss, VerbsReg};
 use crate::route::{self, Facts, Route};
 use crate::shim::Shim;
 use crate::sys::read_own_pieces;
@@ -22,6 +22,17 @@ use crate::tracker::{NativeAnswer, Verdict};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
+
+/// What gdrshim makes of a dma-buf request that libcuda refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Exported: the caller's fd.
+    Fd(i32),
+    /// Some byte of the range is not the program's own memory: libcuda's answer to that.
+    NotTheProgramsMemory,
+    /// Not served here (not the DMA-BUF route, not register mode, the map misses): CUDA's answer stands.
+    NotServed,
+}
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -169,7 +180,13 @@ impl Shim {
                 // is held until the memory or VA goes.
                 let Core { tracker, registrar, rm, .. } = &mut *c;
                 for (t, _) in pieces {
-                    match registrar.before_reg(tracker, rm, t.address, t.size) {
+                    // the part of this UVM mapping the allocation holds: only the program's own
+                    // memory is asked for, and the registration is the whole mapping's
+                    let (from, to) = (t.address.max(ptr), (t.address + t.size).min(ptr.saturating_add(len)));
+                    if from >= to {
+                        continue;
+                    }
+                    match registrar.before_reg(tracker, rm, from, to - from) {
                         Decision::Miss(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
                         Decision::Hit { tuple, .. } => crate::log_debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
                         _ => {}
@@ -306,9 +323,9 @@ impl Shim {
 
     /// `cuMemGetHandleForAddressRange(DMA_BUF_FD)` that libcuda refused (801, as on GeForce):
     /// the fd of gdrshim's export of exactly the map's pieces, where the DMA-BUF route serves.
-    pub fn serve_dmabuf(&self, ptr: u64, size: u64, mapping_type: u8) -> Option<i32> {
+    pub fn serve_dmabuf(&self, ptr: u64, size: u64, mapping_type: u8) -> Served {
         if !self.registering() || self.route() != Some(Route::Dmabuf) {
-            return None;
+            return Served::NotServed;
         }
         if !ptr.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) || !size.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) {
             crate::log_limited!(
@@ -316,10 +333,10 @@ impl Shim {
                 "dma-buf not served",
                 "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); not served"
             );
-            return None;
+            return Served::NotServed;
         }
-        let _gate = self.release_gate.try_write_for(WAIT)?;
-        let mut c = self.core(WAIT)?;
+        let Some(_gate) = self.release_gate.try_write_for(WAIT) else { return Served::NotServed };
+        let Some(mut c) = self.core(WAIT) else { return Served::NotServed };
         let Core { tracker, registrar, rm, .. } = &mut *c;
         match registrar.export(tracker, rm, ptr, size, mapping_type) {
             Ok(Some(e)) => {
@@ -329,17 +346,51 @@ impl Shim {
                     e.fd,
                     e.pieces
                 );
-                Some(e.fd)
+                Served::Fd(e.fd)
             }
-            Ok(None) => None,
+            Ok(None) => Served::NotServed,
+            Err(m @ RegMiss::NotProgramMemory { .. }) => {
+                crate::log_limited!(
+                    crate::config::Level::Warn,
+                    "dma-buf refused",
+                    "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): refused: {m}; answering CUDA_ERROR_INVALID_VALUE"
+                );
+                Served::NotTheProgramsMemory
+            }
             Err(m) => {
                 crate::log_limited!(
                     crate::config::Level::Warn,
                     "dma-buf not served",
                     "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not served: {m}; CUDA's answer stands"
                 );
-                None
+                Served::NotServed
             }
+        }
+    }
+
+    /// GeForce emulation: what libcuda answered a dma-buf request itself (`native`) against what
+    /// the program got under gdrshim (`ours`): the same outcome, and for a refusal the same code.
+    pub fn export_oracle(&self, ptr: u64, size: u64, native: i32, ours: i32) {
+        if native == ours {
+            self.stats.export_oracle_agree.fetch_add(1, Relaxed);
+            return;
+        }
+        self.stats.export_oracle_disagree.fetch_add(1, Relaxed);
+        crate::log_warn!("export oracle: cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): libcuda answers {native}, gdrshim {ours}");
+    }
+
+    /// The program was handed `[ptr, ptr+len)` by a CUDA call other than an allocation of new
+    /// memory (`cuMemMap`, an IPC or pool import).
+    pub fn program_mapping(&'static self, ptr: u64, len: u64) {
+        if self.line.table.is_some() {
+            let _ = self.queue(crate::pipeline::Work::ProgramMapping { ptr, len });
+        }
+    }
+
+    /// The program gave back the allocation at `ptr` (`len` `None`) or `[ptr, ptr+len)`.
+    pub fn program_release(&'static self, ptr: u64, len: Option<u64>) {
+        if self.line.table.is_some() {
+            let _ = self.queue(crate::pipeline::Work::ProgramRelease { ptr, len });
         }
     }
 

@@ -86,6 +86,12 @@ impl Shim {
             ("lines_held", crate::log::held()),
             ("helper_batches", self.pipeline.helper_batches.load(Relaxed)),
         ]);
+        if self.cfg.knobs.hide_dmabuf {
+            snap.counts([
+                ("export_oracle_agree", s.export_oracle_agree.load(Relaxed)),
+                ("export_oracle_disagree", s.export_oracle_disagree.load(Relaxed)),
+            ]);
+        }
         #[cfg(feature = "knobs")]
         {
             if self.cfg.knobs.timing {

@@ -5,6 +5,7 @@
 //! Pure: no FFI, no locks, no I/O. The hooks feed it events and log what it reports.
 #![forbid(unsafe_code)]
 
+use crate::allocs::Allocations;
 use crate::decode::{Event, P2pCtrl, Uuid};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -155,6 +156,9 @@ pub struct Tracker {
     /// A call the driver accepted never reached the map (its queue's lock was not free in time):
     /// the map may hold what is gone, so nothing is registered or exported on it any more.
     pub incomplete: bool,
+    /// What the program itself allocated through CUDA: the only memory a registration or an
+    /// export may cover (`crate::allocs`).
+    pub allocs: Allocations,
 }
 
 impl Tracker {
@@ -421,8 +425,16 @@ impl Tracker {
             }
             Event::UvmUnmapExternal { base, length, gpu } => {
                 self.map.unmap(gpu, base, length);
+                // VA no GPU maps any more holds no allocation of the program: what CUDA maps
+                // there next is the program's only once a CUDA call hands it out again
+                let end = base.saturating_add(length);
+                if self.map.memory_in(base, end).is_empty() {
+                    self.allocs.remove(base, end);
+                }
             }
             Event::UvmFree { base, length } => {
+                let extent = self.map.free_extent(base, length);
+                self.allocs.remove(base, base.saturating_add(extent));
                 // UVM_FREE destroys the whole range that starts at base; the length field, where
                 // the branch has one, must equal it. A range created before we saw it: every
                 // mapping that starts at base or continues from it goes, so nothing stale can be
@@ -444,6 +456,7 @@ impl Tracker {
     /// compare the predicted registrations with libcuda's own.
     pub fn user_allocation(&mut self, ptr: u64, len: u64) -> Verdict {
         self.counts.user_allocs += 1;
+        self.allocs.add(ptr, len);
         let pieces = match self.map.lookup(ptr, len) {
             Ok(p) => p,
             Err(miss) => {
@@ -459,6 +472,7 @@ impl Tracker {
     /// matched — allocates nothing (this runs on every allocation of the process).
     pub fn user_allocation_quiet(&mut self, ptr: u64, len: u64) -> Option<Verdict> {
         let Some(p) = self.map.lookup_one(ptr, len) else {
+            // (user_allocation records it)
             let v = self.user_allocation(ptr, len);
             let worth = match &v {
                 Verdict::Uncovered(_) => true,
@@ -467,6 +481,7 @@ impl Tracker {
             return worth.then_some(v);
         };
         self.counts.user_allocs += 1;
+        self.allocs.add(ptr, len);
         match self.judge(&p) {
             (want, a @ NativeAnswer::Mismatched(_)) => Some(Verdict::Covered(vec![(want, a)])),
             _ => None,
