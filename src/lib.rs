@@ -9,7 +9,6 @@
 
 pub mod abi;
 pub mod advertise;
-pub mod allocs;
 pub mod born;
 pub mod capture;
 pub mod config;

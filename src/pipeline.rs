@@ -210,11 +210,11 @@ impl Core {
                         warn(&capture::verdict_line(api, ptr, len, &v));
                     }
                 }
-                Work::ProgramMapping { ptr, len } => tracker.allocs.add(ptr, len),
+                Work::ProgramMapping { ptr, len } => tracker.map.own(ptr, len),
                 Work::ProgramRelease { ptr, len: None } => {
-                    tracker.allocs.free_at(ptr);
+                    tracker.map.disown_at(ptr);
                 }
-                Work::ProgramRelease { ptr, len: Some(len) } => tracker.allocs.remove(ptr, ptr.saturating_add(len)),
+                Work::ProgramRelease { ptr, len: Some(len) } => tracker.map.disown(ptr, ptr.saturating_add(len)),
                 Work::DmabufRequest { ptr, size, fd } => {
                     if let Some(n) = tracker.dmabuf_request(ptr, size, fd) {
                         warn(&capture::notice_line(&n));

@@ -185,6 +185,31 @@ fn cuda_callers_get_a_dmabuf_where_libcuda_refuses() {
     assert!(out.contains("attr124=0 r=801"), "{out}\n{err}");
 }
 
+/// CUDA's own memory beside the program's: never registered or exported on any path, while two
+/// allocations side by side are (libcuda's rule, issue 29 A).
+#[test]
+fn only_the_programs_own_memory_is_registered_or_exported() {
+    let dmabuf = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("owned", &dmabuf, &["owned"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("routes owned ok route=1 both=mr r_both=0 r_cuda=1 r_past=1 export_cuda=-13 export_both=fd"), "{out}\n{err}");
+    let s = summary(&err);
+    assert_eq!((s["pass0_hits"].as_str(), s["pass0_misses"].as_str(), s["dmabuf_served"].as_str()), ("1", "2", "2"), "{err}");
+    assert!(err.contains("is not in any allocation this program made through CUDA"), "{err}");
+    assert!(err.contains("answering CUDA_ERROR_INVALID_VALUE"), "{err}");
+    // the NV503C route: the same MRs, and nothing of CUDA's memory registered with RM
+    let nv = Rig { peermem: true, capable: false, new_verbs: true };
+    let (code, out, err) = routes("owned-nv", &nv, &["owned"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("routes owned ok route=2 both=mr r_both=801 r_cuda=801 r_past=801 export_cuda=-1 export_both=none"),
+        "{out}\n{err}"
+    );
+    let s = summary(&err);
+    assert_eq!((s["pass0_hits"].as_str(), s["pass0_misses"].as_str()), ("1", "2"), "{err}");
+    assert_eq!(s["live_registrations"], "0", "{err}");
+}
+
 #[test]
 fn a_refused_export_leaves_the_call_as_it_was() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };

@@ -106,7 +106,7 @@ pub enum RegMiss {
     },
     /// The map missed a call the driver accepted (`Tracker::incomplete`).
     MapIncomplete,
-    /// Byte `at` of the range is not memory the program allocated through CUDA (`crate::allocs`).
+    /// Byte `at` of the range is not memory the program allocated through CUDA (`crate::vamap::owned`).
     NotProgramMemory {
         at: u64,
     },
@@ -372,7 +372,7 @@ impl Registrar {
             return Decision::StandAside;
         }
         // (the lookup above took the range, so its end does not wrap)
-        if let Some(at) = t.allocs.first_gap(r.addr, r.addr + r.len) {
+        if let Some(at) = t.map.first_unowned(r.addr, r.addr + r.len) {
             return Decision::Miss(RegMiss::NotProgramMemory { at });
         }
         match self.route.clone() {
@@ -401,7 +401,7 @@ impl Registrar {
             return Err(RegMiss::MapIncomplete);
         }
         let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
-        if let Some(at) = t.allocs.first_gap(addr, addr + len) {
+        if let Some(at) = t.map.first_unowned(addr, addr + len) {
             return Err(RegMiss::NotProgramMemory { at });
         }
         if self.dry_run {

@@ -91,7 +91,7 @@ pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
         t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
         t.apply(&map_on_gpu(va, len, 0, h));
         // each is an allocation the program made (cuMemAlloc)
-        t.allocs.add(va, len);
+        t.map.own(va, len);
     }
     t
 }
@@ -148,7 +148,7 @@ fn unaligned_mapping_is_a_miss_not_a_guess() {
     let mut t = tracker_with(&[]);
     t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
     t.apply(&map_on_gpu(0x7f00_0000_1000, 0x8000, 0x1000, 0x20));
-    t.allocs.add(0x7f00_0000_1000, 0x8000);
+    t.map.own(0x7f00_0000_1000, 0x8000);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
     assert!(rm.p2p.is_empty());
@@ -194,7 +194,7 @@ fn release_before_free_and_the_same_memory_at_a_new_va() {
     assert!(rm.regs.is_empty());
     t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
     t.apply(&map_on_gpu(0x7f00_1000_0000, 0x20_0000, 0, 0x10));
-    t.allocs.add(0x7f00_1000_0000, 0x20_0000);
+    t.map.own(0x7f00_1000_0000, 0x20_0000);
     let b = r.before_reg(&t, &mut rm, 0x7f00_1000_0000, 0x1000);
     assert!(matches!(b, Decision::Hit { fresh: true, .. }));
     r.after_reg(&mut rm, &b, 0xb);
@@ -318,7 +318,7 @@ fn model_based_random_operations() {
                 let len = (1 + rnd((size - offset) >> 16)) << 16;
                 t.apply(&Event::UvmCreateExternalRange { base: slot, length: len });
                 t.apply(&map_on_gpu(slot, len, offset, h));
-                t.allocs.add(slot, len);
+                t.map.own(slot, len);
                 maps.insert(slot, (len, h, offset));
             }
             30..=37 if !maps.is_empty() => {
@@ -502,7 +502,7 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
     t.apply(&Event::UvmCreateExternalRange { base: B, length: 0x400_0000 });
     t.apply(&map_on_gpu(B + 0x200_0000, 0x20_0000, 0, 0x10));
-    t.allocs.add(B + 0x200_0000, 0x20_0000);
+    t.map.own(B + 0x200_0000, 0x20_0000);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let a = r.before_reg(&t, &mut rm, B + 0x200_0000, 0x1000);
     assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");

@@ -75,7 +75,7 @@ fn nv503c_registers_neighbours_and_refuses_cuda_memory_and_overruns() {
     assert_eq!(over, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "running past the allocation");
     assert_eq!(rm.regs.len(), 1, "only the program's memory was registered with RM");
     // a free by the program: its memory is not its own any more, though still mapped
-    t.allocs.free_at(VA);
+    t.map.disown_at(VA);
     assert_eq!(r.before_reg(&t, &mut rm, VA + 0x2000, 0x1000), Decision::Miss(RegMiss::NotProgramMemory { at: VA + 0x2000 }));
     let why = RegMiss::NotProgramMemory { at: VA }.to_string();
     assert!(why.contains("not in any allocation this program made through CUDA") && why.contains("CUDA's own memory"), "{why}");
@@ -117,9 +117,9 @@ fn va_the_driver_takes_back_is_not_the_programs_any_more() {
         h_memory: 0x10,
     });
     t.apply(&Event::UvmUnmapExternal { base: VA, length: MB2, gpu: other });
-    assert_eq!(t.allocs.first_gap(VA, VA + MB2), None, "still mapped on its own GPU");
+    assert_eq!(t.map.first_unowned(VA, VA + MB2), None, "still mapped on its own GPU");
     t.apply(&Event::UvmUnmapExternal { base: VA, length: MB2, gpu: GPU });
-    assert_eq!(t.allocs.first_gap(VA, VA + MB2), Some(VA), "no GPU maps it: not the program's");
+    assert_eq!(t.map.first_unowned(VA, VA + MB2), Some(VA), "no GPU maps it: not the program's");
     // CUDA maps its own memory at the same VA next: refused, though the program once had it
     cuda_internal(&mut t, 0x13, VA, MB2);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
@@ -127,5 +127,5 @@ fn va_the_driver_takes_back_is_not_the_programs_any_more() {
     // and a UVM_FREE of a range takes what the program had in it
     let mut t = tracker_with(&[(0x10, VA, MB2)]);
     t.apply(&Event::UvmFree { base: VA, length: None });
-    assert!(t.allocs.is_empty());
+    assert_eq!((t.map.first_unowned(VA, VA + MB2), t.map.owned_ranges()), (Some(VA), 0));
 }

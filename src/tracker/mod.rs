@@ -5,7 +5,6 @@
 //! Pure: no FFI, no locks, no I/O. The hooks feed it events and log what it reports.
 #![forbid(unsafe_code)]
 
-use crate::allocs::Allocations;
 use crate::decode::{Event, P2pCtrl, Uuid};
 use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -156,9 +155,6 @@ pub struct Tracker {
     /// A call the driver accepted never reached the map (its queue's lock was not free in time):
     /// the map may hold what is gone, so nothing is registered or exported on it any more.
     pub incomplete: bool,
-    /// What the program itself allocated through CUDA: the only memory a registration or an
-    /// export may cover (`crate::allocs`).
-    pub allocs: Allocations,
 }
 
 impl Tracker {
@@ -429,12 +425,12 @@ impl Tracker {
                 // there next is the program's only once a CUDA call hands it out again
                 let end = base.saturating_add(length);
                 if self.map.memory_in(base, end).is_empty() {
-                    self.allocs.remove(base, end);
+                    self.map.forget_owned(base, end);
                 }
             }
             Event::UvmFree { base, length } => {
                 let extent = self.map.free_extent(base, length);
-                self.allocs.remove(base, base.saturating_add(extent));
+                self.map.forget_owned(base, base.saturating_add(extent));
                 // UVM_FREE destroys the whole range that starts at base; the length field, where
                 // the branch has one, must equal it. A range created before we saw it: every
                 // mapping that starts at base or continues from it goes, so nothing stale can be
@@ -456,7 +452,7 @@ impl Tracker {
     /// compare the predicted registrations with libcuda's own.
     pub fn user_allocation(&mut self, ptr: u64, len: u64) -> Verdict {
         self.counts.user_allocs += 1;
-        self.allocs.add(ptr, len);
+        self.map.own(ptr, len);
         let pieces = match self.map.lookup(ptr, len) {
             Ok(p) => p,
             Err(miss) => {
@@ -481,7 +477,7 @@ impl Tracker {
             return worth.then_some(v);
         };
         self.counts.user_allocs += 1;
-        self.allocs.add(ptr, len);
+        self.map.own(ptr, len);
         match self.judge(&p) {
             (want, a @ NativeAnswer::Mismatched(_)) => Some(Verdict::Covered(vec![(want, a)])),
             _ => None,

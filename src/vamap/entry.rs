@@ -7,8 +7,10 @@ use super::{Allocation, MemRef, Origin};
 /// Set in `Entry::offset_bits` when the entry's extent is also a UVM external range, which then
 /// needs no record of its own (the usual allocation: one range, mapped whole, once).
 const CLAIMS_RANGE: u64 = 1 << 63;
+/// Set when the entry's extent is exactly an allocation the program made through CUDA (`owned`).
+const OWNED: u64 = 1 << 62;
 /// Offsets into RM memory at or above this cannot be real; such a map is not kept.
-pub const OFFSET_LIMIT: u64 = CLAIMS_RANGE;
+pub const OFFSET_LIMIT: u64 = OWNED;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)] // `end` first: see cells::Cell
@@ -33,7 +35,17 @@ impl Entry {
 
     /// Offset into `mem` of this entry's first byte.
     pub fn offset(&self) -> u64 {
-        self.offset_bits & !CLAIMS_RANGE
+        self.offset_bits & !(CLAIMS_RANGE | OWNED)
+    }
+
+    /// Whether the program owns the entry's bytes (they are, or are the rest of, one of its
+    /// allocations).
+    pub fn owned(&self) -> bool {
+        self.offset_bits & OWNED != 0
+    }
+
+    pub fn with_owned(self, owned: bool) -> Entry {
+        Entry { offset_bits: if owned { self.offset_bits | OWNED } else { self.offset_bits & !OWNED }, ..self }
     }
 
     pub fn claims_range(&self) -> bool {
@@ -45,9 +57,9 @@ impl Entry {
     }
 
     /// The same memory, cut to `[start, end)` of an entry that began at `was`: a cut never
-    /// claims its range.
+    /// claims its range, and its bytes stay the program's if they were.
     pub fn cut(&self, was: u64, start: u64, end: u64) -> Entry {
-        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc)
+        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc).with_owned(self.owned())
     }
 
     /// The map call of an entry that is one whole call.

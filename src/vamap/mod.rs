@@ -18,6 +18,7 @@ mod entry;
 mod gpu;
 pub mod granule;
 mod lookup;
+pub mod owned;
 #[cfg(test)]
 mod tests;
 
@@ -123,6 +124,8 @@ pub struct VaMap {
     /// that freeing memory that is no longer mapped (the usual order: UVM_FREE, then RM_FREE)
     /// costs no scan.
     mems: HashMap<MemRef, MemInfo>,
+    /// The program's own allocations that are not exactly one entry (`owned`).
+    owned: owned::Allocations,
 }
 
 /// What the map knows of a memory object.

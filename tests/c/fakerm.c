@@ -395,3 +395,14 @@ int fakenv_check(uint64_t va, uint64_t len) {
 }
 int fakenv_live_registrations(void) { pthread_mutex_lock(&mu); int n = 0; for (int i = 0; i < nregs; i++) n += regs[i].live; pthread_mutex_unlock(&mu); return n; }
 int fakenv_p2p_objects(void) { pthread_mutex_lock(&mu); int n = 0; for (int i = 0; i < nobjs; i++) n += objs[i].live && objs[i].cls == 0x503c; pthread_mutex_unlock(&mu); return n; }
+
+// libcuda's cuMemMap and cuMemUnmap for the test programs (tests/c/program_owns.h): the program
+// made its mapping itself; through gdrshim's hooks the range becomes the program's own memory
+int cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags) {
+  (void)ptr; (void)size; (void)offset; (void)handle; (void)flags;
+  return 0;
+}
+int cuMemUnmap(uint64_t ptr, size_t size) {
+  (void)ptr; (void)size;
+  return 0;
+}

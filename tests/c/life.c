@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../../include/gdrshim.h"
+#include "program_owns.h"
 
 #define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
 #define K64 0x10000ull
@@ -70,6 +71,7 @@ static void map(uint64_t base, uint64_t len, uint64_t off, int g, uint32_t h) {
   memset(a, 0, sizeof a); memcpy(a, &base, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, &off, 8); memcpy(a + 24, uuid[g], 16);
   uint64_t count = 1; int fd = ctl; memcpy(a + 9240, &count, 8); memcpy(a + 9248, &fd, 4); memcpy(a + 9252, &client, 4); memcpy(a + 9256, &h, 4);
   uvm_call(33, a, 9260);
+  program_owns(base, len);
 }
 static void uvm_free(uint64_t base, uint64_t len) { uint64_t a[3] = {base, len, 0}; uvm_call(34, a, 16); }
 

@@ -7,6 +7,10 @@
 //                       gdrshim; N register/deregister cycles; no fd left at the end
 //   routes cuda         cuMemGetHandleForAddressRange through cuGetProcAddress of a libcuda that
 //                       answers 801 (a GeForce): gdrshim's fd, a complete buffer of the right size
+//   routes owned        two allocations side by side, then CUDA's own memory right after them:
+//                       MRs and dma-bufs over the allocations are served, any range with a byte
+//                       of CUDA's memory is refused on every path (verbs, cuMemGetHandleFor-
+//                       AddressRange: CUDA_ERROR_INVALID_VALUE, gdrshim_export_dmabuf: -EACCES)
 //   routes refused      the provider refuses every export: the original call fails as without
 //                       gdrshim (EFAULT), no fd left
 // Prints "routes MODE ok key=value ..." and exits 0, or names what went wrong and exits 1.
@@ -21,6 +25,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include "program_owns.h"
 #include <unistd.h>
 #include "../../include/gdrshim.h"
 
@@ -54,11 +59,13 @@ static void uvm_call(unsigned long cmd, void *a, size_t status_at) {
   uint32_t st = 0;
   if (ioctl(uvm, cmd, a) || (memcpy(&st, (uint8_t *)a + status_at, 4), st)) fail("UVM", cmd, st);
 }
+static int cuda_internal; // the next mappings are CUDA's own memory, not handed to the program
 static void map(uint64_t base, uint64_t len, uint64_t off, int g, uint32_t h) {
   static uint8_t a[9264];
   memset(a, 0, sizeof a); memcpy(a, &base, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, &off, 8); memcpy(a + 24, uuid[g], 16);
   uint64_t count = 1; memcpy(a + 9240, &count, 8); memcpy(a + 9248, &ctl, 4); memcpy(a + 9252, &client, 4); memcpy(a + 9256, &h, 4);
   uvm_call(33, a, 9260);
+  if (!cuda_internal) program_owns(base, len);
 }
 // cudaMalloc as libcuda does it: memory, an external range, the mapping
 static uint32_t gpu_alloc(int g, uint64_t va, uint64_t size) {
@@ -204,6 +211,33 @@ static int cuda(void) {
   return failures != 0;
 }
 
+static int owned(void) {
+  gpu_alloc(0, BASE, 4 * K64);
+  gpu_alloc(0, BASE + 4 * K64, 4 * K64);
+  cuda_internal = 1;
+  gpu_alloc(0, BASE + 8 * K64, 8 * K64);
+  cuda_internal = 0;
+  void *lib = dlopen(getenv("FAKE_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  getproc_t gp = lib ? (getproc_t)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  handle_t hf = NULL;
+  if (gp) gp("cuMemGetHandleForAddressRange", (void **)&hf, 12080, 0, NULL);
+  if (!hf) { fprintf(stderr, "no fake libcuda\n"); return 2; }
+  int routed = gdrshim_dl_gdr_route();
+  // (the NV503C route registers one memory object per MR: there, inside the first allocation)
+  struct ibv_mr *both = must_reg(vreg, BASE + K64, routed == 1 ? 6 * K64 : 2 * K64, "MR over the program's allocations");
+  must_miss(BASE + 8 * K64, K64, 0xf, "MR over CUDA's own memory");
+  must_miss(BASE + 6 * K64, 4 * K64, 0xf, "MR running past the allocation into CUDA's memory");
+  int fd = -1, r_both = hf(&fd, BASE, 8 * K64, 1, 0);
+  if (fd >= 0) close(fd);
+  int fd2 = -1, r_cuda = hf(&fd2, BASE + 8 * K64, 8 * K64, 1, 0), fd3 = -1, r_past = hf(&fd3, BASE, 12 * K64, 1, 0);
+  int e_cuda = gdrshim_dl_export_dmabuf(BASE + 8 * K64, K64), e_both = gdrshim_dl_export_dmabuf(BASE, 8 * K64);
+  if (e_both >= 0) close(e_both);
+  if (both) vdereg(both);
+  printf("routes owned %s route=%d both=%s r_both=%d r_cuda=%d r_past=%d export_cuda=%d export_both=%s\n", failures ? "FAILED" : "ok", routed,
+         both ? "mr" : "none", r_both, r_cuda, r_past, e_cuda, e_both >= 0 ? "fd" : "none");
+  return failures != 0;
+}
+
 static int refused(void) {
   int fds0 = open_bufs();
   gpu_alloc(0, BASE, 4 * K64);
@@ -235,6 +269,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "refused")) return refused();
+  if (!strcmp(argv[1], "owned")) return owned();
   if (!strcmp(argv[1], "explicit")) return explicit_first();
   return 2;
 }

@@ -18,6 +18,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
+#include "program_owns.h"
 #define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
 #define SEG (2ull << 20)
 #define BASE 0x100000000000ull
@@ -48,6 +49,7 @@ static void alloc_one(uint64_t i) {
   memcpy(m, &va, 8); memcpy(m + 8, &size, 8); memcpy(m + 24, uuid, 16);
   uint64_t count = 1; memcpy(m + 9240, &count, 8); memcpy(m + 9248, &ctl, 4); memcpy(m + 9252, &client, 4); memcpy(m + 9256, &h, 4);
   uvm_call(33, m);
+  program_owns(va, SEG);
 }
 static void free_one(uint64_t i) {
   uint64_t f[3] = {BASE + i * SEG, SEG, 0}; uvm_call(34, f);

@@ -65,3 +65,14 @@ int ioctl(int fd, unsigned long req, void *arg) {
   } else { errno = EINVAL; return -1; }
   return 0;
 }
+
+// libcuda's cuMemMap and cuMemUnmap for the test programs (tests/c/program_owns.h): the program
+// made its mapping itself; through gdrshim's hooks the range becomes the program's own memory
+int cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags) {
+  (void)ptr; (void)size; (void)offset; (void)handle; (void)flags;
+  return 0;
+}
+int cuMemUnmap(uint64_t ptr, size_t size) {
+  (void)ptr; (void)size;
+  return 0;
+}

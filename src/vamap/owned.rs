@@ -1,0 +1,272 @@
+//! The program's own GPU allocations, as its CUDA calls made them: what `cuMemAlloc*`, the
+//! stream-ordered pools, `cuMemMap`/`cuMemSetAccess` and the imports of other processes' memory
+//! (IPC handles, pool pointers) handed to the program, less what it freed or unmapped since.
+//!
+//! CUDA's own memory (its context, module and kernel-argument buffers, the pool's unallocated
+//! blocks) sits in the same GPU VA space and the same RM/UVM map as the program's, and RM does not
+//! ask whose memory it exports. libcuda exports a range only when every byte of it lies in
+//! allocations the program made (adjacent allocations together are fine); a registration or an
+//! export of gdrshim follows the same rule on every path, so a NIC, and a remote peer behind it,
+//! can never reach memory the program was not given.
+//!
+//! The usual allocation is exactly one UVM mapping (a cudaMalloc of its own chunk, a VMM handle
+//! mapped and granted access): its entry in the map carries the mark ([`super::VaMap::own`]), at
+//! no cost in memory. The rest (sub-allocations of a chunk, a range over several mappings, one not
+//! mapped yet) is kept here: a tree of non-overlapping `[base, end)` ranges. A range recorded over
+//! older ones replaces what it overlaps (the older were freed without our seeing it); a free takes
+//! the allocation that starts at its pointer; an unmap takes what it covers, splitting at its ends.
+#![forbid(unsafe_code)]
+
+use super::{GpuMap, VaMap};
+use std::collections::BTreeMap;
+
+/// Non-overlapping ranges, `base -> end`.
+#[derive(Clone, Debug, Default)]
+pub struct Allocations {
+    by_base: BTreeMap<u64, u64>,
+}
+
+impl Allocations {
+    /// How many allocations are recorded.
+    pub fn len(&self) -> usize {
+        self.by_base.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_base.is_empty()
+    }
+
+    /// The program was handed `[base, base+len)`. Whatever was recorded over any of it is gone.
+    pub fn add(&mut self, base: u64, len: u64) {
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
+        self.remove(base, end);
+        self.by_base.insert(base, end);
+    }
+
+    /// The program freed the allocation that starts at `base` (`cuMemFree`, `cuMemFreeAsync`,
+    /// `cuIpcCloseMemHandle`): whether one did.
+    pub fn free_at(&mut self, base: u64) -> bool {
+        self.by_base.remove(&base).is_some()
+    }
+
+    /// `[base, end)` is no longer the program's (`cuMemUnmap`, `cuMemAddressFree`, or UVM
+    /// releasing the VA): what lies in it goes, an allocation across either end is cut there.
+    pub fn remove(&mut self, base: u64, end: u64) {
+        if end <= base {
+            return;
+        }
+        // one that starts below base and runs into the range keeps its part below base, and a
+        // part above end if it runs past that too
+        if let Some((&b, &e)) = self.by_base.range(..base).next_back() {
+            if e > base {
+                self.by_base.insert(b, base);
+                if e > end {
+                    self.by_base.insert(end, e);
+                }
+            }
+        }
+        let inside: Vec<(u64, u64)> = self.by_base.range(base..end).map(|(&b, &e)| (b, e)).collect();
+        for (b, e) in inside {
+            self.by_base.remove(&b);
+            if e > end {
+                self.by_base.insert(end, e);
+            }
+        }
+    }
+
+    /// The first byte of `[addr, end)` that no allocation holds, or `None` when the program's
+    /// allocations (one, or several side by side) cover all of it.
+    pub fn first_gap(&self, addr: u64, end: u64) -> Option<u64> {
+        let mut at = addr;
+        while at < end {
+            match self.by_base.range(..=at).next_back() {
+                Some((_, &e)) if e > at => at = e,
+                _ => return Some(at),
+            }
+        }
+        None
+    }
+
+    /// The allocation that holds `addr`, as `[base, end)`.
+    pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
+        self.by_base.range(..=addr).next_back().filter(|(_, &e)| e > addr).map(|(&b, &e)| (b, e))
+    }
+}
+
+impl VaMap {
+    /// The program was handed `[base, base+len)` by a CUDA call. What was recorded over any of
+    /// it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
+    pub fn own(&mut self, base: u64, len: u64) {
+        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
+        self.disown(base, end);
+        let mut marked = false;
+        for m in self.per_gpu.values_mut() {
+            if let Some(e) = m.get(base).copied().filter(|e| e.end == end) {
+                let origin = m.origin(base, &e);
+                m.insert(base, e.with_owned(true), origin);
+                marked = true;
+            }
+        }
+        if !marked {
+            self.owned.add(base, len);
+        }
+    }
+
+    /// The program freed the allocation that starts at `base`: whether there was one.
+    pub fn disown_at(&mut self, base: u64) -> bool {
+        if self.owned.free_at(base) {
+            return true;
+        }
+        let mut found = false;
+        for m in self.per_gpu.values_mut() {
+            if let Some(e) = m.get(base).copied().filter(|e| e.owned()) {
+                let origin = m.origin(base, &e);
+                m.insert(base, e.with_owned(false), origin);
+                found = true;
+            }
+        }
+        found
+    }
+
+    /// `[base, end)` is the program's no longer. A marked entry across either end keeps its
+    /// part outside as a recorded range.
+    pub fn disown(&mut self, base: u64, end: u64) {
+        if end <= base {
+            return;
+        }
+        self.owned.remove(base, end);
+        let mut rest: Vec<(u64, u64)> = Vec::new();
+        for m in self.per_gpu.values_mut() {
+            let first = m.at(base).map_or(base, |(s, _)| s);
+            let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
+            for s in marked {
+                let Some(e) = m.get(s).copied() else { continue };
+                let origin = m.origin(s, &e);
+                m.insert(s, e.with_owned(false), origin);
+                rest.extend([(s, base.min(e.end)), (end.max(s), e.end)].into_iter().filter(|(a, b)| a < b && (*b <= base || *a >= end)));
+            }
+        }
+        for (a, b) in rest {
+            self.owned.add(a, b - a);
+        }
+    }
+
+    /// The driver took `[base, end)` back (UVM freed or unmapped it everywhere): the recorded
+    /// ranges in it go (marked entries went with the mappings).
+    pub fn forget_owned(&mut self, base: u64, end: u64) {
+        self.owned.remove(base, end);
+    }
+
+    /// The first byte of `[addr, end)` that is in no allocation of the program's, or `None`
+    /// when its allocations (one, or several side by side) cover all of it.
+    pub fn first_unowned(&self, addr: u64, end: u64) -> Option<u64> {
+        let mut at = addr;
+        while at < end {
+            if let Some((_, e)) = self.owned.holding(at) {
+                at = e;
+                continue;
+            }
+            let marked = self.per_gpu.values().filter_map(|m: &GpuMap| m.at(at)).filter(|(_, e)| e.owned()).map(|(_, e)| e.end).max();
+            match marked {
+                Some(e) => at = e,
+                None => return Some(at),
+            }
+        }
+        None
+    }
+
+    /// How many allocations the program holds that are not exactly one entry.
+    pub fn owned_ranges(&self) -> usize {
+        self.owned.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn neighbours_cover_together_and_a_byte_outside_does_not() {
+        let mut a = Allocations::default();
+        a.add(64 * M, 2 * M);
+        a.add(66 * M, 2 * M);
+        assert_eq!(a.first_gap(64 * M, 68 * M), None, "two allocations side by side");
+        assert_eq!(a.first_gap(65 * M, 67 * M), None);
+        assert_eq!(a.first_gap(64 * M, 68 * M + 1), Some(68 * M), "one byte past the end");
+        assert_eq!(a.first_gap(64 * M - 4096, 65 * M), Some(64 * M - 4096), "a page before the start");
+        assert_eq!(a.first_gap(70 * M, 71 * M), Some(70 * M), "memory the program never had");
+        a.add(69 * M, M);
+        assert_eq!(a.first_gap(64 * M, 70 * M), Some(68 * M), "a hole between two allocations");
+    }
+
+    #[test]
+    fn a_free_takes_only_the_allocation_at_its_pointer() {
+        let mut a = Allocations::default();
+        a.add(0x1000, 0x200);
+        a.add(0x1200, 0x200);
+        assert!(!a.free_at(0x1100), "not the start of an allocation");
+        assert!(a.free_at(0x1000));
+        assert_eq!(a.first_gap(0x1000, 0x1400), Some(0x1000));
+        assert_eq!(a.first_gap(0x1200, 0x1400), None);
+        assert!(!a.free_at(0x1000), "freed once");
+    }
+
+    #[test]
+    fn an_unmap_cuts_what_it_covers_and_keeps_the_rest() {
+        let mut a = Allocations::default();
+        a.add(0, 10 * M);
+        a.remove(4 * M, 6 * M);
+        assert_eq!(a.holding(M), Some((0, 4 * M)));
+        assert_eq!(a.holding(5 * M), None);
+        assert_eq!(a.holding(7 * M), Some((6 * M, 10 * M)));
+        a.remove(0, 20 * M);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_new_allocation_replaces_what_it_overlaps() {
+        let mut a = Allocations::default();
+        a.add(0, 4 * M);
+        a.add(2 * M, 4 * M);
+        assert_eq!(a.holding(M), Some((0, 2 * M)));
+        assert_eq!(a.holding(3 * M), Some((2 * M, 6 * M)));
+        assert_eq!(a.len(), 2);
+        a.add(2 * M, 4 * M);
+        assert_eq!(a.len(), 2, "the same range again is one allocation");
+        a.add(u64::MAX - 1, 8);
+        a.add(5, 0);
+        assert_eq!(a.len(), 2, "a range that wraps or is empty is not recorded");
+    }
+
+    /// An allocation that is exactly one mapping is a mark on its entry, not a recorded range;
+    /// an unmap keeps the mark on what stays mapped; a partial unmap by the program keeps the
+    /// rest of a marked entry as a range.
+    #[test]
+    fn an_allocation_that_is_one_mapping_costs_no_range() {
+        let gpu = [1u8; 16];
+        let mem = super::super::MemRef { client: 1, memory: 2 };
+        let mut m = VaMap::default();
+        m.map(gpu, 0, 8 * M, mem, 0);
+        m.own(0, 8 * M);
+        assert_eq!((m.owned_ranges(), m.first_unowned(0, 8 * M)), (0, None), "the entry carries the mark");
+        m.unmap(gpu, 6 * M, 2 * M);
+        assert_eq!(m.first_unowned(0, 8 * M), Some(6 * M), "the unmapped part went with its entry");
+        m.disown(2 * M, 4 * M);
+        assert_eq!(m.owned_ranges(), 2, "what stays of the marked entry around the hole is kept as ranges");
+        assert_eq!(m.first_unowned(0, 2 * M), None);
+        assert_eq!(m.first_unowned(0, 6 * M), Some(2 * M));
+        assert_eq!(m.first_unowned(4 * M, 6 * M), None);
+        m.own(M, 100);
+        assert_eq!(m.first_unowned(M, M + 100), None, "a sub-allocation is a range");
+        assert!(m.disown_at(M) && !m.disown_at(M));
+        m.map(gpu, 8 * M, 2 * M, mem, 8 * M);
+        m.own(8 * M, 2 * M);
+        assert!(m.disown_at(8 * M), "a free takes the mark");
+        assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M));
+        m.own(8 * M, 2 * M);
+        m.map(gpu, 8 * M, 2 * M, super::super::MemRef { client: 1, memory: 3 }, 0);
+        assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M), "other memory mapped over it is not the program's");
+    }
+}
