@@ -10,6 +10,7 @@ pub mod dl;
 pub mod fd;
 pub mod front;
 pub mod ioctl;
+pub mod mlx5dv;
 pub mod query;
 pub mod slots;
 pub mod verbs;
