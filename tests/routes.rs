@@ -39,7 +39,19 @@ fn env() -> &'static Env {
             // libmlx5 beside it (fakemlx5.c: the devx umem registrations)
             let mlx5_map = format!("-Wl,--version-script={}", c.join("fakemlx5.map").display());
             let mlx5 = format!("{dir}/libmlx5.so.1");
-            cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", &mlx5_map, "-Wl,-soname,libmlx5.so.1", "-o", &mlx5, &src("fakemlx5.c"), "-ldl"]);
+            cc(&[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-Wall",
+                "-Werror",
+                &mlx5_map,
+                "-Wl,-soname,libmlx5.so.1",
+                "-o",
+                &mlx5,
+                &src("fakemlx5.c"),
+                "-ldl",
+            ]);
         }
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
         cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
