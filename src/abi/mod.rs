@@ -168,6 +168,7 @@ macro_rules! abi_struct {
 mod structs;
 pub use structs::*;
 pub mod dmabuf;
+pub mod mlx5dv;
 pub mod verbs;
 
 // ---------------------------------------------------------------------------------------------

@@ -465,6 +465,9 @@ forwarded! {
     ibv_reg_dmabuf_mr => fallback::null_enosys;
     ibv_rereg_mr => fallback::minus_one_enosys;
     ibv_dereg_mr => fallback::enosys;
+    mlx5dv_devx_umem_reg => fallback::null_enosys;
+    mlx5dv_devx_umem_reg_ex => fallback::null_enosys;
+    mlx5dv_devx_umem_dereg => fallback::enosys;
     gdrshim_mode => fallback::zero;
     gdrshim_gdr_active => fallback::zero;
     gdrshim_gdr_route => fallback::zero;

@@ -7,7 +7,7 @@
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
 use crate::gate::active;
-use crate::hooks::{cuda, verbs};
+use crate::hooks::{cuda, mlx5dv, verbs};
 use crate::real;
 use crate::sys::Guard;
 use core::ffi::{c_char, c_void, CStr};
@@ -78,7 +78,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     // answer it. (An interposer of its own finding its next ibv_reg_mr/cuMemAlloc must get
     // exactly that, or it calls itself through us forever.)
     // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
-    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i') {
+    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i' | b'm') {
         return FORWARD;
     }
     let Some(_g) = Guard::enter() else { return FORWARD };
@@ -93,6 +93,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         let ver = (!version.is_null()).then(|| unsafe { CStr::from_ptr(version) }.to_bytes());
         let install = match n.to_bytes() {
             b if b.starts_with(b"ibv_") => verbs::by_symbol(b, ver),
+            b if b.starts_with(b"mlx5dv_") => mlx5dv::by_symbol(b, ver),
             b => cuda::by_symbol_name(b),
         };
         // a wrapper costs nothing until called, and wakes nothing: only off mode forwards
@@ -109,7 +110,8 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
             return RETURN_NULL;
         }
         let w = install(found);
-        if w != found && n.to_bytes().starts_with(b"ibv_") && crate::shim::try_get().is_some() {
+        let named = |p: &[u8]| n.to_bytes().starts_with(p);
+        if w != found && (named(b"ibv_") || named(b"mlx5dv_")) && crate::shim::try_get().is_some() {
             let v = ver.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "default".into());
             crate::log_info!(
                 "{}({}, {v}) resolved to gdrshim's wrapper",

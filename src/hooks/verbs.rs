@@ -32,10 +32,50 @@ pub struct RegArgs {
     access: u32,
     /// `false`: nothing for gdrshim to do (a dma-buf registration through `ibv_reg_mr_ex`).
     ours: bool,
+    /// `ibv_reg_mr_ex`: the caller's `comp_mask` and `dmah`, kept in the call that replaces it.
+    ex: Option<(u64, u64)>,
+    /// `comp_mask` bits gdrshim does not know: the call passes through untouched, said once.
+    unknown: u64,
+}
+
+impl RegArgs {
+    /// A registration of `[addr, addr+len)` by address (`ctx`: its PD or device context).
+    pub(crate) fn of(ctx: *mut c_void, addr: u64, len: u64, access: u32) -> Self {
+        RegArgs { pd: ctx, addr, len, iova: addr, access, ours: true, ex: None, unknown: 0 }
+    }
+    /// A call gdrshim passes through untouched; `unknown` names the `comp_mask` bits it does
+    /// not know (0: nothing to say).
+    pub(crate) fn untouched(ctx: *mut c_void, addr: u64, unknown: u64) -> Self {
+        RegArgs { ours: false, unknown, ..Self::of(ctx, addr, 0, 0) }
+    }
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub(crate) fn ctx(&self) -> *mut c_void {
+        self.pd
+    }
+    #[cfg(test)]
+    pub(crate) fn is_ours(&self) -> bool {
+        self.ours
+    }
+    #[cfg(test)]
+    pub(crate) fn unknown(&self) -> u64 {
+        self.unknown
+    }
 }
 
 /// The registrar's decision before the real call; errno untouched, panics contained.
-fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
+pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
+    if a.unknown != 0 {
+        let (addr, unknown) = (a.addr, a.unknown);
+        shim::call_in(|_| {
+            crate::log_limited!(
+                crate::config::Level::Warn,
+                "unknown comp_mask",
+                "{api} addr={addr:#x}: comp_mask bits {unknown:#x} unknown to gdrshim (it knows rdma-core v64.0's): passed through untouched, nothing registered"
+            )
+        });
+    }
     if !a.ours || !crate::gate::active() {
         return None;
     }
@@ -44,27 +84,50 @@ fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
-fn after(d: Option<Decision>, mr: Mr) {
+pub(crate) fn after(d: Option<Decision>, mr: Mr) {
     // Only an NV503C hit holds a reference that the MR must keep or drop.
     let Some(d @ Decision::Hit { .. }) = d else { return };
     shim::call_in(|s| s.verbs_after(&d, mr as u64));
 }
 
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
+type RegExF = unsafe extern "C" fn(Pd, *mut v::MrInitAttr) -> Mr;
 
-/// `ibv_reg_dmabuf_mr` of gdrshim's export `e` for the registration `a`; the export's fd is
-/// closed either way (an MR holds its own reference). `None`: the provider refused (logged).
-fn register_export(api: &str, a: &RegArgs, e: &Export) -> Option<Mr> {
+/// The registration of gdrshim's export `e` for `a`: `ibv_reg_dmabuf_mr`, or for `ibv_reg_mr_ex`
+/// (`real`) the caller's call with the address turned into the buffer and every other
+/// `comp_mask` bit kept. The export's fd is closed either way (an MR holds its own reference).
+/// `None`: the provider refused (logged).
+fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Option<Mr> {
     let e0 = errno();
-    let real = dmabuf_next();
-    let mr = if real.is_null() {
-        set_errno(libc::ENOSYS);
-        null_mut()
-    } else {
-        // SAFETY: the provider's ibv_reg_dmabuf_mr, of this signature (IBVERBS_1.12).
-        let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
-        // SAFETY: the caller's PD and access, our buffer's fd and the offset of the MR in it.
-        unsafe { f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int) }
+    let (with, mr) = match a.ex {
+        Some((mask, dmah)) => {
+            let mut attr = v::MrInitAttr {
+                length: a.len,
+                access: a.access as i32,
+                comp_mask: (mask & !v::REG_MR_MASK_ADDR) | v::REG_MR_MASK_FD | v::REG_MR_MASK_FD_OFFSET | v::REG_MR_MASK_IOVA,
+                iova: a.iova,
+                fd: e.fd,
+                fd_offset: e.offset,
+                dmah,
+                ..Default::default()
+            };
+            // SAFETY: the provider's ibv_reg_mr_ex (IBVERBS_1.15), whose slot this call came through.
+            let f: RegExF = unsafe { core::mem::transmute::<*mut c_void, RegExF>(real) };
+            // SAFETY: the caller's PD and a complete ibv_mr_init_attr of ours, alive for the call.
+            ("ibv_reg_mr_ex", unsafe { f(a.pd, &mut attr) })
+        }
+        None => {
+            let real = dmabuf_next();
+            if real.is_null() {
+                set_errno(libc::ENOSYS);
+                ("ibv_reg_dmabuf_mr", null_mut())
+            } else {
+                // SAFETY: the provider's ibv_reg_dmabuf_mr, of this signature (IBVERBS_1.12).
+                let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
+                // SAFETY: the caller's PD and access, our buffer's fd and the offset of the MR in it.
+                ("ibv_reg_dmabuf_mr", unsafe { f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int) })
+            }
+        }
     };
     let err = errno();
     if let Some(close) = crate::real::close() {
@@ -72,7 +135,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export) -> Option<Mr> {
         unsafe { close(e.fd) };
     }
     if mr.is_null() {
-        shim::call_in(|s| s.dmabuf_refused(api, a.addr, a.len, err));
+        shim::call_in(|s| s.dmabuf_refused(api, with, a.addr, a.len, err));
         set_errno(e0);
         return None;
     }
@@ -106,7 +169,7 @@ macro_rules! verbs_reg {
                 let a = args($($a),*);
                 let d = before(stringify!($export), &a, false);
                 if let Some(Decision::Exported(e)) = &d {
-                    if let Some(mr) = register_export(stringify!($export), &a, e) {
+                    if let Some(mr) = register_export(stringify!($export), &a, e, real) {
                         return mr;
                     }
                 }
@@ -128,7 +191,7 @@ macro_rules! verbs_reg {
 }
 
 fn args(pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> RegArgs {
-    RegArgs { pd, addr: addr as u64, len: length as u64, iova, access, ours: true }
+    RegArgs { iova, ..RegArgs::of(pd, addr as u64, length as u64, access) }
 }
 
 verbs_reg!(reg_mr, ibv_reg_mr, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
@@ -151,24 +214,33 @@ verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, c"ibv_reg_mr_iova2", (pd: Pd, addr: *
 verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
 
 /// `struct ibv_mr_init_attr` of `ibv_reg_mr_ex`: a registration of `addr` only when the caller
-/// gave one and no dma-buf fd.
+/// gave one, and neither a dma-buf fd nor a provider's buffer (`ibv_alloc_buf` memory is the
+/// provider's, never CUDA's). Bits gdrshim does not know leave the call untouched.
 fn mr_ex_args(pd: Pd, attr: *mut c_void) -> RegArgs {
-    let none = RegArgs { pd, addr: 0, len: 0, iova: 0, access: 0, ours: false };
     if attr.is_null() {
-        return none;
+        return RegArgs::untouched(pd, 0, 0);
     }
     let mut b = [0u8; v::MR_INIT_ATTR_READ];
     // SAFETY: the caller passes a readable ibv_mr_init_attr, larger than these bytes, to the provider.
     unsafe { core::ptr::copy_nonoverlapping(attr as *const u8, b.as_mut_ptr(), b.len()) };
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
     let mask = u64_at(v::MR_INIT_ATTR_COMP_MASK);
-    if mask & v::REG_MR_MASK_ADDR == 0 || mask & v::REG_MR_MASK_FD != 0 {
-        return none;
-    }
     let addr = u64_at(v::MR_INIT_ATTR_ADDR);
+    if mask & !v::REG_MR_MASK_KNOWN != 0 {
+        return RegArgs::untouched(pd, addr, mask & !v::REG_MR_MASK_KNOWN);
+    }
+    if mask & v::REG_MR_MASK_ADDR == 0 || mask & (v::REG_MR_MASK_FD | v::REG_MR_MASK_FD_OFFSET | v::REG_MR_MASK_BUF) != 0 {
+        return RegArgs::untouched(pd, addr, 0);
+    }
+    let dmah = if mask & v::REG_MR_MASK_DMAH != 0 {
+        // SAFETY: with IBV_REG_MR_MASK_DMAH the caller's struct has `dmah` (libibverbs reads it).
+        unsafe { ((attr as *const u8).add(v::MR_INIT_ATTR_DMAH) as *const u64).read_unaligned() }
+    } else {
+        0
+    };
     let iova = if mask & v::REG_MR_MASK_IOVA != 0 { u64_at(v::MR_INIT_ATTR_IOVA) } else { addr };
     let access = u32::from_le_bytes(b[v::MR_INIT_ATTR_ACCESS..][..4].try_into().unwrap_or([0; 4]));
-    RegArgs { pd, addr, len: u64_at(v::MR_INIT_ATTR_LENGTH), iova, access, ours: true }
+    RegArgs { iova, ex: Some((mask, dmah)), ..RegArgs::of(pd, addr, u64_at(v::MR_INIT_ATTR_LENGTH), access) }
 }
 
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
@@ -313,6 +385,17 @@ pub fn by_symbol(name: &[u8], version: Option<&[u8]>) -> Option<Install> {
     })
 }
 
+/// Every (name, version) [`by_symbol`] wraps (docs/registration-entry-points.md lists them).
+pub const HOOKED: &[(&str, &str)] = &[
+    ("ibv_reg_mr", "IBVERBS_1.1"),
+    ("ibv_reg_mr_iova", "IBVERBS_1.7"),
+    ("ibv_reg_mr_iova2", "IBVERBS_1.8"),
+    ("ibv_reg_mr_ex", "IBVERBS_1.15"),
+    ("ibv_dereg_mr", "IBVERBS_1.1"),
+    ("ibv_rereg_mr", "IBVERBS_1.1"),
+    ("ibv_reg_dmabuf_mr", "IBVERBS_1.12"),
+];
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -334,5 +417,21 @@ mod tests {
         attr[2] = super::v::REG_MR_MASK_ADDR;
         let a = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
         assert!(a.ours && a.addr == 0x7f00_0000_0000 && a.iova == a.addr && a.len == 0x1000);
+    }
+
+    #[test]
+    fn reg_mr_ex_keeps_the_bits_it_does_not_convert_and_leaves_what_it_does_not_know() {
+        let mut attr = [0u64; 9];
+        attr[0] = 0x1000;
+        attr[4] = 0x7f00_0000_0000;
+        attr[7] = 0xd0a4; // dmah
+        attr[2] = super::v::REG_MR_MASK_ADDR | super::v::REG_MR_MASK_DMAH;
+        let a = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
+        assert!(a.ours && a.ex == Some((attr[2], 0xd0a4)), "the DMA handle goes with the converted call");
+        attr[2] = super::v::REG_MR_MASK_ADDR | super::v::REG_MR_MASK_BUF;
+        assert!(!super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast()).ours, "the provider's own buffer");
+        attr[2] = super::v::REG_MR_MASK_ADDR | 0x40;
+        let u = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
+        assert!(!u.ours && u.unknown == 0x40 && u.addr == attr[4], "an unknown bit: untouched, named");
     }
 }

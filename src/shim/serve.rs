@@ -279,13 +279,14 @@ impl Shim {
         }
     }
 
-    /// An export the verbs call did not take: its fd is closed by the hook; counted as a refusal.
-    pub fn dmabuf_refused(&self, api: &str, addr: u64, len: u64, errno: i32) {
+    /// An export the verbs call did not take (`with`: the provider's call that refused it): its
+    /// fd is closed by the hook; counted as a refusal.
+    pub fn dmabuf_refused(&self, api: &str, with: &str, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
         crate::log_limited!(
             crate::config::Level::Warn,
             "export refused",
-            "{api} addr={addr:#x} len={len:#x}: ibv_reg_dmabuf_mr refused the export: {} (errno {errno}); delegating the original call",
+            "{api} addr={addr:#x} len={len:#x}: {with} refused the export: {} (errno {errno}); delegating the original call",
             std::io::Error::from_raw_os_error(errno)
         );
     }

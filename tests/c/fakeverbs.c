@@ -8,7 +8,9 @@
 // offset differs from the buffer offset's give EINVAL; the MR holds its own reference to the
 // buffer (a dup of the fd) until ibv_dereg_mr; mr->addr is the offset, as rdma-core sets it.
 // FAKEVERBS_DMABUF_FAIL=ERRNO refuses every dma-buf registration with that errno. Built with
-// -DNO_DMABUF (and a map without IBVERBS_1.12) it is an rdma-core older than 34.
+// -DNO_DMABUF (and a map without IBVERBS_1.12) it is an rdma-core older than 34. ibv_reg_mr_ex
+// (IBVERBS_1.15) records the comp_mask and dmah it was given (fakeverbs_mrex_*), refuses bits
+// rdma-core v64.0 does not know with EOPNOTSUPP, and registers by address or by dma-buf as above.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -39,8 +41,7 @@ static struct ibv_mr *reg(void *addr, size_t len) {
 struct ibv_mr *ibv_reg_mr(void *pd, void *addr, size_t len, int access) { (void)pd; (void)access; return reg(addr, len); }
 struct ibv_mr *ibv_reg_mr_iova2(void *pd, void *addr, size_t len, uint64_t iova, unsigned access) { (void)pd; (void)iova; (void)access; return reg(addr, len); }
 #ifndef NO_DMABUF
-struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) {
-  (void)pd;
+static struct ibv_mr *dmabuf_reg(uint64_t off, size_t len, uint64_t iova, int fd, int access) {
   __atomic_add_fetch(&fakeverbs_dmabuf, 1, __ATOMIC_RELAXED);
   const char *fail = getenv("FAKEVERBS_DMABUF_FAIL");
   if (fail) { errno = atoi(fail); return NULL; }
@@ -53,6 +54,17 @@ struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t io
   struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   struct ibv_mr *m = &h->mr; m->addr = (void *)(uintptr_t)off; m->length = len; m->lkey = m->rkey = 9;
   return m;
+}
+struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) { (void)pd; return dmabuf_reg(off, len, iova, fd, access); }
+struct ibv_mr_init_attr { size_t length; int access; uint64_t comp_mask, iova; void *addr; int fd; uint64_t fd_offset; void *dmah, *buf; };
+uint64_t fakeverbs_mrex_mask; void *fakeverbs_mrex_dmah;
+struct ibv_mr *ibv_reg_mr_ex(void *pd, struct ibv_mr_init_attr *a) {
+  (void)pd;
+  fakeverbs_mrex_mask = a->comp_mask; fakeverbs_mrex_dmah = (a->comp_mask & 0x10) ? a->dmah : NULL;
+  if (a->comp_mask & ~0x3full) { errno = EOPNOTSUPP; return NULL; }
+  if (a->comp_mask & 4) return dmabuf_reg(a->fd_offset, a->length, (a->comp_mask & 1) ? a->iova : a->fd_offset, a->fd, a->access);
+  if (a->comp_mask & 2) return reg(a->addr, a->length);
+  errno = EINVAL; return NULL;
 }
 #endif
 int ibv_dereg_mr(struct ibv_mr *mr) {

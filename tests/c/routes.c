@@ -13,6 +13,12 @@
 //                       AddressRange: CUDA_ERROR_INVALID_VALUE, gdrshim_export_dmabuf: -EACCES)
 //   routes refused      the provider refuses every export: the original call fails as without
 //                       gdrshim (EFAULT), no fd left
+//   routes umem         libmlx5's devx umem registrations (fakemlx5.c) on GPU memory, host
+//                       memory, a miss, a mask bit gdrshim does not know, the program's own
+//                       dma-buf: what the fake NIC was asked, errno, the registrations and
+//                       buffers left
+//   routes mrex         ibv_reg_mr_ex of GPU memory with a DMA handle, and with a mask bit
+//                       gdrshim does not know: the masks the provider saw
 // Prints "routes MODE ok key=value ..." and exits 0, or names what went wrong and exits 1.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -260,6 +266,95 @@ static int explicit_first(void) {
   return 0;
 }
 
+struct umem_in { void *addr; size_t size; uint32_t access; uint64_t pgsz_bitmap, comp_mask; int dmabuf_fd; };
+typedef void *(*ureg_t)(void *, void *, size_t, uint32_t);
+typedef void *(*uregex_t)(void *, struct umem_in *);
+typedef int (*udereg_t)(void *);
+static void *must_sym(void *h, const char *name, const char *ver) {
+  void *p = ver ? dlvsym(h, name, ver) : dlsym(h, name);
+  if (!p) { fprintf(stderr, "no %s\n", name); exit(2); }
+  return p;
+}
+static int umem(void) {
+  int fds0 = open_bufs();
+  gpu_alloc(0, BASE, 64 * K64);
+  gpu_alloc(0, BASE + 64 * K64, 32 * K64);
+  gpu_alloc(1, BASE + 96 * K64, 16 * K64);
+  void *h = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) { fprintf(stderr, "dlopen libmlx5.so.1: %s\n", dlerror()); return 2; }
+  ureg_t reg = (ureg_t)must_sym(h, "mlx5dv_devx_umem_reg", "MLX5_1.7");
+  uregex_t regex = (uregex_t)must_sym(RTLD_DEFAULT, "mlx5dv_devx_umem_reg_ex", NULL); // gdrshim's export
+  udereg_t dereg = (udereg_t)must_sym(h, "mlx5dv_devx_umem_dereg", "MLX5_1.7");
+  uint64_t *va = must_sym(h, "fakemlx5_va", NULL), *mask = must_sym(h, "fakemlx5_last_mask", NULL), *pgsz = must_sym(h, "fakemlx5_last_pgsz", NULL);
+  unsigned long *legacy = must_sym(h, "fakemlx5_legacy", NULL), *ex = must_sym(h, "fakemlx5_ex", NULL);
+  int (*live_regs)(void) = (int (*)(void))must_sym(RTLD_DEFAULT, "fakenv_live_registrations", NULL);
+  void *ctx = (void *)0x1;
+  // GPU memory through mlx5dv_devx_umem_reg (dlvsym)
+  *va = BASE + K64;
+  unsigned long l0 = *legacy, x0 = *ex;
+  errno = 4242;
+  void *u = reg(ctx, (void *)(uintptr_t)(BASE + K64), 4 * K64, 7);
+  int e1 = errno, during = live_regs(), bufs_during = open_bufs() - fds0;
+  printf("umem1 ok=%d errno=%d legacy=%lu ex=%lu mask=%#lx pgsz=%#lx regs=%d bufs=%d\n", !!u, e1, *legacy - l0, *ex - x0, (unsigned long)*mask,
+         (unsigned long)*pgsz, during, bufs_during);
+  if (u && dereg(u)) fail("umem dereg", 0, 0);
+  printf("umem1 after regs=%d bufs=%d\n", live_regs(), open_bufs() - fds0);
+  // GPU memory through mlx5dv_devx_umem_reg_ex (gdrshim's exported symbol), its page sizes kept
+  *va = BASE + 8 * K64;
+  struct umem_in in = {(void *)(uintptr_t)(BASE + 8 * K64), 2 * K64, 3, ~0xffffull, 0, -1};
+  errno = 4242;
+  u = regex(ctx, &in);
+  printf("umem2 ok=%d errno=%d mask=%#lx pgsz=%#lx regs=%d caller_mask=%#lx\n", !!u, errno, (unsigned long)*mask, (unsigned long)*pgsz, live_regs(),
+         (unsigned long)in.comp_mask);
+  if (u && dereg(u)) fail("umem dereg", 0, 0);
+  // host memory: the provider's, by address
+  static char host[1 << 16];
+  l0 = *legacy; x0 = *ex;
+  u = reg(ctx, host, sizeof host, 7);
+  printf("umem host ok=%d legacy=%lu ex=%lu\n", !!u, *legacy - l0, *ex - x0);
+  if (u) dereg(u);
+  // a miss (across two GPUs): nothing registered, the provider's EFAULT
+  x0 = *ex;
+  errno = 0;
+  u = reg(ctx, (void *)(uintptr_t)(BASE + 95 * K64), 2 * K64, 7);
+  printf("umem miss ok=%d errno=%d ex=%lu regs=%d\n", !!u, errno, *ex - x0, live_regs());
+  if (u) dereg(u);
+  // a mask bit gdrshim does not know, on GPU memory: untouched
+  struct umem_in odd = {(void *)(uintptr_t)BASE, K64, 7, ~0xfffull, 0x20, -1};
+  errno = 0;
+  u = regex(ctx, &odd);
+  printf("umem unknown ok=%d errno=%d mask=%#lx\n", !!u, errno, (unsigned long)*mask);
+  // the program's own dma-buf (fd -1 here): untouched
+  struct umem_in own = {(void *)0, K64, 7, ~0xfffull, 1, -1};
+  errno = 0;
+  u = regex(ctx, &own);
+  printf("umem own ok=%d errno=%d\n", !!u, errno);
+  printf("routes umem %s buffers_left=%d failures=%d\n", failures ? "FAILED" : "ok", open_bufs() - fds0, failures);
+  return failures != 0;
+}
+
+struct mr_init_attr { size_t length; int access; uint64_t comp_mask, iova; void *addr; int fd; uint64_t fd_offset; void *dmah, *buf; };
+static int mrex(void) {
+  int fds0 = open_bufs();
+  gpu_alloc(0, BASE, 64 * K64);
+  void *vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
+  struct ibv_mr *(*f)(void *, struct mr_init_attr *) = (struct ibv_mr * (*)(void *, struct mr_init_attr *)) must_sym(vh, "ibv_reg_mr_ex", "IBVERBS_1.15");
+  uint64_t *mask = must_sym(vh, "fakeverbs_mrex_mask", NULL);
+  void **dmah = must_sym(vh, "fakeverbs_mrex_dmah", NULL);
+  struct mr_init_attr a = {2 * K64, 0xf, 0x2 | 0x10, 0, (void *)(uintptr_t)(BASE + K64), -1, 0, (void *)0xd0a4, NULL};
+  errno = 4242;
+  struct ibv_mr *m = f((void *)0x1, &a);
+  printf("mrex dmah ok=%d errno=%d addr_shown=%d mask=%#lx dmah=%#lx\n", !!m, errno, m && (uint64_t)(uintptr_t)m->addr == BASE + K64, (unsigned long)*mask,
+         (unsigned long)(uintptr_t)*dmah);
+  if (m) vdereg(m);
+  struct mr_init_attr b = {K64, 0xf, 0x2 | 0x40, 0, (void *)(uintptr_t)BASE, -1, 0, NULL, NULL};
+  errno = 0;
+  m = f((void *)0x1, &b);
+  printf("mrex unknown ok=%d errno=%d mask=%#lx\n", !!m, errno, (unsigned long)*mask);
+  printf("routes mrex %s buffers_left=%d failures=%d\n", failures ? "FAILED" : "ok", open_bufs() - fds0, failures);
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   ask_early = !strcmp(argv[1], "early");
@@ -271,5 +366,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "owned")) return owned();
   if (!strcmp(argv[1], "explicit")) return explicit_first();
+  if (!strcmp(argv[1], "umem")) return umem();
+  if (!strcmp(argv[1], "mrex")) return mrex();
   return 2;
 }

@@ -1,0 +1,247 @@
+//! libmlx5's devx umem registrations (`mlx5dv_devx_umem_reg`, `_reg_ex`, `_dereg`): the memory
+//! UCX's GPU-direct paths, NVSHMEM's IBGDA and NCCL's DOCA GIN hand the NIC for queues and
+//! buffers. Reached as exported symbols and through `dlsym`/`dlvsym` on a libmlx5 handle.
+//!
+//! The same decision as a verbs MR (`verbs::before`): NV503C registers the GPU memory with RM
+//! before the real call and keeps the reference with the umem until `mlx5dv_devx_umem_dereg`;
+//! DMA-BUF turns the call into `mlx5dv_devx_umem_reg_ex` with `MLX5DV_UMEM_MASK_DMABUF` and
+//! gdrshim's export of exactly that memory (`addr` becomes the offset in the buffer, as
+//! mlx5dv_devx_umem_reg(3) says; the caller's access, page sizes and other mask bits kept), and
+//! closes its fd after (the umem holds the buffer). If the provider refuses, the original call
+//! is delegated untouched and fails as it would without gdrshim.
+
+use crate::abi::mlx5dv::{self as m, DevxUmemIn};
+use crate::hooks::slots::slotted;
+use crate::hooks::verbs::{after, before, RegArgs};
+use crate::real::next_def;
+use crate::registrar::{Decision, Export};
+use crate::shim;
+use crate::sys::{errno, set_errno};
+use core::ffi::{c_int, c_void};
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering::Relaxed;
+
+type Ctx = *mut c_void;
+type Umem = *mut c_void;
+type RegF = unsafe extern "C" fn(Ctx, *mut c_void, usize, u32) -> Umem;
+type RegExF = unsafe extern "C" fn(Ctx, *mut DevxUmemIn) -> Umem;
+type DeregF = unsafe extern "C" fn(Umem) -> c_int;
+
+/// Bytes of the caller's `mlx5dv_devx_umem_in` read: up to `comp_mask` (a caller built against
+/// rdma-core before `dmabuf_fd` passes no more; `dmabuf_fd` only matters with its mask bit, and
+/// such a call is the program's own dma-buf, passed through).
+const UMEM_IN_READ: usize = 40;
+
+/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory),
+/// with the export's fd closed after. `None`: the provider refused (logged), or has no `_reg_ex`.
+fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
+    let e0 = errno();
+    let umem = if reg_ex.is_null() {
+        set_errno(libc::ENOSYS);
+        null_mut()
+    } else {
+        // SAFETY: libmlx5's mlx5dv_devx_umem_reg_ex (MLX5_1.19), of this signature.
+        let f: RegExF = unsafe { core::mem::transmute::<*mut c_void, RegExF>(reg_ex) };
+        // SAFETY: the caller's context and a complete umem_in of ours, alive for the call.
+        unsafe { f(a.ctx(), &mut input) }
+    };
+    let err = errno();
+    if let Some(close) = crate::real::close() {
+        // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else holds it.
+        unsafe { close(e.fd) };
+    }
+    let (addr, len) = (a.addr(), input.size);
+    if umem.is_null() {
+        shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", addr, len, err));
+        set_errno(e0);
+        return None;
+    }
+    // a umem shows no address: its entry is the dma-buf's, with no address to put back
+    shim::call_in(|s| s.verbs_after_dmabuf(e, umem as u64, 0, 0));
+    set_errno(e0);
+    Some(umem)
+}
+
+fn reg_ex_next() -> *mut c_void {
+    next_def!(c"mlx5dv_devx_umem_reg_ex" in b"libmlx5.so")
+}
+
+unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem {
+    if real.is_null() {
+        set_errno(libc::ENOSYS);
+        return null_mut();
+    }
+    const API: &str = "mlx5dv_devx_umem_reg";
+    let a = RegArgs::of(ctx, addr as u64, size as u64, access);
+    let d = before(API, &a, false);
+    if let Some(Decision::Exported(e)) = &d {
+        // what mlx5dv_devx_umem_reg asks of the kernel, on gdrshim's buffer
+        let input = DevxUmemIn {
+            addr: e.offset,
+            size: size as u64,
+            access,
+            pgsz_bitmap: m::UMEM_LEGACY_PGSZ_BITMAP,
+            comp_mask: m::UMEM_MASK_DMABUF,
+            dmabuf_fd: e.fd,
+        };
+        if let Some(u) = register_export(API, &a, e, reg_ex_next(), input) {
+            return u;
+        }
+    }
+    // SAFETY: libmlx5's function of exactly this signature.
+    let f: RegF = unsafe { core::mem::transmute::<*mut c_void, RegF>(real) };
+    // SAFETY: forwarded unchanged.
+    let umem = unsafe { f(ctx, addr, size, access) };
+    after(d, umem);
+    umem
+}
+slotted!(reg_install, REG_REAL, mlx5dv_devx_umem_reg, reg_call, (ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem);
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_reg(ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem {
+    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
+    unsafe { reg_call(next_def!(c"mlx5dv_devx_umem_reg" in b"libmlx5.so"), ctx, addr, size, access) }
+}
+
+/// The caller's `umem_in`, as far as gdrshim reads it (`None`: none given).
+fn read_umem_in(input: *const DevxUmemIn) -> Option<DevxUmemIn> {
+    if input.is_null() {
+        return None;
+    }
+    let mut b = [0u8; UMEM_IN_READ];
+    // SAFETY: the caller passes a readable umem_in, at least these bytes, to the provider.
+    unsafe { core::ptr::copy_nonoverlapping(input as *const u8, b.as_mut_ptr(), b.len()) };
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    Some(DevxUmemIn {
+        addr: u64_at(0),
+        size: u64_at(8),
+        access: u32::from_le_bytes(b[16..20].try_into().unwrap_or([0; 4])),
+        pgsz_bitmap: u64_at(24),
+        comp_mask: u64_at(32),
+        dmabuf_fd: -1,
+    })
+}
+
+/// What gdrshim makes of a `umem_in`: a registration by address, or a call it leaves untouched
+/// (the program's own dma-buf; `comp_mask` bits it does not know, named in the log).
+fn umem_in_args(ctx: Ctx, input: Option<DevxUmemIn>) -> RegArgs {
+    let Some(i) = input else { return RegArgs::untouched(ctx, 0, 0) };
+    let unknown = i.comp_mask & !m::UMEM_MASK_KNOWN;
+    if unknown != 0 || i.comp_mask & m::UMEM_MASK_DMABUF != 0 {
+        return RegArgs::untouched(ctx, i.addr, unknown);
+    }
+    RegArgs::of(ctx, i.addr, i.size, i.access)
+}
+
+unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Umem {
+    if real.is_null() {
+        set_errno(libc::ENOSYS);
+        return null_mut();
+    }
+    const API: &str = "mlx5dv_devx_umem_reg_ex";
+    let caller = read_umem_in(input);
+    let a = umem_in_args(ctx, caller);
+    let d = before(API, &a, false);
+    if let (Some(Decision::Exported(e)), Some(i)) = (&d, caller) {
+        let converted = DevxUmemIn { addr: e.offset, comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF, dmabuf_fd: e.fd, ..i };
+        if let Some(u) = register_export(API, &a, e, real, converted) {
+            return u;
+        }
+    }
+    // SAFETY: libmlx5's function of exactly this signature.
+    let f: RegExF = unsafe { core::mem::transmute::<*mut c_void, RegExF>(real) };
+    // SAFETY: forwarded unchanged.
+    let umem = unsafe { f(ctx, input) };
+    after(d, umem);
+    umem
+}
+slotted!(reg_ex_install, REG_EX_REAL, mlx5dv_devx_umem_reg_ex, reg_ex_call, (ctx: Ctx, input: *mut DevxUmemIn) -> Umem);
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ctx, input: *mut DevxUmemIn) -> Umem {
+    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
+    unsafe { reg_ex_call(reg_ex_next(), ctx, input) }
+}
+
+/// The umem's reference leaves our table before the provider frees it (as `ibv_dereg_mr`'s),
+/// and comes back if the provider refuses.
+unsafe fn dereg_call(real: *mut c_void, umem: Umem) -> c_int {
+    if real.is_null() {
+        return libc::ENOSYS;
+    }
+    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
+        shim::call_in(|s| s.verbs_dereg_begin(umem as u64, 0)).flatten()
+    } else {
+        None
+    };
+    // SAFETY: libmlx5's function of exactly this signature.
+    let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
+    // SAFETY: forwarded unchanged.
+    let rc = unsafe { f(umem) };
+    if let Some(held) = held {
+        shim::call_in(|s| s.verbs_dereg_end(umem as u64, held, rc == 0));
+    }
+    rc
+}
+slotted!(dereg_install, DEREG_REAL, mlx5dv_devx_umem_dereg, dereg_call, (umem: Umem) -> c_int);
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mlx5dv_devx_umem_dereg(umem: Umem) -> c_int {
+    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
+    unsafe { dereg_call(next_def!(c"mlx5dv_devx_umem_dereg" in b"libmlx5.so"), umem) }
+}
+
+type Install = fn(*mut c_void) -> *mut c_void;
+
+/// The libmlx5 names gdrshim wraps, with the symbol version whose ABI it implements (`None`:
+/// unversioned `dlsym`, the default version).
+pub fn by_symbol(name: &[u8], version: Option<&[u8]>) -> Option<Install> {
+    let v = |want: &[u8]| version.is_none_or(|got| got == want);
+    Some(match name {
+        b"mlx5dv_devx_umem_reg" if v(m::MLX5_1_7) => reg_install,
+        b"mlx5dv_devx_umem_reg_ex" if v(m::MLX5_1_19) => reg_ex_install,
+        b"mlx5dv_devx_umem_dereg" if v(m::MLX5_1_7) => dereg_install,
+        _ => return None,
+    })
+}
+
+/// Every (name, version) [`by_symbol`] wraps (docs/registration-entry-points.md lists them).
+pub const HOOKED: &[(&str, &str)] =
+    &[("mlx5dv_devx_umem_reg", "MLX5_1.7"), ("mlx5dv_devx_umem_reg_ex", "MLX5_1.19"), ("mlx5dv_devx_umem_dereg", "MLX5_1.7")];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn umem_in(mask: u64) -> DevxUmemIn {
+        DevxUmemIn { addr: 0x7f00_0000_0000, size: 0x2000, access: 7, pgsz_bitmap: !0xffff, comp_mask: mask, dmabuf_fd: -1 }
+    }
+
+    #[test]
+    fn a_umem_by_address_is_ours_a_dmabuf_or_an_unknown_bit_is_not() {
+        let a = umem_in_args(null_mut(), Some(umem_in(0)));
+        assert!(a.is_ours() && a.addr() == 0x7f00_0000_0000);
+        assert!(!umem_in_args(null_mut(), Some(umem_in(m::UMEM_MASK_DMABUF))).is_ours(), "the program's own dma-buf");
+        let u = umem_in_args(null_mut(), Some(umem_in(0x20)));
+        assert!(!u.is_ours() && u.unknown() == 0x20, "an unknown bit is named and left alone");
+        assert!(!umem_in_args(null_mut(), None).is_ours());
+    }
+
+    #[test]
+    fn the_caller_struct_is_read_field_by_field() {
+        let i = umem_in(0);
+        assert_eq!(read_umem_in(&i), Some(i));
+        assert_eq!(read_umem_in(core::ptr::null()), None);
+    }
+
+    #[test]
+    fn only_the_abi_versions_we_implement_are_wrapped() {
+        assert!(by_symbol(b"mlx5dv_devx_umem_reg", Some(b"MLX5_1.7")).is_some());
+        assert!(by_symbol(b"mlx5dv_devx_umem_reg", Some(b"MLX5_1.19")).is_none());
+        assert!(by_symbol(b"mlx5dv_devx_umem_reg_ex", None).is_some());
+        assert!(by_symbol(b"mlx5dv_devx_umem_import", None).is_none());
+        for (n, v) in HOOKED {
+            assert!(by_symbol(n.as_bytes(), Some(v.as_bytes())).is_some(), "{n}@{v}");
+        }
+    }
+}
