@@ -75,7 +75,8 @@ int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (
 int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 NV503C, 0 none */
 /* A dma-buf fd of exactly the GPU memory behind [va, va+len) (host-page aligned, one GPU, this
  * process's own memory), as cuMemGetHandleForAddressRange gives one: the fd (close it), -ENOENT
- * not covered exactly, -EACCES some byte is not in an allocation this program made through CUDA,
+ * not covered exactly, -EACCES not this program's own device memory (a byte outside its CUDA
+ * allocations, a hole, host or imported memory),
  * -EPERM not register mode or not the DMA-BUF route, -ENOSYS no shim. */
 int gdrshim_export_dmabuf(uint64_t va, uint64_t len);
 /* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans

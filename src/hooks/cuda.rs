@@ -19,7 +19,7 @@ use core::sync::atomic::Ordering::Relaxed;
 
 pub type CUresult = c_int;
 pub const CUDA_SUCCESS: CUresult = 0;
-/// What libcuda answers a dma-buf request over memory the program did not allocate.
+/// What libcuda answers a dma-buf request over a range that is not the program's device memory.
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 /// What libcuda answers a dma-buf request with on GeForce.
@@ -267,7 +267,7 @@ pub mod handle_range {
                     unsafe { *(handle as *mut c_int) = fd };
                     r = CUDA_SUCCESS;
                 }
-                Some(Served::NotTheProgramsMemory) => r = CUDA_ERROR_INVALID_VALUE,
+                Some(Served::InvalidRange) => r = CUDA_ERROR_INVALID_VALUE,
                 Some(Served::NotServed) | None => {}
             }
         }

@@ -70,7 +70,8 @@ pub extern "C" fn gdrshim_gdr_route() -> c_int {
 /// A dma-buf fd of exactly the GPU memory behind `[va, va+len)` (host-page aligned; one GPU;
 /// this process's own memory), as `cuMemGetHandleForAddressRange` gives one on datacenter GPUs:
 /// the fd (the caller closes it), or `-ENOENT` not covered exactly (the reason is logged),
-/// `-EACCES` some byte is not in an allocation the program made through CUDA,
+/// `-EACCES` the range is not the program's own device memory (a byte outside its CUDA
+/// allocations, a hole, host or imported memory),
 /// `-EPERM` not register mode or not the DMA-BUF route, `-ENOSYS` shim off or unknown driver.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
@@ -83,7 +84,7 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
         }
         match s.serve_dmabuf(va, len, crate::abi::dmabuf::MAPPING_DEFAULT) {
             Served::Fd(fd) => fd,
-            Served::NotTheProgramsMemory => -libc::EACCES,
+            Served::InvalidRange => -libc::EACCES,
             Served::NotServed => -libc::ENOENT,
         }
     })

@@ -400,10 +400,11 @@ impl Registrar {
         if t.incomplete {
             return Err(RegMiss::MapIncomplete);
         }
-        let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
-        if let Some(at) = t.map.first_unowned(addr, addr + len) {
+        // the program's own memory first, as libcuda asks (a hole or a host page is not either)
+        if let Some(at) = addr.checked_add(len).and_then(|end| t.map.first_unowned(addr, end)) {
             return Err(RegMiss::NotProgramMemory { at });
         }
+        let plan = t.dmabuf_plan(addr, len).map_err(RegMiss::Export)?;
         if self.dry_run {
             return Ok(None);
         }

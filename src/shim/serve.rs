@@ -28,8 +28,10 @@ use std::time::Duration;
 pub enum Served {
     /// Exported: the caller's fd.
     Fd(i32),
-    /// Some byte of the range is not the program's own memory: libcuda's answer to that.
-    NotTheProgramsMemory,
+    /// The range is not one dma-buf of the program's own device memory (a byte outside its
+    /// allocations, a hole, host or imported memory): libcuda's answer to that (measured on the
+    /// H200: CUDA_ERROR_INVALID_VALUE, docs/results/h200-run23-owned).
+    InvalidRange,
     /// Not served here (not the DMA-BUF route, not register mode, the map misses): CUDA's answer stands.
     NotServed,
 }
@@ -350,13 +352,13 @@ impl Shim {
                 Served::Fd(e.fd)
             }
             Ok(None) => Served::NotServed,
-            Err(m @ RegMiss::NotProgramMemory { .. }) => {
+            Err(m @ (RegMiss::NotProgramMemory { .. } | RegMiss::Export(_) | RegMiss::Lookup(_))) => {
                 crate::log_limited!(
                     crate::config::Level::Warn,
                     "dma-buf refused",
                     "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): refused: {m}; answering CUDA_ERROR_INVALID_VALUE"
                 );
-                Served::NotTheProgramsMemory
+                Served::InvalidRange
             }
             Err(m) => {
                 crate::log_limited!(

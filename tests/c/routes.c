@@ -208,7 +208,7 @@ static int cuda(void) {
   struct stat st = {0};
   if (r || fd < 0 || fstat(fd, &st) || st.st_size != (off_t)(8 * K64)) fail("served fd", r, fd);
   int fd2 = -1, r2 = hf(&fd2, BASE + 0x100, K64, 1, 0); // not page aligned: CUDA's 801 stands
-  int fd3 = -1, r3 = hf(&fd3, BASE + 80 * K64, K64, 1, 0); // not mapped: CUDA's 801 stands
+  int fd3 = -1, r3 = hf(&fd3, BASE + 80 * K64, K64, 1, 0); // not mapped: libcuda says INVALID_VALUE
   int direct_fd = gdrshim_dl_export_dmabuf(BASE, 4 * K64);
   if (direct_fd < 0) fail("gdrshim_export_dmabuf", direct_fd, 0);
   printf("routes cuda %s attr124=%d r=%d size=%ld r_unaligned=%d r_unmapped=%d export=%s\n", failures ? "FAILED" : "ok", supported, r, (long)st.st_size, r2, r3,
