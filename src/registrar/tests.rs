@@ -75,7 +75,7 @@ impl Rm for FakeRm {
 }
 
 /// UVM_MAP_EXTERNAL_ALLOCATION of memory `h` of client C at `[base, base+length)` on GPU.
-fn map_on_gpu(base: u64, length: u64, offset: u64, h: u32) -> Event {
+pub(super) fn map_on_gpu(base: u64, length: u64, offset: u64, h: u32) -> Event {
     Event::UvmMapExternal { base, length, offset, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h }
 }
 

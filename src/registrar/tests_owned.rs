@@ -2,7 +2,7 @@
 //! byte of the range lies in allocations the program made through CUDA (neighbours together are
 //! fine); CUDA's own memory and a range running past an allocation are refused, as libcuda does.
 
-use super::tests::{tracker_with, FakeRm, C, DEV, GPU};
+use super::tests::{map_on_gpu, tracker_with, FakeRm, C, DEV, GPU};
 use super::*;
 use crate::decode::Event;
 
@@ -44,15 +44,7 @@ impl Rm for ExportRm {
 fn cuda_internal(t: &mut Tracker, h: u32, va: u64, len: u64) {
     t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
     t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
-    t.apply(&Event::UvmMapExternal {
-        base: va,
-        length: len,
-        offset: 0,
-        gpus: smallvec::smallvec![GPU],
-        rm_ctrl_fd: 8,
-        h_client: C,
-        h_memory: h,
-    });
+    t.apply(&map_on_gpu(va, len, 0, h));
 }
 
 /// Two 2 MiB allocations side by side (two memory objects), then 4 MiB of CUDA's own memory

@@ -74,19 +74,6 @@ impl Allocations {
         }
     }
 
-    /// The first byte of `[addr, end)` that no allocation holds, or `None` when the program's
-    /// allocations (one, or several side by side) cover all of it.
-    pub fn first_gap(&self, addr: u64, end: u64) -> Option<u64> {
-        let mut at = addr;
-        while at < end {
-            match self.by_base.range(..=at).next_back() {
-                Some((_, &e)) if e > at => at = e,
-                _ => return Some(at),
-            }
-        }
-        None
-    }
-
     /// The allocation that holds `addr`, as `[base, end)`.
     pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
         self.by_base.range(..=addr).next_back().filter(|(_, &e)| e > addr).map(|(&b, &e)| (b, e))
@@ -189,28 +176,29 @@ mod tests {
 
     #[test]
     fn neighbours_cover_together_and_a_byte_outside_does_not() {
-        let mut a = Allocations::default();
-        a.add(64 * M, 2 * M);
-        a.add(66 * M, 2 * M);
-        assert_eq!(a.first_gap(64 * M, 68 * M), None, "two allocations side by side");
-        assert_eq!(a.first_gap(65 * M, 67 * M), None);
-        assert_eq!(a.first_gap(64 * M, 68 * M + 1), Some(68 * M), "one byte past the end");
-        assert_eq!(a.first_gap(64 * M - 4096, 65 * M), Some(64 * M - 4096), "a page before the start");
-        assert_eq!(a.first_gap(70 * M, 71 * M), Some(70 * M), "memory the program never had");
-        a.add(69 * M, M);
-        assert_eq!(a.first_gap(64 * M, 70 * M), Some(68 * M), "a hole between two allocations");
+        // (no mappings: every allocation is a recorded range)
+        let mut a = VaMap::default();
+        a.own(64 * M, 2 * M);
+        a.own(66 * M, 2 * M);
+        assert_eq!(a.first_unowned(64 * M, 68 * M), None, "two allocations side by side");
+        assert_eq!(a.first_unowned(65 * M, 67 * M), None);
+        assert_eq!(a.first_unowned(64 * M, 68 * M + 1), Some(68 * M), "one byte past the end");
+        assert_eq!(a.first_unowned(64 * M - 4096, 65 * M), Some(64 * M - 4096), "a page before the start");
+        assert_eq!(a.first_unowned(70 * M, 71 * M), Some(70 * M), "memory the program never had");
+        a.own(69 * M, M);
+        assert_eq!(a.first_unowned(64 * M, 70 * M), Some(68 * M), "a hole between two allocations");
     }
 
     #[test]
     fn a_free_takes_only_the_allocation_at_its_pointer() {
-        let mut a = Allocations::default();
-        a.add(0x1000, 0x200);
-        a.add(0x1200, 0x200);
-        assert!(!a.free_at(0x1100), "not the start of an allocation");
-        assert!(a.free_at(0x1000));
-        assert_eq!(a.first_gap(0x1000, 0x1400), Some(0x1000));
-        assert_eq!(a.first_gap(0x1200, 0x1400), None);
-        assert!(!a.free_at(0x1000), "freed once");
+        let mut a = VaMap::default();
+        a.own(0x1000, 0x200);
+        a.own(0x1200, 0x200);
+        assert!(!a.disown_at(0x1100), "not the start of an allocation");
+        assert!(a.disown_at(0x1000));
+        assert_eq!(a.first_unowned(0x1000, 0x1400), Some(0x1000));
+        assert_eq!(a.first_unowned(0x1200, 0x1400), None);
+        assert!(!a.disown_at(0x1000), "freed once");
     }
 
     #[test]
