@@ -172,6 +172,8 @@ enum Helper {
     /// not be started:
     /// a full batch is applied by the thread that filled it.
     Inline,
+    /// Being started (by a thread that holds no lock of ours): batches are applied inline.
+    Starting,
 }
 
 impl Core {
@@ -396,13 +398,25 @@ impl Pipeline {
     #[inline(never)]
     fn batch_full(&'static self, mut q: QueueGuard<'_>) {
         if q.helper == Helper::NotStarted {
-            q.helper = match self.start_helper() {
+            // Started with no lock of ours held: a thread start may wait for the loader's lock
+            // (std asks `dlsym` for the minimum stack once; older glibc's TLS set-up), which a
+            // `dlopen` running a constructor holds, and that constructor's own NVIDIA call needs
+            // the queue's lock (issue 29). This batch is applied here meanwhile.
+            q.helper = Helper::Starting;
+            drop(q);
+            drop(self.lend(Duration::from_secs(5), &mut map_notice));
+            let started = self.start_helper();
+            let helper = match started {
                 Ok(()) => Helper::Running,
                 Err(e) => {
                     crate::log_info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
                     Helper::Inline
                 }
             };
+            if let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) {
+                q.helper = helper;
+            }
+            return;
         }
         if q.helper == Helper::Running && q.rest.handed.is_empty() {
             let fresh = q.rest.spare.pop().unwrap_or_else(|| Vec::with_capacity(BACKLOG));

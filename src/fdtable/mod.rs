@@ -14,7 +14,7 @@ use once_cell::sync::OnceCell;
 
 mod pages;
 use pages::store_if_mapped;
-pub use pages::{cached, store, NOT_NV, UNKNOWN};
+pub use pages::{adopt as adopt_front_table, cached, store, NOT_NV, UNKNOWN};
 
 const CTL: u8 = 2;
 const UVM: u8 = 3;

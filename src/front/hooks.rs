@@ -1,14 +1,13 @@
 //! The front's exports: the same names as the core's hooks (tests/front.rs compares the lists).
 
 use crate::fdpages::{cached, store, store_if_mapped, NOT_NV, UNKNOWN};
-use crate::{attach, core_fn, Libc, CLOSE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPENAT, OPENAT64};
+use crate::{
+    attach, core_fn, Libc, CLOSE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2, OPENAT, OPENAT64,
+    OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
+};
 use core::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use core::mem::transmute;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Release};
-
-/// The fd table's byte for an fd that may be an NVIDIA device node (the core classifies it
-/// exactly once it has it).
-const MAYBE_NV: u8 = 2;
 
 fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -42,7 +41,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         return -1;
     };
     let b = cached(fd);
-    if b == NOT_NV || (b == UNKNOWN && !classify(fd)) || !attach() {
+    if b == NOT_NV || crate::no_core() || (b == UNKNOWN && !classify(fd)) || !attach() {
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     }
@@ -74,7 +73,11 @@ fn classify(fd: c_int) -> bool {
             && (crate::nodes::node(libc::major(st.st_rdev), libc::minor(st.st_rdev)).is_some() || Some(st.st_rdev) == uvm_rdev()))
             || (kind == libc::S_IFREG && test_devices()));
     set_errno(e);
-    store(fd, if nv { MAYBE_NV } else { NOT_NV });
+    // An fd that may be an NVIDIA node stays unknown: the table is the core's too once it is
+    // attached (FrontApi), and the core classifies such an fd exactly itself.
+    if !nv {
+        store(fd, NOT_NV);
+    }
     nv
 }
 
@@ -112,7 +115,7 @@ fn test_devices() -> bool {
     false
 }
 
-/// The four `open` entry points: the core's once attached, else libc's and the fd table.
+/// The `open` entry points: the core's once attached, else libc's and the fd table.
 macro_rules! open_hook {
     ($name:ident, $i:ident, $c:literal, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
@@ -141,6 +144,12 @@ open_hook!(open, OPEN, c"open", (path: *const c_char, flags: c_int, mode: libc::
 open_hook!(open64, OPEN64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat, OPENAT, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat64, OPENAT64, c"openat64", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
+// the fortified entry points (-D_FORTIFY_SOURCE) and open_by_handle_at: fds too (src/hooks/fd.rs)
+open_hook!(__open_2, OPEN_2, c"__open_2", (path: *const c_char, flags: c_int));
+open_hook!(__open64_2, OPEN64_2, c"__open64_2", (path: *const c_char, flags: c_int));
+open_hook!(__openat_2, OPENAT_2, c"__openat_2", (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(__openat64_2, OPENAT64_2, c"__openat64_2", (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(open_by_handle_at, OPEN_BY_HANDLE_AT, c"open_by_handle_at", (mount_fd: c_int, handle: *mut c_void, flags: c_int));
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
