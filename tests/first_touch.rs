@@ -22,7 +22,9 @@ fn env() -> &'static Env {
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libparkdup.so", &src("parkdup.c"), "-ldl", "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorthread.so", &src("ctorthread.c"), "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libplanted.so", &src("planted.c")]);
-        cc(&["-O1", "-Wall", "-Werror", "-o", "firsttouch", &src("firsttouch.c"), "-ldl", "-lpthread"]);
+        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorbatch.so", &src("ctorbatch.c"), "-ldl"]);
+        // -rdynamic: the constructor of libctorbatch.so finds the program's firsttouch_batch_kick
+        cc(&["-O1", "-Wall", "-Werror", "-rdynamic", "-o", "firsttouch", &src("firsttouch.c"), "-ldl", "-lpthread"]);
         common::fakedev::fake_dev(&e.dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0"], false);
         e
     })
@@ -117,6 +119,31 @@ fn a_constructors_thread_making_the_first_call_does_not_hang_the_core() {
     let core = common::knobs_core();
     let r = run(&[core.to_str().unwrap()], &["ctor", lib.to_str().unwrap()], &env().dir, &[]);
     ok(&r, "ctor loaded=1 result=1 seen=1");
+}
+
+/// Defect 5 (a), through the front: the front's dlopen of the core must wait for the loader's
+/// lock, which the constructor holds while it waits for the thread: the front waits a while
+/// (shortened here), then loads no core, forwards every call and says so once. No hang.
+#[test]
+fn a_constructors_thread_making_the_first_call_through_the_front_fails_open() {
+    let lib = env().dir.join("libctorthread.so");
+    let front = common::front_pair(&common::knobs_core(), true);
+    let r = run(&[front.to_str().unwrap()], &["ctor", lib.to_str().unwrap()], &env().dir, &[("GDRSHIM_TEST_LOADER_WAIT_MS", "300")]);
+    ok(&r, "ctor loaded=1 result=1 seen=-1");
+    assert_eq!(r.err.lines().count(), 1, "{}", r.err);
+    assert!(r.err.contains("the loader's lock stayed held by another thread") && r.err.contains("its hooks only forward"), "{}", r.err);
+}
+
+/// Defect 5 (b): a constructor's NVIDIA call while another thread fills the batch of 512 events,
+/// which starts the helper thread: that start may wait for the loader's lock the constructor's
+/// dlopen holds, and no lock of ours is held meanwhile. No 5 s stall, nothing dropped, every call
+/// seen.
+#[test]
+fn a_constructors_call_while_the_batch_fills_does_not_stall() {
+    let lib = env().dir.join("libctorbatch.so");
+    let r = run(&[&shim()], &["batch", lib.to_str().unwrap()], &env().dir, &[]);
+    ok(&r, "batch filler=512 ctor=1 ctor_fast=1 seen=513");
+    assert!(!r.err.contains("dropped") && !r.err.contains("not available"), "{}", r.err);
 }
 
 /// A release's lib/ folder with the front and, as its core, `core`: returns the folder.

@@ -26,6 +26,7 @@ mod elf;
 #[path = "../fdtable/pages.rs"]
 mod fdpages;
 mod hooks;
+mod loaderlock;
 mod locate;
 #[path = "../abi/nodes.rs"]
 mod nodes;
@@ -218,6 +219,15 @@ fn load_core() -> bool {
         say(&[b"cannot load ", shown, b": it ", why, ONLY_FORWARD]);
         return false;
     }
+    if !loaderlock::wait_free(loader_wait_ms()) {
+        say(&[
+            b"the loader's lock stayed held by another thread (a library's constructor waiting for this one?), so ",
+            shown,
+            b" was not loaded",
+            ONLY_FORWARD,
+        ]);
+        return false;
+    }
     // SAFETY: path is NUL-terminated. NODELETE: the hooks keep pointers into it.
     let h = unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE) };
     if h.is_null() {
@@ -273,6 +283,25 @@ fn load_core() -> bool {
     // last: a thread that sees the handle (attach) sees every function above too
     HANDLE.store(h, Release);
     true
+}
+
+/// [`loaderlock::WAIT_MS`]; a knobs build's tests shorten it (GDRSHIM_TEST_LOADER_WAIT_MS).
+fn loader_wait_ms() -> u32 {
+    #[cfg(feature = "knobs")]
+    {
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let v = unsafe { libc::getenv(c"GDRSHIM_TEST_LOADER_WAIT_MS".as_ptr()) };
+        if !v.is_null() {
+            // SAFETY: getenv's answer is a C string of the environment.
+            let digits = unsafe { CStr::from_ptr(v) }.to_bytes();
+            let mut n: u32 = 0;
+            for &c in digits.iter().take(9).filter(|c| c.is_ascii_digit()) {
+                n = n * 10 + (c - b'0') as u32;
+            }
+            return n;
+        }
+    }
+    loaderlock::WAIT_MS
 }
 
 const ONLY_FORWARD: &[u8] = b"; its hooks only forward\n";

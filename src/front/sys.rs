@@ -102,3 +102,17 @@ pub fn write_all(fd: c_int, b: &[u8]) {
         }
     }
 }
+
+pub fn gettid() -> i32 {
+    const SYS_GETTID: usize = 186;
+    // SAFETY: no arguments.
+    unsafe { syscall4(SYS_GETTID, 0, 0, 0, 0) as i32 }
+}
+
+/// Sleeps about a millisecond (an interruption ends it early).
+pub fn sleep_a_millisecond() {
+    const SYS_NANOSLEEP: usize = 35;
+    let t = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    // SAFETY: a valid timespec; no remainder wanted.
+    unsafe { syscall4(SYS_NANOSLEEP, &t as *const libc::timespec as usize, 0, 0, 0) };
+}

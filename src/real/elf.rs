@@ -20,6 +20,8 @@ struct Search {
     object: &'static [u8],
     names: [&'static [u8]; 2],
     found: [usize; 2],
+    /// The sizes of what was found (`st_size`).
+    sizes: [usize; 2],
 }
 
 fn gnu_hash(name: &[u8]) -> u32 {
@@ -105,6 +107,7 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
                 // (an executable's undefined function can have a value: its PLT entry)
                 if nm.to_bytes() == *name && sym.st_value != 0 && sym.st_shndx != 0 && !hidden {
                     s.found[k] = base + sym.st_value as usize;
+                    s.sizes[k] = sym.st_size as usize;
                     break;
                 }
             }
@@ -137,7 +140,7 @@ unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::siz
 pub fn libc_dlsym_dlvsym() -> [usize; 2] {
     // libdl.so.2 of glibc >= 2.34 only forwards to libc: a forwarder would make glibc see it,
     // not our caller, as the caller of dlsym. So libc.so.6 first.
-    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0] };
+    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0], sizes: [0, 0] };
     for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
         s.object = object;
         // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -155,7 +158,7 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
 /// which takes the lock a `dlopen` holds while it runs constructors (issue 29).
 #[allow(dead_code)] // the core's
 pub fn first_definition(name: &'static [u8]) -> usize {
-    let mut s = Search { object: b"", names: [name, name], found: [0, 0] };
+    let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
     unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
     s.found[0]
@@ -271,8 +274,17 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
         }
         (n.s.found[0] != 0) as c_int
     }
-    let mut n = Next { after, passed: false, unsure: false, s: Search { object: b"", names: [name, name], found: [0, 0] } };
+    let mut n = Next { after, passed: false, unsure: false, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `n`.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut n as *mut Next as *mut c_void) };
     (!n.unsure && n.s.found[0] != 0).then_some(n.s.found[0])
+}
+
+/// `name` (an object, with its size) in the loaded object whose file name starts with `object`.
+#[allow(dead_code)] // the front's
+pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, usize)> {
+    let mut s = Search { object, names: [name, name], found: [0, 0], sizes: [0, 0] };
+    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
+    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    (s.found[0] != 0).then_some((s.found[0], s.sizes[0]))
 }
