@@ -10,10 +10,12 @@
 //! NVIDIA ioctl is ever forwarded unseen while a core can be had. Without a core (missing,
 //! another version, secure execution) every call is forwarded untouched, as in off mode.
 //!
-//! Loading the core is a `dlopen` inside the hook that needs it. Where that hook runs in a signal
-//! handler that interrupted the loader on the same thread, or in a child forked while another
-//! thread held the loader's lock, the loader may not be usable; a GPU program's first NVIDIA call
-//! is made by CUDA's initialisation, in neither.
+//! Loading the core is a `dlopen` inside the hook that needs it (docs/architecture.md, "the
+//! hand-off"). Where that hook runs in a signal handler that interrupted the loader or `malloc` on
+//! the same thread, or in a child forked while another thread held the loader's lock, the loader
+//! may not be usable; a GPU program's first NVIDIA call is made by CUDA's initialisation, in
+//! neither. When another thread holds the loader's lock, the front waits for it at most 10 s and
+//! then forwards without a core (`loaderlock`).
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
