@@ -146,6 +146,17 @@ fn a_constructors_call_while_the_batch_fills_does_not_stall() {
     assert!(!r.err.contains("dropped") && !r.err.contains("not available"), "{}", r.err);
 }
 
+/// Defect 9 (made rarer): the runtime starts at the `open` of an NVIDIA node (CUDA's
+/// initialisation), not at the node's first ioctl, which a signal handler that interrupted
+/// `malloc` may make. (How often a handler's first call still fails is measured, not tested:
+/// tests/c/sigfirst.c.)
+#[test]
+fn the_runtime_starts_at_the_open_of_an_nvidia_node() {
+    let r = run(&[&shim()], &["open"], &env().dir, &[("GDRSHIM_LOG_LEVEL", "info")]);
+    ok(&r, "open fd_ok=1");
+    assert!(r.err.contains("mode=register driver 580.159.04"), "started at the open: {}", r.err);
+}
+
 /// A release's lib/ folder with the front and, as its core, `core`: returns the folder.
 fn release(at: &Path, core: &Path) -> PathBuf {
     let lib = at.join("lib");

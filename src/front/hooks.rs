@@ -115,18 +115,28 @@ fn test_devices() -> bool {
     false
 }
 
-/// The `open` entry points: the core's once attached, else libc's and the fd table.
+/// The `open` entry points: the core's once attached, else libc's and the fd table. The open of
+/// an NVIDIA node by its usual name loads the core first and is the core's (which starts its
+/// runtime there): a program's first NVIDIA ioctl may come from a signal handler that interrupted
+/// `malloc` or the loader, where neither loading nor starting is safe; its `open` comes from
+/// CUDA's initialisation (issue 29).
 macro_rules! open_hook {
     ($name:ident, $i:ident, $c:literal, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             type F = unsafe extern "C" fn($($t),*) -> c_int;
-            let f = match core_fn($i) {
+            if let Some(c) = core_fn($i) {
                 // SAFETY: the core's hook of the same name and signature.
-                Some(c) => return unsafe { transmute::<*mut c_void, F>(c)($($a),*) },
-                None => libc_fn!($c, F),
-            };
-            let Some(f) = f else {
+                return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
+            }
+            let path: *const c_char = open_path!($($a),*);
+            if !path.is_null() && nvidia_path(path) && !crate::no_core() && attach() {
+                if let Some(c) = core_fn($i) {
+                    // SAFETY: as above.
+                    return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
+                }
+            }
+            let Some(f) = libc_fn!($c, F) else {
                 set_errno(libc::ENOSYS);
                 return -1;
             };
@@ -139,6 +149,43 @@ macro_rules! open_hook {
             fd
         }
     };
+}
+/// The path argument of an `open` entry point (none for `open_by_handle_at`).
+macro_rules! open_path {
+    (dirfd, $path:ident $(, $rest:ident)*) => {
+        $path
+    };
+    (mount_fd $(, $rest:ident)*) => {
+        core::ptr::null()
+    };
+    ($path:ident $(, $rest:ident)*) => {
+        $path
+    };
+}
+
+/// Whether `path` (a caller's C string) names an NVIDIA node by its usual name, as the core's
+/// `fdtable::nvidia_path`: `/dev/nvidia…` (a knobs build: the test stand-ins' folder too).
+#[inline(always)]
+fn nvidia_path(path: *const c_char) -> bool {
+    fn starts_with(path: *const c_char, prefix: &[u8]) -> bool {
+        // SAFETY: the caller's NUL-terminated path, read byte by byte up to its NUL or the prefix's end.
+        prefix.iter().enumerate().all(|(i, &c)| unsafe { *path.add(i) } as u8 == c)
+    }
+    if starts_with(path, b"/dev/nvidia") {
+        return true;
+    }
+    #[cfg(feature = "knobs")]
+    {
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let dir = unsafe { libc::getenv(c"GDRSHIM_TEST_DEV_DIR".as_ptr()) };
+        if !dir.is_null() {
+            // SAFETY: getenv's answer is a C string of the environment.
+            let d = unsafe { CStr::from_ptr(dir) }.to_bytes();
+            // SAFETY: the path matched d's bytes, none of them NUL: it goes on past them.
+            return !d.is_empty() && starts_with(path, d) && starts_with(unsafe { path.add(d.len()) }, b"/nvidia");
+        }
+    }
+    false
 }
 open_hook!(open, OPEN, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(open64, OPEN64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t));

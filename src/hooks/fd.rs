@@ -17,6 +17,33 @@ macro_rules! missing {
     }};
 }
 
+/// The path argument of an `open` entry point (none for `open_by_handle_at`).
+macro_rules! open_path {
+    (dirfd, $path:ident $(, $rest:ident)*) => {
+        $path
+    };
+    (mount_fd $(, $rest:ident)*) => {
+        core::ptr::null()
+    };
+    ($path:ident $(, $rest:ident)*) => {
+        $path
+    };
+}
+
+/// The runtime starts at the `open` of an NVIDIA node by its usual name, not at the node's first
+/// ioctl (issue 29): a program's first NVIDIA ioctl may come from a signal handler that
+/// interrupted `malloc`, where starting the runtime is not safe; its `open` comes from CUDA's
+/// initialisation. (A node reached by any other name still starts it at its first ioctl.)
+fn wake_at_nvidia_open(path: *const c_char) {
+    if path.is_null() || !crate::fdtable::nvidia_path(path) {
+        return;
+    }
+    let Some(_g) = crate::sys::Guard::enter() else { return };
+    if crate::gate::active() {
+        let _ = std::panic::catch_unwind(crate::shim::get);
+    }
+}
+
 /// The four `open` entry points: one body.
 macro_rules! open_hook {
     ($name:ident, $real:ident, ($($a:ident : $t:ty),*)) => {
@@ -30,6 +57,7 @@ macro_rules! open_hook {
             if fd >= 0 {
                 let e = errno();
                 note_open(fd);
+                wake_at_nvidia_open(open_path!($($a),*));
                 set_errno(e);
             }
             fd

@@ -12,6 +12,7 @@
 //   firsttouch batch DEVDIR LIB a thread makes 511 RM calls (each one event of the shim's batch
 //                               of 512); dlopen(LIB), whose constructor has that thread make
 //                               the 512th and then makes one itself (ctorbatch.c)
+//   firsttouch open DEVDIR      opens nvidiactl and makes no call on it
 //   firsttouch plain DEVDIR     10 RM calls on nvidiactl
 // Before the scenario, with FIRSTTOUCH_CHDIR set, the process changes folder; with
 // FIRSTTOUCH_RELINK=LINK and FIRSTTOUCH_RELINK_TO=TARGET, it points the symlink LINK at TARGET
@@ -120,6 +121,11 @@ int main(int argc, char **argv) {
     if (symlink(to, tmp) || rename(tmp, link)) return 4;
   }
   if (dir && chdir(dir)) return 4;
+  if (!strcmp(argv[1], "open")) {
+    int fd = open(ctl, O_RDWR);
+    printf("open fd_ok=%d\n", fd >= 0);
+    return 0;
+  }
   if (!strcmp(argv[1], "plain")) {
     int fd = open(ctl, O_RDWR), ok = 0;
     for (int i = 0; i < 10; i++) ok += rm_call(fd);
