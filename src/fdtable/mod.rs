@@ -147,7 +147,10 @@ pub fn note_open(fd: c_int) {
 
 /// Whether `path` (a caller's C string) names an NVIDIA device node by its usual name:
 /// `/dev/nvidia…` (a knobs build: the test stand-ins' folder too). Reads at most the prefix.
-pub fn nvidia_path(path: *const core::ffi::c_char) -> bool {
+///
+/// # Safety
+/// `path` is a NUL-terminated C string.
+pub unsafe fn nvidia_path(path: *const core::ffi::c_char) -> bool {
     fn starts_with(path: *const core::ffi::c_char, prefix: &[u8]) -> bool {
         // SAFETY: the caller's NUL-terminated path, read byte by byte up to its NUL or the prefix's end.
         prefix.iter().enumerate().all(|(i, &c)| unsafe { *path.add(i) } as u8 == c)

@@ -35,7 +35,8 @@ macro_rules! open_path {
 /// interrupted `malloc`, where starting the runtime is not safe; its `open` comes from CUDA's
 /// initialisation. (A node reached by any other name still starts it at its first ioctl.)
 fn wake_at_nvidia_open(path: *const c_char) {
-    if path.is_null() || !crate::fdtable::nvidia_path(path) {
+    // SAFETY: a non-null path is the caller's NUL-terminated C string (open's contract).
+    if path.is_null() || !unsafe { crate::fdtable::nvidia_path(path) } {
         return;
     }
     let Some(_g) = crate::sys::Guard::enter() else { return };
