@@ -22,6 +22,7 @@ fn env() -> &'static Env {
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libparkdup.so", &src("parkdup.c"), "-ldl", "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorthread.so", &src("ctorthread.c"), "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libplanted.so", &src("planted.c")]);
+        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorself.so", &src("ctorself.c")]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorbatch.so", &src("ctorbatch.c"), "-ldl"]);
         // -rdynamic: the constructor of libctorbatch.so finds the program's firsttouch_batch_kick
         cc(&["-O1", "-Wall", "-Werror", "-rdynamic", "-o", "firsttouch", &src("firsttouch.c"), "-ldl", "-lpthread"]);
@@ -132,6 +133,18 @@ fn a_constructors_thread_making_the_first_call_through_the_front_fails_open() {
     ok(&r, "ctor loaded=1 result=1 seen=-1");
     assert_eq!(r.err.lines().count(), 1, "{}", r.err);
     assert!(r.err.contains("the loader's lock stayed held by another thread") && r.err.contains("its hooks only forward"), "{}", r.err);
+}
+
+/// The other side of defect 5 (a): a constructor's own first NVIDIA call (this thread holds the
+/// loader's lock, in dlopen) loads the core at once, through the front too.
+#[test]
+fn a_constructors_own_first_call_loads_the_core_at_once() {
+    let lib = env().dir.join("libctorself.so");
+    let vars = [("GDRSHIM_TEST_LOADER_WAIT_MS", "60000")];
+    let t0 = Instant::now();
+    let r = run(&[&shim()], &["ctor", lib.to_str().unwrap()], &env().dir, &vars);
+    ok(&r, "ctor loaded=1 result=1 seen=1");
+    assert!(t0.elapsed() < Duration::from_secs(20), "no wait for this thread's own lock");
 }
 
 /// Defect 5 (b): a constructor's NVIDIA call while another thread fills the batch of 512 events,

@@ -50,9 +50,12 @@ unsafe extern "C" fn inside(_info: *mut libc::dl_phdr_info, _size: libc::size_t,
     let f = unsafe { &mut *(data as *mut Find) };
     // (here this thread holds _dl_load_write_lock)
     let mut at = f.start + MUTEX;
+    let owned = |m: usize| m + MUTEX <= f.start + f.size && word(m + 8) == f.me && word(m + 4) >= 1 && recursive_mutex(m);
     while at + MUTEX <= f.start + f.size {
-        if word(at + 8) == f.me && word(at + 4) >= 1 && recursive_mutex(at) {
-            let load_lock = at - MUTEX;
+        if owned(at) {
+            // the first mutex of ours: the write lock, or the load lock itself where this thread
+            // is inside a dlopen too (then the write lock follows it, ours as well)
+            let load_lock = if owned(at + MUTEX) { at } else { at - MUTEX };
             if recursive_mutex(load_lock) {
                 f.found = load_lock;
             }
