@@ -46,6 +46,7 @@ impl core::fmt::Display for Refused {
 
 fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<c_int, i32> {
     let f = crate::real::openat().ok_or(libc::ENOSYS)?;
+    let _no_cancel = crate::sys::NoCancel::new();
     // SAFETY: a valid C string; openat has no other preconditions.
     let fd = unsafe { f(dir, name.as_ptr(), flags, mode) };
     if fd < 0 {
@@ -57,6 +58,7 @@ fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Resul
 
 fn close(fd: c_int) {
     if let Some(c) = crate::real::close() {
+        let _no_cancel = crate::sys::NoCancel::new();
         // SAFETY: an fd this function opened.
         unsafe { c(fd) };
     }

@@ -82,12 +82,10 @@ fn first_active_inner() -> bool {
 /// one loaded again under another path): that copy does the work, this one stays inert and says
 /// so once, so the process gets one registration per MR and one summary.
 fn another_copy_first() -> bool {
-    let Some(dlsym) = crate::real::real_dlsym() else { return false };
-    // SAFETY: a lookup of a C-string name in the global scope.
-    let global = unsafe { dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()) };
     // (our own exported names may resolve to the other copy even from inside this one: the
     // object is told by the address of a function nobody can interpose)
-    let (Some(theirs), Some(ours)) = (object_of(global), object_of(this_copy())) else { return false };
+    let global = crate::real::elf::first_definition(b"gdrshim_version");
+    let (Some(theirs), Some(ours)) = (object_of(global as *mut c_void), object_of(this_copy())) else { return false };
     // (a dlopened copy's RTLD_DEFAULT sees its own scope: this library itself is no other copy)
     if theirs.0 == ours.0 || object_of(another_copy_first as *mut c_void).is_some_and(|me| me.0 == theirs.0) {
         return false;
@@ -105,36 +103,33 @@ fn this_copy() -> *mut c_void {
     crate::real::front_object().unwrap_or(this_copy as *mut c_void)
 }
 
-/// The loaded object `p` lies in: its base address and file name.
+/// The loaded object `p` lies in: its base address and file name. Through the loader's list
+/// (`real::elf`), not `dladdr`: the process's first NVIDIA call may come from a thread that a
+/// library's constructor started and waits for, while `dlopen` holds the loader's lock (issue 29).
 fn object_of(p: *mut c_void) -> Option<(usize, String)> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: dladdr only reads the loader's tables; info is a valid out-buffer.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::dladdr(p, &mut info) } == 0 {
-        return None;
-    }
-    let name = if info.dli_fname.is_null() {
+    let (base, name) = crate::real::elf::object_holding(p as usize)?;
+    let name = if name.is_null() {
         "?".into()
     } else {
         // SAFETY: a C string of the loader's.
-        unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+        unsafe { core::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
-    Some((info.dli_fbase as usize, name))
+    Some((base, name))
 }
 
 /// Whether this copy's hooks really see the process's calls: its names are the process's global
 /// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
-/// or to another interposer ahead of it, not straight to libc.
+/// or to another interposer ahead of it, not straight to libc. (The global names as the loader's
+/// list has them, without `dlsym`: see [`object_of`].)
 pub fn hooks_in_place() -> bool {
-    let Some(dlsym) = crate::real::real_dlsym() else { return false };
-    // SAFETY: lookups of C-string names in the global scope.
-    let (version, ioctl) =
-        unsafe { (dlsym(libc::RTLD_DEFAULT, c"gdrshim_version".as_ptr()), dlsym(libc::RTLD_DEFAULT, c"ioctl".as_ptr())) };
+    let version = crate::real::elf::first_definition(b"gdrshim_version") as *mut c_void;
+    let ioctl = crate::real::elf::first_definition(b"ioctl") as *mut c_void;
     let ours = object_of(this_copy()).map(|o| o.0);
-    ours.is_some() && object_of(version).map(|o| o.0) == ours && !ioctl.is_null() && ioctl != HOOK.ioctl.get(c"ioctl", None)
+    ours.is_some()
+        && crate::real::elf::loaded_before_libc(this_copy() as usize)
+        && object_of(version).map(|o| o.0) == ours
+        && !ioctl.is_null()
+        && ioctl != HOOK.ioctl.get(c"ioctl", None)
 }
 
 /// Installs [`fork_child`] once; returns when it is installed. Threads that come while another

@@ -137,6 +137,7 @@ pub fn host_name() -> String {
 /// Writes all of `bytes` to the log fd with one `write(2)` where possible.
 pub fn write_raw(bytes: &[u8]) {
     let fd = LOG_FD.load(Ordering::Relaxed);
+    let _no_cancel = crate::sys::NoCancel::new();
     let mut off = 0;
     while off < bytes.len() {
         // SAFETY: the slice is valid for reads of len - off bytes.

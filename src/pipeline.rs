@@ -181,9 +181,9 @@ enum Helper {
     NotStarted,
     Running,
     /// Not wanted (trace mode, debug level, GDRSHIM_APPLY_THREAD=0 in a knobs build) or could
-    /// not be started:
-    /// a full batch is applied by the thread that filled it.
+    /// not be started (or `Starting` now): a full batch is applied by the thread that filled it.
     Inline,
+    Starting,
 }
 
 impl Core {
@@ -268,10 +268,9 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// `backlog_max`: work items that may wait (1: each is applied at once); `helper`: apply
-    /// full batches on a thread of their own.
-    /// `record_born`: keep the record of what is created ([`Born`]) for the release checks
-    /// ([`lend_for_release`](Self::lend_for_release)), which only register mode makes.
+    /// `backlog_max`: work items that may wait (1: each is applied at once); `helper`: apply full
+    /// batches on a thread of their own; `record_born`: keep the record of what is created
+    /// ([`Born`]) for the release checks ([`lend_for_release`](Self::lend_for_release)).
     pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool, record_born: bool) -> Pipeline {
         let _ = timing;
         let helper = if helper && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
@@ -392,7 +391,7 @@ impl Pipeline {
     }
 
     /// Hands work to the core: applied once its batch is full (on the helper thread), or before
-    /// anyone reads the core. Gives the work back if the queue's lock is not free within 5 s.
+    /// anyone reads the core; given back if the queue's lock is not free within 5 s.
     pub fn push(&'static self, w: Work) -> Result<(), Work> {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
             // a lost release could leave the map, or the record of the program's memory,
@@ -415,18 +414,22 @@ impl Pipeline {
     #[inline(never)]
     fn batch_full(&'static self, mut q: QueueGuard<'_>) {
         if q.helper == Helper::NotStarted {
-            q.helper = match self.start_helper() {
-                Ok(()) => Helper::Running,
-                Err(e) => {
-                    crate::log_info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
-                    Helper::Inline
-                }
-            };
+            // Started holding no lock of ours (this batch is applied here): a thread start may wait for
+            // the loader's lock, held by a dlopen whose constructor's NVIDIA call needs ours (issue 29).
+            q.helper = Helper::Starting;
+            drop(q);
+            drop(self.lend(Duration::from_secs(5), &mut map_notice));
+            let r = self.start_helper();
+            if let Err(e) = &r {
+                crate::log_info!("no helper thread ({e}): batches of the map's work are applied by the threads that fill them");
+            }
+            let helper = if r.is_ok() { Helper::Running } else { Helper::Inline };
+            let _ = self.queue.try_lock_for(Duration::from_secs(5)).map(|mut q| q.helper = helper);
+            return;
         }
         if q.helper == Helper::Running && q.rest.handed.is_empty() {
             let fresh = q.rest.spare.pop().unwrap_or_else(|| Vec::with_capacity(BACKLOG));
-            let full = core::mem::replace(&mut q.current, fresh);
-            q.rest.handed = full;
+            q.rest.handed = core::mem::replace(&mut q.current, fresh);
             self.batch_handed.store(true, SeqCst);
             drop(q);
             if self.helper_asleep.load(SeqCst) {
@@ -491,8 +494,7 @@ impl Pipeline {
         // SAFETY: plain signal-set operations on local sets; pthread_sigmask changes only this
         // thread's mask, restored below, and the new thread inherits the full mask.
         let old = unsafe {
-            let mut all: libc::sigset_t = core::mem::zeroed();
-            let mut old: libc::sigset_t = core::mem::zeroed();
+            let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = (core::mem::zeroed(), core::mem::zeroed());
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             old

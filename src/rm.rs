@@ -109,8 +109,10 @@ impl RealRm {
         let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir)).map_err(|_| status::NV_ERR_GENERIC)?;
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::sys::errno();
+        let no_cancel = crate::sys::NoCancel::new();
         // SAFETY: a valid C string; open has no other preconditions.
         let fd = unsafe { open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+        drop(no_cancel);
         let err = crate::sys::errno();
         crate::sys::set_errno(e);
         if fd < 0 {
@@ -128,6 +130,7 @@ impl RealRm {
     fn close(fd: i32) {
         if let Some(close) = crate::real::close() {
             let e = crate::sys::errno();
+            let _no_cancel = crate::sys::NoCancel::new();
             // SAFETY: an fd this object opened or RM created for it.
             unsafe { close(fd) };
             crate::sys::set_errno(e);

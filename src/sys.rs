@@ -22,6 +22,35 @@ impl Drop for Guard {
     }
 }
 
+/// Thread cancellation held off while it lives, as it was after (issue 29). Taken around our own
+/// calls that are cancellation points (`open`, `read`, `write`, `close` of our own files): a
+/// deferred cancellation acted on inside gdrshim would unwind through Rust frames, which aborts
+/// the process; held off, it waits for the program's own next cancellation point, as without us.
+/// Not a system call: a flag of the thread's.
+pub struct NoCancel(libc::c_int);
+// glibc's (the libc crate does not declare it); <pthread.h>'s values
+extern "C" {
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+const PTHREAD_CANCEL_ENABLE: libc::c_int = 0;
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+impl NoCancel {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> NoCancel {
+        let mut old = PTHREAD_CANCEL_ENABLE;
+        // SAFETY: changes only this thread's cancel state; old is a valid out-pointer.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        NoCancel(old)
+    }
+}
+impl Drop for NoCancel {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's state as it was (a pending cancellation stays pending:
+        // setting the state is no cancellation point).
+        unsafe { pthread_setcancelstate(self.0, core::ptr::null_mut()) };
+    }
+}
+
 pub fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() }

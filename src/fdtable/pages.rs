@@ -6,7 +6,7 @@
 use core::ffi::c_int;
 use core::sync::atomic::{
     AtomicPtr, AtomicU8,
-    Ordering::{AcqRel, Acquire, Relaxed},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 /// A byte no one has classified (or one forgotten: the fd was closed or reopened).
@@ -109,5 +109,30 @@ pub fn store(fd: c_int, b: u8) {
 pub fn store_if_mapped(fd: c_int, b: u8) {
     if let Some(p) = page(fd, false) {
         p[fd as usize % PAGE].store(b, Relaxed);
+    }
+}
+
+/// The table's first page and directory, both mapped now (null where that failed): what a front
+/// hands the core it loads, so that the two keep one table.
+#[allow(dead_code)] // the front's
+pub fn share() -> (*mut core::ffi::c_void, *mut core::ffi::c_void) {
+    let first = mapped(&FIRST, PAGE, true).map_or(core::ptr::null_mut(), |p| p.cast());
+    let more = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), true).map_or(core::ptr::null_mut(), |p| p.cast());
+    (first, more)
+}
+
+/// Takes a front's table ([`share`]) as this one: every byte the front stored stays, and both
+/// write the same bytes from now on. Pages of this copy's own (a core preloaded itself too,
+/// whose hooks saw calls the front forwarded) are let go: the front stored those calls too.
+///
+/// # Safety
+/// `first` and `more` are null or [`share`]'s answers in a front that is never unloaded.
+#[allow(dead_code)] // the core's
+pub unsafe fn adopt(first: *mut core::ffi::c_void, more: *mut core::ffi::c_void) {
+    if !first.is_null() {
+        FIRST.store(first.cast(), Release);
+    }
+    if !more.is_null() {
+        MORE.store(more.cast(), Release);
     }
 }

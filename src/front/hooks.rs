@@ -1,14 +1,13 @@
 //! The front's exports: the same names as the core's hooks (tests/front.rs compares the lists).
 
 use crate::fdpages::{cached, store, store_if_mapped, NOT_NV, UNKNOWN};
-use crate::{attach, core_fn, Libc, CLOSE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPENAT, OPENAT64};
+use crate::{
+    attach, core_fn, Libc, CLOSE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2, OPENAT, OPENAT64,
+    OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
+};
 use core::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use core::mem::transmute;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Release};
-
-/// The fd table's byte for an fd that may be an NVIDIA device node (the core classifies it
-/// exactly once it has it).
-const MAYBE_NV: u8 = 2;
 
 fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -42,7 +41,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         return -1;
     };
     let b = cached(fd);
-    if b == NOT_NV || (b == UNKNOWN && !classify(fd)) || !attach() {
+    if b == NOT_NV || crate::no_core() || (b == UNKNOWN && !classify(fd)) || !attach() {
         // SAFETY: forwarded unchanged.
         return unsafe { real(fd, request, arg) };
     }
@@ -74,7 +73,11 @@ fn classify(fd: c_int) -> bool {
             && (crate::nodes::node(libc::major(st.st_rdev), libc::minor(st.st_rdev)).is_some() || Some(st.st_rdev) == uvm_rdev()))
             || (kind == libc::S_IFREG && test_devices()));
     set_errno(e);
-    store(fd, if nv { MAYBE_NV } else { NOT_NV });
+    // An fd that may be an NVIDIA node stays unknown: the table is the core's too once it is
+    // attached (FrontApi), and the core classifies such an fd exactly itself.
+    if !nv {
+        store(fd, NOT_NV);
+    }
     nv
 }
 
@@ -112,18 +115,28 @@ fn test_devices() -> bool {
     false
 }
 
-/// The four `open` entry points: the core's once attached, else libc's and the fd table.
+/// The `open` entry points: the core's once attached, else libc's and the fd table. The open of
+/// an NVIDIA node by its usual name loads the core first and is the core's (which starts its
+/// runtime there): a program's first NVIDIA ioctl may come from a signal handler that interrupted
+/// `malloc` or the loader, where neither loading nor starting is safe; its `open` comes from
+/// CUDA's initialisation (issue 29).
 macro_rules! open_hook {
     ($name:ident, $i:ident, $c:literal, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             type F = unsafe extern "C" fn($($t),*) -> c_int;
-            let f = match core_fn($i) {
+            if let Some(c) = core_fn($i) {
                 // SAFETY: the core's hook of the same name and signature.
-                Some(c) => return unsafe { transmute::<*mut c_void, F>(c)($($a),*) },
-                None => libc_fn!($c, F),
-            };
-            let Some(f) = f else {
+                return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
+            }
+            let path: *const c_char = open_path!($($a),*);
+            if !path.is_null() && nvidia_path(path) && !crate::no_core() && attach() {
+                if let Some(c) = core_fn($i) {
+                    // SAFETY: as above.
+                    return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
+                }
+            }
+            let Some(f) = libc_fn!($c, F) else {
                 set_errno(libc::ENOSYS);
                 return -1;
             };
@@ -137,10 +150,53 @@ macro_rules! open_hook {
         }
     };
 }
+/// The path argument of an `open` entry point (none for `open_by_handle_at`).
+macro_rules! open_path {
+    (dirfd, $path:ident $(, $rest:ident)*) => {
+        $path
+    };
+    (mount_fd $(, $rest:ident)*) => {
+        core::ptr::null()
+    };
+    ($path:ident $(, $rest:ident)*) => {
+        $path
+    };
+}
+
+/// Whether `path` (a caller's C string) names an NVIDIA node by its usual name, as the core's
+/// `fdtable::nvidia_path`: `/dev/nvidia…` (a knobs build: the test stand-ins' folder too).
+#[inline(always)]
+fn nvidia_path(path: *const c_char) -> bool {
+    fn starts_with(path: *const c_char, prefix: &[u8]) -> bool {
+        // SAFETY: the caller's NUL-terminated path, read byte by byte up to its NUL or the prefix's end.
+        prefix.iter().enumerate().all(|(i, &c)| unsafe { *path.add(i) } as u8 == c)
+    }
+    if starts_with(path, b"/dev/nvidia") {
+        return true;
+    }
+    #[cfg(feature = "knobs")]
+    {
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let dir = unsafe { libc::getenv(c"GDRSHIM_TEST_DEV_DIR".as_ptr()) };
+        if !dir.is_null() {
+            // SAFETY: getenv's answer is a C string of the environment.
+            let d = unsafe { CStr::from_ptr(dir) }.to_bytes();
+            // SAFETY: the path matched d's bytes, none of them NUL: it goes on past them.
+            return !d.is_empty() && starts_with(path, d) && starts_with(unsafe { path.add(d.len()) }, b"/nvidia");
+        }
+    }
+    false
+}
 open_hook!(open, OPEN, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(open64, OPEN64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat, OPENAT, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat64, OPENAT64, c"openat64", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
+// the fortified entry points (-D_FORTIFY_SOURCE) and open_by_handle_at: fds too (src/hooks/fd.rs)
+open_hook!(__open_2, OPEN_2, c"__open_2", (path: *const c_char, flags: c_int));
+open_hook!(__open64_2, OPEN64_2, c"__open64_2", (path: *const c_char, flags: c_int));
+open_hook!(__openat_2, OPENAT_2, c"__openat_2", (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(__openat64_2, OPENAT64_2, c"__openat64_2", (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(open_by_handle_at, OPEN_BY_HANDLE_AT, c"open_by_handle_at", (mount_fd: c_int, handle: *mut c_void, flags: c_int));
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
@@ -293,7 +349,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     }
     // SAFETY: a non-null name is the caller's C string; its first bytes are read, up to the NUL.
     let n = unsafe { CStr::from_ptr(name) }.to_bytes();
-    let ours = n.starts_with(b"ibv_") || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
+    let ours = n.starts_with(b"ibv_")
+        || n.starts_with(b"mlx5dv_")
+        || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
     if ours && attach() {
         if let Some(c) = core_fn(which) {
             return c as usize;

@@ -10,10 +10,12 @@
 //! NVIDIA ioctl is ever forwarded unseen while a core can be had. Without a core (missing,
 //! another version, secure execution) every call is forwarded untouched, as in off mode.
 //!
-//! Loading the core is a `dlopen` inside the hook that needs it. Where that hook runs in a signal
-//! handler that interrupted the loader on the same thread, or in a child forked while another
-//! thread held the loader's lock, the loader may not be usable; a GPU program's first NVIDIA call
-//! is made by CUDA's initialisation, in neither.
+//! Loading the core is a `dlopen` inside the hook that needs it (docs/architecture.md, "the
+//! hand-off"). Where that hook runs in a signal handler that interrupted the loader or `malloc` on
+//! the same thread, or in a child forked while another thread held the loader's lock, the loader
+//! may not be usable; a GPU program's first NVIDIA call is made by CUDA's initialisation, in
+//! neither. When another thread holds the loader's lock, the front waits for it at most 10 s and
+//! then forwards without a core (`loaderlock`).
 
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -26,10 +28,13 @@ mod elf;
 #[path = "../fdtable/pages.rs"]
 mod fdpages;
 mod hooks;
+mod loaderlock;
+mod locate;
 #[path = "../abi/nodes.rs"]
 mod nodes;
+mod sys;
 
-use attach::{FrontApi, ATTACHED, CORE_FILE};
+use attach::{FrontApi, ATTACHED};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{
     AtomicBool, AtomicPtr,
@@ -85,7 +90,7 @@ impl Libc {
         Libc(AtomicPtr::new(core::ptr::null_mut()))
     }
     #[inline(always)]
-    pub(crate) fn get(&self, name: &CStr) -> *mut c_void {
+    pub(crate) fn get(&self, name: &'static CStr) -> *mut c_void {
         let p = self.0.load(Acquire);
         if !p.is_null() {
             return p;
@@ -93,8 +98,13 @@ impl Libc {
         // (the hook's caller keeps its errno, whatever the lookup leaves)
         // SAFETY: __errno_location returns this thread's errno slot.
         let e = unsafe { *libc::__errno_location() };
-        // SAFETY: a valid C string.
-        let p = unsafe { next(name.as_ptr()) };
+        // In the loader's list first, without dlsym's lock: a hook's first use may come from a
+        // thread that a library's constructor (holding that lock in dlopen) waits for (issue 29).
+        let p = match elf::next_definition(next as *const () as usize, name.to_bytes()) {
+            Some(p) => p as *mut c_void,
+            // SAFETY: a valid C string.
+            None => unsafe { next(name.as_ptr()) },
+        };
         self.0.store(p, Release);
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = e };
@@ -105,8 +115,26 @@ impl Libc {
 /// The core's functions that the front's own hooks hand their calls to, once it is attached
 /// (null before: the front's path). In the order of [`CORE_NAMES`].
 pub(crate) static CORE: [AtomicPtr<c_void>; CORE_NAMES.len()] = [const { AtomicPtr::new(core::ptr::null_mut()) }; CORE_NAMES.len()];
-const CORE_NAMES: [&CStr; 13] =
-    [c"ioctl", c"open", c"open64", c"openat", c"openat64", c"close", c"dup", c"dup2", c"dup3", c"fcntl", c"dlsym", c"dlvsym", c"dlclose"];
+const CORE_NAMES: [&CStr; 18] = [
+    c"ioctl",
+    c"open",
+    c"open64",
+    c"openat",
+    c"openat64",
+    c"close",
+    c"dup",
+    c"dup2",
+    c"dup3",
+    c"fcntl",
+    c"dlsym",
+    c"dlvsym",
+    c"dlclose",
+    c"__open_2",
+    c"__open64_2",
+    c"__openat_2",
+    c"__openat64_2",
+    c"open_by_handle_at",
+];
 pub(crate) const IOCTL: usize = 0;
 pub(crate) const OPEN: usize = 1;
 pub(crate) const OPEN64: usize = 2;
@@ -120,6 +148,11 @@ pub(crate) const FCNTL: usize = 9;
 pub(crate) const DLSYM: usize = 10;
 pub(crate) const DLVSYM: usize = 11;
 pub(crate) const DLCLOSE: usize = 12;
+pub(crate) const OPEN_2: usize = 13;
+pub(crate) const OPEN64_2: usize = 14;
+pub(crate) const OPENAT_2: usize = 15;
+pub(crate) const OPENAT64_2: usize = 16;
+pub(crate) const OPEN_BY_HANDLE_AT: usize = 17;
 
 /// The core's function at `i` of [`CORE_NAMES`], if attached.
 #[inline(always)]
@@ -136,6 +169,12 @@ pub(crate) fn core_handle() -> *mut c_void {
 
 /// Set when loading the core failed for good (said once on stderr): calls are forwarded.
 static NO_CORE: AtomicBool = AtomicBool::new(false);
+
+/// Whether loading the core failed for good.
+#[inline(always)]
+pub(crate) fn no_core() -> bool {
+    NO_CORE.load(Relaxed)
+}
 
 /// Loads and attaches the core if that was not done yet; whether the process has one. Keeps errno.
 ///
@@ -170,22 +209,37 @@ fn load_core() -> bool {
         return false;
     }
     let mut path = [0u8; 4096];
-    if !core_path(&mut path) {
-        say(b"cannot tell its own file, so cannot find ", CORE_FILE, b"");
+    let len = match locate::core_path(&mut path) {
+        Ok(len) => len,
+        Err(why) => {
+            say(&[b"libgdrshim.so ", why, ONLY_FORWARD]);
+            return false;
+        }
+    };
+    let (Some(path_c), Some(shown)) = (path.get(..=len), path.get(..len)) else { return false };
+    if let Err(why) = locate::whole_elf(path_c) {
+        say(&[b"cannot load ", shown, b": it ", why, ONLY_FORWARD]);
         return false;
     }
-    // SAFETY: path is NUL-terminated (core_path). NODELETE: the hooks keep pointers into it.
+    if !loaderlock::wait_free(loader_wait_ms()) {
+        say(&[
+            b"the loader's lock stayed held by another thread (a library's constructor waiting for this one?), so ",
+            shown,
+            b" was not loaded",
+            ONLY_FORWARD,
+        ]);
+        return false;
+    }
+    // SAFETY: path is NUL-terminated. NODELETE: the hooks keep pointers into it.
     let h = unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE) };
     if h.is_null() {
         // SAFETY: dlerror has no preconditions.
         let e = unsafe { libc::dlerror() };
-        // a relative preload path is taken from the folder the process is in now, not at exec
-        let hint: &[u8] = if path[0] == b'/' { b"" } else { b" (preload libgdrshim.so by its absolute path)" };
         if e.is_null() {
-            say(b"cannot load ", until_nul(&path), hint);
+            say(&[b"cannot load ", shown, ONLY_FORWARD]);
         } else {
             // SAFETY: dlerror answered a C string of the loader's (which names the file).
-            say(b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), hint);
+            say(&[b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), ONLY_FORWARD]);
         }
         return false;
     }
@@ -198,15 +252,31 @@ fn load_core() -> bool {
         *f = unsafe { dlsym(h, name.as_ptr()) };
     }
     if attach_fn.is_null() || fns.iter().any(|f| f.is_null()) {
-        say(until_nul(&path), b" is not a gdrshim core", b"");
+        say(&[shown, b" is not a gdrshim core", ONLY_FORWARD]);
         return false;
     }
-    let api =
-        FrontApi { size: core::mem::size_of::<FrontApi>(), version: VERSION.as_ptr().cast(), next, object: load_core as *const c_void };
+    // The same file preloaded itself too (LD_PRELOAD=.../lib/*.so), ahead of this front: its
+    // hooks are the process's and this front is what they forward to; attached, it would hand
+    // the calls back to them. It does the work alone, as when preloaded without a front.
+    // (Preloaded after the front, it is attached like any core, and its lookups of the
+    // functions after the front skip itself: `real::next`.)
+    if locate::comes_first(attach_fn as usize, load_core as *const () as usize) {
+        say(&[shown, b" is preloaded itself, ahead of libgdrshim.so: it does the work, and this front only forwards\n"]);
+        return false;
+    }
+    let (fd_first, fd_more) = fdpages::share();
+    let api = FrontApi {
+        size: core::mem::size_of::<FrontApi>(),
+        version: VERSION.as_ptr().cast(),
+        next,
+        object: load_core as *const c_void,
+        fd_first,
+        fd_more,
+    };
     type AttachFn = unsafe extern "C" fn(*const FrontApi) -> c_int;
     // SAFETY: the core's gdrshim_core_attach, with this signature (src/hooks/front.rs).
     if unsafe { core::mem::transmute::<*mut c_void, AttachFn>(attach_fn)(&api) } != ATTACHED {
-        say(until_nul(&path), b" is of another gdrshim version than this front", b"");
+        say(&[shown, b" is of another gdrshim version than this front", ONLY_FORWARD]);
         return false;
     }
     for (slot, f) in CORE.iter().zip(fns) {
@@ -217,41 +287,36 @@ fn load_core() -> bool {
     true
 }
 
-/// `<folder of this file>/libgdrshim-core.so`, NUL-terminated, into `out`.
-fn core_path(out: &mut [u8; 4096]) -> bool {
-    // SAFETY: dladdr only reads the loader's tables; info is a valid out-buffer.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: as above; the address is a function of this file.
-    if unsafe { libc::dladdr(core_path as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return false;
+/// [`loaderlock::WAIT_MS`]; a knobs build's tests shorten it (GDRSHIM_TEST_LOADER_WAIT_MS).
+fn loader_wait_ms() -> u32 {
+    #[cfg(feature = "knobs")]
+    {
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let v = unsafe { libc::getenv(c"GDRSHIM_TEST_LOADER_WAIT_MS".as_ptr()) };
+        if !v.is_null() {
+            // SAFETY: getenv's answer is a C string of the environment.
+            let digits = unsafe { CStr::from_ptr(v) }.to_bytes();
+            let mut n: u32 = 0;
+            for &c in digits.iter().take(9).filter(|c| c.is_ascii_digit()) {
+                n = n * 10 + (c - b'0') as u32;
+            }
+            return n;
+        }
     }
-    // SAFETY: a C string of the loader's.
-    let me = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-    // a bare name (found through the library path): the core by its bare name, the same way
-    let folder = me.iter().rposition(|&c| c == b'/').map_or(&b""[..], |i| &me[..=i]);
-    let len = folder.len() + CORE_FILE.len();
-    let Some(dst) = out.get_mut(..len + 1) else { return false };
-    let (f, rest) = dst.split_at_mut(folder.len());
-    f.copy_from_slice(folder);
-    let (c, nul) = rest.split_at_mut(CORE_FILE.len());
-    c.copy_from_slice(CORE_FILE);
-    nul.fill(0);
-    true
+    loaderlock::WAIT_MS
 }
 
-fn until_nul(b: &[u8]) -> &[u8] {
-    b.iter().position(|&c| c == 0).map_or(b, |n| &b[..n])
-}
+const ONLY_FORWARD: &[u8] = b"; its hooks only forward\n";
 
 /// One line on stderr, the first time only: the front's only output, when it cannot have a core.
-fn say(a: &[u8], b: &[u8], c: &[u8]) {
+fn say(parts: &[&[u8]]) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if SAID.swap(true, Relaxed) {
         return;
     }
-    // (errno: its one caller, load_core, runs inside attach, which keeps it)
-    for part in [&b"gdrshim: "[..], a, b, c, b"; its hooks only forward\n"] {
-        // SAFETY: writes of our own buffers to stderr; a short or failed write is let go.
-        unsafe { libc::write(2, part.as_ptr().cast(), part.len()) };
+    // a raw write: no cancellation point, no errno (sys.rs)
+    sys::write_all(2, b"gdrshim: ");
+    for part in parts {
+        sys::write_all(2, part);
     }
 }

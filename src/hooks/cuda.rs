@@ -249,6 +249,8 @@ pub mod handle_range {
             if hide {
                 // GeForce emulation: libcuda's export is seen and compared, then taken back
                 if let Some(close) = crate::real::close() {
+                    // close is a cancellation point; our own fd must be closed whatever the thread
+                    let _no_cancel = crate::sys::NoCancel::new();
                     // SAFETY: the fd libcuda just made for this call, not handed out yet.
                     unsafe { close(fd) };
                 }

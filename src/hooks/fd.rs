@@ -1,5 +1,9 @@
-//! The file-descriptor hooks: `open` (four entry points), `close`, `dup`, `dup2`, `dup3` and
-//! `fcntl`'s duplicating commands keep the fd table (`crate::fdtable`) true; nothing else.
+//! The file-descriptor hooks: `open` (the four entry points, their four fortified ones that
+//! `-D_FORTIFY_SOURCE` programs call, and `open_by_handle_at`), `close`, `dup`, `dup2`, `dup3`
+//! and `fcntl`'s duplicating commands keep the fd table (`crate::fdtable`) true; nothing else.
+//! (An fd made by a raw system call, `openat2` among them, is out of any hook's reach: the table
+//! learns of it at its first ioctl, by its `fstat`; only a number reused behind our back after
+//! the table knew it would be stale, and `open*` of any kind forgets what the number held.)
 
 use crate::fdtable::{note_dup, note_open, store, UNKNOWN};
 use crate::real;
@@ -11,6 +15,34 @@ macro_rules! missing {
         set_errno(libc::ENOSYS);
         return -1;
     }};
+}
+
+/// The path argument of an `open` entry point (none for `open_by_handle_at`).
+macro_rules! open_path {
+    (dirfd, $path:ident $(, $rest:ident)*) => {
+        $path
+    };
+    (mount_fd $(, $rest:ident)*) => {
+        core::ptr::null()
+    };
+    ($path:ident $(, $rest:ident)*) => {
+        $path
+    };
+}
+
+/// The runtime starts at the `open` of an NVIDIA node by its usual name, not at the node's first
+/// ioctl (issue 29): a program's first NVIDIA ioctl may come from a signal handler that
+/// interrupted `malloc`, where starting the runtime is not safe; its `open` comes from CUDA's
+/// initialisation. (A node reached by any other name still starts it at its first ioctl.)
+fn wake_at_nvidia_open(path: *const c_char) {
+    // SAFETY: a non-null path is the caller's NUL-terminated C string (open's contract).
+    if path.is_null() || !unsafe { crate::fdtable::nvidia_path(path) } {
+        return;
+    }
+    let Some(_g) = crate::sys::Guard::enter() else { return };
+    if crate::gate::active() {
+        let _ = std::panic::catch_unwind(crate::shim::get);
+    }
 }
 
 /// The four `open` entry points: one body.
@@ -26,6 +58,7 @@ macro_rules! open_hook {
             if fd >= 0 {
                 let e = errno();
                 note_open(fd);
+                wake_at_nvidia_open(open_path!($($a),*));
                 set_errno(e);
             }
             fd
@@ -36,6 +69,11 @@ open_hook!(open, open, (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(open64, open64, (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat, openat, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat64, openat64, (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));
+open_hook!(__open_2, open_2, (path: *const c_char, flags: c_int));
+open_hook!(__open64_2, open64_2, (path: *const c_char, flags: c_int));
+open_hook!(__openat_2, openat_2, (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(__openat64_2, openat64_2, (dirfd: c_int, path: *const c_char, flags: c_int));
+open_hook!(open_by_handle_at, open_by_handle_at, (mount_fd: c_int, handle: *mut core::ffi::c_void, flags: c_int));
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {

@@ -25,6 +25,8 @@ pub unsafe extern "C" fn gdrshim_core_attach(api: *const FrontApi) -> c_int {
     if theirs != env!("CARGO_PKG_VERSION").as_bytes() {
         return -1;
     }
+    // SAFETY: the front's own table (FrontApi), in a front that is never unloaded.
+    unsafe { crate::fdtable::adopt_front_table(api.fd_first, api.fd_more) };
     real::set_front(api.next, api.object);
     ATTACHED
 }
@@ -41,7 +43,14 @@ mod tests {
     /// Only refusals here: a front taken would change how this test process finds real functions.
     #[test]
     fn a_front_of_another_version_or_layout_is_refused() {
-        let api = |size, version: &CStr| FrontApi { size, version: version.as_ptr(), next: nowhere, object: core::ptr::null() };
+        let api = |size, version: &CStr| FrontApi {
+            size,
+            version: version.as_ptr(),
+            next: nowhere,
+            object: core::ptr::null(),
+            fd_first: core::ptr::null_mut(),
+            fd_more: core::ptr::null_mut(),
+        };
         let size = core::mem::size_of::<FrontApi>();
         let ours = std::ffi::CString::new(env!("CARGO_PKG_VERSION")).unwrap();
         // SAFETY: valid FrontApi values (or null), as a front passes them.

@@ -178,6 +178,7 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
                 // this call's own decision): the buffer is not wanted, and its fd must not stay
                 // open in the process
                 if let Some(close) = crate::real::close() {
+                    let _no_cancel = crate::sys::NoCancel::new();
                     // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else has it.
                     unsafe { close(e.fd) };
                 }

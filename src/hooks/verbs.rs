@@ -131,6 +131,8 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
     };
     let err = errno();
     if let Some(close) = crate::real::close() {
+        // close is a cancellation point; our own fd must be closed whatever the thread
+        let _no_cancel = crate::sys::NoCancel::new();
         // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else holds it.
         unsafe { close(e.fd) };
     }

@@ -20,6 +20,8 @@ struct Search {
     object: &'static [u8],
     names: [&'static [u8]; 2],
     found: [usize; 2],
+    /// The sizes of what was found (`st_size`).
+    sizes: [usize; 2],
 }
 
 fn gnu_hash(name: &[u8]) -> u32 {
@@ -35,7 +37,7 @@ fn gnu_hash(name: &[u8]) -> u32 {
 ///
 /// # Safety
 /// `info` must come from `dl_iterate_phdr`, which describes a mapped, relocated object.
-unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
+unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
     let base = info.dlpi_addr as usize;
     let mut dynamic: *const Elf64Dyn = core::ptr::null();
     for i in 0..info.dlpi_phnum as usize {
@@ -46,7 +48,7 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
         }
     }
     if dynamic.is_null() {
-        return;
+        return false;
     }
     let (mut symtab, mut strtab, mut gnuhash, mut versym) = (0usize, 0usize, 0usize, 0usize);
     let mut d = dynamic;
@@ -70,13 +72,13 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
         d = unsafe { d.add(1) };
     }
     if symtab == 0 || strtab == 0 || gnuhash == 0 {
-        return;
+        return false;
     }
     let h = gnuhash as *const u32;
     // SAFETY: the GNU hash header is 4 words, then bloom (u64 words), buckets, chains.
     let (nbuckets, symoffset, bloom_size) = unsafe { (*h, *h.add(1), *h.add(2)) };
     if nbuckets == 0 {
-        return;
+        return true;
     }
     // SAFETY: the buckets follow the 4-word header and the bloom words, inside the table.
     let buckets = unsafe { h.add(4).cast::<u64>().add(bloom_size as usize).cast::<u32>() };
@@ -102,8 +104,10 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
                 let nm = unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char) };
                 // SAFETY: DT_VERSYM has one u16 per symbol.
                 let hidden = versym != 0 && unsafe { *(versym as *const u16).add(idx as usize) } & 0x8000 != 0;
-                if nm.to_bytes() == *name && sym.st_value != 0 && !hidden {
+                // (an executable's undefined function can have a value: its PLT entry)
+                if nm.to_bytes() == *name && sym.st_value != 0 && sym.st_shndx != 0 && !hidden {
                     s.found[k] = base + sym.st_value as usize;
+                    s.sizes[k] = sym.st_size as usize;
                     break;
                 }
             }
@@ -113,6 +117,7 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) {
             idx += 1;
         }
     }
+    true
 }
 
 unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
@@ -135,7 +140,7 @@ unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::siz
 pub fn libc_dlsym_dlvsym() -> [usize; 2] {
     // libdl.so.2 of glibc >= 2.34 only forwards to libc: a forwarder would make glibc see it,
     // not our caller, as the caller of dlsym. So libc.so.6 first.
-    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0] };
+    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0], sizes: [0, 0] };
     for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
         s.object = object;
         // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -145,4 +150,141 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
         }
     }
     s.found
+}
+
+/// The address of the first default-version definition of `name` in the loader's list of
+/// objects (0: none): what `dlsym(RTLD_DEFAULT, name)` answers for the objects loaded at start
+/// (the program, the preloaded ones, their libraries, in that order), found without `dlsym`,
+/// which takes the lock a `dlopen` holds while it runs constructors (issue 29).
+#[allow(dead_code)] // the core's
+pub fn first_definition(name: &'static [u8]) -> usize {
+    let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
+    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
+    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    s.found[0]
+}
+
+/// The loaded object holding `addr`: its load base and name (the loader's C string), found
+/// without `dladdr` (which takes the loader's lock).
+#[allow(dead_code)] // the core's
+pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
+    struct Find {
+        addr: usize,
+        found: Option<(usize, *const c_char)>,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        let base = info.dlpi_addr as usize;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            let start = base.wrapping_add(ph.p_vaddr as usize);
+            if ph.p_type == libc::PT_LOAD && f.addr >= start && f.addr < start.wrapping_add(ph.p_memsz as usize) {
+                f.found = Some((base, info.dlpi_name));
+                return 1;
+            }
+        }
+        0
+    }
+    if addr == 0 {
+        return None;
+    }
+    let mut f = Find { addr, found: None };
+    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
+    f.found
+}
+
+/// Whether the object holding `addr` comes before libc in the loader's list: an object loaded at
+/// the start, ahead of the libraries (preloaded), not one loaded with `dlopen` later, whose
+/// exports the process does not call.
+#[allow(dead_code)] // the core's
+pub fn loaded_before_libc(addr: usize) -> bool {
+    struct Find {
+        addr: usize,
+        answer: Option<bool>,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
+        let base = info.dlpi_addr as usize;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            let start = base.wrapping_add(ph.p_vaddr as usize);
+            if ph.p_type == libc::PT_LOAD && f.addr >= start && f.addr < start.wrapping_add(ph.p_memsz as usize) {
+                f.answer = Some(true);
+                return 1;
+            }
+        }
+        if !info.dlpi_name.is_null() {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            if name.rsplit(|&c| c == b'/').next().is_some_and(|f| f.starts_with(b"libc.so.6")) {
+                f.answer = Some(false);
+                return 1;
+            }
+        }
+        0
+    }
+    let mut f = Find { addr, answer: None };
+    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
+    f.answer == Some(true)
+}
+
+/// The first default-version definition of `name` after the object holding `after`, in the
+/// loader's list: `dlsym(RTLD_NEXT, name)` asked from that object, for a name libc defines (every
+/// object ahead of libc in the list is in the global scope: loaded at start), found without the
+/// loader's lock (issue 29: a hook's first call from a thread that a constructor waits for).
+/// `None` where this cannot tell: not found, or an object on the way has no GNU hash table (a
+/// definition there would be missed); the caller asks `dlsym` then.
+pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
+    struct Next {
+        after: usize,
+        passed: bool,
+        unsure: bool,
+        s: Search,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own Next pointer.
+        let (info, n) = unsafe { (&*info, &mut *(data as *mut Next)) };
+        if !n.passed {
+            let base = info.dlpi_addr as usize;
+            for i in 0..info.dlpi_phnum as usize {
+                // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+                let ph = unsafe { &*info.dlpi_phdr.add(i) };
+                let start = base.wrapping_add(ph.p_vaddr as usize);
+                if ph.p_type == libc::PT_LOAD && n.after >= start && n.after < start.wrapping_add(ph.p_memsz as usize) {
+                    n.passed = true;
+                }
+            }
+            return 0;
+        }
+        // SAFETY: info comes from dl_iterate_phdr.
+        if !unsafe { lookup_in_object(info, &mut n.s) } {
+            // (the vDSO has no names we look up; any other object without GNU hash: unsure)
+            // SAFETY: dlpi_name is null or a NUL-terminated string owned by ld.so.
+            let vdso = !info.dlpi_name.is_null() && unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes().starts_with(b"linux-vdso");
+            if !vdso {
+                n.unsure = true;
+                return 1;
+            }
+        }
+        (n.s.found[0] != 0) as c_int
+    }
+    let mut n = Next { after, passed: false, unsure: false, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
+    // SAFETY: the callback only reads the objects ld.so describes and writes into `n`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut n as *mut Next as *mut c_void) };
+    (!n.unsure && n.s.found[0] != 0).then_some(n.s.found[0])
+}
+
+/// `name` (an object, with its size) in the loaded object whose file name starts with `object`.
+#[allow(dead_code)] // the front's
+pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, usize)> {
+    let mut s = Search { object, names: [name, name], found: [0, 0], sizes: [0, 0] };
+    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
+    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    (s.found[0] != 0).then_some((s.found[0], s.sizes[0]))
 }

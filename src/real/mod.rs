@@ -68,18 +68,45 @@ pub fn front_object() -> Option<*mut c_void> {
 }
 
 /// `dlsym(RTLD_NEXT, name)` as seen from the library the process preloaded: the next definition
-/// after gdrshim, or after the front that loaded this copy.
-pub fn next(name: &CStr) -> *mut c_void {
+/// after gdrshim, or after the front that loaded this copy. A libc function (`libc_name`) is
+/// found in the loader's list without `dlsym`, which takes the lock a `dlopen` holds while it
+/// runs constructors (issue 29: a hook's first use from a thread that a constructor waits for).
+pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
     let front = FRONT_NEXT.load(Ordering::Acquire);
+    let this_copy = in_this_copy as *const () as usize;
+    if libc_name {
+        let after = if front.is_null() { this_copy } else { FRONT_OBJECT.load(Ordering::Acquire) as usize };
+        if let Some(p) = elf::next_definition(after, name.to_bytes()) {
+            // after the front, this very file preloaded too (see below): the ones after it
+            if front.is_null() || !in_this_copy(p as *mut c_void) {
+                return p as *mut c_void;
+            }
+            if let Some(p) = elf::next_definition(this_copy, name.to_bytes()) {
+                return p as *mut c_void;
+            }
+        }
+    }
     if !front.is_null() {
         // SAFETY: set_front stored an attach::NextFn; name is a valid C string.
-        return unsafe { core::mem::transmute::<*mut c_void, attach::NextFn>(front)(name.as_ptr()) };
+        let p = unsafe { core::mem::transmute::<*mut c_void, attach::NextFn>(front)(name.as_ptr()) };
+        // This very file preloaded itself too, after the front (LD_PRELOAD=.../lib/*.so): the
+        // definitions after the front start with this copy's own hooks, and the real ones are
+        // after this copy (issue 29: no endless recursion into ourselves).
+        if p.is_null() || !in_this_copy(p) {
+            return p;
+        }
     }
     match real_dlsym() {
         // SAFETY: RTLD_NEXT with a valid C string; the caller address is inside gdrshim.
         Some(f) => unsafe { f(libc::RTLD_NEXT, name.as_ptr()) },
         None => core::ptr::null_mut(),
     }
+}
+
+/// Whether `p` lies in this copy of the library.
+fn in_this_copy(p: *mut c_void) -> bool {
+    let ours = elf::object_holding(in_this_copy as *const () as usize).map(|o| o.0);
+    ours.is_some() && elf::object_holding(p as usize).map(|o| o.0) == ours
 }
 
 /// Counts successful `dlclose` calls: a library reached through `RTLD_NEXT` (libibverbs,
@@ -126,7 +153,7 @@ impl NextFn {
         // the hook's caller never sees what the loader left in errno (a call that works keeps it)
         // SAFETY: __errno_location returns this thread's errno slot.
         let e = unsafe { *libc::__errno_location() };
-        let mut p = next(name);
+        let mut p = next(name, seen == u64::MAX);
         if p.is_null() {
             if let Some(lib) = library {
                 p = in_loaded_library(lib, name);
@@ -218,6 +245,11 @@ real_fn!(pub open, c"open", unsafe extern "C" fn(*const c_char, c_int, libc::mod
 real_fn!(pub open64, c"open64", unsafe extern "C" fn(*const c_char, c_int, libc::mode_t) -> c_int);
 real_fn!(pub openat, c"openat", unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int);
 real_fn!(pub openat64, c"openat64", unsafe extern "C" fn(c_int, *const c_char, c_int, libc::mode_t) -> c_int);
+real_fn!(pub open_2, c"__open_2", unsafe extern "C" fn(*const c_char, c_int) -> c_int);
+real_fn!(pub open64_2, c"__open64_2", unsafe extern "C" fn(*const c_char, c_int) -> c_int);
+real_fn!(pub openat_2, c"__openat_2", unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int);
+real_fn!(pub openat64_2, c"__openat64_2", unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int);
+real_fn!(pub open_by_handle_at, c"open_by_handle_at", unsafe extern "C" fn(c_int, *mut c_void, c_int) -> c_int);
 real_fn!(pub close, c"close", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup, c"dup", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);

@@ -151,6 +151,9 @@ pub fn get() -> &'static Shim {
 #[cold]
 #[inline(never)]
 fn get_cold() -> &'static Shim {
+    // start-up opens, reads and writes files (the driver's version, the log): a thread with a
+    // cancellation pending is cancelled at its own next cancellation point, not inside ours
+    let _no_cancel = crate::sys::NoCancel::new();
     let s = SHIM.get_or_init(Shim::init);
     HOOK.shim.store(s as *const Shim as *mut c_void, core::sync::atomic::Ordering::Release);
     s
@@ -274,6 +277,7 @@ impl Shim {
             return;
         }
         let _g = self.capture_lock.lock();
+        let _no_cancel = crate::sys::NoCancel::new();
         let mut s = String::with_capacity(line.len() + 1);
         s.push_str(line);
         s.push('\n');
@@ -455,6 +459,7 @@ impl ParamReader for LiveParams {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        let _no_cancel = crate::sys::NoCancel::new();
         let Some(_g) = Guard::enter() else { return };
         // a forked child that turned inert prints nothing
         if let Some(s) = try_get().filter(|_| active() || HOOK.active.load(Relaxed) == PAUSED) {

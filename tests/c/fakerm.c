@@ -59,11 +59,35 @@ static int node_of(int fd) {
   if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], (signed char)(r + 2), __ATOMIC_RELAXED);
   return r;
 }
+// libc's, found at load: a driver's calls need no loader lock (a thread that a library's
+// constructor waits for may make them)
+static int (*real_close)(int);
+static int (*real_dup2)(int, int);
+static int (*real_dup3)(int, int, int);
+static int (*real_ioctl)(int, unsigned long, void *);
+__attribute__((constructor)) static void find_real(void) {
+  real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
+  real_dup2 = (int (*)(int, int))dlsym(RTLD_NEXT, "dup2");
+  real_dup3 = (int (*)(int, int, int))dlsym(RTLD_NEXT, "dup3");
+  real_ioctl = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
+}
 int close(int fd) {
-  static int (*real)(int);
-  if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "close");
+  int (*real)(int) = real_close;
   if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], 0, __ATOMIC_RELAXED);
   return real(fd);
+}
+// a number dup2/dup3 reuse is another file now (as close)
+int dup2(int old, int new) {
+  int (*real)(int, int) = real_dup2;
+  int r = real(old, new);
+  if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
+  return r;
+}
+int dup3(int old, int new, int flags) {
+  int (*real)(int, int, int) = real_dup3;
+  int r = real(old, new, flags);
+  if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
+  return r;
 }
 static obj_t *obj(uint32_t c, uint32_t h) { for (int i = 0; i < nobjs; i++) if (objs[i].live && objs[i].client == c && objs[i].h == h) return &objs[i]; return NULL; }
 static obj_t *add_obj(obj_t o) {
@@ -317,8 +341,7 @@ int ioctl(int fd, unsigned long req, void *arg) {
   return rc;
 }
 static int fake_ioctl(int fd, unsigned long req, void *arg) {
-  static int (*real)(int, unsigned long, void *);
-  if (!real) real = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
+  int (*real)(int, unsigned long, void *) = real_ioctl;
   int node = node_of(fd);
   if (node < 0) return real(fd, req, arg);
   thrash();
