@@ -123,6 +123,7 @@ cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, 
     }
 });
 // NCCL's GPU-side GDR gate, its DMA-BUF and VMM questions, and cuMemCreate's GDR flag (`gdr`).
+#[path = "cuda_gdr.rs"]
 mod gdr;
 pub use gdr::{cuDeviceGetAttribute, cuMemCreate, device_get_attribute, mem_create};
 // A dma-buf of device memory: where libcuda refuses (801 on GeForce) and the DMA-BUF route serves,
