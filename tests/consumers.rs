@@ -173,9 +173,13 @@ fn sm90_and_later_need_native_ordering_or_a_forced_flush() {
 
 /// `(r, calls, flag_after, prop_same, handle, errno)` of one cuMemCreate with the flag.
 fn vmm(tag: &str, create: &str, ask: bool, vars: &[(&str, &str)]) -> (HashMap<String, String>, String) {
+    let args: &[&str] = if ask { &["vmm", "ask"] } else { &["vmm"] };
+    vmm_args(tag, create, args, vars)
+}
+
+fn vmm_args(tag: &str, create: &str, args: &[&str], vars: &[(&str, &str)]) -> (HashMap<String, String>, String) {
     let mut v = vec![("FAKECUDA_CREATE", create)];
     v.extend_from_slice(vars);
-    let args: &[&str] = if ask { &["vmm", "ask"] } else { &["vmm"] };
     let (line, err) = run(tag, Machine::Dmabuf, args, &v);
     let m = ["a110", "r", "calls", "flag_after", "prop_same", "handle", "errno"]
         .iter()
@@ -210,6 +214,10 @@ fn cumemcreate_is_retried_without_the_flag_only_when_libcuda_refuses_only_that()
     // 110 never answered 1 in this process (not asked; or shadow mode): never retried
     let (m, err) = vmm("vmm-noask", "flag", false, &[]);
     assert_eq!((get(&m, "r"), get(&m, "calls")), ("801".into(), "1".into()), "{err}");
+    // a flag value gdrshim does not know: untouched, one line naming it
+    let (m, err) = vmm_args("vmm-flag2", "flag", &["vmm", "ask", "2"], &[]);
+    assert_eq!((get(&m, "r"), get(&m, "calls"), get(&m, "flag_after")), ("801".into(), "1".into(), "2".into()), "{err}");
+    assert_eq!(err.matches("gpuDirectRDMACapable=2, a value gdrshim does not know").count(), 1, "{err}");
     let (m, err) = vmm("vmm-shadow", "flag", true, &[("GDRSHIM_MODE", "shadow")]);
     assert_eq!((get(&m, "a110"), get(&m, "r"), get(&m, "calls")), ("0".into(), "801".into(), "1".into()), "{err}");
 }

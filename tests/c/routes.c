@@ -10,8 +10,8 @@
 //   routes refused      the provider refuses every export: the original call fails as without
 //                       gdrshim (EFAULT), no fd left
 //   routes attrs        the GDR (116), VMM GDR (110) and DMA-BUF (124) attributes as NCCL reads them
-//   routes vmm [ask]    cuMemCreate with gpuDirectRDMACapable=1 (after reading attribute 110 with
-//                       "ask"): its result, libcuda's calls, the caller's flag after the call
+//   routes vmm [ask [F]] cuMemCreate with gpuDirectRDMACapable=F (default 1; after reading attribute
+//                       110 with "ask"): its result, libcuda's calls, the caller's flag after the call
 // Prints "routes MODE ok key=value ..." and exits 0, or names what went wrong and exits 1.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -226,7 +226,7 @@ static int attrs(void) {
 }
 
 typedef int (*create_t)(uint64_t *, size_t, const void *, unsigned long long);
-static int vmm(int ask) {
+static int vmm(int ask, int flag) {
   gpu_alloc(0, BASE, 4 * K64);
   getproc_t gp; void *lib = fake_cuda(&gp);
   attr_t af = NULL; create_t cf = NULL;
@@ -238,7 +238,7 @@ static int vmm(int ask) {
   if (ask) af(&v110, 110, 0);
   // CUmemAllocationProp: pinned device memory on device 0, allocFlags.gpuDirectRDMACapable = 1
   unsigned char prop[32] = {0};
-  prop[0] = 1; prop[8] = 1; prop[25] = 1;
+  prop[0] = 1; prop[8] = 1; prop[25] = (unsigned char)flag;
   unsigned char before[32]; memcpy(before, prop, sizeof prop);
   uint64_t h = 0;
   errno = 4242;
@@ -281,7 +281,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "attrs")) return attrs();
-  if (!strcmp(argv[1], "vmm")) return vmm(argc > 2 && !strcmp(argv[2], "ask"));
+  if (!strcmp(argv[1], "vmm")) return vmm(argc > 2 && !strcmp(argv[2], "ask"), argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(argv[1], "explicit")) return explicit_first();
   return 2;
 }
