@@ -168,7 +168,13 @@ fn sm90_and_later_need_native_ordering_or_a_forced_flush() {
     assert_eq!(case("o-120-0-force0", "75=12,76=0,118=0", Some("0")).0, "0");
     assert_eq!(case("o-120-0-forcex", "75=12,76=0,118=0", Some("yes")).0, "0");
     // OWNER: the GPU orders the writes for itself
-    assert_eq!(case("o-120-100", "75=12,76=0,118=100", None).0, "1");
+    let (v, err) = case("o-120-100", "75=12,76=0,118=100,117=1", None);
+    assert_eq!(v, "1", "{err}");
+    assert!(
+        err.contains("answered 1: gdrshim registers GPU memory for verbs here")
+            && err.contains("(sm_120, GPU_DIRECT_RDMA_WRITES_ORDERING 100 (OWNER), FLUSH_WRITES_OPTIONS 0x1 HOST)"),
+        "the facts it decided on: {err}"
+    );
 }
 
 /// `(r, calls, flag_after, prop_same, handle, errno)` of one cuMemCreate with the flag.

@@ -124,7 +124,8 @@ impl Shim {
         let name = crate::advertise::name(attrib);
         let policy = self.advertise_policy();
         // (no lock of ours is held here: libcuda is asked freely)
-        let gpu = if policy.needs_gpu_facts(attrib, *value) { GpuFacts::read(ask) } else { GpuFacts::default() };
+        let read = policy.needs_gpu_facts(attrib, *value);
+        let gpu = if read { GpuFacts::read(ask) } else { GpuFacts::default() };
         let answer = policy.device_attribute(attrib, *value, &gpu);
         let first = || {
             let slot = match attrib {
@@ -143,7 +144,8 @@ impl Shim {
                     self.vmm_gdr_answered.store(true, Relaxed);
                 }
                 if first() {
-                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}", *value);
+                    let facts = if read { format!(" ({gpu})") } else { String::new() };
+                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}{facts}", *value);
                 }
                 *value = v;
             }
