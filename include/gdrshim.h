@@ -6,7 +6,8 @@
  *
  * Environment (read once, at the first NVIDIA call; a bad value gives one warning naming the
  * variable, then the default):
- *   GDRSHIM_MODE           off | trace | shadow | register (default register; shadow before). off: pure pass-through;
+ *   GDRSHIM_MODE           off | trace | shadow | register (default register; shadow before; a value
+ *                          not understood: shadow, with the warning). off: pure pass-through;
  *                          trace: decode and log every RM/UVM call; shadow: also decide (and log)
  *                          what would be registered, register nothing; register: make GPU memory
  *                          reachable for the NIC by the route below at each verbs registration.

@@ -189,7 +189,11 @@ impl Config {
                 "trace" => c.mode = Mode::Trace,
                 "shadow" => c.mode = Mode::Shadow,
                 "register" | "on" => c.mode = Mode::Register,
-                _ => warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using {}", c.mode.name())),
+                // a mode asked for but not understood registers nothing (on doubt, nothing)
+                _ => {
+                    c.mode = Mode::Shadow;
+                    warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using shadow (registers nothing)"))
+                }
             }
         }
         if let Some(v) = get(ENV_LEVEL) {
@@ -292,13 +296,13 @@ mod tests {
     }
 
     #[test]
-    fn garbage_warns_and_keeps_the_default() {
+    fn garbage_warns_and_keeps_the_default_but_a_garbled_mode_registers_nothing() {
         let (c, w) = parse(&[("GDRSHIM_MODE", "\u{1b}[31mregister!"), ("GDRSHIM_LOG_LEVEL", "loud"), ("GDRSHIM_SUMMARY", "maybe")]);
-        assert_eq!(c.mode, Mode::Register);
+        assert_eq!(c.mode, Mode::Shadow, "a mode asked for but not understood: nothing registered");
         assert_eq!(c.level, Level::Warn);
         assert!(c.summary);
         assert_eq!(w.len(), 3);
-        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register"));
+        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register") && w[0].contains("using shadow"), "{w:?}");
         assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
     }
 
