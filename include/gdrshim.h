@@ -6,7 +6,8 @@
  *
  * Environment (read once, at the first NVIDIA call; a bad value gives one warning naming the
  * variable, then the default):
- *   GDRSHIM_MODE           off | trace | shadow | register (default shadow). off: pure pass-through;
+ *   GDRSHIM_MODE           off | trace | shadow | register (default register; shadow before; a value
+ *                          not understood: shadow, with the warning). off: pure pass-through;
  *                          trace: decode and log every RM/UVM call; shadow: also decide (and log)
  *                          what would be registered, register nothing; register: make GPU memory
  *                          reachable for the NIC by the route below at each verbs registration.
@@ -24,10 +25,13 @@
  *   GDRSHIM_SUMMARY        1 (default): one "gdrshim: summary key=value ..." line at exit.
  *   GDRSHIM_EAGER          1: register every user allocation when CUDA returns it (for verbs
  *                          users the shim does not intercept); register mode only.
- *   GDRSHIM_ADVERTISE_GDR  1: answer CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED yes (stock NCCL's
- *                          GPU-side gate), only while a route registers; never with
- *                          NCCL_GDR_FLUSH_DISABLE set. (DMA_BUF_SUPPORTED is answered yes whenever
- *                          the DMA-BUF route serves.)
+ *   GDRSHIM_ADVERTISE_GDR  1 (default; 0 before): answer CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
+ *                          yes where libcuda says no (stock NCCL's GPU-side gate), only while a
+ *                          route registers; never with NCCL_GDR_FLUSH_DISABLE set; on sm_90 and
+ *                          later without native write ordering (attribute 118 below OWNER) only
+ *                          with NCCL_NET_FORCE_FLUSH=1. 0: never. (DMA_BUF_SUPPORTED is answered yes
+ *                          whenever the DMA-BUF route serves, GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+ *                          whenever a route registers.)
  * The tests' and benchmarks' variables (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE,
  * GDRSHIM_APPLY_THREAD) work only in test builds (the `knobs` feature); a release build ignores
  * them with one warning.

@@ -23,13 +23,15 @@
 #   --shim-mode M      GDRSHIM_MODE (default register)
 #   --route R          GDRSHIM_ROUTE: auto (default), dmabuf, nv503c (the doctor says which works)
 #   --shim-log PATH    GDRSHIM_LOG_FILE (%h host, %p pid)
-#   --advertise        GDRSHIM_ADVERTISE_GDR=1: stock NCCL without the patches (see README)
+#   --no-advertise     GDRSHIM_ADVERTISE_GDR=0: stock NCCL is not told GDR works (by default the
+#                      shim answers its GPU-side gate yes while a route works; --advertise, the
+#                      old opt-in, is accepted and changes nothing)
 #   --debug            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,ENV (what verify-run reads)
 #   --version          gdrshim's version;  -h, --help  this text
 # Exit status: 0 done; 1 the installed shim cannot be used; 2 bad arguments. Sourced, it returns
 # the same and never exits the shell. GDR_ENV_SYSFS (tests only) replaces /sys/class/infiniband.
 
-_gdr_env_usage() { sed -n '2,31s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+_gdr_env_usage() { sed -n '2,33s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
 
 # A level as NCCL's ncclGetLevel reads NCCL_NET_GDR_LEVEL / NCCL_P2P_LEVEL: a path type name
@@ -128,7 +130,7 @@ _gdr_env_check_hca() {
 # (3: help or version printed, nothing to do).
 _gdr_env_build() {
   local mode=gdr prefix=/opt/rtx4090-gdr/current nccl_lib="" hca="" gid="" gdr_level=SYS p2p_level=SYS
-  local register=0 shim_mode=register shim_log="" advertise=0 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto
+  local register=0 shim_mode=register shim_log="" advertise=1 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto
   local has_cmd=0 opt val
   _GDR_ENV="" _GDR_ENV_CMD=() _GDR_ENV_PRINT=0
   while [ $# -gt 0 ]; do
@@ -155,6 +157,7 @@ _gdr_env_build() {
       --shim-log) shim_log="$val" ;;
       --register-buffers) register=1 ;;
       --advertise) advertise=1 ;;
+      --no-advertise) advertise=0 ;;
       --debug) debug=1 ;;
       --print) _GDR_ENV_PRINT=1 ;;
       -h|--help) _gdr_env_usage; return 3 ;;
@@ -199,6 +202,10 @@ _gdr_env_build() {
       echo "gdr-env: NCCL_DMABUF_ENABLE=0 is set: NCCL would not use the DMA-BUF route's dma-bufs; unset it (or --route nv503c)" >&2
       return 2
     fi
+    if [ -n "${NCCL_GDR_FLUSH_DISABLE:-}" ] && [ "${NCCL_GDR_FLUSH_DISABLE// /}" != 0 ]; then
+      echo "gdr-env: NCCL_GDR_FLUSH_DISABLE=$NCCL_GDR_FLUSH_DISABLE is set: without NCCL's flush a GeForce GPU can read received data stale (the shim then does not advertise GDR); unset it" >&2
+      return 2
+    fi
     if [ -z "$hca" ]; then echo "gdr-env: --hca is required in gdr mode (e.g. --hca mlx5_0); doctor lists the HCAs" >&2; return 2; fi
     _gdr_env_check_hca "$hca" "$sysfs" || return 2
     if [ -n "$gid" ]; then
@@ -224,7 +231,12 @@ _gdr_env_build() {
     _gdr_env_add GDRSHIM_MODE "$shim_mode"
     _gdr_env_add GDRSHIM_ROUTE "$route"
     [ -z "$shim_log" ] || _gdr_env_add GDRSHIM_LOG_FILE "$shim_log"
-    [ "$advertise" = 0 ] || _gdr_env_add GDRSHIM_ADVERTISE_GDR 1
+    # GDR is advertised to stock NCCL by default; only the opt-out is written
+    [ "$advertise" = 1 ] || _gdr_env_add GDRSHIM_ADVERTISE_GDR 0
+    # NCCL flushes received GDR data only below sm_90; from sm_90 on a GeForce that does not order
+    # remote writes (RTX 5090) needs it forced, else the shim does not advertise GDR there. Below
+    # sm_90 it changes nothing (NCCL flushes anyway). A value the job set is kept.
+    [ -n "${NCCL_NET_FORCE_FLUSH+x}" ] || _gdr_env_add NCCL_NET_FORCE_FLUSH 1
     _gdr_env_add NCCL_IB_DISABLE 0
     _gdr_env_add NCCL_IB_HCA "$hca"
     [ -z "$gid" ] || _gdr_env_add NCCL_IB_GID_INDEX "$gid"

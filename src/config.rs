@@ -60,12 +60,19 @@ pub struct Config {
     /// Register every user allocation when CUDA returns it, as libcuda does on datacenter GPUs,
     /// so that verbs users gdrshim does not intercept (UCX, MPI, static binaries) work too.
     pub eager: bool,
-    /// Stock-NCCL route: answer NCCL's GDR probes yes while gdrshim registers (see `advertise`).
+    /// `GDRSHIM_ADVERTISE_GDR`: answer NCCL's GPU-side GDR probe yes while gdrshim registers (see
+    /// `advertise`). On unless set to 0.
     pub advertise_gdr: bool,
+    /// `GDRSHIM_ADVERTISE_GDR=1` was set (not the default): a refusal for want of a route is then
+    /// worth a line.
+    pub advertise_gdr_asked: bool,
     /// `GDRSHIM_ROUTE`: how registrations reach the NIC (DMA-BUF, NV503C, or auto).
     pub route: crate::route::Wish,
     /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
     pub nccl_flush_disabled: bool,
+    /// `NCCL_NET_FORCE_FLUSH` (NCCL's variable) is a non-zero integer: NCCL flushes received GDR
+    /// data on every GPU, also from sm_90 on.
+    pub nccl_force_flush: bool,
     /// The tests' and benchmarks' knobs (all off in a release build).
     pub knobs: Knobs,
 }
@@ -148,20 +155,24 @@ pub const ENV_ROUTE: &str = "GDRSHIM_ROUTE";
 pub const ENV_TEST_HIDE_DMABUF: &str = "GDRSHIM_TEST_HIDE_DMABUF";
 pub const ENV_TEST_ASSUME_PEERMEM: &str = "GDRSHIM_TEST_ASSUME_PEERMEM";
 pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
+pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            mode: Mode::Shadow,
+            // zero configuration: LD_PRELOAD alone gives GDR (GDRSHIM_MODE=shadow for the old default)
+            mode: Mode::Register,
             level: Level::Warn,
             log_file: None,
             capture_file: None,
             summary: true,
             eager: false,
-            advertise_gdr: false,
+            advertise_gdr: true,
+            advertise_gdr_asked: false,
             route: crate::route::Wish::Auto,
             nccl_flush_disabled: false,
+            nccl_force_flush: false,
             knobs: Knobs::default(),
         }
     }
@@ -178,7 +189,11 @@ impl Config {
                 "trace" => c.mode = Mode::Trace,
                 "shadow" => c.mode = Mode::Shadow,
                 "register" | "on" => c.mode = Mode::Register,
-                _ => warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using {}", c.mode.name())),
+                // a mode asked for but not understood registers nothing (on doubt, nothing)
+                _ => {
+                    c.mode = Mode::Shadow;
+                    warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using shadow (registers nothing)"))
+                }
             }
         }
         if let Some(v) = get(ENV_LEVEL) {
@@ -205,7 +220,8 @@ impl Config {
             }
         }
         c.eager = flag(&get, ENV_EAGER, false, &mut warnings);
-        c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, false, &mut warnings);
+        c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, true, &mut warnings);
+        c.advertise_gdr_asked = matches!(get(ENV_ADVERTISE_GDR).as_deref().map(str::trim), Some("1" | "yes" | "true"));
         if let Some(v) = get(ENV_ROUTE) {
             match crate::route::Wish::parse(&v) {
                 Some(w) => c.route = w,
@@ -214,6 +230,9 @@ impl Config {
         }
         // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
         c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
+        // the other way round: only a clean non-zero integer counts as a forced flush (else GDR is
+        // not advertised where it would need that flush)
+        c.nccl_force_flush = get(ENV_NCCL_FORCE_FLUSH).is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0));
         if cfg!(feature = "knobs") {
             c.knobs = Knobs::from_env(&get, c.mode, &mut warnings);
         } else {
@@ -258,7 +277,9 @@ mod tests {
     fn defaults() {
         let (c, w) = parse(&[]);
         assert_eq!(c, Config::default());
-        assert_eq!(c.mode, Mode::Shadow);
+        assert_eq!(c.mode, Mode::Register, "zero configuration: register by default");
+        assert!(c.advertise_gdr && !c.advertise_gdr_asked, "GDR advertised by default, not asked for");
+        assert!(!c.nccl_flush_disabled && !c.nccl_force_flush);
         assert!(w.is_empty());
     }
 
@@ -270,29 +291,41 @@ mod tests {
         assert!(w.is_empty());
         assert_eq!(parse(&[("GDRSHIM_MODE", "off")]).0.mode, Mode::Off);
         assert_eq!(parse(&[("GDRSHIM_MODE", "register")]).0.mode, Mode::Register);
+        assert_eq!(parse(&[("GDRSHIM_MODE", "shadow")]).0.mode, Mode::Shadow);
+        assert_eq!(parse(&[("GDRSHIM_MODE", "none")]).0.mode, Mode::Off);
     }
 
     #[test]
-    fn garbage_warns_and_keeps_the_default() {
+    fn garbage_warns_and_keeps_the_default_but_a_garbled_mode_registers_nothing() {
         let (c, w) = parse(&[("GDRSHIM_MODE", "\u{1b}[31mregister!"), ("GDRSHIM_LOG_LEVEL", "loud"), ("GDRSHIM_SUMMARY", "maybe")]);
-        assert_eq!(c.mode, Mode::Shadow);
+        assert_eq!(c.mode, Mode::Shadow, "a mode asked for but not understood: nothing registered");
         assert_eq!(c.level, Level::Warn);
         assert!(c.summary);
         assert_eq!(w.len(), 3);
-        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register"));
+        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register") && w[0].contains("using shadow"), "{w:?}");
         assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
     }
 
     #[test]
     fn advertising_flags() {
         let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "0")]);
-        assert!(c.advertise_gdr && !c.nccl_flush_disabled && w.is_empty());
+        assert!(c.advertise_gdr && c.advertise_gdr_asked && !c.nccl_flush_disabled && w.is_empty());
         for v in ["1", " 2", "x", ""] {
             assert!(parse(&[("NCCL_GDR_FLUSH_DISABLE", v)]).0.nccl_flush_disabled, "{v:?}");
         }
+        let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "0")]);
+        assert!(!c.advertise_gdr && !c.advertise_gdr_asked && w.is_empty(), "turned down");
         let (c, w) = parse(&[("GDRSHIM_ADVERTISE_GDR", "sure")]);
-        assert!(!c.advertise_gdr);
-        assert!(w[0].contains("GDRSHIM_ADVERTISE_GDR"));
+        assert!(c.advertise_gdr && !c.advertise_gdr_asked, "a bad value keeps the default");
+        assert!(w[0].contains("GDRSHIM_ADVERTISE_GDR") && w[0].contains("using 1"), "{w:?}");
+    }
+
+    #[test]
+    fn a_forced_flush_only_from_a_clean_nonzero_integer() {
+        for (v, forced) in [("1", true), (" 2 ", true), ("-1", true), ("0", false), ("", false), ("yes", false), ("0x1", false)] {
+            assert_eq!(parse(&[("NCCL_NET_FORCE_FLUSH", v)]).0.nccl_force_flush, forced, "{v:?}");
+        }
+        assert!(!parse(&[]).0.nccl_force_flush);
     }
 
     #[test]

@@ -209,15 +209,22 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
         "export NCCL_LOCAL_REGISTER=0".into(),
         "export NCCL_GRAPH_REGISTER=0".into(),
         "export GDRSHIM_ROUTE=auto".into(),
+        "export NCCL_NET_FORCE_FLUSH=1".into(),
     ] {
         assert!(out.lines().any(|l| l == want), "missing {want:?} in\n{out}");
     }
     assert!(!out.contains("NCCL_DMABUF_ENABLE"), "the DMA-BUF route needs NCCL's DMA-BUF path: {out}");
-    let (rc, out) = sh(
-        "gdr-env.sh",
-        &["--prefix", c, "--hca", "mlx5_0", "--route", "dmabuf", "--print"],
-        &[env[0], ("LD_PRELOAD", ""), ("NCCL_DMABUF_ENABLE", "0")],
-    );
+    assert!(!out.contains("GDRSHIM_ADVERTISE_GDR"), "GDR is advertised by default: {out}");
+    // the opt-out; the old opt-in changes nothing; the job's own forced flush kept; NCCL's flush off refused
+    let g = |flag: &str, var: (&str, &str)| sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", flag, "--print"], &[env[0], env[1], var]);
+    let (rc, out) = g("--no-advertise", ("X", ""));
+    assert!(rc == 0 && out.lines().any(|l| l == "export GDRSHIM_ADVERTISE_GDR=0"), "{out}");
+    let (rc, out) = g("--advertise", ("NCCL_NET_FORCE_FLUSH", "0"));
+    assert!(rc == 0 && !out.contains("GDRSHIM_ADVERTISE_GDR") && !out.contains("NCCL_NET_FORCE_FLUSH"), "{out}");
+    let (rc, out) = g("--debug", ("NCCL_GDR_FLUSH_DISABLE", "1"));
+    assert!(rc == 2 && out.contains("NCCL_GDR_FLUSH_DISABLE=1 is set") && out.contains("unset it"), "{out}");
+    assert_eq!(g("--debug", ("NCCL_GDR_FLUSH_DISABLE", "0")).0, 0);
+    let (rc, out) = g("--route=dmabuf", ("NCCL_DMABUF_ENABLE", "0"));
     assert_eq!(rc, 2, "NCCL_DMABUF_ENABLE=0 with the DMA-BUF route is refused: {out}");
     assert_eq!(sh("gdr-env.sh", &["--prefix", c, "--hca", "mlx5_0", "--route", "both", "--print"], &env).0, 2);
     // p2p mode: no shim at all

@@ -387,7 +387,7 @@ fn gdr_probe(mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) 
 }
 
 #[test]
-fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
+fn stock_nccl_probes_are_answered_while_registering_unless_turned_down() {
     // what the file system says of the peer-memory file, which gdrshim never changes
     let exists = Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists();
     let access = format!("access={} errno_after={}", if exists { 0 } else { -1 }, if exists { 777 } else { libc::ENOENT });
@@ -396,12 +396,15 @@ fn stock_nccl_probes_are_answered_only_when_asked_and_registering() {
     assert!(err.contains("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device 0): driver says 0, answered 1"), "{err}");
     assert!(summary(&err).unwrap()["gdr_answers"] != "0");
 
-    let (l, _) = gdr_probe("register", "adv-off", &[]);
-    assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"), "not asked: untouched");
+    let (l, err) = gdr_probe("register", "adv-default", &[]);
+    assert_eq!(l, format!("gdr_probe rc=0 attr=1 {access}"), "advertised by default while registering: {err}");
+
+    let (l, _) = gdr_probe("register", "adv-off", &[("GDRSHIM_ADVERTISE_GDR", "0")]);
+    assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"), "turned down: untouched");
 
     let (l, err) = gdr_probe("shadow", "adv-shadow", &[("GDRSHIM_ADVERTISE_GDR", "1")]);
     assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"));
-    assert!(err.contains("not advertised although GDRSHIM_ADVERTISE_GDR=1: gdrshim registers nothing here"), "{err}");
+    assert!(err.contains("GPUDirect RDMA not advertised: gdrshim registers nothing here"), "{err}");
 
     let (l, err) = gdr_probe("register", "adv-noflush", &[("GDRSHIM_ADVERTISE_GDR", "1"), ("NCCL_GDR_FLUSH_DISABLE", "1")]);
     assert_eq!(l, format!("gdr_probe rc=0 attr=0 {access}"));

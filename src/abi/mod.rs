@@ -167,6 +167,7 @@ macro_rules! abi_struct {
 
 mod structs;
 pub use structs::*;
+pub mod cuda;
 pub mod dmabuf;
 pub mod mlx5dv;
 pub mod verbs;

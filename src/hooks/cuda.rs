@@ -92,10 +92,6 @@ cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
         sh.program_release(dptr, None);
     }
 });
-cuda_fn!(mem_create, cuMemCreate, c"cuMemCreate", (handle: *mut u64, size: usize, prop: *const c_void, flags: u64), |sh, r| {
-    let _ = (handle, prop, flags, sh, r);
-    crate::log_debug!("cuMemCreate size={size:#x} -> {r}");
-});
 // A handle mapped into the program's VA (its own cuMemCreate, or one imported from another
 // process by a shareable handle) is the program's memory there until it unmaps it.
 cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
@@ -206,15 +202,10 @@ fn allocation_extent(ptr: CUdeviceptr) -> Option<(u64, u64)> {
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(p)(&mut base, &mut size, ptr) };
     (r == CUDA_SUCCESS && size > 0).then_some((base, size as u64))
 }
-// NCCL's GPU-side GDR gate and its DMA-BUF question, asked through the cudart linked into
-// libnccl (see `advertise`).
-cuda_fn!(device_get_attribute, cuDeviceGetAttribute, c"cuDeviceGetAttribute", (pi: *mut c_int, attrib: c_int, dev: c_int), |sh, r| {
-    let ours = attrib == crate::advertise::ATTR_GPU_DIRECT_RDMA_SUPPORTED || attrib == crate::advertise::ATTR_DMA_BUF_SUPPORTED;
-    if r == CUDA_SUCCESS && !pi.is_null() && ours {
-        // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
-        sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi });
-    }
-});
+// NCCL's GPU-side GDR gate, its DMA-BUF and VMM questions, and cuMemCreate's GDR flag (`gdr`).
+#[path = "cuda_gdr.rs"]
+mod gdr;
+pub use gdr::{cuDeviceGetAttribute, cuMemCreate, device_get_attribute, mem_create};
 // A dma-buf of device memory: where libcuda refuses (801 on GeForce) and the DMA-BUF route serves,
 // gdrshim's export of exactly the map's pieces; where libcuda answers, its export is compared with
 // the map's (shadow oracle).

@@ -128,8 +128,11 @@ pub struct Shim {
     capture_lock: Mutex<()>,
     pub stats: Stats,
     pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
-    /// One bit per CUDA device whose GDR attribute answer was logged.
-    pub(crate) gdr_attr_logged: AtomicU64,
+    /// One bit per CUDA device whose answer was logged, per attribute (GDR, DMA-BUF, VMM GDR).
+    pub(crate) gdr_attr_logged: [core::sync::atomic::AtomicU32; 3],
+    /// `GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` was answered 1 in this process: a `cuMemCreate`
+    /// refused for `gpuDirectRDMACapable` alone may be retried without it.
+    pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
     /// MRs holding a registration: a deregistration with none live needs no lock.
     pub live_mrs: core::sync::atomic::AtomicUsize,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
@@ -254,7 +257,8 @@ impl Shim {
             release_gate: parking_lot::RwLock::new(()),
             route_state: AtomicU8::new(serve::ROUTE_UNDECIDED),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
-            gdr_attr_logged: AtomicU64::new(0),
+            gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
+            vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
             live_mrs: core::sync::atomic::AtomicUsize::new(0),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),

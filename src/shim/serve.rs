@@ -9,7 +9,7 @@
 //! the NIC would get memory that is no longer at that address.
 
 use crate::abi::{self, verbs::IBV_ACCESS_ON_DEMAND};
-use crate::advertise::{Answer, ATTR_DMA_BUF_SUPPORTED};
+use crate::advertise::{Answer, FlagRetry, GpuFacts, ATTR_DMA_BUF_SUPPORTED, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED};
 use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
@@ -120,38 +120,85 @@ impl Shim {
     fn advertise_policy(&self) -> crate::advertise::Policy {
         crate::advertise::Policy {
             advertise: self.cfg.advertise_gdr,
+            advertise_asked: self.cfg.advertise_gdr_asked,
             hide_gdr_for_test: self.cfg.knobs.hide_gdr,
             hide_dmabuf_for_test: self.cfg.knobs.hide_dmabuf,
             route: if self.registering() { self.route() } else { None },
             flush_disabled: self.cfg.nccl_flush_disabled,
+            force_flush: self.cfg.nccl_force_flush,
         }
     }
 
-    /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replace it where the
-    /// policy says so. The first answer per device and attribute is logged at info level.
-    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32) {
-        let name = if attrib == ATTR_DMA_BUF_SUPPORTED { "DMA_BUF_SUPPORTED" } else { "GPU_DIRECT_RDMA_SUPPORTED" };
-        let answer = self.advertise_policy().device_attribute(attrib, *value);
+    /// `cuDeviceGetAttribute` answered `*value` for `attrib` (one of `advertise::answers`) on
+    /// `dev`: replace it where the policy says so. `ask` reads another attribute of `dev` from
+    /// libcuda (the GPU's facts, read only where they decide). The first answer per device and
+    /// attribute is logged (info; a refusal: a warning, once).
+    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32, ask: &dyn Fn(i32) -> Option<i32>) {
+        let name = crate::advertise::name(attrib);
+        let policy = self.advertise_policy();
+        // (no lock of ours is held here: libcuda is asked freely)
+        let read = policy.needs_gpu_facts(attrib, *value);
+        let gpu = if read { GpuFacts::read(ask) } else { GpuFacts::default() };
+        let answer = policy.device_attribute(attrib, *value, &gpu);
         let first = || {
-            let bit = 1u64 << ((dev.clamp(0, 31) as u32) + if attrib == ATTR_DMA_BUF_SUPPORTED { 32 } else { 0 });
-            self.gdr_attr_logged.fetch_or(bit, Relaxed) & bit == 0
+            let slot = match attrib {
+                ATTR_DMA_BUF_SUPPORTED => 1,
+                ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => 2,
+                _ => 0,
+            };
+            let bit = 1u32 << (dev.clamp(0, 31) as u32);
+            self.gdr_attr_logged[slot].fetch_or(bit, Relaxed) & bit == 0
         };
         match answer {
             Answer::Unchanged => {}
             Answer::Replaced(v, why) => {
                 self.stats.gdr_answers.fetch_add(1, Relaxed);
+                if attrib == ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED && v == 1 {
+                    self.vmm_gdr_answered.store(true, Relaxed);
+                }
                 if first() {
-                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}", *value);
+                    let facts = if read { format!(" ({gpu})") } else { String::new() };
+                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}{facts}", *value);
                 }
                 *value = v;
             }
             Answer::Refused(why) => {
                 if first() {
-                    crate::log_warn!(
-                        "cuDeviceGetAttribute({name}, device {dev}): driver says 0; GPUDirect RDMA not advertised although GDRSHIM_ADVERTISE_GDR=1: {why}"
-                    );
+                    crate::log_warn!("cuDeviceGetAttribute({name}, device {dev}): driver says 0; GPUDirect RDMA not advertised: {why}");
                 }
             }
+        }
+    }
+
+    /// `cuMemCreate` failed with `first` for properties whose `gpuDirectRDMACapable` is `flag`:
+    /// whether to call it once more without the flag (see `advertise::flag_retry`).
+    pub fn vmm_flag_retry(&self, first: i32, flag: u8) -> FlagRetry {
+        let retry = crate::advertise::flag_retry(first, flag, self.vmm_gdr_answered.load(Relaxed));
+        if let FlagRetry::NotUnderstood(v) = retry {
+            crate::log_limited!(
+                crate::config::Level::Warn,
+                "cuMemCreate flag",
+                "cuMemCreate failed ({first}) with allocFlags.gpuDirectRDMACapable={v}, a value gdrshim does not know: passed through untouched"
+            );
+        }
+        retry
+    }
+
+    /// The retry of `vmm_flag_retry` gave `again` (the caller gets the first result unless it is
+    /// a success).
+    pub fn vmm_flag_retried(&self, size: u64, first: i32, again: i32) {
+        if again == crate::abi::cuda::result::SUCCESS {
+            crate::log_limited!(
+                crate::config::Level::Info,
+                "cuMemCreate retried",
+                "cuMemCreate size={size:#x}: libcuda refused gpuDirectRDMACapable ({first}) on this GPU; created without it (gdrshim registers this memory for verbs like any other)"
+            );
+        } else {
+            crate::log_limited!(
+                crate::config::Level::Warn,
+                "cuMemCreate retry failed",
+                "cuMemCreate size={size:#x}: failed ({first}) with gpuDirectRDMACapable and ({again}) without it: the original error {first} stands"
+            );
         }
     }
 

@@ -1,7 +1,12 @@
 // A fake libcuda.so.1 for gdrshim's integration tests (ours): cuGetProcAddress_v2 and the
 // allocation entry points the shim wraps. Allocations return the pointer set by
 // fakecuda_set_next(), so a player can reproduce a capture's user allocations.
+// FAKECUDA_ATTRS="75=12,76=0,118=100" overrides device attributes (another GPU than the default
+// GeForce sm_89); FAKECUDA_CREATE says what cuMemCreate does: accept (default), flag (refuse
+// gpuDirectRDMACapable=1 with 801, as a GeForce), oom (refuse everything with 2), all (refuse
+// everything with 801). fakecuda_create_calls counts cuMemCreate calls.
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 typedef int CUresult;
 static uint64_t next_ptr;
@@ -12,8 +17,33 @@ CUresult cuMemAllocAsync(uint64_t *d, size_t n, void *s) { (void)n; (void)s; *d 
 CUresult cuMemAllocFromPoolAsync(uint64_t *d, size_t n, void *p, void *s) { (void)n; (void)p; (void)s; *d = next_ptr; return 0; }
 CUresult cuMemSetAccess(uint64_t p, size_t n, const void *desc, size_t c) { (void)p; (void)n; (void)desc; (void)c; return 0; }
 CUresult cuMemFree_v2(uint64_t p) { (void)p; return 0; }
-// A GeForce: no GPUDirect RDMA (attribute 116); compute capability 8.9.
-CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)dev; *v = attr == 75 ? 8 : attr == 76 ? 9 : 0; return 0; }
+// A GeForce: no GPUDirect RDMA (attribute 116); compute capability 8.9; unless FAKECUDA_ATTRS says
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev;
+  *v = attr == 75 ? 8 : attr == 76 ? 9 : 0;
+  const char *o = getenv("FAKECUDA_ATTRS");
+  for (char *p = (char *)o; p && *p;) {
+    char *end; long a = strtol(p, &end, 10);
+    if (*end != '=') break;
+    long val = strtol(end + 1, &end, 10);
+    if (a == attr) *v = (int)val;
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',') break;
+  }
+  return 0;
+}
+// cuMemCreate: CUmemAllocationProp's allocFlags.gpuDirectRDMACapable is byte 25 (cuda.h)
+int fakecuda_create_calls;
+CUresult cuMemCreate(uint64_t *h, size_t n, const unsigned char *prop, unsigned long long flags) {
+  (void)flags;
+  fakecuda_create_calls++;
+  const char *m = getenv("FAKECUDA_CREATE");
+  if (m && !strcmp(m, "oom")) return 2;
+  if (m && !strcmp(m, "all")) return 801;
+  if (m && !strcmp(m, "flag") && prop[25]) return 801;
+  *h = 0x4000 + n;
+  return 0;
+}
 CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; } // v1 ABI: never wrapped
 // A GeForce refuses dma-bufs (CUDA_ERROR_NOT_SUPPORTED) and reports DMA_BUF_SUPPORTED 0.
 CUresult cuMemGetHandleForAddressRange(void *h, uint64_t p, size_t n, int type, unsigned long long flags) { (void)h; (void)p; (void)n; (void)type; (void)flags; return 801; }
@@ -27,6 +57,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   else if (!strcmp(sym, "cuMemSetAccess")) f = (void *)cuMemSetAccess;
   else if (!strcmp(sym, "cuMemFree")) f = (void *)cuMemFree_v2;
   else if (!strcmp(sym, "cuDeviceGetAttribute")) f = (void *)cuDeviceGetAttribute;
+  else if (!strcmp(sym, "cuMemCreate") && ver >= 10020) f = (void *)cuMemCreate;
   else if (!strcmp(sym, "cuMemGetHandleForAddressRange") && ver >= 11070) f = (void *)cuMemGetHandleForAddressRange;
   if (status) *status = f ? 0 : 1;
   *pfn = f;

@@ -19,6 +19,9 @@
 //                       buffers left
 //   routes mrex         ibv_reg_mr_ex of GPU memory with a DMA handle, and with a mask bit
 //                       gdrshim does not know: the masks the provider saw
+//   routes attrs        the GDR (116), VMM GDR (110) and DMA-BUF (124) attributes as NCCL reads them
+//   routes vmm [ask [F]] cuMemCreate with gpuDirectRDMACapable=F (default 1; after reading attribute
+//                       110 with "ask"): its result, libcuda's calls, the caller's flag after the call
 // Prints "routes MODE ok key=value ..." and exits 0, or names what went wrong and exits 1.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -244,6 +247,48 @@ static int owned(void) {
   return failures != 0;
 }
 
+static void *fake_cuda(getproc_t *gp) {
+  void *lib = dlopen(getenv("FAKE_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  *gp = lib ? (getproc_t)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  if (!*gp) { fprintf(stderr, "no fake libcuda\n"); exit(2); }
+  return lib;
+}
+
+static int attrs(void) {
+  gpu_alloc(0, BASE, 4 * K64);
+  getproc_t gp; fake_cuda(&gp);
+  attr_t af = NULL;
+  gp("cuDeviceGetAttribute", (void **)&af, 12080, 0, NULL);
+  int v116 = -1, v110 = -1, v124 = -1, v75 = -1;
+  int r = af(&v116, 116, 0) | af(&v110, 110, 0) | af(&v124, 124, 0) | af(&v75, 75, 0);
+  printf("routes attrs ok r=%d a116=%d a110=%d a124=%d a75=%d\n", r, v116, v110, v124, v75);
+  return 0;
+}
+
+typedef int (*create_t)(uint64_t *, size_t, const void *, unsigned long long);
+static int vmm(int ask, int flag) {
+  gpu_alloc(0, BASE, 4 * K64);
+  getproc_t gp; void *lib = fake_cuda(&gp);
+  attr_t af = NULL; create_t cf = NULL;
+  gp("cuDeviceGetAttribute", (void **)&af, 12080, 0, NULL);
+  gp("cuMemCreate", (void **)&cf, 12080, 0, NULL);
+  int *calls = (int *)dlsym(lib, "fakecuda_create_calls");
+  if (!af || !cf || !calls) { fprintf(stderr, "no cuMemCreate\n"); return 2; }
+  int v110 = -1;
+  if (ask) af(&v110, 110, 0);
+  // CUmemAllocationProp: pinned device memory on device 0, allocFlags.gpuDirectRDMACapable = 1
+  unsigned char prop[32] = {0};
+  prop[0] = 1; prop[8] = 1; prop[25] = (unsigned char)flag;
+  unsigned char before[32]; memcpy(before, prop, sizeof prop);
+  uint64_t h = 0;
+  errno = 4242;
+  int r = cf(&h, 2 << 20, prop, 0);
+  int e = errno;
+  printf("routes vmm ok a110=%d r=%d calls=%d flag_after=%d prop_same=%d handle=%#llx errno=%d\n", v110, r, *calls, prop[25],
+         !memcmp(before, prop, sizeof prop), (unsigned long long)h, e);
+  return 0;
+}
+
 static int refused(void) {
   int fds0 = open_bufs();
   gpu_alloc(0, BASE, 4 * K64);
@@ -365,6 +410,8 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "owned")) return owned();
+  if (!strcmp(argv[1], "attrs")) return attrs();
+  if (!strcmp(argv[1], "vmm")) return vmm(argc > 2 && !strcmp(argv[2], "ask"), argc > 3 ? atoi(argv[3]) : 1);
   if (!strcmp(argv[1], "explicit")) return explicit_first();
   if (!strcmp(argv[1], "umem")) return umem();
   if (!strcmp(argv[1], "mrex")) return mrex();

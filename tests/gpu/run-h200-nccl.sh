@@ -34,6 +34,11 @@ run patched-register-native "$PATCHED" LD_PRELOAD="$SHIM" GDRSHIM_MODE=register
 run patched-register-hidden-noflush "$PATCHED" LD_PRELOAD="$SHIM" GDRSHIM_MODE=register GDRSHIM_TEST_HIDE_GDR=1 NCCL_GDR_FLUSH_DISABLE=1
 run patched-force-hidden "$PATCHED" LD_PRELOAD="$SHIM" GDRSHIM_MODE=shadow GDRSHIM_TEST_HIDE_GDR=1 NCCL_GPU_GDR_FORCE=1
 run stock-noshim "$STOCK"
-run stock-register-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_MODE=register GDRSHIM_TEST_HIDE_GDR=1
+run stock-register-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_MODE=register GDRSHIM_TEST_HIDE_GDR=1   # advertised by default since issue 28
 run stock-advertise-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_MODE=register GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_ADVERTISE_GDR=1
 run stock-advertise-shadow-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_MODE=shadow GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_ADVERTISE_GDR=1
+# issue 28: zero configuration (register and the gate answered by default; the H200 is sm_90, so
+# its GPU_DIRECT_RDMA_WRITES_ORDERING decides, printed with any refusal), and the opt-out
+run stock-zeroconf-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_TEST_HIDE_GDR=1
+run stock-zeroconf-hidden-forceflush "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_TEST_HIDE_GDR=1 NCCL_NET_FORCE_FLUSH=1
+run stock-advertise0-hidden "$STOCK" LD_PRELOAD="$SHIM" GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_ADVERTISE_GDR=0

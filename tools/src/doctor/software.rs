@@ -200,7 +200,7 @@ pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
                     "gpu.model",
                     Status::Info,
                     format!(
-                        "{} GeForce GPU(s): GDR needs gdrshim in register mode by a route that works here (route.* below) and NCCL's GPU-side gate answered (patch 0001 or GDRSHIM_ADVERTISE_GDR=1); the P2P-patched module is for GPU-to-GPU P2P",
+                        "{} GeForce GPU(s): GDR needs gdrshim preloaded (register mode, its default) by a route that works here (route.* below); it answers stock NCCL's GPU-side gate itself (GDRSHIM_ADVERTISE_GDR=0 turns that off; or patch 0001), on sm_90 and later only with NCCL_NET_FORCE_FLUSH=1 (gdr-env.sh sets it); the P2P-patched module is for GPU-to-GPU P2P",
                         geforce
                     ),
                 )

@@ -8,6 +8,7 @@ use libloading::Library;
 pub type CUresult = c_int;
 pub const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 pub const CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
+pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: c_int = 116;
 
 type Init = unsafe extern "C" fn(u32) -> CUresult;
 type DevGet = unsafe extern "C" fn(*mut c_int, c_int) -> CUresult;

@@ -92,7 +92,8 @@ impl Args {
     /// re-executes this program so; an error only where that is impossible.
     fn reexec(&self) -> Result<Option<u8>, String> {
         let want_route = (self.route != "auto").then_some(self.route.as_str());
-        let mode_ok = std::env::var("GDRSHIM_MODE").is_ok_and(|m| m == "register");
+        // register is the shim's default: unset counts
+        let mode_ok = std::env::var("GDRSHIM_MODE").map_or(true, |m| m == "register");
         let route_ok = want_route.is_none_or(|r| std::env::var("GDRSHIM_ROUTE").is_ok_and(|v| v == r));
         if (shim_loaded() && mode_ok && route_ok) || std::env::var_os(CHILD_VAR).is_some() {
             return Ok(None); // the child reports what is still wrong in step 1
@@ -258,8 +259,9 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
     let route = shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
     let active = shim_int(b"gdrshim_gdr_active\0").unwrap_or(0);
     let attr = cu.attribute(cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).map_or("unknown".into(), |v| v.to_string());
+    let gate = cu.attribute(cuda::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED).map_or("unknown".into(), |v| v.to_string());
     let call = format!(
-        "gdrshim_mode()={mode} gdrshim_gdr_route()={route} gdrshim_gdr_active()={active}; CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={attr}"
+        "gdrshim_mode()={mode} gdrshim_gdr_route()={route} gdrshim_gdr_active()={active}; CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={attr} GPU_DIRECT_RDMA_SUPPORTED={gate} (stock NCCL's gate)"
     );
     if mode != 3 {
         r.fail(1, "route.shim", format!("the shim runs in mode {mode}, not register (3)"), call, "GDRSHIM_MODE is not register in this process (a wrapper script overrides it), or the shim is inert (fork child, secure execution, unknown driver ABI: see its log)");
