@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
       source "$(dirname "$0")/../gdrshim-version.sh"
       gdrshim_version demo.sh
       exit 0 ;;
-    *) echo "demo: unknown argument $1" >&2; sed -n '7,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    *) echo "demo: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
