@@ -29,12 +29,15 @@ pub struct Args {
     /// The verbs library to load for step 3 (a name the dynamic loader searches for, or a path)
     #[arg(long, value_name = "LIB", default_value = "libibverbs.so.1")]
     libibverbs: String,
+    /// One JSON object instead of the text report
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
         let r = probe(&self.libcuda, &self.libibverbs, self.size, self.device);
-        print!("{}", r.text());
+        print!("{}", if self.json { r.json("dmabuf-probe") + "\n" } else { r.text() });
         Ok(r.exit_code())
     }
 }

@@ -6,6 +6,7 @@
 
 mod dmabuf;
 mod doctor;
+mod machine;
 mod report;
 mod routes;
 mod selftest;
@@ -13,6 +14,10 @@ mod verify;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+
+/// `--version` of the tool and of each subcommand: "gdrshim-tool [SUBCOMMAND] (gdrshim) 0.2.0", the
+/// form every script of the release prints too ("NAME (gdrshim) VERSION").
+const VERSION: &str = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION"));
 
 /// The exit codes every subcommand keeps (shown under each `--help`).
 pub const EXIT_CODES: &str = "Exit codes:
@@ -23,7 +28,7 @@ pub const EXIT_CODES: &str = "Exit codes:
 #[derive(Parser, Debug)]
 #[command(
     name = "gdrshim-tool",
-    version,
+    version = VERSION,
     about = "gdrshim's operator tools: preflight doctor, acceptance verifier, DMA-BUF probe, rig self-test",
     after_help = EXIT_CODES,
     propagate_version = true,
@@ -41,7 +46,8 @@ enum Cmd {
     #[command(after_help = doctor::AFTER_HELP, display_name = "gdrshim-tool doctor")]
     Doctor(doctor::Args),
     /// Judge a NCCL Tests run (and the shim's, perftest's and the kernel's logs) by the acceptance checklist
-    #[command(after_help = verify::AFTER_HELP, display_name = "gdrshim-tool verify-run")]
+    // the usage written out: after an unknown flag, clap's own lists the option it suggests as if required
+    #[command(after_help = verify::AFTER_HELP, display_name = "gdrshim-tool verify-run", override_usage = "gdrshim-tool verify-run --nccl-log <FILE> [OPTIONS]")]
     VerifyRun(verify::Args),
     /// Allocate GPU memory, export it as a DMA-BUF and register it on each HCA (no gdrshim involved)
     #[command(after_help = dmabuf::AFTER_HELP, display_name = "gdrshim-tool dmabuf-probe")]
@@ -63,19 +69,30 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // with --json, an error that stops a command is the one JSON object too (on stdout; the line on stderr)
+    let json_name = match &cli.cmd {
+        Cmd::Doctor(a) if a.json => Some("doctor"),
+        Cmd::VerifyRun(a) if a.json => Some("verify-run"),
+        Cmd::DmabufProbe(a) if a.json => Some("dmabuf-probe"),
+        Cmd::Selftest(a) if a.json => Some("selftest"),
+        _ => None,
+    };
     let rc = match cli.cmd {
         Cmd::Doctor(a) => a.run(),
         Cmd::VerifyRun(a) => a.run(),
         Cmd::DmabufProbe(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
         Cmd::Version => {
-            println!("gdrshim-tool {}", env!("CARGO_PKG_VERSION"));
+            println!("gdrshim-tool {VERSION}");
             Ok(0)
         }
     };
     match rc {
         Ok(code) => ExitCode::from(code),
         Err(msg) => {
+            if let Some(tool) = json_name {
+                println!("{}", report::json_object(tool, &[], Some(&msg), 2, ""));
+            }
             eprintln!("gdrshim-tool: {msg}");
             ExitCode::from(2)
         }

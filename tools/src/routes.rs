@@ -3,7 +3,7 @@
 //! one gdrshim's `GDRSHIM_ROUTE=auto` takes. A route that is missing while the other works is a
 //! WARN (the machine is ready); only when no route works is it a FAIL.
 
-use crate::doctor::{Gpu, State};
+use crate::machine::{Gpu, State};
 use crate::report::{Check, Status};
 
 /// One prerequisite: met, not met (why, fix), or not judged (why).

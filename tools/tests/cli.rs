@@ -30,7 +30,7 @@ fn verify_run_exit_codes() {
     assert_eq!(rc, 2);
     let (rc, out) = tool(&["verify-run", "--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log", "--json"]);
     assert_eq!(rc, 0);
-    assert!(out.trim_end().ends_with("\"result\":\"PASS\"}"), "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"PASS\",\"exit\":0}"), "{out}");
 }
 
 #[test]
@@ -44,7 +44,7 @@ fn doctor_exit_codes() {
     let (rc, out) = tool(&["doctor", "--from", "tests/fixtures/state/rig-4090-bad", "--json"]);
     assert_eq!(rc, 1);
     assert!(out.contains("\"id\":\"p2p.matrix\",\"status\":\"FAIL\""), "{out}");
-    assert!(out.trim_end().ends_with("\"result\":\"FAIL\"}"), "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"FAIL\",\"exit\":1}"), "{out}");
     assert_eq!(tool(&["doctor", "--from", "tests"]).0, 2, "not a saved state");
     assert_eq!(tool(&["doctor"]).0, 2);
 }
@@ -63,7 +63,10 @@ fn doctor_could_not_check() {
     assert!(out.contains("could not check here: no NVIDIA kernel module and no GPU"), "{out}");
     let (rc, out) = tool(&["doctor", "--from", empty.to_str().unwrap(), "--json"]);
     assert_eq!(rc, 2, "{out}");
-    assert!(out.trim_end().ends_with("\"result\":\"COULD NOT CHECK\"}") && out.contains("\"could_not_check\":\"no NVIDIA"), "{out}");
+    assert!(
+        out.trim_end().ends_with("\"result\":\"COULD NOT CHECK\",\"exit\":2}") && out.contains("\"could_not_check\":\"no NVIDIA"),
+        "{out}"
+    );
     // a machine as gdr-state-record saves it where there is no driver, no GPU and no HCA (CI):
     // some things are judged (memlock, kernel config), but nothing about GPUs
     let bare = d.join("bare");

@@ -57,12 +57,12 @@ fn version_everywhere() {
     for args in [&["--version"][..], &["-V"], &["version"]] {
         let o = tool(args);
         assert_eq!(o.rc, 0, "{args:?}: {}", o.stderr);
-        assert_eq!(o.stdout.trim(), format!("gdrshim-tool {want}"), "{args:?}");
+        assert_eq!(o.stdout.trim(), format!("gdrshim-tool (gdrshim) {want}"), "{args:?}");
     }
     for sub in SUBCOMMANDS {
         let o = tool(&[sub, "--version"]);
         assert_eq!(o.rc, 0, "{sub}: {}", o.stderr);
-        assert_eq!(o.stdout, format!("gdrshim-tool {sub} {want}\n"), "{sub}");
+        assert_eq!(o.stdout, format!("gdrshim-tool {sub} (gdrshim) {want}\n"), "{sub}");
     }
 }
 
@@ -95,4 +95,8 @@ fn usage_errors_exit_2_on_stderr() {
     assert!(o.stderr.contains("300 is not in 0..=255"), "{}", o.stderr);
     let o = tool(&["doctor", "--bogus"]);
     assert!(o.stderr.contains("unexpected argument '--bogus'"), "{}", o.stderr);
+    // the usage after an unknown flag shows what is required, not the flag clap suggests instead
+    let o = tool(&["verify-run", "--nccl-log", "x", "--bogus"]);
+    assert!(o.stderr.contains("Usage: gdrshim-tool verify-run --nccl-log <FILE> [OPTIONS]\n"), "{}", o.stderr);
+    assert!(!o.stderr.contains("Usage: gdrshim-tool verify-run --nccl-log <FILE> --gpu-sm"), "{}", o.stderr);
 }

@@ -1,6 +1,7 @@
 //! The platform checks: P2P between GPUs, boot and kernel, and the RDMA side of each route.
 
-use super::*;
+use crate::machine::*;
+use crate::report::{Check, Report, Status};
 
 /// P2P between the GPUs, ACS, IOMMU, Secure Boot, kernel headers.
 pub(super) fn p2p_and_boot(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Option<String>) {

@@ -1,6 +1,18 @@
 //! The driver and GPU checks.
 
-use super::*;
+use crate::machine::*;
+use crate::report::{Check, Report, Status};
+
+/// Packages the runbook holds so an upgrade cannot replace the patched module or split versions.
+const HOLD: &[&str] = &[
+    "nvidia-open-p2p-dkms",
+    "nvidia-firmware",
+    "nvidia-kernel-common",
+    "nvidia-modprobe",
+    "libnvidia-compute",
+    "libnvidia-cfg1",
+    "nvidia-persistenced",
+];
 
 /// One driver version everywhere, the right build of it, and its modules.
 pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>) {

@@ -1,11 +1,11 @@
 //! Step 4's queue pair: one RC QP connected to itself through the port (RoCE: its own GID; IB:
 //! its own LID), the four transfers with every byte compared, and step 5's bandwidth.
 
+use super::args::Args;
 use super::cuda::Cuda;
 use super::ffi::*;
-use super::rdma::{compare, fill, wait_completions, HostBuf, Region, Regions};
+use super::host::{compare, fill, wait_completions, HostBuf, Region, Regions};
 use super::report::{Bw, Report};
-use super::{errno, errno_text, Args};
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 

@@ -1,18 +1,133 @@
-//! Parsers of the recorded command outputs.
+//! The machine record and its parsing, the bottom of the tools: a state folder saved by
+//! `scripts/gdr-state-record` (one file per command it ran), the GPUs `nvidia-smi -q` lists, and
+//! the parsers of the recorded outputs. It judges nothing; the checks above read it.
 
-use super::*;
+use crate::report::strip_ansi;
+use std::collections::BTreeMap;
+use std::path::Path;
 
-pub(super) fn value(line: &str) -> Option<(&str, &str)> {
+/// One recorded item: the output of one command of the record script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// Not in the folder at all (older record).
+    Missing,
+    /// The command is not installed there.
+    NotRun(String),
+    /// The command ran; its output and exit status.
+    Ran { text: String, status: i32 },
+}
+
+impl Item {
+    pub fn parse(raw: &str) -> Item {
+        if let Some(rest) = raw.strip_prefix("# not run: ") {
+            return Item::NotRun(rest.split_whitespace().next().unwrap_or("").to_string());
+        }
+        let mut status = 0;
+        let mut lines: Vec<&str> = raw.lines().collect();
+        if let Some(last) = lines.last() {
+            if let Some(n) = last.strip_prefix("# exit status ") {
+                status = n.trim().parse().unwrap_or(1);
+                lines.pop();
+            }
+        }
+        Item::Ran { text: strip_ansi(&lines.join("\n")), status }
+    }
+    /// The output of a command that succeeded.
+    pub fn ok(&self) -> Option<&str> {
+        match self {
+            Item::Ran { text, status: 0 } => Some(text),
+            _ => None,
+        }
+    }
+    /// The output whatever the status (some tools exit non-zero with useful output).
+    pub fn any(&self) -> Option<&str> {
+        match self {
+            Item::Ran { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+    pub fn why_not(&self, what: &str) -> String {
+        match self {
+            Item::Missing => format!("{what}: not recorded"),
+            Item::NotRun(t) => format!("{what}: {t} is not installed here"),
+            Item::Ran { text, status } => format!("{what}: failed (exit {status}): {}", text.lines().next().unwrap_or("")),
+        }
+    }
+}
+
+#[derive(Default, Debug)]
+pub struct State {
+    items: BTreeMap<String, Item>,
+}
+
+impl State {
+    pub fn from_dir(dir: &Path) -> std::io::Result<State> {
+        let mut s = State::default();
+        if !dir.join("RECORD").exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a saved state (no RECORD file)", dir.display()),
+            ));
+        }
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if let (Some(stem), Some("txt")) = (p.file_stem().and_then(|s| s.to_str()), p.extension().and_then(|s| s.to_str())) {
+                let raw = String::from_utf8_lossy(&std::fs::read(&p)?).into_owned();
+                s.items.insert(stem.to_string(), Item::parse(&raw));
+            }
+        }
+        Ok(s)
+    }
+    #[cfg(test)]
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> State {
+        State { items: pairs.iter().map(|(k, v)| (k.to_string(), Item::parse(v))).collect() }
+    }
+    pub fn item(&self, name: &str) -> &Item {
+        static MISSING: Item = Item::Missing;
+        self.items.get(name).unwrap_or(&MISSING)
+    }
+}
+
+/// One GPU as `nvidia-smi -q` describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gpu {
+    pub bus: String,
+    pub name: String,
+    pub brand: String,
+    pub arch: String,
+    pub fb_mib: Option<u64>,
+    pub bar1_mib: Option<u64>,
+}
+
+impl Gpu {
+    pub fn is_geforce(&self) -> bool {
+        self.brand.eq_ignore_ascii_case("GeForce") || self.name.contains("GeForce") || self.name.contains("TITAN")
+    }
+    pub fn is_hopper_or_newer_datacenter(&self) -> bool {
+        !self.is_geforce() && (self.arch.contains("Hopper") || self.arch.contains("Blackwell"))
+    }
+}
+
+/// The kernel module's version, from /proc/driver/nvidia/version.
+pub fn kernel_version(st: &State) -> Option<String> {
+    st.item("proc-driver-version").ok().and_then(|t| t.lines().next()).and_then(|l| {
+        l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string)
+    })
+}
+
+// --- parsers of the recorded command outputs ---------------------------------------------
+
+pub fn value(line: &str) -> Option<(&str, &str)> {
     let (k, v) = line.split_once(':')?;
     Some((k.trim(), v.trim()))
 }
 
 /// The value of `key:` in `key: value` lines (modinfo's output).
-pub(super) fn field(text: &str, key: &str) -> Option<String> {
+pub fn field(text: &str, key: &str) -> Option<String> {
     text.lines().filter_map(value).find(|(k, _)| *k == key).map(|(_, v)| v.to_string())
 }
 
-pub(super) fn mib(v: &str) -> Option<u64> {
+pub fn mib(v: &str) -> Option<u64> {
     let mut t = v.split_whitespace();
     let n: u64 = t.next()?.parse().ok()?;
     match t.next() {
@@ -89,7 +204,7 @@ pub fn parse_p2p_matrix(text: &str) -> Vec<(String, String, String)> {
     out
 }
 
-pub(super) fn p2p_code_meaning(code: &str) -> &'static str {
+pub fn p2p_code_meaning(code: &str) -> &'static str {
     match code {
         "OK" => "OK",
         "CNS" => "chipset not supported",
@@ -145,7 +260,7 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<Port> {
     ports
 }
 
-pub(super) fn version_token(s: &str) -> Option<String> {
+pub fn version_token(s: &str) -> Option<String> {
     s.split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .find(|t| t.matches('.').count() >= 1 && t.split('.').all(|p| !p.is_empty()))
         .map(|t| t.to_string())
