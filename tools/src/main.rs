@@ -23,7 +23,12 @@ const VERSION: &str = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION"));
 pub const EXIT_CODES: &str = "Exit codes:
   0  pass / ready
   1  fail / not ready (a check failed; each FAIL line says why and how to fix it)
-  2  could not check here, unusable input, or a usage error";
+  2  could not check here, unusable input, or a usage error
+
+--json (every command): one JSON object, one line: {\"tool\", \"version\", \"checks\": [{\"id\", \"status\",
+\"summary\", \"evidence\": [...], \"fix\"}...], \"could_not_check\": null or why, \"result\", \"exit\"}; a
+status is PASS, WARN, FAIL, INFO or COULD NOT CHECK, a result PASS, FAIL or COULD NOT CHECK (README:
+\"The tools' JSON\")";
 
 #[derive(Parser, Debug)]
 #[command(

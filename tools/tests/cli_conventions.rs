@@ -46,6 +46,12 @@ fn help_is_usage_on_stdout_exit_0_with_the_exit_codes() {
     let o = tool(&["verify-run", "--help", "--nccl-log", "/nonexistent"]);
     assert_eq!(o.rc, 0, "{}", o.stderr);
     assert!(o.stdout.contains("--expect-gdr") && o.stdout.contains("--exit-code <N>"), "{}", o.stdout);
+    // issue 31: where the user looks, the doctor says a FAIL wins over could not check
+    let o = tool(&["doctor", "--help"]);
+    assert!(o.stdout.contains("A FAIL wins over could not check: on a machine without a GPU"), "{}", o.stdout);
+    // and --json is documented once, at the top
+    let o = tool(&["--help"]);
+    assert!(o.stdout.contains("--json (every command): one JSON object"), "{}", o.stdout);
     let o = tool(&["help", "doctor"]);
     assert_eq!(o.rc, 0);
     assert!(o.stdout.contains("--from <SAVED_STATE_FOLDER>"), "{}", o.stdout);
