@@ -219,7 +219,7 @@ pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
                 .evidence(names.join("; ")),
             );
         } else if gpus.iter().all(|g| g.is_hopper_or_newer_datacenter()) {
-            r.push(Check::new("gpu.model", Status::Info, "datacenter Hopper/Blackwell GPUs: libcuda registers natively; use DMA-BUF GPUDirect RDMA (open module + nvidia_drm modeset=1 + inbox rdma-core), no gdrshim and no MLNX_OFED needed").evidence(names.join("; ")));
+            r.push(Check::new("gpu.model", Status::Info, "datacenter Hopper/Blackwell GPUs: libcuda registers natively; use DMA-BUF GPUDirect RDMA (the open module, a kernel with the options rdma.kernel_config checks, inbox rdma-core; no nvidia_drm needed), no gdrshim and no MLNX_OFED needed").evidence(names.join("; ")));
         } else {
             r.push(Check::new("gpu.model", Status::Info, "datacenter GPUs: GPUDirect RDMA is native (nvidia_peermem with MLNX_OFED, or DMA-BUF with the open module); gdrshim is not needed").evidence(names.join("; ")));
         }

@@ -153,3 +153,63 @@ fn parsers() {
     assert_eq!(p[0].gids, vec![(3, "::ffff:10.0.0.1".into(), "RoCE v2".into())]);
     assert_eq!(Item::parse("x\n# exit status 3"), Item::Ran { text: "x".into(), status: 3 });
 }
+
+#[test]
+fn a_kernel_without_infiniband_names_the_parent_option_not_its_children() {
+    // issue 30: route.dmabuf said "lacks CONFIG_INFINIBAND_USER_MEM, CONFIG_INFINIBAND_ON_DEMAND_PAGING",
+    // rdma.kernel_config "lacks CONFIG_HMM_MIRROR, …": the cause, CONFIG_INFINIBAND, was never named
+    let r = doctor(&fixture("rig-4090-no-infiniband"));
+    for id in ["route.dmabuf", "rdma.kernel_config"] {
+        let c = r.get(id).unwrap();
+        assert!(c.summary.contains("CONFIG_INFINIBAND is not set"), "{id}: {}", r.text());
+        assert!(!c.summary.contains("USER_MEM") && !c.summary.contains("ON_DEMAND") && !c.summary.contains("HMM"), "{id}: {}", c.summary);
+    }
+    assert_eq!(status(&r, "route.dmabuf"), Status::Fail);
+    // the source that shows it, cited
+    let c = r.get("rdma.kernel_config").unwrap();
+    assert_eq!(
+        c.evidence,
+        ["CONFIG_INFINIBAND: linux drivers/infiniband/Kconfig: menuconfig INFINIBAND; every option below sits inside `if INFINIBAND`"]
+    );
+    // a child missing under a parent that is there is the child
+    let st = State::from_pairs(&[(
+        "kernel-config",
+        "CONFIG_DMA_SHARED_BUFFER=y\nCONFIG_INFINIBAND=m\nCONFIG_INFINIBAND_USER_ACCESS=m\nCONFIG_INFINIBAND_USER_MEM=y\n# CONFIG_INFINIBAND_ON_DEMAND_PAGING is not set\n",
+    )]);
+    let c = crate::routes::kernel_config_check(&st);
+    assert_eq!(c.summary, "kernel: CONFIG_INFINIBAND_ON_DEMAND_PAGING is not set (mlx5's dma-buf MRs): the DMA-BUF route cannot work");
+    // an older record lists only the children: a child set means its parents are
+    let st = State::from_pairs(&[(
+        "kernel-config",
+        "CONFIG_DMA_SHARED_BUFFER=y\nCONFIG_INFINIBAND_USER_MEM=y\nCONFIG_INFINIBAND_ON_DEMAND_PAGING=y\n",
+    )]);
+    assert_eq!(crate::routes::kernel_config_check(&st).status, Status::Pass);
+}
+
+#[test]
+fn nvidia_drm_is_no_prerequisite_of_dma_buf() {
+    // issue 30: rdma.modeset said "DMA-BUF export of GPU memory is off" / "DMA-BUF needs nvidia_drm
+    // modeset=1"; RM's export (nv-dmabuf.c) reads no modeset, and the H200 exports with no nvidia_drm
+    let r = doctor(&fixture("rig-4090-no-nvidia-drm"));
+    assert_eq!(r.exit_code(), 0, "{}", r.text());
+    assert_eq!(status(&r, "route.dmabuf"), Status::Pass, "{}", r.text());
+    let c = r.get("rdma.modeset").unwrap();
+    assert_eq!((c.status, c.summary.as_str()), (Status::Info, "nvidia_drm not loaded: not needed for DMA-BUF"));
+    assert!(c.evidence[0].contains("nv-dmabuf.c") && c.evidence[0].contains("[RUN] No nvidia_drm needed"), "{:?}", c.evidence);
+    for f in ["rig-4090-bad", "rig-4090-ok", "h200"] {
+        let r = doctor(&fixture(f));
+        let said = r.text();
+        assert!(!said.contains("needs nvidia_drm modeset=1") && !said.contains("export of GPU memory is off"), "{f}: {said}");
+        assert_eq!(status(&r, "rdma.modeset"), Status::Info, "{f}");
+    }
+}
+
+#[test]
+fn the_readme_names_every_kernel_option_of_the_table() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let route_row = readme.lines().find(|l| l.starts_with("| **DMA-BUF**")).expect("the README's route table");
+    for o in crate::routes::DMABUF_KERNEL_OPTIONS {
+        assert!(route_row.contains(&format!("`{}`", o.name)), "the README's DMA-BUF row does not name {}", o.name);
+    }
+    assert!(!route_row.contains("HMM_MIRROR"), "HMM_MIRROR is selected by ODP, no prerequisite of its own");
+}
