@@ -265,3 +265,51 @@ pub fn version_token(s: &str) -> Option<String> {
         .find(|t| t.matches('.').count() >= 1 && t.split('.').all(|p| !p.is_empty()))
         .map(|t| t.to_string())
 }
+
+/// A GPU or an RDMA device as `pci-paths` records it: its sysfs device path, split at `/`
+/// (`pci0000:40`, `0000:40:01.1`, … its own address last), and its NUMA node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciDev {
+    pub gpu: bool,
+    /// The GPU's PCI address, or the RDMA device's name (mlx5_0).
+    pub name: String,
+    pub path: Vec<String>,
+    pub numa: Option<i32>,
+}
+
+/// `gpu ADDRESS /sys/devices/pci…/ADDRESS numa=N` and `nic NAME /sys/devices/pci…/ADDRESS numa=N`.
+pub fn parse_pci_paths(text: &str) -> Vec<PciDev> {
+    text.lines()
+        .filter_map(|l| {
+            let mut t = l.split_whitespace();
+            let gpu = match t.next()? {
+                "gpu" => true,
+                "nic" => false,
+                _ => return None,
+            };
+            let name = t.next()?.to_string();
+            let path: Vec<String> = t.next()?.strip_prefix("/sys/devices/")?.split('/').map(str::to_string).collect();
+            let numa = t.next().and_then(|n| n.strip_prefix("numa=")).and_then(|n| n.parse().ok()).filter(|n: &i32| *n >= 0);
+            Some(PciDev { gpu, name, path, numa })
+        })
+        .collect()
+}
+
+/// The CPU as `/proc/cpuinfo` names it (the `cpu` item).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cpu {
+    pub vendor: String,
+    pub model_name: String,
+}
+
+pub fn parse_cpu(text: &str) -> Cpu {
+    let mut c = Cpu::default();
+    for (k, v) in text.lines().filter_map(value) {
+        match k {
+            "vendor_id" if c.vendor.is_empty() => c.vendor = v.to_string(),
+            "model name" if c.model_name.is_empty() => c.model_name = v.to_string(),
+            _ => {}
+        }
+    }
+    c
+}

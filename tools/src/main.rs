@@ -10,6 +10,7 @@ mod machine;
 mod report;
 mod routes;
 mod selftest;
+mod topology;
 mod verify;
 
 use clap::{Parser, Subcommand};

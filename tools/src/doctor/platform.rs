@@ -118,6 +118,12 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
         Check::new("rdma.modeset", Status::Info, format!("{modeset}: not needed for DMA-BUF")).evidence(crate::routes::MODESET_NOT_NEEDED),
     );
     r.push(crate::routes::kernel_config_check(st));
+    for c in crate::topology::gdr_level_checks(st) {
+        r.push(c);
+    }
+    if let Some(c) = crate::topology::p2p_reads_check(st) {
+        r.push(c);
+    }
     let devinfo = st.item("ibv-devinfo");
     match devinfo.any() {
         Some(t) if t.contains("No IB devices found") || parse_ibv_devinfo(t).is_empty() => r.push(
