@@ -1,4 +1,4 @@
-# Sourced by scripts/doctor, scripts/verify-run, scripts/dmabuf-probe and scripts/selftest.
+# Sourced by scripts/doctor, scripts/report, scripts/verify-run, scripts/dmabuf-probe and scripts/selftest.
 # `find_tool` sets `tool` to the gdrshim-tool of this release (../bin) or of this source tree
 # (../target/release), or exits 2 naming how to build it. `run_tool SUBCOMMAND ARG...` runs it;
 # --help and --version are answered without it (a fresh clone has none built yet): the help from

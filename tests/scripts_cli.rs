@@ -60,6 +60,7 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         ("scripts/deploy.sh", "--uninstall"),
         ("scripts/gdr-state-record", "compare OLD NEW"),
         ("scripts/doctor", "--from DIR"),
+        ("scripts/report", "--selftest"),
         ("scripts/dev/demo.sh", "--verbose"),
         ("scripts/apply-nccl-patches.sh", "--patches DIR"),
         ("scripts/dev/test.sh", "--missing-packages"),
@@ -538,9 +539,13 @@ fn the_tool_wrappers_answer_help_and_version_in_a_fresh_clone() {
         }
     }
     let version = env!("CARGO_PKG_VERSION");
-    for (name, usage) in
-        [("verify-run", "--nccl-log FILE"), ("dmabuf-probe", "--size BYTES"), ("selftest", "--hca NAME"), ("doctor", "--from DIR")]
-    {
+    for (name, usage, real) in [
+        ("verify-run", "--nccl-log FILE", "--json"),
+        ("dmabuf-probe", "--size BYTES", "--json"),
+        ("selftest", "--hca NAME", "--json"),
+        ("doctor", "--from DIR", "--json"),
+        ("report", "--private", "--private"),
+    ] {
         let p = s.join("scripts").join(name);
         for h in ["-h", "--help"] {
             let r = run(&p, &[h], &[]);
@@ -550,7 +555,7 @@ fn the_tool_wrappers_answer_help_and_version_in_a_fresh_clone() {
         let r = run(&p, &["--version"], &[]);
         assert_eq!((r.rc, r.out), (0, format!("{name} (gdrshim) {version}\n")), "{name}: {}", r.err);
         // anything else needs the tool, and says how to build it
-        let r = run(&p, &["--json"], &[]);
+        let r = run(&p, &[real], &[]);
         assert_eq!(r.rc, 2, "{name}: {}", r.out);
         assert!(r.err.contains("gdrshim-tool not found") && r.err.contains("cargo build --release"), "{name}: {}", r.err);
     }

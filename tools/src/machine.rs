@@ -58,6 +58,8 @@ impl Item {
 #[derive(Default, Debug)]
 pub struct State {
     items: BTreeMap<String, Item>,
+    /// The RECORD file: when and where it was saved.
+    record: String,
 }
 
 impl State {
@@ -69,6 +71,7 @@ impl State {
                 format!("{} is not a saved state (no RECORD file)", dir.display()),
             ));
         }
+        s.record = std::fs::read_to_string(dir.join("RECORD")).unwrap_or_default();
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();
             if let (Some(stem), Some("txt")) = (p.file_stem().and_then(|s| s.to_str()), p.extension().and_then(|s| s.to_str())) {
@@ -80,7 +83,15 @@ impl State {
     }
     #[cfg(test)]
     pub fn from_pairs(pairs: &[(&str, &str)]) -> State {
-        State { items: pairs.iter().map(|(k, v)| (k.to_string(), Item::parse(v))).collect() }
+        State { items: pairs.iter().map(|(k, v)| (k.to_string(), Item::parse(v))).collect(), record: String::new() }
+    }
+    /// RECORD's `saved` stamp.
+    pub fn record_stamp(&self) -> Option<String> {
+        self.record.lines().find_map(|l| l.strip_prefix("saved ")).map(str::to_string)
+    }
+    /// RECORD's `host` (the first word).
+    pub fn record_host(&self) -> Option<String> {
+        self.record.lines().find_map(|l| l.strip_prefix("host ")).and_then(|h| h.split_whitespace().next()).map(str::to_string)
     }
     pub fn item(&self, name: &str) -> &Item {
         static MISSING: Item = Item::Missing;

@@ -8,6 +8,7 @@ mod dmabuf;
 mod doctor;
 mod machine;
 mod report;
+mod rig_report;
 mod routes;
 mod selftest;
 mod topology;
@@ -61,6 +62,9 @@ enum Cmd {
     /// Prove GPUDirect RDMA here: GPU memory registered under the shim, RDMA WRITE/READ through one self-connected QP, every byte checked
     #[command(after_help = selftest::AFTER_HELP, display_name = "gdrshim-tool selftest")]
     Selftest(selftest::Args),
+    /// One file about this rig to attach to a question: verdict, route, prerequisites, PCIe paths, self-test figures; nothing private unless asked
+    #[command(after_help = rig_report::AFTER_HELP, display_name = "gdrshim-tool report")]
+    Report(rig_report::Args),
     /// Print the tool's version
     Version,
 }
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Cmd::VerifyRun(a) => a.run(),
         Cmd::DmabufProbe(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
+        Cmd::Report(a) => a.run(),
         Cmd::Version => {
             println!("gdrshim-tool {VERSION}");
             Ok(0)
