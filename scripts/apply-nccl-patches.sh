@@ -18,10 +18,11 @@ patches="$here/../nccl-patches"
 check_only=0
 tree=""
 usage() { sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+bad_usage() { echo "apply-nccl-patches: $1 (try --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --check) check_only=1 ;;
-    --patches) [ $# -ge 2 ] || { echo "apply-nccl-patches: --patches needs a folder" >&2; exit 2; }; patches="$2"; shift ;;
+    --patches) [ $# -ge 2 ] || bad_usage "--patches needs a folder"; patches="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     --version)
       # shellcheck source=scripts/gdrshim-version.sh
@@ -29,12 +30,12 @@ while [ $# -gt 0 ]; do
       gdrshim_version apply-nccl-patches.sh
       exit 0
       ;;
-    -*) echo "apply-nccl-patches: unknown option $1" >&2; usage >&2; exit 2 ;;
-    *) [ -z "$tree" ] || { echo "apply-nccl-patches: one source tree only" >&2; exit 2; }; tree="$1" ;;
+    -*) bad_usage "unknown option $1" ;;
+    *) [ -z "$tree" ] || bad_usage "one source tree only"; tree="$1" ;;
   esac
   shift
 done
-[ -n "$tree" ] || { usage >&2; exit 2; }
+[ -n "$tree" ] || bad_usage "name the NCCL source tree to patch: apply-nccl-patches.sh [--check] NCCL_SOURCE_TREE"
 command -v git >/dev/null || { echo "apply-nccl-patches: needs git (git apply)" >&2; exit 2; }
 
 mk="$tree/makefiles/version.mk"
@@ -53,24 +54,32 @@ series="$patches/$version"
 shopt -s nullglob
 files=("$series"/*.patch)
 if [ ! -d "$series" ] || [ ${#files[@]} -eq 0 ]; then
-  known="$(cd "$patches" 2>/dev/null && for d in */; do [ -n "$(ls "$d"*.patch 2>/dev/null)" ] && printf '%s ' "${d%/}"; done)"
-  echo "apply-nccl-patches: NCCL $version has no gdrshim patch series (series for: ${known:-none}); tree left untouched" >&2
+  known=()
+  for d in "$patches"/*/; do
+    ds=("$d"*.patch)
+    [ ${#ds[@]} -eq 0 ] || known+=("$(basename "$d")")
+  done
+  list="$(IFS=,; echo "${known[*]:-}")"
+  list="${list//,/, }"
+  echo "apply-nccl-patches: NCCL $version has no gdrshim patch series (there are series for ${list:-no version}); tree left untouched" >&2
   exit 1
 fi
 
 tree_abs="$(cd "$tree" && pwd)"
 # git must take paths relative to the NCCL tree, never to a repository the tree sits inside.
 gitapply() { (cd "$tree_abs" && GIT_CEILING_DIRECTORIES="$(dirname "$tree_abs")" git apply "$@"); }
+# "the patch" or "the N patches"
+if [ ${#files[@]} -eq 1 ]; then count="the patch"; else count="the ${#files[@]} patches"; fi
 reversed=()
 for ((i = ${#files[@]} - 1; i >= 0; i--)); do reversed+=("${files[$i]}"); done
 
 if gitapply --check "${files[@]}" 2>/dev/null; then
   if [ "$check_only" = 1 ]; then
-    echo "apply-nccl-patches: NCCL $version: the ${#files[@]} patches of $series apply cleanly (--check: nothing changed)"
+    echo "apply-nccl-patches: NCCL $version: $count of $series $([ ${#files[@]} -eq 1 ] && echo applies || echo apply) cleanly (--check: nothing changed)"
     exit 0
   fi
   gitapply "${files[@]}"
-  echo "apply-nccl-patches: NCCL $version: applied ${#files[@]} patches from $series"
+  echo "apply-nccl-patches: NCCL $version: applied $count of $series"
   echo "Now build NCCL as you normally do (for example: make -j src.build NVCC_GENCODE=\"-gencode=arch=compute_89,code=sm_89\")"
   echo "and point the env script at the result: scripts/gdr-env.sh --nccl-lib $tree_abs/build/lib ..."
   exit 0

@@ -29,7 +29,7 @@ prefix=/opt/rtx4090-gdr
 action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
 usage() { sed -n '2,26s/^# \{0,1\}//p' "$0"; }
-bad_usage() { echo "deploy: $*" >&2; sed -n '4,13s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+bad_usage() { echo "deploy: $* (try --help)" >&2; exit 2; }
 set_action() {
   [ -z "$action" ] || [ "$action" = "$1" ] || bad_usage "$2 and ${action_flag} together are ambiguous: one action at a time"
   action="$1" action_flag="$2"
@@ -231,7 +231,7 @@ if [ "$action" = rollback ]; then
 fi
 
 # ---- install: every check before anything is written --------------------------------------
-[ -n "$dist" ] || { sed -n '2,14s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+[ -n "$dist" ] || bad_usage "name a release folder (deploy.sh DIST) or an action"
 [ -d "$dist" ] || die "$dist is not a folder"
 dist="$(cd "$dist" && pwd)"
 [ -f "$dist/SHA256SUMS" ] || die "$dist has no SHA256SUMS: not a release folder"

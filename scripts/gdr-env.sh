@@ -166,7 +166,7 @@ _gdr_env_build() {
         source "$(dirname "${BASH_SOURCE[0]}")/gdrshim-version.sh" && gdrshim_version gdr-env.sh
       ); return 3 ;;
       --) shift; _GDR_ENV_CMD=("$@"); has_cmd=1; break ;;
-      *) echo "gdr-env: unknown option $1" >&2; _gdr_env_usage >&2; return 2 ;;
+      *) echo "gdr-env: unknown option $1 (try --help)" >&2; return 2 ;;
     esac
     shift
   done

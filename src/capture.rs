@@ -144,6 +144,10 @@ pub fn replay(text: &str) -> Replay {
     let mut r =
         Replay { tracker: Tracker::new(), version: None, ioctls: 0, decoded: 0, failed: 0, malformed: 0, bad_lines: 0, report: Vec::new() };
     let mut table: Option<&'static AbiTable> = None;
+    // A program writes its mark after the step it names: the lines since the last mark are held
+    // and reported after the mark that labels them.
+    let mut held: Vec<String> = Vec::new();
+    let mut marks = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Some(rec) = parse_line(line) else {
             r.bad_lines += 1;
@@ -157,7 +161,11 @@ pub fn replay(text: &str) -> Replay {
                     r.report.push(format!("driver {v}: no verified ABI table, nothing decoded"));
                 }
             }
-            Record::Mark(m) => r.report.push(format!("# {m}")),
+            Record::Mark(m) => {
+                r.report.push(format!("# {m}"));
+                r.report.append(&mut held);
+                marks += 1;
+            }
             Record::Ioctl(io) => {
                 r.ioctls += 1;
                 let Some(t) = table else { continue };
@@ -166,7 +174,7 @@ pub fn replay(text: &str) -> Replay {
                     Outcome::Event(ev) => {
                         r.decoded += 1;
                         for n in r.tracker.apply(&ev) {
-                            r.report.push(notice_line(&n));
+                            held.push(notice_line(&n));
                         }
                     }
                     Outcome::Failed { .. } => r.failed += 1,
@@ -177,19 +185,26 @@ pub fn replay(text: &str) -> Replay {
             Record::Alloc { api, .. } if api == "cuMemMap" => {
                 // Early captures recorded VMM ranges at cuMemMap; libcuda maps them (and registers
                 // them natively) only at cuMemSetAccess, which is the user allocation now.
-                r.report.push("# cuMemMap record from an early capture: not a user allocation (see cuMemSetAccess)".into());
+                held.push("# cuMemMap record from an early capture: not a user allocation (see cuMemSetAccess)".into());
             }
             Record::Alloc { api, ptr, len } => {
                 let v = r.tracker.user_allocation(ptr, len);
-                r.report.push(verdict_line(&api, ptr, len, &v));
+                held.push(verdict_line(&api, ptr, len, &v));
             }
         }
     }
+    if marks > 0 && !held.is_empty() {
+        r.report.push(AFTER_THE_LAST_MARK.into());
+    }
+    r.report.append(&mut held);
     for t in r.tracker.finish() {
         r.report.push(format!("unpredicted native registration still live at exit: {t}"));
     }
     r
 }
+
+/// The label of what a capture's program did after its last mark.
+pub const AFTER_THE_LAST_MARK: &str = "# (after the last mark)";
 
 pub fn notice_line(n: &Notice) -> String {
     match n {

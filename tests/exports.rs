@@ -102,7 +102,7 @@ fn the_replay_tool_answers_help_version_and_unknown_options() {
     let v = run(&["--version"]);
     assert_eq!(
         (v.status.code(), String::from_utf8_lossy(&v.stdout).trim().to_string()),
-        (Some(0), format!("gdrshim-replay {}", env!("CARGO_PKG_VERSION")))
+        (Some(0), format!("gdrshim-replay (gdrshim) {}", env!("CARGO_PKG_VERSION")))
     );
     let u = run(&["--frobnicate", "x.cap"]);
     assert_eq!(u.status.code(), Some(2));

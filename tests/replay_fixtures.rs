@@ -161,3 +161,22 @@ fn the_replay_tool_rejects_garbage_and_says_why() {
     assert_eq!(out.matches("gdrshim: summary").count(), 2, "{out}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn each_mark_comes_before_the_lines_of_the_step_it_names() {
+    // issue 31: a program writes its mark after its step; the replay printed "# cudaMalloc 64M"
+    // after the 64 MiB allocation's line, under the one before it
+    let r = replay(&fixture("alloc-probe.cap.gz"));
+    let at = |prefix: &str| r.report.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {:#?}", r.report));
+    let alloc_64m = at("cuMemAlloc_v2 [0x7f63d6000000, +0x4000000)");
+    assert_eq!(r.report[alloc_64m - 1], "# cudaMalloc 64M", "{:#?}", r.report);
+    let alloc_3m = at("cuMemAlloc_v2 [0x7f63f8800000, +0x300000)");
+    assert_eq!(r.report[alloc_3m - 1], "# cuMemAlloc 3M", "{:#?}", r.report);
+    assert_eq!(r.report[at("cuMemAllocPitch_v2") - 1], "# mallocPitch");
+    // what follows the last mark is labelled so
+    let r = replay("V 580.159.04\nM one\nA cuMemAlloc_v2 7f0000000000 1000\n");
+    assert_eq!(r.report[..2], ["# one", "# (after the last mark)"], "{:#?}", r.report);
+    assert!(r.report[2].starts_with("cuMemAlloc_v2 [0x7f0000000000, +0x1000)"), "{:#?}", r.report);
+    let r = replay("V 580.159.04\nA cuMemAlloc_v2 7f0000000000 1000\nM one\n");
+    assert_eq!(r.report[0], "# one", "{:#?}", r.report);
+}

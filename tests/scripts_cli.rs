@@ -60,9 +60,12 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         ("scripts/deploy.sh", "--uninstall"),
         ("scripts/gdr-state-record", "compare OLD NEW"),
         ("scripts/doctor", "--from DIR"),
+        ("scripts/report", "--selftest"),
         ("scripts/dev/demo.sh", "--verbose"),
         ("scripts/apply-nccl-patches.sh", "--patches DIR"),
-        ("scripts/dev/test.sh", "GDRSHIM_REQUIRE_ALL"),
+        ("scripts/dev/test.sh", "--missing-packages"),
+        ("scripts/dev/build-release.sh", "--update-manifest"),
+        ("scripts/dev/check-release.sh", "SHA256SUMS"),
     ] {
         let p = script(rel);
         for h in ["-h", "--help"] {
@@ -76,18 +79,28 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         assert_eq!(r.rc, 0, "{rel}: {}", r.err);
         let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
         assert_eq!(r.out, format!("{name} {version}"), "{rel} --version");
+        // a usage error is the one problem and a pointer to --help, not the help again (issue 31)
         let r = run(&p, &["--no-such-option"], &env);
         assert_eq!(r.rc, 2, "{rel}: {} {}", r.out, r.err);
-        assert!(r.err.contains("--no-such-option") && r.err.contains(usage_word), "{rel}: usage on stderr: {}", r.err);
+        assert!(r.err.contains("--no-such-option") && r.err.trim_end().ends_with("(try --help)"), "{rel}: {}", r.err);
+        assert_eq!(r.err.lines().count(), 1, "{rel}: one line: {}", r.err);
         assert_eq!(r.out, "", "{rel}: nothing on stdout");
     }
+    // without its one argument, the patch script says what it needs (it printed only the help)
+    let r = run(&script("scripts/apply-nccl-patches.sh"), &[], &env);
+    assert_eq!((r.rc, r.out.as_str()), (2, ""));
+    assert_eq!(
+        r.err,
+        "apply-nccl-patches: name the NCCL source tree to patch: apply-nccl-patches.sh [--check] NCCL_SOURCE_TREE (try --help)\n"
+    );
     // the wrappers of gdrshim-tool: the tool's conventions, with the subcommand's name
     for (rel, sub) in [("scripts/verify-run", "verify-run"), ("scripts/dmabuf-probe", "dmabuf-probe"), ("scripts/selftest", "selftest")] {
         let p = script(rel);
         let r = run(&p, &["--help"], &env);
         assert!(r.rc == 0 && r.out.contains("Exit codes") && r.err.is_empty(), "{rel} --help: {} {}", r.out, r.err);
         let r = run(&p, &["--version"], &env);
-        assert_eq!((r.rc, r.out.as_str()), (0, format!("gdrshim-tool {sub} {}\n", env!("CARGO_PKG_VERSION")).as_str()), "{rel}");
+        let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
+        assert_eq!((r.rc, r.out.as_str()), (0, format!("{name} {version}").as_str()), "{rel} ({sub})");
         let r = run(&p, &["--no-such-option"], &env);
         assert!(r.rc == 2 && r.out.is_empty() && r.err.contains("--no-such-option"), "{rel}: {} {}", r.out, r.err);
     }
@@ -394,4 +407,156 @@ fn env_script_prints_copyable_exports_and_refuses_print_with_a_command() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout), "rc=2 unset\n", "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!marker.exists());
+}
+
+/// A folder of commands for a PATH of its own: links to the real `real` ones, and scripts `fakes`.
+fn path_of(at: &Path, real: &[&str], fakes: &[(&str, &str)]) -> PathBuf {
+    let bin = at.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in real {
+        let found = std::env::var("PATH")
+            .unwrap()
+            .split(':')
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{name} is not on this PATH"));
+        std::os::unix::fs::symlink(found, bin.join(name)).unwrap();
+    }
+    for (name, body) in fakes {
+        write_exe(&bin.join(name), &format!("#!/bin/bash\n{body}\n"));
+    }
+    bin
+}
+
+/// What test.sh runs before its first phase: a shell and the few tools of its prologue.
+const SHELL_TOOLS: &[&str] = &["bash", "dirname", "sed", "head", "awk", "sort", "cat", "id"];
+
+#[test]
+fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
+    // issue 31: without libibverbs-dev the suite failed after 5.5 minutes; without shellcheck a
+    // phase said NOT RUN. Here: no shellcheck, no git, and a compiler that finds no verbs.h.
+    let s = scratch("prereq");
+    let bin = path_of(
+        &s,
+        SHELL_TOOLS,
+        &[
+            ("cc", "for a in \"$@\"; do [ \"$a\" != -E ] || { echo 'fatal error: infiniband/verbs.h: No such file' >&2; exit 1; }; done"),
+            ("c++", "exit 0"),
+            ("objdump", "exit 0"),
+            ("dpkg-deb", "exit 0"),
+            (
+                "cargo",
+                "case \"$1\" in fmt|clippy) [ \"$2\" = --version ] && exit 0 ;; esac; touch \"$(dirname \"$0\")/../cargo-ran\"; exit 101",
+            ),
+            ("rustc", "echo 'rustc 1.95.0 (59807616e 2026-04-14)'"),
+        ],
+    );
+    let env = [("PATH", bin.to_str().unwrap())];
+    let t0 = std::time::Instant::now();
+    let r = run(&script("scripts/dev/test.sh"), &[], &env);
+    assert_eq!(r.rc, 2, "{}{}", r.out, r.err);
+    assert_eq!(r.out, "", "no phase started");
+    assert_eq!(
+        r.err,
+        "test.sh: missing: git shellcheck libibverbs-dev (sudo apt-get install git shellcheck libibverbs-dev); nothing run\n"
+    );
+    assert!(!s.join("cargo-ran").exists(), "nothing built");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
+    // CI's list to install: the same names
+    let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);
+    assert_eq!((r.rc, r.out.as_str()), (0, "git shellcheck libibverbs-dev\n"), "{}", r.err);
+    // Rust's own parts are named with their own command
+    let s = scratch("prereq-rust");
+    let mut fakes = vec![("cc", "exit 0"), ("c++", "exit 0"), ("git", "exit 0"), ("objdump", "exit 0"), ("shellcheck", "exit 0")];
+    fakes.extend([("dpkg-deb", "exit 0"), ("cargo", "[ \"$1\" = fmt ] && exit 0; exit 1"), ("rustc", "exit 0")]);
+    let bin = path_of(&s, SHELL_TOOLS, &fakes);
+    let r = run(&script("scripts/dev/test.sh"), &[], &[("PATH", bin.to_str().unwrap())]);
+    assert_eq!((r.rc, r.err.as_str()), (2, "test.sh: missing: clippy (rustup component add clippy); nothing run\n"), "{}", r.out);
+}
+
+/// Every prerequisite there, and a cargo that fails as `cargo test` does (101) at `fmt`.
+fn failing_toolchain(s: &Path, cargo: &str) -> PathBuf {
+    let ok = "exit 0";
+    path_of(
+        s,
+        SHELL_TOOLS,
+        &[
+            ("cc", ok),
+            ("c++", ok),
+            ("git", ok),
+            ("objdump", ok),
+            ("shellcheck", ok),
+            ("dpkg-deb", ok),
+            ("cargo", cargo),
+            ("rustc", "echo 'rustc 1.95.0 (59807616e 2026-04-14)'"),
+        ],
+    )
+}
+
+#[test]
+fn a_failing_phase_exits_1_as_the_help_says_not_with_cargos_101() {
+    let s = scratch("phase101");
+    let bin = failing_toolchain(&s, "case \"$*\" in *--version*) exit 0 ;; esac; echo \"cargo $*: 1 test failed\" >&2; exit 101");
+    let r = run(&script("scripts/dev/test.sh"), &[], &[("PATH", bin.to_str().unwrap())]);
+    assert_eq!(r.rc, 1, "{}{}", r.out, r.err);
+    assert!(r.out.contains("test.sh: phase format\n"), "{}", r.out);
+    assert!(r.err.contains("test.sh: phase format FAILED after ") && r.err.contains("(its command exited 101)"), "{}", r.err);
+    let help = run(&script("scripts/dev/test.sh"), &["--help"], &[]).out;
+    assert!(help.contains("1 a phase failed"), "{help}");
+}
+
+#[test]
+fn a_failed_release_build_exits_1_and_says_so() {
+    // issue 31: cargo's 101 came through, with only cargo's output
+    let s = scratch("release101");
+    let mut path = failing_toolchain(&s, "echo 'error[E0308]: mismatched types' >&2; exit 101").display().to_string();
+    path.push(':');
+    path.push_str(&std::env::var("PATH").unwrap());
+    let out = s.join("dist");
+    let r = run(&script("scripts/dev/build-release.sh"), &["--out", out.to_str().unwrap()], &[("PATH", path.as_str())]);
+    assert_eq!(r.rc, 1, "{}{}", r.out, r.err);
+    assert!(r.err.contains("build-release: building the library and the tools\n"), "progress first: {}", r.err);
+    assert!(
+        r.err.contains(
+            "build-release: building the library and the tools failed (cargo exited 101; its messages are above): nothing written"
+        ),
+        "{}",
+        r.err
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn the_tool_wrappers_answer_help_and_version_in_a_fresh_clone() {
+    // issue 31: `scripts/verify-run --help` in a fresh clone said "gdrshim-tool not found … build it"
+    let s = scratch("fresh");
+    std::fs::create_dir_all(s.join("scripts")).unwrap();
+    std::fs::copy(root().join("Cargo.toml"), s.join("Cargo.toml")).unwrap();
+    for e in std::fs::read_dir(root().join("scripts")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, s.join("scripts").join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    for (name, usage, real) in [
+        ("verify-run", "--nccl-log FILE", "--json"),
+        ("dmabuf-probe", "--size BYTES", "--json"),
+        ("selftest", "--hca NAME", "--json"),
+        ("doctor", "--from DIR", "--json"),
+        ("report", "--private", "--private"),
+    ] {
+        let p = s.join("scripts").join(name);
+        for h in ["-h", "--help"] {
+            let r = run(&p, &[h], &[]);
+            assert_eq!((r.rc, r.err.as_str()), (0, ""), "{name} {h}: {}", r.out);
+            assert!(r.out.contains(usage) && r.out.contains("Exit"), "{name} {h}: {}", r.out);
+        }
+        let r = run(&p, &["--version"], &[]);
+        assert_eq!((r.rc, r.out), (0, format!("{name} (gdrshim) {version}\n")), "{name}: {}", r.err);
+        // anything else needs the tool, and says how to build it
+        let r = run(&p, &[real], &[]);
+        assert_eq!(r.rc, 2, "{name}: {}", r.out);
+        assert!(r.err.contains("gdrshim-tool not found") && r.err.contains("cargo build --release"), "{name}: {}", r.err);
+    }
 }

@@ -20,7 +20,7 @@
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { sed -n '2,19s/^# \{0,1\}//p' "$0"; }
-bad_usage() { echo "build-deb: $1" >&2; usage >&2; exit 2; }
+bad_usage() { echo "build-deb: $1 (try --help)" >&2; exit 2; }
 die() { echo "build-deb: $*" >&2; exit 1; }
 cargo_version() { sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1; }
 dist="" out="$src/target/deb"

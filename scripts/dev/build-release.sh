@@ -22,7 +22,7 @@ set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() { sed -n '2,20s/^# \{0,1\}//p' "$0"; }
 version() { sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1; }
-bad_usage() { echo "build-release: $1" >&2; usage >&2; exit 2; }
+bad_usage() { echo "build-release: $1 (try --help)" >&2; exit 2; }
 out="$src/dist"
 check=0 update=0 deb=0
 while [ $# -gt 0 ]; do
@@ -77,10 +77,23 @@ target="$src/target/release-build"
 # No build id and remapped paths: nothing of this machine or directory ends up in the binaries.
 export RUSTFLAGS="--remap-path-prefix=$src=/gdrshim --remap-path-prefix=$cargo_home=/cargo -C link-arg=-Wl,--build-id=none"
 export CARGO_TARGET_DIR="$target"
-cargo build --release --locked --workspace --lib --bins -q
+t0=$SECONDS
+# cargo's own lines are the progress (about 30 s from cold); a failure is this script's exit 1
+build() {
+  local what=$1 rc=0
+  shift
+  echo "build-release: building $what" >&2
+  "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "build-release: building $what failed (cargo exited $rc; its messages are above): nothing written" >&2
+    exit 1
+  fi
+}
+build "the library and the tools" cargo build --release --locked --workspace --lib --bins
 # the front is a cargo workspace of its own (src/front/Cargo.toml says why)
 front_target="$src/target/release-build-front"
-CARGO_TARGET_DIR="$front_target" cargo build --release --locked --manifest-path src/front/Cargo.toml -q
+build "the front library" env CARGO_TARGET_DIR="$front_target" cargo build --release --locked --manifest-path src/front/Cargo.toml
+echo "build-release: built in $((SECONDS - t0)) s; laying out the release" >&2
 
 # glibc: nothing newer than Ubuntu 22.04's 2.35
 for f in "$target/release/libgdrshim.so" "$front_target/release/libgdrshim_front.so" "$target/release/gdrshim-tool" "$target/release/gdrshim-replay"; do

@@ -21,7 +21,7 @@ case "${1:-}" in
     exit 0
     ;;
   "") ;;
-  *) echo "check-release: unknown argument $1" >&2; sed -n '2,12s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) echo "check-release: unknown argument $1 (try --help)" >&2; exit 2 ;;
 esac
 # shellcheck disable=SC2016 # the backquotes are the README's, not a command
 recorded="$(sed -n 's/.*`rustc -V` of the builds recorded here: `\(rustc [^`]*\)`.*/\1/p' "$src/README.md" | head -n1)"
@@ -45,14 +45,22 @@ for t in "$tree_a" "$tree_b"; do
   mkdir -p "$t"
   git -C "$src" ls-files -z | (cd "$src" && xargs -0 cp --parents -t "$t")
 done
-(cd "$tree_a" && CARGO_HOME="$home_a" bash scripts/dev/build-release.sh --out "$work/dist-a" >/dev/null)
-(cd "$tree_b" && CARGO_HOME="$home_b" CARGO_NET_OFFLINE=true bash scripts/dev/build-release.sh --out "$work/dist-b" >/dev/null)
+t0=$SECONDS
+# progress: one line per build (each about a minute from cold); cargo's lines stay out of the way
+step() { echo "check-release: $1 ($((SECONDS - t0)) s so far)"; }
+step "build 1 of 2, in $tree_a"
+(cd "$tree_a" && CARGO_HOME="$home_a" bash scripts/dev/build-release.sh --out "$work/dist-a" >/dev/null 2>"$work/build-a.log") ||
+  { cat "$work/build-a.log" >&2; exit 1; }
+step "build 2 of 2, in $tree_b, another cargo home"
+(cd "$tree_b" && CARGO_HOME="$home_b" CARGO_NET_OFFLINE=true bash scripts/dev/build-release.sh --out "$work/dist-b" >/dev/null 2>"$work/build-b.log") ||
+  { cat "$work/build-b.log" >&2; exit 1; }
 if ! diff -u "$work/dist-a/SHA256SUMS" "$work/dist-b/SHA256SUMS"; then
   echo "check-release: two builds of one tree differ: the release is not reproducible" >&2
   exit 1
 fi
 echo "check-release: two builds ($tree_a, $tree_b; two cargo homes) are identical: $(wc -l <"$work/dist-a/SHA256SUMS") files"
 # the .deb of each build, each by its own tree's script, at a different time of day
+step "the .deb of each build"
 (cd "$tree_a" && bash scripts/dev/build-deb.sh --dist "$work/dist-a" --out "$work/deb-a" >/dev/null)
 sleep 1
 (cd "$tree_b" && bash scripts/dev/build-deb.sh --dist "$work/dist-b" --out "$work/deb-b" >/dev/null)

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
       source "$(dirname "$0")/../gdrshim-version.sh"
       gdrshim_version demo.sh
       exit 0 ;;
-    *) echo "demo: unknown argument $1" >&2; sed -n '7,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    *) echo "demo: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -50,23 +50,19 @@ describe() {
 # The value of KEY in a summary line ("" when it is not there).
 field() { sed -n "s/.* $1=\([0-9][0-9]*\).*/\1/p" <<<"$2"; }
 
-# The replay's lines for one capture, with each mark of the program ("# cudaMalloc 64M", written
-# after the step it names) moved before the lines it labels; no header or summary line.
+# The replay's lines for one capture under the marks of the program that label them ("# cudaMalloc
+# 64M"; the replay puts each mark before the lines of its step); no header or summary line.
 labelled() { # capture replay-output
   awk -v indent="    " '
     FNR == NR { if (sub(/^M /, "")) mark["# " $0] = 1; next }
     /^== / || /^gdrshim: summary / { next }
-    ($0 in mark) {
+    ($0 in mark) || $0 == "# (after the last mark)" {
+      if (open && n == 0) print indent "  (nothing to register)"
       print indent "[" substr($0, 3) "]"
-      if (n == 0) print indent "  (nothing to register)"
-      for (i = 1; i <= n; i++) print indent "  " held[i]
-      n = 0; marks++; next
+      open = 1; n = 0; next
     }
-    { held[++n] = $0 }
-    END {
-      if (n > 0 && marks > 0) print indent "[after the last mark]"
-      for (i = 1; i <= n; i++) print indent (marks > 0 ? "  " : "") held[i]
-    }' "$1" "$2"
+    { print indent (open ? "  " : "") $0; n++ }
+    END { if (open && n == 0) print indent "  (nothing to register)" }' "$1" "$2"
 }
 
 rows=() failed=() notes=()

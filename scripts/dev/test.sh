@@ -4,28 +4,62 @@
 # integration tests (the real libgdrshim.so in child processes with a fake driver and NIC), the
 # tools' tests, shellcheck, and the reproducible release against SHA256SUMS.
 #
-#   scripts/dev/test.sh [--help | --version]
+#   scripts/dev/test.sh [--help | --version | --missing-packages]
 #
-# GDRSHIM_REQUIRE_ALL=1 (CI) makes a missing linter an error instead of a "NOT RUN" line.
-# Exit status: 0 every phase passed; 1 a phase failed; 2 usage.
+# Every prerequisite is checked before the first phase: what is missing is named in one line with
+# the command that installs it (exit 2). --missing-packages prints only the Debian packages missing
+# (what .ci/run installs), one line, empty when none.
+# Exit status: 0 every phase passed; 1 a phase failed; 2 a prerequisite is missing, or usage.
 set -euo pipefail
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+missing_only=0
 case "${1:-}" in
-  -h|--help) sed -n '2,10s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -h|--help) usage; exit 0 ;;
   --version)
     # shellcheck source=scripts/gdrshim-version.sh
     source "$(dirname "$0")/../gdrshim-version.sh"
     gdrshim_version test.sh
     exit 0
     ;;
+  --missing-packages) missing_only=1 ;;
   "") ;;
-  *) echo "test.sh: unknown argument $1" >&2; sed -n '2,10s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) echo "test.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 esac
+[ $# -le 1 ] || { echo "test.sh: one argument at most (try --help)" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
-require_all="${GDRSHIM_REQUIRE_ALL:-0}"
-missing() {
-  if [ "$require_all" = 1 ]; then echo "test.sh: $1 is not installed (GDRSHIM_REQUIRE_ALL=1)" >&2; exit 1; fi
-  echo "test.sh: $1 is not installed here: that step NOT RUN"
-}
+
+# The prerequisites, all checked at once: Debian packages (with the command each is found by) and
+# the Rust toolchain's parts (rustup's).
+packages=() rust=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cc || packages+=(gcc)
+have c++ || packages+=(g++)
+have git || packages+=(git)
+have objdump || packages+=(binutils)
+have shellcheck || packages+=(shellcheck)
+have dpkg-deb || packages+=(dpkg)
+# rdma-core's verbs.h: the self-test's layout test compiles against it
+if ! have cc || ! printf '#include <infiniband/verbs.h>\n' | cc -E -x c - >/dev/null 2>&1; then
+  packages+=(libibverbs-dev)
+fi
+if [ "$missing_only" = 1 ]; then
+  echo "${packages[*]}"
+  exit 0
+fi
+if ! have cargo || ! have rustc; then
+  rust+=("Rust $(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml | head -n1) (https://rustup.rs)")
+else
+  cargo fmt --version >/dev/null 2>&1 || rust+=(rustfmt)
+  cargo clippy --version >/dev/null 2>&1 || rust+=(clippy)
+fi
+if [ ${#packages[@]} -gt 0 ] || [ ${#rust[@]} -gt 0 ]; then
+  line="test.sh: missing:"
+  [ ${#packages[@]} -eq 0 ] || line+=" ${packages[*]} (sudo apt-get install ${packages[*]})"
+  [ ${#rust[@]} -eq 0 ] || line+="$([ ${#packages[@]} -eq 0 ] || echo ';') ${rust[*]} ($(if [[ "${rust[0]}" == Rust* ]]; then echo "install it"; else echo "rustup component add ${rust[*]}"; fi))"
+  echo "$line; nothing run" >&2
+  exit 2
+fi
+
 t_all=$SECONDS
 phase_start=$SECONDS
 phase() {
@@ -34,9 +68,14 @@ phase() {
   phase_start=$SECONDS
   echo "test.sh: phase $1"
 }
+# A failing step exits with its own status (cargo test's 101): the suite says which phase, and
+# exits 1 as its help says.
 on_exit() {
   local rc=$?
-  [ "$rc" = 0 ] || echo "test.sh: phase ${phase_name:-?} FAILED (exit $rc)" >&2
+  if [ "$rc" != 0 ]; then
+    echo "test.sh: phase ${phase_name:-?} FAILED after $((SECONDS - phase_start)) s (its command exited $rc)" >&2
+    exit 1
+  fi
 }
 trap on_exit EXIT
 
@@ -65,17 +104,13 @@ cargo build --release --locked --workspace
 cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front
 
 phase lint
-if cargo clippy --version >/dev/null 2>&1; then
-  # every unsafe block says why it is sound
-  cargo clippy --release --locked --workspace --all-targets -- -D clippy::undocumented_unsafe_blocks
-  cargo clippy --release --locked -p gdrshim --all-targets --features knobs -- -D clippy::undocumented_unsafe_blocks
-  for f in "" knobs; do
-    cargo clippy --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front --features "$f" \
-      -- -D warnings -D clippy::undocumented_unsafe_blocks
-  done
-else
-  missing clippy
-fi
+# every unsafe block says why it is sound
+cargo clippy --release --locked --workspace --all-targets -- -D clippy::undocumented_unsafe_blocks
+cargo clippy --release --locked -p gdrshim --all-targets --features knobs -- -D clippy::undocumented_unsafe_blocks
+for f in "" knobs; do
+  cargo clippy --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front --features "$f" \
+    -- -D warnings -D clippy::undocumented_unsafe_blocks
+done
 
 phase unit
 # the library's own tests, as it ships and with the test knobs; the layering rules
@@ -101,19 +136,16 @@ phase tools
 cargo test --release --locked -p gdrshim-tools
 
 phase scripts
-if command -v shellcheck >/dev/null 2>&1; then
-  # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script
-  sh_files=()
-  for f in scripts/* scripts/dev/* tests/gpu/*.sh .ci/run; do
-    [ ! -f "$f" ] || sh_files+=("$f")
-  done
-  shellcheck -x "${sh_files[@]}"
-  echo "shellcheck: all scripts clean"
-else
-  missing shellcheck
-fi
+# every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script
+sh_files=()
+for f in scripts/* scripts/dev/* tests/gpu/*.sh .ci/run; do
+  [ ! -f "$f" ] || sh_files+=("$f")
+done
+shellcheck -x "${sh_files[@]}"
+echo "shellcheck: all scripts clean"
 
 phase release
+echo "test.sh: the release is built twice and packaged twice (about 2 minutes; each step is named as it starts)"
 bash scripts/dev/check-release.sh
 phase "all"
 echo "test.sh: all phases passed in $((SECONDS - t_all)) s"

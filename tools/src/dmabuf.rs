@@ -29,12 +29,15 @@ pub struct Args {
     /// The verbs library to load for step 3 (a name the dynamic loader searches for, or a path)
     #[arg(long, value_name = "LIB", default_value = "libibverbs.so.1")]
     libibverbs: String,
+    /// One JSON object instead of the text report
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
         let r = probe(&self.libcuda, &self.libibverbs, self.size, self.device);
-        print!("{}", r.text());
+        print!("{}", if self.json { r.json("dmabuf-probe") + "\n" } else { r.text() });
         Ok(r.exit_code())
     }
 }
@@ -164,7 +167,7 @@ pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Re
                     cuda.err_name(rc)
                 ),
             )
-            .fix("GeForce: use gdrshim instead; otherwise the open kernel module and nvidia_drm modeset=1 are needed"),
+            .fix("GeForce: use gdrshim instead; otherwise the open kernel module and a kernel with CONFIG_DMA_SHARED_BUFFER (nvidia_drm modeset is not read by the export)"),
         );
     }
     // SAFETY: as above; the context is released below.
@@ -194,7 +197,7 @@ pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Re
     if rc != 0 || fd < 0 {
         r.push(
             Check::new("dmabuf.export", Status::Fail, format!("step 2, cuMemGetHandleForAddressRange(DMA_BUF_FD) failed: {}", cuda.err_name(rc)))
-                .fix("CUDA_ERROR_NOT_SUPPORTED (801) is what a GeForce returns (use gdrshim); on Hopper/Blackwell: open kernel module, nvidia_drm modeset=1, kernel with CONFIG_DMA_SHARED_BUFFER"),
+                .fix("CUDA_ERROR_NOT_SUPPORTED (801) is what a GeForce returns (use gdrshim); on Hopper/Blackwell: the open kernel module and a kernel with CONFIG_DMA_SHARED_BUFFER (not nvidia_drm modeset: the export does not read it)"),
         );
     } else {
         r.push(Check::new("dmabuf.export", Status::Pass, format!("step 2: DMA-BUF fd {fd} for the allocation")));

@@ -81,13 +81,6 @@ impl Report {
             0
         }
     }
-    fn result(&self) -> &'static str {
-        match self.exit_code() {
-            0 => "PASS",
-            1 => "FAIL",
-            _ => "COULD NOT CHECK",
-        }
-    }
     #[cfg(test)]
     pub fn get(&self, id: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.id == id)
@@ -120,30 +113,53 @@ impl Report {
         s
     }
 
-    pub fn json(&self) -> String {
-        let mut s = String::from("{\"checks\":[");
-        for (i, c) in self.checks.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            let ev: Vec<String> = c.evidence.iter().map(|e| json_str(e)).collect();
-            let _ = write!(
-                s,
-                "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}}}",
-                json_str(&c.id),
-                json_str(c.status.word()),
-                json_str(&c.summary),
-                ev.join(","),
-                json_str(&c.fix)
-            );
-        }
-        s.push(']');
-        if let Some(why) = &self.unchecked {
-            let _ = write!(s, ",\"could_not_check\":{}", json_str(why));
-        }
-        let _ = write!(s, ",\"result\":{}}}", json_str(self.result()));
-        s
+    /// The report as the tools' one JSON object ([`json_object`]).
+    pub fn json(&self, tool: &str) -> String {
+        let checks: Vec<String> = self.checks.iter().map(|c| c.json("")).collect();
+        json_object(tool, &checks, self.unchecked.as_deref(), self.exit_code(), "")
     }
+}
+
+impl Check {
+    /// `{"id","status","summary","evidence":[…],"fix"}`, then `more` (keys of a tool's own).
+    pub fn json(&self, more: &str) -> String {
+        let ev: Vec<String> = self.evidence.iter().map(|e| json_str(e)).collect();
+        format!(
+            "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}{more}}}",
+            json_str(&self.id),
+            json_str(self.status.word()),
+            json_str(&self.summary),
+            ev.join(","),
+            json_str(&self.fix)
+        )
+    }
+}
+
+/// The words of a verdict, in the text and in the JSON alike: a check is PASS, WARN, FAIL, INFO
+/// (seen, not judged) or COULD NOT CHECK; a result is PASS, FAIL or COULD NOT CHECK.
+pub const COULD_NOT_CHECK: &str = "COULD NOT CHECK";
+
+/// The result word of an exit code (0 PASS, 1 FAIL, 2 COULD NOT CHECK).
+pub fn result_word(exit: u8) -> &'static str {
+    match exit {
+        0 => "PASS",
+        1 => "FAIL",
+        _ => COULD_NOT_CHECK,
+    }
+}
+
+/// The one JSON object every command prints with `--json` (the README's "The tools' JSON"):
+/// `{"tool","version","checks":[…],"could_not_check":null or why,"result","exit"}`, then `extra`
+/// (`,"key":value…`, a command's own keys). Each check is [`Check::json`]'s object.
+pub fn json_object(tool: &str, checks: &[String], could_not_check: Option<&str>, exit: u8, extra: &str) -> String {
+    format!(
+        "{{\"tool\":{},\"version\":{},\"checks\":[{}],\"could_not_check\":{},\"result\":{},\"exit\":{exit}{extra}}}",
+        json_str(tool),
+        json_str(env!("CARGO_PKG_VERSION")),
+        checks.join(","),
+        could_not_check.map_or("null".to_string(), json_str),
+        json_str(result_word(exit))
+    )
 }
 
 pub fn json_str(s: &str) -> String {
@@ -195,11 +211,15 @@ mod tests {
         let mut r = Report::default();
         r.push(Check::new("a", Status::Pass, "q\"\n\u{1}").evidence("x\\y"));
         assert_eq!(
-            r.json(),
-            r#"{"checks":[{"id":"a","status":"PASS","summary":"q\"\n\u0001","evidence":["x\\y"],"fix":""}],"result":"PASS"}"#
+            r.json("t"),
+            concat!(
+                r#"{"tool":"t","version":""#,
+                env!("CARGO_PKG_VERSION"),
+                r#"","checks":[{"id":"a","status":"PASS","summary":"q\"\n\u0001","evidence":["x\\y"],"fix":""}],"could_not_check":null,"result":"PASS","exit":0}"#
+            )
         );
         r.push(Check::new("b", Status::Fail, "no"));
-        assert!(r.json().ends_with("\"result\":\"FAIL\"}"));
+        assert!(r.json("t").ends_with("\"result\":\"FAIL\",\"exit\":1}"));
         assert!(r.failed());
     }
     #[test]
@@ -212,11 +232,11 @@ mod tests {
         r.could_not_check("a second reason is not kept");
         assert_eq!(r.exit_code(), 2);
         assert!(r.text().ends_with("could not check here: no libcuda\n"), "{}", r.text());
-        assert!(r.json().ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\"}"), "{}", r.json());
+        assert!(r.json("t").ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\",\"exit\":2}"), "{}", r.json("t"));
         // a failure found is a failure, whatever could not be checked
         r.push(Check::new("b", Status::Fail, "no"));
         assert_eq!(r.exit_code(), 1);
-        assert!(!r.text().contains("could not check here") && r.json().ends_with("\"result\":\"FAIL\"}"));
+        assert!(!r.text().contains("could not check here") && r.json("t").ends_with("\"result\":\"FAIL\",\"exit\":1}"));
     }
     #[test]
     fn ansi() {

@@ -3,7 +3,7 @@
 //! one gdrshim's `GDRSHIM_ROUTE=auto` takes. A route that is missing while the other works is a
 //! WARN (the machine is ready); only when no route works is it a FAIL.
 
-use crate::doctor::{Gpu, State};
+use crate::machine::{Gpu, State};
 use crate::report::{Check, Status};
 
 /// One prerequisite: met, not met (why, fix), or not judged (why).
@@ -11,6 +11,118 @@ enum Need {
     Met(String),
     Unmet(String, &'static str),
     Unknown(String),
+}
+
+/// One kernel option a route needs, with the source that shows it. Parents come before their
+/// children: a kernel cannot have a child option without its parent, so a missing parent is named
+/// and its children are not.
+pub struct KernelOption {
+    pub name: &'static str,
+    pub parent: Option<&'static str>,
+    /// What needs it.
+    pub needed_by: &'static str,
+    /// Where that is shown (source file and function, or the run).
+    pub source: &'static str,
+}
+
+/// The DMA-BUF route's kernel options, the one table the doctor's `route.dmabuf` and
+/// `rdma.kernel_config` (and so the self-test's step 1) read; the README's route table names the
+/// same (a doctor test checks that).
+pub const DMABUF_KERNEL_OPTIONS: &[KernelOption] = &[
+    KernelOption {
+        name: "CONFIG_DMA_SHARED_BUFFER",
+        parent: None,
+        needed_by: "RM's dma-buf export",
+        source: "open-gpu-kernel-modules kernel-open/nvidia/nv-dmabuf.c: nv_dma_buf_export() is built only #if defined(CONFIG_DMA_SHARED_BUFFER), else NV_ERR_NOT_SUPPORTED",
+    },
+    KernelOption {
+        name: "CONFIG_INFINIBAND",
+        parent: None,
+        needed_by: "the RDMA core (ib_core)",
+        source: "linux drivers/infiniband/Kconfig: menuconfig INFINIBAND; every option below sits inside `if INFINIBAND`",
+    },
+    KernelOption {
+        name: "CONFIG_INFINIBAND_USER_ACCESS",
+        parent: Some("CONFIG_INFINIBAND"),
+        needed_by: "verbs from user space (ib_uverbs)",
+        source: "linux drivers/infiniband/Kconfig: config INFINIBAND_USER_ACCESS",
+    },
+    KernelOption {
+        name: "CONFIG_INFINIBAND_USER_MEM",
+        parent: Some("CONFIG_INFINIBAND_USER_ACCESS"),
+        needed_by: "user memory regions (ib_umem, ib_umem_dmabuf)",
+        source: "linux drivers/infiniband/Kconfig: INFINIBAND_USER_MEM depends on INFINIBAND_USER_ACCESS != n",
+    },
+    KernelOption {
+        name: "CONFIG_INFINIBAND_ON_DEMAND_PAGING",
+        parent: Some("CONFIG_INFINIBAND_USER_MEM"),
+        needed_by: "mlx5's dma-buf MRs",
+        source: "linux drivers/infiniband/hw/mlx5/mr.c: mlx5_ib_reg_user_mr_dmabuf() returns -EOPNOTSUPP unless INFINIBAND_USER_MEM and INFINIBAND_ON_DEMAND_PAGING",
+    },
+];
+
+/// Whether `nvidia_drm modeset=1` is needed for DMA-BUF export: it is not (the doctor says so
+/// where it records modeset).
+pub const MODESET_NOT_NEEDED: &str = "RM's dma-buf export does not read nvidia_drm's modeset (nv-dmabuf.c); on the H200 exports work with no nvidia_drm loaded at all (docs/nvidia-abi.md, [RUN] No nvidia_drm needed)";
+
+/// What of [`DMABUF_KERNEL_OPTIONS`] the kernel config lacks, parents first; a child whose parent
+/// is missing is left out (the parent is the cause).
+pub fn kernel_lacks(config: &str) -> Vec<&'static KernelOption> {
+    let mut lacks: Vec<&'static KernelOption> = Vec::new();
+    for o in DMABUF_KERNEL_OPTIONS {
+        let parent_missing = o.parent.is_some_and(|p| !option_set(config, p));
+        if !option_set(config, o.name) && !parent_missing {
+            lacks.push(o);
+        }
+    }
+    lacks
+}
+
+/// `name=y` or `=m` in the config, or a child of it set (Kconfig allows no child without its
+/// parent; a record of an older gdr-state-record lists only the children).
+fn option_set(config: &str, name: &str) -> bool {
+    config.lines().any(|l| l.strip_prefix(name).is_some_and(|v| v == "=y" || v == "=m"))
+        || DMABUF_KERNEL_OPTIONS.iter().any(|o| o.parent == Some(name) && option_set(config, o.name))
+}
+
+/// "CONFIG_INFINIBAND is not set (the RDMA core (ib_core))", one per missing option, parents first.
+fn lacks_text(lacks: &[&KernelOption]) -> String {
+    lacks.iter().map(|o| format!("{} is not set ({})", o.name, o.needed_by)).collect::<Vec<_>>().join(", ")
+}
+
+/// The kernel-config need of the DMA-BUF route, as [`kernel_config_check`] and `route.dmabuf` say it.
+fn kernel_config_need(st: &State) -> Need {
+    match st.item("kernel-config").ok() {
+        Some(t) => {
+            let lacks = kernel_lacks(t);
+            if lacks.is_empty() {
+                let all: Vec<&str> = DMABUF_KERNEL_OPTIONS.iter().map(|o| o.name.trim_start_matches("CONFIG_")).collect();
+                Need::Met(format!("kernel has {}", all.join(", ")))
+            } else {
+                Need::Unmet(
+                    format!("kernel: {}", lacks_text(&lacks)),
+                    "use a distribution kernel built with them (Ubuntu's generic kernels are)",
+                )
+            }
+        }
+        None => Need::Unknown(st.item("kernel-config").why_not("kernel config")),
+    }
+}
+
+/// `rdma.kernel_config`: the same table, for every machine (datacenter GPUs export natively
+/// through the same kernel paths).
+pub fn kernel_config_check(st: &State) -> Check {
+    let mut c = match kernel_config_need(st) {
+        Need::Met(w) => Check::new("rdma.kernel_config", Status::Pass, w),
+        Need::Unmet(w, fix) => Check::new("rdma.kernel_config", Status::Warn, format!("{w}: the DMA-BUF route cannot work")).fix(fix),
+        Need::Unknown(w) => return Check::new("rdma.kernel_config", Status::Info, w),
+    };
+    if let Some(t) = st.item("kernel-config").ok() {
+        for o in kernel_lacks(t) {
+            c = c.evidence(format!("{}: {}", o.name, o.source));
+        }
+    }
+    c
 }
 
 fn major_minor(v: &str) -> Option<(u32, u32)> {
@@ -56,24 +168,7 @@ fn dmabuf_needs(st: &State, kernel_version: Option<&str>) -> Vec<Need> {
         )),
         None => v.push(Need::Unknown("kernel version not recorded".into())),
     }
-    match st.item("kernel-config").ok() {
-        Some(t) => {
-            let has = |k: &str| t.lines().any(|l| l.starts_with(&format!("{k}=y")) || l.starts_with(&format!("{k}=m")));
-            let missing: Vec<&str> = ["CONFIG_DMA_SHARED_BUFFER", "CONFIG_INFINIBAND_USER_MEM", "CONFIG_INFINIBAND_ON_DEMAND_PAGING"]
-                .into_iter()
-                .filter(|k| !has(k))
-                .collect();
-            if missing.is_empty() {
-                v.push(Need::Met("kernel has DMA_SHARED_BUFFER, INFINIBAND_USER_MEM, INFINIBAND_ON_DEMAND_PAGING".into()));
-            } else {
-                v.push(Need::Unmet(
-                    format!("kernel lacks {} (RM reports no dma-buf capability, or mlx5 takes no dma-buf MR)", missing.join(", ")),
-                    "use a distribution kernel built with them (Ubuntu's generic kernels are)",
-                ));
-            }
-        }
-        None => v.push(Need::Unknown("kernel config not readable".into())),
-    }
+    v.push(kernel_config_need(st));
     match rdma_core(st) {
         Some((p, major)) if major >= 34 => v.push(Need::Met(format!("{p} (ibv_reg_dmabuf_mr, rdma-core 34+)"))),
         Some((p, _)) => v.push(Need::Unmet(
@@ -166,13 +261,6 @@ pub fn checks(st: &State, kernel_version: Option<&str>, gpus: &[Gpu]) -> Vec<Che
     }
     let (mut d, dw) = verdict("route.dmabuf", "DMA-BUF", &dmabuf_needs(st, kernel_version));
     let (mut n, nw) = verdict("route.nv503c", "NV503C", &nv503c_needs(st));
-    let modeset =
-        st.item("module-params").any().and_then(|p| p.lines().find(|l| l.contains("nvidia_drm/parameters/modeset")).map(str::to_string));
-    if let Some(m) = modeset.filter(|m| m.trim_end().ends_with(": N")) {
-        d = d.evidence(format!(
-            "note: nvidia_drm modeset=0 ({m}); RM's own dma-buf capability does not depend on it, but a Hopper runbook needed it"
-        ));
-    }
     // a route that cannot work while the other does is no fault of the machine
     let choice = match (dw, nw) {
         (Some(true), _) => Check::new("route.choice", Status::Pass, "GDRSHIM_ROUTE=auto takes DMA-BUF (inbox RDMA stack, no peer-memory module needed)"),

@@ -30,7 +30,7 @@ fn verify_run_exit_codes() {
     assert_eq!(rc, 2);
     let (rc, out) = tool(&["verify-run", "--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log", "--json"]);
     assert_eq!(rc, 0);
-    assert!(out.trim_end().ends_with("\"result\":\"PASS\"}"), "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"PASS\",\"exit\":0}"), "{out}");
 }
 
 #[test]
@@ -44,7 +44,7 @@ fn doctor_exit_codes() {
     let (rc, out) = tool(&["doctor", "--from", "tests/fixtures/state/rig-4090-bad", "--json"]);
     assert_eq!(rc, 1);
     assert!(out.contains("\"id\":\"p2p.matrix\",\"status\":\"FAIL\""), "{out}");
-    assert!(out.trim_end().ends_with("\"result\":\"FAIL\"}"), "{out}");
+    assert!(out.trim_end().ends_with("\"result\":\"FAIL\",\"exit\":1}"), "{out}");
     assert_eq!(tool(&["doctor", "--from", "tests"]).0, 2, "not a saved state");
     assert_eq!(tool(&["doctor"]).0, 2);
 }
@@ -63,7 +63,10 @@ fn doctor_could_not_check() {
     assert!(out.contains("could not check here: no NVIDIA kernel module and no GPU"), "{out}");
     let (rc, out) = tool(&["doctor", "--from", empty.to_str().unwrap(), "--json"]);
     assert_eq!(rc, 2, "{out}");
-    assert!(out.trim_end().ends_with("\"result\":\"COULD NOT CHECK\"}") && out.contains("\"could_not_check\":\"no NVIDIA"), "{out}");
+    assert!(
+        out.trim_end().ends_with("\"result\":\"COULD NOT CHECK\",\"exit\":2}") && out.contains("\"could_not_check\":\"no NVIDIA"),
+        "{out}"
+    );
     // a machine as gdr-state-record saves it where there is no driver, no GPU and no HCA (CI):
     // some things are judged (memlock, kernel config), but nothing about GPUs
     let bare = d.join("bare");
@@ -92,4 +95,51 @@ fn doctor_could_not_check() {
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("FAIL limits.memlock") && !out.contains("could not check here"), "{out}");
     let _ = std::fs::remove_dir_all(d);
+}
+
+/// `report` (issue 30): one file to attach, with the verdict, the route and its prerequisites, the
+/// PCIe paths and the self-test's figures, and nothing that names the machine or its network
+/// unless --private.
+#[test]
+fn report_is_one_file_to_share_with_nothing_private() {
+    let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-report", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let selftest = d.join("selftest.txt");
+    std::fs::write(
+        &selftest,
+        "PASS            step 4 rdma.write.gpu-gpu         16777216 bytes\nbandwidth (Gb/s; link 100.00 Gb/s): write.gpu-gpu 64K:40.10\n",
+    )
+    .unwrap();
+    let (rc, out) = tool(&["report", "--from", "tests/fixtures/state/rig-4090-bad", "--selftest", selftest.to_str().unwrap()]);
+    assert_eq!(rc, 0, "a report of a rig that is not ready is still a report: {out}");
+    for section in [
+        "# gdrshim report",
+        "## Verdict",
+        "doctor: FAIL (",
+        "## Route and its prerequisites",
+        "## PCIe paths",
+        "## Machine",
+        "## Self-test",
+        "## Every check of the doctor",
+    ] {
+        assert!(out.contains(section), "{section}: {out}");
+    }
+    assert!(out.contains("- FAIL `route.dmabuf`") && out.contains("write.gpu-gpu 64K:40.10"), "{out}");
+    assert!(out.contains("- GPU 00000000:01:00.0 NVIDIA GeForce RTX 4090 (Ada Lovelace), memory 24564 MiB, BAR1 256 MiB"), "{out}");
+    // what names the machine, its network or what runs on it stays out
+    let state = std::fs::read_to_string("../tests/fixtures/state/rig-4090-bad/kernel.txt").unwrap();
+    let host = state.split_whitespace().nth(1).unwrap().to_string();
+    let (_, private) = tool(&["report", "--from", "tests/fixtures/state/rig-4090-bad", "--private"]);
+    for secret in [format!(" {host} "), "10.100.".into(), "python3".into(), "nvcr.io".into()] {
+        assert!(!out.contains(&secret), "{secret:?} in the shared report:\n{out}");
+    }
+    assert!(private.contains("python3"), "--private keeps it: {private}");
+    // the GIDs of an active RoCE port carry its IP address
+    let (_, ok) = tool(&["report", "--from", "tests/fixtures/state/rig-4090-ok"]);
+    let (_, ok_private) = tool(&["report", "--from", "tests/fixtures/state/rig-4090-ok", "--private"]);
+    assert!(ok_private.contains("::ffff:10.100.100.1"), "{ok_private}");
+    assert!(!ok.contains("10.100.100.1") && ok.contains("<address>"), "{ok}");
+    let (rc, _) = tool(&["report", "--from", "tests"]);
+    assert_eq!(rc, 2, "not a saved state");
 }

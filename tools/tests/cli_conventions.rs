@@ -46,6 +46,12 @@ fn help_is_usage_on_stdout_exit_0_with_the_exit_codes() {
     let o = tool(&["verify-run", "--help", "--nccl-log", "/nonexistent"]);
     assert_eq!(o.rc, 0, "{}", o.stderr);
     assert!(o.stdout.contains("--expect-gdr") && o.stdout.contains("--exit-code <N>"), "{}", o.stdout);
+    // issue 31: where the user looks, the doctor says a FAIL wins over could not check
+    let o = tool(&["doctor", "--help"]);
+    assert!(o.stdout.contains("A FAIL wins over could not check: on a machine without a GPU"), "{}", o.stdout);
+    // and --json is documented once, at the top
+    let o = tool(&["--help"]);
+    assert!(o.stdout.contains("--json (every command): one JSON object"), "{}", o.stdout);
     let o = tool(&["help", "doctor"]);
     assert_eq!(o.rc, 0);
     assert!(o.stdout.contains("--from <SAVED_STATE_FOLDER>"), "{}", o.stdout);
@@ -57,12 +63,12 @@ fn version_everywhere() {
     for args in [&["--version"][..], &["-V"], &["version"]] {
         let o = tool(args);
         assert_eq!(o.rc, 0, "{args:?}: {}", o.stderr);
-        assert_eq!(o.stdout.trim(), format!("gdrshim-tool {want}"), "{args:?}");
+        assert_eq!(o.stdout.trim(), format!("gdrshim-tool (gdrshim) {want}"), "{args:?}");
     }
     for sub in SUBCOMMANDS {
         let o = tool(&[sub, "--version"]);
         assert_eq!(o.rc, 0, "{sub}: {}", o.stderr);
-        assert_eq!(o.stdout, format!("gdrshim-tool {sub} {want}\n"), "{sub}");
+        assert_eq!(o.stdout, format!("gdrshim-tool {sub} (gdrshim) {want}\n"), "{sub}");
     }
 }
 
@@ -95,4 +101,8 @@ fn usage_errors_exit_2_on_stderr() {
     assert!(o.stderr.contains("300 is not in 0..=255"), "{}", o.stderr);
     let o = tool(&["doctor", "--bogus"]);
     assert!(o.stderr.contains("unexpected argument '--bogus'"), "{}", o.stderr);
+    // the usage after an unknown flag shows what is required, not the flag clap suggests instead
+    let o = tool(&["verify-run", "--nccl-log", "x", "--bogus"]);
+    assert!(o.stderr.contains("Usage: gdrshim-tool verify-run --nccl-log <FILE> [OPTIONS]\n"), "{}", o.stderr);
+    assert!(!o.stderr.contains("Usage: gdrshim-tool verify-run --nccl-log <FILE> --gpu-sm"), "{}", o.stderr);
 }

@@ -26,7 +26,9 @@ fn env() -> &'static Env {
     E.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         sh(Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim"])
+            // the cdylib's package: `-p gdrshim` alone builds only the rlib (the .so was there only
+            // when the integration tests had built it first)
+            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim-preload"])
             .env("CARGO_TARGET_DIR", root.join("target/knobs"))
             .current_dir(&root));
         // under target/ (one folder, rebuilt each run), not a new /tmp folder per run
@@ -115,7 +117,12 @@ fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload
 
 /// The report line of check `id`: "VERDICT step N id summary".
 fn line<'a>(out: &'a str, id: &str) -> &'a str {
-    out.lines().find(|l| l.split_whitespace().nth(3) == Some(id)).unwrap_or_else(|| panic!("no check {id} in:\n{out}"))
+    // "VERDICT step N id summary", the verdict one word or COULD NOT CHECK
+    let is = |l: &str| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        w.iter().position(|x| *x == "step").and_then(|at| w.get(at + 2).copied()) == Some(id)
+    };
+    out.lines().find(|l| is(l)).unwrap_or_else(|| panic!("no check {id} in:\n{out}"))
 }
 
 /// The text after check `id`'s line up to the next check (its call and cause lines).
@@ -125,7 +132,11 @@ fn detail(out: &str, id: &str) -> String {
 }
 
 fn verdict<'a>(out: &'a str, id: &str) -> &'a str {
-    line(out, id).split_whitespace().next().unwrap()
+    let l = line(out, id);
+    if l.starts_with("COULD NOT CHECK") {
+        return "COULD NOT CHECK";
+    }
+    l.split_whitespace().next().unwrap()
 }
 
 const DATA: [&str; 4] = ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host", "rdma.read.gpu-host"];
@@ -150,7 +161,7 @@ fn a_clean_run_passes_on_the_dmabuf_route() {
     assert_eq!(verdict(&out, "route.dmabuf"), "PASS", "{out}");
     assert!(detail(&out, "route.dmabuf").contains("rig-4090-ok"), "{out}");
     assert!(!out.contains("route.nv503c"), "the route not taken is not judged: {out}");
-    assert!(out.contains("RESULT: PASS (18 PASS, 0 FAIL, 0 COULD-NOT-CHECK)"), "{out}");
+    assert!(out.contains("RESULT: PASS (18 PASS, 0 FAIL, 0 COULD NOT CHECK)"), "{out}");
     // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
     assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");
     let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
@@ -167,12 +178,16 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     let (rc, out, err) = selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
     // --no-bandwidth leaves step 5 unchecked: exit 2, never 0
     assert_eq!(rc, 2, "{out}\n{err}");
-    assert!(out.starts_with("{\"steps\":[") && out.trim_end().ends_with("\"result\":\"COULD-NOT-CHECK\",\"exit\":2}"), "{out}");
+    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.2.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
+    assert!(
+        out.contains("\"could_not_check\":\"bandwidth: ") && out.contains("\"result\":\"COULD NOT CHECK\",\"exit\":2,\"bandwidth\":[]"),
+        "{out}"
+    );
     assert!(
         out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.2.0 registers GPU memory by route nv503c"),
         "{out}"
     );
-    assert!(out.contains("\"id\":\"bandwidth\",\"status\":\"COULD-NOT-CHECK\""), "{out}");
+    assert!(out.contains("\"id\":\"bandwidth\",\"status\":\"COULD NOT CHECK\""), "{out}");
     assert!(!out.contains("\"status\":\"FAIL\""), "{out}");
     assert!(!out.contains("reg.dmabuf"), "no DMA-BUF registration on the NV503C route: {out}");
     for id in DATA {
@@ -188,7 +203,7 @@ fn efault_at_registration_fails_step_3() {
     assert_eq!(verdict(&out, "reg.gpu"), "FAIL", "{out}");
     let d = detail(&out, "reg.gpu");
     assert!(d.contains("errno 14") && d.contains("the NIC could not pin the GPU memory"), "{d}");
-    assert_eq!(verdict(&out, "rdma.loopback"), "COULD-NOT-CHECK", "{out}");
+    assert_eq!(verdict(&out, "rdma.loopback"), "COULD NOT CHECK", "{out}");
     assert!(!out.contains("rdma.write"), "{out}");
 }
 
@@ -201,7 +216,7 @@ fn a_bad_completion_status_fails_step_4() {
     assert!(d.contains("status IBV_WC_REM_ACCESS_ERR (10)") && d.contains("remote access error"), "{d}");
     // the QP is in error after it: what follows is flushed, each transfer named
     assert!(detail(&out, "rdma.write.host-gpu").contains("IBV_WC_WR_FLUSH_ERR"), "{out}");
-    assert_eq!(verdict(&out, "bandwidth"), "COULD-NOT-CHECK", "{out}");
+    assert_eq!(verdict(&out, "bandwidth"), "COULD NOT CHECK", "{out}");
 }
 
 #[test]
@@ -234,9 +249,9 @@ fn no_hca_is_could_not_check() {
     assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
     assert_eq!(verdict(&out, "gpu.alloc"), "PASS", "{out}");
     assert_eq!(verdict(&out, "reg.export"), "PASS", "the export needs no HCA: {out}");
-    assert_eq!(verdict(&out, "reg.gpu"), "COULD-NOT-CHECK", "{out}");
+    assert_eq!(verdict(&out, "reg.gpu"), "COULD NOT CHECK", "{out}");
     assert!(line(&out, "reg.gpu").contains("no HCA"), "{out}");
-    assert_eq!(verdict(&out, "rdma.loopback"), "COULD-NOT-CHECK", "{out}");
+    assert_eq!(verdict(&out, "rdma.loopback"), "COULD NOT CHECK", "{out}");
     assert!(!out.contains("FAIL "), "{out}");
 }
 
@@ -268,11 +283,15 @@ fn it_reexecutes_itself_under_the_shim() {
     assert_eq!(rc, 2, "only step 5 unchecked: {out}\n{err}");
     assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
     assert!(detail(&out, "route.chosen").contains("gdrshim_mode()=3"), "register mode: {out}");
-    assert!(out.contains("RESULT: COULD-NOT-CHECK (") && out.contains(" 0 FAIL, 1 COULD-NOT-CHECK)"), "{out}");
+    assert!(out.contains("RESULT: COULD NOT CHECK (") && out.contains(" 0 FAIL, 1 COULD NOT CHECK)"), "{out}");
     // without a shim to find, it says so (exit 2) instead of testing without it
+    // (issue 31: it said "not found … give --shim PATH" though a path was given)
     let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
     assert_eq!(rc, 2);
-    assert!(err.contains("not preloaded and was not found"), "{err}");
+    assert_eq!(err, "gdrshim-tool: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
+    let (rc, _, err) = selftest("shimdir", &DMABUF, &["--shim", "/tmp"], &[], false);
+    assert_eq!(rc, 2);
+    assert!(err.contains("--shim /tmp: not a file"), "{err}");
 }
 
 #[test]
@@ -314,7 +333,7 @@ fn step_1_fails_when_the_doctor_finds_the_route_taken_cannot_work() {
     // a state that cannot be read is "could not check", never a pass
     let (rc, out, _) = selftest("doctor-none", &DMABUF, &["--state", "/nonexistent/state", "--no-bandwidth"], &[], true);
     assert_eq!(rc, 2, "{out}");
-    assert_eq!(verdict(&out, "route.doctor"), "COULD-NOT-CHECK", "{out}");
+    assert_eq!(verdict(&out, "route.doctor"), "COULD NOT CHECK", "{out}");
 }
 
 #[test]

@@ -22,7 +22,7 @@ Every file is tried; the exit code is the worst of them.";
 #[derive(Parser, Debug)]
 #[command(
     name = "gdrshim-replay",
-    version,
+    version = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION")),
     about = "Replays gdrshim captures (GDRSHIM_CAPTURE files, .cap or .cap.gz): what gdrshim would register \
              for every user allocation, and the shadow oracle's summary. No GPU needed.",
     after_help = EXIT_CODES

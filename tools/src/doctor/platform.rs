@@ -1,6 +1,7 @@
 //! The platform checks: P2P between GPUs, boot and kernel, and the RDMA side of each route.
 
-use super::*;
+use crate::machine::*;
+use crate::report::{Check, Report, Status};
 
 /// P2P between the GPUs, ACS, IOMMU, Secure Boot, kernel headers.
 pub(super) fn p2p_and_boot(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Option<String>) {
@@ -104,52 +105,24 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
     // --- RDMA -------------------------------------------------------------------------------
     let params = st.item("module-params").any().unwrap_or("");
     let param = |p: &str| params.lines().find(|l| l.starts_with(p)).and_then(|l| l.split_once(": ")).map(|(_, v)| v.trim().to_string());
-    let geforce = gpus.iter().any(|g| g.is_geforce());
     for c in crate::routes::checks(st, kernel_version.as_deref(), gpus) {
         r.push(c);
     }
-    match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
-        Some("Y") => r.push(Check::new("rdma.modeset", Status::Pass, "nvidia_drm modeset=1 (DMA-BUF export on)")),
-        Some("N") => r.push(
-            Check::new(
-                "rdma.modeset",
-                if geforce { Status::Info } else { Status::Warn },
-                "nvidia_drm modeset=0: DMA-BUF export of GPU memory is off",
-            )
-            .fix("sudo modprobe -r nvidia_drm && sudo modprobe nvidia_drm modeset=1 (and options nvidia-drm modeset=1 in /etc/modprobe.d)"),
-        ),
-        _ => r.push(Check::new(
-            "rdma.modeset",
-            Status::Info,
-            "nvidia_drm not loaded: modeset cannot be read (DMA-BUF needs nvidia_drm modeset=1)",
-        )),
+    // recorded for the Hopper runbook, which asked for it; no route needs it
+    let modeset = match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
+        Some("Y") => "nvidia_drm modeset=1".to_string(),
+        Some("N") => "nvidia_drm modeset=0".to_string(),
+        _ => "nvidia_drm not loaded".to_string(),
+    };
+    r.push(
+        Check::new("rdma.modeset", Status::Info, format!("{modeset}: not needed for DMA-BUF")).evidence(crate::routes::MODESET_NOT_NEEDED),
+    );
+    r.push(crate::routes::kernel_config_check(st));
+    for c in crate::topology::gdr_level_checks(st) {
+        r.push(c);
     }
-    match st.item("kernel-config").ok() {
-        Some(t) => {
-            let want = ["CONFIG_DMA_SHARED_BUFFER", "CONFIG_HMM_MIRROR", "CONFIG_INFINIBAND_ON_DEMAND_PAGING"];
-            let missing: Vec<&str> = want
-                .iter()
-                .copied()
-                .filter(|k| !t.lines().any(|l| l.starts_with(&format!("{k}=y")) || l.starts_with(&format!("{k}=m"))))
-                .collect();
-            if missing.is_empty() {
-                r.push(Check::new(
-                    "rdma.kernel_config",
-                    Status::Pass,
-                    "kernel has DMA_SHARED_BUFFER, HMM_MIRROR, INFINIBAND_ON_DEMAND_PAGING",
-                ));
-            } else {
-                r.push(
-                    Check::new(
-                        "rdma.kernel_config",
-                        Status::Warn,
-                        format!("kernel lacks {}: the DMA-BUF route cannot work", missing.join(", ")),
-                    )
-                    .fix("use a distribution kernel built with them (Ubuntu 22.04/24.04 generic kernels are)"),
-                );
-            }
-        }
-        None => r.push(Check::new("rdma.kernel_config", Status::Info, st.item("kernel-config").why_not("kernel config"))),
+    if let Some(c) = crate::topology::p2p_reads_check(st) {
+        r.push(c);
     }
     let devinfo = st.item("ibv-devinfo");
     match devinfo.any() {

@@ -1,6 +1,18 @@
 //! The driver and GPU checks.
 
-use super::*;
+use crate::machine::*;
+use crate::report::{Check, Report, Status};
+
+/// Packages the runbook holds so an upgrade cannot replace the patched module or split versions.
+const HOLD: &[&str] = &[
+    "nvidia-open-p2p-dkms",
+    "nvidia-firmware",
+    "nvidia-kernel-common",
+    "nvidia-modprobe",
+    "libnvidia-compute",
+    "libnvidia-cfg1",
+    "nvidia-persistenced",
+];
 
 /// One driver version everywhere, the right build of it, and its modules.
 pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>) {
@@ -207,7 +219,7 @@ pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
                 .evidence(names.join("; ")),
             );
         } else if gpus.iter().all(|g| g.is_hopper_or_newer_datacenter()) {
-            r.push(Check::new("gpu.model", Status::Info, "datacenter Hopper/Blackwell GPUs: libcuda registers natively; use DMA-BUF GPUDirect RDMA (open module + nvidia_drm modeset=1 + inbox rdma-core), no gdrshim and no MLNX_OFED needed").evidence(names.join("; ")));
+            r.push(Check::new("gpu.model", Status::Info, "datacenter Hopper/Blackwell GPUs: libcuda registers natively; use DMA-BUF GPUDirect RDMA (the open module, a kernel with the options rdma.kernel_config checks, inbox rdma-core; no nvidia_drm needed), no gdrshim and no MLNX_OFED needed").evidence(names.join("; ")));
         } else {
             r.push(Check::new("gpu.model", Status::Info, "datacenter GPUs: GPUDirect RDMA is native (nvidia_peermem with MLNX_OFED, or DMA-BUF with the open module); gdrshim is not needed").evidence(names.join("; ")));
         }

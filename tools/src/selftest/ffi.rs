@@ -475,3 +475,12 @@ pub fn layout_lines() -> Vec<String> {
     o!("ibv_context", IbvContext, abi_compat);
     v
 }
+
+/// `strerror`-style text of an errno.
+pub fn errno_text(e: i32) -> String {
+    format!("errno {e} ({})", std::io::Error::from_raw_os_error(e))
+}
+
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}

@@ -3,7 +3,8 @@
 //! records it, or over a state saved earlier (`--state DIR`).
 
 use super::report::Report;
-use crate::doctor::{self, State};
+use crate::doctor;
+use crate::machine::State;
 use crate::report::{Check, Status};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,65 +11,35 @@
 //! 5. bandwidth per direction against the link rate from `ibv_query_port`;
 //! 6. the shim's counters.
 //!
-//! Each check is PASS, FAIL or COULD-NOT-CHECK with the call, its errno or CUDA status, and the
+//! Each check is PASS, FAIL or COULD NOT CHECK with the call, its errno or CUDA status, and the
 //! likely cause. libcuda and libibverbs are loaded at run time (no build-time rdma-core).
 
+mod args;
 mod cuda;
 pub mod ffi;
+mod host;
 #[cfg(test)]
 mod layout;
 mod machine;
 mod qp;
 mod rdma;
 mod report;
+mod shim;
 
-use core::ffi::{c_char, c_int, c_void};
+pub use args::Args;
+use shim::{counter, counters, route_name, shim_int, shim_loaded, shim_version, COUNTER_NAMES};
+
 use report::Report;
 use std::path::PathBuf;
 
 pub const AFTER_HELP: &str = "Runs under libgdrshim.so in register mode (re-executes itself with LD_PRELOAD when the shim is not
 loaded: --shim PATH, else libgdrshim.so next to the binary or in ../lib). Needs a GPU and an HCA port
-that is up; with no HCA the RDMA steps say COULD-NOT-CHECK and the exit code is 2.
+that is up; with no HCA the RDMA steps say COULD NOT CHECK and the exit code is 2.
 
 Exit codes:
   0  every step passed
   1  a step failed (each FAIL names the call, its errno or CUDA status, and the likely cause)
   2  could not check here (no libcuda, no GPU, no libibverbs, no HCA) or a usage error";
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// HCA to use (as in /sys/class/infiniband; default: the first one libibverbs lists)
-    #[arg(long, value_name = "NAME")]
-    pub hca: Option<String>,
-    /// HCA port
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub port: u8,
-    /// GID index (RoCE: the RoCE v2 IPv4 GID the doctor names; IB: LID addressing is used)
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub gid_index: c_int,
-    /// CUDA device ordinal
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub gpu: c_int,
-    /// Largest transfer (bytes; a power of two, 64 KiB … 1 GiB); bandwidth runs 64 KiB … this
-    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
-    pub size: usize,
-    /// Route the shim must take (auto: whichever works here)
-    #[arg(long, value_name = "R", default_value = "auto", value_parser = ["auto", "dmabuf", "nv503c"])]
-    pub route: String,
-    /// libgdrshim.so to run under when it is not preloaded already
-    #[arg(long, value_name = "PATH")]
-    pub shim: Option<PathBuf>,
-    /// A machine state saved by `scripts/gdr-state-record save` for step 1's route checks
-    /// (default: record this machine now with the gdr-state-record next to this program)
-    #[arg(long, value_name = "DIR")]
-    pub state: Option<PathBuf>,
-    /// Skip the bandwidth step (step 5)
-    #[arg(long)]
-    pub no_bandwidth: bool,
-    /// JSON on stdout instead of text
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// Set in the re-executed child: never re-execute twice.
 const CHILD_VAR: &str = "GDRSHIM_SELFTEST_CHILD";
@@ -100,9 +70,7 @@ impl Args {
         }
         let mut preload = std::env::var("LD_PRELOAD").unwrap_or_default();
         if !shim_loaded() {
-            let lib = self.find_shim().ok_or(
-                "libgdrshim.so is not preloaded and was not found (next to the binary, in ../lib, target/release): give --shim PATH",
-            )?;
+            let lib = self.find_shim()?;
             preload = if preload.is_empty() { lib.display().to_string() } else { format!("{}:{preload}", lib.display()) };
         }
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to re-execute it: {e}"))?;
@@ -123,76 +91,24 @@ impl Args {
         }
     }
 
-    fn find_shim(&self) -> Option<PathBuf> {
+    /// The library to preload, absolute (the loader resolves a relative LD_PRELOAD against each
+    /// program's own working folder): --shim's, else the one next to this program or in ../lib.
+    fn find_shim(&self) -> Result<PathBuf, String> {
         if let Some(p) = &self.shim {
-            return p.is_file().then(|| p.canonicalize().unwrap_or(p.clone()));
+            return match std::fs::metadata(p) {
+                Ok(m) if m.is_file() => p.canonicalize().map_err(|e| format!("--shim {}: {e}", p.display())),
+                Ok(_) => Err(format!("--shim {}: not a file (give the path of libgdrshim.so)", p.display())),
+                Err(e) => Err(format!("--shim {}: {e}", p.display())),
+            };
         }
-        let exe = std::env::current_exe().ok()?;
-        let dir = exe.parent()?;
-        [dir.join("libgdrshim.so"), dir.join("../lib/libgdrshim.so")].into_iter().find(|p| p.is_file()).and_then(|p| p.canonicalize().ok())
-    }
-}
-
-/// `dlsym(RTLD_DEFAULT, name)`.
-fn global_sym(name: &[u8]) -> *mut c_void {
-    // SAFETY: dlsym with a NUL-terminated name (every caller passes a literal ending in \0).
-    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr() as *const c_char) }
-}
-
-fn shim_loaded() -> bool {
-    !global_sym(b"gdrshim_version\0").is_null()
-}
-
-fn shim_int(name: &[u8]) -> Option<c_int> {
-    let f = global_sym(name);
-    if f.is_null() {
-        return None;
-    }
-    // SAFETY: the shim's exported `int gdrshim_*(void)` queries (include/gdrshim.h).
-    let f: unsafe extern "C" fn() -> c_int = unsafe { core::mem::transmute(f) };
-    // SAFETY: as above; they take no arguments and never fail.
-    Some(unsafe { f() })
-}
-
-/// `struct gdrshim_counters` of include/gdrshim.h, by name.
-const COUNTER_NAMES: [&str; 13] = [
-    "nv_ioctls",
-    "native",
-    "matched",
-    "mismatched",
-    "unpredicted",
-    "pass0_hits",
-    "pass0_misses",
-    "registered",
-    "unregistered",
-    "rm_errors",
-    "live_registrations",
-    "host_mrs",
-    "stood_aside",
-];
-
-pub fn counters() -> Option<[u64; 13]> {
-    let f = global_sym(b"gdrshim_counters\0");
-    if f.is_null() {
-        return None;
-    }
-    // SAFETY: `int gdrshim_counters(struct gdrshim_counters *out, size_t size)` of gdrshim.h.
-    let f: unsafe extern "C" fn(*mut u64, usize) -> c_int = unsafe { core::mem::transmute(f) };
-    let mut c = [0u64; 13];
-    // SAFETY: `c` is 13 u64s, the size we pass; the shim writes at most that many bytes.
-    let n = unsafe { f(c.as_mut_ptr(), core::mem::size_of_val(&c)) };
-    (n >= 0).then_some(c)
-}
-
-fn counter(c: &[u64; 13], name: &str) -> u64 {
-    COUNTER_NAMES.iter().position(|n| *n == name).map_or(0, |i| c[i])
-}
-
-fn route_name(r: c_int) -> &'static str {
-    match r {
-        1 => "dmabuf",
-        2 => "nv503c",
-        _ => "none",
+        let near = std::env::current_exe().ok().and_then(|exe| {
+            let dir = exe.parent()?.to_path_buf();
+            [dir.join("libgdrshim.so"), dir.join("../lib/libgdrshim.so")]
+                .into_iter()
+                .find(|p| p.is_file())
+                .and_then(|p| p.canonicalize().ok())
+        });
+        near.ok_or_else(|| "libgdrshim.so is not preloaded and not next to this program or in ../lib: give --shim PATH".to_string())
     }
 }
 
@@ -280,17 +196,6 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
     machine::route_checks(a.state.as_deref(), (mode == 3 && route != 0 && active != 0).then(|| route_name(route)), r);
 }
 
-fn shim_version() -> String {
-    let f = global_sym(b"gdrshim_version\0");
-    if f.is_null() {
-        return "?".into();
-    }
-    // SAFETY: `const char *gdrshim_version(void)` of gdrshim.h: a static string.
-    let f: unsafe extern "C" fn() -> *const c_char = unsafe { core::mem::transmute(f) };
-    // SAFETY: as above; the string is NUL-terminated and static.
-    unsafe { core::ffi::CStr::from_ptr(f()) }.to_string_lossy().into_owned()
-}
-
 /// Step 6: the shim's counters; a miss on our own allocations, an RM error or a mismatch fails.
 fn shim_counters(r: &mut Report) {
     let Some(c) = counters() else {
@@ -325,13 +230,4 @@ fn cu_cause(st: &str) -> String {
         "see the CUDA status; dmesg for an Xid"
     };
     c.to_string()
-}
-
-/// `strerror`-style text of an errno.
-pub fn errno_text(e: i32) -> String {
-    format!("errno {e} ({})", std::io::Error::from_raw_os_error(e))
-}
-
-pub fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -1,11 +1,11 @@
 //! Step 4's queue pair: one RC QP connected to itself through the port (RoCE: its own GID; IB:
 //! its own LID), the four transfers with every byte compared, and step 5's bandwidth.
 
+use super::args::Args;
 use super::cuda::Cuda;
 use super::ffi::*;
-use super::rdma::{compare, fill, wait_completions, HostBuf, Region, Regions};
-use super::report::{Bw, Report};
-use super::{errno, errno_text, Args};
+use super::host::{compare, fill, wait_completions, HostBuf, Region, Regions};
+use super::report::{Bw, Report, Verdict};
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
@@ -392,7 +392,21 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
             }
         }
     }
+    explain_read_failure(r, &std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default());
     ok
+}
+
+/// A READ that fails while every WRITE passed, on a platform where a NIC's reads of GPU memory
+/// through the CPU are known to fail: that is named as the cause, first.
+fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
+    let writes_pass = r.items.iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.verdict == Verdict::Pass);
+    let cpu = crate::machine::parse_cpu(cpuinfo);
+    let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else { return };
+    if let Some(read) = r.items.iter_mut().find(|i| i.id == "rdma.read.gpu-host" && i.verdict == Verdict::Fail) {
+        if writes_pass {
+            read.cause = if read.cause.is_empty() { cause } else { format!("{cause}; else: {}", read.cause) };
+        }
+    }
 }
 
 /// Step 5: Gb/s per direction for 64 KiB … --size, against the link rate.
@@ -430,6 +444,47 @@ pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Repor
                 format!("{} sizes, 64 KiB … {} bytes", sizes.len(), a.size),
                 "GPU and NIC are not under one PCIe switch or root port (traffic crosses the CPU), ACS/IOMMU redirect peer traffic, a PCIe link trained below its width or speed (lspci -vv LnkSta), or the NIC's MTU/RoCE settings",
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(read: Verdict, write: Verdict) -> Report {
+        let mut r = Report::default();
+        for id in ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host"] {
+            r.add(4, id, write, "", "", "");
+        }
+        r.add(4, "rdma.read.gpu-host", read, "RDMA READ failed", "ibv_poll_cq: status REM_ACCESS_ERR", "remote access error");
+        r
+    }
+    const ARROW_LAKE: &str = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 198\nmodel name\t: Intel(R) Core(TM) Ultra 9 285K\n";
+    const EPYC: &str = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n";
+
+    #[test]
+    fn a_read_that_fails_while_writes_pass_names_the_intel_client_platform() {
+        let mut r = report(Verdict::Fail, Verdict::Pass);
+        explain_read_failure(&mut r, ARROW_LAKE);
+        let read = &r.items[3];
+        assert!(
+            read.cause.starts_with("this is an Intel client CPU (Intel(R) Core(TM) Ultra 9 285K): a NIC's PCIe reads"),
+            "{}",
+            read.cause
+        );
+        assert!(
+            read.cause.contains("NVIDIA/open-gpu-kernel-modules#1253") && read.cause.ends_with("; else: remote access error"),
+            "{}",
+            read.cause
+        );
+        // not when a write failed too, nor on another CPU, nor when the read passed
+        for (rd, wr, cpu) in
+            [(Verdict::Fail, Verdict::Fail, ARROW_LAKE), (Verdict::Fail, Verdict::Pass, EPYC), (Verdict::Pass, Verdict::Pass, ARROW_LAKE)]
+        {
+            let mut r = report(rd, wr);
+            explain_read_failure(&mut r, cpu);
+            assert!(!r.items[3].cause.contains("#1253"), "{rd:?} {wr:?} {cpu}");
         }
     }
 }

@@ -1,9 +1,9 @@
-//! The self-test's report: one line per step check (PASS, FAIL or COULD-NOT-CHECK) with the call
+//! The self-test's report: one line per step check (PASS, FAIL or COULD NOT CHECK) with the call
 //! that decided it, its errno or CUDA status, and the likely cause; the shim's counters; the
 //! bandwidth table. Text or JSON; the exit code: 0 all passed, 1 a step failed, 2 could not
 //! check here.
 
-use crate::report::json_str;
+use crate::report::{json_object, json_str, COULD_NOT_CHECK};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -17,7 +17,7 @@ impl Verdict {
     pub fn word(self) -> &'static str {
         match self {
             Verdict::Pass => "PASS",
-            Verdict::NotChecked => "COULD-NOT-CHECK",
+            Verdict::NotChecked => COULD_NOT_CHECK,
             Verdict::Fail => "FAIL",
         }
     }
@@ -111,7 +111,7 @@ impl Report {
         let n = |v| self.items.iter().filter(|i| i.verdict == v).count();
         let _ = writeln!(
             s,
-            "RESULT: {} ({} PASS, {} FAIL, {} COULD-NOT-CHECK)",
+            "RESULT: {} ({} PASS, {} FAIL, {} COULD NOT CHECK)",
             self.verdict().word(),
             n(Verdict::Pass),
             n(Verdict::Fail),
@@ -120,39 +120,47 @@ impl Report {
         s
     }
 
+    /// The tools' one JSON object: each step a check (its call the evidence, `step` and `cause`
+    /// its own keys), then `bandwidth`, `link_gbps` and `counters`.
     pub fn json(&self) -> String {
-        let mut s = String::from("{\"steps\":[");
-        for (k, i) in self.items.iter().enumerate() {
-            if k > 0 {
-                s.push(',');
-            }
-            let _ = write!(
-                s,
-                "{{\"step\":{},\"id\":{},\"status\":{},\"summary\":{},\"call\":{},\"cause\":{}}}",
-                i.step,
-                json_str(&i.id),
-                json_str(i.verdict.word()),
-                json_str(&i.summary),
-                json_str(&i.call),
-                json_str(&i.cause)
-            );
-        }
-        s.push_str("],\"bandwidth\":[");
+        let checks: Vec<String> = self
+            .items
+            .iter()
+            .map(|i| {
+                let evidence: Vec<String> = if i.call.is_empty() { vec![] } else { vec![json_str(&i.call)] };
+                format!(
+                    "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":\"\",\"step\":{},\"cause\":{}}}",
+                    json_str(&i.id),
+                    json_str(i.verdict.word()),
+                    json_str(&i.summary),
+                    evidence.join(","),
+                    i.step,
+                    json_str(&i.cause)
+                )
+            })
+            .collect();
+        let mut extra = String::from(",\"bandwidth\":[");
         for (k, b) in self.bandwidth.iter().enumerate() {
             if k > 0 {
-                s.push(',');
+                extra.push(',');
             }
-            let _ = write!(s, "{{\"direction\":{},\"size\":{},\"gbps\":{:.3}}}", json_str(b.direction), b.size, b.gbps);
+            let _ = write!(extra, "{{\"direction\":{},\"size\":{},\"gbps\":{:.3}}}", json_str(b.direction), b.size, b.gbps);
         }
-        let _ = write!(s, "],\"link_gbps\":{},\"counters\":{{", self.link_gbps.map_or("null".into(), |l| format!("{l:.3}")));
+        let _ = write!(extra, "],\"link_gbps\":{},\"counters\":{{", self.link_gbps.map_or("null".into(), |l| format!("{l:.3}")));
         for (k, (n, v)) in self.counters.iter().enumerate() {
             if k > 0 {
-                s.push(',');
+                extra.push(',');
             }
             let val = if v.parse::<u64>().is_ok() { v.clone() } else { json_str(v) };
-            let _ = write!(s, "{}:{val}", json_str(n));
+            let _ = write!(extra, "{}:{val}", json_str(n));
         }
-        let _ = write!(s, "}},\"result\":{},\"exit\":{}}}", json_str(self.verdict().word()), self.exit_code());
-        s
+        extra.push('}');
+        let why = (self.verdict() == Verdict::NotChecked).then(|| {
+            self.items
+                .iter()
+                .find(|i| i.verdict == Verdict::NotChecked)
+                .map_or("no step ran".to_string(), |i| format!("{}: {}", i.id, i.summary))
+        });
+        json_object("selftest", &checks, why.as_deref(), self.exit_code(), &extra)
     }
 }

@@ -1,6 +1,6 @@
 //! `gdrshim-tool verify-run`'s arguments and how its input files are read.
 
-use super::{usable, verify, Inputs};
+use super::checks::{usable, verify, Inputs};
 use crate::report::{Check, Status};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 pub const AFTER_HELP: &str = "Exit codes:
   0  PASS: every check of the acceptance checklist passed
   1  FAIL: a check failed; each FAIL line prints the log line that decided it
-  2  unusable input (a file that cannot be read, not a NCCL Tests log) or a usage error";
+  2  unusable input (a file that cannot be read, not a NCCL Tests log), a check that could not be
+     made (a --kernel-log with no entries), or a usage error. A FAIL wins over could not check";
 
 /// `gdrshim-tool verify-run`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -39,7 +40,7 @@ pub struct Args {
     exit_code: Option<u8>,
     /// One JSON object instead of the text report
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// Reads each input file once: a file is known by its device and inode, so the same file under
@@ -111,10 +112,10 @@ impl Args {
         let mut r = verify(&inp);
         let notes = files.notes.into_iter().map(|n| Check::new("input.read_once", Status::Info, n));
         r.checks.splice(0..0, notes);
-        print!("{}", if self.json { r.json() + "\n" } else { r.text() });
+        print!("{}", if self.json { r.json("verify-run") + "\n" } else { r.text() });
         if !self.json {
-            println!("{}", if r.failed() { "RESULT: FAIL" } else { "RESULT: PASS" });
+            println!("RESULT: {}", crate::report::result_word(r.exit_code()));
         }
-        Ok(if r.failed() { 1 } else { 0 })
+        Ok(r.exit_code())
     }
 }

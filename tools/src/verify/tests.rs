@@ -1,6 +1,7 @@
 //! verify-run's verdicts on recorded runs.
 
-use super::*;
+use super::checks::*;
+use crate::report::{Report, Status};
 
 fn real(name: &str) -> String {
     std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl-logs").join(name)).unwrap()
@@ -113,6 +114,41 @@ fn gdr_is_proven_by_connection_lines_never_by_gdr_1() {
     // one connection without GDR
     let mixed = gdr_log("") + "vm:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n";
     assert_eq!(st(&run(&mixed, |i| i.expect_gdr = true), "nccl.gdr"), Status::Fail);
+}
+
+#[test]
+fn a_failed_gdr_check_quotes_the_connection_line_that_decided_it() {
+    // issue 31: GDRDMA gone from every Channel line, the FAIL quoted "… GDR 1" instead
+    let log = real("derived-2node-gdr.nccl.log").replace("/GDRDMA", "");
+    let r = run(&log, |i| i.expect_gdr = true);
+    let c = r.get("nccl.gdr").unwrap();
+    assert_eq!(c.status, Status::Fail, "{}", r.text());
+    assert_eq!(c.evidence, ["vm:15162:15162 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0"], "{}", r.text());
+    assert!(!c.fix.contains("'GDR 1'"), "{}", c.fix);
+}
+
+#[test]
+fn an_empty_kernel_log_could_not_be_checked() {
+    // issue 31: "-- No entries --" counted as a clean kernel log
+    let log = gdr_log("");
+    for empty in ["-- No entries --\n", "", "-- Journal begins at Mon 2026-11-30 08:00:01 UTC. --\n-- No entries --\n"] {
+        let r = run(&log, |i| i.kernel_log = Some(empty.into()));
+        let c = r.get("kernel.xid").unwrap();
+        assert_eq!(c.status, Status::Info, "{empty:?}: {}", r.text());
+        assert!(c.summary.starts_with("COULD NOT CHECK: the kernel log given has no entries"), "{}", c.summary);
+        assert_eq!(r.exit_code(), 2, "{empty:?}: {}", r.text());
+        assert!(r.text().ends_with("could not check here: kernel.xid: the kernel log given has no entries (journalctl printed none: another boot, no permission to read it?)\n"), "{}", r.text());
+    }
+    // a FAIL elsewhere still wins
+    let r = run(&log, |i| {
+        i.kernel_log = Some("-- No entries --\n".into());
+        i.exit_code = Some(1);
+    });
+    assert_eq!(r.exit_code(), 1, "{}", r.text());
+    // one real line is a log that can be judged
+    let r =
+        run(&log, |i| i.kernel_log = Some("-- Journal begins at x. --\n[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n".into()));
+    assert_eq!((st(&r, "kernel.xid"), r.exit_code()), (Status::Pass, 0), "{}", r.text());
 }
 
 #[test]
