@@ -349,9 +349,8 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     }
     // SAFETY: a non-null name is the caller's C string; its first bytes are read, up to the NUL.
     let n = unsafe { CStr::from_ptr(name) }.to_bytes();
-    let ours = n.starts_with(b"ibv_")
-        || n.starts_with(b"mlx5dv_")
-        || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
+    let ours =
+        n.starts_with(b"ibv_") || n.starts_with(b"mlx5dv_") || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
     if ours && attach() {
         if let Some(c) = core_fn(which) {
             return c as usize;
