@@ -74,7 +74,7 @@ struct gdrshim_counters {
 };
 
 const char *gdrshim_version(void);   /* "0.2.0" */
-int gdrshim_mode(void);              /* enum gdrshim_mode */
+int gdrshim_mode(void);              /* enum gdrshim_mode; a query, not a GPU touch: wakes nothing, prints nothing */
 int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI, a route that works) */
 int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 NV503C, 0 none */
 /* A dma-buf fd of exactly the GPU memory behind [va, va+len) (host-page aligned, one GPU, this

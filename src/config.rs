@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+pub mod mode_word;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Pure pass-through: the hooks forward and do nothing else.
@@ -19,6 +21,16 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// What `gdrshim_mode()` answers.
+    pub fn number(self) -> i32 {
+        match self {
+            Mode::Off => mode_word::OFF,
+            Mode::Trace => mode_word::TRACE,
+            Mode::Shadow => mode_word::SHADOW,
+            Mode::Register => mode_word::REGISTER,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Off => "off",
@@ -184,16 +196,15 @@ impl Config {
         let mut c = Config::default();
         let mut warnings = Vec::new();
         if let Some(v) = get(ENV_MODE) {
-            match v.trim().to_ascii_lowercase().as_str() {
-                "off" | "0" | "none" => c.mode = Mode::Off,
-                "trace" => c.mode = Mode::Trace,
-                "shadow" => c.mode = Mode::Shadow,
-                "register" | "on" => c.mode = Mode::Register,
-                // a mode asked for but not understood registers nothing (on doubt, nothing)
-                _ => {
-                    c.mode = Mode::Shadow;
-                    warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using shadow (registers nothing)"))
-                }
+            c.mode = match mode_word::effective(Some(v.as_bytes())) {
+                mode_word::OFF => Mode::Off,
+                mode_word::TRACE => Mode::Trace,
+                mode_word::REGISTER => Mode::Register,
+                _ => Mode::Shadow,
+            };
+            // a mode asked for but not understood registers nothing (on doubt, nothing)
+            if mode_word::parse(v.as_bytes()).is_none() {
+                warnings.push(format!("{ENV_MODE}={v:?} is not one of off, trace, shadow, register; using shadow (registers nothing)"));
             }
         }
         if let Some(v) = get(ENV_LEVEL) {

@@ -2,6 +2,7 @@
 //! also holds the runtime's pointer and libc's `ioctl`; the first look at the environment; fork
 //! handling; and whether this copy of gdrshim is the one whose hooks the process calls.
 
+use crate::config::mode_word;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 
@@ -52,6 +53,15 @@ fn first_active() -> bool {
     on
 }
 
+/// The mode GDRSHIM_MODE asks for (`gdrshim_mode()`'s numbers), read as [`first_active`] reads
+/// it: what a shim not started yet will start in, without starting it.
+pub fn asked_mode() -> i32 {
+    // SAFETY: a NUL-terminated name; getenv only reads the environment.
+    let v = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
+    // SAFETY: getenv answered null or a NUL-terminated string of the environment.
+    mode_word::effective((!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()))
+}
+
 fn first_active_inner() -> bool {
     // Secure execution (setuid/setgid, or /etc/ld.so.preload reaching a privileged
     // program): inert, and no environment variable is even read.
@@ -65,7 +75,7 @@ fn first_active_inner() -> bool {
         || (!mode.is_null() && {
             // SAFETY: getenv returned a NUL-terminated string of the environment.
             let v = unsafe { core::ffi::CStr::from_ptr(mode) }.to_bytes();
-            matches!(v.trim_ascii().to_ascii_lowercase().as_slice(), b"off" | b"0" | b"none")
+            mode_word::parse(v) == Some(mode_word::OFF)
         })
         || another_copy_first();
     if !off {

@@ -123,3 +123,31 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     assert_eq!(field(&line, "core"), common::via_front() as i64, "the front loaded the core: {line}");
     assert_eq!(field(&line, "errno_kept"), 1000, "{line}");
 }
+
+/// gdrshim's own queries (a launcher or a tool asking what the shim would do) are no GPU touch:
+/// they answer without starting the shim or loading the core, print nothing, and `gdrshim_mode`
+/// names the mode GDRSHIM_MODE asks for, as the started shim would.
+#[test]
+fn a_query_of_ours_is_not_a_gpu_touch() {
+    let e = env();
+    // (None: unset, the zero-configuration default)
+    let cases: [(Option<&str>, i64); 6] =
+        [(None, 3), (Some("register"), 3), (Some(" Shadow "), 2), (Some("trace"), 1), (Some("off"), 0), (Some("loud!"), 2)];
+    for (mode, want) in cases {
+        let mut c = Command::new(e.dir.join("quiet"));
+        c.arg("query").env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()));
+        c.env("GDRSHIM_LOG_LEVEL", "debug").env_remove("GDRSHIM_MODE");
+        if let Some(m) = mode {
+            c.env("GDRSHIM_MODE", m);
+        }
+        let out = c.output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let line = stdout.lines().next().unwrap_or_default();
+        assert_eq!(stderr, "", "GDRSHIM_MODE={mode:?}: nothing printed, not even the summary");
+        assert_eq!(field(line, "mode"), want, "GDRSHIM_MODE={mode:?}: {line}");
+        // not registering yet (no GPU touched): what the started shim answers before its first NVIDIA call
+        assert_eq!((field(line, "active"), field(line, "route"), field(line, "counters")), (0, 0, -38), "{line}");
+        assert_eq!((field(line, "errno_kept"), field(line, "threads"), field(line, "core")), (1, 1, 0), "{line}");
+    }
+}

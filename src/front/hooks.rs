@@ -445,6 +445,12 @@ unsafe extern "C" fn slow() {
 /// none, `fallback`, which answers as the header says a process without gdrshim does.
 extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *mut c_void) -> *mut c_void {
     let Some(dlsym) = crate::real_dlsym() else { return fallback };
+    // SAFETY: name is one of the stubs' NUL-terminated names.
+    if crate::core_handle().is_null() && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes()) {
+        // a query of ours is no GPU touch: answered as the core answers before its first NVIDIA
+        // call, without loading it (a launcher, a tool, a script asks these)
+        return fallback;
+    }
     if attach() {
         // SAFETY: a lookup in the core (loaded and never unloaded) of a C string of ours.
         let p = unsafe { dlsym(crate::core_handle(), name) };
@@ -464,8 +470,24 @@ extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *
     }
 }
 
+/// gdrshim's queries that tools and launchers ask in processes that never touch a GPU: their
+/// fallbacks are what the core answers before its first NVIDIA call (src/hooks/query.rs).
+const ASKED_WITHOUT_A_GPU: [&[u8]; 4] = [b"gdrshim_mode", b"gdrshim_gdr_active", b"gdrshim_gdr_route", b"gdrshim_counters"];
+
 mod fallback {
     use core::ffi::c_int;
+    /// The mode GDRSHIM_MODE asks for, as the core answers it before it starts; 0 where there is
+    /// no core to run it (secure execution, or loading it failed): every call is forwarded.
+    pub extern "C" fn asked_mode() -> c_int {
+        // SAFETY: getauxval has no preconditions.
+        if crate::no_core() || unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+            return crate::mode_word::OFF;
+        }
+        // SAFETY: a NUL-terminated name; getenv only reads the environment.
+        let v = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
+        // SAFETY: getenv answered null or a NUL-terminated string of the environment.
+        crate::mode_word::effective((!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()))
+    }
     /// CUDA_ERROR_NOT_FOUND
     pub extern "C" fn cuda_not_found() -> c_int {
         500
@@ -525,7 +547,7 @@ forwarded! {
     mlx5dv_devx_umem_reg => fallback::null_enosys;
     mlx5dv_devx_umem_reg_ex => fallback::null_enosys;
     mlx5dv_devx_umem_dereg => fallback::enosys;
-    gdrshim_mode => fallback::zero;
+    gdrshim_mode => fallback::asked_mode;
     gdrshim_gdr_active => fallback::zero;
     gdrshim_gdr_route => fallback::zero;
     gdrshim_export_dmabuf => fallback::minus_enosys;

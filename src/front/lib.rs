@@ -30,6 +30,8 @@ mod fdpages;
 mod hooks;
 mod loaderlock;
 mod locate;
+#[path = "../config/mode_word.rs"]
+mod mode_word;
 #[path = "../abi/nodes.rs"]
 mod nodes;
 mod sys;

@@ -38,14 +38,12 @@ pub extern "C" fn gdrshim_mode() -> c_int {
     if !active() {
         return 0;
     }
-    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
-    std::panic::catch_unwind(|| match shim::get().cfg.mode {
-        crate::config::Mode::Off => 0,
-        crate::config::Mode::Trace => 1,
-        crate::config::Mode::Shadow => 2,
-        crate::config::Mode::Register => 3,
-    })
-    .unwrap_or(-libc::EIO)
+    // a query of ours is no GPU touch: before the shim has started, the mode it will start in,
+    // without starting it (no output, no summary at exit)
+    match shim::try_get() {
+        Some(s) => s.cfg.mode.number(),
+        None => crate::gate::asked_mode(),
+    }
 }
 
 /// 1 when gdrshim registers GPU memory for verbs in this process (register mode on a driver ABI

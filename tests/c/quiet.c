@@ -6,6 +6,8 @@
 //   quiet nvidia DEVDIR  the fake driver's nvidiactl, moved to fd 5000, gets 1000 ioctls
 //   quiet files          opens, dups, reads and closes files, no ioctl: prints how many mappings
 //                        the shim made (none: a file opened by its path needs no fd table)
+//   quiet query          gdrshim's own queries (gdrshim_mode, _gdr_active, _gdr_route, _counters)
+//                        through dlsym, as a launcher or tool asks them: prints their answers
 //   quiet errno          a dup2 to fd 5000 that works while the fd table cannot map its directory
 //                        (RLIMIT_AS): prints the dup2's result and errno (0: the shim kept it)
 #define _GNU_SOURCE
@@ -55,6 +57,19 @@ int main(int argc, char **argv) {
       close(f); close(g); close(h);
     }
     printf("quiet files reads=%ld shim_maps=%ld\n", got, shim_maps ? shim_maps() : -1);
+    return 0;
+  }
+  if (!strcmp(argv[1], "query")) {
+    int (*mode)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_mode");
+    int (*active)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_gdr_active");
+    int (*route)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_gdr_route");
+    int (*counters)(void *, size_t) = (int (*)(void *, size_t))dlsym(RTLD_DEFAULT, "gdrshim_counters");
+    if (!mode || !active || !route || !counters) { fprintf(stderr, "quiet: gdrshim's queries not found\n"); return 2; }
+    uint64_t c[16];
+    errno = 1234;
+    int m = mode(), a = active(), r = route(), n = counters(c, sizeof c);
+    printf("quiet query mode=%d active=%d route=%d counters=%d errno_kept=%d threads=%d core=%d\n", m, a, r, n, errno == 1234, threads(),
+           core_loaded());
     return 0;
   }
   if (pipe(p)) return 2;
