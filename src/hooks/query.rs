@@ -38,12 +38,18 @@ pub extern "C" fn gdrshim_mode() -> c_int {
     if !active() {
         return 0;
     }
-    // a query of ours is no GPU touch: before the shim has started, the mode it will start in,
-    // without starting it (no output, no summary at exit)
-    match shim::try_get() {
-        Some(s) => s.cfg.mode.number(),
-        None => crate::gate::asked_mode(),
+    if let Some(s) = shim::try_get() {
+        return s.cfg.mode.number();
     }
+    if crate::gate::hooks_in_place() {
+        // a query of ours is no GPU touch: before the shim has started, the mode it will start
+        // in, without starting it (no output, no summary at exit)
+        return crate::gate::asked_mode();
+    }
+    // a copy loaded with dlopen sees no GPU touch ever: its first query starts it, and it says
+    // why it registers nothing
+    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
+    std::panic::catch_unwind(|| shim::get().cfg.mode.number()).unwrap_or(-libc::EIO)
 }
 
 /// 1 when gdrshim registers GPU memory for verbs in this process (register mode on a driver ABI
