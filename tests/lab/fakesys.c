@@ -1,7 +1,7 @@
 // The consumer lab's sysfs for the fake wire (ours, test only; LD_PRELOAD): consumers read the
 // HCA's sysfs files beside the verbs calls (UCX: the GID types and net devices of a RoCE port;
-// Mooncake: the device list and PCI path), and /sys cannot be written here. Any path under /sys/
-// that exists in the tree $FAKEWIRE_SYSFS (default /tmp/fakewire-sys) is opened from there
+// Mooncake: the device list and PCI path; UCX: /dev/infiniband/uverbs0), and /sys cannot be
+// written here. Any path under /sys/ or /dev/infiniband/ that exists in the tree $FAKEWIRE_SYSFS (default /tmp/fakewire-sys) is opened from there
 // instead; the rest of /sys is untouched. The tree is made at start-up when missing: one RoCE v2
 // port of FW_DEV_NAME (as fakewire.c answers it) on a fake PCI function 0000:00:1f.0, and, with
 // FAKEWIRE_PEERMEM=1, the file by which consumers see nvidia-peermem loaded.
@@ -22,7 +22,7 @@ static char root[256];
 static int exists(const char *p) { return syscall(SYS_faccessat, AT_FDCWD, p, F_OK, 0) == 0; }
 // The tree's path for p (in buf), or p itself.
 static const char *map(const char *p, char *buf, size_t n) {
-  if (!p || strncmp(p, "/sys/", 5) || !root[0]) return p;
+  if (!p || (strncmp(p, "/sys/", 5) && strncmp(p, "/dev/infiniband/", 16)) || !root[0]) return p;
   snprintf(buf, n, "%s%s", root, p);
   return exists(buf) ? buf : p;
 }
@@ -67,7 +67,7 @@ __attribute__((constructor)) static void make_tree(void) {
   char dpath[600]; snprintf(dpath, sizeof dpath, "%s/device", p); if (symlink(v, dpath)) {}
   link_(p, "sys/class/infiniband/" FW_DEV_NAME);
   link_(v, "sys/bus/pci/devices/0000:00:1f.0");
-  snprintf(p, sizeof p, "%s/%s/net/" FW_NDEV, root, dev); link_(p, "sys/class/net/" FW_NDEV);
+  link_("/dev/null", "dev/infiniband/uverbs0"); // consumers check that the device's char file exists (UCX: a readable, writable char device)
   if (peermem) put("sys/kernel/mm/memory_peers/nv_mem/version", "1.0-fakewire\n"), put("sys/module/nvidia_peermem/version", "1.0-fakewire\n");
   put(".ready", "");
 }
@@ -95,6 +95,11 @@ DIR *opendir(const char *p) { NEXT(DIR *, "opendir", const char *); char b[512];
 int stat(const char *p, struct stat *s) { NEXT(int, "stat", const char *, struct stat *); char b[512]; return next(map(p, b, sizeof b), s); }
 int lstat(const char *p, struct stat *s) { NEXT(int, "lstat", const char *, struct stat *); char b[512]; return next(map(p, b, sizeof b), s); }
 int stat64(const char *p, struct stat64 *s) { NEXT(int, "stat64", const char *, struct stat64 *); char b[512]; return next(map(p, b, sizeof b), s); }
+// consumers built against glibc < 2.33 call stat through these
+int __xstat(int v, const char *p, struct stat *s) { NEXT(int, "__xstat", int, const char *, struct stat *); char b[512]; return next(v, map(p, b, sizeof b), s); }
+int __xstat64(int v, const char *p, struct stat64 *s) { NEXT(int, "__xstat64", int, const char *, struct stat64 *); char b[512]; return next(v, map(p, b, sizeof b), s); }
+int __lxstat(int v, const char *p, struct stat *s) { NEXT(int, "__lxstat", int, const char *, struct stat *); char b[512]; return next(v, map(p, b, sizeof b), s); }
+int __lxstat64(int v, const char *p, struct stat64 *s) { NEXT(int, "__lxstat64", int, const char *, struct stat64 *); char b[512]; return next(v, map(p, b, sizeof b), s); }
 int access(const char *p, int m) { NEXT(int, "access", const char *, int); char b[512]; return next(map(p, b, sizeof b), m); }
 char *realpath(const char *p, char *out) { NEXT(char *, "realpath", const char *, char *); char b[512]; return next(map(p, b, sizeof b), out); }
 ssize_t readlink(const char *p, char *out, size_t n) { NEXT(ssize_t, "readlink", const char *, char *, size_t); char b[512]; return next(map(p, b, sizeof b), out, n); }

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,8 +123,18 @@ static int run_wr(fw_qp *q, const struct ibv_send_wr *wr, const uint8_t *inl) {
   }
   if (wr->opcode == OP_WRITE_IMM && rq_of(t)->head == rq_of(t)->tail) return 1; // the immediate needs a receive
   int need = read ? A_REMOTE_READ : A_REMOTE_WRITE;
+  if (!len) { // a zero-length RDMA operation checks no key (IB spec): consumers post one as a flush
+    uint32_t st = 0;
+    if (wr->opcode == OP_WRITE_IMM) deliver(q, t, NULL, 0, 0, wr, 0, &st);
+    complete_send(q, wr, st, 0);
+    return 0;
+  }
   fw_mr *r = fw_find_mr(wr->wr.rdma.rkey, 1, wr->wr.rdma.remote_addr, len, need);
-  if (!r || !(t->access & need)) { fw_count_error("remote key/bounds/access (REM_ACCESS_ERR)"); complete_send(q, wr, WC_REM_ACCESS_ERR, 0); return 0; }
+  if (!r || !(t->access & need)) {
+    char why[160];
+    snprintf(why, sizeof why, "remote %s rkey=%#x addr=%#lx len=%#lx: %s (REM_ACCESS_ERR)", read ? "READ" : "WRITE", wr->wr.rdma.rkey,
+             (unsigned long)wr->wr.rdma.remote_addr, (unsigned long)len, r ? "the peer QP lacks the remote access flag" : "no MR of that rkey covers it with that access");
+    fw_count_error(why); complete_send(q, wr, WC_REM_ACCESS_ERR, 0); return 0; }
   uint8_t *rp = r->bytes + (wr->wr.rdma.remote_addr - r->iova);
   int rgpu = r->kind != FW_HOST;
   int bad = read ? scatter(loc, nloc, rp, rgpu, len) : gather(rp, rgpu, loc, nloc);
