@@ -1,0 +1,303 @@
+// The consumer lab's fake wire (ours, test only): a drop-in libibverbs.so.1 that released consumers
+// (UCX's verbs transports, NIXL through UCX, Mooncake's transfer engine, NCCL's net_ib) accept on a
+// machine with no HCA. One device (FW_DEV_NAME), one ACTIVE RoCE v2 port with four GIDs, PDs, CQs
+// with completion channels, RC and UD QPs with the kernel's state machine, SRQs, AHs, and MRs
+// through ibv_reg_mr, ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c is the wire: RDMA
+// WRITE / READ and SEND / RECV move bytes between registered ranges (cuMemcpy for GPU memory).
+//
+// GDR is judged as a real inbox kernel without nvidia-peermem judges it: GPU memory registers only
+// as a dma-buf MR (an nv_dmabuf fd whose size covers offset + length, iova = the GPU address); a
+// plain MR over GPU memory is refused EFAULT (FAKEWIRE_PEERMEM=1 plays a loaded peermem instead).
+// Every registration is counted by entry point and kind; the counts are printed at exit
+// ("fakewire: summary ...", stderr and appended to $FAKEWIRE_REPORT).
+// QPs meet through a process-local table by QP number: both ends must live in one process
+// (cross-process delivery is not done).
+// Environment: FAKEWIRE_PEERMEM=1, FAKEWIRE_REPORT=file, FAKEWIRE_LOG=1 (one line per registration).
+#define _GNU_SOURCE
+#include "fakewire.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+pthread_mutex_t fw_mu = PTHREAD_MUTEX_INITIALIZER;
+// ---- counters, printed at exit ----
+static struct {
+  unsigned long reg_mr, reg_mr_iova2, reg_dmabuf_mr, dereg;
+  unsigned long host, gpu_dmabuf, gpu_peermem;            // accepted, by kind
+  unsigned long gpu_plain_refused, dmabuf_probe, dmabuf_refused, bad_args; // refused
+  unsigned long ops[3];                                   // write, read, send
+  unsigned long long bytes_g2g, bytes_g2h, bytes_h2g, bytes_h2h;
+  unsigned long wire_errors;
+} fw_n;
+static int fw_env(const char *n) { const char *v = getenv(n); return v && *v && strcmp(v, "0"); }
+static void fw_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fw_say(const char *fmt, ...) {
+  char b[512]; va_list ap; va_start(ap, fmt); vsnprintf(b, sizeof b, fmt, ap); va_end(ap);
+  fprintf(stderr, "fakewire: %s\n", b);
+}
+void fw_count_bytes(int dst_gpu, int src_gpu, uint64_t n, int op) {
+  fw_n.ops[op]++;
+  if (dst_gpu && src_gpu) fw_n.bytes_g2g += n; else if (src_gpu) fw_n.bytes_g2h += n; else if (dst_gpu) fw_n.bytes_h2g += n; else fw_n.bytes_h2h += n;
+}
+void fw_count_error(const char *why) { if (fw_n.wire_errors++ < 8) fw_say("wire error: %s", why); }
+__attribute__((destructor)) static void fw_report(void) {
+  char b[768];
+  snprintf(b, sizeof b,
+           "fakewire: summary reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
+           "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
+           "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu\n",
+           fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
+           fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
+           fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors);
+  fputs(b, stderr);
+  const char *p = getenv("FAKEWIRE_REPORT");
+  FILE *f = p && *p ? fopen(p, "a") : NULL;
+  if (f) { fputs(b, f); fclose(f); }
+}
+
+// ---- libcuda, only if the process has it loaded (the fake never loads CUDA itself) ----
+typedef int (*cu_attr_t)(void *, int, uint64_t);
+static cu_attr_t cu_attr;
+static int (*cu_memcpy)(uint64_t, uint64_t, size_t);
+static int (*cu_sync)(void);
+static int (*cu_get_ctx)(void **);
+static int (*cu_set_ctx)(void *);
+static int (*cu_retain)(void **, int);
+static int cu_ready(void) {
+  if (cu_attr) return 1;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return 0;
+  cu_memcpy = (int (*)(uint64_t, uint64_t, size_t))dlsym(h, "cuMemcpy");
+  cu_sync = (int (*)(void))dlsym(h, "cuCtxSynchronize");
+  cu_get_ctx = (int (*)(void **))dlsym(h, "cuCtxGetCurrent");
+  cu_set_ctx = (int (*)(void *))dlsym(h, "cuCtxSetCurrent");
+  cu_retain = (int (*)(void **, int))dlsym(h, "cuDevicePrimaryCtxRetain");
+  if (!cu_memcpy || !cu_sync || !cu_get_ctx || !cu_set_ctx || !cu_retain) return 0;
+  cu_attr = (cu_attr_t)dlsym(h, "cuPointerGetAttribute");
+  return cu_attr != NULL;
+}
+// [a, a+n) is device memory of one allocation (CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 = DEVICE,
+// RANGE_START_ADDR 12, RANGE_SIZE 13); *gpu says whether a is device memory at all.
+static int gpu_range(uint64_t a, uint64_t n, int *gpu) {
+  unsigned t = 0; uint64_t start = 0; size_t size = 0;
+  *gpu = 0;
+  if (!cu_ready() || cu_attr(&t, 2, a) || t != 2) return 0;
+  *gpu = 1;
+  if (cu_attr(&start, 12, a) || cu_attr(&size, 13, a)) return 0;
+  return a >= start && n <= size && a - start <= size - n;
+}
+int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
+  if (!dst_gpu && !src_gpu) { memcpy(dst, src, n); return 0; }
+  if (!cu_ready()) return -1;
+  void *cur = NULL;
+  if (cu_get_ctx(&cur) || !cur) { // a consumer's progress thread may have no context: the primary one of device 0
+    static void *primary;
+    if (!primary && cu_retain(&primary, 0)) return -1;
+    if (cu_set_ctx(primary)) return -1;
+  }
+  return cu_memcpy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) || cu_sync();
+}
+
+// ---- memory regions ----
+#define FW_MAXMR 65536
+static fw_mr *fw_mrs[FW_MAXMR];
+static int fw_hi;
+static uint32_t fw_next_key = 0x100;
+static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, uint64_t iova, uint8_t *bytes, size_t len, int access, int fd, int kind) {
+  fw_mr *m = calloc(1, sizeof *m);
+  if (!m) { errno = ENOMEM; return NULL; }
+  m->mr.context = pd->context; m->mr.pd = pd; m->mr.addr = addr; m->mr.length = len;
+  m->iova = iova; m->bytes = bytes; m->access = access; m->fd = fd; m->kind = kind;
+  pthread_mutex_lock(&fw_mu);
+  int i; for (i = 0; i < FW_MAXMR && fw_mrs[i]; i++) {}
+  if (i == FW_MAXMR) { pthread_mutex_unlock(&fw_mu); free(m); errno = ENOMEM; return NULL; }
+  m->mr.lkey = fw_next_key++; m->mr.rkey = fw_next_key++ | 0x80000000u; m->mr.handle = (uint32_t)i;
+  fw_mrs[i] = m; if (i >= fw_hi) fw_hi = i + 1;
+  if (kind == FW_HOST) fw_n.host++; else if (kind == FW_GPU_DMABUF) fw_n.gpu_dmabuf++; else fw_n.gpu_peermem++;
+  pthread_mutex_unlock(&fw_mu);
+  if (fw_env("FAKEWIRE_LOG"))
+    fw_say("MR %s iova=%#lx len=%#zx access=%#x lkey=%#x%s", kind == FW_HOST ? "host" : kind == FW_GPU_DMABUF ? "gpu-dmabuf" : "gpu-peermem",
+           (unsigned long)iova, len, access, m->mr.lkey, fd >= 0 ? " (fd held)" : "");
+  return &m->mr;
+}
+fw_mr *fw_find_mr(uint32_t key, int remote, uint64_t a, uint64_t n, int need) {
+  for (int i = 0; i < fw_hi; i++) {
+    fw_mr *m = fw_mrs[i];
+    if (!m || (remote ? m->mr.rkey : m->mr.lkey) != key) continue;
+    if (a >= m->iova && n <= m->mr.length && a - m->iova <= m->mr.length - n && (m->access & need) == need) return m;
+    return NULL;
+  }
+  return NULL;
+}
+// The kernel's access rules (ib_check_mr_access): remote write or atomic needs local write.
+static int bad_access(struct ibv_pd *pd, size_t len, int access) {
+  if (!pd || !len || ((access & (2 | 8)) && !(access & 1))) { fw_n.bad_args++; errno = EINVAL; return 1; }
+  return 0;
+}
+static struct ibv_mr *reg_plain(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access) {
+  if (bad_access(pd, len, access)) return NULL;
+  int gpu = 0;
+  int whole = gpu_range((uint64_t)(uintptr_t)addr, len, &gpu);
+  if (gpu) {
+    if (!fw_env("FAKEWIRE_PEERMEM")) { // an inbox kernel without nvidia-peermem cannot pin GPU memory
+      pthread_mutex_lock(&fw_mu); unsigned long k = fw_n.gpu_plain_refused++; pthread_mutex_unlock(&fw_mu);
+      if (k < 4) fw_say("ibv_reg_mr on GPU memory %p+%#zx refused EFAULT (no peermem: GPU memory registers only as a dma-buf MR)", addr, len);
+      errno = EFAULT; return NULL;
+    }
+    if (!whole) { fw_n.bad_args++; errno = EFAULT; return NULL; }
+  }
+  return mr_new(pd, addr, iova, (uint8_t *)addr, len, access, -1, gpu ? FW_GPU_PEERMEM : FW_HOST);
+}
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
+  __atomic_fetch_add(&fw_n.reg_mr, 1, __ATOMIC_RELAXED);
+  return reg_plain(pd, addr, len, (uint64_t)(uintptr_t)addr, access);
+}
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned access) {
+  __atomic_fetch_add(&fw_n.reg_mr_iova2, 1, __ATOMIC_RELAXED);
+  return reg_plain(pd, addr, len, iova, (int)access);
+}
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) {
+  __atomic_fetch_add(&fw_n.reg_dmabuf_mr, 1, __ATOMIC_RELAXED);
+  if (fd < 0) { __atomic_fetch_add(&fw_n.dmabuf_probe, 1, __ATOMIC_RELAXED); errno = EBADF; return NULL; } // consumers' support probe
+  if (bad_access(pd, len, access)) return NULL;
+  const char *why = NULL;
+  char p[64], line[256], exp[64] = ""; long size = -1;
+  snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+  FILE *f = fopen(p, "r");
+  if (!f) { errno = EBADF; why = "not an open fd"; }
+  else {
+    while (fgets(line, sizeof line, f)) {
+      if (!strncmp(line, "exp_name:", 9)) sscanf(line + 9, "%63s", exp);
+      if (!strncmp(line, "size:", 5)) size = atol(line + 5);
+    }
+    fclose(f);
+    int gpu = 0;
+    if (strcmp(exp, "nv_dmabuf")) { errno = EINVAL; why = "not an NVIDIA dma-buf (fdinfo exp_name)"; }
+    else if (size < 0 || off > (uint64_t)size || len > (uint64_t)size - off) { errno = EINVAL; why = "offset + length past the dma-buf"; }
+    else if ((off & 0xfff) != (iova & 0xfff)) { errno = EINVAL; why = "iova and offset differ in page offset"; }
+    else if (!gpu_range(iova, len, &gpu)) { errno = EINVAL; why = "iova is not the GPU range of one allocation (the fake moves bytes by GPU address)"; }
+  }
+  if (why) {
+    pthread_mutex_lock(&fw_mu); unsigned long k = fw_n.dmabuf_refused++; pthread_mutex_unlock(&fw_mu);
+    if (k < 4) fw_say("ibv_reg_dmabuf_mr(off=%#lx len=%#zx iova=%#lx fd=%d) refused: %s", (unsigned long)off, len, (unsigned long)iova, fd, why);
+    return NULL;
+  }
+  // the MR holds a reference to the buffer (the RDMA core does), until ibv_dereg_mr
+  return mr_new(pd, (void *)(uintptr_t)off, iova, (uint8_t *)(uintptr_t)iova, len, access, fcntl(fd, F_DUPFD_CLOEXEC, 0), FW_GPU_DMABUF);
+}
+int ibv_dereg_mr(struct ibv_mr *mr) {
+  fw_mr *m = (fw_mr *)mr;
+  pthread_mutex_lock(&fw_mu);
+  int found = 0;
+  for (int i = 0; i < fw_hi; i++) if (fw_mrs[i] == m) { fw_mrs[i] = NULL; found = 1; }
+  while (fw_hi > 0 && !fw_mrs[fw_hi - 1]) fw_hi--;
+  if (found) fw_n.dereg++;
+  pthread_mutex_unlock(&fw_mu);
+  if (!found) return EINVAL;
+  if (m->fd >= 0) close(m->fd);
+  free(m);
+  return 0;
+}
+
+// ---- device, context, port ----
+static struct ibv_device fw_dev = {.node_type = 1, .transport_type = 0, .name = FW_DEV_NAME, .dev_name = "uverbs0",
+                                   .dev_path = "/sys/class/infiniband_verbs/uverbs0", .ibdev_path = "/sys/class/infiniband/" FW_DEV_NAME};
+struct ibv_device **ibv_get_device_list(int *n) {
+  struct ibv_device **l = calloc(2, sizeof *l);
+  if (!l) { errno = ENOMEM; return NULL; }
+  l[0] = &fw_dev;
+  if (n) *n = 1;
+  return l;
+}
+void ibv_free_device_list(struct ibv_device **l) { free(l); }
+const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
+int ibv_get_device_index(struct ibv_device *d) { return d == &fw_dev ? 0 : -1; }
+uint64_t ibv_get_device_guid(struct ibv_device *d) { (void)d; return 0x5544ff3322110002ull; }
+struct ibv_context *ibv_open_device(struct ibv_device *d) {
+  if (d != &fw_dev) { errno = ENODEV; return NULL; }
+  struct ibv_context *c = calloc(1, sizeof *c);
+  if (!c) { errno = ENOMEM; return NULL; }
+  c->device = d; c->num_comp_vectors = 1; c->cmd_fd = -1;
+  c->async_fd = eventfd(0, EFD_CLOEXEC); // never signalled: no async events on a fake wire
+  pthread_mutex_init(&c->mutex, NULL);
+  c->ops.poll_cq = fw_poll_cq; c->ops.req_notify_cq = fw_req_notify_cq; c->ops.post_srq_recv = fw_post_srq_recv;
+  c->ops.post_send = fw_post_send; c->ops.post_recv = fw_post_recv;
+  return c;
+}
+int ibv_close_device(struct ibv_context *c) { if (c->async_fd >= 0) close(c->async_fd); free(c); return 0; }
+int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a) {
+  (void)c;
+  memset(a, 0, sizeof *a);
+  snprintf(a->fw_ver, sizeof a->fw_ver, "0.1.fakewire");
+  a->node_guid = 0x5544ff3322110002ull; a->sys_image_guid = a->node_guid; a->max_mr_size = ~0ull; a->page_size_cap = 0xfffff000;
+  a->vendor_id = 0x1d1d; a->vendor_part_id = 0xfa4e; a->hw_ver = 1; // no vendor a consumer special-cases
+  a->max_qp = 65536; a->max_qp_wr = 32768; a->device_cap_flags = 0x1 | 0x2 | 0x40 | 0x2000; // resize CQ, bad pkey cntr, port active event, RC RNR NAK gen
+  a->max_sge = 16; a->max_sge_rd = 16; a->max_cq = 65536; a->max_cqe = 1 << 22; a->max_mr = FW_MAXMR; a->max_pd = 65536;
+  a->max_qp_rd_atom = 16; a->max_res_rd_atom = 1 << 20; a->max_qp_init_rd_atom = 16; a->atomic_cap = 0; // no atomics
+  a->max_ah = 1 << 20; a->max_srq = 65536; a->max_srq_wr = 32767; a->max_srq_sge = 16; a->max_pkeys = 1;
+  a->local_ca_ack_delay = 16; a->phys_port_cnt = 1; a->max_mcast_grp = 0;
+  return 0;
+}
+int ibv_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a) {
+  (void)c;
+  if (port != 1) return EINVAL;
+  memset(a, 0, sizeof *a);
+  a->state = 4; a->max_mtu = 5; a->active_mtu = 5; a->gid_tbl_len = FW_NGIDS; // ACTIVE, 4096
+  a->port_cap_flags = (1u << 16) | (1u << 26); // CM supported, IP-based GIDs
+  a->max_msg_sz = 1u << 30; a->pkey_tbl_len = 1; a->active_width = 2; a->active_speed = 64; // 4x HDR: 200 Gb/s
+  a->phys_state = 5; a->link_layer = 2; // LinkUp, Ethernet: RoCE
+  return 0;
+}
+int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid) {
+  (void)c;
+  if (port != 1 || index < 0 || index >= FW_NGIDS) return -1;
+  *gid = fw_gids[index];
+  return 0;
+}
+int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e, uint32_t flags, size_t size) {
+  (void)c;
+  if (flags || size < sizeof *e) return EINVAL;
+  if (port != 1 || index >= FW_NGIDS) return ENODATA;
+  memset(e, 0, sizeof *e);
+  e->gid = fw_gids[index]; e->gid_index = index; e->port_num = 1; e->gid_type = (uint32_t)fw_gid_type[index]; e->ndev_ifindex = 1;
+  return 0;
+}
+ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *e, size_t max, uint32_t flags, size_t size) {
+  if (flags || size < sizeof *e) return -EINVAL;
+  size_t k = 0;
+  for (uint32_t i = 0; i < FW_NGIDS && k < max; i++, k++) _ibv_query_gid_ex(c, 1, i, &e[k], 0, sizeof *e);
+  return (ssize_t)k;
+}
+int ibv_query_pkey(struct ibv_context *c, uint8_t port, int index, uint16_t *pkey) {
+  (void)c;
+  if (port != 1 || index != 0) return -1;
+  *pkey = 0xffff;
+  return 0;
+}
+int ibv_fork_init(void) { return 0; }
+int ibv_is_fork_initialized(void) { return 2; } // IBV_FORK_UNNEEDED
+int ibv_query_ece(struct ibv_qp *qp, void *ece) { (void)qp; (void)ece; return EOPNOTSUPP; }
+int ibv_set_ece(struct ibv_qp *qp, void *ece) { (void)qp; (void)ece; return EOPNOTSUPP; }
+int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *e) {
+  (void)e; uint64_t v; // blocks (or EAGAIN on a non-blocking fd): nothing ever happens
+  return read(c->async_fd, &v, sizeof v) == (ssize_t)sizeof v ? -1 : -1;
+}
+void ibv_ack_async_event(struct ibv_async_event *e) { (void)e; }
+const char *ibv_node_type_str(int t) { return t == 1 ? "InfiniBand channel adapter" : "unknown"; }
+const char *ibv_port_state_str(int s) { return s == 4 ? "PORT_ACTIVE" : "PORT_DOWN"; }
+const char *ibv_event_type_str(int e) { (void)e; return "fakewire event"; }
+const char *ibv_wc_status_str(int s) {
+  static const char *n[] = {"success", "local length error", "local QP operation error", "local EE context operation error",
+                            "local protection error", "Work Request Flushed Error", "memory management operation error",
+                            "bad response error", "local access error", "remote invalid request error", "remote access error",
+                            "remote operation error", "transport retry counter exceeded", "RNR retry counter exceeded"};
+  return s >= 0 && s < (int)(sizeof n / sizeof *n) ? n[s] : "general error";
+}
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) { struct ibv_pd *p = calloc(1, sizeof *p); if (p) p->context = c; else errno = ENOMEM; return p; }
+int ibv_dealloc_pd(struct ibv_pd *p) { free(p); return 0; }
