@@ -202,6 +202,13 @@ fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
     // 4 + twin over one buffer (one export, four reuses), the caller's, old and new memory
     assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()), ("4", "4"), "{err}");
     assert_eq!((s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()), ("0", "0", "0"), "{err}");
+    // 5 MRs of 4 MiB at once over one buffer; later the old memory's buffer (held by its MR) and
+    // the new one's: two buffers at once
+    let bytes: Vec<&str> = ["registered_bytes", "registered_peak_bytes", "exported_bytes", "exported_peak_bytes", "dmabuf_buffers"]
+        .iter()
+        .map(|k| s[*k].as_str())
+        .collect();
+    assert_eq!(bytes, ["0", "20971520", "0", "8388608", "0"], "{err}");
 }
 
 #[test]
