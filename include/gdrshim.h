@@ -71,6 +71,12 @@ struct gdrshim_counters {
   uint64_t nv_ioctls, native, matched, mismatched, unpredicted;
   uint64_t pass0_hits, pass0_misses, registered, unregistered, rm_errors;
   uint64_t live_registrations, host_mrs, stood_aside;
+  /* Added after 0.2.0: the DMA-BUF route. Exports made (for MRs and for CUDA's callers) and MRs that reused a
+   * buffer already exported for the same pieces; buffers of ours alive under MRs; bytes of GPU
+   * memory in our dma-buf MRs (one count per MR) and in those buffers (one count per buffer:
+   * what takes BAR1 without static BAR1), live and the most at once. Read size bytes you know. */
+  uint64_t dmabuf_exports, dmabuf_reused, dmabuf_buffers;
+  uint64_t registered_bytes, registered_peak_bytes, exported_bytes, exported_peak_bytes;
 };
 
 const char *gdrshim_version(void);   /* "0.2.0" */

@@ -105,8 +105,17 @@ pub struct GdrshimCounters {
     pub live_registrations: u64,
     pub host_mrs: u64,
     pub stood_aside: u64,
+    // added after 0.2.0 (issue 30): the DMA-BUF route's buffers and bytes
+    pub dmabuf_exports: u64,
+    pub dmabuf_reused: u64,
+    pub dmabuf_buffers: u64,
+    pub registered_bytes: u64,
+    pub registered_peak_bytes: u64,
+    pub exported_bytes: u64,
+    pub exported_peak_bytes: u64,
 }
-const _: () = assert!(core::mem::size_of::<GdrshimCounters>() == 13 * 8);
+const FIELDS: usize = 20;
+const _: () = assert!(core::mem::size_of::<GdrshimCounters>() == FIELDS * 8);
 
 impl GdrshimCounters {
     /// The header's counters from a snapshot (a count it lacks is `u64::MAX`: unknown).
@@ -126,12 +135,19 @@ impl GdrshimCounters {
             live_registrations: g("live_registrations"),
             host_mrs: g("host_mrs"),
             stood_aside: g("stood_aside"),
+            dmabuf_exports: g("dmabuf_exports"),
+            dmabuf_reused: g("dmabuf_reused"),
+            dmabuf_buffers: g("dmabuf_buffers"),
+            registered_bytes: g("registered_bytes"),
+            registered_peak_bytes: g("registered_peak_bytes"),
+            exported_bytes: g("exported_bytes"),
+            exported_peak_bytes: g("exported_peak_bytes"),
         }
     }
 
     /// The C struct's bytes (for the copy into the caller's struct).
-    pub fn to_bytes(&self) -> [u8; 13 * 8] {
-        let mut b = [0u8; 13 * 8];
+    pub fn to_bytes(&self) -> [u8; FIELDS * 8] {
+        let mut b = [0u8; FIELDS * 8];
         let f = [
             self.nv_ioctls,
             self.native,
@@ -146,6 +162,13 @@ impl GdrshimCounters {
             self.live_registrations,
             self.host_mrs,
             self.stood_aside,
+            self.dmabuf_exports,
+            self.dmabuf_reused,
+            self.dmabuf_buffers,
+            self.registered_bytes,
+            self.registered_peak_bytes,
+            self.exported_bytes,
+            self.exported_peak_bytes,
         ];
         for (i, v) in f.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
@@ -167,5 +190,8 @@ mod tests {
         let c = GdrshimCounters::from_snapshot(&s);
         assert_eq!((c.nv_ioctls, c.native, c.matched, c.registered), (7, 2, 2, u64::MAX));
         assert_eq!(&c.to_bytes()[8..16], &2u64.to_ne_bytes());
+        s.counts([("exported_peak_bytes", 0x40_0000)]);
+        let c = GdrshimCounters::from_snapshot(&s);
+        assert_eq!(&c.to_bytes()[19 * 8..], &0x40_0000u64.to_ne_bytes(), "the last field, at the end");
     }
 }

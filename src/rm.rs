@@ -213,6 +213,30 @@ impl Rm for RealRm {
     fn close_fd(&mut self, fd: i32) {
         Self::close(fd);
     }
+
+    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
+        let e = crate::sys::errno();
+        // SAFETY: zeroed stat is a valid out-buffer.
+        let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
+        // SAFETY: fstat writes into st only.
+        let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
+        crate::sys::set_errno(e);
+        // each dma-buf is its own inode of the kernel's dmabuf file system
+        ok.then_some((st.st_dev, st.st_ino))
+    }
+
+    fn dup_fd(&mut self, fd: i32, file: (u64, u64)) -> Option<i32> {
+        if fd < 0 || self.fd_identity(fd) != Some(file) {
+            return None;
+        }
+        let fcntl = crate::real::fcntl()?;
+        let e = crate::sys::errno();
+        // SAFETY: F_DUPFD_CLOEXEC of an fd of ours (checked to be its buffer just now); fcntl with
+        // F_DUPFD_CLOEXEC is no cancellation point.
+        let dup = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        crate::sys::set_errno(e);
+        (dup >= 0).then_some(dup)
+    }
     fn refused(&mut self, key: &'static str, line: String) {
         crate::log_limited!(crate::config::Level::Warn, key, "{line}");
     }

@@ -184,6 +184,33 @@ fn the_dmabuf_route_gives_the_nic_exactly_the_mapped_memory() {
     assert!(err.contains("exported 2 piece(s)"), "an MR over two memory objects: {err}");
 }
 
+/// Issue 30: one dma-buf per piece set, shared by every MR over it and closed with the last;
+/// never reused for memory freed and allocated again, never a caller's fd, never in a fork child.
+#[test]
+fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    let (code, out, err) = routes("shared", &rig, &["shared"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let line = out.lines().find(|l| l.starts_with("routes shared")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert_eq!(
+        line,
+        "routes shared ok exports_for_4=1 open_while_used=1 exports_caller=1 child_ok=1 open_before_last=1 open_after_last=0 \
+         exports_new=1 left=0",
+        "{err}"
+    );
+    let s = summary(&err);
+    // 4 + twin over one buffer (one export, four reuses), the caller's, old and new memory
+    assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()), ("4", "4"), "{err}");
+    assert_eq!((s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()), ("0", "0", "0"), "{err}");
+    // 5 MRs of 4 MiB at once over one buffer; later the old memory's buffer (held by its MR) and
+    // the new one's: two buffers at once
+    let bytes: Vec<&str> = ["registered_bytes", "registered_peak_bytes", "exported_bytes", "exported_peak_bytes", "dmabuf_buffers"]
+        .iter()
+        .map(|k| s[*k].as_str())
+        .collect();
+    assert_eq!(bytes, ["0", "20971520", "0", "8388608", "0"], "{err}");
+}
+
 #[test]
 fn cuda_callers_get_a_dmabuf_where_libcuda_refuses() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
@@ -286,8 +313,8 @@ fn line<'a>(out: &'a str, prefix: &str) -> &'a str {
 
 /// mlx5dv_devx_umem_reg/_reg_ex on GPU memory, DMA-BUF route: the fake libmlx5 is asked
 /// reg_ex with MLX5DV_UMEM_MASK_DMABUF and a buffer that is exactly that memory (checked page by
-/// page), the caller's page sizes kept; only the umem's own reference to the buffer is open
-/// while it lives, none after. Host memory, a miss, an unknown mask bit and the program's own
+/// page), the caller's page sizes kept; while it lives the umem's own reference to the buffer
+/// and gdrshim's one fd of it (kept for every MR over the same pieces) are open, none after. Host memory, a miss, an unknown mask bit and the program's own
 /// dma-buf pass through untouched; errno is the caller's.
 #[test]
 fn devx_umems_on_the_dmabuf_route_are_dmabuf_umems_of_exactly_the_memory() {
@@ -295,7 +322,7 @@ fn devx_umems_on_the_dmabuf_route_are_dmabuf_umems_of_exactly_the_memory() {
     let (code, out, err) = routes("umem-dmabuf", &rig, &["umem"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let what = format!("{out}\n{err}");
-    assert_eq!(line(&out, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=0 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=1", "{what}");
+    assert_eq!(line(&out, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=0 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=2", "{what}");
     assert_eq!(line(&out, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
     assert_eq!(line(&out, "umem2"), "umem2 ok=1 errno=4242 mask=0x1 pgsz=0xffffffffffff0000 regs=0 caller_mask=0", "{what}");
     assert_eq!(line(&out, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");

@@ -54,7 +54,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut 
     }
     let (addr, len) = (a.addr(), input.size);
     if umem.is_null() {
-        shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", addr, len, err));
+        shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", e, addr, len, err));
         set_errno(e0);
         return None;
     }

@@ -137,7 +137,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
         unsafe { close(e.fd) };
     }
     if mr.is_null() {
-        shim::call_in(|s| s.dmabuf_refused(api, with, a.addr, a.len, err));
+        shim::call_in(|s| s.dmabuf_refused(api, with, e, a.addr, a.len, err));
         set_errno(e0);
         return None;
     }

@@ -416,7 +416,7 @@ fn run_model(route: Route) {
                         count("exports");
                         let mr = next_mr;
                         next_mr += 1;
-                        w.r.after_dmabuf_reg(mr, e, 0, addr);
+                        w.r.after_dmabuf_reg(&mut w.rm, mr, e, 0, addr);
                         mrs.push(mr);
                     }
                     Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),

@@ -2,6 +2,17 @@
 //! /dev/nvidiaN, for `ibv_reg_dmabuf_mr` (the hook) or for CUDA's callers. RM keeps its own
 //! reference on the memory until the buffer is released, so there is no RM state of ours to undo;
 //! what is kept is which memory live MRs use, to say so when that memory is freed.
+//!
+//! One buffer per piece set ([`Shared`]): every verbs MR over the same pieces of the same
+//! allocations uses one export, kept open by gdrshim while MRs use it and closed with the last.
+//! An export costs an RM call and, without static BAR1, BAR1 space per buffer (RM maps a buffer's
+//! pieces once for all its importers: nv-dmabuf.c `nv_dma_buf_get_phys_addresses`, per-handle
+//! `phys_refcount`, 595.45.04 lines 616 and 654), so N MRs over one buffer cost one. The buffer
+//! is found by the exact pieces and which allocation of each handle they are (`Plan::serials`):
+//! memory freed and allocated again under the same handle is never served by an old buffer, and
+//! a buffer is forgotten as soon as a driver call releases or maps over its memory. The hook
+//! always gets its own duplicate of the buffer's fd, so nothing it closes is the one kept here;
+//! `cuMemGetHandleForAddressRange`'s fds are the caller's and never kept.
 #![forbid(unsafe_code)]
 
 pub use crate::tracker::dmabuf::{Plan, PlanMiss, Span, HOST_PAGE};
@@ -20,6 +31,47 @@ pub struct Dmabuf {
     capable: HashMap<(u32, u32), bool>,
     /// Live dma-buf MRs per memory object they cover.
     users: HashMap<MemRef, u32>,
+    /// The buffers verbs MRs use, by id, and the ids of those that may still be used again.
+    shared: HashMap<u64, Shared>,
+    by_pieces: HashMap<PieceSet, u64>,
+    next_id: u64,
+    /// Bytes of the buffers in `shared` (live and the most at once).
+    pub exported_bytes: u64,
+    pub exported_peak: u64,
+}
+
+/// What one buffer is: the GPU, the mapping type and, per piece, the memory handle, which
+/// allocation of it, offset and size.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PieceSet {
+    client: u32,
+    device_instance: u32,
+    mapping_type: u8,
+    pieces: Vec<(u32, u64, u64, u64)>,
+}
+
+impl PieceSet {
+    fn of(plan: &Plan, mapping_type: u8) -> PieceSet {
+        let pieces = plan.spans.iter().zip(&plan.serials).map(|(s, &serial)| (s.memory, serial, s.offset, s.size)).collect();
+        PieceSet { client: plan.client, device_instance: plan.device_instance, mapping_type, pieces }
+    }
+}
+
+/// A buffer of ours that verbs MRs use.
+struct Shared {
+    /// Our fd of it; -1 once closed (its memory released, or the fd found not to be it any more:
+    /// the MRs still hold the buffer in the kernel).
+    fd: i32,
+    /// The fd's file (`Rm::fd_identity`): a program that closed our fd must not make us hand out
+    /// whatever file got its number next.
+    file: (u64, u64),
+    bytes: u64,
+    mems: Vec<MemRef>,
+    /// MRs registered over it, and registrations decided on it whose verbs call has not returned.
+    mrs: u32,
+    pending: u32,
+    /// Where it is found for reuse (`None`: no longer reusable).
+    key: Option<PieceSet>,
 }
 
 impl Dmabuf {
@@ -71,7 +123,110 @@ impl Dmabuf {
         let mut mems: Vec<MemRef> = plan.spans.iter().map(|s| MemRef { client: plan.client, memory: s.memory }).collect();
         mems.sort_unstable();
         mems.dedup();
-        Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes: plan.total, mems })
+        Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes: plan.total, mems, buf: None, reused: false })
+    }
+
+    /// The buffer of `plan` for a verbs MR: the one MRs over the same pieces already use, else a
+    /// new export kept for the next. The fd returned is the hook's own (a duplicate) to close
+    /// after its call; [`settle`](Self::settle) must follow with the call's outcome. Where our
+    /// fd cannot be duplicated or identified, the export is the hook's alone, as before.
+    pub fn export_shared(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
+        let key = PieceSet::of(plan, mapping_type);
+        if let Some(&id) = self.by_pieces.get(&key) {
+            let sh = self.shared.get_mut(&id).expect("indexed buffers exist");
+            if let Some(fd) = rm.dup_fd(sh.fd, sh.file) {
+                sh.pending += 1;
+                let (bytes, mems) = (sh.bytes, sh.mems.clone());
+                return Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes, mems, buf: Some(id), reused: true });
+            }
+            // our fd is not that buffer any more (the program closed it): never close or use the
+            // number again; a new export follows
+            sh.fd = -1;
+            self.unindex(id);
+            self.drop_if_unused(rm, id);
+        }
+        let mut e = self.export(t, rm, plan, addr, mapping_type)?;
+        let Some(file) = rm.fd_identity(e.fd) else { return Ok(e) };
+        let Some(dup) = rm.dup_fd(e.fd, file) else { return Ok(e) };
+        self.next_id += 1;
+        let id = self.next_id;
+        let sh = Shared { fd: e.fd, file, bytes: e.bytes, mems: e.mems.clone(), mrs: 0, pending: 1, key: Some(key.clone()) };
+        self.shared.insert(id, sh);
+        self.by_pieces.insert(key, id);
+        self.exported_bytes += e.bytes;
+        self.exported_peak = self.exported_peak.max(self.exported_bytes);
+        e.fd = dup;
+        e.buf = Some(id);
+        Ok(e)
+    }
+
+    /// The verbs call over buffer `id` returned: it made an MR (`registered`) or not.
+    pub fn settle(&mut self, rm: &mut dyn Rm, id: u64, registered: bool) {
+        if let Some(sh) = self.shared.get_mut(&id) {
+            sh.pending = sh.pending.saturating_sub(1);
+            if registered {
+                sh.mrs += 1;
+            }
+            self.drop_if_unused(rm, id);
+        }
+    }
+
+    /// An MR over buffer `id` is gone.
+    pub fn buffer_mr_gone(&mut self, rm: &mut dyn Rm, id: u64) {
+        if let Some(sh) = self.shared.get_mut(&id) {
+            sh.mrs = sh.mrs.saturating_sub(1);
+            self.drop_if_unused(rm, id);
+        }
+    }
+
+    /// Buffers alive (ours open or held by MRs), and how many of them are ours open.
+    pub fn buffers(&self) -> (usize, usize) {
+        (self.shared.len(), self.shared.values().filter(|s| s.fd >= 0).count())
+    }
+
+    fn unindex(&mut self, id: u64) {
+        if let Some(k) = self.shared.get_mut(&id).and_then(|s| s.key.take()) {
+            self.by_pieces.remove(&k);
+        }
+    }
+
+    fn drop_if_unused(&mut self, rm: &mut dyn Rm, id: u64) {
+        let Some(sh) = self.shared.get(&id) else { return };
+        if sh.mrs > 0 || sh.pending > 0 {
+            return;
+        }
+        let sh = self.shared.remove(&id).expect("just seen");
+        if let Some(k) = sh.key {
+            self.by_pieces.remove(&k);
+        }
+        if sh.fd >= 0 {
+            rm.close_fd(sh.fd);
+        }
+        self.exported_bytes -= sh.bytes;
+        super::shrink_when_sparse(&mut self.shared);
+    }
+
+    /// A driver call is about to release (or map over) memory: no buffer over it is used again,
+    /// and our fds of them close (MRs keep the buffers in the kernel until they go).
+    pub fn forget_released(&mut self, t: &Tracker, rm: &mut dyn Rm, call: &Pending) {
+        if self.shared.is_empty() {
+            return;
+        }
+        let gone = released(t, call, || self.shared.values().flat_map(|s| s.mems.iter().copied()).collect());
+        if gone.is_empty() {
+            return;
+        }
+        let hit: Vec<u64> = self.shared.iter().filter(|(_, s)| s.mems.iter().any(|m| gone.contains(m))).map(|(&id, _)| id).collect();
+        for id in hit {
+            self.unindex(id);
+            if let Some(sh) = self.shared.get_mut(&id) {
+                if sh.fd >= 0 {
+                    rm.close_fd(sh.fd);
+                    sh.fd = -1;
+                }
+            }
+            self.drop_if_unused(rm, id);
+        }
     }
 
     pub fn mr_added(&mut self, mems: &[MemRef]) {
@@ -97,21 +252,7 @@ impl Dmabuf {
         if self.users.is_empty() {
             return Vec::new();
         }
-        let mems: Vec<MemRef> = match *call {
-            Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
-                Some(ObjKind::Memory { .. }) => vec![MemRef { client: h_client, memory: h_object }],
-                // RM frees what lies under the object (a device's memory, a client's everything)
-                Some(_) => self.users.keys().filter(|m| m.client == h_client && lies_under(t, **m, h_object)).copied().collect(),
-                None => Vec::new(),
-            },
-            Pending::UvmFree { base } => t.map.memory_in(base, base.saturating_add(t.uvm_free_extent(base, None))),
-            Pending::UvmUnmap { base, length } => t.map.memory_in(base, base.saturating_add(length)),
-            // mapping the same memory again (cuMemSetAccess) leaves the MRs describing what is there
-            Pending::UvmMap { base, length, h_client, h_memory, .. } => {
-                let same = MemRef { client: h_client, memory: h_memory };
-                t.map.memory_in(base, base.saturating_add(length)).into_iter().filter(|m| *m != same).collect()
-            }
-        };
+        let mems = released(t, call, || self.users.keys().copied().collect());
         let mut out: Vec<StillInUse> = Vec::new();
         for m in mems {
             if let Some(&n) = self.users.get(&m) {
@@ -122,6 +263,26 @@ impl Dmabuf {
             }
         }
         out
+    }
+}
+
+/// The memory a driver call is about to release or map over (`candidates`: the memory objects
+/// an RM free of a parent object is checked against).
+fn released(t: &Tracker, call: &Pending, candidates: impl FnOnce() -> Vec<MemRef>) -> Vec<MemRef> {
+    match *call {
+        Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
+            Some(ObjKind::Memory { .. }) => vec![MemRef { client: h_client, memory: h_object }],
+            // RM frees what lies under the object (a device's memory, a client's everything)
+            Some(_) => candidates().into_iter().filter(|m| m.client == h_client && lies_under(t, *m, h_object)).collect(),
+            None => Vec::new(),
+        },
+        Pending::UvmFree { base } => t.map.memory_in(base, base.saturating_add(t.uvm_free_extent(base, None))),
+        Pending::UvmUnmap { base, length } => t.map.memory_in(base, base.saturating_add(length)),
+        // mapping the same memory again (cuMemSetAccess) leaves the MRs describing what is there
+        Pending::UvmMap { base, length, h_client, h_memory, .. } => {
+            let same = MemRef { client: h_client, memory: h_memory };
+            t.map.memory_in(base, base.saturating_add(length)).into_iter().filter(|m| *m != same).collect()
+        }
     }
 }
 

@@ -12,23 +12,26 @@
 #![forbid(unsafe_code)]
 
 pub mod dmabuf;
+mod miss;
 pub mod nv503c;
+
+pub use miss::RegMiss;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_dmabuf;
 #[cfg(test)]
 mod tests_owned;
+#[cfg(test)]
+mod tests_shared;
 
 use crate::abi::dmabuf::ExportToDmabufFd;
-use crate::abi::status::{self, Call};
 use crate::born::Fresh;
 use crate::decode::Pending;
 use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
-use crate::vamap::{MemRef, Miss};
+use crate::vamap::MemRef;
 use rustc_hash::FxHashMap as HashMap;
-use std::fmt;
 
 /// An RM client of the program and the /dev/nvidiactl fd it was allocated on (strict client
 /// validation: RM takes the client's calls on that fd only).
@@ -52,6 +55,16 @@ pub trait Rm {
     /// `device_instance`; returns the buffer's fd (`params.fd` after the call).
     fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32>;
     fn close_fd(&mut self, fd: i32);
+    /// What file `fd` is (device and inode), to know it again; `None`: no buffer is kept.
+    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
+        let _ = fd;
+        None
+    }
+    /// A new fd (close-on-exec) of the file `fd` is, if `fd` is still `file`.
+    fn dup_fd(&mut self, fd: i32, file: (u64, u64)) -> Option<i32> {
+        let _ = (fd, file);
+        None
+    }
     /// A refusal worth telling a person about that has no caller to return to (an unregister or
     /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
     fn refused(&mut self, key: &'static str, line: String) {
@@ -68,93 +81,6 @@ pub(crate) fn shrink_when_sparse<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, 
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RegMiss {
-    Lookup(Miss),
-    NotVidmem {
-        class: u32,
-    },
-    NoDevice,
-    NoSubdevice,
-    NoVaSpace,
-    Unaligned(VidmemTuple),
-    SpansMappings {
-        mapping_end: u64,
-    },
-    /// The UVM mapping an MR lies in is no longer whole: part of it was unmapped or mapped again.
-    MappingNotWhole {
-        tuple: VidmemTuple,
-    },
-    OtherAddress {
-        registered: VidmemTuple,
-    },
-    Rm {
-        call: Call,
-        status: u32,
-    },
-    /// No route can work here: what each lacks.
-    NoRoute(String),
-    /// DMA-BUF: the range cannot be one dma-buf of this process's own memory.
-    Export(dmabuf::PlanMiss),
-    /// DMA-BUF: RM says the GPU has no dma-buf capability.
-    GpuNotCapable,
-    /// `ibv_rereg_mr` cannot move an MR onto a dma-buf.
-    Rereg,
-    /// The memory's RM client was not allocated through this process's NVIDIA fds.
-    UnknownClient {
-        client: u32,
-    },
-    /// The map missed a call the driver accepted (`Tracker::incomplete`).
-    MapIncomplete,
-    /// Byte `at` of the range is not memory the program allocated through CUDA (`crate::vamap::owned`).
-    NotProgramMemory {
-        at: u64,
-    },
-}
-
-impl fmt::Display for RegMiss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegMiss::Lookup(m) => write!(f, "{m}"),
-            RegMiss::NotVidmem { class } => write!(f, "memory class {class:#x} is not vidmem"),
-            RegMiss::NoDevice => write!(f, "the memory's device is unknown"),
-            RegMiss::NoSubdevice => write!(f, "no single subdevice under the memory's device"),
-            RegMiss::NoVaSpace => write!(f, "no VA space registered with UVM under the memory's device"),
-            RegMiss::Unaligned(t) => write!(f, "backing range {t} is not 64 KiB aligned"),
-            RegMiss::SpansMappings { mapping_end } => write!(f, "the MR runs past its UVM mapping (ends at {mapping_end:#x})"),
-            RegMiss::MappingNotWhole { tuple } => write!(
-                f,
-                "the UVM mapping {tuple} is no longer whole (part of it was unmapped or mapped to other memory); registering it \
-                 would describe memory that is not there"
-            ),
-            RegMiss::OtherAddress { registered } => {
-                write!(f, "the memory is already registered at another VA {registered} (one range per hMemory)")
-            }
-            RegMiss::Rm { call, status: st } => {
-                write!(f, "{} refused: {st:#x} {} ({})", call.name(), status::name(*st), status::cause(*call, *st))
-            }
-            RegMiss::NoRoute(why) => write!(f, "no registration route on this machine: {why}"),
-            RegMiss::Export(m) => write!(f, "{m}"),
-            RegMiss::GpuNotCapable => write!(f, "RM reports no dma-buf capability for this GPU (kernel without dma-buf, or APM on)"),
-            RegMiss::Rereg => write!(f, "ibv_rereg_mr cannot move an MR onto GPU memory on the DMA-BUF route; deregister and register"),
-            RegMiss::UnknownClient { client } => {
-                write!(f, "the memory's RM client {client:#010x} was not allocated through this process's NVIDIA fds")
-            }
-            RegMiss::NotProgramMemory { at } => write!(
-                f,
-                "{at:#x} is not in any allocation this program made through CUDA (cuMemAlloc*, a pool, cuMemMap, an IPC or pool \
-                 import): CUDA's own memory, memory freed, or a range running past its allocation; libcuda refuses such a \
-                 range too"
-            ),
-            RegMiss::MapIncomplete => write!(
-                f,
-                "the map missed a driver call earlier (its lock was not free for 5 s, see the ERROR line): it may describe memory \
-                 that is gone, so nothing is registered or exported in this process any more"
-            ),
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegCounts {
     pub pass0_hits: u64,
@@ -167,13 +93,15 @@ pub struct RegCounts {
     pub p2p_objects: u64,
     /// dma-bufs gdrshim exported (for verbs MRs and for CUDA's callers).
     pub dmabuf_exports: u64,
+    /// Verbs registrations that used a buffer of ours already exported for the same pieces.
+    pub dmabuf_reused: u64,
     /// `IBV_ACCESS_ON_DEMAND` registrations of GPU memory: neither route serves them.
     pub odp: u64,
 }
 
 impl RegCounts {
     /// The counts as the summary names them.
-    pub fn pairs(&self) -> [(&'static str, u64); 10] {
+    pub fn pairs(&self) -> [(&'static str, u64); 11] {
         [
             ("pass0_hits", self.pass0_hits),
             ("pass0_misses", self.pass0_misses),
@@ -184,13 +112,15 @@ impl RegCounts {
             ("stood_aside", self.stood_aside),
             ("p2p_objects", self.p2p_objects),
             ("dmabuf_exports", self.dmabuf_exports),
+            ("dmabuf_reused", self.dmabuf_reused),
             ("odp_mrs", self.odp),
         ]
     }
 }
 
 /// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
-/// iova, fd, access)`, then close `fd` (the MR holds its own reference to the buffer).
+/// iova, fd, access)`, then close `fd` (its own; the MR holds its own reference to the buffer),
+/// and tell the registrar the outcome (`Registrar::after_dmabuf_reg` or `dmabuf_not_used`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
     pub fd: i32,
@@ -199,6 +129,10 @@ pub struct Export {
     pub pieces: usize,
     pub bytes: u64,
     pub mems: Vec<MemRef>,
+    /// The shared buffer `fd` duplicates (`None`: the fd is the only one of its buffer).
+    pub buf: Option<u64>,
+    /// The buffer existed already (no export was made for this registration).
+    pub reused: bool,
 }
 
 /// What to do about one verbs registration.
@@ -233,6 +167,9 @@ pub enum HeldRef {
         provider_addr: u64,
         va: u64,
         mems: Vec<MemRef>,
+        /// The shared buffer it was registered over, and the bytes of that buffer.
+        buf: Option<u64>,
+        bytes: u64,
     },
 }
 
@@ -270,6 +207,9 @@ pub struct Registrar {
     route: Option<Result<Route, String>>,
     /// Live MRs on dma-bufs of ours.
     dmabuf_live: usize,
+    /// Bytes of their buffers, one count per MR (live and the most at once).
+    registered_bytes: u64,
+    registered_peak: u64,
 }
 
 impl Registrar {
@@ -381,7 +321,7 @@ impl Registrar {
                 self.nv.decide(t, rm, (r.addr, r.len), self.dry_run, nv503c::Book { counts: &mut self.counts, next_id })
             }
             Some(Ok(Route::Dmabuf)) if r.rereg => Decision::Miss(RegMiss::Rereg),
-            Some(Ok(Route::Dmabuf)) => match self.export(t, rm, r.addr, r.len, crate::abi::dmabuf::MAPPING_DEFAULT) {
+            Some(Ok(Route::Dmabuf)) => match self.export_as(t, rm, r.addr, r.len, crate::abi::dmabuf::MAPPING_DEFAULT, true) {
                 Ok(Some(e)) => Decision::Exported(e),
                 Ok(None) => {
                     let p = t.dmabuf_plan(r.addr, r.len).expect("planned once already");
@@ -394,9 +334,24 @@ impl Registrar {
         }
     }
 
-    /// The dma-buf of `[addr, addr+len)` (rounded out to host pages): `Ok(None)` in shadow mode.
-    /// Used by verbs registrations and by CUDA's callers (`cuMemGetHandleForAddressRange`).
+    /// The dma-buf of `[addr, addr+len)` (rounded out to host pages) for CUDA's callers
+    /// (`cuMemGetHandleForAddressRange`): a new export whose fd is the caller's alone, never kept.
+    /// `Ok(None)` in shadow mode.
     pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64, mapping_type: u8) -> Result<Option<Export>, RegMiss> {
+        self.export_as(t, rm, addr, len, mapping_type, false)
+    }
+
+    /// `shared`: for a verbs MR, over the buffer of the same pieces where one is kept
+    /// (`dmabuf::Dmabuf::export_shared`).
+    fn export_as(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        addr: u64,
+        len: u64,
+        mapping_type: u8,
+        shared: bool,
+    ) -> Result<Option<Export>, RegMiss> {
         if t.incomplete {
             return Err(RegMiss::MapIncomplete);
         }
@@ -408,13 +363,40 @@ impl Registrar {
         if self.dry_run {
             return Ok(None);
         }
-        let e = self.dmabuf.export(t, rm, &plan, addr, mapping_type).inspect_err(|m| {
+        let r = if shared {
+            self.dmabuf.export_shared(t, rm, &plan, addr, mapping_type)
+        } else {
+            self.dmabuf.export(t, rm, &plan, addr, mapping_type)
+        };
+        let e = r.inspect_err(|m| {
             if matches!(m, RegMiss::Rm { .. }) {
                 self.counts.rm_errors += 1;
             }
         })?;
-        self.counts.dmabuf_exports += 1;
+        if e.reused {
+            self.counts.dmabuf_reused += 1;
+        } else {
+            self.counts.dmabuf_exports += 1;
+        }
         Ok(Some(e))
+    }
+
+    /// An [`Export`] for a verbs MR whose call made no MR (refused, or not made at all).
+    pub fn dmabuf_not_used(&mut self, rm: &mut dyn Rm, e: &Export) {
+        if let Some(id) = e.buf {
+            self.dmabuf.settle(rm, id, false);
+        }
+    }
+
+    /// Bytes of GPU memory in our dma-buf MRs and in our buffers under them: live, and the most
+    /// at once (`(registered, registered_peak, exported, exported_peak)`).
+    pub fn dmabuf_bytes(&self) -> (u64, u64, u64, u64) {
+        (self.registered_bytes, self.registered_peak, self.dmabuf.exported_bytes, self.dmabuf.exported_peak)
+    }
+
+    /// Our buffers alive, and how many of them gdrshim holds open.
+    pub fn dmabuf_buffers(&self) -> (usize, usize) {
+        self.dmabuf.buffers()
     }
 
     /// After the real verbs call: keep the reference if it produced an MR, else drop it.
@@ -435,13 +417,18 @@ impl Registrar {
 
     /// After `ibv_reg_dmabuf_mr` of an [`Export`] produced `mr`; `provider_addr` is what the
     /// provider put in `ibv_mr.addr` (gdrshim shows the caller its VA instead).
-    pub fn after_dmabuf_reg(&mut self, mr: u64, e: &Export, provider_addr: u64, va: u64) {
-        let held = HeldRef::Dmabuf { provider_addr, va, mems: e.mems.clone() };
+    pub fn after_dmabuf_reg(&mut self, rm: &mut dyn Rm, mr: u64, e: &Export, provider_addr: u64, va: u64) {
+        let held = HeldRef::Dmabuf { provider_addr, va, mems: e.mems.clone(), buf: e.buf, bytes: e.bytes };
         self.dmabuf.mr_added(&e.mems);
+        if let Some(id) = e.buf {
+            self.dmabuf.settle(rm, id, true);
+        }
         self.dmabuf_live += 1;
+        self.registered_bytes += e.bytes;
+        self.registered_peak = self.registered_peak.max(self.registered_bytes);
         if let Some(old) = self.mrs.insert(mr, held) {
             // the provider reused an MR pointer we still hold: that MR is gone
-            self.finish_dereg(&mut NoRm, mr, old, true);
+            self.finish_dereg(rm, mr, old, true);
         }
     }
 
@@ -461,10 +448,10 @@ impl Registrar {
     /// one that shows anything else is not that MR any more (its deregistration got past us, and
     /// malloc gave the pointer to another MR): the stale reference is finished here and nothing
     /// is returned, so that the hook writes nothing into the other MR.
-    pub fn take_mr(&mut self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
+    pub fn take_mr(&mut self, rm: &mut dyn Rm, mr: u64, shown_addr: u64) -> Option<HeldRef> {
         match self.remove_mr(mr) {
             Some(held @ HeldRef::Dmabuf { va, .. }) if va != shown_addr => {
-                self.finish_dereg(&mut NoRm, mr, held, true);
+                self.finish_dereg(rm, mr, held, true);
                 None
             }
             held => held,
@@ -486,9 +473,13 @@ impl Registrar {
         }
         match held {
             HeldRef::Nv503c { mem, id } => self.nv.release(rm, mem, id, &mut self.counts),
-            HeldRef::Dmabuf { mems, .. } => {
+            HeldRef::Dmabuf { mems, buf, bytes, .. } => {
                 self.dmabuf.mr_gone(&mems);
+                if let Some(id) = buf {
+                    self.dmabuf.buffer_mr_gone(rm, id);
+                }
                 self.dmabuf_live -= 1;
+                self.registered_bytes -= bytes;
             }
         }
     }
@@ -506,6 +497,7 @@ impl Registrar {
 
     pub fn before_driver_call(&mut self, t: &Tracker, rm: &mut dyn Rm, call: Pending) -> (Vec<VidmemTuple>, Vec<StillInUse>) {
         let mut in_use = self.dmabuf.in_use_by(t, &call);
+        self.dmabuf.forget_released(t, rm, &call);
         let gone = self.nv.before_driver_call(t, rm, call, &mut self.counts, &mut in_use);
         (gone, in_use)
     }
@@ -520,31 +512,4 @@ impl Registrar {
         self.nv.forget_client(client);
         self.mrs.retain(|_, h| !matches!(h, HeldRef::Nv503c { mem, .. } if mem.client == client));
     }
-}
-
-/// Releasing a dma-buf MR's reference calls no RM: this stands in where an [`Rm`] is asked for.
-struct NoRm;
-impl Rm for NoRm {
-    fn alloc_p2p(&mut self, _: Client, _: u32) -> Result<u32, u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn register_va_space(&mut self, _: Client, _: u32, _: u32) -> Result<u64, u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn register_vidmem(&mut self, _: Client, _: u32, _: &VidmemTuple) -> Result<(), u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn unregister_vidmem(&mut self, _: Client, _: u32, _: u32) -> Result<(), u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn free(&mut self, _: Client, _: u32, _: u32) -> Result<(), u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<i32, u32> {
-        Err(status::NV_ERR_NOT_SUPPORTED)
-    }
-    fn close_fd(&mut self, _: i32) {}
 }

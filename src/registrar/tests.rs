@@ -5,6 +5,7 @@ use super::*;
 use crate::abi::status::{self, Call};
 use crate::decode::{Event, P2pCtrl};
 use crate::tracker::Tracker;
+use crate::vamap::Miss;
 
 pub(super) const C: u32 = 0xc1d0_0001;
 pub(super) const DEV: u32 = 0x5c00_0002;

@@ -323,15 +323,20 @@ impl Shim {
     /// `ibv_reg_dmabuf_mr` of an export gave `mr` (whose `addr` the provider set to `provider_addr`).
     pub fn verbs_after_dmabuf(&self, e: &Export, mr: u64, provider_addr: u64, va: u64) {
         if let Some(mut c) = self.core(WAIT) {
-            c.registrar.after_dmabuf_reg(mr, e, provider_addr, va);
-            self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.after_dmabuf_reg(rm, mr, e, provider_addr, va);
+            self.live_mrs.store(registrar.live_mrs(), Relaxed);
         }
     }
 
     /// An export the verbs call did not take (`with`: the provider's call that refused it): its
     /// fd is closed by the hook; counted as a refusal.
-    pub fn dmabuf_refused(&self, api: &str, with: &str, addr: u64, len: u64, errno: i32) {
+    pub fn dmabuf_refused(&self, api: &str, with: &str, e: &Export, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
+        if let Some(mut c) = self.core(WAIT) {
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.dmabuf_not_used(rm, e);
+        }
         crate::log_limited!(
             crate::config::Level::Warn,
             "export refused",
@@ -349,8 +354,9 @@ impl Shim {
     /// (`shown_addr`: what the MR's `addr` reads now, see `Registrar::take_mr`).
     pub fn verbs_dereg_begin(&self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
         let mut c = self.core(WAIT)?;
-        let held = c.registrar.take_mr(mr, shown_addr);
-        self.live_mrs.store(c.registrar.live_mrs(), Relaxed);
+        let Core { registrar, rm, .. } = &mut *c;
+        let held = registrar.take_mr(rm, mr, shown_addr);
+        self.live_mrs.store(registrar.live_mrs(), Relaxed);
         held
     }
 

@@ -26,6 +26,7 @@ impl Shim {
         let mut core_counts = Snapshot::new();
         let mut decoded = 0;
         let (mut live, mut p2p_live, mut dmabuf_live) = (u64::MAX, u64::MAX, u64::MAX);
+        let mut bytes = [u64::MAX; 5];
         if let Some(mut lent) = lent {
             let c = &mut *lent.core;
             decoded = c.decoded;
@@ -40,6 +41,8 @@ impl Shim {
             live = c.registrar.live_registrations() as u64;
             p2p_live = c.registrar.p2p_objects() as u64;
             dmabuf_live = c.registrar.dmabuf_mrs() as u64;
+            let (reg, reg_peak, exp, exp_peak) = c.registrar.dmabuf_bytes();
+            bytes = [c.registrar.dmabuf_buffers().0 as u64, reg, reg_peak, exp, exp_peak];
         } else {
             // the core's lock was not had: every count of it is unknown, not zero
             let unknown = |pairs: &[(&'static str, u64)]| pairs.iter().map(|&(n, _)| (n, u64::MAX)).collect::<Vec<_>>();
@@ -76,6 +79,11 @@ impl Shim {
             ("live_registrations", live),
             ("p2p_live", p2p_live),
             ("dmabuf_live", dmabuf_live),
+            ("dmabuf_buffers", bytes[0]),
+            ("registered_bytes", bytes[1]),
+            ("registered_peak_bytes", bytes[2]),
+            ("exported_bytes", bytes[3]),
+            ("exported_peak_bytes", bytes[4]),
             ("wrapped", s.wrapped.load(Relaxed)),
             ("unwrapped", s.unwrapped.load(Relaxed)),
             ("cuda_frees", self.line.cuda_frees.load(Relaxed)),

@@ -10,7 +10,7 @@ use super::{Notice, Tracker};
 use crate::abi::dmabuf::{ExportToDmabufFd, EXPORT_MAX_HANDLES};
 use crate::abi::{class, zeroed};
 use crate::decode::ExportCall;
-use crate::vamap::Miss;
+use crate::vamap::{MemRef, Miss};
 use std::fmt;
 
 /// The host page: RM wants every offset and size of an export aligned to it (x86-64: 4 KiB).
@@ -35,6 +35,9 @@ pub struct Plan {
     pub base: u64,
     pub spans: Vec<Span>,
     pub total: u64,
+    /// Per span, which allocation of its handle it is (`MemInfo::serial`): with the spans, the
+    /// identity of the memory a buffer of this plan holds.
+    pub serials: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,7 +166,8 @@ impl Tracker {
         }
         let (device, device_instance) = device.expect("at least one piece");
         let spans = merged(pieces.iter().map(|p| Span { memory: p.mem.memory, offset: p.offset, size: p.len }));
-        Ok(Plan { client, device, device_instance, base, spans, total: end - base })
+        let serials = spans.iter().map(|s| self.map.memory(MemRef { client, memory: s.memory }).map_or(0, |i| i.serial)).collect();
+        Ok(Plan { client, device, device_instance, base, spans, total: end - base, serials })
     }
 
     /// A native export call (decoded): gathered under its fd.

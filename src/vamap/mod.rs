@@ -126,6 +126,8 @@ pub struct VaMap {
     mems: HashMap<MemRef, MemInfo>,
     /// The program's own allocations that are not exactly one entry (`owned`).
     owned: owned::Allocations,
+    /// Allocations seen so far (`MemInfo::serial`).
+    serials: u64,
 }
 
 /// What the map knows of a memory object.
@@ -136,6 +138,9 @@ pub struct MemInfo {
     pub parent: u32,
     pub class: u32,
     entries: u32,
+    /// Which allocation of this handle it is: a handle freed and allocated again is new memory
+    /// under an old name, and a dma-buf of the old one must never stand for it.
+    pub serial: u64,
 }
 
 /// The class of memory whose allocation was not seen (no RM class is 0).
@@ -145,7 +150,7 @@ type Mems = HashMap<MemRef, MemInfo>;
 
 /// One entry more maps `mem`; its allocation as known.
 fn count_in(mems: &mut Mems, mem: MemRef) -> Allocation {
-    let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0 });
+    let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0, serial: 0 });
     i.entries += 1;
     Allocation { parent: i.parent, class: i.class }
 }
@@ -332,7 +337,8 @@ impl VaMap {
         if self.mems.contains_key(&mem) {
             self.remove_memory(mem);
         }
-        self.mems.insert(mem, MemInfo { parent, class, entries: 0 });
+        self.serials += 1;
+        self.mems.insert(mem, MemInfo { parent, class, entries: 0, serial: self.serials });
     }
 
     /// The allocation of `mem`, if it was seen.

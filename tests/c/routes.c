@@ -19,6 +19,11 @@
 //                       buffers left
 //   routes mrex         ibv_reg_mr_ex of GPU memory with a DMA handle, and with a mask bit
 //                       gdrshim does not know: the masks the provider saw
+//   routes shared       one buffer registered 4 times (a second NIC/PD, a relaxed-order twin):
+//                       one export, our one fd open while MRs use it and none after the last;
+//                       the memory freed and allocated again at the same VA: a new export that
+//                       is the new memory; a caller's cuMemGetHandleForAddressRange-style fd is
+//                       its own; a fork child gets nothing from the parent's buffer
 //   routes attrs        the GDR (116), VMM GDR (110) and DMA-BUF (124) attributes as NCCL reads them
 //   routes vmm [ask [F]] cuMemCreate with gpuDirectRDMACapable=F (default 1; after reading attribute
 //                       110 with "ask"): its result, libcuda's calls, the caller's flag after the call
@@ -34,6 +39,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include "program_owns.h"
 #include <unistd.h>
 #include "../../include/gdrshim.h"
@@ -192,6 +198,67 @@ static int dmabuf(long cycles) {
   if (fds1 != fds0) fail("dma-buf fds left", fds0, fds1);
   (void)a;
   printf("routes dmabuf %s cycles=%ld buffers_left=%d failures=%d\n", failures ? "FAILED" : "ok", cycles, fds1 - fds0, failures);
+  return failures != 0;
+}
+
+// Distinct fake dma-bufs the process's fds refer to (the NIC's MRs hold fds of their own).
+static int distinct_bufs(void) {
+  ino_t seen[256]; int n = 0; char p[64], t[256];
+  for (int fd = 0; fd < 4096; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd); ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k <= 0) continue;
+    t[k] = 0;
+    struct stat st;
+    if (!strstr(t, "memfd:nv_dmabuf") || fstat(fd, &st)) continue;
+    int dup = 0; for (int i = 0; i < n; i++) dup |= seen[i] == st.st_ino;
+    if (!dup && n < 256) seen[n++] = st.st_ino;
+  }
+  return n;
+}
+
+static int shared(void) {
+  unsigned long *exports = (unsigned long *)dlsym(RTLD_DEFAULT, "fakenv_exports");
+  if (!exports) { fprintf(stderr, "no fakenv_exports\n"); return 2; }
+  int fds0 = distinct_bufs();
+  uint32_t a = gpu_alloc(0, BASE, 64 * K64);
+  unsigned long e0 = *exports;
+  struct ibv_mr *m[4];
+  for (int i = 0; i < 4; i++) m[i] = must_reg(i & 1 ? direct : vreg, BASE, 64 * K64, "the same buffer again");
+  unsigned long exports_for_4 = *exports - e0;
+  int open_while_used = distinct_bufs() - fds0;
+  // a caller's own export of the same memory: a new buffer, its fd its own to close
+  int own = gdrshim_dl_export_dmabuf(BASE, 64 * K64);
+  if (own < 0) fail("gdrshim_export_dmabuf", own, 0);
+  unsigned long exports_caller = *exports - e0 - exports_for_4;
+  close(own);
+  struct ibv_mr *twin = must_reg(vreg, BASE, 64 * K64, "after the caller's fd closed");
+  // a fork child: inert, the parent's buffer is not used for it (the NIC refuses GPU VA)
+  pid_t pid = fork();
+  if (pid == 0) {
+    errno = 0;
+    struct ibv_mr *x = vreg((void *)0x1, (void *)(uintptr_t)BASE, 64 * K64, 0xf);
+    _exit(x == NULL && errno == EFAULT ? 0 : 1);
+  }
+  int status = -1; waitpid(pid, &status, 0);
+  int child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!child_ok) fail("fork child registered over the parent's buffer", status, 0);
+  for (int i = 0; i < 4; i++) if (m[i] && vdereg(m[i])) fail("dereg", i, 0);
+  int open_before_last = distinct_bufs() - fds0;
+  if (twin && vdereg(twin)) fail("dereg twin", 0, 0);
+  int open_after_last = distinct_bufs() - fds0;
+  // freed and allocated again at the same VA while an MR of the old memory lives: the new MR
+  // must be the new memory (the fake NIC checks every page), by a new export
+  struct ibv_mr *old = must_reg(vreg, BASE, 64 * K64, "before the free");
+  gpu_free(0, BASE, 64 * K64, a);
+  unsigned long e1 = *exports;
+  gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *fresh = must_reg(vreg, BASE, 64 * K64, "the same VA, new memory");
+  unsigned long exports_new = *exports - e1;
+  if (fresh && vdereg(fresh)) fail("dereg fresh", 0, 0);
+  if (old && vdereg(old)) fail("dereg old", 0, 0);
+  int left = distinct_bufs() - fds0;
+  printf("routes shared %s exports_for_4=%lu open_while_used=%d exports_caller=%lu child_ok=%d open_before_last=%d open_after_last=%d exports_new=%lu left=%d\n",
+         failures ? "FAILED" : "ok", exports_for_4, open_while_used, exports_caller, child_ok, open_before_last, open_after_last, exports_new, left);
   return failures != 0;
 }
 
@@ -408,6 +475,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "matrix")) return matrix();
   if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
   if (!strcmp(argv[1], "cuda")) return cuda();
+  if (!strcmp(argv[1], "shared")) return shared();
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "owned")) return owned();
   if (!strcmp(argv[1], "attrs")) return attrs();
