@@ -331,6 +331,15 @@ impl Shim {
 
     /// An export the verbs call did not take (`with`: the provider's call that refused it): its
     /// fd is closed by the hook; counted as a refusal.
+    /// A buffer exported for a call that then did not use it: its hold is given back (the last
+    /// closes gdrshim's fd of it).
+    pub fn dmabuf_not_wanted(&self, e: &Export) {
+        if let Some(mut c) = self.core(WAIT) {
+            let Core { registrar, rm, .. } = &mut *c;
+            registrar.dmabuf_not_used(rm, e);
+        }
+    }
+
     pub fn dmabuf_refused(&self, api: &str, with: &str, e: &Export, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
         if let Some(mut c) = self.core(WAIT) {
