@@ -446,9 +446,11 @@ unsafe extern "C" fn slow() {
 extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *mut c_void) -> *mut c_void {
     let Some(dlsym) = crate::real_dlsym() else { return fallback };
     // SAFETY: name is one of the stubs' NUL-terminated names.
-    if crate::core_handle().is_null() && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes()) {
+    if crate::core_handle().is_null() && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes()) && preloaded() {
         // a query of ours is no GPU touch: answered as the core answers before its first NVIDIA
-        // call, without loading it (a launcher, a tool, a script asks these)
+        // call, without loading it (a launcher, a tool, a script asks these). A front loaded with
+        // dlopen sees no GPU touch ever: its core is loaded at the query, and says why it
+        // registers nothing.
         return fallback;
     }
     if attach() {
@@ -468,6 +470,14 @@ extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *
     } else {
         p
     }
+}
+
+/// Whether this front's names are the process's global ones (preloaded), as the loader's list has
+/// them (no `dlsym`, no lock).
+fn preloaded() -> bool {
+    let ours = gdrshim_version as usize;
+    // (the loader's list holds objects loaded with dlopen too, after libc)
+    crate::elf::loaded_before_libc(ours) && crate::elf::first_definition(b"gdrshim_version") == ours
 }
 
 /// gdrshim's queries that tools and launchers ask in processes that never touch a GPU: their
