@@ -25,12 +25,12 @@ print(f"nccl_loop: all_reduce {'ok' if ar_ok else 'FAILED'} all_gather {'ok' if 
 pool_ok = True
 try:  # torch >= 2.7 names these; an older one says so and the rest stands
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cuda"))
-    pool = torch.cuda.MemPool(backend.mem_allocator)
+    pool, use_pool = torch.cuda.MemPool(backend.mem_allocator), torch.cuda.use_mem_pool
 except (AttributeError, TypeError) as e:
     pool = None
     print(f"nccl_loop: ncclMemAlloc pool not tried here ({type(e).__name__}: {e})", flush=True)
 if pool is not None:  # a failure from here on is NCCL's (or ours) and ends the run non-zero
-    with torch.cuda.use_mem_pool(pool):
+    with use_pool(pool):
         u = pat.clone()
     backend.register_mem_pool(pool)
     dist.all_reduce(u)
