@@ -36,7 +36,7 @@ if pool is not None:  # a failure from here on is NCCL's (or ours) and ends the 
     dist.all_reduce(u)
     torch.cuda.synchronize()
     pool_ok = torch.equal(u, pat)
-    print(f"nccl_loop: ncclMemAlloc buffer, ncclCommRegister'ed: all_reduce {'ok' if pool_ok else 'FAILED'}", flush=True)
+    print(f"nccl_loop: ncclMemAlloc buffer, ncclCommRegister'ed: all_reduce {'ok' if pool_ok else 'FAILED'} bytes={n * 4}", flush=True)
     backend.deregister_mem_pool(pool)
     del u
 dist.destroy_process_group()
