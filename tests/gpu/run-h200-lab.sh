@@ -40,6 +40,8 @@ log() { echo "$@" | tee -a "$res"; }
 t0=$(date +%s); DEADLINE=$((t0 + 390))
 log "### $(date -u +%FT%TZ) $(python3 --version 2>&1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 [ -f "$KNOBS" ] || { log "no knobs build at $KNOBS"; exit 1; }
+# the real machine's peer-memory state: consumers (and gdrshim's route choice) read it through the overlay's gaps
+log "peermem here: $(ls -d /sys/module/nvidia_peermem /sys/module/nv_peer_mem /sys/kernel/mm/memory_peers/nv_mem 2>/dev/null | tr '\n' ' ')(none listed = not loaded); libibverbs here: $(ldconfig -p | grep -oE 'libibverbs\.so[.0-9]*' | sort -u | tr '\n' ' ')"
 log "### install wheels, build the fake wire ($(ls .whl | tr '\n' ' '))"
 timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$S" .whl/*.whl 2>&1 | tail -3 | tee -a "$res"
 if [ ! -d "$S/mooncake" ] || [ ! -d "$S/nixl_cu13" ]; then log "wheels did not install"; exit 1; fi
