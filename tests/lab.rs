@@ -73,13 +73,13 @@ fn field(summary: &str, key: &str) -> u64 {
 #[test]
 fn the_wire_moves_bytes_and_refuses_what_an_hca_refuses() {
     let (out, sum) = run("wireclient", "host", &[]);
-    assert!(out.contains("wireclient host: 97 checks passed"), "{out}");
+    assert!(out.contains("wireclient host: 98 checks passed"), "{out}");
     // registrations by entry point and kind, the probe, the refusals, the bytes
     for (k, v) in [
         ("reg_mr", 3),
         ("reg_mr_iova2", 1),
-        ("reg_dmabuf_mr", 2),
-        ("dmabuf_probe", 1),
+        ("reg_dmabuf_mr", 3),
+        ("dmabuf_probe", 2),
         ("dmabuf_refused", 1),
         ("bad_args", 1),
         ("host_mr", 3),
@@ -110,11 +110,16 @@ fn with_peermem_played_gpu_memory_moves_through_libcuda() {
 fn the_sysfs_tree_shows_a_roce_v2_port() {
     let root = lab().join("sys");
     let out = Command::new("cat")
-        .args(["/sys/class/infiniband/fwroce_0/ports/1/gid_attrs/types/3", "/sys/class/infiniband/fwroce_0/ports/1/gid_attrs/ndevs/3"])
+        .args([
+            "/sys/class/infiniband/fwroce_0/ports/1/gid_attrs/types/3",
+            "/sys/class/infiniband/fwroce_0/ports/1/gid_attrs/ndevs/3",
+            "/sys/class/infiniband/fwroce_0/device/class",
+            "/sys/class/infiniband/fwroce_0/device/max_link_width",
+        ])
         .env("LD_PRELOAD", lab().join("fakesys.so"))
         .env("FAKEWIRE_SYSFS", &root)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "RoCE v2\nfwnet0\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "RoCE v2\nfwnet0\n0x020000\n16\n", "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!root.join("sys/kernel/mm/memory_peers").exists(), "no peermem unless FAKEWIRE_PEERMEM=1");
 }

@@ -1,14 +1,35 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2012 # the wheel and library names are ours or pip's: plain
 # The consumer lab on the H200 (issue 28 item 6): released consumers move GPU memory over the fake
-# wire (tests/lab: a libibverbs.so.1 stand-in, libmlx5 stub, sysfs overlay), GeForce emulated
-# (libcuda's dma-buf / 116 answers hidden by the knobs build, its 503C traffic suppressed), each
-# consumer with gdrshim (GDRSHIM_MODE default: register) and without (GDRSHIM_MODE=off, the same
-# emulation). One table, OUT/lab.txt: consumer x direction x with/without: bytes checked, the
-# fake's registrations by kind (gpu_dmabuf = GDR used; gpu_plain_refused = a plain MR on GPU
-# memory that reached the NIC: an inbox kernel refuses it), gdrshim's summary counters.
-# 20 runs of at most 20 s each: under 8 minutes even when every one hangs.
-#   tests/gpu/run-h200-lab.sh OUT      (carry .whl from tests/lab/slim-wheels.sh and target/knobs/release/libgdrshim.so)
+# wire (tests/lab: a libibverbs.so.1 stand-in, libmlx5 stub, sysfs overlay), a GeForce emulated,
+# each consumer with gdrshim and without.
+#
+# GeForce emulation, both rows: the knobs build of gdrshim is preloaded with
+# GDRSHIM_TEST_HIDE_DMABUF=1 (libcuda's DMA_BUF_SUPPORTED, 124, reads 0 and its
+# cuMemGetHandleForAddressRange dma-buf answers NOT_SUPPORTED, 801; its real export is taken back)
+# and GDRSHIM_TEST_HIDE_GDR=1 (GPU_DIRECT_RDMA_SUPPORTED, 116, reads 0), behind suppress503c.so
+# (libcuda's own NV503C traffic never reaches RM). The NIC side is an inbox kernel without
+# nvidia-peermem: the fake wire takes GPU memory only as a dma-buf MR, refuses a plain MR over GPU
+# memory (EFAULT), answers the fd -1 dma-buf probe EBADF; no peermem sysfs is faked.
+#   with:    GDRSHIM_MODE unset (register, the default): zero configuration, LD_PRELOAD alone.
+#   without: GDRSHIM_MODE=shadow. Not "off": off is a pure pass-through that applies no knob, so
+#            libcuda's native dma-buf export would work (an H200 is no GeForce). In shadow gdrshim
+#            decides no route and registers nothing (src/shim/serve.rs: serve_dmabuf needs
+#            register mode; the verbs hooks convert nothing), while the hide knobs still answer
+#            (src/advertise.rs: with no route, 116 and 124 keep the hidden 0; src/hooks/cuda.rs:
+#            the dma-buf request is answered 801): what a GeForce gives a consumer.
+# Not hidden: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110) has no hide knob.
+#
+# Rows: consumer x with/without, one process each (every direction inside it, one verdict line
+# per direction): UCX (ucp_loop, ours, on NIXL's bundled UCX 1.23: one process per direction),
+# NIXL 1.5.1 (two agents, UCX backend), Mooncake 0.3.14 (loopback; its default
+# WITH_NVIDIA_PEERMEM on = plain ibv_reg_mr of GPU memory, and WITH_NVIDIA_PEERMEM=0 = dma-buf),
+# NCCL (PyTorch's, one rank: the init lines on the fake HCA and checked collectives).
+# OUT/lab.txt: the table (exit, directions ok, gdrshim's summary counts, the fake wire's counts,
+# wrong registrations), the NCCL init lines, the UCX lanes; OUT/lab-logs.tgz: every log.
+# Most important rows first; every run is bounded (SIGINT, then SIGKILL 5 s later) and the whole
+# lab stops starting runs at 390 s after its start: under 7 minutes even if everything hangs.
+#   tests/gpu/run-h200-lab.sh OUT   (carry .whl from tests/lab/slim-wheels.sh and target/knobs/release/libgdrshim.so)
 set -u
 OUT=${1:?outdir}; mkdir -p "$OUT"
 KNOBS=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
@@ -16,13 +37,20 @@ B=/tmp/gdrshim-lab; S=/tmp/site; L=$S/nixl_cu13.libs
 rm -rf "$B" /tmp/fakewire-sys; mkdir -p "$B/fw" "$B/logs"
 res=$OUT/lab.txt; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
-t0=$(date +%s)
+t0=$(date +%s); DEADLINE=$((t0 + 390))
+log "### $(date -u +%FT%TZ) $(python3 --version 2>&1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+[ -f "$KNOBS" ] || { log "no knobs build at $KNOBS"; exit 1; }
+# the real machine's peer-memory state: consumers (and gdrshim's route choice) read it through the overlay's gaps
+log "peermem here: $(ls -d /sys/module/nvidia_peermem /sys/module/nv_peer_mem /sys/kernel/mm/memory_peers/nv_mem 2>/dev/null | tr '\n' ' ')(none listed = not loaded); libibverbs here: $(ldconfig -p | grep -oE 'libibverbs\.so[.0-9]*' | sort -u | tr '\n' ' ')"
 log "### install wheels, build the fake wire ($(ls .whl | tr '\n' ' '))"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$S" .whl/*.whl || exit 1
+timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$S" .whl/*.whl 2>&1 | tail -3 | tee -a "$res"
+if [ ! -d "$S/mooncake" ] || [ ! -d "$S/nixl_cu13" ]; then log "wheels did not install"; exit 1; fi
 export PYTHONPATH=$S${PYTHONPATH:+:$PYTHONPATH}
 W=tests/lab
 gcc -O1 -shared -fPIC -Wl,--version-script=$W/fakewire.map -Wl,-soname,libibverbs.so.1 -o "$B/fw/libibverbs.so.1" $W/fakewire.c $W/fakewire_qp.c $W/fakewire_data.c -ldl -lpthread || exit 1
 gcc -O1 -shared -fPIC -Wl,--version-script=$W/fakemlx5.map -Wl,-soname,libmlx5.so.1 -o "$B/fw/libmlx5.so.1" $W/fakemlx5.c || exit 1
+# NCCL <= 2.29 dlopens "libibverbs.so" before "libibverbs.so.1" (and libmlx5 alike): both names lead to the fake
+ln -sf libibverbs.so.1 "$B/fw/libibverbs.so"; ln -sf libmlx5.so.1 "$B/fw/libmlx5.so"
 gcc -O1 -shared -fPIC -o "$B/fakesys.so" $W/fakesys.c -ldl || exit 1
 gcc -O1 -shared -fPIC -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl || exit 1
 # NIXL's wheel carries its own rdma-core (auditwheel names): the fake takes their place
@@ -32,41 +60,61 @@ gcc -O1 -I"$S/libucx/include" -o "$B/ucp_loop" $W/ucp_loop.c "$L"/libucp-*.so.0.
 # Mooncake links libibverbs.so.1 / libmlx5.so.1 / libnuma.so.1 / libcurl.so.4 / libcudart.so.13 from the system
 for n in libnuma.so.1 libcurl.so.4; do ldconfig -p | grep -q "$n " || ln -sf "$(ls "$L"/"${n%%.so*}"-*.so* 2>/dev/null | head -1)" "$B/fw/$n"; done
 CUDART=$(dirname "$(python3 -c 'import nvidia, glob, os; print(next(iter(glob.glob(os.path.join(list(nvidia.__path__)[0], "**/libcudart.so.13*"), recursive=True)), ""))' 2>/dev/null)" 2>/dev/null)
+[ "$CUDART" = . ] && CUDART=
 log "libcudart: ${CUDART:-system}; knobs lib: $KNOBS; built in $(( $(date +%s) - t0 )) s"
 export UCX_TLS=rc_verbs,ud_verbs,cuda_copy UCX_NET_DEVICES=fwroce_0:1 UCX_IB_ROCE_REACHABILITY_MODE=all UCX_MODULE_DIR=$L/ucx
-export NIXL_PLUGIN_DIR=$S/.nixl_cu13.mesonpy.libs/plugins NCCL_NVLS_ENABLE=0
-printf '%-10s %-9s %-8s %-22s %-60s %s\n' consumer dir gdrshim bytes fakewire gdrshim-summary | tee -a "$res"
-run() { # consumer, direction label, with|without, command...
-  local c=$1 d=$2 w=$3; shift 3
-  local name=$c-$d-$w rep=$B/logs/$c-$d-$w.fw pre="$B/fakesys.so:$B/suppress503c.so:$KNOBS" mode=register
-  [ "$w" = without ] && mode=off
-  env GDRSHIM_MODE=$mode GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_LOG_LEVEL=info GDRSHIM_LOG_FILE="$B/logs/$name.gdrshim" \
+export NIXL_PLUGIN_DIR=$S/.nixl_cu13.mesonpy.libs/plugins NCCL_NVLS_ENABLE=0 MC_TRANSFER_TIMEOUT=5 MC_LOG_LEVEL=INFO
+export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV NCCL_IB_HCA=fwroce_0 NCCL_SOCKET_IFNAME=lo
+hdr=$(printf '%-15s %-7s %-4s %-26s | %-52s | %-62s | %s' row gdrshim exit "directions ok/total" "gdrshim: dmabuf_mrs dmabuf_exports pass0_hits registered" "fakewire: gpu_dmabuf_mr gpu_plain_refused host_mr moved(g2g,g2h,h2g,h2h)" wrong)
+log "$hdr"
+sum_field() { tr ' ' '\n' <"$1" 2>/dev/null | grep "^$2=" | tail -1 | cut -d= -f2; }
+num() { local v; v=$(sum_field "$@"); echo "${v:-0}"; }
+# every program prints one verdict line per direction (or collective): "PROG[ SRC->DST]: ... bytes=N", FAILED where not ok
+VERDICT='^(nixl_loop|mooncake_loop|ucp_loop|nccl_loop)[^:]*: .*bytes='
+
+run() { # row name, with|without, cap seconds, command... (extra env as NAME=VALUE words first in the command)
+  local row=$1 w=$2 cap=$3; shift 3
+  local name=$row-$w rep=$B/logs/$row-$w.fw gl=$B/logs/$row-$w.gdrshim now left mode
+  now=$(date +%s); left=$((DEADLINE - now)); [ "$left" -lt "$cap" ] && cap=$left
+  if [ "$cap" -lt 8 ]; then log "$(printf '%-15s %-7s skipped: the lab is out of time (%s s)' "$row" "$w" $((now - t0)))"; return; fi
+  mode=(); [ "$w" = without ] && mode=(GDRSHIM_MODE=shadow)
+  echo "... $name (cap ${cap}s, at $((now - t0)) s)"
+  env ${mode[@]+"${mode[@]}"} GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_LOG_LEVEL=info GDRSHIM_LOG_FILE="$gl" \
     SUPPRESS_LOG="$B/logs/$name.native" FAKEWIRE_REPORT="$rep" LD_LIBRARY_PATH="$B/fw${CUDART:+:$CUDART}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    LD_PRELOAD="$pre" timeout 20 "$@" >"$B/logs/$name.out" 2>&1
-  local rc=$? verdict fw gs
-  verdict=$(grep -hoE '(put|write) (ok|FAILED)[^b]*(get|read) (ok|FAILED)|FAILED[^\n]*' "$B/logs/$name.out" | head -1 | cut -c1-40)
-  fw=$(tr ' ' '\n' <"$rep" 2>/dev/null | grep -E '^(gpu_dmabuf_mr|gpu_plain_refused|dmabuf_refused|host_mr|bytes_g2g|bytes_g2h|bytes_h2g|wire_errors)=' | tr '\n' ' ')
-  gs=$(grep -h '^gdrshim: summary' "$B/logs/$name.out" "$B/logs/$name.gdrshim" 2>/dev/null | tail -1 | tr ' ' '\n' | grep -E '^(route|registered|dmabuf_served|rm_errors|stood_aside|gdr_answers)=' | tr '\n' ' ')
-  printf '%-10s %-9s %-8s %-22s %-60s %s\n' "$c" "$d" "$w" "rc=$rc ${verdict:-no verdict}" "${fw:-no report}" "$gs" | tee -a "$res"
+    LD_PRELOAD="$B/fakesys.so:$B/suppress503c.so:$KNOBS" timeout -s INT -k 5 "$cap" "$@" >"$B/logs/$name.out" 2>&1
+  local rc=$? ok tot gs g fw wrong
+  tot=$(grep -cE "$VERDICT" "$B/logs/$name.out")
+  ok=$(grep -E "$VERDICT" "$B/logs/$name.out" | grep -vc FAILED)
+  # gdrshim's exit summary (stderr or its log file); the fake wire's (FAKEWIRE_REPORT)
+  grep -h '^gdrshim: summary' "$B/logs/$name.out" "$gl" 2>/dev/null | tail -1 >"$B/logs/$name.sum"
+  gs=""; for f in dmabuf_mrs dmabuf_exports pass0_hits registered; do g=$(sum_field "$B/logs/$name.sum" $f); gs+="${g:--} "; done
+  [ -s "$B/logs/$name.sum" ] || gs="no summary (killed?)"
+  fw=""; for f in gpu_dmabuf_mr gpu_plain_refused host_mr; do g=$(sum_field "$rep" $f); fw+="${g:--} "; done
+  fw+="($(sum_field "$rep" bytes_g2g),$(sum_field "$rep" bytes_g2h),$(sum_field "$rep" bytes_h2g),$(sum_field "$rep" bytes_h2h))"
+  [ -s "$rep" ] || fw="no report (verbs never loaded, or killed)"
+  # wrong: a dma-buf MR the fake refused (fd/range/iova not the GPU memory asked), a wire error,
+  # an RM error of gdrshim's, an export whose answer disagreed with libcuda's hidden one
+  wrong=$(( $(num "$rep" dmabuf_refused) + $(num "$rep" wire_errors) + $(num "$B/logs/$name.sum" rm_errors) + $(num "$B/logs/$name.sum" export_oracle_disagree) ))
+  log "$(printf '%-15s %-7s %-4s %-26s | %-52s | %-62s | %s' "$row" "$w" "$rc" "$ok/$tot" "$gs" "$fw" "$wrong")"
+  grep -hE '^(nixl_loop|mooncake_loop|ucp_loop|nccl_loop)' "$B/logs/$name.out" | sed 's/^/      /' | cut -c1-200 >>"$res"
 }
+DIRS=(gpu-gpu gpu-host host-gpu host-host)
+NB=1048576
+for w in with without; do run nccl $w 90 python3 $W/nccl_loop.py; done
+for w in with without; do run nixl $w 60 python3 $W/nixl_loop.py $NB "${DIRS[@]}"; done
+for w in with without; do run mooncake $w 60 python3 $W/mooncake_loop.py $NB "${DIRS[@]}"; done
+for w in with without; do run mooncake-dmabuf $w 60 env WITH_NVIDIA_PEERMEM=0 python3 $W/mooncake_loop.py $NB "${DIRS[@]}"; done
+for d in "${DIRS[@]}"; do for w in with without; do
+  run "ucx-$d" $w 20 "$B/ucp_loop" "${d%-*}" "${d#*-}" $NB
+done; done
+log "### $(( $(date +%s) - t0 )) s: NCCL's init lines on the fake HCA (with, then without)"
 for w in with without; do
-  # shellcheck disable=SC2086 # two words: source and destination kinds
-  for sd in "host host" "gpu gpu" "gpu host" "host gpu"; do set -- $sd
-    run ucx "$1-$2" $w "$B/ucp_loop" "$1" "$2" 1048576
-  done
-  log "--- $(( $(date +%s) - t0 )) s"
-  # shellcheck disable=SC2086 # two words: source and destination kinds
-  for sd in "gpu gpu" "gpu host" "host gpu"; do set -- $sd
-    run nixl "$1-$2" $w python3 $W/nixl_loop.py "$1" "$2" 1048576
-  done
-  log "--- $(( $(date +%s) - t0 )) s"
-  # shellcheck disable=SC2086 # two words: source and destination kinds
-  for sd in "gpu gpu" "gpu host" "host gpu"; do set -- $sd
-    run mooncake "$1-$2" $w python3 $W/mooncake_loop.py "$1" "$2" 1048576
-  done
-  log "--- $(( $(date +%s) - t0 )) s"
+  grep -hE 'NET/IB : Using|GPU Direct RDMA|DMA-BUF|NET/Socket : Using|Using network|Failed to|WARN' "$B/logs/nccl-$w.out" 2>/dev/null | sort -u | head -12 | cut -c1-220 | sed "s/^/nccl-$w: /" | tee -a "$res"
 done
+log "### Mooncake's registration lines (the refusals say why)"
+grep -hE 'Failed to register|Failed to retrieve dmabuf|DMA BUF supported required|Installing|installTransport|RDMA device' "$B"/logs/mooncake*.out 2>/dev/null | sort | uniq -c | sort -rn | head -10 | cut -c1-220 | tee -a "$res"
 log "### the ucp endpoint lanes (the transport that ran), per run"
-grep -H 'lane\[' "$B"/logs/ucx-*.out | sed "s|$B/logs/||" | tee -a "$res"
+grep -H 'lane\[' "$B"/logs/ucx-*.out 2>/dev/null | sed "s|$B/logs/||" | cut -c1-200 | tee -a "$res"
 log "### total $(( $(date +%s) - t0 )) s"
-cd "$B/logs" && tar czf "$OUT/lab-logs.tgz" . 2>/dev/null
+(cd "$B/logs" && tar czf "$OUT/lab-logs.tgz" .) 2>/dev/null
+ls "$OUT"

@@ -48,6 +48,12 @@ __attribute__((constructor)) static void make_tree(void) {
   snprintf(p, sizeof p, "%s/numa_node", dev); put(p, "0\n");
   snprintf(p, sizeof p, "%s/vendor", dev); put(p, "0x1d1d\n");
   snprintf(p, sizeof p, "%s/device", dev); put(p, "0xfa4e\n");
+  // what NCCL's topology reads of a NIC's PCI function (a network controller on a Gen4 x16 link)
+  snprintf(p, sizeof p, "%s/class", dev); put(p, "0x020000\n");
+  snprintf(p, sizeof p, "%s/subsystem_vendor", dev); put(p, "0x1d1d\n");
+  snprintf(p, sizeof p, "%s/subsystem_device", dev); put(p, "0x0001\n");
+  const char *link[][2] = {{"max_link_speed", "16.0 GT/s PCIe\n"}, {"current_link_speed", "16.0 GT/s PCIe\n"}, {"max_link_width", "16\n"}, {"current_link_width", "16\n"}};
+  for (unsigned i = 0; i < sizeof link / sizeof *link; i++) snprintf(p, sizeof p, "%s/%s", dev, link[i][0]), put(p, link[i][1]);
   snprintf(p, sizeof p, "%s/net/" FW_NDEV "/operstate", dev); put(p, "up\n");
   snprintf(p, sizeof p, "%s/net/" FW_NDEV "/mtu", dev); put(p, "9000\n");
   snprintf(p, sizeof p, "%s/infiniband/" FW_DEV_NAME "/node_type", dev); put(p, "1: CA\n");

@@ -109,6 +109,9 @@ static void host(void) {
   CHECK(ma && mb && mc && ma->lkey != mb->lkey && ma->rkey != mb->rkey, "reg_mr, reg_mr_iova2");
   errno = 0; CHECK(!ibv_reg_mr(pd, a, sz, 2) && errno == EINVAL, "remote write without local write: EINVAL");
   errno = 0; CHECK(!ibv_reg_dmabuf_mr(pd, 0, sz, 0, -1, 1) && errno == EBADF, "dma-buf support probe (fd -1): EBADF");
+  // NCCL's own probe (net_ib ncclIbDmaBufSupport): length 0, access 0, fd -1; it takes dma-buf as
+  // supported unless errno is EOPNOTSUPP or EPROTONOSUPPORT, as an inbox kernel with dma-buf answers
+  errno = 0; CHECK(!ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0) && errno == EBADF, "NCCL's dma-buf probe (len 0, access 0, fd -1): EBADF");
   int mfd = memfd_create("notadmabuf", 0);
   CHECK(mfd >= 0 && !ftruncate(mfd, (off_t)sz), "memfd");
   errno = 0; CHECK(!ibv_reg_dmabuf_mr(pd, 0, sz, (uint64_t)(uintptr_t)a, mfd, 1) && errno == EINVAL, "a memfd is no NVIDIA dma-buf: EINVAL");
