@@ -251,8 +251,13 @@ impl Policy {
     }
 
     fn vmm_attribute(&self, real: i32) -> Answer {
-        if real != 0 || self.route.is_none() {
+        // (a GeForce answers 0 here as it does for 116: the emulation hides both)
+        let driver = if self.hide_gdr_for_test { 0 } else { real };
+        if driver != 0 {
             return Answer::Unchanged;
+        }
+        if self.route.is_none() {
+            return if driver != real { Answer::Replaced(0, "GDRSHIM_TEST_HIDE_GDR=1 (test only)") } else { Answer::Unchanged };
         }
         Answer::Replaced(
             1,
@@ -386,6 +391,10 @@ mod tests {
             assert_eq!(p.device_attribute(110, 1, &SM89), Answer::Unchanged, "libcuda's own yes stays");
         }
         assert_eq!(Policy { route: None, ..ON }.device_attribute(110, 0, &SM89), Answer::Unchanged);
+        // the GeForce emulation hides libcuda's 1 (the H200's) and answers as on a GeForce
+        let hidden = Policy { hide_gdr_for_test: true, ..ON };
+        assert!(matches!(hidden.device_attribute(110, 1, &SM89), Answer::Replaced(1, _)));
+        assert!(matches!(Policy { route: None, ..hidden }.device_attribute(110, 1, &SM89), Answer::Replaced(0, _)));
         // the ordering rule is the GDR gate's alone
         assert!(matches!(ON.device_attribute(110, 0, &SM120), Answer::Replaced(1, _)));
     }

@@ -475,7 +475,7 @@ extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *
 /// Whether this front's names are the process's global ones (preloaded), as the loader's list has
 /// them (no `dlsym`, no lock).
 fn preloaded() -> bool {
-    let ours = gdrshim_version as usize;
+    let ours = gdrshim_version as *const () as usize;
     // (the loader's list holds objects loaded with dlopen too, after libc)
     crate::elf::loaded_before_libc(ours) && crate::elf::first_definition(b"gdrshim_version") == ours
 }
