@@ -77,6 +77,10 @@ struct gdrshim_counters {
    * what takes BAR1 without static BAR1), live and the most at once. Read size bytes you know. */
   uint64_t dmabuf_exports, dmabuf_reused, dmabuf_buffers;
   uint64_t registered_bytes, registered_peak_bytes, exported_bytes, exported_peak_bytes;
+  /* Added after 0.2.0: the smallest BAR1 (bytes) of the GPUs gdrshim exported on, and 1 when all
+   * of them have static BAR1 (exports take no BAR1 space of their own), 0 when one has not;
+   * UINT64_MAX: unknown (nothing exported yet, or RM and sysfs could not tell). */
+  uint64_t bar1_bytes, bar1_static;
 };
 
 const char *gdrshim_version(void);   /* "0.2.0" */

@@ -16,7 +16,13 @@
 #                      exact name must exist, a prefix must match an HCA, an exclusion must leave one
 #   --gid-index N      NCCL_IB_GID_INDEX (RoCE: the RoCE v2 IPv4 GID the doctor names; -1: NCCL picks)
 #   --gdr-level L      NCCL_NET_GDR_LEVEL: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old
-#                      numbers 0-4 (LOC PIX PXB PHB SYS; 5 and more are SYS). Default SYS
+#                      numbers 0-4 (LOC PIX PXB PHB SYS; 5 and more are SYS). Default SYS.
+#                      auto: from the doctor's record of each GPU's PCIe path to its nearest NIC
+#                      (topo.*): the lowest level that lets GDR on for every such pair, never below
+#                      NCCL's default PXB; the pairs it covers are named (SYS: across sockets, often
+#                      slower than no GDR). No record or no tool: says so and sets none (NCCL's PXB)
+#   --state DIR        with --gdr-level auto: a state saved by scripts/gdr-state-record (default:
+#                      recorded now); the doctor (gdrshim-tool, in PREFIX/bin or beside) judges it
 #   --p2p-level L      NCCL_P2P_LEVEL, the same forms (default SYS)
 #   --register-buffers keep NCCL_LOCAL_REGISTER/NCCL_GRAPH_REGISTER at NCCL's default (only with a
 #                      large BAR1; with the 256 MiB default BAR1 they stay 0)
@@ -29,9 +35,66 @@
 #   --debug            NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,P2P,ENV (what verify-run reads)
 #   --version          gdrshim's version;  -h, --help  this text
 # Exit status: 0 done; 1 the installed shim cannot be used; 2 bad arguments. Sourced, it returns
-# the same and never exits the shell. GDR_ENV_SYSFS (tests only) replaces /sys/class/infiniband.
+# the same and never exits the shell. GDR_ENV_SYSFS (tests only) replaces /sys/class/infiniband,
+# GDR_ENV_TOOL (tests only) the gdrshim-tool that judges the state.
 
-_gdr_env_usage() { sed -n '2,33s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+_gdr_env_usage() { sed -n '2,40s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+
+# --gdr-level auto: prints the level for NCCL_NET_GDR_LEVEL from the doctor's topo.* checks of
+# state $2 (recorded now when empty), or nothing when there is none to take; says why on stderr.
+_gdr_env_auto_level() {
+  local prefix="$1" state="$2" here tool="" t tmp="" json rest pairs=() gpu nic path rank max=1 line names
+  local -A order=([PIX]=0 [PXB]=1 [PHB]=2 [SYS]=3)
+  local byrank=(PIX PXB PHB SYS)
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  local candidates=("$prefix/bin/gdrshim-tool" "$here/../bin/gdrshim-tool" "$here/../target/release/gdrshim-tool")
+  [ -z "${GDR_ENV_TOOL:-}" ] || candidates=("$GDR_ENV_TOOL")
+  for t in "${candidates[@]}"; do
+    if [ -x "$t" ]; then tool="$t"; break; fi
+  done
+  if [ -z "$tool" ]; then
+    echo "gdr-env: --gdr-level auto: no gdrshim-tool (in $prefix/bin or beside this script) to read the PCIe paths: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+    return 0
+  fi
+  if [ -z "$state" ]; then
+    tmp="$(mktemp -d)" || return 0
+    state="$("$here/gdr-state-record" save "$tmp" 2>/dev/null)" || state=""
+    if [ -z "$state" ]; then
+      rm -rf "$tmp"
+      echo "gdr-env: --gdr-level auto: could not record this machine's state ($here/gdr-state-record): NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+      return 0
+    fi
+  fi
+  json="$("$tool" doctor --from "$state" --json 2>/dev/null)"
+  [ -z "$tmp" ] || rm -rf "$tmp"
+  # each topo.<GPU> check's summary: "GPU <bdf> ↔ <nic>: <PATH> (...)..."
+  rest="$json"
+  while [[ "$rest" =~ \"id\":\"topo\.[^\"]*\",\"status\":\"[A-Z\ ]*\",\"summary\":\"GPU\ ([^\ \"]+)\ ↔\ ([^:\"]+):\ (PIX|PXB|PHB|SYS)\  ]]; do
+    gpu="${BASH_REMATCH[1]}" nic="${BASH_REMATCH[2]}" path="${BASH_REMATCH[3]}"
+    pairs+=("GPU $gpu ↔ $nic: $path")
+    rank="${order[$path]}"
+    [ "$rank" -le "$max" ] || max="$rank"
+    rest="${rest#*"${BASH_REMATCH[0]}"}"
+  done
+  if [ ${#pairs[@]} -eq 0 ]; then
+    line="no GPU↔NIC PCIe path in the doctor's record"
+    [[ "$json" == *'"id":"topo.'* ]] || line="the doctor gave no topo.* record (state $state)"
+    echo "gdr-env: --gdr-level auto: $line: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+    return 0
+  fi
+  names="$(printf '%s\n' "${pairs[@]}" | sed -E 's/.*: //' | LC_ALL=C sort -u | tr '\n' ' ')"
+  if [ "$(wc -w <<<"$names")" -gt 1 ]; then
+    echo "gdr-env: --gdr-level auto: the paths differ per GPU (${names% }): NCCL_NET_GDR_LEVEL=${byrank[$max]} lets GDR on for every GPU with its nearest NIC:" >&2
+  else
+    echo "gdr-env: --gdr-level auto: NCCL_NET_GDR_LEVEL=${byrank[$max]} lets GDR on for every GPU with its nearest NIC:" >&2
+  fi
+  for line in "${pairs[@]}"; do echo "gdr-env:   $line" >&2; done
+  case "${byrank[$max]}" in
+    PHB) echo "gdr-env:   (PHB: through the CPU's root complex, at its peer-to-peer bandwidth)" >&2 ;;
+    SYS) echo "gdr-env:   (SYS: across the link between sockets, often slower than NCCL's copy through host memory; better a NIC on each GPU's socket)" >&2 ;;
+  esac
+  echo "${byrank[$max]}"
+}
 
 
 # A level as NCCL's ncclGetLevel reads NCCL_NET_GDR_LEVEL / NCCL_P2P_LEVEL: a path type name
@@ -130,14 +193,14 @@ _gdr_env_check_hca() {
 # (3: help or version printed, nothing to do).
 _gdr_env_build() {
   local mode=gdr prefix=/opt/rtx4090-gdr/current nccl_lib="" hca="" gid="" gdr_level=SYS p2p_level=SYS
-  local register=0 shim_mode=register shim_log="" advertise=1 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto
+  local register=0 shim_mode=register shim_log="" advertise=1 debug=0 sysfs="${GDR_ENV_SYSFS:-/sys/class/infiniband}" route=auto state=
   local has_cmd=0 opt val
   _GDR_ENV="" _GDR_ENV_CMD=() _GDR_ENV_PRINT=0
   while [ $# -gt 0 ]; do
     opt="$1" val=""
     case "$opt" in
       --*=*) val="${opt#*=}"; opt="${opt%%=*}" ;;
-      --mode|--prefix|--nccl-lib|--hca|--gid-index|--gdr-level|--p2p-level|--shim-mode|--route|--shim-log)
+      --mode|--prefix|--nccl-lib|--hca|--gid-index|--gdr-level|--p2p-level|--shim-mode|--route|--shim-log|--state)
         if [ $# -lt 2 ]; then
           echo "gdr-env: $opt needs a value (--help)" >&2
           return 2
@@ -155,6 +218,7 @@ _gdr_env_build() {
       --shim-mode) shim_mode="$val" ;;
       --route) route="$val" ;;
       --shim-log) shim_log="$val" ;;
+      --state) state="$val" ;;
       --register-buffers) register=1 ;;
       --advertise) advertise=1 ;;
       --no-advertise) advertise=0 ;;
@@ -192,7 +256,14 @@ _gdr_env_build() {
     _gdr_env_add NCCL_GRAPH_REGISTER 0
   fi
   if [ "$mode" = gdr ]; then
-    name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels (upper case, as NCCL compares), not '$gdr_level'" >&2; return 2; }
+    if [ -n "$state" ] && [ "$gdr_level" != auto ]; then echo "gdr-env: --state is read only with --gdr-level auto" >&2; return 2; fi
+    if [ -n "$state" ] && [ ! -d "$state" ]; then echo "gdr-env: --state $state is not a folder (scripts/gdr-state-record save DIR makes one)" >&2; return 2; fi
+    if [ "$gdr_level" = auto ]; then
+      gdr_level="$(_gdr_env_auto_level "$prefix" "$state")"
+      name="${gdr_level:-PXB}"
+    else
+      name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels or auto (upper case, as NCCL compares), not '$gdr_level'" >&2; return 2; }
+    fi
     case "$name" in
       LOC|NVL|NVB|C2C) echo "gdr-env: warning: NCCL_NET_GDR_LEVEL=$gdr_level means $name: a NIC on PCIe is at least PIX from the GPU, so NCCL will not use GDR" >&2 ;;
     esac
@@ -240,7 +311,7 @@ _gdr_env_build() {
     _gdr_env_add NCCL_IB_DISABLE 0
     _gdr_env_add NCCL_IB_HCA "$hca"
     [ -z "$gid" ] || _gdr_env_add NCCL_IB_GID_INDEX "$gid"
-    _gdr_env_add NCCL_NET_GDR_LEVEL "$gdr_level"
+    [ -z "$gdr_level" ] || _gdr_env_add NCCL_NET_GDR_LEVEL "$gdr_level"
     # DMA-BUF route: NCCL's own DMA-BUF path takes gdrshim's dma-bufs (NCCL_DMABUF_ENABLE stays 1);
     # NV503C route: the internal IB transport is the one whose ibv_reg_mr the shim sees
     _gdr_env_add NCCL_NET_PLUGIN none
@@ -287,7 +358,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
       echo "gdr-env: set $(grep -c . <<<"$_GDR_ENV") variables (--print shows them)" >&2
     fi
   fi
-  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
+  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_level _gdr_env_auto_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
   unset _GDR_ENV _GDR_ENV_CMD _GDR_ENV_PRINT
   [ "$_gdr_env_rc" != 3 ] || _gdr_env_rc=0
   set -- "$_gdr_env_rc"

@@ -113,8 +113,11 @@ pub struct GdrshimCounters {
     pub registered_peak_bytes: u64,
     pub exported_bytes: u64,
     pub exported_peak_bytes: u64,
+    // added after 0.2.0 (issue 30): the BAR1 of the GPUs exported on
+    pub bar1_bytes: u64,
+    pub bar1_static: u64,
 }
-const FIELDS: usize = 20;
+const FIELDS: usize = 22;
 const _: () = assert!(core::mem::size_of::<GdrshimCounters>() == FIELDS * 8);
 
 impl GdrshimCounters {
@@ -142,6 +145,8 @@ impl GdrshimCounters {
             registered_peak_bytes: g("registered_peak_bytes"),
             exported_bytes: g("exported_bytes"),
             exported_peak_bytes: g("exported_peak_bytes"),
+            bar1_bytes: g("bar1_bytes"),
+            bar1_static: g("bar1_static"),
         }
     }
 
@@ -169,6 +174,8 @@ impl GdrshimCounters {
             self.registered_peak_bytes,
             self.exported_bytes,
             self.exported_peak_bytes,
+            self.bar1_bytes,
+            self.bar1_static,
         ];
         for (i, v) in f.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
@@ -192,6 +199,13 @@ mod tests {
         assert_eq!(&c.to_bytes()[8..16], &2u64.to_ne_bytes());
         s.counts([("exported_peak_bytes", 0x40_0000)]);
         let c = GdrshimCounters::from_snapshot(&s);
-        assert_eq!(&c.to_bytes()[19 * 8..], &0x40_0000u64.to_ne_bytes(), "the last field, at the end");
+        assert_eq!(&c.to_bytes()[19 * 8..20 * 8], &0x40_0000u64.to_ne_bytes(), "exported_peak_bytes, after the older fields");
+        s.counts([("bar1_bytes", 256 << 20), ("bar1_static", 0)]);
+        let c = GdrshimCounters::from_snapshot(&s);
+        assert_eq!(
+            &c.to_bytes()[20 * 8..],
+            &[(256u64 << 20).to_ne_bytes(), 0u64.to_ne_bytes()].concat()[..],
+            "the BAR1 fields, at the end"
+        );
     }
 }

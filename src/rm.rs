@@ -4,12 +4,13 @@
 //! memory's GPU that this object opens and owns (RM refuses an export on another GPU's node with
 //! NV_ERR_INVALID_OBJECT_PARENT, so a wrong node can never give wrong pages).
 
-use crate::abi::dmabuf::{self, CardInfo, ExportToDmabufFd, GpuIdInfoV2, CARD_INFO_ENTRIES};
+use crate::abi::dmabuf::{self, CardInfo, ExportToDmabufFd, GpuIdInfoV2, StaticBar1Info, CARD_INFO_ENTRIES};
 use crate::abi::{self, esc, p2p, status, zeroed, AbiTable};
 use crate::abi::{
     Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free, Nvos21Alloc, Nvos54Control,
 };
 use crate::decode::DevKind;
+use crate::registrar::bar1::{self, Bar1};
 use crate::registrar::{Client, Rm};
 use crate::tracker::VidmemTuple;
 use core::ffi::c_void;
@@ -18,6 +19,8 @@ pub struct RealRm {
     table: &'static AbiTable,
     /// Where the device nodes are (`/dev`; a test folder under GDRSHIM_TEST_DEV_DIR).
     dev_dir: String,
+    /// Where sysfs is (`/sys`; `sys` in the test folder).
+    sys_dir: String,
     /// /dev/nvidiaN fds opened for exports: (minor, fd).
     gpu_fds: Vec<(u32, i32)>,
     /// RM device instance → minor number, as RM answered.
@@ -26,7 +29,13 @@ pub struct RealRm {
 
 impl RealRm {
     pub fn new(table: &'static AbiTable, test_dev_dir: Option<&str>) -> RealRm {
-        RealRm { table, dev_dir: test_dev_dir.unwrap_or("/dev").to_string(), gpu_fds: Vec::new(), minors: Vec::new() }
+        RealRm {
+            table,
+            dev_dir: test_dev_dir.unwrap_or("/dev").to_string(),
+            sys_dir: test_dev_dir.map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into()),
+            gpu_fds: Vec::new(),
+            minors: Vec::new(),
+        }
     }
 
     /// One escape on `fd`; errno is preserved for the caller of the hook that got us here.
@@ -125,6 +134,60 @@ impl RealRm {
         }
         self.gpu_fds.push((minor, fd));
         Ok(fd)
+    }
+
+    /// RM's BAR1_SIZE of the GPU behind `subdevice` in bytes (`None`: not asked on this branch,
+    /// refused, or RM could not tell: it answers 0 then).
+    fn rm_bar1_bytes(&self, c: Client, subdevice: u32) -> Option<u64> {
+        let size = self.table.fb_info_v2_size?;
+        let mut p = vec![0u8; size];
+        p[dmabuf::GPU_INFO_LIST_SIZE..][..4].copy_from_slice(&1u32.to_le_bytes());
+        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4].copy_from_slice(&dmabuf::FB_INFO_INDEX_BAR1_SIZE.to_le_bytes());
+        Self::control_bytes(c, subdevice, dmabuf::FB_GET_INFO_V2, &mut p).ok()?;
+        let kib = u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
+        (kib > 0).then_some(u64::from(kib) << 10)
+    }
+
+    /// The length of BAR 1 of the PCI device of RM device instance `instance`, from sysfs.
+    fn sysfs_bar1_bytes(&mut self, c: Client, instance: u32) -> Option<u64> {
+        let minor = self.minor_of(c, instance).ok()?;
+        let mut cards = [zeroed::<CardInfo>(); CARD_INFO_ENTRIES];
+        Self::ioctl_bytes(c.ctl_fd, esc::CARD_INFO, cards.as_mut_ptr() as *mut c_void, core::mem::size_of_val(&cards)).ok()?;
+        let k = cards.iter().find(|k| k.valid != 0 && k.minor_number == minor)?;
+        let path = format!(
+            "{}/bus/pci/devices/{:04x}:{:02x}:{:02x}.{:x}/resource",
+            self.sys_dir, k.pci_domain, k.pci_bus, k.pci_slot, k.pci_function
+        );
+        bar1::sysfs_bar_len(&Self::read_small(&path)?, 1)
+    }
+
+    /// A small text file read with the real open/read/close (our close hook is not re-entered
+    /// while the core is held); errno kept, no cancellation point.
+    fn read_small(path: &str) -> Option<String> {
+        let c_path = std::ffi::CString::new(path).ok()?;
+        let open = crate::real::open()?;
+        let e = crate::sys::errno();
+        let _no_cancel = crate::sys::NoCancel::new();
+        // SAFETY: a valid C string; open has no other preconditions.
+        let fd = unsafe { open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+        if fd < 0 {
+            crate::sys::set_errno(e);
+            return None;
+        }
+        let mut buf = vec![0u8; 4096];
+        let mut len = 0;
+        while len < buf.len() {
+            // SAFETY: writes at most buf.len() - len bytes into buf from len on.
+            let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len) };
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        Self::close(fd);
+        crate::sys::set_errno(e);
+        buf.truncate(len);
+        String::from_utf8(buf).ok()
     }
 
     fn close(fd: i32) {
@@ -239,5 +302,29 @@ impl Rm for RealRm {
     }
     fn refused(&mut self, key: &'static str, line: String) {
         crate::log_limited!(crate::config::Level::Warn, key, "{line}");
+    }
+
+    fn bar1(&mut self, c: Client, subdevice: u32, device_instance: u32) -> Bar1 {
+        let mut s: StaticBar1Info = zeroed();
+        let is_static = Self::control(c, subdevice, dmabuf::FB_GET_STATIC_BAR1_INFO, &mut s).ok().map(|_| s.enabled != 0);
+        let (bytes, source) = match self.rm_bar1_bytes(c, subdevice) {
+            Some(b) => (Some(b), "RM"),
+            None => match self.sysfs_bar1_bytes(c, device_instance) {
+                Some(b) => (Some(b), "sysfs"),
+                None => (None, "unknown"),
+            },
+        };
+        let size = bytes.map(bar1::mib).unwrap_or_else(|| "unknown".into());
+        let kind = match is_static {
+            Some(true) => "static (exports take no BAR1 space of their own)",
+            Some(false) => "not static (each dma-buf takes BAR1 space while it lives)",
+            None => "static or not unknown (RM did not say)",
+        };
+        crate::log_info!("GPU (RM device {device_instance}): BAR1 {size} ({source}), {kind}");
+        Bar1 { bytes, is_static, source }
+    }
+
+    fn notice(&mut self, line: String) {
+        crate::log_warn!("{line}");
     }
 }

@@ -71,10 +71,21 @@ struct Rig {
 
 /// `routes ARGS` on a fresh fake machine; returns (exit code, stdout, stderr).
 fn routes(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
+    routes_with_sysfs(tag, rig, args, extra, None)
+}
+
+/// The same, with the fake GPUs' PCI device (the fake's CARD_INFO: 0000:00:00.0) given a sysfs
+/// `resource` file.
+fn routes_with_sysfs(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], sysfs: Option<(&str, &str)>) -> (i32, String, String) {
     let e = env();
     let dev: PathBuf = e.dir.join(format!("dev-{tag}"));
     let _ = std::fs::remove_dir_all(&dev);
     common::fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], rig.peermem);
+    if let Some((_, resource)) = sysfs {
+        let pci = dev.join("sys/bus/pci/devices/0000:00:00.0");
+        std::fs::create_dir_all(&pci).unwrap();
+        std::fs::write(pci.join("resource"), resource).unwrap();
+    }
     let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
     let out = Command::new(e.dir.join("routes"))
         .args(args)
@@ -209,6 +220,47 @@ fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
         .map(|k| s[*k].as_str())
         .collect();
     assert_eq!(bytes, ["0", "20971520", "0", "8388608", "0"], "{err}");
+}
+
+/// BAR1 as a budget (issue 30): asked once per GPU at its first export, in the summary, and one
+/// warning before our live buffers would not fit a BAR1 that is not static; never a guess.
+#[test]
+fn bar1_is_asked_at_the_first_export_and_warned_of_once_when_not_static() {
+    let rig = Rig { peermem: false, capable: true, new_verbs: true };
+    const WARNING: &str = "registrations would exceed its BAR1";
+    let run = |tag: &str, mib: &str, kind: &str, resource: Option<&str>| {
+        let extra = vec![("FAKERM_BAR1_MIB", mib), ("FAKERM_BAR1_STATIC", kind)];
+        let sysfs = resource.map(|r| (tag, r));
+        let (code, out, err) = routes_with_sysfs(tag, &rig, &["bar1"], &extra, sysfs);
+        assert_eq!(code, 0, "{out}\n{err}");
+        // none before the first export, two (static BAR1, BAR1 size) at it, none after
+        assert_eq!(out.lines().find(|l| l.starts_with("routes bar1")), Some("routes bar1 ok queries=0002,2"), "{out}\n{err}");
+        let s = summary(&err);
+        // 6 buffers (12 MRs) of 64 MiB at once: exports 6, reused 6 + 1 later
+        assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()), ("7", "6"), "{err}");
+        (err.matches(WARNING).count(), s["bar1_bytes"].clone(), s["bar1_static"].clone(), err)
+    };
+    let mib256 = (256u64 << 20).to_string();
+    let (warnings, bytes, is_static, err) = run("bar1-small", "256", "0", None);
+    assert_eq!((warnings, bytes.as_str(), is_static.as_str()), (1, mib256.as_str(), "0"), "{err}");
+    let w = err.lines().find(|l| l.contains(WARNING)).unwrap();
+    for part in ["BAR1 256 MiB (RM, not static)", "live 256 MiB", "this buffer 64 MiB", "Resizable BAR", "shares one dma-buf"] {
+        assert!(w.contains(part), "{part}: {w}");
+    }
+    assert!(err.contains("BAR1 256 MiB (RM), not static"), "the answer is logged: {err}");
+    let (warnings, bytes, is_static, err) = run("bar1-static", "256", "1", None);
+    assert_eq!((warnings, bytes.as_str(), is_static.as_str()), (0, mib256.as_str(), "1"), "{err}");
+    // RM cannot say whether it is static: no warning, and unknown, not a guess
+    let unknown = u64::MAX.to_string();
+    let (warnings, _, is_static, err) = run("bar1-refused", "256", "refuse", None);
+    assert_eq!((warnings, is_static.as_str()), (0, unknown.as_str()), "{err}");
+    // RM cannot tell the size: the PCI device's BAR 1 from sysfs, else unknown
+    let resource = "0x00000000fb000000 0x00000000fbffffff 0x0000000000040200\n0x000000f800000000 0x000000f80fffffff 0x000000000014220c\n";
+    let (warnings, bytes, _, err) = run("bar1-sysfs", "0", "0", Some(resource));
+    assert_eq!((warnings, bytes.as_str()), (1, mib256.as_str()), "{err}");
+    assert!(err.contains("BAR1 256 MiB (sysfs, not static)"), "{err}");
+    let (warnings, bytes, _, err) = run("bar1-unknown", "0", "0", None);
+    assert_eq!((warnings, bytes.as_str()), (0, unknown.as_str()), "{err}");
 }
 
 #[test]

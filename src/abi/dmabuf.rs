@@ -33,6 +33,25 @@ pub const GPU_INFO_FIRST_DATA: usize = 8;
 pub const GPU_INFO_INDEX_DMABUF_CAPABILITY: u32 = 0x3d;
 pub const GPU_INFO_DMABUF_CAPABILITY_YES: u32 = 1;
 
+/// NV2080_CTRL_CMD_FB_GET_INFO_V2 (ctrl2080fb.h 580.65.06:458; non-privileged, flags 0x10118 in
+/// g_subdevice_nvoc.c): `{ u32 fbInfoListSize; {u32 index; u32 data;} fbInfoList[MAX] }`, MAX per
+/// branch (the table's `fb_info_v2_size`); same list offsets as GPU_GET_INFO_V2 above.
+pub const FB_GET_INFO_V2: u32 = 0x2080_1303;
+/// NV2080_CTRL_FB_INFO_INDEX_BAR1_SIZE (ctrl2080fb.h 580.65.06:307) and BAR1_AVAIL_SIZE (:335),
+/// both in KiB (memmgrGetBAR1InfoForDevice; 0 where RM could not tell: kern_mem_sys_ctrl.c:296).
+pub const FB_INFO_INDEX_BAR1_SIZE: u32 = 0x05;
+pub const FB_INFO_INDEX_BAR1_AVAIL_SIZE: u32 = 0x1d;
+
+/// NV2080_CTRL_CMD_FB_GET_STATIC_BAR1_INFO (ctrl2080fb.h 570.86.15:2686, 580.65.06:2712;
+/// RMCTRL_FLAGS_NON_PRIVILEGED 0x8 in g_subdevice_nvoc.c, control.h:208): whether all of video
+/// memory is mapped in BAR1 once (static BAR1), so exports take no BAR1 space of their own.
+pub const FB_GET_STATIC_BAR1_INFO: u32 = 0x2080_1354;
+abi_struct!(
+    /// NV2080_CTRL_FB_GET_STATIC_BAR1_INFO_PARAMS (ctrl2080fb.h 580.65.06:2716): two NvBools, then
+    /// 8-aligned u64s.
+    StaticBar1Info, size 24, {
+    enabled: u8 = 0, write_combined: u8 = 1, _pad0: [u8; 6] = 2, start_offset: u64 = 8, size: u64 = 16 });
+
 /// NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, on the root client: a gpuId → its device instance.
 pub const GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
 abi_struct!(

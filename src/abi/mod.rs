@@ -191,6 +191,10 @@ pub struct AbiTable {
     /// `paramsSize` of NV2080_CTRL_CMD_GPU_GET_INFO_V2 (its list length changes per branch), where
     /// it was read in the branch's headers.
     pub gpu_info_v2_size: Option<usize>,
+    /// `paramsSize` of NV2080_CTRL_CMD_FB_GET_INFO_V2: `4 + 8 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE`
+    /// (ctrl2080fb.h, per tag: 535.43.02:331 0x36, 545.29.02/550.40.07:335 0x37, 570.86.15:363 and
+    /// 575.51.02:363 0x39, 580.65.06:371 and 590.44.01:372 0x80).
+    pub fb_info_v2_size: Option<usize>,
 }
 
 impl AbiTable {
@@ -242,14 +246,22 @@ const V535: AbiTable = AbiTable {
     uvm_free_has_length: true,
     dmabuf_export: false,
     gpu_info_v2_size: Some(516),
+    fb_info_v2_size: Some(4 + 8 * 0x36),
 };
-const V545: AbiTable = AbiTable { since: "545.23.06", memory_alloc_params_size: 128, gpu_info_v2_size: None, ..V535 };
+const V545: AbiTable =
+    AbiTable { since: "545.23.06", memory_alloc_params_size: 128, gpu_info_v2_size: None, fb_info_v2_size: Some(4 + 8 * 0x37), ..V535 };
 const V550_40: AbiTable = AbiTable { since: "550.40.07", gpu_info_v2_size: Some(524), ..V545 };
 const V550_54: AbiTable = AbiTable { since: "550.54.14", uvm_max_gpus: 256, ..V550_40 };
 const V555: AbiTable = AbiTable { since: "555.42.02", ..V550_54 };
-const V570: AbiTable = AbiTable { since: "570.86.15", dmabuf_export: true, ..V555 };
+const V570: AbiTable = AbiTable { since: "570.86.15", dmabuf_export: true, fb_info_v2_size: Some(4 + 8 * 0x39), ..V555 };
 const V575: AbiTable = AbiTable { since: "575.51.02", gpu_info_v2_size: Some(532), ..V570 };
-const V580: AbiTable = AbiTable { since: "580.65.06", vaspace_alloc_params_size: 56, gpu_info_v2_size: Some(564), ..V575 };
+const V580: AbiTable = AbiTable {
+    since: "580.65.06",
+    vaspace_alloc_params_size: 56,
+    gpu_info_v2_size: Some(564),
+    fb_info_v2_size: Some(4 + 8 * 0x80),
+    ..V575
+};
 const V590: AbiTable = AbiTable { since: "590.44.01", uvm_free_has_length: false, ..V580 };
 
 /// Branches whose layouts were verified (fact sheet §7). Anything else is pass-through.
@@ -315,6 +327,10 @@ mod tests {
         assert!(t("570.86.15").unwrap().dmabuf_export && !t("565.57.01").unwrap().dmabuf_export);
         let v580 = t("580.159.04").unwrap();
         assert_eq!((v580.vaspace_alloc_params_size, v580.uvm_free_size()), (56, 24));
+        assert_eq!(v580.fb_info_v2_size, Some(1028));
+        assert_eq!(t("575.64.05").unwrap().fb_info_v2_size, Some(460));
+        assert_eq!(t("555.58.02").unwrap().fb_info_v2_size, Some(444));
+        assert_eq!(t("535.288.01").unwrap().fb_info_v2_size, Some(436));
         let v590 = t("590.48.01").unwrap();
         assert_eq!(v590.uvm_free_size(), 16);
         assert_eq!(t("595.45.04"), Some(v590));

@@ -17,6 +17,7 @@
 
 pub use crate::tracker::dmabuf::{Plan, PlanMiss, Span, HOST_PAGE};
 
+use super::bar1::Budget;
 use super::{Client, Export, RegMiss, Rm, StillInUse};
 use crate::abi::status::{self, Call};
 use crate::decode::Pending;
@@ -38,6 +39,8 @@ pub struct Dmabuf {
     /// Bytes of the buffers in `shared` (live and the most at once).
     pub exported_bytes: u64,
     pub exported_peak: u64,
+    /// Each GPU's BAR1 and what our buffers take of it.
+    pub budget: Budget,
 }
 
 /// What one buffer is: the GPU, the mapping type and, per piece, the memory handle, which
@@ -62,6 +65,8 @@ struct Shared {
     /// Our fd of it; -1 once closed (its memory released, or the fd found not to be it any more:
     /// the MRs still hold the buffer in the kernel).
     fd: i32,
+    /// The GPU's RM device instance (whose BAR1 it takes without static BAR1).
+    device_instance: u32,
     /// The fd's file (`Rm::fd_identity`): a program that closed our fd must not make us hand out
     /// whatever file got its number next.
     file: (u64, u64),
@@ -150,7 +155,18 @@ impl Dmabuf {
         let Some(dup) = rm.dup_fd(e.fd, file) else { return Ok(e) };
         self.next_id += 1;
         let id = self.next_id;
-        let sh = Shared { fd: e.fd, file, bytes: e.bytes, mems: e.mems.clone(), mrs: 0, pending: 1, key: Some(key.clone()) };
+        self.bar1_before(t, rm, plan, e.bytes);
+        let sh = Shared {
+            fd: e.fd,
+            device_instance: plan.device_instance,
+            file,
+            bytes: e.bytes,
+            mems: e.mems.clone(),
+            mrs: 0,
+            pending: 1,
+            key: Some(key.clone()),
+        };
+        self.budget.buffer_added(plan.device_instance, e.bytes);
         self.shared.insert(id, sh);
         self.by_pieces.insert(key, id);
         self.exported_bytes += e.bytes;
@@ -158,6 +174,22 @@ impl Dmabuf {
         e.fd = dup;
         e.buf = Some(id);
         Ok(e)
+    }
+
+    /// A new buffer of ours on `plan`'s GPU: its BAR1 asked the first time (here, not at start:
+    /// a process that never exports asks nothing), and the warning when it would not fit.
+    fn bar1_before(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, bytes: u64) {
+        let dev = plan.device_instance;
+        if !self.budget.known(dev) {
+            let answer = match (t.client_fd(plan.client), t.subdevice_of(plan.client, plan.device)) {
+                (Some(ctl_fd), Some(sub)) => rm.bar1(Client { handle: plan.client, ctl_fd }, sub, dev),
+                _ => Default::default(),
+            };
+            self.budget.learn(dev, answer);
+        }
+        if let Some(line) = self.budget.before_new_buffer(dev, bytes) {
+            rm.notice(line);
+        }
     }
 
     /// The verbs call over buffer `id` returned: it made an MR (`registered`) or not.
@@ -203,6 +235,7 @@ impl Dmabuf {
             rm.close_fd(sh.fd);
         }
         self.exported_bytes -= sh.bytes;
+        self.budget.buffer_gone(sh.device_instance, sh.bytes);
         super::shrink_when_sparse(&mut self.shared);
     }
 

@@ -11,6 +11,7 @@
 //! behind the [`Rm`] trait: real ioctls in production (`rm.rs`), fakes in the tests.
 #![forbid(unsafe_code)]
 
+pub mod bar1;
 pub mod dmabuf;
 mod miss;
 pub mod nv503c;
@@ -69,6 +70,16 @@ pub trait Rm {
     /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
     fn refused(&mut self, key: &'static str, line: String) {
         let _ = (key, line);
+    }
+    /// What RM says of the BAR1 of the GPU behind `subdevice` (RM device instance
+    /// `device_instance`), or the PCI device's BAR 1 where RM cannot tell; unknown parts `None`.
+    fn bar1(&mut self, c: Client, subdevice: u32, device_instance: u32) -> bar1::Bar1 {
+        let _ = (c, subdevice, device_instance);
+        bar1::Bar1::default()
+    }
+    /// A warning for a person that the core already rate-limited (the core does no I/O).
+    fn notice(&mut self, line: String) {
+        let _ = line;
     }
 }
 
@@ -392,6 +403,11 @@ impl Registrar {
     /// at once (`(registered, registered_peak, exported, exported_peak)`).
     pub fn dmabuf_bytes(&self) -> (u64, u64, u64, u64) {
         (self.registered_bytes, self.registered_peak, self.dmabuf.exported_bytes, self.dmabuf.exported_peak)
+    }
+
+    /// The smallest BAR1 of the GPUs we exported on and whether all are static (`None`: unknown).
+    pub fn bar1(&self) -> (Option<u64>, Option<bool>) {
+        self.dmabuf.budget.summary()
     }
 
     /// Our buffers alive, and how many of them gdrshim holds open.

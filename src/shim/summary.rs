@@ -27,6 +27,7 @@ impl Shim {
         let mut decoded = 0;
         let (mut live, mut p2p_live, mut dmabuf_live) = (u64::MAX, u64::MAX, u64::MAX);
         let mut bytes = [u64::MAX; 5];
+        let mut bar1 = [u64::MAX; 2];
         if let Some(mut lent) = lent {
             let c = &mut *lent.core;
             decoded = c.decoded;
@@ -43,6 +44,8 @@ impl Shim {
             dmabuf_live = c.registrar.dmabuf_mrs() as u64;
             let (reg, reg_peak, exp, exp_peak) = c.registrar.dmabuf_bytes();
             bytes = [c.registrar.dmabuf_buffers().0 as u64, reg, reg_peak, exp, exp_peak];
+            let (size, is_static) = c.registrar.bar1();
+            bar1 = [size.unwrap_or(u64::MAX), is_static.map_or(u64::MAX, u64::from)];
         } else {
             // the core's lock was not had: every count of it is unknown, not zero
             let unknown = |pairs: &[(&'static str, u64)]| pairs.iter().map(|&(n, _)| (n, u64::MAX)).collect::<Vec<_>>();
@@ -84,6 +87,8 @@ impl Shim {
             ("registered_peak_bytes", bytes[2]),
             ("exported_bytes", bytes[3]),
             ("exported_peak_bytes", bytes[4]),
+            ("bar1_bytes", bar1[0]),
+            ("bar1_static", bar1[1]),
             ("wrapped", s.wrapped.load(Relaxed)),
             ("unwrapped", s.unwrapped.load(Relaxed)),
             ("cuda_frees", self.line.cuda_frees.load(Relaxed)),

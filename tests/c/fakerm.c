@@ -13,7 +13,9 @@
 // page, the memory the process has mapped there.
 // DMA-BUF: NV_ESC_CARD_INFO (nvidia0 = gpuId 0x100, nvidia1 = 0x200), the NV0000 gpuId ->
 // device instance control, NV2080 GET_INFO_V2's dma-buf capability (FAKERM_DMABUF_CAPABLE, default
-// 1) and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
+// 1), BAR1: FB_GET_INFO_V2's BAR1_SIZE (FAKERM_BAR1_MIB, default 32768; 0: RM cannot tell) and
+// FB_GET_STATIC_BAR1_INFO (FAKERM_BAR1_STATIC 1 default, 0, or "refuse": NOT_SUPPORTED), each
+// counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
 // fakenv_dmabuf_check(fd, offset, len, iova) answers what the kernel's RDMA core would map: 0 only
 // if every page of [iova, iova+len) is, at that moment, the buffer's memory at that offset.
 #define _GNU_SOURCE
@@ -204,6 +206,9 @@ typedef struct { uint32_t h; uint64_t off, size; int filled; } slot_t;
 typedef struct { dev_t dev; ino_t ino; int gpu, live; uint32_t client, total; uint64_t size; slot_t *slots; } buf_t;
 static buf_t bufs[MAXB]; static int nbufs;
 unsigned long fakenv_exports, fakenv_export_refusals;
+static int bar1_queries;
+int fakenv_bar1_queries(void) { return __atomic_load_n(&bar1_queries, __ATOMIC_SEQ_CST); }
+static const char *env_or(const char *k, const char *d) { const char *v = getenv(k); return v ? v : d; }
 static int capable(void) { const char *c = getenv("FAKERM_DMABUF_CAPABLE"); return !c || strcmp(c, "0"); }
 static buf_t *buf_of(int fd) {
   struct stat st; if (fstat(fd, &st)) return NULL;
@@ -313,6 +318,23 @@ static int gpu_query(uint32_t *w) {
     uint32_t n, idx, yes = capable(); memcpy(&n, p, 4); memcpy(&idx, p + 4, 4);
     if (n < 1 || n > 0x46) { w[7] = 0x1f; return 1; }
     if (idx == 0x3d) memcpy(p + 8, &yes, 4);
+    w[7] = 0; return 1;
+  }
+  if (w[2] == 0x20801303) { // FB_GET_INFO_V2, 580's size (4 + 8 * 0x80)
+    __atomic_add_fetch(&bar1_queries, 1, __ATOMIC_SEQ_CST);
+    if (w[6] != 1028 || !p) { w[7] = 0x3a; return 1; }
+    uint32_t n, idx, kib = (uint32_t)(atol(env_or("FAKERM_BAR1_MIB", "32768")) << 10); memcpy(&n, p, 4); memcpy(&idx, p + 4, 4);
+    if (n < 1 || n > 0x80) { w[7] = 0x1f; return 1; }
+    if (idx == 5) memcpy(p + 8, &kib, 4);
+    w[7] = 0; return 1;
+  }
+  if (w[2] == 0x20801354) { // FB_GET_STATIC_BAR1_INFO
+    __atomic_add_fetch(&bar1_queries, 1, __ATOMIC_SEQ_CST);
+    const char *k = env_or("FAKERM_BAR1_STATIC", "1");
+    if (w[6] != 24 || !p) { w[7] = 0x3a; return 1; }
+    if (!strcmp(k, "refuse")) { w[7] = 0x56; return 1; }
+    memset(p, 0, 24); p[0] = atoi(k) != 0;
+    if (p[0]) { uint64_t size = (uint64_t)atol(env_or("FAKERM_BAR1_MIB", "32768")) << 20; memcpy(p + 16, &size, 8); }
     w[7] = 0; return 1;
   }
   return 0;

@@ -201,6 +201,28 @@ static int dmabuf(long cycles) {
   return failures != 0;
 }
 
+// BAR1 as a budget: six 64 MiB buffers on GPU 0, each registered twice (the second MR reuses
+// the buffer), all live at once; the fake RM's BAR1 is set by the test. BAR1 is asked at the
+// first export only (fakenv_bar1_queries: none before, two at it, none after).
+static int bar1(void) {
+  int (*queries)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fakenv_bar1_queries");
+  if (!queries) { fprintf(stderr, "no fakenv_bar1_queries\n"); return 2; }
+  const uint64_t m64 = 64ull << 20;
+  for (int i = 0; i < 6; i++) gpu_alloc(0, BASE + i * m64, m64);
+  int before = queries();
+  struct ibv_mr *m[12];
+  for (int i = 0; i < 6; i++) {
+    m[2 * i] = must_reg(vreg, BASE + i * m64, m64, "64 MiB");
+    if (i == 0) before = before * 100 + queries();
+    m[2 * i + 1] = must_reg(direct, BASE + i * m64, m64, "the same buffer again");
+  }
+  for (int i = 0; i < 12; i++) if (m[i] && vdereg(m[i])) fail("dereg", i, 0);
+  struct ibv_mr *x = must_reg(vreg, BASE, m64, "after the others went");
+  if (x) vdereg(x);
+  printf("routes bar1 %s queries=%04d,%d\n", failures ? "FAILED" : "ok", before, queries());
+  return failures != 0;
+}
+
 // Distinct fake dma-bufs the process's fds refer to (the NIC's MRs hold fds of their own).
 static int distinct_bufs(void) {
   ino_t seen[256]; int n = 0; char p[64], t[256];
@@ -483,5 +505,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "explicit")) return explicit_first();
   if (!strcmp(argv[1], "umem")) return umem();
   if (!strcmp(argv[1], "mrex")) return mrex();
+  if (!strcmp(argv[1], "bar1")) return bar1();
   return 2;
 }

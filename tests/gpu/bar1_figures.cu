@@ -1,0 +1,81 @@
+// Registration figures of issue 30 on the GPU machine (ours; built there with nvcc), with the stub
+// NIC (tests/gpu/stubverbs.c) as libibverbs.so.1:
+//   bar1_figures shim N MIB     N fresh buffers of MIB MiB (allocated before the clock runs): per
+//                               buffer the first ibv_reg_mr (gdrshim: export + ibv_reg_dmabuf_mr)
+//                               and, while that MR lives, the same buffer again on a second PD (a
+//                               second NIC or a relaxed-ordering twin: gdrshim reuses the buffer);
+//                               then gdrshim's counters (dmabuf_reused, exported_peak_bytes, BAR1)
+//   bar1_figures native N MIB   the same buffers the way libcuda offers: cuMemGetHandleForAddressRange
+//                               + ibv_reg_dmabuf_mr + close (no shim)
+// Prints "bar1 WAY MIB first|repeat|libcuda n=N median_ns=M p90_ns=P".
+#include "common.h"
+#include <algorithm>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
+typedef struct ibv_mr *(*reg_t)(void *, void *, size_t, int);
+typedef struct ibv_mr *(*regdb_t)(void *, uint64_t, size_t, uint64_t, int, int);
+typedef int (*dereg_t)(struct ibv_mr *);
+
+static double now() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void report(const char *way, int mib, const char *what, std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  printf("bar1 %s %d %s n=%zu median_ns=%.0f p90_ns=%.0f\n", way, mib, what, t.size(), t.empty() ? 0 : t[t.size() / 2],
+         t.empty() ? 0 : t[(t.size() * 9) / 10]);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) { fprintf(stderr, "usage: bar1_figures shim|native N MIB\n"); return 2; }
+  bool shim = !strcmp(argv[1], "shim");
+  int n = atoi(argv[2]), mib = atoi(argv[3]);
+  size_t len = (size_t)mib << 20;
+  CK(cuInit(0));
+  CUdevice dev; CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx; CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
+  void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) { fprintf(stderr, "FAIL no libibverbs.so.1 (the stub NIC): %s\n", dlerror()); return 1; }
+  reg_t reg = (reg_t)dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
+  regdb_t regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+  dereg_t dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
+  if (!reg || !regdb || !dereg) { fprintf(stderr, "FAIL verbs symbols\n"); return 1; }
+  std::vector<CUdeviceptr> bufs(n);
+  for (auto &p : bufs) CK(cuMemAlloc(&p, len));
+  std::vector<double> first, repeat;
+  int fails = 0;
+  for (int i = 0; i < n; i++) {
+    CUdeviceptr p = bufs[i];
+    double t0 = now();
+    struct ibv_mr *a = nullptr, *b = nullptr;
+    if (shim) {
+      a = reg((void *)0x1, (void *)p, len, 0xf);
+      double t1 = now();
+      b = a ? reg((void *)0x2, (void *)p, len, 0xf | 0x100000) : nullptr; // a second PD, IBV_ACCESS_RELAXED_ORDERING (1 << 20): NIXL-style twin
+      repeat.push_back((now() - t1) * 1e9);
+      first.push_back((t1 - t0) * 1e9);
+    } else {
+      int fd = -1;
+      CK(cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+      a = regdb((void *)0x1, 0, len, p, fd, 0xf);
+      close(fd);
+      first.push_back((now() - t0) * 1e9);
+    }
+    if (!a || (shim && !b)) { fprintf(stderr, "FAIL registration %d of %d MiB\n", i, mib); fails++; }
+    if (b) dereg(b);
+    if (a) dereg(a);
+  }
+  report(shim ? "shim" : "native", mib, shim ? "first" : "libcuda", first);
+  if (shim) report("shim", mib, "repeat", repeat);
+  int (*counters)(struct gdrshim_counters *, size_t) = (int (*)(struct gdrshim_counters *, size_t))dlsym(RTLD_DEFAULT, "gdrshim_counters");
+  if (counters) {
+    struct gdrshim_counters c; memset(&c, 0xff, sizeof c);
+    int got = counters(&c, sizeof c);
+    printf("bar1 counters got=%d dmabuf_exports=%llu dmabuf_reused=%llu exported_peak_bytes=%llu registered_peak_bytes=%llu bar1_bytes=%llu bar1_static=%llu\n", got,
+           (unsigned long long)c.dmabuf_exports, (unsigned long long)c.dmabuf_reused, (unsigned long long)c.exported_peak_bytes,
+           (unsigned long long)c.registered_peak_bytes, (unsigned long long)c.bar1_bytes, (unsigned long long)c.bar1_static);
+  }
+  for (auto p : bufs) CK(cuMemFree(p));
+  return fails != 0;
+}
