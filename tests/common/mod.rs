@@ -66,6 +66,11 @@ pub fn front_pair(core: &Path, knobs: bool) -> PathBuf {
     let tmp = format!(".{}-{:?}", std::process::id(), std::thread::current().id());
     for (from, to) in [(root.join(target).join("release/libgdrshim_front.so"), "libgdrshim.so"), (core.to_path_buf(), "libgdrshim-core.so")]
     {
+        // the same bytes already there stay: a running process of another test checks that the
+        // file it was loaded from is still the one at its path (the front's own-file check)
+        if std::fs::read(pair.join(to)).ok() == Some(std::fs::read(&from).unwrap()) {
+            continue;
+        }
         let t = pair.join(format!("{to}{tmp}"));
         std::fs::copy(&from, &t).unwrap();
         std::fs::rename(&t, pair.join(to)).unwrap();

@@ -18,7 +18,7 @@
 #            register mode; the verbs hooks convert nothing), while the hide knobs still answer
 #            (src/advertise.rs: with no route, 116 and 124 keep the hidden 0; src/hooks/cuda.rs:
 #            the dma-buf request is answered 801): what a GeForce gives a consumer.
-# Not hidden: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110) has no hide knob.
+# GDRSHIM_TEST_HIDE_GDR=1 hides CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110) too.
 #
 # Rows: consumer x with/without, one process each (every direction inside it, one verdict line
 # per direction): UCX (ucp_loop, ours, on NIXL's bundled UCX 1.23: one process per direction),
@@ -78,10 +78,13 @@ run() { # row name, with|without, cap seconds, command... (extra env as NAME=VAL
   now=$(date +%s); left=$((DEADLINE - now)); [ "$left" -lt "$cap" ] && cap=$left
   if [ "$cap" -lt 8 ]; then log "$(printf '%-15s %-7s skipped: the lab is out of time (%s s)' "$row" "$w" $((now - t0)))"; return; fi
   mode=(); [ "$w" = without ] && mode=(GDRSHIM_MODE=shadow)
+  # "noshim": no gdrshim loaded at all (the H200 as it is: libcuda's own dma-buf answers), to tell
+  # a consumer's or the wire's trouble from gdrshim's
+  local pre="$B/fakesys.so:$B/suppress503c.so:$KNOBS"; [ "$w" = noshim ] && pre="$B/fakesys.so"
   echo "... $name (cap ${cap}s, at $((now - t0)) s)"
   env ${mode[@]+"${mode[@]}"} GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 GDRSHIM_LOG_LEVEL=info GDRSHIM_LOG_FILE="$gl" \
     SUPPRESS_LOG="$B/logs/$name.native" FAKEWIRE_REPORT="$rep" LD_LIBRARY_PATH="$B/fw${CUDART:+:$CUDART}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    LD_PRELOAD="$B/fakesys.so:$B/suppress503c.so:$KNOBS" timeout -s INT -k 5 "$cap" "$@" >"$B/logs/$name.out" 2>&1
+    LD_PRELOAD="$pre" timeout -s INT -k 5 "$cap" "$@" >"$B/logs/$name.out" 2>&1
   local rc=$? ok tot gs g fw wrong
   tot=$(grep -cE "$VERDICT" "$B/logs/$name.out")
   ok=$(grep -E "$VERDICT" "$B/logs/$name.out" | grep -vc FAILED)
@@ -100,6 +103,16 @@ run() { # row name, with|without, cap seconds, command... (extra env as NAME=VAL
 }
 DIRS=(gpu-gpu gpu-host host-gpu host-host)
 NB=1048576
+# LAB_ROWS=quick: a short pass that tells the wire's trouble from gdrshim's (each consumer's first
+# direction, with, without and with no gdrshim at all), with the logs' ends in lab.txt
+if [ "${LAB_ROWS:-all}" = quick ]; then
+  for w in noshim with; do run ucx-host-host $w 15 "$B/ucp_loop" host host $NB; done
+  for w in noshim with; do run ucx-gpu-gpu $w 15 "$B/ucp_loop" gpu gpu $NB; done
+  for w in noshim with; do run nccl $w 40 python3 $W/nccl_loop.py; done
+  for w in noshim with; do run mooncake-dmabuf $w 25 env WITH_NVIDIA_PEERMEM=0 python3 $W/mooncake_loop.py $NB gpu-gpu; done
+  for w in noshim with; do run nixl $w 30 python3 $W/nixl_loop.py $NB gpu-gpu; done
+  DEADLINE=0
+fi
 for w in with without; do run nccl $w 90 python3 $W/nccl_loop.py; done
 for w in with without; do run nixl $w 60 python3 $W/nixl_loop.py $NB "${DIRS[@]}"; done
 for w in with without; do run mooncake $w 60 python3 $W/mooncake_loop.py $NB "${DIRS[@]}"; done
@@ -116,5 +129,12 @@ grep -hE 'Failed to register|Failed to retrieve dmabuf|DMA BUF supported require
 log "### the ucp endpoint lanes (the transport that ran), per run"
 grep -H 'lane\[' "$B"/logs/ucx-*.out 2>/dev/null | sed "s|$B/logs/||" | cut -c1-200 | tee -a "$res"
 log "### total $(( $(date +%s) - t0 )) s"
-(cd "$B/logs" && tar czf "$OUT/lab-logs.tgz" .) 2>/dev/null
+log "### the end of each run's output, and the fake wire's own lines"
+for f in "$B"/logs/*.out; do
+  [ -s "$f" ] || continue
+  echo "--- ${f##*/}" >>"$res"
+  { grep -h '^fakewire' "$f" | head -8; tail -n 14 "$f"; } | cut -c1-220 >>"$res"
+done
+# (the suppressed native traffic logs are big and not needed here)
+(cd "$B/logs" && find . -type f ! -name '*.native' -size -4M -print0 | tar czf "$OUT/lab-logs.tgz" --null -T -) 2>/dev/null
 ls "$OUT"
