@@ -35,6 +35,12 @@ fn env() -> &'static Env {
             "-lpthread",
         ]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
+        // a Python wheel's copy of libibverbs as auditwheel renames it, and a plugin linked to it
+        let wheel = "libibverbs-1a2b3c4d.so.1.14.0";
+        let soname = format!("-Wl,-soname,{wheel}");
+        cc(&["-shared", "-fPIC", "-O1", &map, &soname, "-o", wheel, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+        let wheel_lib = format!("-l:{wheel}");
+        cc(&["-shared", "-fPIC", "-O1", "-o", "libplugwheel.so", &src("plug.c"), "-L.", &wheel_lib, "-Wl,-rpath,$ORIGIN"]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
         cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
@@ -223,6 +229,18 @@ fn libibverbs_unloaded_and_loaded_again_elsewhere() {
     let r = life(&["dlclose", &dir], None, Duration::from_secs(60));
     assert_ok(&r, "dlclose");
     assert!(r.out.contains("rounds=3 moved=2"), "{}", r.out);
+}
+
+/// NIXL's and other wheels' UCX: a plugin loaded RTLD_LOCAL whose libibverbs is a renamed copy
+/// (`libibverbs-<hash>.so.1…`, auditwheel). Its ibv_reg_mr binds to gdrshim's export, and the
+/// real one is in no scope RTLD_NEXT sees: found by the copy's name, not ENOSYS (which UCX
+/// retried forever on the H200).
+#[test]
+fn a_wheels_renamed_libibverbs_is_reached() {
+    let dir = env().dir.display().to_string();
+    let r = life(&["wheel", &dir], None, Duration::from_secs(60));
+    assert_ok(&r, "wheel");
+    assert!(r.out.contains("life wheel mr=yes errno=0"), "{}{}", r.out, r.err);
 }
 
 #[test]

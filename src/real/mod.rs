@@ -188,8 +188,21 @@ macro_rules! next_def {
 }
 pub(crate) use next_def;
 
-/// `name` in an already loaded library whose file name starts with `prefix`, in whatever scope
-/// it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps no reference.
+/// Whether `file` is the library `prefix` (`libibverbs.so`) names: `libibverbs.so…`, or a copy a
+/// Python wheel carries, renamed by auditwheel to `libibverbs-<hash>.so…` (NIXL's UCX).
+fn is_library(file: &[u8], prefix: &[u8]) -> bool {
+    if file.starts_with(prefix) {
+        return true;
+    }
+    let Some(stem) = prefix.strip_suffix(b".so") else { return false };
+    let Some(rest) = file.strip_prefix(stem).and_then(|r| r.strip_prefix(b"-")) else { return false };
+    // the hash auditwheel inserts: 8 hex digits, then the original ".so…"
+    rest.len() > 8 && rest[..8].iter().all(u8::is_ascii_hexdigit) && rest[8..].starts_with(b".so")
+}
+
+/// `name` in an already loaded library whose file name is `prefix`'s library ([`is_library`]),
+/// in whatever scope it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps
+/// no reference.
 pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
     struct Find<'a> {
         prefix: &'a [u8],
@@ -204,7 +217,7 @@ pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
         // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
         let full = unsafe { CStr::from_ptr(info.dlpi_name) };
         let file = full.to_bytes().rsplit(|&c| c == b'/').next().unwrap_or_default();
-        if file.starts_with(f.prefix) {
+        if is_library(file, f.prefix) {
             f.path = Some(full.to_owned());
             return 1;
         }
@@ -266,5 +279,14 @@ mod tests {
         // SAFETY: RTLD_DEFAULT lookup of a libc symbol.
         let p = unsafe { f(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
         assert_eq!(p, libc::getpid as *mut core::ffi::c_void);
+    }
+
+    #[test]
+    fn a_wheels_renamed_copy_is_the_library() {
+        let lib = |f: &[u8]| super::is_library(f, b"libibverbs.so");
+        assert!(lib(b"libibverbs.so.1") && lib(b"libibverbs.so.1.14.50.0") && lib(b"libibverbs-1a2b3c4d.so.1.14.0"));
+        // another library that only starts alike, and a provider plugin (libmlx5-rdmav34.so) shape
+        assert!(!lib(b"libibverbs-extra.so") && !lib(b"libibverbsx.so.1") && !lib(b"libibverbs-1a2b3c4.so.1"));
+        assert!(!super::is_library(b"libmlx5-rdmav34.so", b"libmlx5.so") && super::is_library(b"libmlx5-0badf00d.so.1", b"libmlx5.so"));
     }
 }

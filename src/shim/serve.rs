@@ -396,9 +396,9 @@ impl Shim {
             crate::log_limited!(
                 crate::config::Level::Warn,
                 "dma-buf not served",
-                "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); not served"
+                "cuMemGetHandleForAddressRange [{ptr:#x}, +{size:#x}): not host-page aligned (CUDA requires it); answering CUDA_ERROR_INVALID_VALUE, as libcuda does (H200, tests/gpu/owned.cu odd-100-*)"
             );
-            return Served::NotServed;
+            return Served::InvalidRange;
         }
         let Some(_gate) = self.release_gate.try_write_for(WAIT) else { return Served::NotServed };
         let Some(mut c) = self.core(WAIT) else { return Served::NotServed };

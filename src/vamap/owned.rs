@@ -85,6 +85,15 @@ impl VaMap {
     /// it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
     pub fn own(&mut self, base: u64, len: u64) {
         let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
+        // libcuda hands small and odd-sized allocations out of mappings it made for the program
+        // (2 MiB chunks) and exports the rest of such a mapping from an allocation on: measured
+        // on the H200 (tests/gpu/owned.cu, odd-*), a 1-byte cuMemAlloc's whole 2 MiB, a
+        // 3 MiB + 1 one's 4 MiB. The allocation counts to the end of the mapping that holds its
+        // last byte; never before its start, never into a mapping it does not reach, and only as
+        // far as every GPU that maps that byte maps it on (one GPU's older, longer mapping there
+        // is no chunk of this allocation).
+        let end = self.per_gpu.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end);
+        let len = end - base;
         self.disown(base, end);
         let mut marked = false;
         for m in self.per_gpu.values_mut() {
@@ -226,6 +235,34 @@ mod tests {
         a.add(u64::MAX - 1, 8);
         a.add(5, 0);
         assert_eq!(a.len(), 2, "a range that wraps or is empty is not recorded");
+    }
+
+    /// libcuda's chunks: an odd-sized allocation counts to the end of the mapping holding its
+    /// last byte (the H200's answers to tests/gpu/owned.cu's odd-* cases), not before its start
+    /// and not into the next mapping.
+    #[test]
+    fn an_odd_sized_allocation_counts_to_the_end_of_its_mapping() {
+        let gpu = [1u8; 16];
+        let mem = super::super::MemRef { client: 1, memory: 2 };
+        let mut m = VaMap::default();
+        m.map(gpu, 0, 2 * M, mem, 0);
+        m.map(gpu, 2 * M, 4 * M, mem, 2 * M);
+        m.map(gpu, 6 * M, 2 * M, super::super::MemRef { client: 1, memory: 9 }, 0);
+        m.own(0, 1);
+        assert_eq!(m.first_unowned(0, 4096), None, "a 1-byte allocation's first page");
+        assert_eq!(m.first_unowned(0, 2 * M), None, "its chunk");
+        assert_eq!(m.first_unowned(0, 2 * M + 1), Some(2 * M), "not the next mapping");
+        m.own(2 * M, 3 * M + 1);
+        assert_eq!(m.first_unowned(2 * M, 6 * M), None, "3 MiB + 1 counts to its mapping's end");
+        assert_eq!(m.first_unowned(2 * M, 6 * M + 1), Some(6 * M), "the other memory after it is not the program's");
+        m.own(M + 4096, 100);
+        assert_eq!(m.first_unowned(M, M + 8192), None, "a later allocation inside the chunk keeps the chunk");
+        assert!(m.disown_at(0));
+        assert_eq!(m.first_unowned(0, 4096), Some(0), "freed: not the program's, not even the chunk before the next one");
+        assert_eq!(m.first_unowned(M + 4096, 2 * M), None);
+        let mut bare = VaMap::default();
+        bare.own(0, 1);
+        assert_eq!(bare.first_unowned(0, 2), Some(1), "with no mapping known, the allocation's own bytes only");
     }
 
     /// An allocation that is exactly one mapping is a mark on its entry, not a recorded range;

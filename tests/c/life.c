@@ -8,6 +8,8 @@
 //   life exitlive         exit() with live registrations and another thread inside the hooks
 //   life threadexit       a thread ends inside ibv_reg_mr; a thread cancelled inside open()
 //   life dlclose DIR      libibverbs unloaded with the plugin that uses it, loaded elsewhere
+//   life wheel DIR        a plugin whose libibverbs is a wheel's renamed copy (auditwheel), in its
+//                         RTLD_LOCAL scope only: its ibv_reg_mr reaches that copy through gdrshim
 //   life interpose        another interposer of ibv_reg_mr finds its next with RTLD_NEXT
 //   life misses N         N registrations of GPU memory that has been freed (each a pass0 miss)
 //   life racefree ROUNDS  one thread registers memory over and over while another frees it (with
@@ -239,6 +241,25 @@ int main(int argc, char **argv) {
     int rc2 = ioctl(ctl, NV_IOCTL(0x2b, 48), a);
     printf("life badparams %s control rc=%d status=%#x alloc rc=%d status=%#x\n", rc == 0 && c[7] && rc2 == 0 && a[10] ? "ok" : "FAILED", rc, c[7], rc2, a[10]);
     return 0;
+  }
+  if (!strcmp(mode, "wheel")) {
+    // a Python wheel's plugin (NIXL's UCX): its libibverbs is a renamed copy (auditwheel),
+    // loaded only in the plugin's RTLD_LOCAL scope; RTLD_NEXT from gdrshim cannot see it
+    setup();
+    uint64_t base = 0x7f1000000000ull; uint32_t h = alloc_mem(0, 1 << 20); create_range(base, 1 << 20); map(base, 1 << 20, 0, 0, h);
+    char path[4096]; snprintf(path, sizeof path, "%s/libplugwheel.so", argv[2]);
+    void *plug = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!plug) { fprintf(stderr, "dlopen %s: %s\n", path, dlerror()); return 2; }
+    void *(*plug_reg)(void *, size_t) = (void *(*)(void *, size_t))dlsym(plug, "plug_reg");
+    int (*plug_dereg)(void *) = (int (*)(void *))dlsym(plug, "plug_dereg");
+    errno = 0;
+    void *mr = plug_reg((void *)(uintptr_t)(base + 0x10000), 8192);
+    int e = errno, registered = mr && check(base + 0x10000, 8192) == 0;
+    if (!registered) fail("wheel plugin MR", e, 0);
+    if (mr && plug_dereg(mr)) fail("wheel plugin dereg", 0, 0);
+    uvm_free(base, 1 << 20); rm_free(dev[0], h);
+    printf("life wheel mr=%s errno=%d\n", mr ? "yes" : "no", mr ? 0 : e);
+    return counters_ok("wheel", 0) ? 0 : 1;
   }
   if (!strcmp(mode, "dlclose")) {
     setup();

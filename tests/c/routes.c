@@ -299,7 +299,7 @@ static int cuda(void) {
   int fd = -1, r = hf(&fd, BASE + 2 * K64, 8 * K64, 1, 0);
   struct stat st = {0};
   if (r || fd < 0 || fstat(fd, &st) || st.st_size != (off_t)(8 * K64)) fail("served fd", r, fd);
-  int fd2 = -1, r2 = hf(&fd2, BASE + 0x100, K64, 1, 0); // not page aligned: CUDA's 801 stands
+  int fd2 = -1, r2 = hf(&fd2, BASE + 0x100, K64, 1, 0); // not page aligned: INVALID_VALUE, as libcuda answers
   int fd3 = -1, r3 = hf(&fd3, BASE + 80 * K64, K64, 1, 0); // not mapped: libcuda says INVALID_VALUE
   int direct_fd = gdrshim_dl_export_dmabuf(BASE, 4 * K64);
   if (direct_fd < 0) fail("gdrshim_export_dmabuf", direct_fd, 0);

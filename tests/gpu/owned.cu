@@ -67,6 +67,23 @@ int main(int argc, char **argv) {
   add("cudamalloc-past-end-4m", b, (64 << 20) + 2 * MB2);
   add("cudamalloc-page-before", b - 4096, 8192);
   internal_granules(b + (64 << 20), 96);
+  // 1b. allocations of odd sizes (UCX asks cuMemAlloc for 1 byte and exports its first page, to
+  // probe dma-buf support): how far libcuda counts them, against what cuMemGetAddressRange says
+  const size_t odd[] = {1, 100, 5000, (3 << 20) + 1};
+  const char *odd_names[][4] = {{"odd-1-page", "odd-1-2pages", "odd-1-64k", "odd-1-2m"},
+                                {"odd-100-page", "odd-100-2pages", "odd-100-64k", "odd-100-2m"},
+                                {"odd-5000-page", "odd-5000-2pages", "odd-5000-64k", "odd-5000-2m"},
+                                {"odd-3m1-4kup", "odd-3m1-4m", "odd-3m1-6m", "odd-3m1-2m"}};
+  for (int i = 0; i < 4; i++) {
+    CUdeviceptr p; CK(cuMemAlloc(&p, odd[i]));
+    CUdeviceptr base = 0; size_t size = 0; CK(cuMemGetAddressRange(&base, &size, p));
+    printf("range %zu bytes at %#llx: cuMemGetAddressRange base=%#llx size=%#zx\n", odd[i], (unsigned long long)p, (unsigned long long)base, size);
+    if (i < 3) {
+      add(odd_names[i][0], p, 4096); add(odd_names[i][1], p, 8192); add(odd_names[i][2], p, 64 << 10); add(odd_names[i][3], p, MB2);
+    } else {
+      add(odd_names[i][0], p, ((3 << 20) + 4096)); add(odd_names[i][1], p, 4 << 20); add(odd_names[i][2], p, 6 << 20); add(odd_names[i][3], p, MB2);
+    }
+  }
   // 2. neighbours: cudaMallocs side by side (found among a few)
   std::vector<void *> small(8);
   for (auto &s : small) CKRT(cudaMalloc(&s, MB2));

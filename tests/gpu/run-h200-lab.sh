@@ -129,6 +129,14 @@ grep -hE 'Failed to register|Failed to retrieve dmabuf|DMA BUF supported require
 log "### the ucp endpoint lanes (the transport that ran), per run"
 grep -H 'lane\[' "$B"/logs/ucx-*.out 2>/dev/null | sed "s|$B/logs/||" | cut -c1-200 | tee -a "$res"
 log "### total $(( $(date +%s) - t0 )) s"
+# where NCCL died (SIGSEGV with and without gdrshim: the wire's or NCCL's, not gdrshim's): a
+# backtrace from cuda-gdb, the one debugger the GPU machine has
+if grep -qE '^nccl +(noshim|without) +139' "$res" && command -v cuda-gdb >/dev/null; then
+  log "### NCCL's SIGSEGV without gdrshim, cuda-gdb's backtrace"
+  env LD_LIBRARY_PATH="$B/fw${CUDART:+:$CUDART}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FAKEWIRE_REPORT=/dev/null \
+    timeout -k 5 90 cuda-gdb -q -batch -ex 'set pagination off' -ex "set environment LD_PRELOAD=$B/fakesys.so" -ex run -ex bt -ex 'info sharedlibrary fakewire' \
+    --args python3 $W/nccl_loop.py 2>&1 | grep -E '^#[0-9]|signal|SIGSEGV' | head -25 | cut -c1-220 | tee -a "$res"
+fi
 log "### the end of each run's output, and the fake wire's own lines"
 for f in "$B"/logs/*.out; do
   [ -s "$f" ] || continue

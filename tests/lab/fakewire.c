@@ -89,7 +89,8 @@ static int gpu_range(uint64_t a, uint64_t n, int *gpu) {
   *gpu = 0;
   if (!cu_ready() || cu_attr(&t, 2, a) || t != 2) return 0;
   *gpu = 1;
-  if (cu_attr(&start, 12, a) || cu_attr(&size, 13, a)) return 0;
+  // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (11), _RANGE_SIZE (12) (cuda.h)
+  if (cu_attr(&start, 11, a) || cu_attr(&size, 12, a)) return 0;
   return a >= start && n <= size && a - start <= size - n;
 }
 int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {

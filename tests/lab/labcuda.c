@@ -14,8 +14,8 @@ int cuPointerGetAttribute(void *out, int attr, uint64_t p) {
   int dev = p >= gpu_lo && p < gpu_hi;
   if (attr == 2) { if (!dev) return 1; *(unsigned *)out = 2; return 0; } // MEMORY_TYPE: unknown host memory is an error
   if (!dev) return 1;
-  if (attr == 12) { *(uint64_t *)out = gpu_lo; return 0; }             // RANGE_START_ADDR
-  if (attr == 13) { *(size_t *)out = gpu_hi - gpu_lo; return 0; }      // RANGE_SIZE
+  if (attr == 11) { *(uint64_t *)out = gpu_lo; return 0; }             // RANGE_START_ADDR
+  if (attr == 12) { *(size_t *)out = gpu_hi - gpu_lo; return 0; }      // RANGE_SIZE
   return 1;
 }
 int cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
