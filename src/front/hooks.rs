@@ -7,7 +7,7 @@ use crate::{
 };
 use core::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use core::mem::transmute;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::Acquire, Ordering::Release};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
 fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -474,10 +474,21 @@ extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *
 
 /// Whether this front's names are the process's global ones (preloaded), as the loader's list has
 /// them (no `dlsym`, no lock).
+/// Looked at once: `dl_iterate_phdr` takes the loader's write lock, and a query asked in a loop by
+/// one thread while another forks would leave that lock held in the child (0 unknown, 1 yes, 2 no).
 fn preloaded() -> bool {
-    let ours = gdrshim_version as *const () as usize;
-    // (the loader's list holds objects loaded with dlopen too, after libc)
-    crate::elf::loaded_before_libc(ours) && crate::elf::first_definition(b"gdrshim_version") == ours
+    static PRELOADED: AtomicU8 = AtomicU8::new(0);
+    match PRELOADED.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let ours = gdrshim_version as *const () as usize;
+            // (the loader's list holds objects loaded with dlopen too, after libc)
+            let yes = crate::elf::loaded_before_libc(ours) && crate::elf::first_definition(b"gdrshim_version") == ours;
+            PRELOADED.store(if yes { 1 } else { 2 }, Relaxed);
+            yes
+        }
+    }
 }
 
 /// gdrshim's queries that tools and launchers ask in processes that never touch a GPU: their
