@@ -106,12 +106,19 @@ impl RealRm {
     }
 
     /// Our /dev/nvidiaN fd of `minor`, opened once, checked still to be that node before use (a
-    /// program may close fds it does not own).
-    fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
+    /// program may close fds it does not own): by the fd table (no system call; `fstat` only
+    /// where the table no longer says so), and by `fstat` after an export on it failed (a number
+    /// closed and reused out of the hooks' sight: RM refuses on another GPU's node and any other
+    /// file refuses RM's ioctl, so nothing is exported from a wrong fd). `true`: just `fstat`ed.
+    fn gpu_fd(&mut self, minor: u32) -> Result<(i32, bool), u32> {
         if let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) {
             let fd = self.gpu_fds[i].1;
+            if crate::fdtable::still(fd, DevKind::Gpu(minor)) {
+                return Ok((fd, false));
+            }
             if crate::fdtable::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
-                return Ok(fd);
+                crate::fdtable::note_ours(fd, DevKind::Gpu(minor));
+                return Ok((fd, true));
             }
             self.gpu_fds.swap_remove(i);
         }
@@ -132,8 +139,20 @@ impl RealRm {
             Self::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
         }
+        crate::fdtable::note_ours(fd, DevKind::Gpu(minor));
         self.gpu_fds.push((minor, fd));
-        Ok(fd)
+        Ok((fd, true))
+    }
+
+    /// Forgets our fd of `minor` if it is no longer that node (never closing the number: it is
+    /// someone else's now); whether it was forgotten.
+    fn gpu_fd_gone(&mut self, minor: u32) -> bool {
+        let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) else { return false };
+        if crate::fdtable::classify_fstat(self.gpu_fds[i].1) == Some(DevKind::Gpu(minor)) {
+            return false;
+        }
+        self.gpu_fds.swap_remove(i);
+        true
     }
 
     /// RM's BAR1_SIZE of the GPU behind `subdevice` in bytes (`None`: not asked on this branch,
@@ -188,6 +207,21 @@ impl RealRm {
         crate::sys::set_errno(e);
         buf.truncate(len);
         String::from_utf8(buf).ok()
+    }
+
+    /// One NV_ESC_EXPORT_TO_DMABUF_FD on our GPU node fd `fd`.
+    fn export_on(fd: i32, params: &mut ExportToDmabufFd) -> Result<i32, u32> {
+        let creates = params.fd == -1;
+        Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
+        if params.status != status::NV_OK {
+            // RM hands out the fd only on success; never leave one behind all the same (a buffer
+            // made by an earlier call of the same export is closed by the caller)
+            if creates && params.fd >= 0 {
+                Self::close(params.fd);
+            }
+            return Err(params.status);
+        }
+        Ok(params.fd)
     }
 
     fn close(fd: i32) {
@@ -259,18 +293,18 @@ impl Rm for RealRm {
             return Err(status::NV_ERR_NOT_SUPPORTED);
         }
         let minor = self.minor_of(c, device_instance)?;
-        let fd = self.gpu_fd(minor)?;
-        let creates = params.fd == -1;
-        Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
-        if params.status != status::NV_OK {
-            // RM hands out the fd only on success; never leave one behind all the same (a buffer
-            // made by an earlier call of the same export is closed by the caller)
-            if creates && params.fd >= 0 {
-                Self::close(params.fd);
+        let (fd, checked) = self.gpu_fd(minor)?;
+        let asked = *params;
+        match Self::export_on(fd, params) {
+            // trusted by the fd table alone: if the number is not our node any more, once more on
+            // a node opened afresh
+            Err(_) if !checked && self.gpu_fd_gone(minor) => {
+                *params = asked;
+                let (fd, _) = self.gpu_fd(minor)?;
+                Self::export_on(fd, params)
             }
-            return Err(params.status);
+            r => r,
         }
-        Ok(params.fd)
     }
 
     fn close_fd(&mut self, fd: i32) {
@@ -288,18 +322,10 @@ impl Rm for RealRm {
         ok.then_some((st.st_dev, st.st_ino))
     }
 
-    fn dup_fd(&mut self, fd: i32, file: (u64, u64)) -> Option<i32> {
-        if fd < 0 || self.fd_identity(fd) != Some(file) {
-            return None;
-        }
-        let fcntl = crate::real::fcntl()?;
-        let e = crate::sys::errno();
-        // SAFETY: F_DUPFD_CLOEXEC of an fd of ours (checked to be its buffer just now); fcntl with
-        // F_DUPFD_CLOEXEC is no cancellation point.
-        let dup = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        crate::sys::set_errno(e);
-        (dup >= 0).then_some(dup)
+    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
+        fd >= 0 && self.fd_identity(fd) == Some(file)
     }
+
     fn refused(&mut self, key: &'static str, line: String) {
         crate::log_limited!(crate::config::Level::Warn, key, "{line}");
     }

@@ -7,7 +7,7 @@
 //! DMA-BUF turns the call into `mlx5dv_devx_umem_reg_ex` with `MLX5DV_UMEM_MASK_DMABUF` and
 //! gdrshim's export of exactly that memory (`addr` becomes the offset in the buffer, as
 //! mlx5dv_devx_umem_reg(3) says; the caller's access, page sizes and other mask bits kept), and
-//! closes its fd after (the umem holds the buffer). If the provider refuses, the original call
+//! closes its fd after where it is its own (the umem holds the buffer). If the provider refuses, the original call
 //! is delegated untouched and fails as it would without gdrshim.
 
 use crate::abi::mlx5dv::{self as m, DevxUmemIn};
@@ -33,7 +33,7 @@ type DeregF = unsafe extern "C" fn(Umem) -> c_int;
 const UMEM_IN_READ: usize = 40;
 
 /// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory),
-/// with the export's fd closed after. `None`: the provider refused (logged), or has no `_reg_ex`.
+/// with the export's fd closed after where the hook's. `None`: the provider refused (logged), or has no `_reg_ex`.
 fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
     let e0 = errno();
     let umem = if reg_ex.is_null() {
@@ -46,12 +46,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut 
         unsafe { f(a.ctx(), &mut input) }
     };
     let err = errno();
-    if let Some(close) = crate::real::close() {
-        // close is a cancellation point; our own fd must be closed whatever the thread
-        let _no_cancel = crate::sys::NoCancel::new();
-        // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else holds it.
-        unsafe { close(e.fd) };
-    }
+    super::verbs::close_if_ours(e);
     let (addr, len) = (a.addr(), input.size);
     if umem.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", e, addr, len, err));

@@ -181,12 +181,8 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
                 // the route was decided DMA-BUF after the check above (by another thread, or by
                 // this call's own decision): the buffer is not wanted, and its fd must not stay
                 // open in the process
+                super::verbs::close_if_ours(&e);
                 s.dmabuf_not_wanted(&e);
-                if let Some(close) = crate::real::close() {
-                    let _no_cancel = crate::sys::NoCancel::new();
-                    // SAFETY: the fd of the buffer gdrshim exported for this call; nobody else has it.
-                    unsafe { close(e.fd) };
-                }
                 -(libc::EOPNOTSUPP as i64)
             }
             Some(d) => {

@@ -95,9 +95,9 @@ impl Budget {
 /// Bytes as a person reads them: MiB, GiB where whole.
 pub fn mib(bytes: u64) -> String {
     const MIB: u64 = 1 << 20;
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
-    } else if bytes % MIB == 0 {
+    } else if bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else {
         format!("{:.1} MiB", bytes as f64 / MIB as f64)

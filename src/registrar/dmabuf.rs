@@ -11,8 +11,13 @@
 //! is found by the exact pieces and which allocation of each handle they are (`Plan::serials`):
 //! memory freed and allocated again under the same handle is never served by an old buffer, and
 //! a buffer is forgotten as soon as a driver call releases or maps over its memory. The hook
-//! always gets its own duplicate of the buffer's fd, so nothing it closes is the one kept here;
-//! `cuMemGetHandleForAddressRange`'s fds are the caller's and never kept.
+//! is handed the kept fd itself (the kernel's `ib_umem_dmabuf` takes its own reference to the
+//! buffer) and closes nothing of it; the kept fd is closed only once no registration decided on
+//! it is still in its verbs call, so its number cannot be reused under one. System calls per
+//! registration (each several µs under gVisor): a new buffer, the export's ioctl and one `fstat`
+//! (its identity, for reuse later); a reuse, one `fstat` (still that file: a program may close
+//! fds it does not own, closefrom in a daemon). `cuMemGetHandleForAddressRange`'s fds are the
+//! caller's and never kept.
 #![forbid(unsafe_code)]
 
 pub use crate::tracker::dmabuf::{Plan, PlanMiss, Span, HOST_PAGE};
@@ -132,16 +137,16 @@ impl Dmabuf {
     }
 
     /// The buffer of `plan` for a verbs MR: the one MRs over the same pieces already use, else a
-    /// new export kept for the next. The fd returned is the hook's own (a duplicate) to close
-    /// after its call; [`settle`](Self::settle) must follow with the call's outcome. Where our
-    /// fd cannot be duplicated or identified, the export is the hook's alone, as before.
+    /// new export kept for the next. The fd returned is the kept one (`Export::hook_closes` is
+    /// false), open at least until [`settle`](Self::settle) follows with the call's outcome.
+    /// Where our fd cannot be identified, the export is the hook's alone to close.
     pub fn export_shared(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
         let key = PieceSet::of(plan, mapping_type);
         if let Some(&id) = self.by_pieces.get(&key) {
             let sh = self.shared.get_mut(&id).expect("indexed buffers exist");
-            if let Some(fd) = rm.dup_fd(sh.fd, sh.file) {
+            if sh.fd >= 0 && rm.is_file(sh.fd, sh.file) {
                 sh.pending += 1;
-                let (bytes, mems) = (sh.bytes, sh.mems.clone());
+                let (fd, bytes, mems) = (sh.fd, sh.bytes, sh.mems.clone());
                 return Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes, mems, buf: Some(id), reused: true });
             }
             // our fd is not that buffer any more (the program closed it): never close or use the
@@ -151,8 +156,8 @@ impl Dmabuf {
             self.drop_if_unused(rm, id);
         }
         let mut e = self.export(t, rm, plan, addr, mapping_type)?;
+        // no check before this first use: RM made the fd just now, under our lock
         let Some(file) = rm.fd_identity(e.fd) else { return Ok(e) };
-        let Some(dup) = rm.dup_fd(e.fd, file) else { return Ok(e) };
         self.next_id += 1;
         let id = self.next_id;
         self.bar1_before(t, rm, plan, e.bytes);
@@ -171,7 +176,6 @@ impl Dmabuf {
         self.by_pieces.insert(key, id);
         self.exported_bytes += e.bytes;
         self.exported_peak = self.exported_peak.max(self.exported_bytes);
-        e.fd = dup;
         e.buf = Some(id);
         Ok(e)
     }
@@ -198,6 +202,11 @@ impl Dmabuf {
             sh.pending = sh.pending.saturating_sub(1);
             if registered {
                 sh.mrs += 1;
+            }
+            // a buffer no longer reusable whose fd waited for the calls in flight
+            if sh.pending == 0 && sh.key.is_none() && sh.fd >= 0 {
+                rm.close_fd(sh.fd);
+                sh.fd = -1;
             }
             self.drop_if_unused(rm, id);
         }
@@ -240,7 +249,8 @@ impl Dmabuf {
     }
 
     /// A driver call is about to release (or map over) memory: no buffer over it is used again,
-    /// and our fds of them close (MRs keep the buffers in the kernel until they go).
+    /// and our fds of them close, once no verbs call is using them (MRs keep the buffers in the
+    /// kernel until they go).
     pub fn forget_released(&mut self, t: &Tracker, rm: &mut dyn Rm, call: &Pending) {
         if self.shared.is_empty() {
             return;
@@ -253,7 +263,8 @@ impl Dmabuf {
         for id in hit {
             self.unindex(id);
             if let Some(sh) = self.shared.get_mut(&id) {
-                if sh.fd >= 0 {
+                // (a registration still in its verbs call uses the fd itself: closed at its settle)
+                if sh.fd >= 0 && sh.pending == 0 {
                     rm.close_fd(sh.fd);
                     sh.fd = -1;
                 }

@@ -61,10 +61,11 @@ pub trait Rm {
         let _ = fd;
         None
     }
-    /// A new fd (close-on-exec) of the file `fd` is, if `fd` is still `file`.
-    fn dup_fd(&mut self, fd: i32, file: (u64, u64)) -> Option<i32> {
+    /// Whether `fd` is still the file `file` (one `fstat`): a kept buffer's fd is checked before
+    /// it is handed out again.
+    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
         let _ = (fd, file);
-        None
+        false
     }
     /// A refusal worth telling a person about that has no caller to return to (an unregister or
     /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
@@ -130,8 +131,9 @@ impl RegCounts {
 }
 
 /// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
-/// iova, fd, access)`, then close `fd` (its own; the MR holds its own reference to the buffer),
-/// and tell the registrar the outcome (`Registrar::after_dmabuf_reg` or `dmabuf_not_used`).
+/// iova, fd, access)`, then close `fd` only where [`hook_closes`](Self::hook_closes) says so
+/// (the MR holds its own reference to the buffer), and tell the registrar the outcome
+/// (`Registrar::after_dmabuf_reg` or `dmabuf_not_used`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
     pub fd: i32,
@@ -140,10 +142,20 @@ pub struct Export {
     pub pieces: usize,
     pub bytes: u64,
     pub mems: Vec<MemRef>,
-    /// The shared buffer `fd` duplicates (`None`: the fd is the only one of its buffer).
+    /// The shared buffer whose kept fd `fd` is (gdrshim's: it stays open until the registrar
+    /// closes it, never before the outcome is told); `None`: the fd is the caller's alone.
     pub buf: Option<u64>,
     /// The buffer existed already (no export was made for this registration).
     pub reused: bool,
+}
+
+impl Export {
+    /// Whether the hook closes `fd` after its call: only an export that is its alone. A shared
+    /// buffer's fd is gdrshim's kept one (no duplicate per call: each is a system call, several
+    /// µs under gVisor), closed by the registrar with the buffer's last use.
+    pub fn hook_closes(&self) -> bool {
+        self.buf.is_none()
+    }
 }
 
 /// What to do about one verbs registration.
