@@ -105,20 +105,15 @@ impl RealRm {
         self.minors.iter().find(|(i, _)| *i == instance).map(|&(_, m)| m).ok_or(status::NV_ERR_INVALID_DEVICE)
     }
 
-    /// Our /dev/nvidiaN fd of `minor`, opened once, checked still to be that node before use (a
-    /// program may close fds it does not own): by the fd table (no system call; `fstat` only
-    /// where the table no longer says so), and by `fstat` after an export on it failed (a number
-    /// closed and reused out of the hooks' sight: RM refuses on another GPU's node and any other
-    /// file refuses RM's ioctl, so nothing is exported from a wrong fd). `true`: just `fstat`ed.
-    fn gpu_fd(&mut self, minor: u32) -> Result<(i32, bool), u32> {
+    /// Our /dev/nvidiaN fd of `minor`, opened once, checked by `fstat` still to be that node
+    /// before every use (a program may close fds it does not own, `close_range` and raw system
+    /// calls too, out of the hooks' sight: an export must never be asked of a number that is
+    /// something else now; one system call, kept on purpose).
+    fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
         if let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) {
             let fd = self.gpu_fds[i].1;
-            if crate::fdtable::still(fd, DevKind::Gpu(minor)) {
-                return Ok((fd, false));
-            }
             if crate::fdtable::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
-                crate::fdtable::note_ours(fd, DevKind::Gpu(minor));
-                return Ok((fd, true));
+                return Ok(fd);
             }
             self.gpu_fds.swap_remove(i);
         }
@@ -139,20 +134,8 @@ impl RealRm {
             Self::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
         }
-        crate::fdtable::note_ours(fd, DevKind::Gpu(minor));
         self.gpu_fds.push((minor, fd));
-        Ok((fd, true))
-    }
-
-    /// Forgets our fd of `minor` if it is no longer that node (never closing the number: it is
-    /// someone else's now); whether it was forgotten.
-    fn gpu_fd_gone(&mut self, minor: u32) -> bool {
-        let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) else { return false };
-        if crate::fdtable::classify_fstat(self.gpu_fds[i].1) == Some(DevKind::Gpu(minor)) {
-            return false;
-        }
-        self.gpu_fds.swap_remove(i);
-        true
+        Ok(fd)
     }
 
     /// RM's BAR1_SIZE of the GPU behind `subdevice` in bytes (`None`: not asked on this branch,
@@ -293,18 +276,8 @@ impl Rm for RealRm {
             return Err(status::NV_ERR_NOT_SUPPORTED);
         }
         let minor = self.minor_of(c, device_instance)?;
-        let (fd, checked) = self.gpu_fd(minor)?;
-        let asked = *params;
-        match Self::export_on(fd, params) {
-            // trusted by the fd table alone: if the number is not our node any more, once more on
-            // a node opened afresh
-            Err(_) if !checked && self.gpu_fd_gone(minor) => {
-                *params = asked;
-                let (fd, _) = self.gpu_fd(minor)?;
-                Self::export_on(fd, params)
-            }
-            r => r,
-        }
+        let fd = self.gpu_fd(minor)?;
+        Self::export_on(fd, params)
     }
 
     fn close_fd(&mut self, fd: i32) {

@@ -176,21 +176,6 @@ pub unsafe fn nvidia_path(path: *const core::ffi::c_char) -> bool {
     false
 }
 
-/// An fd of gdrshim's own (opened with the real `open`, out of the hooks' sight) that is `kind`:
-/// recorded so that [`still`] can tell it unchanged without an `fstat`.
-pub fn note_ours(fd: c_int, kind: DevKind) {
-    if fd >= 0 {
-        store(fd, encode(Some(kind)));
-    }
-}
-
-/// Whether the table still says `fd` is `kind`: no hooked `close`, `dup2` over or `open` of the
-/// number since it was recorded (a raw `close_range` is out of sight: a caller acting on a false
-/// answer must fail safe).
-pub fn still(fd: c_int, kind: DevKind) -> bool {
-    fd >= 0 && cached(fd) == encode(Some(kind))
-}
-
 pub fn note_dup(old: c_int, new: c_int) {
     if new >= 0 {
         store(new, cached(old));
