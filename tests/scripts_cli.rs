@@ -37,10 +37,13 @@ fn script(rel: &str) -> PathBuf {
     root().join(rel)
 }
 
+/// Written by a child process, not by this one: an fd of ours open for writing would be inherited
+/// by a child another test thread forks meanwhile, and running the file then fails with ETXTBSY
+/// (a fake `cc` that "cannot run" made the suite report libibverbs-dev missing).
 fn write_exe(p: &Path, body: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, body).unwrap();
-    assert!(Command::new("chmod").arg("0755").arg(p).status().unwrap().success());
+    let ok = Command::new("sh").args(["-c", "printf '%s' \"$1\" > \"$2\" && chmod 0755 \"$2\"", "sh", body]).arg(p).status().unwrap();
+    assert!(ok.success(), "{}", p.display());
 }
 
 /// Every script: help on stdout with 0, version with 0, an unknown option on stderr with 2.
