@@ -65,6 +65,10 @@ log "libcudart: ${CUDART:-system}; knobs lib: $KNOBS; built in $(( $(date +%s) -
 export UCX_TLS=rc_verbs,ud_verbs,cuda_copy UCX_NET_DEVICES=fwroce_0:1 UCX_IB_ROCE_REACHABILITY_MODE=all UCX_MODULE_DIR=$L/ucx
 export NIXL_PLUGIN_DIR=$S/.nixl_cu13.mesonpy.libs/plugins NCCL_NVLS_ENABLE=0 MC_TRANSFER_TIMEOUT=5 MC_LOG_LEVEL=INFO
 export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV NCCL_IB_HCA=fwroce_0 NCCL_SOCKET_IFNAME=lo
+# NCCL 2.28.9 dereferences its "undecided" GIN plugin ((ncclGin_t *)-1) when the GDAKI one
+# initialises but finds no device (src/plugin/net.cc:204-216: SIGSEGV at :216, with and without
+# gdrshim, h200-run26-lab): the proxy GIN is asked for by name
+export NCCL_GIN_TYPE=2
 hdr=$(printf '%-15s %-7s %-4s %-26s | %-52s | %-62s | %s' row gdrshim exit "directions ok/total" "gdrshim: dmabuf_mrs dmabuf_exports pass0_hits registered" "fakewire: gpu_dmabuf_mr gpu_plain_refused host_mr moved(g2g,g2h,h2g,h2h)" wrong)
 log "$hdr"
 sum_field() { tr ' ' '\n' <"$1" 2>/dev/null | grep "^$2=" | tail -1 | cut -d= -f2; }
@@ -105,6 +109,10 @@ DIRS=(gpu-gpu gpu-host host-gpu host-host)
 NB=1048576
 # LAB_ROWS=quick: a short pass that tells the wire's trouble from gdrshim's (each consumer's first
 # direction, with, without and with no gdrshim at all), with the logs' ends in lab.txt
+if [ "${LAB_ROWS:-all}" = nccl ]; then
+  for w in with without; do run nccl $w 90 python3 $W/nccl_loop.py; done
+  DEADLINE=0
+fi
 if [ "${LAB_ROWS:-all}" = quick ]; then
   for w in noshim with; do run ucx-host-host $w 15 "$B/ucp_loop" host host $NB; done
   for w in noshim with; do run ucx-gpu-gpu $w 15 "$B/ucp_loop" gpu gpu $NB; done

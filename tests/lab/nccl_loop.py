@@ -26,7 +26,7 @@ pool_ok = True
 try:  # torch >= 2.7 names these; an older one says so and the rest stands
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cuda"))
     pool, use_pool = torch.cuda.MemPool(backend.mem_allocator), torch.cuda.use_mem_pool
-except (AttributeError, TypeError) as e:
+except (AttributeError, TypeError, RuntimeError) as e:  # RuntimeError: "NCCL mem allocator is not supported in this NCCL version" (torch 2.11 + NCCL 2.28.9)
     pool = None
     print(f"nccl_loop: ncclMemAlloc pool not tried here ({type(e).__name__}: {e})", flush=True)
 if pool is not None:  # a failure from here on is NCCL's (or ours) and ends the run non-zero
