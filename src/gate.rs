@@ -131,6 +131,22 @@ fn object_of(p: *mut c_void) -> Option<(usize, String)> {
 /// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
 /// or to another interposer ahead of it, not straight to libc. (The global names as the loader's
 /// list has them, without `dlsym`: see [`object_of`].)
+/// [`hooks_in_place`], looked at once (it cannot change for a loaded copy): a query asked in a
+/// loop must not walk the loader's list each time (`dl_iterate_phdr` holds the loader's write
+/// lock, which a fork by another thread would leave held in the child).
+pub fn hooks_in_place_once() -> bool {
+    static IN_PLACE: AtomicU8 = AtomicU8::new(0);
+    match IN_PLACE.load(Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let yes = hooks_in_place();
+            IN_PLACE.store(if yes { 1 } else { 2 }, Relaxed);
+            yes
+        }
+    }
+}
+
 pub fn hooks_in_place() -> bool {
     let version = crate::real::elf::first_definition(b"gdrshim_version") as *mut c_void;
     let ioctl = crate::real::elf::first_definition(b"ioctl") as *mut c_void;

@@ -41,7 +41,8 @@ pub extern "C" fn gdrshim_mode() -> c_int {
     if let Some(s) = shim::try_get() {
         return s.cfg.mode.number();
     }
-    if crate::gate::hooks_in_place() {
+    // (every hook catches: a panic here falls to the guarded path below)
+    if std::panic::catch_unwind(crate::gate::hooks_in_place_once).unwrap_or(false) {
         // a query of ours is no GPU touch: before the shim has started, the mode it will start
         // in, without starting it (no output, no summary at exit)
         return crate::gate::asked_mode();

@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 /// Non-overlapping ranges, `base -> end`.
 #[derive(Clone, Debug, Default)]
 pub struct Allocations {
-    by_base: BTreeMap<u64, u64>,
+    /// `base -> (end, reach)`: `reach` is where libcuda counts the allocation to (the end of the
+    /// chunk it was carved from, [`VaMap::own`]); `end` where nothing lies beyond it.
+    by_base: BTreeMap<u64, (u64, u64)>,
 }
 
 impl Allocations {
@@ -38,9 +40,14 @@ impl Allocations {
 
     /// The program was handed `[base, base+len)`. Whatever was recorded over any of it is gone.
     pub fn add(&mut self, base: u64, len: u64) {
+        self.add_reaching(base, len, 0);
+    }
+
+    /// [`Allocations::add`], counted on to `reach` where that is past its end.
+    pub fn add_reaching(&mut self, base: u64, len: u64, reach: u64) {
         let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
         self.remove(base, end);
-        self.by_base.insert(base, end);
+        self.by_base.insert(base, (end, reach.max(end)));
     }
 
     /// The program freed the allocation that starts at `base` (`cuMemFree`, `cuMemFreeAsync`,
@@ -57,26 +64,32 @@ impl Allocations {
         }
         // one that starts below base and runs into the range keeps its part below base, and a
         // part above end if it runs past that too
-        if let Some((&b, &e)) = self.by_base.range(..base).next_back() {
+        // (a part cut off below reaches no further than its new end)
+        if let Some((&b, &(e, r))) = self.by_base.range(..base).next_back() {
             if e > base {
-                self.by_base.insert(b, base);
+                self.by_base.insert(b, (base, base));
                 if e > end {
-                    self.by_base.insert(end, e);
+                    self.by_base.insert(end, (e, r));
                 }
             }
         }
-        let inside: Vec<(u64, u64)> = self.by_base.range(base..end).map(|(&b, &e)| (b, e)).collect();
-        for (b, e) in inside {
+        let inside: Vec<(u64, (u64, u64))> = self.by_base.range(base..end).map(|(&b, &v)| (b, v)).collect();
+        for (b, (e, r)) in inside {
             self.by_base.remove(&b);
             if e > end {
-                self.by_base.insert(end, e);
+                self.by_base.insert(end, (e, r));
             }
         }
     }
 
     /// The allocation that holds `addr`, as `[base, end)`.
     pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
-        self.by_base.range(..=addr).next_back().filter(|(_, &e)| e > addr).map(|(&b, &e)| (b, e))
+        self.holding_reach(addr).map(|(b, e, _)| (b, e))
+    }
+
+    /// The allocation that holds `addr`: its base, end and reach.
+    pub fn holding_reach(&self, addr: u64) -> Option<(u64, u64, u64)> {
+        self.by_base.range(..=addr).next_back().filter(|(_, &(e, _))| e > addr).map(|(&b, &(e, r))| (b, e, r))
     }
 }
 
@@ -85,15 +98,9 @@ impl VaMap {
     /// it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
     pub fn own(&mut self, base: u64, len: u64) {
         let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
-        // libcuda hands small and odd-sized allocations out of mappings it made for the program
-        // (2 MiB chunks) and exports the rest of such a mapping from an allocation on: measured
-        // on the H200 (tests/gpu/owned.cu, odd-*), a 1-byte cuMemAlloc's whole 2 MiB, a
-        // 3 MiB + 1 one's 4 MiB. The allocation counts to the end of the mapping that holds its
-        // last byte; never before its start, never into a mapping it does not reach, and only as
-        // far as every GPU that maps that byte maps it on (one GPU's older, longer mapping there
-        // is no chunk of this allocation).
-        let end = self.per_gpu.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end);
-        let len = end - base;
+        // carved from a mapping that runs past it (libcuda's chunk): counted to that mapping's
+        // end, as libcuda counts it ([`VaMap::chunk_end`]); known now, while it is that chunk
+        let reach = self.chunk_end(end);
         self.disown(base, end);
         let mut marked = false;
         for m in self.per_gpu.values_mut() {
@@ -104,7 +111,7 @@ impl VaMap {
             }
         }
         if !marked {
-            self.owned.add(base, len);
+            self.owned.add_reaching(base, len, reach);
         }
     }
 
@@ -154,12 +161,15 @@ impl VaMap {
     }
 
     /// The first byte of `[addr, end)` that is in no allocation of the program's, or `None`
-    /// when its allocations (one, or several side by side) cover all of it.
+    /// when its allocations (one, or several side by side) cover all of it. As libcuda counts
+    /// them: the range starts in an allocation's own bytes, and an allocation carved from a
+    /// longer mapping reaches on to that mapping's end ([`VaMap::own`]).
     pub fn first_unowned(&self, addr: u64, end: u64) -> Option<u64> {
         let mut at = addr;
         while at < end {
-            if let Some((_, e)) = self.owned.holding(at) {
-                at = e;
+            if let Some((_, e, reach)) = self.owned.holding_reach(at) {
+                // the chunk as it was carved, as far as the same mapping still holds its end
+                at = reach.min(self.chunk_end(e));
                 continue;
             }
             let marked = self.per_gpu.values().filter_map(|m: &GpuMap| m.at(at)).filter(|(_, e)| e.owned()).map(|(_, e)| e.end).max();
@@ -169,6 +179,16 @@ impl VaMap {
             }
         }
         None
+    }
+
+    /// Where an allocation that ends at `end` reaches to: libcuda hands small and odd-sized
+    /// allocations out of mappings it made for the program (2 MiB chunks) and exports the rest
+    /// of such a mapping from an allocation on (the H200, tests/gpu/owned.cu odd-*: a 1-byte
+    /// cuMemAlloc's whole 2 MiB, a 3 MiB + 1 one's 4 MiB). So: the end of the mapping that holds
+    /// its last byte, only as far as every GPU that maps that byte maps it on (one GPU's older,
+    /// longer mapping there is no chunk of this allocation); `end` where nothing maps it.
+    fn chunk_end(&self, end: u64) -> u64 {
+        self.per_gpu.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end).max(end)
     }
 
     /// How many allocations the program holds that are not exactly one entry.
@@ -256,13 +276,28 @@ mod tests {
         assert_eq!(m.first_unowned(2 * M, 6 * M), None, "3 MiB + 1 counts to its mapping's end");
         assert_eq!(m.first_unowned(2 * M, 6 * M + 1), Some(6 * M), "the other memory after it is not the program's");
         m.own(M + 4096, 100);
-        assert_eq!(m.first_unowned(M, M + 8192), None, "a later allocation inside the chunk keeps the chunk");
+        assert_eq!(m.first_unowned(M + 4096, M + 8192), None, "a later allocation inside the chunk");
         assert!(m.disown_at(0));
         assert_eq!(m.first_unowned(0, 4096), Some(0), "freed: not the program's, not even the chunk before the next one");
         assert_eq!(m.first_unowned(M + 4096, 2 * M), None);
         let mut bare = VaMap::default();
         bare.own(0, 1);
         assert_eq!(bare.first_unowned(0, 2), Some(1), "with no mapping known, the allocation's own bytes only");
+        // a range starting in the chunk's slack is no allocation's
+        let mut slack = VaMap::default();
+        slack.map(gpu, 0, 2 * M, mem, 0);
+        slack.own(0, 1);
+        assert_eq!(slack.first_unowned(M, M + 4096), Some(M), "a range that starts past every allocation's own bytes");
+        // a live allocation keeps its bytes when a lower neighbour in its chunk, allocated
+        // after it (first fit after frees), is freed
+        let mut fit = VaMap::default();
+        fit.map(gpu, 0, 2 * M, mem, 0);
+        fit.own(0x1000, 0x1000);
+        fit.own(0, 0x1000);
+        assert!(fit.disown_at(0));
+        assert_eq!(fit.first_unowned(0x1000, 0x2000), None, "the live one above it");
+        assert_eq!(fit.first_unowned(0x1000, 2 * M), None, "and its chunk from it on");
+        assert_eq!(fit.first_unowned(0, 0x1000), Some(0), "the freed one");
     }
 
     /// An allocation that is exactly one mapping is a mark on its entry, not a recorded range;
@@ -281,7 +316,7 @@ mod tests {
         m.disown(2 * M, 4 * M);
         assert_eq!(m.owned_ranges(), 2, "what stays of the marked entry around the hole is kept as ranges");
         assert_eq!(m.first_unowned(0, 2 * M), None);
-        assert_eq!(m.first_unowned(0, 6 * M), Some(2 * M));
+        assert_eq!(m.first_unowned(0, 6 * M), Some(2 * M), "what is left of a whole mapping reaches no further");
         assert_eq!(m.first_unowned(4 * M, 6 * M), None);
         m.own(M, 100);
         assert_eq!(m.first_unowned(M, M + 100), None, "a sub-allocation is a range");
