@@ -127,10 +127,6 @@ fn object_of(p: *mut c_void) -> Option<(usize, String)> {
     Some((base, name))
 }
 
-/// Whether this copy's hooks really see the process's calls: its names are the process's global
-/// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
-/// or to another interposer ahead of it, not straight to libc. (The global names as the loader's
-/// list has them, without `dlsym`: see [`object_of`].)
 /// [`hooks_in_place`], looked at once (it cannot change for a loaded copy): a query asked in a
 /// loop must not walk the loader's list each time (`dl_iterate_phdr` holds the loader's write
 /// lock, which a fork by another thread would leave held in the child).
@@ -147,6 +143,10 @@ pub fn hooks_in_place_once() -> bool {
     }
 }
 
+/// Whether this copy's hooks really see the process's calls: its names are the process's global
+/// ones (not a copy loaded with `dlopen`, whose hooks nothing calls), and `ioctl` resolves to it
+/// or to another interposer ahead of it, not straight to libc. (The global names as the loader's
+/// list has them, without `dlsym`: see [`object_of`].)
 pub fn hooks_in_place() -> bool {
     let version = crate::real::elf::first_definition(b"gdrshim_version") as *mut c_void;
     let ioctl = crate::real::elf::first_definition(b"ioctl") as *mut c_void;

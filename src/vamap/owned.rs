@@ -20,7 +20,7 @@
 use super::{GpuMap, VaMap};
 use std::collections::BTreeMap;
 
-/// Non-overlapping ranges, `base -> end`.
+/// Non-overlapping ranges, `base -> (end, reach)`.
 #[derive(Clone, Debug, Default)]
 pub struct Allocations {
     /// `base -> (end, reach)`: `reach` is where libcuda counts the allocation to (the end of the
