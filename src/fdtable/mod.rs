@@ -12,7 +12,9 @@ use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
 use once_cell::sync::OnceCell;
 
+mod names;
 mod pages;
+pub use names::nvidia_path;
 use pages::store_if_mapped;
 pub use pages::{adopt as adopt_front_table, cached, store, NOT_NV, UNKNOWN};
 
@@ -143,37 +145,6 @@ pub fn classify_and_cache(fd: c_int) -> Option<DevKind> {
 /// a link), and a kind guessed from a name could hide an NVIDIA fd from the map. Maps nothing.
 pub fn note_open(fd: c_int) {
     store_if_mapped(fd, UNKNOWN);
-}
-
-/// Whether `path` (a caller's C string) names an NVIDIA device node by its usual name:
-/// `/dev/nvidia…` (a knobs build: the test stand-ins' folder too). Reads at most the prefix.
-///
-/// # Safety
-/// `path` is a NUL-terminated C string.
-pub unsafe fn nvidia_path(path: *const core::ffi::c_char) -> bool {
-    fn starts_with(path: *const core::ffi::c_char, prefix: &[u8]) -> bool {
-        // SAFETY: the caller's NUL-terminated path, read byte by byte up to its NUL or the prefix's end.
-        prefix.iter().enumerate().all(|(i, &c)| unsafe { *path.add(i) } as u8 == c)
-    }
-    if starts_with(path, b"/dev/nvidia") {
-        return true;
-    }
-    #[cfg(feature = "knobs")]
-    {
-        // SAFETY: a NUL-terminated name; getenv only reads the environment.
-        let dir = unsafe { libc::getenv(c"GDRSHIM_TEST_DEV_DIR".as_ptr()) };
-        if !dir.is_null() {
-            // SAFETY: getenv's answer is a C string of the environment.
-            let d = unsafe { CStr::from_ptr(dir) }.to_bytes();
-            // (a prefix compare stops at the path's NUL: a shorter path never matches)
-            return !d.is_empty() && starts_with(path, d) && {
-                // SAFETY: the path matched d's bytes, none of them NUL: it goes on past them.
-                let rest = unsafe { path.add(d.len()) };
-                starts_with(rest, b"/nvidia")
-            };
-        }
-    }
-    false
 }
 
 pub fn note_dup(old: c_int, new: c_int) {

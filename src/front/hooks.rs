@@ -130,7 +130,8 @@ macro_rules! open_hook {
                 return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
             }
             let path: *const c_char = open_path!($($a),*);
-            if !path.is_null() && nvidia_path(path) && !crate::no_core() && attach() {
+            // SAFETY: a non-null path is the caller's NUL-terminated C string, as `open` takes it.
+            if !path.is_null() && unsafe { crate::names::nvidia_path(path) } && !crate::no_core() && attach() {
                 if let Some(c) = core_fn($i) {
                     // SAFETY: as above.
                     return unsafe { transmute::<*mut c_void, F>(c)($($a),*) };
@@ -163,30 +164,6 @@ macro_rules! open_path {
     };
 }
 
-/// Whether `path` (a caller's C string) names an NVIDIA node by its usual name, as the core's
-/// `fdtable::nvidia_path`: `/dev/nvidia…` (a knobs build: the test stand-ins' folder too).
-#[inline(always)]
-fn nvidia_path(path: *const c_char) -> bool {
-    fn starts_with(path: *const c_char, prefix: &[u8]) -> bool {
-        // SAFETY: the caller's NUL-terminated path, read byte by byte up to its NUL or the prefix's end.
-        prefix.iter().enumerate().all(|(i, &c)| unsafe { *path.add(i) } as u8 == c)
-    }
-    if starts_with(path, b"/dev/nvidia") {
-        return true;
-    }
-    #[cfg(feature = "knobs")]
-    {
-        // SAFETY: a NUL-terminated name; getenv only reads the environment.
-        let dir = unsafe { libc::getenv(c"GDRSHIM_TEST_DEV_DIR".as_ptr()) };
-        if !dir.is_null() {
-            // SAFETY: getenv's answer is a C string of the environment.
-            let d = unsafe { CStr::from_ptr(dir) }.to_bytes();
-            // SAFETY: the path matched d's bytes, none of them NUL: it goes on past them.
-            return !d.is_empty() && starts_with(path, d) && starts_with(unsafe { path.add(d.len()) }, b"/nvidia");
-        }
-    }
-    false
-}
 open_hook!(open, OPEN, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(open64, OPEN64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(openat, OPENAT, c"openat", (dirfd: c_int, path: *const c_char, flags: c_int, mode: libc::mode_t));

@@ -32,6 +32,8 @@ mod loaderlock;
 mod locate;
 #[path = "../config/mode_word.rs"]
 mod mode_word;
+#[path = "../fdtable/names.rs"]
+mod names;
 #[path = "../abi/nodes.rs"]
 mod nodes;
 mod sys;

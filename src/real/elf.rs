@@ -164,6 +164,17 @@ pub fn first_definition(name: &'static [u8]) -> usize {
     s.found[0]
 }
 
+/// Whether `addr` lies in one of the loaded segments of the object `info` describes.
+fn holds(info: &libc::dl_phdr_info, addr: usize) -> bool {
+    let base = info.dlpi_addr as usize;
+    (0..info.dlpi_phnum as usize).any(|i| {
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        let start = base.wrapping_add(ph.p_vaddr as usize);
+        ph.p_type == libc::PT_LOAD && addr >= start && addr < start.wrapping_add(ph.p_memsz as usize)
+    })
+}
+
 /// The loaded object holding `addr`: its load base and name (the loader's C string), found
 /// without `dladdr` (which takes the loader's lock).
 #[allow(dead_code)] // the core's
@@ -175,15 +186,9 @@ pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        let base = info.dlpi_addr as usize;
-        for i in 0..info.dlpi_phnum as usize {
-            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            let start = base.wrapping_add(ph.p_vaddr as usize);
-            if ph.p_type == libc::PT_LOAD && f.addr >= start && f.addr < start.wrapping_add(ph.p_memsz as usize) {
-                f.found = Some((base, info.dlpi_name));
-                return 1;
-            }
+        if holds(info, f.addr) {
+            f.found = Some((info.dlpi_addr as usize, info.dlpi_name));
+            return 1;
         }
         0
     }
@@ -208,15 +213,9 @@ pub fn loaded_before_libc(addr: usize) -> bool {
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        let base = info.dlpi_addr as usize;
-        for i in 0..info.dlpi_phnum as usize {
-            // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            let start = base.wrapping_add(ph.p_vaddr as usize);
-            if ph.p_type == libc::PT_LOAD && f.addr >= start && f.addr < start.wrapping_add(ph.p_memsz as usize) {
-                f.answer = Some(true);
-                return 1;
-            }
+        if holds(info, f.addr) {
+            f.answer = Some(true);
+            return 1;
         }
         if !info.dlpi_name.is_null() {
             // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
@@ -251,15 +250,7 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Next pointer.
         let (info, n) = unsafe { (&*info, &mut *(data as *mut Next)) };
         if !n.passed {
-            let base = info.dlpi_addr as usize;
-            for i in 0..info.dlpi_phnum as usize {
-                // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-                let ph = unsafe { &*info.dlpi_phdr.add(i) };
-                let start = base.wrapping_add(ph.p_vaddr as usize);
-                if ph.p_type == libc::PT_LOAD && n.after >= start && n.after < start.wrapping_add(ph.p_memsz as usize) {
-                    n.passed = true;
-                }
-            }
+            n.passed = holds(info, n.after);
             return 0;
         }
         // SAFETY: info comes from dl_iterate_phdr.
