@@ -115,10 +115,13 @@ pub struct Knobs {
     /// `GDRSHIM_TEST_PANIC=<site>`: panic inside the hooks of this family (`ioctl`, `hook`,
     /// `dlsym`) to prove panics are contained.
     pub panic: Option<String>,
+    /// `GDRSHIM_TEST_SETTLE_LATE=1`: every verbs call's outcome is kept for the core's next
+    /// holder, as when the core's lock is not had within the hooks' wait.
+    pub settle_late: bool,
 }
 
 /// The knobs' variables.
-pub const KNOB_VARS: [&str; 8] = [
+pub const KNOB_VARS: [&str; 9] = [
     ENV_TIMING,
     ENV_BENCH_PAUSE,
     ENV_APPLY_THREAD,
@@ -127,6 +130,7 @@ pub const KNOB_VARS: [&str; 8] = [
     ENV_TEST_HIDE_DMABUF,
     ENV_TEST_ASSUME_PEERMEM,
     ENV_TEST_PANIC,
+    ENV_TEST_SETTLE_LATE,
 ];
 
 impl Knobs {
@@ -140,6 +144,7 @@ impl Knobs {
             hide_dmabuf: flag(get, ENV_TEST_HIDE_DMABUF, false, warnings),
             assume_peermem: flag(get, ENV_TEST_ASSUME_PEERMEM, false, warnings),
             panic: get(ENV_TEST_PANIC).filter(|s| !s.is_empty()),
+            settle_late: flag(get, ENV_TEST_SETTLE_LATE, false, warnings),
         };
         if k.bench_pause && mode != Mode::Shadow {
             warnings.push(format!(
@@ -169,6 +174,7 @@ pub const ENV_TEST_ASSUME_PEERMEM: &str = "GDRSHIM_TEST_ASSUME_PEERMEM";
 pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
 pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
+pub const ENV_TEST_SETTLE_LATE: &str = "GDRSHIM_TEST_SETTLE_LATE";
 
 impl Default for Config {
     fn default() -> Self {

@@ -12,14 +12,13 @@
 
 use crate::abi::mlx5dv::{self as m, DevxUmemIn};
 use crate::hooks::slots::slotted;
-use crate::hooks::verbs::{after, before, RegArgs};
+use crate::hooks::verbs::{after, before, outcome_owed, RegArgs};
 use crate::real::next_def;
 use crate::registrar::{Decision, Export};
 use crate::shim;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
-use core::sync::atomic::Ordering::Relaxed;
 
 type Ctx = *mut c_void;
 type Umem = *mut c_void;
@@ -36,6 +35,8 @@ const UMEM_IN_READ: usize = 40;
 /// with the export's fd closed after where the hook's. `None`: the provider refused (logged), or has no `_reg_ex`.
 fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
     let e0 = errno();
+    // the outcome must reach the registrar (see `verbs::outcome_owed`)
+    let _no_cancel = crate::sys::NoCancel::new();
     let umem = if reg_ex.is_null() {
         set_errno(libc::ENOSYS);
         null_mut()
@@ -85,6 +86,7 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
             return u;
         }
     }
+    let _no_cancel = outcome_owed(&d);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: RegF = unsafe { core::mem::transmute::<*mut c_void, RegF>(real) };
     // SAFETY: forwarded unchanged.
@@ -145,6 +147,7 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
             return u;
         }
     }
+    let _no_cancel = outcome_owed(&d);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: RegExF = unsafe { core::mem::transmute::<*mut c_void, RegExF>(real) };
     // SAFETY: forwarded unchanged.
@@ -166,11 +169,13 @@ unsafe fn dereg_call(real: *mut c_void, umem: Umem) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
-    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
+    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         shim::call_in(|s| s.verbs_dereg_begin(umem as u64, 0)).flatten()
     } else {
         None
     };
+    // the reference taken out must be given back or released (see `verbs::outcome_owed`)
+    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.

@@ -84,6 +84,14 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
+/// Cancellation held off across a provider's call whose outcome the registrar is owed (an
+/// NV503C registration made for it; our dma-buf fd it uses): a thread cancelled inside the call
+/// would never tell it, and the registration or buffer would stay until exit. A pending
+/// cancellation acts at the program's next cancellation point, after the hook returns.
+pub(crate) fn outcome_owed(d: &Option<Decision>) -> Option<crate::sys::NoCancel> {
+    matches!(d, Some(Decision::Hit { .. } | Decision::Exported(_))).then(crate::sys::NoCancel::new)
+}
+
 pub(crate) fn after(d: Option<Decision>, mr: Mr) {
     // Only an NV503C hit holds a reference that the MR must keep or drop.
     let Some(d @ Decision::Hit { .. }) = d else { return };
@@ -114,6 +122,8 @@ type RegExF = unsafe extern "C" fn(Pd, *mut v::MrInitAttr) -> Mr;
 /// `None`: the provider refused (logged).
 fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Option<Mr> {
     let e0 = errno();
+    // the outcome must reach the registrar (see `outcome_owed`)
+    let _no_cancel = crate::sys::NoCancel::new();
     let (with, mr) = match a.ex {
         Some((mask, dmah)) => {
             let mut attr = v::MrInitAttr {
@@ -185,6 +195,7 @@ macro_rules! verbs_reg {
                         return mr;
                     }
                 }
+                let _no_cancel = outcome_owed(&d);
                 // SAFETY: real is the provider's function of exactly this signature.
                 let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
                 // SAFETY: forwarded unchanged.
@@ -281,13 +292,15 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
-    let held = if shim::try_get().is_some_and(|s| s.live_mrs.load(Relaxed) > 0) {
+    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         // SAFETY: a non-null `mr` is the caller's live MR (ibv_dereg_mr's contract).
         let shown = if mr.is_null() { 0 } else { unsafe { mr_addr(mr) } };
         shim::call_in(|s| s.verbs_dereg_begin(mr as u64, shown)).flatten()
     } else {
         None
     };
+    // the reference taken out must be given back or released (see `outcome_owed`)
+    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
     if let Some(HeldRef::Dmabuf { provider_addr, .. }) = &held {
         // SAFETY: a dma-buf MR of ours, alive until the provider's call below returns.
         unsafe { set_mr_addr(mr, *provider_addr) };
@@ -325,6 +338,7 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
+    let _no_cancel = outcome_owed(&d);
     // SAFETY: the provider's ibv_rereg_mr.
     let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
     // SAFETY: forwarded unchanged.

@@ -15,8 +15,10 @@ pub mod bar1;
 pub mod dmabuf;
 mod miss;
 pub mod nv503c;
+mod outcome;
 
 pub use miss::RegMiss;
+pub use outcome::Outcome;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

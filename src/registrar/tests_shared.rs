@@ -286,3 +286,23 @@ fn shadow_mode_keeps_nothing() {
     assert!(matches!(r.before_reg(&t, &mut rm, VA, MB2), Decision::WouldExport { .. }));
     assert_eq!((rm.exports, rm.open.len()), (0, 0));
 }
+
+/// What a call came to, taken in later (the registrar's lock was not had in time): until then
+/// the buffer stays open for it, and the MR it made is found by its deregistration afterwards;
+/// a refused call's outcome gives the hold back. Nothing is kept once all are taken in.
+#[test]
+fn outcomes_taken_in_late_keep_and_then_give_back_the_buffer() {
+    let t = tracker_with(&[(0x10, VA, MB2)]);
+    let (mut rm, mut r) = (BufRm::default(), Registrar::with_route(false, Ok(Route::Dmabuf)));
+    let first = exported(r.before_reg(&t, &mut rm, VA, MB2));
+    let refused = exported(r.before_reg(&t, &mut rm, VA, MB2));
+    assert!(refused.reused && r.live_mrs() == 0, "nothing taken in yet");
+    assert_eq!(rm.open.len(), 1, "open for the calls whose outcomes are owed");
+    r.take_outcome(&mut rm, Outcome::DmabufUnused(refused));
+    assert_eq!(rm.open.len(), 1, "the first call's outcome is still owed");
+    r.take_outcome(&mut rm, Outcome::DmabufMr { e: first, mr: 0xa, provider_addr: 0, va: VA });
+    assert_eq!((r.live_mrs(), r.dmabuf_bytes().0), (1, MB2));
+    let held = r.take_mr(&mut rm, 0xa, VA).expect("the MR taken in late is found");
+    r.take_outcome(&mut rm, Outcome::DeregEnd { mr: 0xa, held, deregistered: true });
+    assert_eq!((rm.open.len(), r.dmabuf_buffers(), r.live_mrs()), (0, (0, 0), 0), "closed with the last");
+}

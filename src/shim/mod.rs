@@ -7,6 +7,7 @@ use crate::pipeline::{Core, Pipeline, Work, BACKLOG};
 
 #[cfg(feature = "knobs")]
 pub mod knobs;
+mod late;
 pub mod serve;
 mod summary;
 use crate::config::{Config, Mode};
@@ -135,6 +136,8 @@ pub struct Shim {
     pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
     /// MRs holding a registration: a deregistration with none live needs no lock.
     pub live_mrs: core::sync::atomic::AtomicUsize,
+    /// Outcomes of verbs calls kept for the core's next holder.
+    late: late::Late,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
     #[cfg(feature = "knobs")]
     clock_mark: (u64, u64),
@@ -260,6 +263,7 @@ impl Shim {
             gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
             vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
             live_mrs: core::sync::atomic::AtomicUsize::new(0),
+            late: Default::default(),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),
             capture_lock: Mutex::new(()),
@@ -298,8 +302,11 @@ impl Shim {
     }
 
     /// The core with every hook's work applied to it (see [`Pipeline::core`]).
+    /// The outcomes of calls kept meanwhile are taken in first (see `late.rs`).
     pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
-        self.pipeline.core(wait)
+        let mut c = self.pipeline.core(wait)?;
+        self.take_late(&mut c);
+        Some(c)
     }
 
     /// Hands work to the core (see [`Pipeline::push`]).

@@ -14,7 +14,7 @@ use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
 use crate::pipeline::Core;
-use crate::registrar::{Decision, Export, HeldRef, RegMiss, VerbsReg};
+use crate::registrar::{Decision, Export, HeldRef, Outcome, RegMiss, VerbsReg};
 use crate::route::{self, Facts, Route};
 use crate::shim::Shim;
 use crate::sys::read_own_pieces;
@@ -36,7 +36,7 @@ pub enum Served {
     NotServed,
 }
 
-const WAIT: Duration = Duration::from_secs(5);
+pub(crate) const WAIT: Duration = Duration::from_secs(5);
 
 /// `Shim::route_state`: not decided yet, none, or the route.
 pub const ROUTE_UNDECIDED: u8 = 0;
@@ -313,20 +313,12 @@ impl Shim {
     }
 
     pub fn verbs_after(&self, d: &Decision, mr: u64) {
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.after_reg(rm, d, mr);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
+        self.settle(Outcome::Nv503c { d: d.clone(), mr });
     }
 
     /// `ibv_reg_dmabuf_mr` of an export gave `mr` (whose `addr` the provider set to `provider_addr`).
     pub fn verbs_after_dmabuf(&self, e: &Export, mr: u64, provider_addr: u64, va: u64) {
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.after_dmabuf_reg(rm, mr, e, provider_addr, va);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
+        self.settle(Outcome::DmabufMr { e: e.clone(), mr, provider_addr, va });
     }
 
     /// An export the verbs call did not take (`with`: the provider's call that refused it): its
@@ -334,18 +326,12 @@ impl Shim {
     /// A buffer exported for a call that then did not use it: its hold is given back (the last
     /// closes gdrshim's fd of it).
     pub fn dmabuf_not_wanted(&self, e: &Export) {
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.dmabuf_not_used(rm, e);
-        }
+        self.settle(Outcome::DmabufUnused(e.clone()));
     }
 
     pub fn dmabuf_refused(&self, api: &str, with: &str, e: &Export, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.dmabuf_not_used(rm, e);
-        }
+        self.settle(Outcome::DmabufUnused(e.clone()));
         crate::log_limited!(
             crate::config::Level::Warn,
             "export refused",
@@ -371,11 +357,7 @@ impl Shim {
 
     /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
     pub fn verbs_dereg_end(&self, mr: u64, held: HeldRef, deregistered: bool) {
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.finish_dereg(rm, mr, held, deregistered);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
-        }
+        self.settle(Outcome::DeregEnd { mr, held, deregistered });
     }
 
     pub fn verbs_dereg(&self, mr: u64) {
@@ -496,10 +478,13 @@ impl Shim {
         // no decision, so no catching up.
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
-        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
+        let late = self.late_pending();
+        let Some((mut lent, call)) =
+            self.pipeline.lend_for_release(WAIT, |c| late || c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
         else {
             return gate;
         };
+        self.take_late(&mut lent.core);
         let c: &mut Core = &mut lent.core;
         let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);

@@ -24,8 +24,11 @@ struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey,
 struct mr_held { struct ibv_mr mr; int buf_fd; }; // every MR: a dma-buf MR keeps its buffer here
 unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
+int fakeverbs_cancel_point_in_reg; // registrations pass a cancellation point, as rdma-core's write() does
+static void cancel_point(void) { if (__atomic_load_n(&fakeverbs_cancel_point_in_reg, __ATOMIC_ACQUIRE)) pthread_testcancel(); }
 static struct ibv_mr *reg(void *addr, size_t len) {
   if (__atomic_load_n(&fakeverbs_exit_in_reg, __ATOMIC_ACQUIRE)) pthread_exit((void *)42);
+  cancel_point();
   // the fake driver's view (preloaded, so looked up once); none: every MR is host memory
   static int (*check)(uint64_t, uint64_t); static int looked;
   if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
@@ -43,6 +46,7 @@ struct ibv_mr *ibv_reg_mr_iova2(void *pd, void *addr, size_t len, uint64_t iova,
 #ifndef NO_DMABUF
 static struct ibv_mr *dmabuf_reg(uint64_t off, size_t len, uint64_t iova, int fd, int access) {
   __atomic_add_fetch(&fakeverbs_dmabuf, 1, __ATOMIC_RELAXED);
+  cancel_point();
   const char *fail = getenv("FAKEVERBS_DMABUF_FAIL");
   if (fail) { errno = atoi(fail); return NULL; }
   if (fd < 0) { errno = EBADF; return NULL; }

@@ -24,6 +24,8 @@
 //                       the memory freed and allocated again at the same VA: a new export that
 //                       is the new memory; a caller's cuMemGetHandleForAddressRange-style fd is
 //                       its own; a fork child gets nothing from the parent's buffer
+//   routes cancel      a registration whose provider passes a cancellation point while one is
+//                       pending: the MR is made and held, the thread cancelled after the call
 //   routes attrs        the GDR (116), VMM GDR (110) and DMA-BUF (124) attributes as NCCL reads them
 //   routes vmm [ask [F]] cuMemCreate with gpuDirectRDMACapable=F (default 1; after reading attribute
 //                       110 with "ask"): its result, libcuda's calls, the caller's flag after the call
@@ -32,6 +34,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -489,6 +492,44 @@ static int mrex(void) {
   return failures != 0;
 }
 
+// A thread with a cancellation pending registers GPU memory through a provider that passes a
+// cancellation point inside the call (rdma-core's write()). The MR must be made and its outcome
+// told to gdrshim (registration or buffer held by the MR, given back at its dereg); the thread
+// is cancelled at its own next cancellation point, after the call.
+static struct ibv_mr *volatile cancel_mr;
+static void *cancelled_reg(void *p) {
+  int old; pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  pthread_cancel(pthread_self()); // pending from here on
+  pthread_setcancelstate(old, NULL);
+  cancel_mr = vreg((void *)0x1, (void *)(uintptr_t)*(uint64_t *)p, 64 * K64, 0xf);
+  pthread_testcancel();
+  return (void *)7;
+}
+static int cancel(void) {
+  int *flag = (int *)dlsym(RTLD_DEFAULT, "fakeverbs_cancel_point_in_reg");
+  if (!flag) { fprintf(stderr, "fake verbs without fakeverbs_cancel_point_in_reg\n"); return 2; }
+  int fds0 = distinct_bufs();
+  uint64_t base = BASE; uint32_t a = gpu_alloc(0, base, 64 * K64);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  pthread_t t; void *ret = NULL;
+  pthread_create(&t, NULL, cancelled_reg, &base); pthread_join(t, &ret);
+  __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
+  int cancelled = ret == PTHREAD_CANCELED, made = cancel_mr != NULL;
+  if (!cancelled) fail("the thread was not cancelled", (long)(uintptr_t)ret, 0);
+  if (!made) fail("no MR: the thread was cancelled inside the provider's call", 0, 0);
+  struct gdrshim_counters c; memset(&c, 0, sizeof c); gdrshim_dl_counters(&c, sizeof c);
+  uint64_t held = c.live_registrations + c.dmabuf_buffers;
+  int bufs_while_used = distinct_bufs() - fds0;
+  if (made && vdereg(cancel_mr)) fail("dereg", 0, 0);
+  memset(&c, 0xff, sizeof c); gdrshim_dl_counters(&c, sizeof c);
+  uint64_t held_after = c.live_registrations + c.dmabuf_buffers + c.registered_bytes;
+  int left = distinct_bufs() - fds0;
+  gpu_free(0, base, 64 * K64, a);
+  printf("routes cancel %s cancelled=%d mr=%d held=%lu bufs_while_used=%d held_after=%lu left=%d\n", failures ? "FAILED" : "ok", cancelled, made,
+         (unsigned long)held, bufs_while_used, (unsigned long)held_after, left);
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   ask_early = !strcmp(argv[1], "early");
@@ -498,6 +539,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "dmabuf")) return dmabuf(argc > 2 ? atol(argv[2]) : 100);
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "shared")) return shared();
+  if (!strcmp(argv[1], "cancel")) return cancel();
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "owned")) return owned();
   if (!strcmp(argv[1], "attrs")) return attrs();

@@ -1,0 +1,34 @@
+//! What a verbs call over one of the registrar's decisions came to, as a value: the hooks hand it
+//! to the registrar right after the call, and where the registrar's lock is not had in time
+//! (another thread holds it past the hooks' wait) it is kept and taken in by the next holder.
+//! An outcome is never dropped: a shared buffer's hold, its fd and the GPU memory under it would
+//! otherwise stay until exit, and an NV503C registration would outlive its MR.
+#![forbid(unsafe_code)]
+
+use super::{Decision, Export, HeldRef, Registrar, Rm};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The provider's call over NV503C decision `d` made `mr` (0: it made none).
+    Nv503c { d: Decision, mr: u64 },
+    /// `ibv_reg_dmabuf_mr` (or a umem registration) of export `e` made `mr`; `provider_addr` is
+    /// what the provider put in `ibv_mr.addr`, `va` the caller's address shown there instead.
+    DmabufMr { e: Export, mr: u64, provider_addr: u64, va: u64 },
+    /// Export `e` was made for a call that did not use it (the provider refused it).
+    DmabufUnused(Export),
+    /// The provider's deregistration of `mr`, whose reference `held` came out of the table
+    /// before the call, returned (`deregistered`: it freed the MR).
+    DeregEnd { mr: u64, held: HeldRef, deregistered: bool },
+}
+
+impl Registrar {
+    /// Takes in what a call over one of this registrar's decisions came to.
+    pub fn take_outcome(&mut self, rm: &mut dyn Rm, o: Outcome) {
+        match o {
+            Outcome::Nv503c { d, mr } => self.after_reg(rm, &d, mr),
+            Outcome::DmabufMr { e, mr, provider_addr, va } => self.after_dmabuf_reg(rm, mr, &e, provider_addr, va),
+            Outcome::DmabufUnused(e) => self.dmabuf_not_used(rm, &e),
+            Outcome::DeregEnd { mr, held, deregistered } => self.finish_dereg(rm, mr, held, deregistered),
+        }
+    }
+}
