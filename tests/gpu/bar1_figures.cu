@@ -7,7 +7,9 @@
 //                               then gdrshim's counters (dmabuf_reused, exported_peak_bytes, BAR1)
 //   bar1_figures native N MIB   the same buffers the way libcuda offers: cuMemGetHandleForAddressRange
 //                               + ibv_reg_dmabuf_mr + close (no shim)
-// Prints "bar1 WAY MIB first|repeat|libcuda n=N median_ns=M p90_ns=P".
+// Prints "bar1 WAY MIB first|repeat|libcuda n=N median_ns=M p90_ns=P". With tests/gpu/syscount.c
+// preloaded last, 20 more buffers are registered the same way with the system calls counted and
+// timed: "bar1 calls WAY MIB first|repeat|libcuda ioctl=CALLS/NSns ... all=CALLS/NSns" per buffer.
 #include "common.h"
 #include <algorithm>
 #include <string.h>
@@ -41,7 +43,8 @@ int main(int argc, char **argv) {
   regdb_t regdb = (regdb_t)dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
   dereg_t dereg = (dereg_t)dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
   if (!reg || !regdb || !dereg) { fprintf(stderr, "FAIL verbs symbols\n"); return 1; }
-  std::vector<CUdeviceptr> bufs(n);
+  const int counted = 20;
+  std::vector<CUdeviceptr> bufs(n + counted);
   for (auto &p : bufs) CK(cuMemAlloc(&p, len));
   std::vector<double> first, repeat;
   int fails = 0;
@@ -68,6 +71,40 @@ int main(int argc, char **argv) {
   }
   report(shim ? "shim" : "native", mib, shim ? "first" : "libcuda", first);
   if (shim) report("shim", mib, "repeat", repeat);
+  int *count_on = (int *)dlsym(RTLD_DEFAULT, "syscount_on");
+  void (*count_report)(const char *, int) = (void (*)(const char *, int))dlsym(RTLD_DEFAULT, "syscount_report");
+  if (count_on && count_report) {
+    char what[64];
+    for (int phase = 0; phase < (shim ? 2 : 1); phase++) {
+      std::vector<struct ibv_mr *> firsts, mrs;
+      for (int i = n; i < n + counted; i++) {
+        CUdeviceptr p = bufs[i];
+        struct ibv_mr *a = nullptr;
+        if (shim) {
+          if (phase == 1) {
+            a = reg((void *)0x1, (void *)p, len, 0xf);
+            firsts.push_back(a);
+          }
+          *count_on = 1;
+          struct ibv_mr *m = reg((void *)(uintptr_t)(phase + 1), (void *)p, len, 0xf);
+          *count_on = 0;
+          mrs.push_back(m);
+        } else {
+          int fd = -1;
+          *count_on = 1;
+          CK(cuMemGetHandleForAddressRange(&fd, p, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+          a = regdb((void *)0x1, 0, len, p, fd, 0xf);
+          close(fd);
+          *count_on = 0;
+          mrs.push_back(a);
+        }
+      }
+      for (auto m : mrs) if (m) dereg(m); else fails++;
+      for (auto m : firsts) if (m) dereg(m); else fails++;
+      snprintf(what, sizeof what, "bar1 calls %s %d %s", shim ? "shim" : "native", mib, shim ? (phase ? "repeat" : "first") : "libcuda");
+      count_report(what, counted);
+    }
+  }
   int (*counters)(struct gdrshim_counters *, size_t) = (int (*)(struct gdrshim_counters *, size_t))dlsym(RTLD_DEFAULT, "gdrshim_counters");
   if (counters) {
     struct gdrshim_counters c; memset(&c, 0xff, sizeof c);
