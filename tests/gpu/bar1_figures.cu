@@ -7,6 +7,12 @@
 //                               then gdrshim's counters (dmabuf_reused, exported_peak_bytes, BAR1)
 //   bar1_figures native N MIB   the same buffers the way libcuda offers: cuMemGetHandleForAddressRange
 //                               + ibv_reg_dmabuf_mr + close (no shim)
+//   bar1_figures mixed N MIB    both in one process, gdrshim preloaded in register mode with
+//                               libcuda's own dma-buf left on: per pair of fresh buffers, libcuda's
+//                               export + ibv_reg_dmabuf_mr + close on one and gdrshim's first
+//                               ibv_reg_mr on the other, in turn first; with syscount.c preloaded
+//                               last, the export ioctl's own time of each ("libcuda_ioctl",
+//                               "first_ioctl"): per-process machine states cancel out
 // Prints "bar1 WAY MIB first|repeat|libcuda n=N median_ns=M p90_ns=P". With tests/gpu/syscount.c
 // preloaded last, 20 more buffers are registered the same way with the system calls counted and
 // timed: "bar1 calls WAY MIB first|repeat|libcuda ioctl=CALLS/NSns ... all=CALLS/NSns" per buffer.
@@ -31,7 +37,8 @@ static void report(const char *way, int mib, const char *what, std::vector<doubl
 
 int main(int argc, char **argv) {
   if (argc < 4) { fprintf(stderr, "usage: bar1_figures shim|native N MIB\n"); return 2; }
-  bool shim = !strcmp(argv[1], "shim");
+  bool mixed = !strcmp(argv[1], "mixed");
+  bool shim = !strcmp(argv[1], "shim") || mixed;
   int n = atoi(argv[2]), mib = atoi(argv[3]);
   size_t len = (size_t)mib << 20;
   CK(cuInit(0));
@@ -48,6 +55,44 @@ int main(int argc, char **argv) {
   for (auto &p : bufs) CK(cuMemAlloc(&p, len));
   std::vector<double> first, repeat;
   int fails = 0;
+  int *count_on = (int *)dlsym(RTLD_DEFAULT, "syscount_on");
+  unsigned long (*count_ns)(int, unsigned long *) = (unsigned long (*)(int, unsigned long *))dlsym(RTLD_DEFAULT, "syscount_ns");
+  void (*count_clear)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "syscount_clear");
+  if (mixed) {
+    std::vector<CUdeviceptr> more(n);
+    for (auto &p : more) CK(cuMemAlloc(&p, len));
+    std::vector<double> lib, lib_io, ours, ours_io;
+    for (int i = 0; i < n; i++) {
+      for (int k = 0; k < 2; k++) {
+        bool native_now = (k ^ (i & 1)) == 0;
+        if (count_clear) count_clear();
+        if (count_on) *count_on = 1;
+        double t0 = now();
+        struct ibv_mr *a = nullptr;
+        if (native_now) {
+          int fd = -1;
+          CK(cuMemGetHandleForAddressRange(&fd, more[i], len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+          a = regdb((void *)0x1, 0, len, more[i], fd, 0xf);
+          close(fd);
+        } else {
+          a = reg((void *)0x1, (void *)bufs[i], len, 0xf);
+        }
+        double t = (now() - t0) * 1e9;
+        if (count_on) *count_on = 0;
+        unsigned long io = count_ns ? count_ns(0, nullptr) : 0;
+        (native_now ? lib : ours).push_back(t);
+        (native_now ? lib_io : ours_io).push_back((double)io);
+        if (!a) { fprintf(stderr, "FAIL %s registration %d of %d MiB\n", native_now ? "libcuda" : "gdrshim", i, mib); fails++; }
+        else dereg(a); // both ways alike: gdrshim's buffer is closed with its MR, libcuda's fd was closed above
+      }
+    }
+    report("mixed", mib, "libcuda", lib);
+    report("mixed", mib, "first", ours);
+    if (count_ns) { report("mixed", mib, "libcuda_ioctl", lib_io); report("mixed", mib, "first_ioctl", ours_io); }
+    for (auto p : more) CK(cuMemFree(p));
+    for (auto p : bufs) CK(cuMemFree(p));
+    return fails != 0;
+  }
   for (int i = 0; i < n; i++) {
     CUdeviceptr p = bufs[i];
     double t0 = now();
@@ -71,7 +116,6 @@ int main(int argc, char **argv) {
   }
   report(shim ? "shim" : "native", mib, shim ? "first" : "libcuda", first);
   if (shim) report("shim", mib, "repeat", repeat);
-  int *count_on = (int *)dlsym(RTLD_DEFAULT, "syscount_on");
   void (*count_report)(const char *, int) = (void (*)(const char *, int))dlsym(RTLD_DEFAULT, "syscount_report");
   if (count_on && count_report) {
     char what[64];

@@ -2,7 +2,8 @@
 // figure), preloaded last: libcuda's ioctls, gdrshim's own (its real ioctl is the next definition
 // after it: this one), its fstat64 identity checks, the stub NIC's /proc reads and dup, closes.
 // Only while syscount_on is set (bar1_figures sets it around one registration at a time).
-// syscount_report(prefix) prints "PREFIX class=calls/ns ..." and clears the counts.
+// syscount_report(prefix, n) prints "PREFIX class=calls/ns ..." per registration and clears the
+// counts; syscount_ns(class, &calls) reads one class, syscount_clear clears.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -32,6 +33,10 @@ ssize_t read(int fd, void *b, size_t n) { NEXT(read); TIMED(READ, real(fd, b, n)
 ssize_t write(int fd, const void *b, size_t n) { NEXT(write); TIMED(WRITE, real(fd, b, n)); }
 int fcntl(int fd, int cmd, ...) { va_list a; va_start(a, cmd); long x = va_arg(a, long); va_end(a); NEXT(fcntl); TIMED(FCNTL, real(fd, cmd, x)); }
 int fcntl64(int fd, int cmd, ...) { va_list a; va_start(a, cmd); long x = va_arg(a, long); va_end(a); NEXT(fcntl64); TIMED(FCNTL, real(fd, cmd, x)); }
+
+// The calls and ns of class cls since the last syscount_clear (cls: 0 ioctl, 1 close, 2 fstat, ...).
+unsigned long syscount_ns(int cls, unsigned long *ncalls) { if (ncalls) *ncalls = calls[cls]; return ns[cls]; }
+void syscount_clear(void) { memset(calls, 0, sizeof calls); memset(ns, 0, sizeof ns); }
 
 // n registrations were counted: per registration, calls and ns of each class that occurred
 void syscount_report(const char *prefix, int n) {
