@@ -13,6 +13,8 @@
 //                               ibv_reg_mr on the other, in turn first; with syscount.c preloaded
 //                               last, the export ioctl's own time of each ("libcuda_ioctl",
 //                               "first_ioctl"): per-process machine states cancel out
+//   bar1_figures mixed N MIB live  the same with every MR kept until the end (N live buffers
+//                               each way, as a program's registered pool), max_ns reported too
 // Prints "bar1 WAY MIB first|repeat|libcuda n=N median_ns=M p90_ns=P". With tests/gpu/syscount.c
 // preloaded last, 20 more buffers are registered the same way with the system calls counted and
 // timed: "bar1 calls WAY MIB first|repeat|libcuda ioctl=CALLS/NSns ... all=CALLS/NSns" per buffer.
@@ -31,13 +33,16 @@ typedef int (*dereg_t)(struct ibv_mr *);
 static double now() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 static void report(const char *way, int mib, const char *what, std::vector<double> t) {
   std::sort(t.begin(), t.end());
-  printf("bar1 %s %d %s n=%zu median_ns=%.0f p90_ns=%.0f\n", way, mib, what, t.size(), t.empty() ? 0 : t[t.size() / 2],
-         t.empty() ? 0 : t[(t.size() * 9) / 10]);
+  double sum = 0;
+  for (double x : t) sum += x;
+  printf("bar1 %s %d %s n=%zu median_ns=%.0f p90_ns=%.0f mean_ns=%.0f max_ns=%.0f\n", way, mib, what, t.size(), t.empty() ? 0 : t[t.size() / 2],
+         t.empty() ? 0 : t[(t.size() * 9) / 10], t.empty() ? 0 : sum / t.size(), t.empty() ? 0 : t.back());
 }
 
 int main(int argc, char **argv) {
   if (argc < 4) { fprintf(stderr, "usage: bar1_figures shim|native N MIB\n"); return 2; }
   bool mixed = !strcmp(argv[1], "mixed");
+  bool live = argc > 4 && !strcmp(argv[4], "live");
   bool shim = !strcmp(argv[1], "shim") || mixed;
   int n = atoi(argv[2]), mib = atoi(argv[3]);
   size_t len = (size_t)mib << 20;
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
     std::vector<CUdeviceptr> more(n);
     for (auto &p : more) CK(cuMemAlloc(&p, len));
     std::vector<double> lib, lib_io, ours, ours_io;
+    std::vector<struct ibv_mr *> kept;
     for (int i = 0; i < n; i++) {
       for (int k = 0; k < 2; k++) {
         bool native_now = (k ^ (i & 1)) == 0;
@@ -83,12 +89,15 @@ int main(int argc, char **argv) {
         (native_now ? lib : ours).push_back(t);
         (native_now ? lib_io : ours_io).push_back((double)io);
         if (!a) { fprintf(stderr, "FAIL %s registration %d of %d MiB\n", native_now ? "libcuda" : "gdrshim", i, mib); fails++; }
+        else if (live) kept.push_back(a);
         else dereg(a); // both ways alike: gdrshim's buffer is closed with its MR, libcuda's fd was closed above
       }
     }
-    report("mixed", mib, "libcuda", lib);
-    report("mixed", mib, "first", ours);
-    if (count_ns) { report("mixed", mib, "libcuda_ioctl", lib_io); report("mixed", mib, "first_ioctl", ours_io); }
+    for (auto m : kept) dereg(m);
+    const char *way = live ? "mixed-live" : "mixed";
+    report(way, mib, "libcuda", lib);
+    report(way, mib, "first", ours);
+    if (count_ns) { report(way, mib, "libcuda_ioctl", lib_io); report(way, mib, "first_ioctl", ours_io); }
     for (auto p : more) CK(cuMemFree(p));
     for (auto p : bufs) CK(cuMemFree(p));
     return fails != 0;
