@@ -346,3 +346,30 @@ fn lies_under(t: &Tracker, mem: MemRef, object: u32) -> bool {
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PieceSet;
+    use crate::tracker::dmabuf::{Plan, Span};
+
+    /// A buffer is shared only by MRs over the very same pieces of one client's memory: RM's
+    /// handles are numbered per client, so the same handle, offset and size under another client
+    /// (another RM client of the process: another context, a library's own) is other memory.
+    #[test]
+    fn a_buffer_is_never_shared_across_clients_mapping_types_or_allocations() {
+        let plan = |client: u32, serial: u64| Plan {
+            client,
+            device: 0x5c00_0002,
+            device_instance: 0,
+            base: 0x7f00_0000_0000,
+            spans: vec![Span { memory: 0xcaf0_0010, offset: 0, size: 0x20_0000 }],
+            total: 0x20_0000,
+            serials: vec![serial],
+        };
+        let key = PieceSet::of(&plan(0xc1d0_0001, 7), 0);
+        assert_eq!(key, PieceSet::of(&plan(0xc1d0_0001, 7), 0), "the same pieces: one buffer");
+        assert_ne!(key, PieceSet::of(&plan(0xc1d0_0002, 7), 0), "another client's handle of the same number");
+        assert_ne!(key, PieceSet::of(&plan(0xc1d0_0001, 8), 0), "the handle allocated again");
+        assert_ne!(key, PieceSet::of(&plan(0xc1d0_0001, 7), 1), "another mapping type (forced PCIe)");
+    }
+}
