@@ -265,6 +265,10 @@ pub struct Pipeline {
     pub helper_ticks: AtomicU64,
     #[cfg(feature = "knobs")]
     timing: bool,
+    /// Outcomes of verbs calls kept for the core's next holder (`late.rs`).
+    late: late::Late,
+    /// MRs holding a registration: a deregistration with none (and no outcome kept) needs no lock.
+    live_mrs: core::sync::atomic::AtomicUsize,
 }
 
 impl Pipeline {
@@ -293,6 +297,8 @@ impl Pipeline {
             helper_ticks: AtomicU64::new(0),
             #[cfg(feature = "knobs")]
             timing,
+            late: Default::default(),
+            live_mrs: Default::default(),
         }
     }
 
@@ -303,6 +309,7 @@ impl Pipeline {
     /// (a registration may now use it).
     pub fn core(&self, wait: Duration) -> Option<MutexGuard<'_, Core>> {
         let mut core = self.core.try_lock_for(wait)?;
+        self.take_late(&mut core);
         let complete = self.catch_up(&mut core, &mut map_notice, Forget::Born);
         complete.then_some(core)
     }
@@ -312,6 +319,7 @@ impl Pipeline {
     /// release; the summary at exit). `warn` gets the lines worth a warning.
     pub fn lend(&self, wait: Duration, warn: &mut dyn FnMut(&str)) -> Option<Lent<'_>> {
         let mut core = self.core.try_lock_for(wait)?;
+        self.take_late(&mut core);
         let complete = self.catch_up(&mut core, warn, Forget::Nothing);
         Some(Lent { core, complete })
     }
@@ -332,6 +340,7 @@ impl Pipeline {
         warn: &mut dyn FnMut(&str),
     ) -> Option<(Lent<'_>, decode::Pending)> {
         let mut core = self.core.try_lock_for(wait)?;
+        self.take_late(&mut core);
         if !needed(&core) {
             return None;
         }
@@ -511,5 +520,6 @@ impl Pipeline {
     }
 }
 
+mod late;
 #[cfg(test)]
 mod tests;

@@ -225,7 +225,8 @@ fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
 /// Issue 30 (the review): what a registration's call came to always reaches gdrshim. A thread
 /// with a cancellation pending, whose provider passes a cancellation point inside the call, gets
 /// its MR and is cancelled after the call; the buffer (DMA-BUF) or the registration (NV503C) the
-/// MR uses is held while it lives and given back at its dereg: nothing kept until exit.
+/// MR uses is held while it lives; the dereg, made the same way, completes and gives it back:
+/// nothing kept until exit.
 #[test]
 fn a_cancellation_inside_the_providers_call_waits_and_the_mr_is_settled() {
     for (peermem, want) in [
@@ -265,6 +266,14 @@ fn outcomes_the_core_had_no_time_for_are_taken_in_by_its_next_holder() {
             .map(|k| s[*k].as_str())
             .collect();
     assert_eq!(counts, ["4", "4", "0", "0", "0", "20971520"], "{err}");
+    // a dereg right after its registration finds the MR whose outcome is still kept; a release
+    // sees an MR whose outcome is still kept (its warning); both settle by the end
+    for knob in [&late[..], &[]] {
+        let (code, out, err) = routes("quick-late", &rig, &["quick"], knob);
+        let line = out.lines().find(|l| l.starts_with("routes quick")).unwrap_or_else(|| panic!("exit {code}\n{out}\n{err}"));
+        assert_eq!((code, line), (0, "routes quick ok left=0 dmabuf_buffers=0 registered_bytes=0 exports=2"), "{knob:?}\n{err}");
+        assert!(err.contains("still use it"), "the release saw the MR ({knob:?}): {err}");
+    }
     for peermem in [false, true] {
         let rig = Rig { peermem, capable: !peermem, new_verbs: true };
         let (code, out, err) = routes(&format!("cancel-late-{peermem}"), &rig, &["cancel"], &late);

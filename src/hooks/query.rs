@@ -205,16 +205,10 @@ pub extern "C" fn gdrshim_unregister(handle: i64) -> c_int {
     if handle < 0 {
         return -libc::EINVAL;
     }
-    shim::call_in(|s| {
-        let key = EXPLICIT | handle as u64;
-        match s.holds_mr(key) {
-            Some(true) => {
-                s.verbs_dereg(key);
-                0
-            }
-            Some(false) => -libc::ENOENT,
-            None => -libc::EBUSY,
-        }
+    shim::call_in(|s| match s.unregister_explicit(EXPLICIT | handle as u64) {
+        Some(true) => 0,
+        Some(false) => -libc::ENOENT,
+        None => -libc::EBUSY,
     })
     .unwrap_or(-libc::ENOSYS)
 }

@@ -84,12 +84,13 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
-/// Cancellation held off across a provider's call whose outcome the registrar is owed (an
-/// NV503C registration made for it; our dma-buf fd it uses): a thread cancelled inside the call
-/// would never tell it, and the registration or buffer would stay until exit. A pending
-/// cancellation acts at the program's next cancellation point, after the hook returns.
+/// Cancellation held off across a provider's call whose outcome the registrar is owed: an
+/// NV503C registration made for it (an export's call holds it off in `register_export`). A
+/// thread cancelled inside the call would never tell it, and the registration would stay until
+/// exit. A pending cancellation acts at the program's next cancellation point, after the hook
+/// returns.
 pub(crate) fn outcome_owed(d: &Option<Decision>) -> Option<crate::sys::NoCancel> {
-    matches!(d, Some(Decision::Hit { .. } | Decision::Exported(_))).then(crate::sys::NoCancel::new)
+    matches!(d, Some(Decision::Hit { .. })).then(crate::sys::NoCancel::new)
 }
 
 pub(crate) fn after(d: Option<Decision>, mr: Mr) {
@@ -338,7 +339,8 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
-    let _no_cancel = outcome_owed(&d);
+    // a move's outcome is owed for the new range and for what the MR held before
+    let _no_cancel = moves.then(crate::sys::NoCancel::new);
     // SAFETY: the provider's ibv_rereg_mr.
     let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
     // SAFETY: forwarded unchanged.

@@ -1,8 +1,9 @@
 //! What a verbs call over one of the registrar's decisions came to, as a value: the hooks hand it
 //! to the registrar right after the call, and where the registrar's lock is not had in time
-//! (another thread holds it past the hooks' wait) it is kept and taken in by the next holder.
-//! An outcome is never dropped: a shared buffer's hold, its fd and the GPU memory under it would
-//! otherwise stay until exit, and an NV503C registration would outlive its MR.
+//! (another thread holds it past the hooks' wait) it is kept and taken in by the next holder
+//! (`pipeline/late.rs`). A lost outcome would keep a shared buffer's hold, its fd and the GPU
+//! memory under it until exit, or an NV503C registration past its MR: one is lost only where the
+//! queue's own lock is not had either (said in a warning) or the hooks are inert (a forked child).
 #![forbid(unsafe_code)]
 
 use super::{Decision, Export, HeldRef, Registrar, Rm};
@@ -19,6 +20,8 @@ pub enum Outcome {
     /// The provider's deregistration of `mr`, whose reference `held` came out of the table
     /// before the call, returned (`deregistered`: it freed the MR).
     DeregEnd { mr: u64, held: HeldRef, deregistered: bool },
+    /// `mr` no longer holds what it held (a re-registration moved it elsewhere).
+    Dereg { mr: u64 },
 }
 
 impl Registrar {
@@ -29,6 +32,7 @@ impl Registrar {
             Outcome::DmabufMr { e, mr, provider_addr, va } => self.after_dmabuf_reg(rm, mr, &e, provider_addr, va),
             Outcome::DmabufUnused(e) => self.dmabuf_not_used(rm, &e),
             Outcome::DeregEnd { mr, held, deregistered } => self.finish_dereg(rm, mr, held, deregistered),
+            Outcome::Dereg { mr } => self.after_dereg(rm, mr),
         }
     }
 }

@@ -7,7 +7,6 @@ use crate::pipeline::{Core, Pipeline, Work, BACKLOG};
 
 #[cfg(feature = "knobs")]
 pub mod knobs;
-mod late;
 pub mod serve;
 mod summary;
 use crate::config::{Config, Mode};
@@ -134,10 +133,6 @@ pub struct Shim {
     /// `GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` was answered 1 in this process: a `cuMemCreate`
     /// refused for `gpuDirectRDMACapable` alone may be retried without it.
     pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
-    /// MRs holding a registration: a deregistration with none live needs no lock.
-    pub live_mrs: core::sync::atomic::AtomicUsize,
-    /// Outcomes of verbs calls kept for the core's next holder.
-    late: late::Late,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
     #[cfg(feature = "knobs")]
     clock_mark: (u64, u64),
@@ -262,8 +257,6 @@ impl Shim {
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
             vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
-            live_mrs: core::sync::atomic::AtomicUsize::new(0),
-            late: Default::default(),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),
             capture_lock: Mutex::new(()),
@@ -302,11 +295,22 @@ impl Shim {
     }
 
     /// The core with every hook's work applied to it (see [`Pipeline::core`]).
-    /// The outcomes of calls kept meanwhile are taken in first (see `late.rs`).
     pub fn core(&self, wait: Duration) -> Option<parking_lot::MutexGuard<'_, Core>> {
-        let mut c = self.pipeline.core(wait)?;
-        self.take_late(&mut c);
-        Some(c)
+        self.pipeline.core(wait)
+    }
+
+    /// Hands what a verbs call came to to the registrar (`Pipeline::settle`).
+    pub(crate) fn settle(&self, o: crate::registrar::Outcome) {
+        #[cfg(feature = "knobs")]
+        let keep_only = self.cfg.knobs.settle_late;
+        #[cfg(not(feature = "knobs"))]
+        let keep_only = false;
+        self.pipeline.settle(o, serve::WAIT, keep_only);
+    }
+
+    /// Some MR may hold a registration of ours: a deregistration must look.
+    pub fn may_hold_mrs(&self) -> bool {
+        self.pipeline.may_hold_mrs()
     }
 
     /// Hands work to the core (see [`Pipeline::push`]).

@@ -340,18 +340,13 @@ impl Shim {
         );
     }
 
-    /// Whether `mr` holds a registration (explicit handles of `gdrshim_unregister`).
-    pub fn holds_mr(&self, mr: u64) -> Option<bool> {
-        self.core(WAIT).map(|c| c.registrar.holds_mr(mr))
-    }
-
     /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table
     /// (`shown_addr`: what the MR's `addr` reads now, see `Registrar::take_mr`).
     pub fn verbs_dereg_begin(&self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
         let mut c = self.core(WAIT)?;
         let Core { registrar, rm, .. } = &mut *c;
         let held = registrar.take_mr(rm, mr, shown_addr);
-        self.live_mrs.store(registrar.live_mrs(), Relaxed);
+        self.pipeline.note_live_mrs(registrar.live_mrs());
         held
     }
 
@@ -360,12 +355,22 @@ impl Shim {
         self.settle(Outcome::DeregEnd { mr, held, deregistered });
     }
 
+    /// A re-registration moved `mr` off what it held.
     pub fn verbs_dereg(&self, mr: u64) {
-        if let Some(mut c) = self.core(WAIT) {
-            let Core { registrar, rm, .. } = &mut *c;
-            registrar.after_dereg(rm, mr);
-            self.live_mrs.store(registrar.live_mrs(), Relaxed);
+        self.settle(Outcome::Dereg { mr });
+    }
+
+    /// `gdrshim_unregister` of explicit handle `key`: `Some(true)` taken down, `Some(false)` no
+    /// such handle, `None` the core's lock not had (nothing done).
+    pub fn unregister_explicit(&self, key: u64) -> Option<bool> {
+        let mut c = self.core(WAIT)?;
+        let Core { registrar, rm, .. } = &mut *c;
+        if !registrar.holds_mr(key) {
+            return Some(false);
         }
+        registrar.after_dereg(rm, key);
+        self.pipeline.note_live_mrs(registrar.live_mrs());
+        Some(true)
     }
 
     /// `cuMemGetHandleForAddressRange(DMA_BUF_FD)` that libcuda refused (801, as on GeForce):
@@ -471,20 +476,18 @@ impl Shim {
         let gate = self.release_gate.try_read_for(WAIT);
         // Only what is in use needs handling before the driver runs the call (a 503C of ours that
         // an RM free takes with it is forgotten after the free: forget_freed). The queue can only
-        // take registrations away, so deciding that needs no catching up; and even without the
+        // take registrations away (the outcomes of verbs calls, which add them, are taken in
+        // first: Pipeline::lend_for_release), so deciding that needs no catching up; and even without the
         // queue (its lock not free in 5 s), taking down what we know of is safer than leaving it
         // registered over memory the driver is about to release. A call that touches only what
         // was created since a registration could last be made touches no registration (Born):
         // no decision, so no catching up.
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
-        let late = self.late_pending();
-        let Some((mut lent, call)) =
-            self.pipeline.lend_for_release(WAIT, |c| late || c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
+        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
         else {
             return gate;
         };
-        self.take_late(&mut lent.core);
         let c: &mut Core = &mut lent.core;
         let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);

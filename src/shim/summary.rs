@@ -29,7 +29,6 @@ impl Shim {
         let mut bytes = [u64::MAX; 5];
         let mut bar1 = [u64::MAX; 2];
         if let Some(mut lent) = lent {
-            self.take_late(&mut lent.core);
             let c = &mut *lent.core;
             decoded = c.decoded;
             if at_exit {

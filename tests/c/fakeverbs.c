@@ -72,6 +72,7 @@ struct ibv_mr *ibv_reg_mr_ex(void *pd, struct ibv_mr_init_attr *a) {
 }
 #endif
 int ibv_dereg_mr(struct ibv_mr *mr) {
+  cancel_point();
   struct mr_held *h = (struct mr_held *)mr;
   if (h->buf_fd >= 0) close(h->buf_fd);
   free(h);

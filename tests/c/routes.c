@@ -24,8 +24,11 @@
 //                       the memory freed and allocated again at the same VA: a new export that
 //                       is the new memory; a caller's cuMemGetHandleForAddressRange-style fd is
 //                       its own; a fork child gets nothing from the parent's buffer
-//   routes cancel      a registration whose provider passes a cancellation point while one is
-//                       pending: the MR is made and held, the thread cancelled after the call
+//   routes cancel      a registration and a dereg whose provider passes a cancellation point
+//                       while one is pending: each call completes and is told to gdrshim, the
+//                       thread is cancelled after it
+//   routes quick       a dereg right after its registration, a free while an MR lives (for
+//                       GDRSHIM_TEST_SETTLE_LATE=1)
 //   routes attrs        the GDR (116), VMM GDR (110) and DMA-BUF (124) attributes as NCCL reads them
 //   routes vmm [ask [F]] cuMemCreate with gpuDirectRDMACapable=F (default 1; after reading attribute
 //                       110 with "ask"): its result, libcuda's calls, the caller's flag after the call
@@ -505,6 +508,15 @@ static void *cancelled_reg(void *p) {
   pthread_testcancel();
   return (void *)7;
 }
+static volatile int cancel_dereg_rc = -1;
+static void *cancelled_dereg(void *p) {
+  int old; pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  pthread_cancel(pthread_self());
+  pthread_setcancelstate(old, NULL);
+  cancel_dereg_rc = vdereg((struct ibv_mr *)p);
+  pthread_testcancel();
+  return (void *)7;
+}
 static int cancel(void) {
   int *flag = (int *)dlsym(RTLD_DEFAULT, "fakeverbs_cancel_point_in_reg");
   if (!flag) { fprintf(stderr, "fake verbs without fakeverbs_cancel_point_in_reg\n"); return 2; }
@@ -520,13 +532,34 @@ static int cancel(void) {
   struct gdrshim_counters c; memset(&c, 0, sizeof c); gdrshim_dl_counters(&c, sizeof c);
   uint64_t held = c.live_registrations + c.dmabuf_buffers;
   int bufs_while_used = distinct_bufs() - fds0;
-  if (made && vdereg(cancel_mr)) fail("dereg", 0, 0);
+  // the dereg too, in a thread with a cancellation pending (the fake's dereg passes a point)
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  if (made) { pthread_create(&t, NULL, cancelled_dereg, cancel_mr); pthread_join(t, &ret); }
+  __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
+  if (made && (ret != PTHREAD_CANCELED || cancel_dereg_rc != 0)) fail("dereg with a cancellation pending", (long)(uintptr_t)ret, cancel_dereg_rc);
   memset(&c, 0xff, sizeof c); gdrshim_dl_counters(&c, sizeof c);
   uint64_t held_after = c.live_registrations + c.dmabuf_buffers + c.registered_bytes;
   int left = distinct_bufs() - fds0;
   gpu_free(0, base, 64 * K64, a);
   printf("routes cancel %s cancelled=%d mr=%d held=%lu bufs_while_used=%d held_after=%lu left=%d\n", failures ? "FAILED" : "ok", cancelled, made,
          (unsigned long)held, bufs_while_used, (unsigned long)held_after, left);
+  return failures != 0;
+}
+
+// One MR deregistered at once, then one whose memory is freed while it lives: with every
+// outcome kept for the core's next holder (GDRSHIM_TEST_SETTLE_LATE=1), the dereg must still
+// find its MR and the release must still see the MR (its warning); nothing left at the end.
+static int quick(void) {
+  int fds0 = distinct_bufs();
+  uint32_t a = gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "quick");
+  if (m && vdereg(m)) fail("dereg", 0, 0);
+  struct ibv_mr *m2 = must_reg(vreg, BASE, 64 * K64, "before the free");
+  gpu_free(0, BASE, 64 * K64, a);
+  if (m2 && vdereg(m2)) fail("dereg after the free", 0, 0);
+  struct gdrshim_counters c; memset(&c, 0xff, sizeof c); gdrshim_dl_counters(&c, sizeof c);
+  printf("routes quick %s left=%d dmabuf_buffers=%lu registered_bytes=%lu exports=%lu\n", failures ? "FAILED" : "ok", distinct_bufs() - fds0,
+         (unsigned long)c.dmabuf_buffers, (unsigned long)c.registered_bytes, (unsigned long)c.dmabuf_exports);
   return failures != 0;
 }
 
@@ -540,6 +573,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "cuda")) return cuda();
   if (!strcmp(argv[1], "shared")) return shared();
   if (!strcmp(argv[1], "cancel")) return cancel();
+  if (!strcmp(argv[1], "quick")) return quick();
   if (!strcmp(argv[1], "refused")) return refused();
   if (!strcmp(argv[1], "owned")) return owned();
   if (!strcmp(argv[1], "attrs")) return attrs();
