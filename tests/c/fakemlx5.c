@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -17,6 +18,12 @@ struct mlx5dv_devx_umem_in { void *addr; size_t size; uint32_t access; uint64_t 
 struct umem { uint32_t umem_id; int buf_fd; };
 uint64_t fakemlx5_va, fakemlx5_last_mask, fakemlx5_last_pgsz, fakemlx5_last_addr;
 unsigned long fakemlx5_legacy, fakemlx5_ex, fakemlx5_dmabuf;
+// registrations and deregs pass a cancellation point (rdma-core's write()) where the fake
+// libibverbs' switch fakeverbs_cancel_point_in_reg is on
+static void cancel_point(void) {
+  int *on = (int *)dlsym(RTLD_DEFAULT, "fakeverbs_cancel_point_in_reg");
+  if (on && __atomic_load_n(on, __ATOMIC_ACQUIRE)) pthread_testcancel();
+}
 static struct umem *made(int buf_fd) {
   struct umem *u = calloc(1, sizeof *u); u->umem_id = 5; u->buf_fd = buf_fd;
   return u;
@@ -29,12 +36,14 @@ static struct umem *by_address(void *addr, size_t size) {
 struct umem *mlx5dv_devx_umem_reg(void *ctx, void *addr, size_t size, uint32_t access) {
   (void)ctx; (void)access;
   __atomic_add_fetch(&fakemlx5_legacy, 1, __ATOMIC_RELAXED);
+  cancel_point();
   fakemlx5_last_addr = (uint64_t)(uintptr_t)addr;
   return by_address(addr, size);
 }
 struct umem *mlx5dv_devx_umem_reg_ex(void *ctx, struct mlx5dv_devx_umem_in *in) {
   (void)ctx;
   __atomic_add_fetch(&fakemlx5_ex, 1, __ATOMIC_RELAXED);
+  cancel_point();
   fakemlx5_last_mask = in->comp_mask; fakemlx5_last_pgsz = in->pgsz_bitmap; fakemlx5_last_addr = (uint64_t)(uintptr_t)in->addr;
   if (in->comp_mask & ~1ull) { errno = EOPNOTSUPP; return NULL; }
   if (!(in->comp_mask & 1)) return by_address(in->addr, in->size);
@@ -49,6 +58,7 @@ struct umem *mlx5dv_devx_umem_reg_ex(void *ctx, struct mlx5dv_devx_umem_in *in) 
   return made(fcntl(in->dmabuf_fd, F_DUPFD_CLOEXEC, 0));
 }
 int mlx5dv_devx_umem_dereg(struct umem *u) {
+  cancel_point();
   if (u->buf_fd >= 0) close(u->buf_fd);
   free(u);
   return 0;
