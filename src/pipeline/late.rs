@@ -72,8 +72,8 @@ impl Pipeline {
         self.live_mrs.load(SeqCst) > 0 || self.late.pending.load(SeqCst) > 0
     }
 
-    /// The MRs holding a registration, as the registrar counted them last (`live_mrs` of the
-    /// summary's line of hooks' counts).
+    /// The MRs holding a registration, as the registrar counts them after a change made outside
+    /// an outcome (a dereg's reference taken out, an explicit unregister).
     pub fn note_live_mrs(&self, n: usize) {
         self.live_mrs.store(n, SeqCst);
     }

@@ -321,14 +321,14 @@ impl Shim {
         self.settle(Outcome::DmabufMr { e: e.clone(), mr, provider_addr, va });
     }
 
-    /// An export the verbs call did not take (`with`: the provider's call that refused it): its
-    /// fd is closed by the hook; counted as a refusal.
     /// A buffer exported for a call that then did not use it: its hold is given back (the last
     /// closes gdrshim's fd of it).
     pub fn dmabuf_not_wanted(&self, e: &Export) {
         self.settle(Outcome::DmabufUnused(e.clone()));
     }
 
+    /// An export the verbs call did not take (`with`: the provider's call that refused it): its
+    /// hold is given back as for [`dmabuf_not_wanted`](Self::dmabuf_not_wanted); counted and said.
     pub fn dmabuf_refused(&self, api: &str, with: &str, e: &Export, addr: u64, len: u64, errno: i32) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
         self.settle(Outcome::DmabufUnused(e.clone()));
