@@ -233,7 +233,7 @@ fn a_cancellation_inside_the_providers_call_waits_and_the_mr_is_settled() {
         (false, "routes cancel ok cancelled=4 made=2 held=2 bufs_while_used=1 held_after=0 left=0"),
         (true, "routes cancel ok cancelled=4 made=2 held=2 bufs_while_used=0 held_after=0 left=0"),
     ] {
-        // a GPU RM refuses dma-bufs for, with nvidia-peermem: the NV503C route
+        // with nvidia-peermem, and a GPU RM refuses dma-bufs for: the NV503C route
         let rig = Rig { peermem, capable: !peermem, new_verbs: true };
         let (code, out, err) = routes(&format!("cancel-{peermem}"), &rig, &["cancel"], &[]);
         let line = out.lines().find(|l| l.starts_with("routes cancel")).unwrap_or_else(|| panic!("exit {code}\n{out}\n{err}"));
