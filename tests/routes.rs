@@ -126,7 +126,7 @@ fn the_route_matrix() {
                 let tag = format!("m{}{}{}", peermem as u8, capable as u8, new_verbs as u8);
                 let (code, out, err) = routes(&tag, &rig, &["matrix"], &[]);
                 assert_eq!(code, 0, "{out}\n{err}");
-                let line = out.lines().find(|l| l.starts_with("routes matrix ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+                let line = find_line(&out, &err, "routes matrix ok");
                 let s = summary(&err);
                 let (route, reg) = (field(line, "route"), field(line, "registered"));
                 let what = format!("peermem={peermem} capable={capable} ibv_reg_dmabuf_mr={new_verbs}: {line}\n{err}");
@@ -158,7 +158,7 @@ fn a_route_asked_too_early_is_decided_later() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("early", &rig, &["early"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let line = out.lines().find(|l| l.starts_with("routes early ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let line = find_line(&out, &err, "routes early ok");
     assert_eq!((field(line, "before"), field(line, "route"), field(line, "registered")), ("0", "1", "yes"), "{line}\n{err}");
     assert_eq!(summary(&err)["route"], "dmabuf", "{err}");
 }
@@ -170,7 +170,7 @@ fn an_explicit_registration_that_decides_dmabuf_leaves_no_buffer_open() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("explicit", &rig, &["explicit"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let line = out.lines().find(|l| l.starts_with("routes explicit ok")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let line = find_line(&out, &err, "routes explicit ok");
     let got = (field(line, "handle"), field(line, "route"), field(line, "buffers_left"));
     assert_eq!(got, ("-95", "1", "0"), "{line}\n{err}");
     assert_eq!(summary(&err)["dmabuf_exports"], "0", "decided before anything was exported: {err}");
@@ -202,7 +202,7 @@ fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("shared", &rig, &["shared"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let line = out.lines().find(|l| l.starts_with("routes shared")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let line = find_line(&out, &err, "routes shared");
     assert_eq!(
         line,
         "routes shared ok exports_for_4=1 open_while_used=1 exports_caller=1 child_ok=1 open_before_last=1 open_after_last=0 \
@@ -236,7 +236,7 @@ fn a_cancellation_inside_the_providers_call_waits_and_the_mr_is_settled() {
         // with nvidia-peermem, and a GPU RM refuses dma-bufs for: the NV503C route
         let rig = Rig { peermem, capable: !peermem, new_verbs: true };
         let (code, out, err) = routes(&format!("cancel-{peermem}"), &rig, &["cancel"], &[]);
-        let line = out.lines().find(|l| l.starts_with("routes cancel")).unwrap_or_else(|| panic!("exit {code}\n{out}\n{err}"));
+        let line = find_line(&out, &err, "routes cancel");
         assert_eq!((code, line), (0, want), "peermem={peermem}\n{err}");
     }
 }
@@ -252,7 +252,7 @@ fn outcomes_the_core_had_no_time_for_are_taken_in_by_its_next_holder() {
     let late = [("GDRSHIM_TEST_SETTLE_LATE", "1")];
     let (code, out, err) = routes("shared-late", &rig, &["shared"], &late);
     assert_eq!(code, 0, "{out}\n{err}");
-    let line = out.lines().find(|l| l.starts_with("routes shared")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let line = find_line(&out, &err, "routes shared");
     assert_eq!(
         line,
         "routes shared ok exports_for_4=1 open_while_used=1 exports_caller=1 child_ok=1 open_before_last=1 open_after_last=1 \
@@ -270,14 +270,14 @@ fn outcomes_the_core_had_no_time_for_are_taken_in_by_its_next_holder() {
     // sees an MR whose outcome is still kept (its warning); both settle by the end
     for knob in [&late[..], &[]] {
         let (code, out, err) = routes("quick-late", &rig, &["quick"], knob);
-        let line = out.lines().find(|l| l.starts_with("routes quick")).unwrap_or_else(|| panic!("exit {code}\n{out}\n{err}"));
+        let line = find_line(&out, &err, "routes quick");
         assert_eq!((code, line), (0, "routes quick ok left=0 dmabuf_buffers=0 registered_bytes=0 exports=2"), "{knob:?}\n{err}");
         assert!(err.contains("still use it"), "the release saw the MR ({knob:?}): {err}");
     }
     for peermem in [false, true] {
         let rig = Rig { peermem, capable: !peermem, new_verbs: true };
         let (code, out, err) = routes(&format!("cancel-late-{peermem}"), &rig, &["cancel"], &late);
-        let line = out.lines().find(|l| l.starts_with("routes cancel")).unwrap_or_else(|| panic!("exit {code}\n{out}\n{err}"));
+        let line = find_line(&out, &err, "routes cancel");
         assert!(
             code == 0 && line.contains(" made=2 held=2 ") && line.ends_with(" held_after=0 left=0"),
             "peermem={peermem}: {line}\n{err}"
@@ -331,7 +331,7 @@ fn cuda_callers_get_a_dmabuf_where_libcuda_refuses() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("cuda", &rig, &["cuda"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    let line = out.lines().find(|l| l.starts_with("routes cuda")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let line = find_line(&out, &err, "routes cuda");
     assert_eq!(line, "routes cuda ok attr124=1 r=0 size=524288 r_unaligned=1 r_unmapped=1 export=fd", "{err}");
     let s = summary(&err);
     // one for CUDA's caller, one for gdrshim_export_dmabuf
@@ -422,8 +422,9 @@ fn a_dlopened_copy_never_claims_to_register() {
 }
 
 /// The line of `out` that starts with `prefix`.
-fn line<'a>(out: &'a str, prefix: &str) -> &'a str {
-    out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {out}"))
+/// The line of `out` that starts with `prefix` (`err`: the run's stderr, shown when it is missing).
+fn find_line<'a>(out: &'a str, err: &str, prefix: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {out}\n{err}"))
 }
 
 /// mlx5dv_devx_umem_reg/_reg_ex on GPU memory, DMA-BUF route: the fake libmlx5 is asked
@@ -437,13 +438,17 @@ fn devx_umems_on_the_dmabuf_route_are_dmabuf_umems_of_exactly_the_memory() {
     let (code, out, err) = routes("umem-dmabuf", &rig, &["umem"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let what = format!("{out}\n{err}");
-    assert_eq!(line(&out, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=0 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=2", "{what}");
-    assert_eq!(line(&out, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
-    assert_eq!(line(&out, "umem2"), "umem2 ok=1 errno=4242 mask=0x1 pgsz=0xffffffffffff0000 regs=0 caller_mask=0", "{what}");
-    assert_eq!(line(&out, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
-    assert_eq!(line(&out, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
-    assert_eq!(line(&out, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
-    assert_eq!(line(&out, "umem own"), "umem own ok=0 errno=9", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem1 ok"),
+        "umem1 ok=1 errno=4242 legacy=0 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=2",
+        "{what}"
+    );
+    assert_eq!(find_line(&out, &err, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem2"), "umem2 ok=1 errno=4242 mask=0x1 pgsz=0xffffffffffff0000 regs=0 caller_mask=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
+    assert_eq!(find_line(&out, &err, "umem own"), "umem own ok=0 errno=9", "{what}");
     assert!(out.contains("routes umem ok buffers_left=0 failures=0"), "{what}");
     assert!(err.contains("mlx5dv_devx_umem_reg addr=0x7f0000010000 len=0x40000 pass0 hit: exported 1 piece(s)"), "{what}");
     assert_eq!(err.matches("comp_mask bits 0x20 unknown to gdrshim").count(), 1, "one line names it: {what}");
@@ -459,12 +464,12 @@ fn devx_umems_on_the_nv503c_route_hold_a_registration_until_dereg() {
     let (code, out, err) = routes("umem-nv", &rig, &["umem"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let what = format!("{out}\n{err}");
-    assert_eq!(line(&out, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=1 ex=0 mask=0 pgsz=0 regs=1 bufs=0", "{what}");
-    assert_eq!(line(&out, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
-    assert_eq!(line(&out, "umem2"), "umem2 ok=1 errno=4242 mask=0 pgsz=0xffffffffffff0000 regs=1 caller_mask=0", "{what}");
-    assert_eq!(line(&out, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
-    assert_eq!(line(&out, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
-    assert_eq!(line(&out, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
+    assert_eq!(find_line(&out, &err, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=1 ex=0 mask=0 pgsz=0 regs=1 bufs=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem2"), "umem2 ok=1 errno=4242 mask=0 pgsz=0xffffffffffff0000 regs=1 caller_mask=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
+    assert_eq!(find_line(&out, &err, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
     assert!(out.contains("routes umem ok buffers_left=0 failures=0"), "{what}");
     let s = summary(&err);
     assert_eq!((s["registered"].as_str(), s["unregistered"].as_str(), s["live_registrations"].as_str()), ("2", "2", "0"), "{what}");
@@ -478,7 +483,11 @@ fn a_refused_dmabuf_umem_leaves_the_call_as_it_was() {
     let (code, out, err) = routes("umem-refused", &rig, &["umem"], &[("FAKEMLX5_DMABUF_FAIL", "95")]);
     let what = format!("{out}\n{err}");
     assert_eq!(code, 0, "{what}");
-    assert_eq!(line(&out, "umem1 ok"), "umem1 ok=0 errno=14 legacy=1 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=0", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem1 ok"),
+        "umem1 ok=0 errno=14 legacy=1 ex=1 mask=0x1 pgsz=0xfffffffffffff000 regs=0 bufs=0",
+        "{what}"
+    );
     assert!(out.contains("routes umem ok buffers_left=0"), "{what}");
     assert!(err.contains("mlx5dv_devx_umem_reg_ex refused the export") && err.contains("delegating the original call"), "{what}");
 }
@@ -492,8 +501,8 @@ fn reg_mr_ex_keeps_every_mask_bit_it_does_not_convert() {
     let (code, out, err) = routes("mrex", &rig, &["mrex"], &[]);
     let what = format!("{out}\n{err}");
     assert_eq!(code, 0, "{what}");
-    assert_eq!(line(&out, "mrex dmah"), "mrex dmah ok=1 errno=4242 addr_shown=1 mask=0x1d dmah=0xd0a4", "{what}");
-    assert_eq!(line(&out, "mrex unknown"), "mrex unknown ok=0 errno=95 mask=0x42", "{what}");
+    assert_eq!(find_line(&out, &err, "mrex dmah"), "mrex dmah ok=1 errno=4242 addr_shown=1 mask=0x1d dmah=0xd0a4", "{what}");
+    assert_eq!(find_line(&out, &err, "mrex unknown"), "mrex unknown ok=0 errno=95 mask=0x42", "{what}");
     assert!(out.contains("routes mrex ok buffers_left=0 failures=0"), "{what}");
     assert_eq!(err.matches("comp_mask bits 0x40 unknown to gdrshim").count(), 1, "{what}");
 }
