@@ -31,8 +31,8 @@ type DeregF = unsafe extern "C" fn(Umem) -> c_int;
 /// such a call is the program's own dma-buf, passed through).
 const UMEM_IN_READ: usize = 40;
 
-/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory),
-/// with the export's fd closed after where the hook's. `None`: the provider refused (logged), or has no `_reg_ex`.
+/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory).
+/// `None`: the provider refused (logged), or has no `_reg_ex`.
 fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
     let e0 = errno();
     // the outcome must reach the registrar (see `verbs::outcome_owed`)
@@ -47,7 +47,6 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut 
         unsafe { f(a.ctx(), &mut input) }
     };
     let err = errno();
-    super::verbs::close_if_ours(e);
     let (addr, len) = (a.addr(), input.size);
     if umem.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", e, addr, len, err));

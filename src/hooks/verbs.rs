@@ -99,27 +99,13 @@ pub(crate) fn after(d: Option<Decision>, mr: Mr) {
     shim::call_in(|s| s.verbs_after(&d, mr as u64));
 }
 
-/// After the call on export `e`: its fd closed where it is the hook's alone (a shared buffer's
-/// fd is gdrshim's kept one, closed by the registrar: no system call here).
-pub(crate) fn close_if_ours(e: &Export) {
-    if !e.hook_closes() {
-        return;
-    }
-    if let Some(close) = crate::real::close() {
-        // close is a cancellation point; our own fd must be closed whatever the thread
-        let _no_cancel = crate::sys::NoCancel::new();
-        // SAFETY: the fd of the buffer gdrshim exported for this call alone; nobody else holds it.
-        unsafe { close(e.fd) };
-    }
-}
-
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 type RegExF = unsafe extern "C" fn(Pd, *mut v::MrInitAttr) -> Mr;
 
 /// The registration of gdrshim's export `e` for `a`: `ibv_reg_dmabuf_mr`, or for `ibv_reg_mr_ex`
 /// (`real`) the caller's call with the address turned into the buffer and every other
-/// `comp_mask` bit kept. The export's fd is closed either way where it is the hook's (an MR holds
-/// its own reference).
+/// `comp_mask` bit kept. The export's fd is gdrshim's kept one: the hook closes nothing (an MR
+/// holds its own reference to the buffer).
 /// `None`: the provider refused (logged).
 fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Option<Mr> {
     let e0 = errno();
@@ -156,7 +142,6 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
         }
     };
     let err = errno();
-    close_if_ours(e);
     if mr.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, with, e, a.addr, a.len, err));
         set_errno(e0);

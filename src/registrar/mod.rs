@@ -31,6 +31,7 @@ mod tests_shared;
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::born::Fresh;
 use crate::decode::Pending;
+use crate::fd::OwnedFd;
 use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::MemRef;
@@ -55,19 +56,18 @@ pub trait Rm {
     /// RM's dma-buf capability of the GPU behind `subdevice`.
     fn gpu_dmabuf_capable(&mut self, c: Client, subdevice: u32) -> Result<bool, u32>;
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on a /dev/nvidiaN fd of the GPU with RM device instance
-    /// `device_instance`; returns the buffer's fd (`params.fd` after the call).
-    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32>;
-    fn close_fd(&mut self, fd: i32);
-    /// What file `fd` is (device and inode), to know it again; `None`: no buffer is kept.
-    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
-        let _ = fd;
-        None
-    }
-    /// Whether `fd` is still the file `file` (one `fstat`): a kept buffer's fd is checked before
-    /// it is handed out again.
-    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
-        let _ = (fd, file);
-        false
+    /// `device_instance`. The first call of a buffer (`params.fd` -1) makes it: its fd, ours
+    /// (`Some`); a later one adds pieces to `params.fd`, an fd of ours (`None`).
+    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32>;
+    /// Closes an fd of ours where its number is still that file; one the program closed (the
+    /// number is another file now, or none) is let go unclosed, and said.
+    fn close_fd(&mut self, fd: OwnedFd);
+    /// Whether an fd of ours is still its file: a kept buffer's fd is checked before it is used
+    /// again (a program may close fds it does not own, `closefrom` in a daemon).
+    fn still_ours(&mut self, fd: &OwnedFd) -> bool;
+    /// An fd of ours handed to a caller (CUDA's), whose it is from now on: its number.
+    fn hand_out(&mut self, fd: OwnedFd) -> i32 {
+        fd.into_parts().0
     }
     /// A refusal worth telling a person about that has no caller to return to (an unregister or
     /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
@@ -133,31 +133,23 @@ impl RegCounts {
 }
 
 /// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
-/// iova, fd, access)`, then close `fd` only where [`hook_closes`](Self::hook_closes) says so
-/// (the MR holds its own reference to the buffer), and tell the registrar the outcome
-/// (`Registrar::after_dmabuf_reg` or `dmabuf_not_used`).
+/// iova, fd, access)`, then tell the registrar the outcome (`Registrar::after_dmabuf_reg` or
+/// `dmabuf_not_used`). The hook closes nothing: `fd` is gdrshim's kept one, open until the outcome
+/// is told (the MR holds its own reference to the buffer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
+    /// The buffer's fd for the call: a kept fd of ours (`buf` is `Some`), or for CUDA's callers
+    /// the caller's own (`buf` is `None`).
     pub fd: i32,
     /// Offset of the MR's first byte in the buffer (the buffer starts at the page below it).
     pub offset: u64,
     pub pieces: usize,
     pub bytes: u64,
     pub mems: Vec<MemRef>,
-    /// The shared buffer whose kept fd `fd` is (gdrshim's: it stays open until the registrar
-    /// closes it, never before the outcome is told); `None`: the fd is the caller's alone.
+    /// The shared buffer whose kept fd `fd` is; `None`: the fd is the caller's.
     pub buf: Option<u64>,
     /// The buffer existed already (no export was made for this registration).
     pub reused: bool,
-}
-
-impl Export {
-    /// Whether the hook closes `fd` after its call: only an export that is its alone. A shared
-    /// buffer's fd is gdrshim's kept one (no duplicate per call: each is a system call, several
-    /// µs under gVisor), closed by the registrar with the buffer's last use.
-    pub fn hook_closes(&self) -> bool {
-        self.buf.is_none()
-    }
 }
 
 /// What to do about one verbs registration.

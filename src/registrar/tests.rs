@@ -69,10 +69,15 @@ impl Rm for FakeRm {
         self.capability_asked += 1;
         Ok(self.dmabuf_capable.expect("the NV503C route asks no dma-buf question"))
     }
-    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         panic!("the NV503C route exports nothing")
     }
-    fn close_fd(&mut self, _fd: i32) {}
+    fn close_fd(&mut self, _fd: OwnedFd) {
+        panic!("the NV503C route keeps no fd")
+    }
+    fn still_ours(&mut self, _fd: &OwnedFd) -> bool {
+        panic!("the NV503C route keeps no fd")
+    }
 }
 
 /// UVM_MAP_EXTERNAL_ALLOCATION of memory `h` of client C at `[base, base+length)` on GPU.

@@ -5,6 +5,7 @@
 use super::tests::{map_on_gpu, tracker_with, FakeRm, C, DEV, GPU};
 use super::*;
 use crate::decode::Event;
+use crate::fd::FileId;
 
 const VA: u64 = 0x7f00_0000_0000;
 const MB2: u64 = 0x20_0000;
@@ -33,11 +34,14 @@ impl Rm for ExportRm {
     fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
         Ok(true)
     }
-    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
-        Ok(99 + self.exports as i32)
+        Ok(Some(OwnedFd::new(99 + self.exports as i32, FileId { dev: 7, ino: u64::from(self.exports), rdev: 0 })))
     }
-    fn close_fd(&mut self, _: i32) {}
+    fn close_fd(&mut self, _: OwnedFd) {}
+    fn still_ours(&mut self, _: &OwnedFd) -> bool {
+        true
+    }
 }
 
 /// Memory `h` of `len` bytes mapped at `va` (libcuda's UVM calls), not handed to the program.
