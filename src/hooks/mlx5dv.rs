@@ -71,6 +71,9 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
     const API: &str = "mlx5dv_devx_umem_reg";
     let a = RegArgs::of(ctx, addr as u64, size as u64, access);
     let d = before(API, &a, false);
+    if super::verbs::refused(&d) {
+        return null_mut();
+    }
     if let Some(Decision::Exported(e)) = &d {
         // what mlx5dv_devx_umem_reg asks of the kernel, on gdrshim's buffer
         let input = DevxUmemIn {
@@ -140,6 +143,9 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
     let caller = read_umem_in(input);
     let a = umem_in_args(ctx, caller);
     let d = before(API, &a, false);
+    if super::verbs::refused(&d) {
+        return null_mut();
+    }
     if let (Some(Decision::Exported(e)), Some(i)) = (&d, caller) {
         let converted = DevxUmemIn { addr: e.offset, comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF, dmabuf_fd: e.fd, ..i };
         if let Some(u) = register_export(API, &a, e, real, converted) {

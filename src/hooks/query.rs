@@ -171,7 +171,7 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
             None => -(libc::EBUSY as i64),
             Some(crate::registrar::Decision::Host) => -(libc::EINVAL as i64),
             Some(crate::registrar::Decision::StandAside) => 0,
-            Some(crate::registrar::Decision::Miss(m)) => {
+            Some(crate::registrar::Decision::Miss(m) | crate::registrar::Decision::Refuse(m)) => {
                 if matches!(m, crate::registrar::RegMiss::Lookup(crate::vamap::Miss::SpansMemoryObjects { .. })) {
                     -(libc::EXDEV as i64)
                 } else {

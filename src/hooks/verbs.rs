@@ -84,6 +84,16 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
+/// Whether the registration must fail without reaching the provider (`Decision::Refuse`): then
+/// errno is EFAULT, as a GeForce without gdrshim answers a registration of GPU memory.
+pub(crate) fn refused(d: &Option<Decision>) -> bool {
+    let r = matches!(d, Some(Decision::Refuse(_)));
+    if r {
+        set_errno(libc::EFAULT);
+    }
+    r
+}
+
 /// Cancellation held off across a provider's call whose outcome the registrar is owed: an
 /// NV503C registration made for it (an export's call holds it off in `register_export`). A
 /// thread cancelled inside the call would never tell it, and the registration would stay until
@@ -176,10 +186,14 @@ macro_rules! verbs_reg {
                 let args = |$($b: $t),*| -> RegArgs { $args };
                 let a = args($($a),*);
                 let d = before(stringify!($export), &a, false);
-                if let Some(Decision::Exported(e)) = &d {
-                    if let Some(mr) = register_export(stringify!($export), &a, e, real) {
-                        return mr;
+                match &d {
+                    Some(Decision::Exported(e)) => {
+                        if let Some(mr) = register_export(stringify!($export), &a, e, real) {
+                            return mr;
+                        }
                     }
+                    _ if refused(&d) => return null_mut(),
+                    _ => {}
                 }
                 let _no_cancel = outcome_owed(&d);
                 // SAFETY: real is the provider's function of exactly this signature.
@@ -324,6 +338,10 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
+    if refused(&d) {
+        // the MR stays as it was, as when the kernel refuses the command
+        return v::IBV_REREG_MR_ERR_CMD;
+    }
     // a move's outcome is owed for the new range and for what the MR held before
     let _no_cancel = moves.then(crate::sys::NoCancel::new);
     // SAFETY: the provider's ibv_rereg_mr.

@@ -421,7 +421,7 @@ fn run_model(route: Route) {
                         mrs.push(mr);
                     }
                     Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),
-                    Decision::Miss(m) => {
+                    Decision::Miss(m) | Decision::Refuse(m) => {
                         count(match m {
                             RegMiss::Lookup(_) => "miss_lookup",
                             RegMiss::MappingNotWhole { .. } => "miss_not_whole",

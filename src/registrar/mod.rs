@@ -167,8 +167,15 @@ pub enum Decision {
     Exported(Export),
     /// DMA-BUF in shadow mode: what would be exported.
     WouldExport { pieces: usize, bytes: u64 },
-    /// Nothing registered; delegate and let the real call fail as it would.
+    /// Nothing registered; delegate and let the real call fail as it would (shadow mode, no
+    /// route, or VA that is no GPU memory now).
     Miss(RegMiss),
+    /// GPU memory without an exact hit, in register mode: nothing registered, and the call must
+    /// not reach the provider, which could serve it from memory that is not the program's (with
+    /// nvidia-peermem loaded, from a registration RM holds for another MR: the whole mapping of
+    /// a chunk whose other blocks are freed or CUDA's). It fails as on a GeForce without gdrshim:
+    /// EFAULT.
+    Refuse(RegMiss),
 }
 
 /// The registration reference of an MR being deregistered, held across the provider's call.
@@ -287,13 +294,16 @@ impl Registrar {
 
     /// Before a verbs registration: what to do, with every RM call it needs made.
     pub fn before_verbs(&mut self, t: &Tracker, rm: &mut dyn Rm, r: VerbsReg) -> Decision {
-        let d = self.decide(t, rm, r);
+        let d = match self.decide(t, rm, r) {
+            Decision::Miss(m) if !self.dry_run && !matches!(m, RegMiss::NoRoute(_)) && t.is_gpu_va(r.addr) => Decision::Refuse(m),
+            d => d,
+        };
         match &d {
             Decision::Host => self.counts.host += 1,
             Decision::Odp => self.counts.odp += 1,
             Decision::StandAside => self.counts.stood_aside += 1,
             Decision::Hit { .. } | Decision::Exported(_) | Decision::WouldExport { .. } => self.counts.pass0_hits += 1,
-            Decision::Miss(m) => {
+            Decision::Miss(m) | Decision::Refuse(m) => {
                 self.counts.pass0_misses += 1;
                 if matches!(m, RegMiss::Rm { .. }) {
                     self.counts.rm_errors += 1;

@@ -66,13 +66,13 @@ fn nv503c_registers_neighbours_and_refuses_cuda_memory_and_overruns() {
     let inside = r.before_reg(&t, &mut rm, VA + 0x1000, 0x1000);
     assert!(matches!(inside, Decision::Hit { .. }), "{inside:?}");
     let internal = r.before_reg(&t, &mut rm, VA + 2 * MB2, 0x1000);
-    assert_eq!(internal, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "CUDA's own memory");
+    assert_eq!(internal, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "CUDA's own memory");
     let over = r.before_reg(&t, &mut rm, VA + MB2 + MB2 / 2, MB2);
-    assert_eq!(over, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "running past the allocation");
+    assert_eq!(over, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "running past the allocation");
     assert_eq!(rm.regs.len(), 1, "only the program's memory was registered with RM");
     // a free by the program: its memory is not its own any more, though still mapped
     t.map.disown_at(VA);
-    assert_eq!(r.before_reg(&t, &mut rm, VA + 0x2000, 0x1000), Decision::Miss(RegMiss::NotProgramMemory { at: VA + 0x2000 }));
+    assert_eq!(r.before_reg(&t, &mut rm, VA + 0x2000, 0x1000), Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 0x2000 }));
     let why = RegMiss::NotProgramMemory { at: VA }.to_string();
     assert!(why.contains("not in any allocation this program made through CUDA") && why.contains("CUDA's own memory"), "{why}");
 }
@@ -89,7 +89,7 @@ fn dmabuf_exports_across_neighbours_and_refuses_cuda_memory_on_every_path() {
     // the verbs path, CUDA's callers (cuMemGetHandleForAddressRange, gdrshim_export_dmabuf) and
     // an export running 4 MiB past the allocation: all refused, nothing exported
     let d = r.before_verbs(&t, &mut rm, VerbsReg { addr: VA + 2 * MB2, len: 0x1000, access: 0, rereg: false });
-    assert_eq!(d, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
+    assert_eq!(d, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(r.export(&t, &mut rm, VA + 2 * MB2, 2 * MB2, 0), Err(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(r.export(&t, &mut rm, VA, 4 * MB2, 0), Err(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(rm.exports, exports, "RM was asked for no export of memory the program did not allocate");
@@ -119,7 +119,7 @@ fn va_the_driver_takes_back_is_not_the_programs_any_more() {
     // CUDA maps its own memory at the same VA next: refused, though the program once had it
     cuda_internal(&mut t, 0x13, VA, MB2);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert_eq!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::NotProgramMemory { at: VA }));
+    assert_eq!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Refuse(RegMiss::NotProgramMemory { at: VA }));
     // and a UVM_FREE of a range takes what the program had in it
     let mut t = tracker_with(&[(0x10, VA, MB2)]);
     t.apply(&Event::UvmFree { base: VA, length: None });

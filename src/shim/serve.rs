@@ -236,7 +236,7 @@ impl Shim {
                         continue;
                     }
                     match registrar.before_reg(tracker, rm, from, to - from) {
-                        Decision::Miss(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
+                        Decision::Miss(m) | Decision::Refuse(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
                         Decision::Hit { tuple, .. } => crate::log_debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
                         _ => {}
                     }
@@ -307,6 +307,11 @@ impl Shim {
                 crate::config::Level::Warn,
                 "pass0 miss",
                 "{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"
+            ),
+            Decision::Refuse(m) => crate::log_limited!(
+                crate::config::Level::Warn,
+                "pass0 miss",
+                "{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, and the call fails with EFAULT as on a GeForce without gdrshim (it never reaches the NIC's driver)"
             ),
         }
         Some(d)
@@ -437,6 +442,19 @@ impl Shim {
         if self.line.table.is_some() {
             let _ = self.queue(crate::pipeline::Work::ProgramMapping { ptr, len });
         }
+    }
+
+    /// A CUDA context ended (`api`): the allocations of GPU `gpu` (`None`: an unknown GPU, so
+    /// every allocation) are the program's no longer.
+    pub fn context_ended(&'static self, api: &str, gpu: Option<crate::abi::Uuid>) {
+        if self.line.table.is_none() {
+            return;
+        }
+        crate::log_info!(
+            "{api}: a CUDA context ended; the program's allocations {} are its own no longer (registrations and exports over them are refused)",
+            if gpu.is_some() { "on that GPU" } else { "on every GPU" }
+        );
+        let _ = self.queue(crate::pipeline::Work::ContextEnded { gpu });
     }
 
     /// The program gave back the allocation at `ptr` (`len` `None`) or `[ptr, ptr+len)`.

@@ -1,0 +1,97 @@
+//! Do no harm (tests/c/harm.c under the real libgdrshim.so, on the fake machine): gdrshim never
+//! closes, uses or hands out an fd number that is no longer its own; a forked child keeps no fd
+//! of gdrshim's; an allocation's record ends when its memory ends, its context ends included; and
+//! on the NV503C route a miss over GPU memory never reaches the NIC's driver. Each case is a
+//! sequence that went wrong before.
+
+use std::sync::OnceLock;
+
+mod common;
+use common::rig::{self, Rig};
+use common::Env;
+
+fn env() -> &'static Env {
+    static E: OnceLock<Env> = OnceLock::new();
+    E.get_or_init(|| rig::build("harm", &["harm"]))
+}
+
+/// `harm ARGS` on a fresh fake machine: its "harm …" line (the test fails with stderr when the
+/// program does), and stderr.
+fn harm(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (String, String) {
+    let e = env();
+    let dev = rig::dev_dir(e, tag, rig);
+    let (code, out, err) = rig::run(e, "harm", &dev, rig, args, extra);
+    let line = out.lines().find(|l| l.starts_with("harm ")).unwrap_or_default().to_string();
+    assert!(code == 0 && line.contains(" ok"), "harm {args:?} exited {code}: {out}\n{err}");
+    (line, err)
+}
+
+/// The program closes gdrshim's kept dma-buf fd, by each way a program closes numbers, and has a
+/// file of its own at that number: gdrshim's dereg and the free never close it, the number is
+/// never used again, and the loss is said.
+#[test]
+fn a_kept_fd_the_program_closed_is_never_closed_or_used_again() {
+    for how in ["close", "close_range", "closefrom", "dup2"] {
+        let (line, err) = harm(&format!("closed-{how}"), &rig::DMABUF, &["closed", how], &[]);
+        assert!(line.contains("new_exports=1"), "{how}: the next MR of the memory is a new export: {line}");
+        assert!(err.contains("was closed by the program"), "{how}: the loss is said: {err}");
+    }
+}
+
+#[test]
+fn a_gpu_node_fd_the_program_closed_is_opened_again_not_used() {
+    let (line, _) = harm("gpunode", &rig::DMABUF, &["gpunode"], &[]);
+    let old = line.split("old=").nth(1).and_then(|s| s.split(' ').next()).unwrap();
+    let new = line.split("new=").nth(1).unwrap();
+    assert_ne!(old, new, "a node fd of gdrshim's own at a new number: {line}");
+}
+
+#[test]
+fn the_log_file_closed_by_the_program_gets_no_line_and_logging_goes_to_stderr() {
+    let e = env();
+    let log = e.dir.join(format!("harm-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let (_, err) = harm("logfile", &rig::DMABUF, &["logfile"], &[("GDRSHIM_LOG_FILE", log.to_str().unwrap())]);
+    assert!(err.contains("the log file's fd") && err.contains("gdrshim logs to stderr from now on"), "{err}");
+    assert!(err.contains("pass0 miss"), "the lines after that on stderr: {err}");
+    let before = std::fs::read_to_string(&log).unwrap();
+    assert!(!before.contains("pass0 miss"), "the file had lines only until the program closed it: {before}");
+}
+
+#[test]
+fn a_forked_child_holds_no_fd_of_gdrshims() {
+    let (line, _) = harm("fork", &rig::DMABUF, &["fork"], &[]);
+    assert!(!line.contains("dmabuf") && !line.contains("=node"), "{line}");
+}
+
+/// A record that outlived its memory let CUDA's own memory be registered: it ends with the
+/// memory, here an RM free with no UVM unmap first.
+#[test]
+fn a_record_ends_when_rm_frees_its_memory() {
+    harm("stale-free", &rig::DMABUF, &["stale-free"], &[]);
+}
+
+/// The same when one GPU unmaps the chunk first and CUDA maps its own memory there before the
+/// other GPU unmaps it.
+#[test]
+fn a_record_ends_when_its_chunk_goes_one_gpu_at_a_time() {
+    harm("stale-gpus", &rig::DMABUF, &["stale-gpus"], &[]);
+}
+
+/// A context's end ends its GPU's records (every record where the GPU is unknown); a release by
+/// one of two holders ends nothing.
+#[test]
+fn a_context_end_ends_the_records_of_its_allocations() {
+    for how in ["destroy", "reset", "release", "release-held"] {
+        let (_, err) = harm(&format!("ctx-{how}"), &rig::DMABUF, &["ctx", how], &[]);
+        let said = err.contains("a CUDA context ended");
+        assert_eq!(said, how != "release-held", "{how}: {err}");
+    }
+}
+
+#[test]
+fn an_nv503c_miss_over_gpu_memory_never_reaches_the_nic() {
+    let (line, err) = harm("nv503c-miss", &rig::NV503C, &["nv503c-miss"], &[]);
+    assert!(line.contains("reached=0"), "{line}");
+    assert!(err.contains("fails with EFAULT"), "the miss says so: {err}");
+}
