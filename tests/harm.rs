@@ -4,6 +4,7 @@
 //! on the NV503C route a miss over GPU memory never reaches the NIC's driver. Each case is a
 //! sequence that went wrong before.
 
+use std::path::Path;
 use std::sync::OnceLock;
 
 mod common;
@@ -12,7 +13,21 @@ use common::Env;
 
 fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
-    E.get_or_init(|| rig::build("harm", &["harm"]))
+    E.get_or_init(|| {
+        let e = rig::build("harm", &["harm", "twocopies"]);
+        // two copies of libibverbs with other private layouts, and a library linking each
+        let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+        let src = |f: &str| c.join(f).to_str().unwrap().to_string();
+        std::fs::create_dir_all(e.dir.join("copies")).unwrap();
+        let map = format!("-Wl,--version-script={}", src("twoverbs.map"));
+        for (copy, soname) in [(1, "libibverbs.so.1"), (2, "libibverbs-1a2b3c4d.so.1")] {
+            let (def, so, out) = (format!("-DCOPY={copy}"), format!("-Wl,-soname,{soname}"), format!("copies/{soname}"));
+            common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", &def, &map, &so, "-o", &out, &src("twoverbs.c"), "-ldl"]);
+            let (user, lib) = (format!("copies/libuser{copy}.so"), format!("-l:{soname}"));
+            common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", &user, &src("twouser.c"), "-Lcopies", &lib]);
+        }
+        e
+    })
 }
 
 /// `harm ARGS` on a fresh fake machine: its "harm …" line (the test fails with stderr when the
@@ -94,4 +109,22 @@ fn an_nv503c_miss_over_gpu_memory_never_reaches_the_nic() {
     let (line, err) = harm("nv503c-miss", &rig::NV503C, &["nv503c-miss"], &[]);
     assert!(line.contains("reached=0"), "{line}");
     assert!(err.contains("fails with EFAULT"), "the miss says so: {err}");
+}
+
+/// Two copies of libibverbs in one process (the system's, a wheel's renamed one), whose objects
+/// the other copy cannot read: every verbs call, direct or through `dlvsym`, host or GPU memory
+/// (the conversion to `ibv_reg_dmabuf_mr` included), reaches the copy its caller reaches without
+/// gdrshim, in both load orders and after the wheel's copy is unloaded and loaded again.
+#[test]
+fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
+    let copies = env().dir.join("copies");
+    for order in ["12", "21"] {
+        let (code, out, err) = {
+            let e = env();
+            let dev = rig::dev_dir(e, &format!("copies-{order}"), &rig::DMABUF);
+            rig::run(e, "twocopies", &dev, &rig::DMABUF, &[order], &[("LD_LIBRARY_PATH", copies.to_str().unwrap())])
+        };
+        assert!(code == 0 && out.contains(&format!("twocopies {order} ok")), "order {order}: {out}\n{err}");
+        assert!(!err.contains("MIXED"), "order {order}: {err}");
+    }
 }

@@ -9,8 +9,9 @@
 //! delegated untouched and fails as it would without gdrshim.
 
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
+use crate::hooks::caller::with_caller;
 use crate::hooks::slots::slotted;
-use crate::real::next_def;
+use crate::real::scope::{self, Callers};
 use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
 use crate::shim;
 use crate::sys::{errno, set_errno};
@@ -139,7 +140,9 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             ("ibv_reg_mr_ex", unsafe { f(a.pd, &mut attr) })
         }
         None => {
-            let real = dmabuf_next();
+            // the same copy's: the PD is that copy's
+            static BESIDE: Callers = Callers::new();
+            let real = scope::beside(&BESIDE, real, c"ibv_reg_dmabuf_mr");
             if real.is_null() {
                 set_errno(libc::ENOSYS);
                 ("ibv_reg_dmabuf_mr", null_mut())
@@ -171,11 +174,19 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
 }
 
 macro_rules! verbs_reg {
-    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $args:expr) => {
+    ($modname:ident, $export:ident, $n:tt, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $args:expr) => {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
+
+            /// The exported hook's body: the copy of libibverbs the caller reaches.
+            pub unsafe extern "C" fn exported($($a: $t,)* caller: usize) -> Mr {
+                static CALLERS: Callers = Callers::new();
+                let real = scope::for_caller(&CALLERS, caller, $sym, b"libibverbs.so");
+                // SAFETY: that copy's function of this signature.
+                unsafe { call(real, $($a),*) }
+            }
 
             #[inline(always)]
             pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> Mr {
@@ -205,11 +216,7 @@ macro_rules! verbs_reg {
             }
         }
 
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $export($($a: $t),*) -> Mr {
-            // SAFETY: the next definition after gdrshim, libibverbs', with this signature.
-            unsafe { $modname::call(next_def!($sym in b"libibverbs.so"), $($a),*) }
-        }
+        with_caller!($export, $modname::exported, $n);
     };
 }
 
@@ -217,24 +224,24 @@ fn args(pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> Reg
     RegArgs { iova, ..RegArgs::of(pd, addr as u64, length as u64, access) }
 }
 
-verbs_reg!(reg_mr, ibv_reg_mr, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
+verbs_reg!(reg_mr, ibv_reg_mr, 4, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
     pd,
     addr,
     length,
     addr as u64,
     access as u32
 ));
-verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |pd, addr, length, iova, access| args(
+verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, 5, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |pd, addr, length, iova, access| args(
     pd,
     addr,
     length,
     iova,
     access as u32
 ));
-verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |pd, addr, length, iova, access| args(
+verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, 5, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |pd, addr, length, iova, access| args(
     pd, addr, length, iova, access
 ));
-verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
+verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, 2, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
 
 /// `struct ibv_mr_init_attr` of `ibv_reg_mr_ex`: a registration of `addr` only when the caller
 /// gave one, and neither a dma-buf fd nor a provider's buffer (`ibv_alloc_buf` memory is the
@@ -320,13 +327,13 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
 }
 slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int);
 
-/// # Safety
-/// As libibverbs' `ibv_dereg_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
-    // SAFETY: forwarded to the next definition.
-    unsafe { dereg_call(next_def!(c"ibv_dereg_mr" in b"libibverbs.so"), mr) }
+/// The exported `ibv_dereg_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn dereg_exported(mr: Mr, caller: usize) -> c_int {
+    static CALLERS: Callers = Callers::new();
+    // SAFETY: that copy's ibv_dereg_mr.
+    unsafe { dereg_call(scope::for_caller(&CALLERS, caller, c"ibv_dereg_mr", b"libibverbs.so"), mr) }
 }
+with_caller!(ibv_dereg_mr, dereg_exported, 1);
 
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
 
@@ -362,18 +369,14 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
 }
 slotted!(rereg_install, REREG_REAL, ibv_rereg_mr, rereg_call, (mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int);
 
-/// # Safety
-/// As libibverbs' `ibv_rereg_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
-    // SAFETY: forwarded to the next definition.
-    unsafe { rereg_call(next_def!(c"ibv_rereg_mr" in b"libibverbs.so"), mr, flags, pd, addr, length, access) }
+/// The exported `ibv_rereg_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn rereg_exported(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int, caller: usize) -> c_int {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"ibv_rereg_mr", b"libibverbs.so");
+    // SAFETY: that copy's ibv_rereg_mr.
+    unsafe { rereg_call(real, mr, flags, pd, addr, length, access) }
 }
-
-/// libibverbs' `ibv_reg_dmabuf_mr`, for the hook and for the registrations of our own exports.
-fn dmabuf_next() -> *mut c_void {
-    next_def!(c"ibv_reg_dmabuf_mr" in b"libibverbs.so")
-}
+with_caller!(ibv_rereg_mr, rereg_exported, 6);
 
 unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
     if real.is_null() {
@@ -390,13 +393,14 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
 }
 slotted!(dmabuf_install, DMABUF_REAL, ibv_reg_dmabuf_mr, dmabuf_call, (pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr);
 
-/// # Safety
-/// As libibverbs' `ibv_reg_dmabuf_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
-    // SAFETY: forwarded to the next definition.
-    unsafe { dmabuf_call(dmabuf_next(), pd, offset, length, iova, fd, access) }
+/// The exported `ibv_reg_dmabuf_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn dmabuf_exported(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int, caller: usize) -> Mr {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"ibv_reg_dmabuf_mr", b"libibverbs.so");
+    // SAFETY: that copy's ibv_reg_dmabuf_mr.
+    unsafe { dmabuf_call(real, pd, offset, length, iova, fd, access) }
 }
+with_caller!(ibv_reg_dmabuf_mr, dmabuf_exported, 6);
 
 type Install = fn(*mut c_void) -> *mut c_void;
 

@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub mod attach;
 pub mod elf;
+pub mod scope;
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;

@@ -41,7 +41,7 @@ static uint32_t rm_alloc(uint32_t parent, uint32_t cls, void *params) {
   if (ioctl(ctl, NV_IOCTL(0x2b, 48), a) || a[10]) { fail("RM_ALLOC", cls, a[10]); return 0; }
   return a[2];
 }
-static void rm_free(uint32_t parent, uint32_t h) {
+static inline void rm_free(uint32_t parent, uint32_t h) {
   uint32_t a[4] = {client, parent, h, 0};
   if (ioctl(ctl, NV_IOCTL(0x29, 16), a) || a[3]) fail("RM_FREE", h, a[3]);
 }
@@ -65,7 +65,7 @@ static uint32_t gpu_alloc(int g, uint64_t va, uint64_t size) {
   map(va, size, 0, g, h);
   return h;
 }
-static void gpu_free(int g, uint64_t va, uint64_t size, uint32_t h) {
+static inline void gpu_free(int g, uint64_t va, uint64_t size, uint32_t h) {
   uint64_t f[3] = {va, size, 0}; uvm_call(34, f, 16);
   rm_free(dev[g], h);
 }
@@ -74,7 +74,8 @@ static void gpu_free(int g, uint64_t va, uint64_t size, uint32_t h) {
 // attribute read before CUDA made its context)
 static int ask_early, early_route = -1;
 
-static void setup(void) {
+// The fake driver's client, devices, subdevices and VA spaces, as CUDA's initialisation makes them.
+static void setup_driver(void) {
   const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
   snprintf(p, sizeof p, "%s/nvidiactl", d); ctl = open(p, O_RDWR | O_CLOEXEC);
   snprintf(p, sizeof p, "%s/nvidia-uvm", d); uvm = open(p, O_RDWR | O_CLOEXEC);
@@ -91,6 +92,11 @@ static void setup(void) {
     uint8_t r[32] = {0}; memcpy(r, uuid[g], 16); memcpy(r + 16, &ctl, 4); memcpy(r + 20, &client, 4); memcpy(r + 24, &vas[g], 4);
     uvm_call(25, r, 28);
   }
+}
+
+// The driver, and libibverbs loaded into the global scope.
+static inline void setup(void) {
+  setup_driver();
   void *vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (!vh) { fprintf(stderr, "dlopen libibverbs.so.1: %s\n", dlerror()); exit(2); }
   vreg = (reg_t)dlvsym(vh, "ibv_reg_mr", "IBVERBS_1.1");
