@@ -128,3 +128,18 @@ fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
         assert!(!err.contains("MIXED"), "order {order}: {err}");
     }
 }
+
+/// A deregistration that cannot take the core's lock in time, before the provider's call nor
+/// after it (GDRSHIM_TEST_DEREG_QUEUED=1 and GDRSHIM_TEST_SETTLE_LATE=1 make every one so), is
+/// settled by the lock's next holder: the MR's buffer stays open until then, and closes then; at
+/// exit nothing is live or left.
+#[test]
+fn a_dereg_without_the_lock_is_settled_by_its_next_holder() {
+    let knobs = [("GDRSHIM_TEST_DEREG_QUEUED", "1"), ("GDRSHIM_TEST_SETTLE_LATE", "1")];
+    let (line, err) = harm("dereg-queued", &rig::DMABUF, &["dereg-queued"], &knobs);
+    assert!(line.contains("owed=1 after=1"), "the first buffer open until taken in, then only the next one: {line}");
+    let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
+    for kv in ["dmabuf_live=0", "dmabuf_buffers=0", "registered_bytes=0"] {
+        assert!(summary.split_whitespace().any(|x| x == kv), "{kv} in {summary}");
+    }
+}

@@ -182,19 +182,19 @@ unsafe fn dereg_call(real: *mut c_void, umem: Umem) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
-    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
+    let start = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         shim::call_in(|s| s.verbs_dereg_begin(umem as u64, 0)).flatten()
     } else {
         None
     };
     // the reference taken out must be given back or released (see `verbs::outcome_owed`)
-    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
+    let _no_cancel = start.is_some().then(crate::sys::NoCancel::new);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(umem) };
-    if let Some(held) = held {
-        shim::call_in(|s| s.verbs_dereg_end(umem as u64, held, rc == 0));
+    if let Some(start) = start {
+        shim::call_in(|s| s.verbs_dereg_end(umem as u64, start, rc == 0));
     }
     rc
 }

@@ -12,7 +12,7 @@ use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANS
 use crate::hooks::caller::with_caller;
 use crate::hooks::slots::slotted;
 use crate::real::scope::{self, Callers};
-use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
+use crate::registrar::{Decision, DeregStart, Export, HeldRef, VerbsReg};
 use crate::shim;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, c_uint, c_void};
@@ -299,7 +299,7 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
-    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
+    let start = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         // SAFETY: a non-null `mr` is the caller's live MR (ibv_dereg_mr's contract).
         let shown = if mr.is_null() { 0 } else { unsafe { mr_addr(mr) } };
         shim::call_in(|s| s.verbs_dereg_begin(mr as u64, shown)).flatten()
@@ -307,8 +307,10 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
         None
     };
     // the reference taken out must be given back or released (see `outcome_owed`)
-    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
-    if let Some(HeldRef::Dmabuf { provider_addr, .. }) = &held {
+    let _no_cancel = start.is_some().then(crate::sys::NoCancel::new);
+    // (a reference taken out by a queued outcome is not known here: `addr` stays as the caller
+    // sees it, which rdma-core's deregistration of a dma-buf MR does not read)
+    if let Some(DeregStart::Taken(HeldRef::Dmabuf { provider_addr, .. })) = &start {
         // SAFETY: a dma-buf MR of ours, alive until the provider's call below returns.
         unsafe { set_mr_addr(mr, *provider_addr) };
     }
@@ -316,12 +318,12 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
-    if let Some(held) = held {
-        if let (HeldRef::Dmabuf { va, .. }, true) = (&held, rc != 0) {
+    if let Some(start) = start {
+        if let (DeregStart::Taken(HeldRef::Dmabuf { va, .. }), true) = (&start, rc != 0) {
             // SAFETY: the provider refused: the MR still exists and shows the caller's VA again.
             unsafe { set_mr_addr(mr, *va) };
         }
-        shim::call_in(|s| s.verbs_dereg_end(mr as u64, held, rc == 0));
+        shim::call_in(|s| s.verbs_dereg_end(mr as u64, start, rc == 0));
     }
     rc
 }

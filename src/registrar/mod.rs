@@ -18,7 +18,7 @@ pub mod nv503c;
 mod outcome;
 
 pub use miss::RegMiss;
-pub use outcome::Outcome;
+pub use outcome::{DeregStart, Outcome};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -234,6 +234,8 @@ pub struct Registrar {
     /// Bytes of their buffers, one count per MR (live and the most at once).
     registered_bytes: u64,
     registered_peak: u64,
+    /// References of MRs whose deregistration began by a queued outcome, by its ticket.
+    dereg_in_flight: HashMap<u64, HeldRef>,
 }
 
 impl Registrar {

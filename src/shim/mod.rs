@@ -135,6 +135,8 @@ pub struct Shim {
     /// `GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` was answered 1 in this process: a `cuMemCreate`
     /// refused for `gpuDirectRDMACapable` alone may be retried without it.
     pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
+    /// Tickets of deregistrations begun by a queued outcome (`serve::verbs_dereg_begin`).
+    pub(crate) dereg_tickets: AtomicU64,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
     #[cfg(feature = "knobs")]
     clock_mark: (u64, u64),
@@ -258,6 +260,7 @@ impl Shim {
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
             vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
+            dereg_tickets: AtomicU64::new(1),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),
             capture_lock: Mutex::new(()),

@@ -18,6 +18,9 @@
 //                      primary context released by its last holder; release-held: by one of two
 //                      holders, which ends nothing): an MR over it afterwards is refused, except
 //                      for release-held; an allocation on the other GPU lives on after a reset
+//   harm dereg-queued  (with GDRSHIM_TEST_DEREG_QUEUED=1: every dereg begins as when the core's
+//                      lock is not had in time) an MR's dereg is settled by the lock's next
+//                      holder: its buffer stays open until then, and closes then
 //   harm nv503c-miss   NV503C route with nvidia-peermem: one MR over an allocation registers the
 //                      whole 2 MiB mapping with RM; an MR over the same mapping's bytes that no
 //                      allocation owns fails with EFAULT and never reaches the NIC's driver
@@ -245,6 +248,21 @@ static int ctx(const char *how) {
   return failures != 0;
 }
 
+static int dereg_queued(void) {
+  gpu_alloc(0, BASE, 64 * K64);
+  gpu_alloc(0, BASE + 64 * K64, 64 * K64);
+  int fds0 = distinct_bufs();
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "an MR");
+  if (m && vdereg(m)) fail("dereg", 0, errno);
+  int owed = distinct_bufs() - fds0;
+  // the next registration holds the core's lock: it takes the queued dereg in first
+  struct ibv_mr *n = must_reg(vreg, BASE + 64 * K64, 64 * K64, "the next MR");
+  int after = distinct_bufs() - fds0;
+  if (n && vdereg(n)) fail("dereg", 1, errno);
+  printf("harm dereg-queued %s owed=%d after=%d\n", failures ? "FAILED" : "ok", owed, after);
+  return failures != 0;
+}
+
 static int nv503c_miss(void) {
   unsigned long *calls = (unsigned long *)dlsym(RTLD_DEFAULT, "fakeverbs_reg_calls");
   if (!calls) { fprintf(stderr, "no fakeverbs_reg_calls\n"); return 2; }
@@ -274,6 +292,7 @@ int main(int argc, char **argv) {
   if (!strncmp(mode, "stale-", 6)) return stale(mode);
   if (!strcmp(mode, "ctx")) return ctx(arg);
   if (!strcmp(mode, "nv503c-miss")) return nv503c_miss();
+  if (!strcmp(mode, "dereg-queued")) return dereg_queued();
   fprintf(stderr, "harm: unknown mode %s\n", mode);
   return 2;
 }
