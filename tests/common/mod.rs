@@ -2,6 +2,7 @@
 //! once, a scratch folder of their own, and a command that must succeed.
 
 pub mod fakedev;
+pub mod lab;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -28,8 +28,12 @@ ln -sf libmlx5.so.1 "$dir/lib/libmlx5.so"
 build -I"$src" -o "$dir/bin/wireclient" "$src/wireclient.c" -L"$dir/lib" -l:libibverbs.so.1 -Wl,-rpath,"$dir/lib"
 build -I"$src" -o "$dir/bin/wireclient-gpu" "$src/wireclient.c" -Wl,--no-as-needed -L"$dir/lib" -l:libibverbs.so.1 \
   -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/lib:$dir/labcuda"
-build -o "$dir/bin/labpair" "$src/labpair.c" -libverbs
-build -DLAB_GPU -o "$dir/bin/labpair-gpu" "$src/labpair.c" -libverbs -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
+if printf '#include <infiniband/verbs.h>\n' | "$cc" -E -x c - >/dev/null 2>&1; then
+  build -o "$dir/bin/labpair" "$src/labpair.c" -libverbs
+  build -DLAB_GPU -o "$dir/bin/labpair-gpu" "$src/labpair.c" -libverbs -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
+else
+  echo "build.sh: no rdma-core verbs.h (libibverbs-dev): labpair not built" >&2
+fi
 for p in "${pids[@]}"; do wait "$p"; done
 install -m 0755 "$src/host.sh" "$dir/host"
 echo "lab built in $dir: $dir/host N CMD ARGS..."

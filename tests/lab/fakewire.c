@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 pthread_mutex_t fw_mu = PTHREAD_MUTEX_INITIALIZER;
-struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
 // ---- counters, printed at exit ----
 static struct {
   unsigned long reg_mr, reg_mr_iova2, reg_dmabuf_mr, dereg;
@@ -57,14 +56,13 @@ void fw_count_error(const char *why) { if (fw_n.wire_errors++ < 8) fw_say("wire 
 void fw_count_wire(int what) { fw_n.wire[what]++; }
 __attribute__((destructor)) static void fw_report(void) {
   char b[1024];
-  // gdrshim in the process, and whether the program's ibv_reg_mr reaches it first
-  void *shim = dlsym(RTLD_DEFAULT, "gdrshim_version"), *reg = dlsym(RTLD_DEFAULT, "ibv_reg_mr");
+  void *shim = dlsym(RTLD_DEFAULT, "gdrshim_version"); // gdrshim is in the process
   snprintf(b, sizeof b,
-           "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr_interposed=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
+           "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
            "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
            "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu dropped=%lu "
            "corrupted=%lu timeouts=%lu\n",
-           fw_me()->n, getpid(), shim != NULL, reg && reg != (void *)ibv_reg_mr, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
+           fw_me()->n, getpid(), shim != NULL, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
            fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
            fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors,
            fw_n.wire[0], fw_n.wire[1], fw_n.wire[2]);
