@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the consumer lab into DIR (tests/lab/README.md): the fake libibverbs.so.1 (and the
-# libibverbs.so name NCCL dlopens first) and libmlx5.so.1 in DIR/lib, fakesys.so, the stand-in
+# libibverbs.so name NCCL dlopens first), libmlx5.so.1 and libefa.so.1 in DIR/lib, fakesys.so, the stand-in
 # libcuda in DIR/labcuda (only programs that ask for it load it), the lab's own verbs programs in
 # DIR/bin, and DIR/host, which runs any program as a lab host.
 #   bash tests/lab/build.sh DIR        then   DIR/host N CMD ARGS...
@@ -17,6 +17,7 @@ build() { "$cc" "${flags[@]}" "$@" & pids+=($!); }
 build -shared -fPIC -Wl,--version-script="$src/fakewire.map" -Wl,-soname,libibverbs.so.1 -o "$dir/lib/libibverbs.so.1" \
   "$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_net.c" "$src/fakelab.c" -ldl -lpthread
 build -shared -fPIC -Wl,--version-script="$src/fakemlx5.map" -Wl,-soname,libmlx5.so.1 -o "$dir/lib/libmlx5.so.1" "$src/fakemlx5.c"
+build -shared -fPIC -Wl,--version-script="$src/fakeefa.map" -Wl,-soname,libefa.so.1 -o "$dir/lib/libefa.so.1" "$src/fakeefa.c"
 build -shared -fPIC -o "$dir/fakesys.so" "$src/fakesys.c" "$src/fakelab.c" -ldl -lpthread
 build -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/labcuda/libcuda.so.1" "$src/labcuda.c"
 for p in "${pids[@]}"; do wait "$p"; done

@@ -85,6 +85,12 @@ __attribute__((constructor)) static void make_tree(void) {
   put("16.0 GT/s PCIe\n", "%s/current_link_speed", dev);
   put("16\n", "%s/max_link_width", dev);
   put("16\n", "%s/current_link_width", dev);
+  // libpci (perftest) reads the BARs and takes a missing file for a fatal error: one 32 MiB BAR
+  put("0x00000000e0000000 0x00000000e1ffffff 0x000000000014220c\n"
+      "0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+      "0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+      "0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n",
+      "%s/resource", dev);
   put("up\n", "%s/net/%s/operstate", dev, h->ndev);
   put("9000\n", "%s/net/%s/mtu", dev, h->ndev);
   put("1: CA\n", "%s/node_type", ib);
