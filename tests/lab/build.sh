@@ -15,7 +15,7 @@ flags=(-O1 -g -Wall -Wextra -Werror)
 pids=()
 build() { "$cc" "${flags[@]}" "$@" & pids+=($!); }
 build -shared -fPIC -Wl,--version-script="$src/fakewire.map" -Wl,-soname,libibverbs.so.1 -o "$dir/lib/libibverbs.so.1" \
-  "$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_net.c" "$src/fakelab.c" -ldl -lpthread
+  "$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakelab.c" -ldl -lpthread
 build -shared -fPIC -Wl,--version-script="$src/fakemlx5.map" -Wl,-soname,libmlx5.so.1 -o "$dir/lib/libmlx5.so.1" "$src/fakemlx5.c"
 build -shared -fPIC -Wl,--version-script="$src/fakeefa.map" -Wl,-soname,libefa.so.1 -o "$dir/lib/libefa.so.1" "$src/fakeefa.c"
 build -shared -fPIC -o "$dir/fakesys.so" "$src/fakesys.c" "$src/fakelab.c" -ldl -lpthread
@@ -30,8 +30,9 @@ build -I"$src" -o "$dir/bin/wireclient" "$src/wireclient.c" -L"$dir/lib" -l:libi
 build -I"$src" -o "$dir/bin/wireclient-gpu" "$src/wireclient.c" -Wl,--no-as-needed -L"$dir/lib" -l:libibverbs.so.1 \
   -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/lib:$dir/labcuda"
 if printf '#include <infiniband/verbs.h>\n' | "$cc" -E -x c - >/dev/null 2>&1; then
-  build -o "$dir/bin/labpair" "$src/labpair.c" -libverbs
-  build -DLAB_GPU -o "$dir/bin/labpair-gpu" "$src/labpair.c" -libverbs -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
+  build -o "$dir/bin/labpair" "$src/labpair.c" "$src/labpair_cases.c" -libverbs
+  build -DLAB_GPU -o "$dir/bin/labpair-gpu" "$src/labpair.c" "$src/labpair_cases.c" -libverbs -L"$dir/labcuda" \
+    -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
 else
   echo "build.sh: no rdma-core verbs.h (libibverbs-dev): labpair not built" >&2
 fi

@@ -25,12 +25,16 @@ void fw_host_of(int n, fw_host *h) {
   const uint8_t eui[8] = {0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, (uint8_t)(low >> 8), (uint8_t)low};
   memcpy(h->guid, eui, 8);
   for (int i = 0; i < 2; i++) { // link-local: fe80::<EUI-64>
-    h->gid[i][0] = 0xfe; h->gid[i][1] = 0x80;
+    h->gid[i][0] = 0xfe;
+    h->gid[i][1] = 0x80;
     memcpy(h->gid[i] + 8, eui, 8);
   }
   for (int i = 2; i < 4; i++) { // IPv4-mapped ::ffff:10.0.a.b
-    h->gid[i][10] = 0xff; h->gid[i][11] = 0xff; h->gid[i][12] = 10;
-    h->gid[i][14] = (uint8_t)(ip >> 8); h->gid[i][15] = (uint8_t)ip;
+    h->gid[i][10] = 0xff;
+    h->gid[i][11] = 0xff;
+    h->gid[i][12] = 10;
+    h->gid[i][14] = (uint8_t)(ip >> 8);
+    h->gid[i][15] = (uint8_t)ip;
   }
 }
 
@@ -47,12 +51,19 @@ static void me_init(void) {
       fprintf(stderr, "fakewire: FAKEWIRE_HOST=%s is no host number 0..%d\n", v, FW_MAXHOSTS - 1);
       abort();
     }
-    n = (int)x; me_env = 1;
+    n = (int)x;
+    me_env = 1;
   }
   fw_host_of(n, &me);
 }
-const fw_host *fw_me(void) { pthread_once(&me_once, me_init); return &me; }
-int fw_host_env(void) { pthread_once(&me_once, me_init); return me_env; }
+const fw_host *fw_me(void) {
+  pthread_once(&me_once, me_init);
+  return &me;
+}
+int fw_host_env(void) {
+  pthread_once(&me_once, me_init);
+  return me_env;
+}
 
 int fw_gid_host(const uint8_t g[16]) {
   static const uint8_t ll[14] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33};
@@ -71,11 +82,18 @@ const char *fw_lab_dir(void) {
 // ---- the fault file ----
 enum { F_DOWN = 1, F_CORRUPT = 2, F_NO_DMABUF = 4, F_PEERMEM = 8 };
 #define FW_MAXLINKS 512
-typedef struct { int a, b, flags; double cap; } fault; // b < 0: every link of host a
+typedef struct {
+  int a, b, flags;
+  double cap;
+} fault; // b < 0: every link of host a
 static struct {
   fault f[FW_MAXLINKS];
   int n;
-  dev_t dev; ino_t ino; off_t size; struct timespec mtime; int seen;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  int seen;
 } ft;
 static pthread_mutex_t ft_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -89,7 +107,8 @@ static void parse(char *text) {
     int k = sscanf(line, "%31s %31s %lf", word, target, &mbps);
     if (k < 2) continue;
     fault x = {.b = -1};
-    if (sscanf(target, "%d-%d", &x.a, &x.b) < 1 || x.a < 0 || x.a >= FW_MAXHOSTS || x.b >= FW_MAXHOSTS) {
+    if (sscanf(target, "%d-%d", &x.a, &x.b) < 1 || x.a < 0 || x.a >= FW_MAXHOSTS ||
+        x.b >= FW_MAXHOSTS) {
       fprintf(stderr, "fakewire: fault target '%s' is neither a host N nor a link A-B\n", target);
       continue;
     }
@@ -98,7 +117,10 @@ static void parse(char *text) {
     else if (!strcmp(word, "no-dmabuf") && x.b < 0) x.flags = F_NO_DMABUF;
     else if (!strcmp(word, "peermem") && x.b < 0) x.flags = F_PEERMEM;
     else if (!strcmp(word, "cap") && k == 3 && mbps > 0) x.cap = mbps * 1e6;
-    else { fprintf(stderr, "fakewire: unknown fault line '%s'\n", line); continue; }
+    else {
+      fprintf(stderr, "fakewire: unknown fault line '%s'\n", line);
+      continue;
+    }
     if (ft.n < FW_MAXLINKS) ft.f[ft.n++] = x;
   }
 }
@@ -108,21 +130,37 @@ static void refresh(void) {
   const char *f = getenv("FAKEWIRE_FAULTS"), *lab = fw_lab_dir();
   if (f && *f) snprintf(path, sizeof path, "%s", f);
   else if (lab) snprintf(path, sizeof path, "%s/faults", lab);
-  else { ft.n = 0; return; }
+  else {
+    ft.n = 0;
+    return;
+  }
   struct stat st;
-  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0)) { ft.n = 0; ft.seen = 0; return; }
+  if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0)) {
+    ft.n = 0;
+    ft.seen = 0;
+    return;
+  }
   if (ft.seen && st.st_dev == ft.dev && st.st_ino == ft.ino && st.st_size == ft.size &&
       st.st_mtim.tv_sec == ft.mtime.tv_sec && st.st_mtim.tv_nsec == ft.mtime.tv_nsec)
     return;
   int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { ft.n = 0; ft.seen = 0; return; }
+  if (fd < 0) {
+    ft.n = 0;
+    ft.seen = 0;
+    return;
+  }
   char buf[16384];
   ssize_t n = 0, k;
-  while (n < (ssize_t)sizeof buf - 1 && (k = read(fd, buf + n, sizeof buf - 1 - (size_t)n)) > 0) n += k;
+  while (n < (ssize_t)sizeof buf - 1 && (k = read(fd, buf + n, sizeof buf - 1 - (size_t)n)) > 0)
+    n += k;
   close(fd);
   buf[n > 0 ? n : 0] = 0;
   parse(buf);
-  ft.dev = st.st_dev; ft.ino = st.st_ino; ft.size = st.st_size; ft.mtime = st.st_mtim; ft.seen = 1;
+  ft.dev = st.st_dev;
+  ft.ino = st.st_ino;
+  ft.size = st.st_size;
+  ft.mtime = st.st_mtim;
+  ft.seen = 1;
 }
 static int touches(const fault *x, int a, int b) { // the fault applies to link a-b (b < 0: host a)
   if (x->b < 0) return x->a == a || (b >= 0 && x->a == b);
@@ -140,7 +178,8 @@ static int host_only(int h, int flag) { // a host fault, not one of its links
   pthread_mutex_lock(&ft_mu);
   refresh();
   int hit = 0;
-  for (int i = 0; i < ft.n && !hit; i++) hit = (ft.f[i].flags & flag) && ft.f[i].b < 0 && ft.f[i].a == h;
+  for (int i = 0; i < ft.n && !hit; i++)
+    hit = (ft.f[i].flags & flag) && ft.f[i].b < 0 && ft.f[i].a == h;
   pthread_mutex_unlock(&ft_mu);
   return hit;
 }
@@ -158,7 +197,8 @@ double fw_fault_cap(int a, int b) {
   refresh();
   double cap = 0;
   for (int i = 0; i < ft.n; i++)
-    if (ft.f[i].cap > 0 && touches(&ft.f[i], a, b) && (cap == 0 || ft.f[i].cap < cap)) cap = ft.f[i].cap;
+    if (ft.f[i].cap > 0 && touches(&ft.f[i], a, b) && (cap == 0 || ft.f[i].cap < cap))
+      cap = ft.f[i].cap;
   pthread_mutex_unlock(&ft_mu);
   return cap;
 }

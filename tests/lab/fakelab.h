@@ -19,23 +19,23 @@
 typedef struct fw_host {
   int n;
   char dev[16], ndev[16], pci[16], name[16];
-  uint8_t guid[8];           // EUI-64 of the MAC: ibv_get_device_guid's bytes in memory
+  uint8_t guid[8]; // EUI-64 of the MAC: ibv_get_device_guid's bytes in memory
   uint8_t gid[FW_NGIDS][16];
 } fw_host;
 extern const int fw_gid_type[FW_NGIDS]; // IBV_GID_TYPE_*: 1 RoCE v1, 2 RoCE v2
 
 void fw_host_of(int n, fw_host *h);
-const fw_host *fw_me(void);             // this process's host (FAKEWIRE_HOST)
-int fw_host_env(void);                  // FAKEWIRE_HOST was set: the process is a lab host
+const fw_host *fw_me(void); // this process's host (FAKEWIRE_HOST)
+int fw_host_env(void); // FAKEWIRE_HOST was set: the process is a lab host
 int fw_gid_host(const uint8_t gid[16]); // the host whose GID this is, or -1
-const char *fw_lab_dir(void);           // FAKEWIRE_LAB, or NULL: one process only
+const char *fw_lab_dir(void); // FAKEWIRE_LAB, or NULL: one process only
 
 // Faults, read again whenever the fault file changes (every query stats it).
-int fw_fault_port_down(int h);            // "down H"
-int fw_fault_link_down(int a, int b);     // "down A-B", or either host down
-double fw_fault_cap(int a, int b);        // bytes per second, 0 = none ("cap H MBPS", "cap A-B MBPS")
-int fw_fault_corrupt(int a, int b);       // "corrupt H", "corrupt A-B"
-int fw_fault_no_dmabuf(int h);            // "no-dmabuf H"
-int fw_fault_peermem(int h);              // "peermem H" (or FAKEWIRE_PEERMEM=1 in the process)
+int fw_fault_port_down(int h); // "down H"
+int fw_fault_link_down(int a, int b); // "down A-B", or either host down
+double fw_fault_cap(int a, int b); // bytes per second, 0 = none ("cap H MBPS", "cap A-B MBPS")
+int fw_fault_corrupt(int a, int b); // "corrupt H", "corrupt A-B"
+int fw_fault_no_dmabuf(int h); // "no-dmabuf H"
+int fw_fault_peermem(int h); // "peermem H" (or FAKEWIRE_PEERMEM=1 in the process)
 #pragma GCC visibility pop
 #endif

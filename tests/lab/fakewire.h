@@ -178,7 +178,13 @@ fw_qp *fw_qp_at(int i);            // under fw_mu: the i-th live QP, or NULL pas
 int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int fw_req_notify_cq(struct ibv_cq *cq, int solicited);
 void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc); // under fw_mu
-// fakewire_data.c
+// fakewire_data.c (the requester) and fakewire_resp.c (the responder)
+typedef struct { uint8_t *p; uint32_t n; int gpu; } fw_piece; // contiguous bytes of one MR, here
+fw_rq *fw_rq_of(fw_qp *q); // its receive queue, or its SRQ's
+// The pieces the sges name, each checked against its MR (key, bounds, access need): 0, or -1.
+int fw_local_pieces(const struct ibv_sge *sge, int num, int need, fw_piece *out, uint64_t *total);
+int fw_scatter(const fw_piece *dst, int n, const uint8_t *src, uint64_t len); // 0, or copy failed
+int fw_any_gpu(const fw_piece *p, int n);
 int fw_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int fw_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int fw_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);

@@ -1,6 +1,6 @@
-// The consumer lab's fake wire (ours): what a work request does at each end. ibv_post_send /
-// ibv_post_recv / ibv_post_srq_recv / ibv_poll_cq are inline in verbs.h and reach these through
-// the context's ops.
+// The consumer lab's fake wire (ours): what a work request does at each end (the requester here,
+// the responder in fakewire_resp.c). ibv_post_send / ibv_post_recv / ibv_post_srq_recv /
+// ibv_poll_cq are inline in verbs.h and reach these through the context's ops.
 //
 // Requester (fw_post_send): the local keys are checked and the bytes to send gathered at once
 // (cuMemcpy for GPU memory); an RC request then waits, in post order, for its answer. Responder
@@ -21,59 +21,86 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { WC_SUCCESS = 0, WC_LOC_LEN_ERR = 1, WC_LOC_PROT_ERR = 4, WC_WR_FLUSH_ERR = 5, WC_REM_INV_REQ_ERR = 9,
-       WC_REM_ACCESS_ERR = 10, WC_REM_OP_ERR = 11, WC_RETRY_EXC_ERR = 12, WC_GENERAL_ERR = 21 };
+enum {
+  WC_SUCCESS = 0,
+  WC_LOC_LEN_ERR = 1,
+  WC_LOC_PROT_ERR = 4,
+  WC_WR_FLUSH_ERR = 5,
+  WC_REM_INV_REQ_ERR = 9,
+  WC_REM_ACCESS_ERR = 10,
+  WC_REM_OP_ERR = 11,
+  WC_RETRY_EXC_ERR = 12,
+  WC_GENERAL_ERR = 21
+};
 enum { F_SIGNALED = 2, F_INLINE = 8 };
 enum { A_LOCAL_WRITE = 1, A_REMOTE_WRITE = 2, A_REMOTE_READ = 4 };
 
-static fw_rq *rq_of(fw_qp *q) { return q->qp.srq ? &((fw_srq *)q->qp.srq)->rq : &q->rq; }
-static void complete(fw_qp *q, uint64_t wr_id, uint32_t opcode, uint32_t flags, uint32_t status, uint32_t len) {
+fw_rq *fw_rq_of(fw_qp *q) { return q->qp.srq ? &((fw_srq *)q->qp.srq)->rq : &q->rq; }
+static void complete(fw_qp *q, uint64_t wr_id, uint32_t opcode, uint32_t flags, uint32_t status,
+                     uint32_t len) {
   if (!status && !(flags & F_SIGNALED) && !q->sq_sig_all) return;
   struct ibv_wc w = {0};
-  w.wr_id = wr_id; w.status = status; w.byte_len = len; w.qp_num = q->qp.qp_num;
+  w.wr_id = wr_id;
+  w.status = status;
+  w.byte_len = len;
+  w.qp_num = q->qp.qp_num;
   w.opcode = opcode == OP_READ ? 2 : (opcode == OP_WRITE || opcode == OP_WRITE_IMM) ? 1 : 0;
   fw_cq_push(q->qp.send_cq, &w);
 }
 
 // ---- registered ranges ----
-typedef struct { uint8_t *p; uint32_t n; int gpu; } piece; // contiguous bytes of one MR, here
-static int local_pieces(const struct ibv_sge *sge, int num, int need, piece *out, uint64_t *total) {
+int fw_local_pieces(const struct ibv_sge *sge, int num, int need, fw_piece *out, uint64_t *total) {
   *total = 0;
   for (int i = 0; i < num; i++) {
     fw_mr *m = fw_find_mr(sge[i].lkey, 0, sge[i].addr, sge[i].length, need);
     if (!m) return -1;
-    out[i].p = m->bytes + (sge[i].addr - m->iova); out[i].n = sge[i].length; out[i].gpu = m->kind != FW_HOST;
+    out[i].p = m->bytes + (sge[i].addr - m->iova);
+    out[i].n = sge[i].length;
+    out[i].gpu = m->kind != FW_HOST;
     *total += sge[i].length;
   }
   return 0;
 }
-static int gather(uint8_t *dst, const piece *src, int n) {
-  for (int i = 0; i < n; i++) { if (fw_copy(dst, src[i].p, src[i].n, 0, src[i].gpu)) return -1; dst += src[i].n; }
-  return 0;
-}
-static int scatter(const piece *dst, int n, const uint8_t *src, uint64_t len) {
-  for (int i = 0; i < n && len; i++) {
-    uint32_t k = dst[i].n < len ? dst[i].n : (uint32_t)len;
-    if (fw_copy(dst[i].p, src, k, dst[i].gpu, 0)) return -1;
-    src += k; len -= k;
+static int gather(uint8_t *dst, const fw_piece *src, int n) {
+  for (int i = 0; i < n; i++) {
+    if (fw_copy(dst, src[i].p, src[i].n, 0, src[i].gpu)) return -1;
+    dst += src[i].n;
   }
   return 0;
 }
-static int any_gpu(const piece *p, int n) { int g = 0; for (int i = 0; i < n; i++) g |= p[i].gpu; return g; }
+int fw_scatter(const fw_piece *dst, int n, const uint8_t *src, uint64_t len) {
+  for (int i = 0; i < n && len; i++) {
+    uint32_t k = dst[i].n < len ? dst[i].n : (uint32_t)len;
+    if (fw_copy(dst[i].p, src, k, dst[i].gpu, 0)) return -1;
+    src += k;
+    len -= k;
+  }
+  return 0;
+}
+int fw_any_gpu(const fw_piece *p, int n) {
+  int g = 0;
+  for (int i = 0; i < n; i++) g |= p[i].gpu;
+  return g;
+}
 
 // ---- requester ----
 static void drain(fw_qp *q) { // completes answered requests from the head, in post order
   while (q->pend && q->pend->status != FW_PENDING) {
     fw_req *e = q->pend;
-    q->pend = e->next; if (!q->pend) q->pend_tail = &q->pend;
+    q->pend = e->next;
+    if (!q->pend) q->pend_tail = &q->pend;
     uint32_t st = e->status;
     complete(q, e->wr_id, e->opcode, e->flags, st, st ? 0 : e->len);
     free(e);
-    if (st) { fw_to_error(q); return; }
+    if (st) {
+      fw_to_error(q);
+      return;
+    }
   }
 }
 static fw_req *find_req(fw_qp *q, uint64_t seq) {
-  for (fw_req *e = q->pend; e; e = e->next) if (e->seq == seq) return e;
+  for (fw_req *e = q->pend; e; e = e->next)
+    if (e->seq == seq) return e;
   return NULL;
 }
 static void arm(fw_qp *q, fw_req *e) {
@@ -97,16 +124,25 @@ void fw_answered(const fw_msg *m, const uint8_t *pay) {
   fw_qp *q = fw_qp_by_num(m->src_qpn);
   fw_req *e = q ? find_req(q, m->seq) : NULL;
   if (!e || e->status != FW_PENDING) return; // flushed meanwhile
-  if (m->status == FW_RNR) { e->deadline = 0; return; }
-  if (m->status == FW_REARM) { if (!e->deadline) arm(q, e); return; }
+  if (m->status == FW_RNR) {
+    e->deadline = 0;
+    return;
+  }
+  if (m->status == FW_REARM) {
+    if (!e->deadline) arm(q, e);
+    return;
+  }
   e->status = m->status;
   if (!m->status && e->opcode == OP_READ) {
-    piece d[FW_MAXSGE]; uint64_t room;
-    if (local_pieces(e->sge, e->num_sge, A_LOCAL_WRITE, d, &room) || room < m->paylen) {
-      fw_count_error("READ answer: the local range went away (LOC_PROT_ERR)"); e->status = WC_LOC_PROT_ERR;
-    } else if (scatter(d, e->num_sge, pay, m->paylen)) {
-      fw_count_error("READ answer: copy failed (GENERAL_ERR)"); e->status = WC_GENERAL_ERR;
-    } else fw_count_bytes(any_gpu(d, e->num_sge), (int)m->pad, m->paylen, 1);
+    fw_piece d[FW_MAXSGE];
+    uint64_t room;
+    if (fw_local_pieces(e->sge, e->num_sge, A_LOCAL_WRITE, d, &room) || room < m->paylen) {
+      fw_count_error("READ answer: the local range went away (LOC_PROT_ERR)");
+      e->status = WC_LOC_PROT_ERR;
+    } else if (fw_scatter(d, e->num_sge, pay, m->paylen)) {
+      fw_count_error("READ answer: copy failed (GENERAL_ERR)");
+      e->status = WC_GENERAL_ERR;
+    } else fw_count_bytes(fw_any_gpu(d, e->num_sge), (int)m->pad, m->paylen, 1);
   }
   drain(q);
 }
@@ -117,8 +153,11 @@ int64_t fw_expire(int64_t now) {
     int hit = 0;
     for (fw_req *e = q->pend; e; e = e->next) {
       if (e->status != FW_PENDING || !e->deadline) continue;
-      if (e->deadline <= now) { e->status = WC_RETRY_EXC_ERR; hit = 1; fw_count_wire(2); }
-      else if (!next || e->deadline < next) next = e->deadline;
+      if (e->deadline <= now) {
+        e->status = WC_RETRY_EXC_ERR;
+        hit = 1;
+        fw_count_wire(2);
+      } else if (!next || e->deadline < next) next = e->deadline;
     }
     if (hit) drain(q);
   }
@@ -129,82 +168,132 @@ void fw_to_error(fw_qp *q) {
   for (fw_req *e = q->pend, *n; e; e = n) {
     n = e->next;
     struct ibv_wc w = {0};
-    w.wr_id = e->wr_id; w.status = WC_WR_FLUSH_ERR; w.qp_num = q->qp.qp_num;
+    w.wr_id = e->wr_id;
+    w.status = WC_WR_FLUSH_ERR;
+    w.qp_num = q->qp.qp_num;
     fw_cq_push(q->qp.send_cq, &w);
     free(e);
   }
-  q->pend = NULL; q->pend_tail = &q->pend;
+  q->pend = NULL;
+  q->pend_tail = &q->pend;
   fw_in *held = q->in; // an ERR responder drops what it held: those requesters retry in vain
-  q->in = NULL; q->in_tail = &q->in;
+  q->in = NULL;
+  q->in_tail = &q->in;
   for (fw_in *h = held, *n; h; h = n) {
     n = h->next;
     fw_msg a = h->m;
-    a.kind = FW_M_RSP; a.status = FW_REARM; a.paylen = 0;
+    a.kind = FW_M_RSP;
+    a.status = FW_REARM;
+    a.paylen = 0;
     fw_reply(h->from, &a, NULL);
-    free(h->pay); free(h);
+    free(h->pay);
+    free(h);
   }
   if (!q->qp.srq)
     while (q->rq.head != q->rq.tail) {
       struct ibv_wc w = {0};
-      w.wr_id = q->rq.e[q->rq.head++ % q->rq.cap].wr_id; w.status = WC_WR_FLUSH_ERR; w.qp_num = q->qp.qp_num;
+      w.wr_id = q->rq.e[q->rq.head++ % q->rq.cap].wr_id;
+      w.status = WC_WR_FLUSH_ERR;
+      w.qp_num = q->qp.qp_num;
       w.opcode = 128;
       fw_cq_push(q->qp.recv_cq, &w);
     }
 }
 void fw_qp_gone(fw_qp *q) {
-  for (fw_req *e = q->pend, *n; e; e = n) { n = e->next; free(e); }
-  for (fw_in *h = q->in, *n; h; h = n) { n = h->next; free(h->pay); free(h); }
-  q->pend = NULL; q->in = NULL;
+  for (fw_req *e = q->pend, *n; e; e = n) {
+    n = e->next;
+    free(e);
+  }
+  for (fw_in *h = q->in, *n; h; h = n) {
+    n = h->next;
+    free(h->pay);
+    free(h);
+  }
+  q->pend = NULL;
+  q->in = NULL;
 }
 
 // One work request of q (RTS): 0, or EINVAL/ENOMEM for post_send to return.
 static int post_one(fw_qp *q, const struct ibv_send_wr *wr) {
-  piece loc[FW_MAXSGE]; uint64_t len = 0;
+  fw_piece loc[FW_MAXSGE];
+  uint64_t len = 0;
   int ud = q->qp.qp_type == 4, inl = (wr->send_flags & F_INLINE) != 0, bad = 0;
-  if (inl) for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
-  else bad = local_pieces(wr->sg_list, wr->num_sge, wr->opcode == OP_READ ? A_LOCAL_WRITE : 0, loc, &len);
+  if (inl)
+    for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
+  else
+    bad = fw_local_pieces(wr->sg_list, wr->num_sge, wr->opcode == OP_READ ? A_LOCAL_WRITE : 0, loc,
+                          &len);
   fw_req *e = NULL;
   if (!ud) {
     e = calloc(1, sizeof *e);
     if (!e) return ENOMEM;
-    e->seq = ++q->next_seq; e->wr_id = wr->wr_id; e->opcode = wr->opcode; e->flags = wr->send_flags;
-    e->len = (uint32_t)len; e->status = FW_PENDING; e->num_sge = wr->num_sge;
+    e->seq = ++q->next_seq;
+    e->wr_id = wr->wr_id;
+    e->opcode = wr->opcode;
+    e->flags = wr->send_flags;
+    e->len = (uint32_t)len;
+    e->status = FW_PENDING;
+    e->num_sge = wr->num_sge;
     memcpy(e->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
-    *q->pend_tail = e; q->pend_tail = &e->next;
+    *q->pend_tail = e;
+    q->pend_tail = &e->next;
   }
   if (bad) { // a local key, bound or access the MR does not give
     fw_count_error("local key/bounds/access (LOC_PROT_ERR)");
-    if (e) { e->status = WC_LOC_PROT_ERR; drain(q); }
-    else { complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_LOC_PROT_ERR, 0); fw_to_error(q); }
+    if (e) {
+      e->status = WC_LOC_PROT_ERR;
+      drain(q);
+    } else {
+      complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_LOC_PROT_ERR, 0);
+      fw_to_error(q);
+    }
     return 0;
   }
-  fw_msg m = {.kind = FW_M_REQ, .op = wr->opcode, .src_host = (uint32_t)fw_me()->n, .src_qpn = q->qp.qp_num,
-              .imm = wr->imm, .len = len, .pad = (uint32_t)(!inl && any_gpu(loc, wr->num_sge))};
+  fw_msg m = {.kind = FW_M_REQ,
+              .op = wr->opcode,
+              .src_host = (uint32_t)fw_me()->n,
+              .src_qpn = q->qp.qp_num,
+              .imm = wr->imm,
+              .len = len,
+              .pad = (uint32_t)(!inl && fw_any_gpu(loc, wr->num_sge))};
   uint8_t *pay = NULL;
-  if (wr->opcode != OP_READ && len) { // the bytes leave now: verbs let the HCA read them any time before completion
+  if (wr->opcode != OP_READ &&
+      len) { // the bytes leave now: verbs let the HCA read them any time before completion
     pay = malloc(len);
     if (!pay) return ENOMEM;
     if (inl) {
       uint8_t *p = pay;
-      for (int i = 0; i < wr->num_sge; i++) { memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length); p += wr->sg_list[i].length; }
+      for (int i = 0; i < wr->num_sge; i++) {
+        memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+        p += wr->sg_list[i].length;
+      }
     } else if (gather(pay, loc, wr->num_sge)) {
-      free(pay); fw_count_error("copy failed (GENERAL_ERR)");
-      if (e) { e->status = WC_GENERAL_ERR; drain(q); } else complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_GENERAL_ERR, 0);
+      free(pay);
+      fw_count_error("copy failed (GENERAL_ERR)");
+      if (e) {
+        e->status = WC_GENERAL_ERR;
+        drain(q);
+      } else complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_GENERAL_ERR, 0);
       return 0;
     }
   }
   m.paylen = pay ? len : 0;
   if (ud) {
     fw_ah *ah = (fw_ah *)wr->wr.ud.ah;
-    m.ud = 1; m.dst_qpn = wr->wr.ud.remote_qpn;
+    m.ud = 1;
+    m.dst_qpn = wr->wr.ud.remote_qpn;
     m.qkey = (wr->wr.ud.remote_qkey & 0x80000000u) ? q->qkey : wr->wr.ud.remote_qkey;
     memcpy(m.sgid, fw_me()->gid[ah->attr.grh.sgid_index % FW_NGIDS], 16);
     memcpy(m.dgid, ah->attr.grh.dgid.raw, 16);
     fw_send(&m, pay);
-    complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_SUCCESS, (uint32_t)len); // on the wire: done
+    complete(q, wr->wr_id, wr->opcode, wr->send_flags, WC_SUCCESS,
+             (uint32_t)len); // on the wire: done
     return 0;
   }
-  m.dst_qpn = q->dest_qpn; m.seq = e->seq; m.rkey = wr->wr.rdma.rkey; m.raddr = wr->wr.rdma.remote_addr;
+  m.dst_qpn = q->dest_qpn;
+  m.seq = e->seq;
+  m.rkey = wr->wr.rdma.rkey;
+  m.raddr = wr->wr.rdma.remote_addr;
   memcpy(m.sgid, fw_me()->gid[q->sgid_index % FW_NGIDS], 16);
   memcpy(m.dgid, q->dgid.raw, 16);
   fw_send(&m, pay);
@@ -219,179 +308,27 @@ int fw_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
     int ok_op = ud ? (op == OP_SEND || op == OP_SEND_IMM) : (op <= OP_READ);
     uint64_t len = 0;
     for (int i = 0; i < wr->num_sge && i < FW_MAXSGE; i++) len += wr->sg_list[i].length;
-    if (!ok_op || wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge || (wr->num_sge && !wr->sg_list) ||
-        ((wr->send_flags & F_INLINE) && (op == OP_READ || len > q->cap.max_inline_data)) || (ud && !wr->wr.ud.ah)) { rc = EINVAL; break; }
-    if (qp->state == 6) { struct ibv_wc w = {0}; w.wr_id = wr->wr_id; w.status = WC_WR_FLUSH_ERR; w.qp_num = qp->qp_num; fw_cq_push(qp->send_cq, &w); continue; }
-    if (qp->state != 3) { rc = EINVAL; break; }
-    if ((rc = post_one(q, wr))) break;
-  }
-  pthread_mutex_unlock(&fw_mu);
-  if (bad) *bad = rc ? wr : NULL;
-  return rc;
-}
-
-// ---- responder ----
-static void answer(struct fw_conn *to, const fw_msg *req, uint32_t status, const uint8_t *pay, uint64_t n, int gpu) {
-  fw_msg a = *req;
-  a.kind = FW_M_RSP; a.status = status; a.paylen = pay ? n : 0; a.pad = (uint32_t)gpu;
-  fw_reply(to, &a, pay);
-}
-// Into the next receive of t: -1 none posted, else 0 with the NAK for the requester in *nak.
-static int receive(fw_qp *t, const fw_msg *m, const uint8_t *pay, uint32_t *nak) {
-  fw_rq *rq = rq_of(t);
-  if (rq->head == rq->tail) return -1;
-  fw_rwqe *r = &rq->e[rq->head++ % rq->cap];
-  struct ibv_wc w = {0};
-  w.wr_id = r->wr_id; w.qp_num = t->qp.qp_num; w.src_qp = m->src_qpn;
-  w.opcode = m->op == OP_WRITE_IMM ? 129 : 128; // RECV_RDMA_WITH_IMM, RECV
-  if (m->op == OP_WRITE_IMM || m->op == OP_SEND_IMM) { w.imm = m->imm; w.wc_flags |= 2; }
-  *nak = 0;
-  if (m->op == OP_WRITE_IMM) w.byte_len = (uint32_t)m->len; // the bytes went to the RDMA range
-  else {
-    piece d[FW_MAXSGE]; uint64_t room, grh = m->ud ? 40 : 0;
-    if (local_pieces(r->sge, r->num_sge, A_LOCAL_WRITE, d, &room)) { w.status = WC_LOC_PROT_ERR; *nak = WC_REM_OP_ERR; }
-    else if (room < m->paylen + grh) { w.status = WC_LOC_LEN_ERR; *nak = WC_REM_INV_REQ_ERR; }
-    else {
-      uint8_t *tmp = malloc(m->paylen + grh + 1);
-      if (!tmp) w.status = WC_GENERAL_ERR;
-      else {
-        memset(tmp, 0, grh);
-        if (m->ud) { // the GRH: IPv6, or for an IPv4 GID an IPv4 header in its last 20 bytes
-          if (!memcmp(m->dgid, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12)) {
-            tmp[20] = 0x45; tmp[28] = 64; tmp[29] = 17; memcpy(tmp + 32, m->sgid + 12, 4); memcpy(tmp + 36, m->dgid + 12, 4);
-          } else { tmp[0] = 0x60; tmp[6] = 17; tmp[7] = 64; memcpy(tmp + 8, m->sgid, 16); memcpy(tmp + 24, m->dgid, 16); }
-          w.wc_flags |= 1; // IBV_WC_GRH
-        }
-        if (m->paylen) memcpy(tmp + grh, pay, m->paylen);
-        if (scatter(d, r->num_sge, tmp, m->paylen + grh)) w.status = WC_GENERAL_ERR;
-        free(tmp);
-      }
-      if (w.status) *nak = WC_REM_OP_ERR;
-      else fw_count_bytes(any_gpu(d, r->num_sge), (int)m->pad, m->paylen, 2);
-      w.byte_len = (uint32_t)(m->paylen + grh);
+    if (!ok_op || wr->num_sge < 0 || (uint32_t)wr->num_sge > q->cap.max_send_sge ||
+        (wr->num_sge && !wr->sg_list) ||
+        ((wr->send_flags & F_INLINE) && (op == OP_READ || len > q->cap.max_inline_data)) ||
+        (ud && !wr->wr.ud.ah)) {
+      rc = EINVAL;
+      break;
     }
-    if (w.status) fw_count_error("receive side refused a message (protection or length)");
-  }
-  fw_cq_push(t->qp.recv_cq, &w);
-  return 0;
-}
-// Runs one RC request at t: 1 = no receive posted (hold it), 0 = answered (pay consumed).
-static int execute(fw_qp *t, struct fw_conn *from, const fw_msg *m, uint8_t *pay) {
-  int op = (int)m->op, read = op == OP_READ;
-  uint32_t nak = 0;
-  if ((op == OP_SEND || op == OP_SEND_IMM || op == OP_WRITE_IMM) && rq_of(t)->head == rq_of(t)->tail) return 1;
-  if (op == OP_SEND || op == OP_SEND_IMM) {
-    receive(t, m, pay, &nak);
-    answer(from, m, nak, NULL, 0, 0);
-    free(pay);
-    if (nak) fw_to_error(t);
-    return 0;
-  }
-  uint8_t *out = NULL; int rgpu = 0;
-  if (m->len) { // a zero-length RDMA operation checks no key (IB spec): consumers post one as a flush
-    int need = read ? A_REMOTE_READ : A_REMOTE_WRITE;
-    fw_mr *r = fw_find_mr(m->rkey, 1, m->raddr, m->len, need);
-    if (!r || !(t->access & need)) {
-      char why[200];
-      snprintf(why, sizeof why, "remote %s rkey=%#x addr=%#lx len=%#lx: %s (REM_ACCESS_ERR)", read ? "READ" : "WRITE", m->rkey,
-               (unsigned long)m->raddr, (unsigned long)m->len, r ? "the QP lacks the remote access flag" : "no MR of that rkey covers it with that access");
-      fw_count_error(why);
-      answer(from, m, WC_REM_ACCESS_ERR, NULL, 0, 0);
-      free(pay); fw_to_error(t);
-      return 0;
-    }
-    uint8_t *rp = r->bytes + (m->raddr - r->iova);
-    rgpu = r->kind != FW_HOST;
-    int bad;
-    if (read) bad = !(out = malloc(m->len)) || fw_copy(out, rp, m->len, 0, rgpu);
-    else bad = m->paylen != m->len || fw_copy(rp, pay, m->len, rgpu, 0);
-    if (bad) {
-      fw_count_error("copy failed (REM_OP_ERR)");
-      answer(from, m, WC_REM_OP_ERR, NULL, 0, 0);
-      free(out); free(pay); fw_to_error(t);
-      return 0;
-    }
-    if (!read) fw_count_bytes(rgpu, (int)m->pad, m->len, 0);
-  }
-  if (op == OP_WRITE_IMM) receive(t, m, NULL, &nak); // the responder completes before it acknowledges
-  answer(from, m, 0, out, read ? m->len : 0, rgpu);
-  free(out); free(pay);
-  return 0;
-}
-static void hold(fw_qp *t, struct fw_conn *from, const fw_msg *m, uint8_t *pay) {
-  fw_in *h = calloc(1, sizeof *h);
-  if (!h) { free(pay); return; } // dropped: the requester's retries run out
-  h->from = from; h->m = *m; h->pay = pay;
-  *t->in_tail = h; t->in_tail = &h->next;
-  answer(from, m, FW_RNR, NULL, 0, 0);
-}
-void fw_respond(struct fw_conn *from, const fw_msg *m, uint8_t *pay) {
-  fw_qp *t = fw_qp_by_num(m->dst_qpn);
-  int live = t && (t->qp.state == 2 || t->qp.state == 3);
-  if (m->ud) {
-    uint32_t nak;
-    if (live && t->qp.qp_type == 4 && t->qkey == m->qkey) receive(t, m, pay, &nak); // none posted: dropped
-    free(pay);
-    return;
-  }
-  if (!live || t->qp.qp_type != 2 || t->dest_qpn != m->src_qpn || t->dest_host != (int)m->src_host) {
-    fw_count_wire(0); free(pay); // no QP that knows the sender: dropped
-    return;
-  }
-  if (t->in || execute(t, from, m, pay)) hold(t, from, m, pay);
-}
-void fw_retry_held(void) {
-  fw_qp *t;
-  for (int i = 0; (t = fw_qp_at(i)); i++)
-    while (t->in && (t->qp.state == 2 || t->qp.state == 3)) {
-      fw_in *h = t->in; // detached while it runs: an error flushes only what is behind it
-      t->in = h->next; if (!t->in) t->in_tail = &t->in;
-      if (execute(t, h->from, &h->m, h->pay)) { // still no receive: back in front
-        h->next = t->in; t->in = h; if (!h->next) t->in_tail = &h->next;
-        break;
-      }
-      free(h);
-    }
-}
-
-static int rq_push(fw_rq *rq, const struct ibv_recv_wr *wr) {
-  if (wr->num_sge < 0 || wr->num_sge > FW_MAXSGE || (wr->num_sge && !wr->sg_list)) return EINVAL;
-  if (rq->tail - rq->head == rq->cap) {
-    unsigned cap = rq->cap ? rq->cap * 2 : 64;
-    fw_rwqe *e = malloc(cap * sizeof *e);
-    if (!e) return ENOMEM;
-    for (unsigned i = 0; i < rq->tail - rq->head; i++) e[i] = rq->e[(rq->head + i) % rq->cap];
-    free(rq->e); rq->e = e; rq->tail -= rq->head; rq->head = 0; rq->cap = cap;
-  }
-  fw_rwqe *r = &rq->e[rq->tail++ % rq->cap];
-  r->wr_id = wr->wr_id; r->num_sge = wr->num_sge;
-  memcpy(r->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
-  return 0;
-}
-int fw_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
-  fw_qp *q = (fw_qp *)qp;
-  int rc = 0;
-  pthread_mutex_lock(&fw_mu);
-  for (; wr; wr = wr->next) {
-    if (qp->srq || qp->state == 0 || (uint32_t)wr->num_sge > q->cap.max_recv_sge) { rc = EINVAL; break; }
     if (qp->state == 6) {
       struct ibv_wc w = {0};
-      w.wr_id = wr->wr_id; w.status = WC_WR_FLUSH_ERR; w.qp_num = qp->qp_num; w.opcode = 128;
-      fw_cq_push(qp->recv_cq, &w);
+      w.wr_id = wr->wr_id;
+      w.status = WC_WR_FLUSH_ERR;
+      w.qp_num = qp->qp_num;
+      fw_cq_push(qp->send_cq, &w);
       continue;
     }
-    if ((rc = rq_push(&q->rq, wr))) break;
+    if (qp->state != 3) {
+      rc = EINVAL;
+      break;
+    }
+    if ((rc = post_one(q, wr))) break;
   }
-  fw_retry_held();
-  pthread_mutex_unlock(&fw_mu);
-  if (bad) *bad = rc ? wr : NULL;
-  return rc;
-}
-int fw_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
-  int rc = 0;
-  pthread_mutex_lock(&fw_mu);
-  for (; wr; wr = wr->next) if ((rc = rq_push(&((fw_srq *)srq)->rq, wr))) break;
-  fw_retry_held();
   pthread_mutex_unlock(&fw_mu);
   if (bad) *bad = rc ? wr : NULL;
   return rc;

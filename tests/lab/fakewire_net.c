@@ -26,12 +26,20 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct out { struct out *next; fw_msg m; uint8_t *pay; size_t off; double ready; } out;
+typedef struct out {
+  struct out *next;
+  fw_msg m;
+  uint8_t *pay;
+  size_t off;
+  double ready;
+} out;
 typedef struct fw_conn {
   int fd, host, pid, dead, inbound;
-  fw_msg hdr; size_t got; uint8_t *pay; // the message being read: header, then payload
-  out *q, **q_tail;                     // what waits to be written
-  double free_at;                       // ms: when the link is free again under a cap
+  fw_msg hdr;
+  size_t got;
+  uint8_t *pay; // the message being read: header, then payload
+  out *q, **q_tail; // what waits to be written
+  double free_at; // ms: when the link is free again under a cap
 } fw_conn;
 #define FW_MAXCONN 1024
 static fw_conn *conns[FW_MAXCONN];
@@ -39,8 +47,16 @@ static int nconns, listen_fd = -1, wake_fd = -1;
 static pthread_t wire_thread;
 static char lab_id[64]; // the lab directory's device and inode: names its sockets
 
-int64_t fw_now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000 + t.tv_nsec / 1000000; }
-static double now_f(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+int64_t fw_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+static double now_f(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
 int64_t fw_retry_ms(const fw_qp *q) {
   unsigned t = q->attr.timeout, r = q->attr.retry_cnt;
   const char *v = getenv("FAKEWIRE_RETRY_MS_MAX");
@@ -67,14 +83,22 @@ static int owner(int host, uint32_t qpn) { // the pid, or -1
   return k > 0 ? atoi(b) : -1;
 }
 static void mkdirs(const char *path) {
-  char p[512]; snprintf(p, sizeof p, "%s", path);
-  for (char *s = p + 1; (s = strchr(s, '/')); s++) { *s = 0; mkdir(p, 0755); *s = '/'; }
+  char p[512];
+  snprintf(p, sizeof p, "%s", path);
+  for (char *s = p + 1; (s = strchr(s, '/')); s++) {
+    *s = 0;
+    mkdir(p, 0755);
+    *s = '/';
+  }
   mkdir(p, 0755);
 }
 int fw_qpn_claim(uint32_t *qpn) {
   static uint32_t local = 0x100; // one process only: numbers of its own
   char p[512], d[512];
-  if (!fw_lab_dir()) { *qpn = local++; return 0; }
+  if (!fw_lab_dir()) {
+    *qpn = local++;
+    return 0;
+  }
   snprintf(d, sizeof d, "%s/run/host%d/qp", fw_lab_dir(), fw_me()->n);
   mkdirs(d);
   static uint32_t next;
@@ -84,13 +108,21 @@ int fw_qpn_claim(uint32_t *qpn) {
     int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
       int pid = owner(fw_me()->n, next);
-      if (errno == EEXIST && pid > 0 && kill(pid, 0) && errno == ESRCH) { unlink(p); tries--; continue; } // its process is gone
+      if (errno == EEXIST && pid > 0 && kill(pid, 0) && errno == ESRCH) {
+        unlink(p);
+        tries--;
+        continue;
+      } // its process is gone
       continue;
     }
-    char b[32]; int k = snprintf(b, sizeof b, "%d\n", getpid());
+    char b[32];
+    int k = snprintf(b, sizeof b, "%d\n", getpid());
     int ok = write(fd, b, (size_t)k) == k;
     close(fd);
-    if (!ok) { unlink(p); return -1; }
+    if (!ok) {
+      unlink(p);
+      return -1;
+    }
     *qpn = next++;
     return 0;
   }
@@ -108,7 +140,10 @@ static void sock_name(struct sockaddr_un *a, socklen_t *len, int host, int pid) 
   int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "fakewire-%s-%d-%d", lab_id, host, pid);
   *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
-static void wake(void) { uint64_t one = 1; if (wake_fd >= 0 && write(wake_fd, &one, sizeof one) < 0) {} }
+static void wake(void) {
+  uint64_t one = 1;
+  if (wake_fd >= 0 && write(wake_fd, &one, sizeof one) < 0) {}
+}
 static void conn_dead(fw_conn *c) {
   if (c->dead) return;
   c->dead = 1;
@@ -116,29 +151,47 @@ static void conn_dead(fw_conn *c) {
   for (out *o = c->q, *n; o; o = n) { // never sent: their requesters time out
     n = o->next;
     if (o->m.kind == FW_M_REQ) fw_req_sent(o->m.src_qpn, o->m.seq, NULL, 1);
-    free(o->pay); free(o);
+    free(o->pay);
+    free(o);
   }
-  c->q = NULL; c->q_tail = &c->q;
-  free(c->pay); c->pay = NULL;
+  c->q = NULL;
+  c->q_tail = &c->q;
+  free(c->pay);
+  c->pay = NULL;
   fw_conn_lost(c);
 }
 static fw_conn *conn_new(int fd, int host, int pid, int inbound) {
-  if (nconns == FW_MAXCONN) { close(fd); return NULL; }
+  if (nconns == FW_MAXCONN) {
+    close(fd);
+    return NULL;
+  }
   fw_conn *c = calloc(1, sizeof *c);
-  if (!c) { close(fd); return NULL; }
-  c->fd = fd; c->host = host; c->pid = pid; c->inbound = inbound; c->q_tail = &c->q;
+  if (!c) {
+    close(fd);
+    return NULL;
+  }
+  c->fd = fd;
+  c->host = host;
+  c->pid = pid;
+  c->inbound = inbound;
+  c->q_tail = &c->q;
   conns[nconns++] = c;
   return c;
 }
 static void enqueue(fw_conn *c, const fw_msg *m, uint8_t *pay);
 static fw_conn *conn_to(int host, int pid) {
   for (int i = 0; i < nconns; i++)
-    if (!conns[i]->inbound && conns[i]->host == host && conns[i]->pid == pid) return conns[i]->dead ? NULL : conns[i];
-  struct sockaddr_un a; socklen_t len;
+    if (!conns[i]->inbound && conns[i]->host == host && conns[i]->pid == pid)
+      return conns[i]->dead ? NULL : conns[i];
+  struct sockaddr_un a;
+  socklen_t len;
   sock_name(&a, &len, host, pid);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return NULL;
-  if (connect(fd, (struct sockaddr *)&a, len)) { close(fd); return NULL; }
+  if (connect(fd, (struct sockaddr *)&a, len)) {
+    close(fd);
+    return NULL;
+  }
   fcntl(fd, F_SETFL, O_NONBLOCK);
   fw_conn *c = conn_new(fd, host, pid, 0);
   if (!c) return NULL;
@@ -152,17 +205,25 @@ static int flush(fw_conn *c) {
   while (!c->dead && c->q && c->q->ready <= now) {
     out *o = c->q;
     size_t h = sizeof o->m, total = h + o->m.paylen;
-    struct iovec v[2]; int nv = 0;
+    struct iovec v[2];
+    int nv = 0;
     if (o->off < h) v[nv++] = (struct iovec){(uint8_t *)&o->m + o->off, h - o->off};
-    if (o->m.paylen) v[nv++] = (struct iovec){o->pay + (o->off > h ? o->off - h : 0), o->m.paylen - (o->off > h ? o->off - h : 0)};
+    if (o->m.paylen)
+      v[nv++] = (struct iovec){o->pay + (o->off > h ? o->off - h : 0),
+                               o->m.paylen - (o->off > h ? o->off - h : 0)};
     ssize_t k = writev(c->fd, v, nv);
     if (k < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
-    if (k <= 0) { conn_dead(c); return -1; }
+    if (k <= 0) {
+      conn_dead(c);
+      return -1;
+    }
     o->off += (size_t)k;
     if (o->off < total) return 0;
-    c->q = o->next; if (!c->q) c->q_tail = &c->q;
+    c->q = o->next;
+    if (!c->q) c->q_tail = &c->q;
     if (o->m.kind == FW_M_REQ) fw_req_sent(o->m.src_qpn, o->m.seq, c, 1);
-    free(o->pay); free(o);
+    free(o->pay);
+    free(o);
   }
   return 0;
 }
@@ -170,23 +231,32 @@ static int flush(fw_conn *c) {
 // inverted when corrupt, released no sooner than a capped link would carry it.
 static void enqueue(fw_conn *c, const fw_msg *m, uint8_t *pay) {
   int me = fw_me()->n;
-  if (m->kind != FW_M_HELLO && (c->dead || fw_fault_link_down(me, c->host) || fw_fault_port_down(me))) {
+  if (m->kind != FW_M_HELLO &&
+      (c->dead || fw_fault_link_down(me, c->host) || fw_fault_port_down(me))) {
     fw_count_wire(0);
     if (m->kind == FW_M_REQ) fw_req_sent(m->src_qpn, m->seq, NULL, 1);
     free(pay);
     return;
   }
   out *o = calloc(1, sizeof *o);
-  if (!o) { free(pay); return; }
-  o->m = *m; o->pay = pay;
-  if (m->paylen && fw_fault_corrupt(me, c->host)) { pay[0] ^= 0xff; fw_count_wire(1); }
+  if (!o) {
+    free(pay);
+    return;
+  }
+  o->m = *m;
+  o->pay = pay;
+  if (m->paylen && fw_fault_corrupt(me, c->host)) {
+    pay[0] ^= 0xff;
+    fw_count_wire(1);
+  }
   double cap = m->kind == FW_M_HELLO ? 0 : fw_fault_cap(me, c->host);
   if (cap > 0) {
     double start = c->free_at > now_f() ? c->free_at : now_f();
     c->free_at = start + (double)(sizeof *m + m->paylen) * 1e3 / cap;
     o->ready = c->free_at;
   }
-  *c->q_tail = o; c->q_tail = &o->next;
+  *c->q_tail = o;
+  c->q_tail = &o->next;
   if (m->kind == FW_M_REQ) fw_req_sent(m->src_qpn, m->seq, c, 0);
   flush(c);
   if (c->q && !pthread_equal(pthread_self(), wire_thread)) wake();
@@ -213,7 +283,10 @@ drop:
   return -1;
 }
 void fw_reply(struct fw_conn *to, const fw_msg *m, const uint8_t *pay) {
-  if (!to) { fw_answered(m, pay); return; }
+  if (!to) {
+    fw_answered(m, pay);
+    return;
+  }
   uint8_t *copy = NULL;
   if (m->paylen) {
     if (!(copy = malloc(m->paylen))) return; // lost: the requester times out
@@ -230,20 +303,35 @@ static void read_conn(fw_conn *c) {
     if (c->got < h) k = read(c->fd, (uint8_t *)&c->hdr + c->got, h - c->got);
     else k = read(c->fd, c->pay + (c->got - h), c->hdr.paylen - (c->got - h));
     if (k < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (k <= 0) { conn_dead(c); return; }
+    if (k <= 0) {
+      conn_dead(c);
+      return;
+    }
     c->got += (size_t)k;
     if (c->got == h && c->hdr.paylen) {
-      if (c->hdr.paylen > (1ull << 32) || !(c->pay = malloc(c->hdr.paylen))) { conn_dead(c); return; }
+      if (c->hdr.paylen > (1ull << 32) || !(c->pay = malloc(c->hdr.paylen))) {
+        conn_dead(c);
+        return;
+      }
       continue;
     }
     if (c->got < h + c->hdr.paylen) continue;
     fw_msg m = c->hdr;
     uint8_t *pay = c->pay;
-    c->pay = NULL; c->got = 0;
-    if (m.kind == FW_M_HELLO) { c->host = (int)m.src_host; c->pid = (int)m.pid; free(pay); }
-    else if (m.kind == FW_M_REQ && c->inbound) fw_respond(c, &m, pay);
-    else if (m.kind == FW_M_RSP && !c->inbound) { fw_answered(&m, pay); free(pay); }
-    else { fw_count_error("a message the wire does not expect"); free(pay); }
+    c->pay = NULL;
+    c->got = 0;
+    if (m.kind == FW_M_HELLO) {
+      c->host = (int)m.src_host;
+      c->pid = (int)m.pid;
+      free(pay);
+    } else if (m.kind == FW_M_REQ && c->inbound) fw_respond(c, &m, pay);
+    else if (m.kind == FW_M_RSP && !c->inbound) {
+      fw_answered(&m, pay);
+      free(pay);
+    } else {
+      fw_count_error("a message the wire does not expect");
+      free(pay);
+    }
   }
 }
 // One pass over the wire without waiting: what a program that polls its CQ drives itself, so
@@ -272,11 +360,13 @@ static void *wire_main(void *arg) {
     for (int i = 0; i < nconns; i++) {
       fw_conn *c = conns[i];
       if (c->dead) continue;
-      if (!c->inbound && fw_fault_link_down(fw_me()->n, c->host)) fw_conn_lost(c); // retries go nowhere
+      if (!c->inbound && fw_fault_link_down(fw_me()->n, c->host))
+        fw_conn_lost(c); // retries go nowhere
       short ev = POLLIN;
       if (c->q && c->q->ready <= now) ev |= POLLOUT;
       else if (c->q && c->q->ready - now < timeout) timeout = (int)(c->q->ready - now) + 1;
-      of[n] = c; p[n++] = (struct pollfd){c->fd, ev, 0};
+      of[n] = c;
+      p[n++] = (struct pollfd){c->fd, ev, 0};
     }
     int64_t due = fw_expire(fw_now_ms());
     if (due && due - fw_now_ms() < timeout) timeout = (int)(due - fw_now_ms()) + 1;
@@ -286,8 +376,10 @@ static void *wire_main(void *arg) {
     if (k < 0) continue;
     for (int i = 0; i < n; i++) {
       if (!p[i].revents) continue;
-      if (p[i].fd == wake_fd) { uint64_t v; if (read(wake_fd, &v, sizeof v) < 0) {} }
-      else if (p[i].fd == listen_fd) {
+      if (p[i].fd == wake_fd) {
+        uint64_t v;
+        if (read(wake_fd, &v, sizeof v) < 0) {}
+      } else if (p[i].fd == listen_fd) {
         int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) conn_new(fd, -1, -1, 1);
       } else {
@@ -295,7 +387,8 @@ static void *wire_main(void *arg) {
         if (!of[i]->dead) flush(of[i]);
       }
     }
-    for (int i = 0; i < nconns; i++) if (!conns[i]->dead && conns[i]->q) flush(conns[i]);
+    for (int i = 0; i < nconns; i++)
+      if (!conns[i]->dead && conns[i]->q) flush(conns[i]);
   }
   return NULL;
 }
@@ -305,8 +398,11 @@ static void start(void) {
   if (lab) {
     struct stat st;
     mkdirs(lab);
-    if (!stat(lab, &st)) snprintf(lab_id, sizeof lab_id, "%lx-%lx", (unsigned long)st.st_dev, (unsigned long)st.st_ino);
-    struct sockaddr_un a; socklen_t len;
+    if (!stat(lab, &st))
+      snprintf(lab_id, sizeof lab_id, "%lx-%lx", (unsigned long)st.st_dev,
+               (unsigned long)st.st_ino);
+    struct sockaddr_un a;
+    socklen_t len;
     sock_name(&a, &len, fw_me()->n, getpid());
     listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&a, len) || listen(listen_fd, 128)) {
@@ -318,11 +414,15 @@ static void start(void) {
   sigset_t all, old; // the wire's thread takes no signal of the program's
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  if (pthread_create(&wire_thread, NULL, wire_main, NULL)) fprintf(stderr, "fakewire: no thread for the wire\n");
+  if (pthread_create(&wire_thread, NULL, wire_main, NULL))
+    fprintf(stderr, "fakewire: no thread for the wire\n");
   else pthread_detach(wire_thread);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
-void fw_wire_start(void) { static pthread_once_t once = PTHREAD_ONCE_INIT; pthread_once(&once, start); }
+void fw_wire_start(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, start);
+}
 
 // At exit, what is already due still leaves (a last answer a peer waits for), within a second.
 __attribute__((destructor)) static void drain_at_exit(void) {
