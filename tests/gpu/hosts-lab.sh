@@ -84,9 +84,10 @@ hosts_verdict() {
   local row=$1 w=$2 n=$3 r nl net gdr bad g fw
   for ((r = 0; r < n; r++)); do
     nl=$(find "$B/logs" -name "$row.nccl.$r.*" | head -1)
-    net=$(cat "$nl" 2>/dev/null | grep -c 'via NET/IB')
-    gdr=$(cat "$nl" 2>/dev/null | grep 'via NET/IB' | grep -c '/GDRDMA')
-    bad=$(cat "$nl" 2>/dev/null | grep -cE 'via P2P|via SHM|NET/Socket|Duplicate GPU|Could not find real path')
+    nl=${nl:-/dev/null}
+    net=$(grep -c 'via NET/IB' "$nl")
+    gdr=$(grep 'via NET/IB' "$nl" | grep -c '/GDRDMA')
+    bad=$(grep -cE 'via P2P|via SHM|NET/Socket|Duplicate GPU|Could not find real path' "$nl")
     grep -h '^gdrshim: summary' "$B/logs/$row.gdrshim.$r" 2>/dev/null | tail -1 >"$B/logs/$row.sum.$r"
     g="registered=$(num "$B/logs/$row.sum.$r" registered) dmabuf_mrs=$(num "$B/logs/$row.sum.$r" dmabuf_mrs)"
     g+=" pass0_misses=$(num "$B/logs/$row.sum.$r" pass0_misses) rm_errors=$(num "$B/logs/$row.sum.$r" rm_errors)"

@@ -262,6 +262,32 @@ static void enqueue(fw_conn *c, const fw_msg *m, uint8_t *pay) {
   if (c->q && !pthread_equal(pthread_self(), wire_thread)) wake();
 }
 
+// The connection to the process that owns QP qpn of host, or NULL. Owners are remembered (a
+// message per lookup would read a file per message); one whose process went away is looked up
+// again, since its QP number may now be another process's.
+static fw_conn *route(int host, uint32_t qpn) {
+  static struct {
+    int host, pid;
+    uint32_t qpn;
+  } seen[256];
+  static unsigned next;
+  for (unsigned i = 0; i < 256; i++)
+    if (seen[i].pid > 0 && seen[i].host == host && seen[i].qpn == qpn) {
+      fw_conn *c = conn_to(host, seen[i].pid);
+      if (c) return c;
+      seen[i].pid = 0;
+    }
+  int pid = owner(host, qpn);
+  if (pid <= 0 || pid == getpid()) return NULL;
+  fw_conn *c = conn_to(host, pid);
+  if (c) {
+    seen[next % 256].host = host;
+    seen[next % 256].qpn = qpn;
+    seen[next % 256].pid = pid;
+    next++;
+  }
+  return c;
+}
 int fw_send(const fw_msg *m, uint8_t *pay) {
   int me = fw_me()->n, host = fw_gid_host(m->dgid);
   if (host == me && fw_qp_by_num(m->dst_qpn)) { // this process: the HCA's loopback
@@ -271,8 +297,7 @@ int fw_send(const fw_msg *m, uint8_t *pay) {
     return 0;
   }
   if (host < 0 || !fw_lab_dir()) goto drop;
-  int pid = owner(host, m->dst_qpn);
-  fw_conn *c = pid > 0 && pid != getpid() ? conn_to(host, pid) : NULL;
+  fw_conn *c = route(host, m->dst_qpn);
   if (!c) goto drop;
   enqueue(c, m, pay);
   return 1;
