@@ -175,6 +175,9 @@ void fw_count_wire(int what); // 0 dropped (link down, no peer), 1 corrupted, 2 
 // fakewire_qp.c
 fw_qp *fw_qp_by_num(uint32_t qpn); // under fw_mu
 fw_qp *fw_qp_at(int i);            // under fw_mu: the i-th live QP, or NULL past the end
+int fw_qpn_claim(uint32_t *qpn);   // a QP number no process of this lab host uses
+void fw_qpn_release(uint32_t qpn);
+int fw_qpn_owner(int host, uint32_t qpn); // the pid of the process that owns it, or -1
 int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int fw_req_notify_cq(struct ibv_cq *cq, int solicited);
 void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc); // under fw_mu
@@ -205,7 +208,6 @@ void fw_wire_progress(void); // under fw_mu: what has arrived, without waiting
 // Sends m (and pay) to the host and QP it names: 0 on the wire (or delivered here), -1 dropped.
 int fw_send(const fw_msg *m, uint8_t *pay); // under fw_mu; takes pay
 void fw_reply(struct fw_conn *to, const fw_msg *m, const uint8_t *pay); // under fw_mu
-int fw_qpn_claim(uint32_t *qpn);  // a QP number no process of this lab host uses
-void fw_qpn_release(uint32_t qpn);
+
 int64_t fw_retry_ms(const fw_qp *q); // how long an HCA retries before RETRY_EXC_ERR
 #endif

@@ -67,72 +67,6 @@ int64_t fw_retry_ms(const fw_qp *q) {
   return ms < 1 ? 1 : (int64_t)ms;
 }
 
-// ---- who owns a QP number ----
-static int qp_file(char *p, size_t n, int host, uint32_t qpn) {
-  const char *lab = fw_lab_dir();
-  if (!lab) return -1;
-  return snprintf(p, n, "%s/run/host%d/qp/%06x", lab, host, qpn) < (int)n ? 0 : -1;
-}
-static int owner(int host, uint32_t qpn) { // the pid, or -1
-  char p[512], b[32] = "";
-  if (qp_file(p, sizeof p, host, qpn)) return -1;
-  int fd = open(p, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t k = read(fd, b, sizeof b - 1);
-  close(fd);
-  return k > 0 ? atoi(b) : -1;
-}
-static void mkdirs(const char *path) {
-  char p[512];
-  snprintf(p, sizeof p, "%s", path);
-  for (char *s = p + 1; (s = strchr(s, '/')); s++) {
-    *s = 0;
-    mkdir(p, 0755);
-    *s = '/';
-  }
-  mkdir(p, 0755);
-}
-int fw_qpn_claim(uint32_t *qpn) {
-  static uint32_t local = 0x100; // one process only: numbers of its own
-  char p[512], d[512];
-  if (!fw_lab_dir()) {
-    *qpn = local++;
-    return 0;
-  }
-  snprintf(d, sizeof d, "%s/run/host%d/qp", fw_lab_dir(), fw_me()->n);
-  mkdirs(d);
-  static uint32_t next;
-  if (!next) next = 0x100 + (((uint32_t)getpid() & 0xfff) << 8);
-  for (int tries = 0; tries < 4096; tries++, next = next >= 0xfffff0 ? 0x100 : next + 1) {
-    qp_file(p, sizeof p, fw_me()->n, next);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      int pid = owner(fw_me()->n, next);
-      if (errno == EEXIST && pid > 0 && kill(pid, 0) && errno == ESRCH) {
-        unlink(p);
-        tries--;
-        continue;
-      } // its process is gone
-      continue;
-    }
-    char b[32];
-    int k = snprintf(b, sizeof b, "%d\n", getpid());
-    int ok = write(fd, b, (size_t)k) == k;
-    close(fd);
-    if (!ok) {
-      unlink(p);
-      return -1;
-    }
-    *qpn = next++;
-    return 0;
-  }
-  return -1;
-}
-void fw_qpn_release(uint32_t qpn) {
-  char p[512];
-  if (!qp_file(p, sizeof p, fw_me()->n, qpn) && owner(fw_me()->n, qpn) == getpid()) unlink(p);
-}
-
 // ---- connections ----
 static void sock_name(struct sockaddr_un *a, socklen_t *len, int host, int pid) {
   memset(a, 0, sizeof *a);
@@ -277,7 +211,7 @@ static fw_conn *route(int host, uint32_t qpn) {
       if (c) return c;
       seen[i].pid = 0;
     }
-  int pid = owner(host, qpn);
+  int pid = fw_qpn_owner(host, qpn);
   if (pid <= 0 || pid == getpid()) return NULL;
   fw_conn *c = conn_to(host, pid);
   if (c) {
@@ -422,7 +356,7 @@ static void start(void) {
   const char *lab = fw_lab_dir();
   if (lab) {
     struct stat st;
-    mkdirs(lab);
+    mkdir(lab, 0755); // DIR/host made it already; a program started by hand may not have
     if (!stat(lab, &st))
       snprintf(lab_id, sizeof lab_id, "%lx-%lx", (unsigned long)st.st_dev,
                (unsigned long)st.st_ino);
