@@ -3,10 +3,10 @@
 // rdma-core's own example programs accept on a machine with no HCA. One device per process (lab
 // host N's fwroce_N, fakelab.h), one RoCE v2 port with four GIDs, PDs, CQs with completion
 // channels, RC and UD QPs with the kernel's state machine, SRQs, AHs, and MRs through ibv_reg_mr,
-// ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c is what a work request does at each
-// end, fakewire_net.c the wire between processes (FAKEWIRE_LAB): RDMA WRITE / READ and SEND /
-// RECV move bytes between registered ranges of two processes, each touching only its own memory
-// (cuMemcpy for GPU memory).
+// ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c and fakewire_resp.c are what a work
+// request does at each end, fakewire_net.c the wire between processes (FAKEWIRE_LAB): RDMA WRITE
+// / READ and SEND / RECV move bytes between registered ranges of two processes, each touching only
+// its own memory (cuMemcpy for GPU memory).
 //
 // GDR is judged as a real inbox kernel without nvidia-peermem judges it: GPU memory registers only
 // as a dma-buf MR (an nv_dmabuf fd whose size covers offset + length, iova = the GPU address); a

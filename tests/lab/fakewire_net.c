@@ -3,7 +3,7 @@
 // socket named by the lab, its host and its pid, and a QP number names its process through a file
 // (DIR/run/hostN/qp/<qpn>: the pid). A request goes to the process that owns its destination QP
 // (found by the GID's host and the QP number) on one connection per pair of processes; that
-// process's wire thread does what the responder does (fakewire_data.c) in its own memory, GPU
+// process's wire thread does what the responder does (fakewire_resp.c) in its own memory, GPU
 // memory through its own libcuda, and answers on the same connection. A request that cannot be
 // delivered (link or port down, no such QP, the process gone) gets no answer, and its QP
 // completes it RETRY_EXC_ERR once the HCA's retries would have run out: 4.096 us x 2^timeout x
