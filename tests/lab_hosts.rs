@@ -319,3 +319,13 @@ fn a_host_without_dmabuf_and_a_host_with_peermem() {
         assert!(l.contains(&format!("uname=labhost{i} gethostname=labhost{i} device=fwroce_{i} port=PORT_ACTIVE")), "{l}");
     }
 }
+
+#[test]
+fn each_host_has_its_own_sysfs_and_name() {
+    let net = Net::new("sysfs", "", Shim::Without);
+    let script = "cat /sys/class/infiniband/fwroce_2/ports/1/gid_attrs/ndevs/3 /sys/class/infiniband/fwroce_2/ports/1/gids/3 \
+                  /sys/bus/pci/devices/0000:42:00.0/class; ls /sys/class/infiniband; ls /sys/class/infiniband/fwroce_2/device/net; uname -n";
+    let o = finish(spawn(net.host(2, &["sh", "-c", script])));
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.stdout, "fwnet2\n0000:0000:0000:0000:0000:ffff:0a00:0003\n0x020000\nfwroce_2\nfwnet2\nlabhost2\n");
+}

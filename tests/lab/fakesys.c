@@ -157,6 +157,10 @@ int __xstat(int v, const char *p, struct stat *s) { NEXT(int, "__xstat", int, co
 int __xstat64(int v, const char *p, struct stat64 *s) { NEXT(int, "__xstat64", int, const char *, struct stat64 *); char b[512]; return next(v, map(p, b, sizeof b), s); }
 int __lxstat(int v, const char *p, struct stat *s) { NEXT(int, "__lxstat", int, const char *, struct stat *); char b[512]; return next(v, map(p, b, sizeof b), s); }
 int __lxstat64(int v, const char *p, struct stat64 *s) { NEXT(int, "__lxstat64", int, const char *, struct stat64 *); char b[512]; return next(v, map(p, b, sizeof b), s); }
+// newer tools (coreutils' ls and stat) ask through these
+int statx(int d, const char *p, int fl, unsigned mask, struct statx *s) { NEXT(int, "statx", int, const char *, int, unsigned, struct statx *); char b[512]; return next(d, map(p, b, sizeof b), fl, mask, s); }
+int fstatat(int d, const char *p, struct stat *s, int fl) { NEXT(int, "fstatat", int, const char *, struct stat *, int); char b[512]; return next(d, map(p, b, sizeof b), s, fl); }
+int fstatat64(int d, const char *p, struct stat64 *s, int fl) { NEXT(int, "fstatat64", int, const char *, struct stat64 *, int); char b[512]; return next(d, map(p, b, sizeof b), s, fl); }
 int access(const char *p, int m) { NEXT(int, "access", const char *, int); char b[512]; return next(map(p, b, sizeof b), m); }
 char *realpath(const char *p, char *out) { NEXT(char *, "realpath", const char *, char *); char b[512]; return next(map(p, b, sizeof b), out); }
 ssize_t readlink(const char *p, char *out, size_t n) { NEXT(ssize_t, "readlink", const char *, char *, size_t); char b[512]; return next(map(p, b, sizeof b), out, n); }
