@@ -78,6 +78,7 @@ impl Net {
 
 struct Out {
     ok: bool,
+    status: String,
     stdout: String,
     stderr: String,
 }
@@ -123,7 +124,8 @@ fn finish(mut k: Child) -> Out {
     };
     let (stdout, stderr) = (t_out.join().unwrap(), t_err.join().unwrap());
     assert!(status.is_some(), "killed after 30 s: {stdout}{stderr}");
-    Out { ok: status.unwrap().success(), stdout, stderr }
+    let status = status.unwrap();
+    Out { ok: status.success(), status: format!("{status:?}"), stdout, stderr }
 }
 
 fn all_pass(outs: &[Out], scenario: &str) {
@@ -178,7 +180,7 @@ fn rdma_core_programs(shim: Shim, port: u16) {
     {
         let (s, c) = pingpong(&net, prog, port + i as u16);
         for (who, o) in [("server", &s), ("client", &c)] {
-            assert!(o.ok && o.stdout.contains("200 iters in"), "{prog:?} {who}: {}{}", o.stdout, o.stderr);
+            assert!(o.ok && o.stdout.contains("200 iters in"), "{prog:?} {who}: {} {}{}", o.status, o.stdout, o.stderr);
             assert_eq!(field(o.wire(), "gdrshim"), (shim == Shim::With) as u64, "{}", o.wire());
             assert_eq!(field(o.wire(), "wire_errors") + field(o.wire(), "timeouts"), 0, "{}", o.wire());
         }

@@ -145,7 +145,9 @@ static int flush(fw_conn *c) {
     if (o->m.paylen)
       v[nv++] = (struct iovec){o->pay + (o->off > h ? o->off - h : 0),
                                o->m.paylen - (o->off > h ? o->off - h : 0)};
-    ssize_t k = writev(c->fd, v, nv);
+    // MSG_NOSIGNAL: a peer that went away is a dead connection, not SIGPIPE in the program
+    struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+    ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (k < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
     if (k <= 0) {
       conn_dead(c);
