@@ -6,6 +6,8 @@
 // does) it is gdrshim's; gdrshim counts in its summary whether each answer equals libcuda's
 // (export_oracle_agree / _code_differs / _disagree) and names every disagreement in a WARN line.
 // Then, with the stub NIC, the same ranges through ibv_reg_mr: gdrshim's pass0 hits and misses.
+// Among the cases: a carved allocation whose chunk neighbour was freed (freed-neighbour-*): how
+// far libcuda counts the live one after its neighbour's free, which gdrshim follows.
 //   owned cases            every case once
 //   owned ipc-child HANDLE (internal) the other process of the IPC case
 #include "common.h"
@@ -91,6 +93,18 @@ int main(int argc, char **argv) {
     if ((char *)small[i + 1] == (char *)small[i] + MB2) { add("cudamalloc-two-adjacent", (CUdeviceptr)small[i], 2 * MB2); break; }
   void *gone; CKRT(cudaMalloc(&gone, 4 * MB2)); CKRT(cudaFree(gone));
   add("cudamalloc-freed", (CUdeviceptr)gone, MB2);
+  // 2b. two small allocations carved from one chunk, the upper freed: does libcuda still export
+  // the lower one's chunk to its end, over the freed neighbour's bytes (gdrshim counts it so)?
+  CUdeviceptr lo = 0, hi = 0;
+  CK(cuMemAlloc(&lo, 4096)); CK(cuMemAlloc(&hi, 4096));
+  CUdeviceptr chunk_end = (lo & ~(CUdeviceptr)(MB2 - 1)) + MB2;
+  printf("carved pair: lower %#llx upper %#llx chunk end %#llx\n", (unsigned long long)lo, (unsigned long long)hi, (unsigned long long)chunk_end);
+  if (hi > lo && hi < chunk_end) {
+    CK(cuMemFree(hi));
+    add("freed-neighbour-lower-to-chunk-end", lo, chunk_end - lo);
+    add("freed-neighbour-lower-through-upper", lo, hi + 4096 - lo);
+    add("freed-neighbour-upper-itself", hi, 4096);
+  }
   // 3. a stream-ordered pool: two blocks, each and side by side
   cudaStream_t st; CKRT(cudaStreamCreate(&st));
   void *pa, *pb; CKRT(cudaMallocAsync(&pa, MB2, st)); CKRT(cudaMallocAsync(&pb, MB2, st)); CKRT(cudaStreamSynchronize(st));
