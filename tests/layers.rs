@@ -124,6 +124,152 @@ fn arrows_only_go_down() {
     }
 }
 
+/// The layers inside each module folder of src/, lowest first: a file may use a lower sibling
+/// (through `super::`), never its folder's `mod.rs` (the folder's face: its top object and
+/// re-exports, above them all) nor a sibling at or above its own layer, and never its own folder
+/// through `crate::`. Test files (`tests*.rs`) and a file's own tests are exempt.
+const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
+    ("abi", &[&["pod", "nodes", "status", "verbs", "mlx5dv"], &["structs", "cuda", "dmabuf"]]),
+    ("config", &[&["mode_word"]]),
+    ("decode", &[&["types"], &["display", "uvm_calls"]]),
+    ("fdtable", &[&["names", "pages"], &["own"]]),
+    (
+        "hooks",
+        &[&["caller", "slots"], &["front", "ioctl", "fd", "query", "cuda_ctx", "cuda_gdr"], &["cuda", "verbs"], &["mlx5dv"], &["dl"]],
+    ),
+    ("model_test", &[&["strict_rm"]]),
+    ("pipeline", &[&["late"]]),
+    ("real", &[&["attach", "elf"], &["next"], &["scope"]]),
+    ("registrar", &[&["bar1", "miss", "types"], &["dmabuf", "nv503c", "outcome"]]),
+    ("shim", &[&["knobs", "summary", "route", "answers"], &["serve"]]),
+    ("tracker", &[&["types"], &["dmabuf"]]),
+    ("vamap", &[&["granule", "types"], &["entry"], &["cells"], &["gpu"], &["lookup", "owned"]]),
+];
+
+/// The arrows inside src/'s module folders that do not go down (see [`SRC_SUBLAYERS`]).
+fn folder_arrows() -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let rank = |folder: &str, sub: &str| SRC_SUBLAYERS.iter().find(|(f, _)| *f == folder)?.1.iter().position(|l| l.contains(&sub));
+    let mut wrong = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap()).collect();
+        let [folder, file] = parts.as_slice() else { continue };
+        if ["front", "bin", "preload"].contains(folder) || *file == "mod.rs" || file.starts_with("tests") {
+            continue;
+        }
+        let sub = file.trim_end_matches(".rs");
+        let Some(own) = rank(folder, sub) else {
+            wrong.push(format!("{}: `{folder}::{sub}` has no layer in SRC_SUBLAYERS", rel.display()));
+            continue;
+        };
+        let text = std::fs::read_to_string(f).unwrap();
+        let mut nesting = Nesting::default();
+        for (n, line) in text.lines().enumerate() {
+            let t = line.trim_start();
+            if t.starts_with("mod tests {") || t.starts_with("pub(crate) mod tests {") {
+                break;
+            }
+            let inline = nesting.inline_modules();
+            nesting.read(line);
+            if t.starts_with("//") {
+                continue;
+            }
+            let at = format!("{}:{}", rel.display(), n + 1);
+            if uses(line).iter().any(|u| u == folder) {
+                wrong.push(format!("{at}: `{folder}::{sub}` names its own folder through crate::; use a lower sibling"));
+            }
+            // (`super::` inside an inline `mod x { }` of the file names the file's own items)
+            for u in folder_super_uses(line, inline.max(nesting.inline_modules())) {
+                match rank(folder, &u) {
+                    Some(ru) if ru < own => {}
+                    Some(ru) => wrong.push(format!("{at}: `{folder}::{sub}` (layer {own}) uses `{folder}::{u}` (layer {ru})")),
+                    None => wrong.push(format!("{at}: `{folder}::{sub}` uses its folder's `{u}`: move it into a lower sibling")),
+                }
+            }
+        }
+    }
+    wrong
+}
+
+/// Inline modules (`mod x {` … `}`) open at a point of a file, from its braces outside strings,
+/// chars and comments.
+#[derive(Default)]
+struct Nesting {
+    depth: i32,
+    modules: Vec<i32>,
+}
+
+impl Nesting {
+    fn inline_modules(&self) -> usize {
+        self.modules.len()
+    }
+
+    fn read(&mut self, line: &str) {
+        let code = line.split("//").next().unwrap_or("");
+        let words: Vec<&str> = code.split_whitespace().collect();
+        let opens_module =
+            words.windows(3).any(|w| w[0] == "mod" && w[2] == "{") || words.windows(2).any(|w| w[0] == "mod" && w[1].ends_with('{'));
+        let (mut in_str, mut escaped, mut prev) = (false, false, ' ');
+        for c in code.chars() {
+            if in_str {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '"' if !escaped => in_str = false,
+                    _ => escaped = false,
+                }
+                continue;
+            }
+            match c {
+                '"' if prev != '\'' => in_str = true,
+                '{' if prev != '\'' => {
+                    if opens_module && self.modules.last() != Some(&self.depth) {
+                        self.modules.push(self.depth);
+                    }
+                    self.depth += 1;
+                }
+                '}' if prev != '\'' => {
+                    self.depth -= 1;
+                    if self.modules.last() == Some(&self.depth) {
+                        self.modules.pop();
+                    }
+                }
+                _ => {}
+            }
+            prev = c;
+        }
+    }
+}
+
+/// The names a line takes from its folder through `super::`, inside `inline` inline modules of
+/// its file: a path with no more `super::`s than that stays in the file.
+fn folder_super_uses(line: &str, inline: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("super::") {
+        let mut k = 0;
+        rest = &rest[at..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
+            k += 1;
+        }
+        if k <= inline {
+            continue;
+        }
+        out.extend(super_uses(&format!("super::{rest}")).into_iter().take(if rest.starts_with('{') { usize::MAX } else { 1 }));
+    }
+    out
+}
+
+#[test]
+fn inside_a_folder_arrows_only_go_down_too() {
+    let wrong = folder_arrows();
+    assert!(wrong.is_empty(), "arrows that do not go down inside src/'s folders ({}):\n{}", wrong.len(), wrong.join("\n"));
+}
+
 #[test]
 fn the_pure_core_forbids_unsafe_code() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

@@ -2,8 +2,8 @@
 //! consumers ask before they use GPUDirect RDMA, the values those attributes take, and the
 //! `cuMemCreate` properties struct whose `gpuDirectRDMACapable` flag gdrshim may retry without.
 
-use super::Pod;
-use core::mem::{offset_of, size_of};
+use super::pod::abi_struct;
+use core::mem::offset_of;
 
 /// `CUdevice_attribute` values (cuda.h's `CUdevice_attribute_enum`).
 pub mod attr {

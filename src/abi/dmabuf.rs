@@ -1,8 +1,8 @@
 //! The dma-buf export escape and the GPU queries around it (kernel-open/common/inc/nv-ioctl.h,
 //! kernel-open/nvidia/nv-dmabuf.c, ctrl/ctrl2080/ctrl2080gpu.h, ctrl/ctrl0000/ctrl0000gpu.h).
 
-use super::Pod;
-use core::mem::{offset_of, size_of};
+use super::pod::abi_struct;
+use core::mem::offset_of;
 
 /// NV_DMABUF_EXPORT_MAX_HANDLES: pieces one export call carries.
 pub const EXPORT_MAX_HANDLES: usize = 128;
@@ -76,6 +76,7 @@ abi_struct!(
 mod tests {
     use super::super::{esc, nv_ioctl, pod_bytes, zeroed};
     use super::*;
+    use core::mem::size_of;
 
     #[test]
     fn request_words() {

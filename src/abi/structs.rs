@@ -1,7 +1,7 @@
 //! Parameter structs of the RM escapes and UVM commands gdrshim reads or issues (x86-64).
 //! Identical 535 → 595 unless the name carries a branch.
 
-use super::Pod;
+use super::pod::abi_struct;
 use core::mem::{offset_of, size_of};
 
 abi_struct!(

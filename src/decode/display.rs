@@ -1,7 +1,8 @@
 //! Trace mode's text of a decoded call.
 #![forbid(unsafe_code)]
 
-use super::{Event, P2pCtrl, Uuid};
+use super::types::{Event, P2pCtrl};
+use crate::abi::Uuid;
 use core::fmt;
 
 pub fn uuid_str(u: &Uuid) -> String {

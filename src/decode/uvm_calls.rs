@@ -1,7 +1,22 @@
 //! UVM calls (/dev/nvidia-uvm) → events.
 
-use super::{failed_or, uvm_arg_len, Event, Outcome};
+use super::types::{failed_or, Event, Outcome};
 use crate::abi::{self, uvm, AbiTable, Uuid};
+use core::mem::size_of;
+
+/// The argument bytes of a UVM command gdrshim decodes on this branch (`None`: not decoded).
+pub(super) fn uvm_arg_len(cmd: u64, t: &AbiTable) -> Option<usize> {
+    Some(match cmd {
+        uvm::REGISTER_GPU => size_of::<abi::UvmRegisterGpuParams>(),
+        uvm::REGISTER_GPU_VASPACE => size_of::<abi::UvmRegisterGpuVaspaceParams>(),
+        uvm::CREATE_EXTERNAL_RANGE => size_of::<abi::UvmCreateExternalRangeParams>(),
+        uvm::MAP_EXTERNAL_ALLOCATION => t.uvm_map_external().size(),
+        uvm::UNMAP_EXTERNAL => size_of::<abi::UvmUnmapExternalParams>(),
+        uvm::MAP_EXTERNAL_SPARSE => size_of::<abi::UvmMapExternalSparseParams>(),
+        uvm::FREE => t.uvm_free_size(),
+        _ => return None,
+    })
+}
 
 pub(super) fn u32_at(b: &[u8], off: usize) -> u32 {
     b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))

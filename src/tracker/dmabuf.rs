@@ -6,11 +6,10 @@
 //! made only of memory of this process's own RM clients, covered exactly by its map.
 #![forbid(unsafe_code)]
 
-use super::{Notice, Tracker};
 use crate::abi::dmabuf::{ExportToDmabufFd, EXPORT_MAX_HANDLES};
 use crate::abi::{class, zeroed};
 use crate::decode::ExportCall;
-use crate::vamap::{MemRef, Miss};
+use crate::vamap::{MemRef, Miss, Piece, VaMap};
 use std::fmt;
 
 /// The host page: RM wants every offset and size of an export aligned to it (x86-64: 4 KiB).
@@ -131,52 +130,65 @@ pub struct NativeExport {
 /// At most this many native buffers wait for their request (exports CUDA made for itself).
 const NATIVE_WAITING: usize = 64;
 
-impl Tracker {
-    /// The dma-buf of `[addr, addr+len)`, rounded out to host pages: every byte covered exactly by
-    /// this process's own video memory on one GPU, or why not.
-    pub fn dmabuf_plan(&self, addr: u64, len: u64) -> Result<Plan, PlanMiss> {
-        let end =
-            addr.checked_add(len).and_then(|e| e.checked_add(HOST_PAGE - 1)).map(page_down).ok_or(PlanMiss::Lookup(Miss::Overflow))?;
-        let base = page_down(addr);
-        if len == 0 {
-            return Err(PlanMiss::Lookup(Miss::Empty));
-        }
-        let pieces = self.map.lookup(base, end - base).map_err(PlanMiss::Lookup)?;
-        let client = pieces[0].mem.client;
-        let mut device = None;
-        for p in &pieces {
-            if p.mem.client != client {
-                return Err(PlanMiss::SpansClients);
-            }
-            match p.alloc.class() {
-                Some(class::NV01_MEMORY_LOCAL_USER) => {}
-                Some(class) => return Err(PlanMiss::NotVidmem { class }),
-                None => return Err(PlanMiss::UnknownMemory { memory: p.mem.memory }),
-            }
-            let d = self.piece_device(p).ok_or(PlanMiss::UnknownMemory { memory: p.mem.memory })?;
-            if *device.get_or_insert(d) != d {
-                return Err(PlanMiss::SpansGpus);
-            }
-            if p.offset % HOST_PAGE != 0 || p.len % HOST_PAGE != 0 {
-                return Err(PlanMiss::Unaligned { at: p.va });
-            }
-        }
-        if self.client_fd(client).is_none() {
-            return Err(PlanMiss::ForeignClient { client });
-        }
-        let (device, device_instance) = device.expect("at least one piece");
-        let spans = merged(pieces.iter().map(|p| Span { memory: p.mem.memory, offset: p.offset, size: p.len }));
-        let serials = spans.iter().map(|s| self.map.memory(MemRef { client, memory: s.memory }).map_or(0, |i| i.serial)).collect();
-        Ok(Plan { client, device, device_instance, base, spans, total: end - base, serials })
-    }
+/// What [`plan`] needs of the tracker beside its map: a piece's RM device and device instance,
+/// and whether a client is one of this process's own.
+pub trait PlanFacts {
+    fn piece_device(&self, p: &Piece) -> Option<(u32, u32)>;
+    fn own_client(&self, client: u32) -> bool;
+}
 
-    /// A native export call (decoded): gathered under its fd.
-    pub(super) fn native_export(&mut self, e: &ExportCall) {
-        let fresh = |e: &ExportCall| NativeExport { client: e.h_client, total: e.total_size, slots: vec![None; e.total_objects as usize] };
-        if self.native_exports.len() >= NATIVE_WAITING && !self.native_exports.contains_key(&e.fd) {
-            self.native_exports.clear();
+/// The dma-buf of `[addr, addr+len)`, rounded out to host pages: every byte covered exactly by
+/// this process's own video memory on one GPU, or why not.
+pub fn plan(map: &VaMap, facts: &dyn PlanFacts, addr: u64, len: u64) -> Result<Plan, PlanMiss> {
+    let end = addr.checked_add(len).and_then(|e| e.checked_add(HOST_PAGE - 1)).map(page_down).ok_or(PlanMiss::Lookup(Miss::Overflow))?;
+    let base = page_down(addr);
+    if len == 0 {
+        return Err(PlanMiss::Lookup(Miss::Empty));
+    }
+    let pieces = map.lookup(base, end - base).map_err(PlanMiss::Lookup)?;
+    let client = pieces[0].mem.client;
+    let mut device = None;
+    for p in &pieces {
+        if p.mem.client != client {
+            return Err(PlanMiss::SpansClients);
         }
-        let entry = self.native_exports.entry(e.fd).or_insert_with(|| fresh(e));
+        match p.alloc.class() {
+            Some(class::NV01_MEMORY_LOCAL_USER) => {}
+            Some(class) => return Err(PlanMiss::NotVidmem { class }),
+            None => return Err(PlanMiss::UnknownMemory { memory: p.mem.memory }),
+        }
+        let d = facts.piece_device(p).ok_or(PlanMiss::UnknownMemory { memory: p.mem.memory })?;
+        if *device.get_or_insert(d) != d {
+            return Err(PlanMiss::SpansGpus);
+        }
+        if p.offset % HOST_PAGE != 0 || p.len % HOST_PAGE != 0 {
+            return Err(PlanMiss::Unaligned { at: p.va });
+        }
+    }
+    if !facts.own_client(client) {
+        return Err(PlanMiss::ForeignClient { client });
+    }
+    let (device, device_instance) = device.expect("at least one piece");
+    let spans = merged(pieces.iter().map(|p| Span { memory: p.mem.memory, offset: p.offset, size: p.len }));
+    let serials = spans.iter().map(|s| map.memory(MemRef { client, memory: s.memory }).map_or(0, |i| i.serial)).collect();
+    Ok(Plan { client, device, device_instance, base, spans, total: end - base, serials })
+}
+
+/// libcuda's own dma-buf exports (datacenter GPUs), gathered under their fd until CUDA hands the
+/// fd out.
+#[derive(Default)]
+pub struct NativeExports {
+    by_fd: rustc_hash::FxHashMap<i32, NativeExport>,
+}
+
+impl NativeExports {
+    /// A native export call (decoded): gathered under its fd.
+    pub fn record(&mut self, e: &ExportCall) {
+        let fresh = |e: &ExportCall| NativeExport { client: e.h_client, total: e.total_size, slots: vec![None; e.total_objects as usize] };
+        if self.by_fd.len() >= NATIVE_WAITING && !self.by_fd.contains_key(&e.fd) {
+            self.by_fd.clear();
+        }
+        let entry = self.by_fd.entry(e.fd).or_insert_with(|| fresh(e));
         let fits = entry.slots.len() == e.total_objects as usize
             && entry.slots.get(e.index as usize..e.index as usize + e.pieces.len()).is_some_and(|s| s.iter().all(Option::is_none));
         if !fits {
@@ -190,26 +202,22 @@ impl Tracker {
         }
     }
 
-    /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)`: compare libcuda's export with the plan.
-    pub fn dmabuf_request(&mut self, ptr: u64, size: u64, fd: i32) -> Option<Notice> {
-        let native = self.native_exports.remove(&fd)?;
-        self.counts.dmabuf_native += 1;
-        let plan = self.dmabuf_plan(ptr, size);
-        let complete: Option<Vec<Span>> = native.slots.iter().copied().collect();
-        let equal = match (&plan, &complete) {
-            (Ok(p), Some(n)) => p.client == native.client && p.total == native.total && p.spans == merged(n.iter().copied()),
-            _ => false,
-        };
-        if equal {
-            self.counts.dmabuf_matched += 1;
-            return None;
-        }
-        self.counts.dmabuf_mismatched += 1;
-        let predicted = match plan {
-            Ok(p) => format!("{:?} total {:#x}", p.spans, p.total),
-            Err(m) => format!("nothing ({m})"),
-        };
-        Some(Notice::DmabufMismatch { ptr, size, native: format!("{:?} total {:#x}", native.slots, native.total), predicted })
+    /// The export gathered under `fd`, taken out (CUDA handed the fd out).
+    pub fn take(&mut self, fd: i32) -> Option<NativeExport> {
+        self.by_fd.remove(&fd)
+    }
+}
+
+impl NativeExport {
+    /// Whether this export is exactly `plan`'s buffer.
+    pub fn equals(&self, plan: &Plan) -> bool {
+        let complete: Option<Vec<Span>> = self.slots.iter().copied().collect();
+        complete.is_some_and(|n| plan.client == self.client && plan.total == self.total && plan.spans == merged(n))
+    }
+
+    /// The export's pieces, for a line.
+    pub fn describe(&self) -> String {
+        format!("{:?} total {:#x}", self.slots, self.total)
     }
 }
 
@@ -218,6 +226,7 @@ mod tests {
     use super::*;
     use crate::decode::Event;
     use crate::tracker::tests::{alloc, base_tracker, C, DEV};
+    use crate::tracker::Notice;
 
     #[test]
     fn a_plan_is_the_exact_pieces() {

@@ -6,134 +6,13 @@
 #![forbid(unsafe_code)]
 
 use crate::decode::{Event, P2pCtrl, Uuid};
-use crate::vamap::{MemRef, Miss, Piece, VaMap};
+use crate::vamap::{MemRef, Piece, VaMap};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::fmt;
 
 pub mod dmabuf;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjKind {
-    Client {
-        fd: i32,
-    },
-    Device {
-        device_id: u32,
-    },
-    Subdevice,
-    VaSpace {
-        flags: u32,
-    },
-    /// (12 bytes with its parent: a job holds a million of these. A duplicate's root memory is
-    /// in `Tracker::dups`.)
-    Memory {
-        class: u32,
-    },
-    P2p,
-    Other {
-        class: u32,
-    },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Obj {
-    pub parent: u32,
-    pub kind: ObjKind,
-}
-
-/// A REGISTER_VIDMEM tuple, as libcuda issues it and as gdrshim predicts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VidmemTuple {
-    pub mem: MemRef,
-    pub address: u64,
-    pub size: u64,
-    pub offset: u64,
-}
-
-impl fmt::Display for VidmemTuple {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{{hClient={:#010x} hMemory={:#010x} address={:#x} size={:#x} offset={:#x}}}",
-            self.mem.client, self.mem.memory, self.address, self.size, self.offset
-        )
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct NativeReg {
-    tuple: VidmemTuple,
-    matched: bool,
-}
-
-/// Counters that end up in the exit summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShadowCounts {
-    pub native: u64,
-    pub matched: u64,
-    pub mismatched: u64,
-    pub unpredicted: u64,
-    pub predicted_only: u64,
-    pub user_allocs: u64,
-    pub uncovered: u64,
-    /// dma-bufs libcuda exported for `cuMemGetHandleForAddressRange` (datacenter GPUs), and
-    /// those equal / not equal to the map's plan of the same range.
-    pub dmabuf_native: u64,
-    pub dmabuf_matched: u64,
-    pub dmabuf_mismatched: u64,
-}
-
-impl ShadowCounts {
-    /// The counts as the summary names them.
-    pub fn pairs(&self) -> [(&'static str, u64); 10] {
-        [
-            ("native", self.native),
-            ("matched", self.matched),
-            ("mismatched", self.mismatched),
-            ("unpredicted", self.unpredicted),
-            ("predicted_only", self.predicted_only),
-            ("user_allocs", self.user_allocs),
-            ("uncovered", self.uncovered),
-            ("dmabuf_native", self.dmabuf_native),
-            ("dmabuf_matched", self.dmabuf_matched),
-            ("dmabuf_mismatched", self.dmabuf_mismatched),
-        ]
-    }
-}
-
-/// What the shadow oracle found for one user allocation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Covered by the map; per piece the predicted tuple and what libcuda registered.
-    Covered(Vec<(VidmemTuple, NativeAnswer)>),
-    Uncovered(Miss),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NativeAnswer {
-    Matched,
-    Mismatched(VidmemTuple),
-    /// libcuda registered nothing for this memory.
-    None,
-}
-
-/// Something worth a log line, produced while applying an event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Notice {
-    NativeRegistrationPresent,
-    /// A native registration went away without any user allocation having predicted it.
-    Unpredicted(VidmemTuple),
-    UnknownUvmFree {
-        base: u64,
-    },
-    /// libcuda's dma-buf of `[ptr, ptr+size)` is not what the map predicts.
-    DmabufMismatch {
-        ptr: u64,
-        size: u64,
-        native: String,
-        predicted: String,
-    },
-}
+mod types;
+use types::NativeReg;
+pub use types::{NativeAnswer, Notice, Obj, ObjKind, ShadowCounts, Verdict, VidmemTuple};
 
 #[derive(Default)]
 pub struct Tracker {
@@ -149,7 +28,7 @@ pub struct Tracker {
     pub native_seen: bool,
     pub counts: ShadowCounts,
     /// libcuda's dma-buf exports waiting for CUDA to hand out their fd (see `dmabuf`).
-    native_exports: HashMap<i32, dmabuf::NativeExport>,
+    native_exports: dmabuf::NativeExports,
     /// Duplicated memory handles (RM_DUP_OBJECT) → the memory they duplicate.
     dups: HashMap<(u32, u32), MemRef>,
     /// A call the driver accepted never reached the map (its queue's lock was not free in time):
@@ -405,7 +284,7 @@ impl Tracker {
                 }
             }
             Event::Version(_) => {}
-            Event::DmabufExport(ref e) => self.native_export(e),
+            Event::DmabufExport(ref e) => self.native_exports.record(e),
             Event::UvmRegisterGpu { uuid, h_client, .. } => {
                 self.gpus.insert(uuid, h_client);
             }
@@ -441,6 +320,29 @@ impl Tracker {
             }
         }
         notes
+    }
+
+    /// The dma-buf of `[addr, addr+len)` (see [`dmabuf::plan`]).
+    pub fn dmabuf_plan(&self, addr: u64, len: u64) -> Result<dmabuf::Plan, dmabuf::PlanMiss> {
+        dmabuf::plan(&self.map, self, addr, len)
+    }
+
+    /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)`: compare libcuda's export with the plan.
+    pub fn dmabuf_request(&mut self, ptr: u64, size: u64, fd: i32) -> Option<Notice> {
+        let native = self.native_exports.take(fd)?;
+        self.counts.dmabuf_native += 1;
+        let plan = self.dmabuf_plan(ptr, size);
+        let equal = plan.as_ref().is_ok_and(|p| native.equals(p));
+        if equal {
+            self.counts.dmabuf_matched += 1;
+            return None;
+        }
+        self.counts.dmabuf_mismatched += 1;
+        let predicted = match plan {
+            Ok(p) => format!("{:?} total {:#x}", p.spans, p.total),
+            Err(m) => format!("nothing ({m})"),
+        };
+        Some(Notice::DmabufMismatch { ptr, size, native: native.describe(), predicted })
     }
 
     /// Predicted REGISTER_VIDMEM for a piece: libcuda registers the whole UVM mapping it made.
@@ -520,3 +422,12 @@ impl Tracker {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+impl dmabuf::PlanFacts for Tracker {
+    fn piece_device(&self, p: &Piece) -> Option<(u32, u32)> {
+        Tracker::piece_device(self, p)
+    }
+    fn own_client(&self, client: u32) -> bool {
+        self.client_fd(client).is_some()
+    }
+}

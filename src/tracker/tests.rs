@@ -1,6 +1,7 @@
 //! The tracker against sequences of events as libcuda issues them.
 
 use super::*;
+use crate::vamap::Miss;
 
 pub(crate) const C: u32 = 0xc1d0_0022;
 pub(crate) const DEV: u32 = 0x5c00_0002;
