@@ -2,7 +2,7 @@
 //! kept by whoever holds the entry).
 #![forbid(unsafe_code)]
 
-use super::{Allocation, MemRef, Origin};
+use super::types::{Allocation, MemRef, Origin};
 
 /// Set in `Entry::offset_bits` when the entry's extent is also a UVM external range, which then
 /// needs no record of its own (the usual allocation: one range, mapped whole, once).

@@ -4,7 +4,8 @@
 
 use super::cells::{Cell, Cells, View, FREE};
 use super::entry::Entry;
-use super::{granule, Origin};
+use super::granule;
+use super::types::Origin;
 use std::collections::BTreeMap;
 
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
@@ -26,6 +27,9 @@ use std::collections::BTreeMap;
 /// in VA, as CUDA's are, 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB allocation one cell, a 1 GiB
 /// one 512; an allocation alone in its 128 MiB costs a whole leaf. Entries above 2^48 (5-level
 /// paging) have no cells: they live in overflow and are found through the tree.
+/// Every GPU's entries, by the GPU's UUID.
+pub(super) type Gpus = rustc_hash::FxHashMap<crate::abi::Uuid, GpuMap>;
+
 #[derive(Default, Clone)]
 pub(super) struct GpuMap {
     /// start → [`IN_CELL`], or the entry's slot in `overflow`

@@ -1,142 +1,115 @@
-//! Exact lookups: which memory, at which offsets, covers a VA range.
+//! Exact lookups: which memory, at which offsets, covers a VA range, on every GPU that maps it.
 #![forbid(unsafe_code)]
 
-use super::gpu::GpuMap;
-use super::{MemRef, Miss, Piece, VaMap};
+use super::gpu::{GpuMap, Gpus};
+use super::types::{MemRef, Miss, Piece};
 use crate::abi::Uuid;
 
-impl VaMap {
-    /// The memory objects mapped anywhere in `[base, end)`, on any GPU, each once.
-    pub fn memory_in(&self, base: u64, end: u64) -> Vec<MemRef> {
-        let mut out: Vec<MemRef> = Vec::new();
-        for m in self.per_gpu.values() {
-            let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
-            for (_, e) in m.range(first..end) {
-                if !out.contains(&e.mem) {
-                    out.push(e.mem);
-                }
+/// The memory objects mapped anywhere in `[base, end)`, on any GPU, each once.
+pub fn memory_in(gpus: &Gpus, base: u64, end: u64) -> Vec<MemRef> {
+    let mut out: Vec<MemRef> = Vec::new();
+    for m in gpus.values() {
+        let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
+        for (_, e) in m.range(first..end) {
+            if !out.contains(&e.mem) {
+                out.push(e.mem);
             }
         }
-        out
     }
+    out
+}
 
-    /// Whether some GPU maps `addr`.
-    pub fn contains(&self, addr: u64) -> bool {
-        self.per_gpu.values().any(|m| m.at(addr).is_some())
-    }
+/// Whether some GPU maps `addr`.
+pub fn contains(gpus: &Gpus, addr: u64) -> bool {
+    gpus.values().any(|m| m.at(addr).is_some())
+}
 
-    /// Whether `addr` is GPU virtual address space this process made: mapped on some GPU, or in
-    /// a UVM external range.
-    pub fn is_gpu_va(&self, addr: u64) -> bool {
-        // the mappings first: a GPU registration goes on to look them up, so their path is warm
-        self.contains(addr) || self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l)
-    }
-
-    fn miss_at(&self, at: u64) -> Miss {
-        if self.was_mapped(at) {
-            Miss::Freed { at }
-        } else {
-            Miss::Unmapped { at }
+/// The exact cover of `[addr, addr+len)` on one GPU, merged where consecutive entries
+/// continue the same memory; or the first hole.
+fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut at = addr;
+    let mut cursor = g.at(addr).map(|(s, _)| s).unwrap_or(addr);
+    while at < end {
+        let Some((s, e)) = g.range(cursor..).next() else { return Err(at) };
+        if s > at {
+            return Err(at);
         }
+        let piece_end = e.end.min(end);
+        let off = e.offset() + (at - s);
+        match pieces.last_mut() {
+            Some(p) if p.mem == e.mem && p.offset + p.len == off => p.len += piece_end - at,
+            _ => pieces.push(Piece { va: at, len: piece_end - at, mem: e.mem, offset: off, origin: g.origin(s, e), alloc: e.alloc }),
+        }
+        at = piece_end;
+        cursor = e.end;
     }
+    Ok(pieces)
+}
 
-    /// The exact cover of `[addr, addr+len)` on one GPU, merged where consecutive entries
-    /// continue the same memory; or the first hole.
-    fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut at = addr;
-        let mut cursor = g.at(addr).map(|(s, _)| s).unwrap_or(addr);
-        while at < end {
-            let Some((s, e)) = g.range(cursor..).next() else { return Err(at) };
-            if s > at {
-                return Err(at);
-            }
-            let piece_end = e.end.min(end);
-            let off = e.offset() + (at - s);
-            match pieces.last_mut() {
-                Some(p) if p.mem == e.mem && p.offset + p.len == off => p.len += piece_end - at,
-                _ => pieces.push(Piece { va: at, len: piece_end - at, mem: e.mem, offset: off, origin: g.origin(s, e), alloc: e.alloc }),
-            }
-            at = piece_end;
-            cursor = e.end;
-        }
-        Ok(pieces)
+/// Exact lookup: the pieces that cover `[addr, addr+len)` on every GPU that maps any of it
+/// (all such GPUs must agree), or why not (`miss_at`: the miss a hole at an address is).
+pub fn lookup(gpus: &Gpus, addr: u64, len: u64, miss_at: impl Fn(u64) -> Miss) -> Result<Vec<Piece>, Miss> {
+    if len == 0 {
+        return Err(Miss::Empty);
     }
-
-    /// Exact lookup: the pieces that cover `[addr, addr+len)` on every GPU that maps any of it
-    /// (all such GPUs must agree), or why not.
-    pub fn lookup(&self, addr: u64, len: u64) -> Result<Vec<Piece>, Miss> {
-        if len == 0 {
-            return Err(Miss::Empty);
+    let end = addr.checked_add(len).ok_or(Miss::Overflow)?;
+    if let Some(p) = lookup_one(gpus, addr, len) {
+        return Ok(vec![p]);
+    }
+    let mut answer: Option<Vec<Piece>> = None;
+    let mut first_hole: Option<u64> = None;
+    // Every GPU that maps any of the range must give the same answer, so order does not matter.
+    for m in gpus.values() {
+        let touches = m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr);
+        if !touches {
+            continue;
         }
-        let end = addr.checked_add(len).ok_or(Miss::Overflow)?;
-        if let Some(p) = self.lookup_one(addr, len) {
-            return Ok(vec![p]);
-        }
-        let mut answer: Option<Vec<Piece>> = None;
-        let mut first_hole: Option<u64> = None;
-        // Every GPU that maps any of the range must give the same answer, so order does not matter.
-        for m in self.per_gpu.values() {
-            let touches = m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr);
-            if !touches {
-                continue;
-            }
-            match Self::cover(m, addr, end) {
-                Ok(p) => match &answer {
-                    None => answer = Some(p),
-                    Some(a) if same_backing(a, &p) => {}
-                    Some(_) => return Err(Miss::GpusDisagree { at: addr }),
-                },
-                Err(hole) => {
-                    first_hole = Some(first_hole.map_or(hole, |h: u64| h.min(hole)));
-                }
+        match cover(m, addr, end) {
+            Ok(p) => match &answer {
+                None => answer = Some(p),
+                Some(a) if same_backing(a, &p) => {}
+                Some(_) => return Err(Miss::GpusDisagree { at: addr }),
+            },
+            Err(hole) => {
+                first_hole = Some(first_hole.map_or(hole, |h: u64| h.min(hole)));
             }
         }
-        match (answer, first_hole) {
-            (Some(_), Some(_)) => Err(Miss::GpusDisagree { at: addr }),
-            (Some(p), None) => Ok(p),
-            (None, Some(h)) => Err(self.miss_at(h)),
-            (None, None) => Err(self.miss_at(addr)),
-        }
     }
+    match (answer, first_hole) {
+        (Some(_), Some(_)) => Err(Miss::GpusDisagree { at: addr }),
+        (Some(p), None) => Ok(p),
+        (None, Some(h)) => Err(miss_at(h)),
+        (None, None) => Err(miss_at(addr)),
+    }
+}
 
-    /// The common case of [`lookup`](Self::lookup) without an allocation: one GPU maps any of
-    /// the range, and one entry there covers all of it. `None`: not that case (ask `lookup`).
-    pub fn lookup_one(&self, addr: u64, len: u64) -> Option<Piece> {
-        let end = addr.checked_add(len).filter(|_| len > 0)?;
-        let mut found = None;
-        for m in self.per_gpu.values() {
-            // the entry at addr, through its cell; the tree only for a GPU without one there
-            let (s, e) = match m.at(addr) {
-                Some(hit) => hit,
-                None if !m.none_in(addr, end) && m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
-                None => continue,
-            };
-            if found.is_some() || e.end < end {
-                return None;
-            }
-            found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e), alloc: e.alloc });
+/// The common case of [`lookup`] without an allocation: one GPU maps any of the range, and one
+/// entry there covers all of it. `None`: not that case (ask `lookup`).
+pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
+    let end = addr.checked_add(len).filter(|_| len > 0)?;
+    let mut found = None;
+    for m in gpus.values() {
+        // the entry at addr, through its cell; the tree only for a GPU without one there
+        let (s, e) = match m.at(addr) {
+            Some(hit) => hit,
+            None if !m.none_in(addr, end) && m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
+            None => continue,
+        };
+        if found.is_some() || e.end < end {
+            return None;
         }
-        found
+        found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e), alloc: e.alloc });
     }
+    found
+}
 
-    /// Like [`lookup`](Self::lookup) but the range must lie in one memory object.
-    pub fn lookup_single(&self, addr: u64, len: u64) -> Result<Piece, Miss> {
-        let p = self.lookup(addr, len)?;
-        if p.len() == 1 {
-            Ok(p[0])
-        } else {
-            Err(Miss::SpansMemoryObjects { count: p.len() })
-        }
-    }
-
-    /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
-    pub fn dump(&self) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
-        let mut v: Vec<_> =
-            self.per_gpu.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
-        v.sort();
-        v
-    }
+/// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
+pub fn dump(gpus: &Gpus) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
+    let mut v: Vec<_> =
+        gpus.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
+    v.sort();
+    v
 }
 
 fn same_backing(a: &[Piece], b: &[Piece]) -> bool {

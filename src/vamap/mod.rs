@@ -11,7 +11,6 @@
 use crate::abi::Uuid;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
-use std::fmt;
 
 mod cells;
 mod entry;
@@ -19,103 +18,22 @@ mod gpu;
 pub mod granule;
 mod lookup;
 pub mod owned;
+mod types;
+pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
+use types::{count_in, count_out, Mems};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_ends;
 
 use entry::{Entry, OFFSET_LIMIT};
-use gpu::GpuMap;
-
-/// An RM memory object, named by its client and handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MemRef {
-    pub client: u32,
-    pub memory: u32,
-}
-
-/// The UVM map call an entry came from (kept whole when the entry is later split).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Origin {
-    pub base: u64,
-    pub length: u64,
-    pub offset: u64,
-}
-
-/// One piece of an exact lookup: `[va, va+len)` is `mem` at `offset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Piece {
-    pub va: u64,
-    pub len: u64,
-    pub mem: MemRef,
-    pub offset: u64,
-    pub origin: Origin,
-    /// `mem`'s allocation (what [`VaMap::memory`] says of it).
-    pub alloc: Allocation,
-}
-
-/// What the map knows of a memory object's allocation: the object it was allocated under (its
-/// device) and its class; [`Allocation::UNSEEN`] when the allocation was not seen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Allocation {
-    pub parent: u32,
-    pub class: u32,
-}
-
-impl Allocation {
-    pub const UNSEEN: Allocation = Allocation { parent: 0, class: UNSEEN };
-
-    /// The class, if the allocation was seen.
-    pub fn class(&self) -> Option<u32> {
-        (self.class != UNSEEN).then_some(self.class)
-    }
-
-    /// The parent (device) handle, if the allocation was seen.
-    pub fn parent(&self) -> Option<u32> {
-        (self.class != UNSEEN).then_some(self.parent)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Miss {
-    Empty,
-    Overflow,
-    /// Nothing is mapped at `at` (and nothing was recently).
-    Unmapped {
-        at: u64,
-    },
-    /// `at` was mapped but has been unmapped or freed.
-    Freed {
-        at: u64,
-    },
-    /// Two mapping GPUs see different memory at the same address.
-    GpusDisagree {
-        at: u64,
-    },
-    /// The range is covered, but by more than one memory object.
-    SpansMemoryObjects {
-        count: usize,
-    },
-}
-
-impl fmt::Display for Miss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Miss::Empty => write!(f, "zero-length range"),
-            Miss::Overflow => write!(f, "range wraps the address space"),
-            Miss::Unmapped { at } => write!(f, "unmapped hole at {at:#x} (no UVM mapping seen there)"),
-            Miss::Freed { at } => write!(f, "freed: {at:#x} was mapped but has been unmapped or freed"),
-            Miss::GpusDisagree { at } => write!(f, "mapping GPUs disagree about the memory at {at:#x}"),
-            Miss::SpansMemoryObjects { count } => write!(f, "spans {count} memory objects"),
-        }
-    }
-}
+use gpu::{GpuMap, Gpus};
 
 const TOMBSTONES: usize = 4096;
 
 #[derive(Default, Clone)]
 pub struct VaMap {
-    per_gpu: HashMap<Uuid, GpuMap>,
+    per_gpu: Gpus,
     /// UVM external ranges (base → length, non-overlapping, as UVM keeps them) that no entry
     /// claims: those not mapped whole (a VMM reservation), or not yet.
     ranges: BTreeMap<u64, u64>,
@@ -132,40 +50,6 @@ pub struct VaMap {
     serials: u64,
 }
 
-/// What the map knows of a memory object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemInfo {
-    /// The object it was allocated under (its device), and its class; 0 and [`UNSEEN`] when its
-    /// allocation was not seen (mapped all the same).
-    pub parent: u32,
-    pub class: u32,
-    entries: u32,
-    /// Which allocation of this handle it is: a handle freed and allocated again is new memory
-    /// under an old name, and a dma-buf of the old one must never stand for it.
-    pub serial: u64,
-}
-
-/// The class of memory whose allocation was not seen (no RM class is 0).
-pub const UNSEEN: u32 = 0;
-
-type Mems = HashMap<MemRef, MemInfo>;
-
-/// One entry more maps `mem`; its allocation as known.
-fn count_in(mems: &mut Mems, mem: MemRef) -> Allocation {
-    let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0, serial: 0 });
-    i.entries += 1;
-    Allocation { parent: i.parent, class: i.class }
-}
-
-fn count_out(mems: &mut Mems, mem: MemRef) {
-    if let Some(i) = mems.get_mut(&mem) {
-        i.entries -= 1;
-        if i.entries == 0 && i.class == UNSEEN {
-            mems.remove(&mem);
-        }
-    }
-}
-
 impl VaMap {
     pub fn new() -> Self {
         Self::default()
@@ -173,6 +57,98 @@ impl VaMap {
 
     pub fn entries(&self) -> usize {
         self.per_gpu.values().map(|m| m.len()).sum()
+    }
+
+    /// The memory objects mapped anywhere in `[base, end)`, on any GPU, each once.
+    pub fn memory_in(&self, base: u64, end: u64) -> Vec<MemRef> {
+        lookup::memory_in(&self.per_gpu, base, end)
+    }
+
+    /// Whether some GPU maps `addr`.
+    pub fn contains(&self, addr: u64) -> bool {
+        lookup::contains(&self.per_gpu, addr)
+    }
+
+    /// Whether `addr` is GPU virtual address space this process made: mapped on some GPU, or in
+    /// a UVM external range.
+    pub fn is_gpu_va(&self, addr: u64) -> bool {
+        // the mappings first: a GPU registration goes on to look them up, so their path is warm
+        self.contains(addr) || self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l)
+    }
+
+    /// Exact lookup: the pieces that cover `[addr, addr+len)` on every GPU that maps any of it
+    /// (all such GPUs must agree), or why not.
+    pub fn lookup(&self, addr: u64, len: u64) -> Result<Vec<Piece>, Miss> {
+        let miss_at = |at| if self.was_mapped(at) { Miss::Freed { at } } else { Miss::Unmapped { at } };
+        lookup::lookup(&self.per_gpu, addr, len, miss_at)
+    }
+
+    /// The common case of [`lookup`](Self::lookup) without an allocation: one GPU maps any of
+    /// the range, and one entry there covers all of it. `None`: not that case (ask `lookup`).
+    pub fn lookup_one(&self, addr: u64, len: u64) -> Option<Piece> {
+        lookup::lookup_one(&self.per_gpu, addr, len)
+    }
+
+    /// Like [`lookup`](Self::lookup) but the range must lie in one memory object.
+    pub fn lookup_single(&self, addr: u64, len: u64) -> Result<Piece, Miss> {
+        let p = self.lookup(addr, len)?;
+        if p.len() == 1 {
+            Ok(p[0])
+        } else {
+            Err(Miss::SpansMemoryObjects { count: p.len() })
+        }
+    }
+
+    /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
+    pub fn dump(&self) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
+        lookup::dump(&self.per_gpu)
+    }
+
+    /// The program was handed `[base, base+len)` by a CUDA call that allocated it (an allocation
+    /// carved from a longer mapping counts to that mapping's end, as libcuda counts it).
+    pub fn own(&mut self, base: u64, len: u64) {
+        owned::own(&mut self.per_gpu, &mut self.owned, base, len, true);
+    }
+
+    /// The program was handed `[base, base+len)` of memory it did not allocate here: an import
+    /// (an IPC handle, a pool pointer, a handle mapped by `cuMemMap`). Counted exactly, never to
+    /// the end of the mapping it sits in: that mapping is the exporter's chunk or pool, whose
+    /// other blocks are the exporter's, not this program's.
+    pub fn own_import(&mut self, base: u64, len: u64) {
+        owned::own(&mut self.per_gpu, &mut self.owned, base, len, false);
+    }
+
+    /// The program freed the allocation that starts at `base`: whether there was one.
+    pub fn disown_at(&mut self, base: u64) -> bool {
+        owned::disown_at(&mut self.per_gpu, &mut self.owned, base)
+    }
+
+    /// `[base, end)` is the program's no longer.
+    pub fn disown(&mut self, base: u64, end: u64) {
+        owned::disown(&mut self.per_gpu, &mut self.owned, base, end);
+    }
+
+    /// A CUDA context ended: the allocations of GPU `gpu` (`None`: every allocation) are the
+    /// program's no longer ([`owned::end_on`]).
+    pub fn end_owned_on(&mut self, gpu: Option<Uuid>) {
+        owned::end_on(&mut self.per_gpu, &mut self.owned, gpu);
+    }
+
+    /// The driver took `[base, end)` back (UVM freed or unmapped it everywhere): the recorded
+    /// ranges in it go (marked entries went with the mappings).
+    pub fn forget_owned(&mut self, base: u64, end: u64) {
+        self.owned.remove(base, end);
+    }
+
+    /// The first byte of `[addr, end)` that is in no allocation of the program's, or `None` when
+    /// its allocations cover all of it ([`owned::first_unowned`]).
+    pub fn first_unowned(&self, addr: u64, end: u64) -> Option<u64> {
+        owned::first_unowned(&self.per_gpu, &self.owned, addr, end)
+    }
+
+    /// How many allocations the program holds that are not exactly one entry.
+    pub fn owned_ranges(&self) -> usize {
+        self.owned.len()
     }
 
     /// UVM_CREATE_EXTERNAL_RANGE. UVM refuses a range over another, so whatever this map still
@@ -228,7 +204,7 @@ impl VaMap {
         if len == 0 || base.checked_add(len).is_none() {
             return;
         }
-        self.end_owned_under(base, base + len, mem);
+        owned::end_under(&mut self.per_gpu, &mut self.owned, base, base + len, mem);
         self.unmap(gpu, base, len);
         if offset.checked_add(len).is_none_or(|end| end > OFFSET_LIMIT) {
             return; // no RM memory is that large: kept out, so that lookups miss (and a cut's offset stays below the limit)
@@ -411,7 +387,7 @@ impl VaMap {
             self.tombstone(s, l);
             // the memory under a recorded allocation is gone (RM freed it, maybe with no UVM
             // unmap first): so is the allocation
-            self.forget_owned(s, s + l);
+            self.owned.remove(s, s + l);
         }
         removed.len()
     }

@@ -10,14 +10,16 @@
 //! can never reach memory the program was not given.
 //!
 //! The usual allocation is exactly one UVM mapping (a cudaMalloc of its own chunk, a VMM handle
-//! mapped and granted access): its entry in the map carries the mark ([`super::VaMap::own`]), at
+//! mapped and granted access): its entry in the map carries the mark ([`own`]), at
 //! no cost in memory. The rest (sub-allocations of a chunk, a range over several mappings, one not
 //! mapped yet) is kept here: a tree of non-overlapping `[base, end)` ranges. A range recorded over
 //! older ones replaces what it overlaps (the older were freed without our seeing it); a free takes
 //! the allocation that starts at its pointer; an unmap takes what it covers, splitting at its ends.
 #![forbid(unsafe_code)]
 
-use super::{GpuMap, VaMap};
+use super::gpu::{GpuMap, Gpus};
+use super::types::MemRef;
+use crate::abi::Uuid;
 use std::collections::BTreeMap;
 
 /// Non-overlapping ranges, `base -> (end, reach)`.
@@ -93,169 +95,145 @@ impl Allocations {
     }
 }
 
-impl VaMap {
-    /// The program was handed `[base, base+len)` by a CUDA call that allocated it. What was
-    /// recorded over any of it is gone; where it is exactly one entry on some GPU, that entry
-    /// carries the mark.
-    pub fn own(&mut self, base: u64, len: u64) {
-        self.own_as(base, len, true);
-    }
-
-    /// The program was handed `[base, base+len)` of memory it did not allocate here: an import
-    /// (an IPC handle, a pool pointer, a handle mapped by `cuMemMap`). Counted exactly, never
-    /// to the end of the mapping it sits in: that mapping is the exporter's chunk or pool, whose
-    /// other blocks are the exporter's, not this program's.
-    pub fn own_import(&mut self, base: u64, len: u64) {
-        self.own_as(base, len, false);
-    }
-
-    fn own_as(&mut self, base: u64, len: u64, carved: bool) {
-        let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
-        // carved from a mapping that runs past it (libcuda's chunk): counted to that mapping's
-        // end, as libcuda counts it ([`VaMap::chunk_end`]); known now, while it is that chunk
-        let reach = if carved { self.chunk_end(end) } else { end };
-        self.disown(base, end);
-        let mut marked = false;
-        for m in self.per_gpu.values_mut() {
-            if let Some(e) = m.get(base).copied().filter(|e| e.end == end) {
-                let origin = m.origin(base, &e);
-                m.insert(base, e.with_owned(true), origin);
-                marked = true;
-            }
-        }
-        if !marked {
-            self.owned.add_reaching(base, len, reach);
+/// The program was handed `[base, base+len)` by a CUDA call (`carved`: one that allocated it,
+/// which may carve it from a longer mapping; else an import, counted exactly). What was recorded
+/// over any of it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
+pub(super) fn own(gpus: &mut Gpus, records: &mut Allocations, base: u64, len: u64, carved: bool) {
+    let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
+    // carved from a mapping that runs past it (libcuda's chunk): counted to that mapping's end,
+    // as libcuda counts it ([`chunk_end`]); known now, while it is that chunk
+    let reach = if carved { chunk_end(gpus, end) } else { end };
+    disown(gpus, records, base, end);
+    let mut marked = false;
+    for m in gpus.values_mut() {
+        if let Some(e) = m.get(base).copied().filter(|e| e.end == end) {
+            let origin = m.origin(base, &e);
+            m.insert(base, e.with_owned(true), origin);
+            marked = true;
         }
     }
-
-    /// The program freed the allocation that starts at `base`: whether there was one.
-    pub fn disown_at(&mut self, base: u64) -> bool {
-        if self.owned.free_at(base) {
-            return true;
-        }
-        let mut found = false;
-        for m in self.per_gpu.values_mut() {
-            if let Some(e) = m.get(base).copied().filter(|e| e.owned()) {
-                let origin = m.origin(base, &e);
-                m.insert(base, e.with_owned(false), origin);
-                found = true;
-            }
-        }
-        found
+    if !marked {
+        records.add_reaching(base, len, reach);
     }
+}
 
-    /// `[base, end)` is the program's no longer. A marked entry across either end keeps its
-    /// part outside as a recorded range.
-    pub fn disown(&mut self, base: u64, end: u64) {
-        if end <= base {
-            return;
+/// The program freed the allocation that starts at `base`: whether there was one.
+pub(super) fn disown_at(gpus: &mut Gpus, records: &mut Allocations, base: u64) -> bool {
+    if records.free_at(base) {
+        return true;
+    }
+    let mut found = false;
+    for m in gpus.values_mut() {
+        if let Some(e) = m.get(base).copied().filter(|e| e.owned()) {
+            let origin = m.origin(base, &e);
+            m.insert(base, e.with_owned(false), origin);
+            found = true;
         }
-        self.owned.remove(base, end);
-        let mut rest: Vec<(u64, u64)> = Vec::new();
-        for m in self.per_gpu.values_mut() {
+    }
+    found
+}
+
+/// `[base, end)` is the program's no longer. A marked entry across either end keeps its part
+/// outside as a recorded range.
+pub(super) fn disown(gpus: &mut Gpus, records: &mut Allocations, base: u64, end: u64) {
+    if end <= base {
+        return;
+    }
+    records.remove(base, end);
+    let mut rest: Vec<(u64, u64)> = Vec::new();
+    for m in gpus.values_mut() {
+        let first = m.at(base).map_or(base, |(s, _)| s);
+        let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
+        for s in marked {
+            let Some(e) = m.get(s).copied() else { continue };
+            let origin = m.origin(s, &e);
+            m.insert(s, e.with_owned(false), origin);
+            rest.extend([(s, base.min(e.end)), (end.max(s), e.end)].into_iter().filter(|(a, b)| a < b && (*b <= base || *a >= end)));
+        }
+    }
+    for (a, b) in rest {
+        records.add(a, b - a);
+    }
+}
+
+/// Memory `mem` is about to be mapped over `[base, end)` on some GPU. Where any GPU maps other
+/// memory there now, the program's allocation there was freed unseen (a live one's VA is never
+/// given to other memory, and every GPU that maps an address maps the same memory there): it is
+/// the program's no longer, on every GPU, and libcuda's chunk rule ([`first_unowned`]) must not
+/// reach from it into this memory. (One GPU unmapped first and CUDA's own memory mapped on it
+/// while another GPU still maps the old chunk is such a case.)
+pub(super) fn end_under(gpus: &mut Gpus, records: &mut Allocations, base: u64, end: u64, mem: MemRef) {
+    let replaced = gpus.values().any(|m| {
+        let first = m.at(base).map_or(base, |(s, _)| s);
+        m.range(first..end).any(|(_, e)| e.end > base && e.mem != mem)
+    });
+    if replaced {
+        disown(gpus, records, base, end);
+    }
+}
+
+/// A CUDA context ended (`cuCtxDestroy`, a primary context reset or released for the last time):
+/// every allocation it held is gone with it, whether or not the driver calls that ended each were
+/// seen. Those at VA that GPU `gpu` maps (`None`: every allocation) are the program's no longer,
+/// on every GPU that maps them too; an allocation of another context the program still holds
+/// there is refused from now on, never wrongly served.
+pub(super) fn end_on(gpus: &mut Gpus, records: &mut Allocations, gpu: Option<Uuid>) {
+    let spans: Vec<(u64, u64)> = match gpu {
+        None => {
+            *records = Allocations::default();
+            vec![(0, u64::MAX)]
+        }
+        Some(g) => gpus.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default(),
+    };
+    for (base, end) in spans {
+        records.remove(base, end);
+        for m in gpus.values_mut() {
             let first = m.at(base).map_or(base, |(s, _)| s);
             let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
             for s in marked {
                 let Some(e) = m.get(s).copied() else { continue };
                 let origin = m.origin(s, &e);
                 m.insert(s, e.with_owned(false), origin);
-                rest.extend([(s, base.min(e.end)), (end.max(s), e.end)].into_iter().filter(|(a, b)| a < b && (*b <= base || *a >= end)));
-            }
-        }
-        for (a, b) in rest {
-            self.owned.add(a, b - a);
-        }
-    }
-
-    /// Memory `mem` is about to be mapped over `[base, end)` on some GPU. Where any GPU maps other
-    /// memory there now, the program's allocation there was freed unseen (a live one's VA is never
-    /// given to other memory, and every GPU that maps an address maps the same memory there): it
-    /// is the program's no longer, on every GPU, and libcuda's chunk rule (`first_unowned`) must
-    /// not reach from it into this memory. (One GPU unmapped first and CUDA's own memory mapped on
-    /// it while another GPU still maps the old chunk is such a case.)
-    pub(super) fn end_owned_under(&mut self, base: u64, end: u64, mem: super::MemRef) {
-        let replaced = self.per_gpu.values().any(|m| {
-            let first = m.at(base).map_or(base, |(s, _)| s);
-            m.range(first..end).any(|(_, e)| e.end > base && e.mem != mem)
-        });
-        if replaced {
-            self.disown(base, end);
-        }
-    }
-
-    /// A CUDA context ended (`cuCtxDestroy`, a primary context reset or released for the last
-    /// time): every allocation it held is gone with it, whether or not the driver calls that
-    /// ended each were seen. Those at VA that GPU `gpu` maps (`None`: every allocation) are the
-    /// program's no longer, on every GPU that maps them too; an allocation of another context the
-    /// program still holds there is refused from now on, never wrongly served.
-    pub fn end_owned_on(&mut self, gpu: Option<crate::abi::Uuid>) {
-        let spans: Vec<(u64, u64)> = match gpu {
-            None => {
-                self.owned = Allocations::default();
-                vec![(0, u64::MAX)]
-            }
-            Some(g) => self.per_gpu.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default(),
-        };
-        for (base, end) in spans {
-            self.owned.remove(base, end);
-            for m in self.per_gpu.values_mut() {
-                let first = m.at(base).map_or(base, |(s, _)| s);
-                let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
-                for s in marked {
-                    let Some(e) = m.get(s).copied() else { continue };
-                    let origin = m.origin(s, &e);
-                    m.insert(s, e.with_owned(false), origin);
-                }
             }
         }
     }
+}
 
-    /// The driver took `[base, end)` back (UVM freed or unmapped it everywhere): the recorded
-    /// ranges in it go (marked entries went with the mappings).
-    pub fn forget_owned(&mut self, base: u64, end: u64) {
-        self.owned.remove(base, end);
-    }
-
-    /// The first byte of `[addr, end)` that is in no allocation of the program's, or `None`
-    /// when its allocations (one, or several side by side) cover all of it. As libcuda counts
-    /// them: the range starts in an allocation's own bytes, and an allocation carved from a
-    /// longer mapping reaches on to that mapping's end ([`VaMap::own`]).
-    pub fn first_unowned(&self, addr: u64, end: u64) -> Option<u64> {
-        let mut at = addr;
-        while at < end {
-            if let Some((_, e, reach)) = self.owned.holding_reach(at) {
-                // the chunk as it was carved, as far as the same mapping still holds its end
-                at = reach.min(self.chunk_end(e));
-                continue;
-            }
-            let marked = self.per_gpu.values().filter_map(|m: &GpuMap| m.at(at)).filter(|(_, e)| e.owned()).map(|(_, e)| e.end).max();
-            match marked {
-                Some(e) => at = e,
-                None => return Some(at),
-            }
+/// The first byte of `[addr, end)` that is in no allocation of the program's, or `None` when its
+/// allocations (one, or several side by side) cover all of it. As libcuda counts them: the range
+/// starts in an allocation's own bytes, and an allocation carved from a longer mapping reaches on
+/// to that mapping's end ([`own`]).
+pub(super) fn first_unowned(gpus: &Gpus, records: &Allocations, addr: u64, end: u64) -> Option<u64> {
+    let mut at = addr;
+    while at < end {
+        if let Some((_, e, reach)) = records.holding_reach(at) {
+            // the chunk as it was carved, as far as the same mapping still holds its end
+            at = reach.min(chunk_end(gpus, e));
+            continue;
         }
-        None
+        let marked = gpus.values().filter_map(|m: &GpuMap| m.at(at)).filter(|(_, e)| e.owned()).map(|(_, e)| e.end).max();
+        match marked {
+            Some(e) => at = e,
+            None => return Some(at),
+        }
     }
+    None
+}
 
-    /// Where an allocation that ends at `end` reaches to: libcuda hands small and odd-sized
-    /// allocations out of mappings it made for the program (2 MiB chunks) and exports the rest
-    /// of such a mapping from an allocation on (the H200, tests/gpu/owned.cu odd-*: a 1-byte
-    /// cuMemAlloc's whole 2 MiB, a 3 MiB + 1 one's 4 MiB). So: the end of the mapping that holds
-    /// its last byte, only as far as every GPU that maps that byte maps it on (one GPU's older,
-    /// longer mapping there is no chunk of this allocation); `end` where nothing maps it.
-    fn chunk_end(&self, end: u64) -> u64 {
-        self.per_gpu.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end).max(end)
-    }
-
-    /// How many allocations the program holds that are not exactly one entry.
-    pub fn owned_ranges(&self) -> usize {
-        self.owned.len()
-    }
+/// Where an allocation that ends at `end` reaches to: libcuda hands small and odd-sized
+/// allocations out of mappings it made for the program (2 MiB chunks) and exports the rest of
+/// such a mapping from an allocation on (the H200, tests/gpu/owned.cu odd-*: a 1-byte cuMemAlloc's
+/// whole 2 MiB, a 3 MiB + 1 one's 4 MiB). So: the end of the mapping that holds its last byte,
+/// only as far as every GPU that maps that byte maps it on (one GPU's older, longer mapping there
+/// is no chunk of this allocation); `end` where nothing maps it.
+fn chunk_end(gpus: &Gpus, end: u64) -> u64 {
+    gpus.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end).max(end)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vamap::VaMap;
 
     const M: u64 = 1 << 20;
 
@@ -319,11 +297,11 @@ mod tests {
     #[test]
     fn an_odd_sized_allocation_counts_to_the_end_of_its_mapping() {
         let gpu = [1u8; 16];
-        let mem = super::super::MemRef { client: 1, memory: 2 };
+        let mem = crate::vamap::MemRef { client: 1, memory: 2 };
         let mut m = VaMap::default();
         m.map(gpu, 0, 2 * M, mem, 0);
         m.map(gpu, 2 * M, 4 * M, mem, 2 * M);
-        m.map(gpu, 6 * M, 2 * M, super::super::MemRef { client: 1, memory: 9 }, 0);
+        m.map(gpu, 6 * M, 2 * M, crate::vamap::MemRef { client: 1, memory: 9 }, 0);
         m.own(0, 1);
         assert_eq!(m.first_unowned(0, 4096), None, "a 1-byte allocation's first page");
         assert_eq!(m.first_unowned(0, 2 * M), None, "its chunk");
@@ -362,7 +340,7 @@ mod tests {
     #[test]
     fn an_allocation_that_is_one_mapping_costs_no_range() {
         let gpu = [1u8; 16];
-        let mem = super::super::MemRef { client: 1, memory: 2 };
+        let mem = crate::vamap::MemRef { client: 1, memory: 2 };
         let mut m = VaMap::default();
         m.map(gpu, 0, 8 * M, mem, 0);
         m.own(0, 8 * M);
@@ -382,7 +360,7 @@ mod tests {
         assert!(m.disown_at(8 * M), "a free takes the mark");
         assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M));
         m.own(8 * M, 2 * M);
-        m.map(gpu, 8 * M, 2 * M, super::super::MemRef { client: 1, memory: 3 }, 0);
+        m.map(gpu, 8 * M, 2 * M, crate::vamap::MemRef { client: 1, memory: 3 }, 0);
         assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M), "other memory mapped over it is not the program's");
     }
 }
