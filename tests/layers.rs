@@ -140,7 +140,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("model_test", &[&["strict_rm"]]),
     ("pipeline", &[&["late"]]),
     ("real", &[&["attach", "elf"], &["next"], &["scope"]]),
-    ("registrar", &[&["bar1", "miss", "types"], &["dmabuf", "nv503c", "outcome"]]),
+    ("registrar", &[&["bar1", "miss"], &["types"], &["dmabuf", "nv503c", "outcome"]]),
     ("shim", &[&["knobs", "summary", "route", "answers"], &["serve"]]),
     ("tracker", &[&["types"], &["dmabuf"]]),
     ("vamap", &[&["granule", "types"], &["entry"], &["cells"], &["gpu"], &["lookup", "owned"]]),

@@ -23,7 +23,8 @@
 pub use crate::tracker::dmabuf::{Plan, PlanMiss, Span, HOST_PAGE};
 
 use super::bar1::Budget;
-use super::{Client, Export, RegMiss, Rm, StillInUse};
+use super::miss::RegMiss;
+use super::types::{shrink_when_sparse, Client, Export, Rm, StillInUse};
 use crate::abi::status::{self, Call};
 use crate::decode::Pending;
 use crate::fd::OwnedFd;
@@ -262,7 +263,7 @@ impl Dmabuf {
         }
         self.exported_bytes -= sh.bytes;
         self.budget.buffer_gone(sh.device_instance, sh.bytes);
-        super::shrink_when_sparse(&mut self.shared);
+        shrink_when_sparse(&mut self.shared);
     }
 
     /// A driver call is about to release (or map over) memory: no buffer over it is used again,

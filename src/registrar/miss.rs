@@ -1,7 +1,6 @@
 //! Why a registration or an export was not made: one reason per miss, worded for people.
 #![forbid(unsafe_code)]
 
-use super::dmabuf;
 use crate::abi::status::{self, Call};
 use crate::tracker::VidmemTuple;
 use crate::vamap::Miss;
@@ -34,7 +33,7 @@ pub enum RegMiss {
     /// No route can work here: what each lacks.
     NoRoute(String),
     /// DMA-BUF: the range cannot be one dma-buf of this process's own memory.
-    Export(dmabuf::PlanMiss),
+    Export(crate::tracker::dmabuf::PlanMiss),
     /// DMA-BUF: RM says the GPU has no dma-buf capability.
     GpuNotCapable,
     /// `ibv_rereg_mr` cannot move an MR onto a dma-buf.

@@ -10,7 +10,8 @@
 //! into a client of ours would instead keep the memory alive and registered after CUDA freed it.
 #![forbid(unsafe_code)]
 
-use super::{Client, Decision, RegCounts, RegMiss, Rm, StillInUse};
+use super::miss::RegMiss;
+use super::types::{shrink_when_sparse, Client, Decision, RegCounts, Rm, StillInUse};
 use crate::abi::p2p;
 use crate::abi::status::{self, Call};
 use crate::born::Fresh;
@@ -180,7 +181,7 @@ impl Nv503c {
 
     fn remove(&mut self, mem: MemRef) -> Option<Reg> {
         let r = self.regs.remove(&mem)?;
-        super::shrink_when_sparse(&mut self.regs);
+        shrink_when_sparse(&mut self.regs);
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
             self.by_address.remove(&r.tuple.address);
         }
@@ -197,7 +198,7 @@ impl Nv503c {
         } else {
             self.uncounted -= 1;
         }
-        super::shrink_when_sparse(&mut self.granules);
+        shrink_when_sparse(&mut self.granules);
         Some(r)
     }
 

@@ -6,7 +6,7 @@
 //! queue's own lock is not had either (said in a warning) or the hooks are inert (a forked child).
 #![forbid(unsafe_code)]
 
-use super::{Decision, Export, HeldRef, Registrar, Rm};
+use super::types::{Decision, Export, HeldRef};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -37,27 +37,4 @@ pub enum Outcome {
 pub enum DeregStart {
     Taken(HeldRef),
     Queued(u64),
-}
-
-impl Registrar {
-    /// Takes in what a call over one of this registrar's decisions came to.
-    pub fn take_outcome(&mut self, rm: &mut dyn Rm, o: Outcome) {
-        match o {
-            Outcome::Nv503c { d, mr } => self.after_reg(rm, &d, mr),
-            Outcome::DmabufMr { e, mr, provider_addr, va } => self.after_dmabuf_reg(rm, mr, &e, provider_addr, va),
-            Outcome::DmabufUnused(e) => self.dmabuf_not_used(rm, &e),
-            Outcome::DeregEnd { mr, held, deregistered } => self.finish_dereg(rm, mr, held, deregistered),
-            Outcome::Dereg { mr } => self.after_dereg(rm, mr),
-            Outcome::DeregQueuedBegin { ticket, mr, shown_addr } => {
-                if let Some(held) = self.take_mr(rm, mr, shown_addr) {
-                    self.dereg_in_flight.insert(ticket, held);
-                }
-            }
-            Outcome::DeregQueuedEnd { ticket, mr, deregistered } => {
-                if let Some(held) = self.dereg_in_flight.remove(&ticket) {
-                    self.finish_dereg(rm, mr, held, deregistered);
-                }
-            }
-        }
-    }
 }

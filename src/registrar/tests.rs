@@ -2,9 +2,12 @@
 //! enforces the 503C rules the registrar depends on.
 
 use super::*;
+use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::status::{self, Call};
 use crate::decode::{Event, P2pCtrl};
+use crate::fd::OwnedFd;
 use crate::tracker::Tracker;
+use crate::vamap::MemRef;
 use crate::vamap::Miss;
 
 pub(super) const C: u32 = 0xc1d0_0001;

@@ -5,6 +5,7 @@ use super::tests::{tracker_with, FakeRm, C, DEV, SUB, VAS};
 use super::*;
 use crate::decode::Event;
 use crate::tracker::Tracker;
+use crate::vamap::MemRef;
 
 /// A map that missed a call the driver accepted registers and exports nothing, on either route.
 #[test]

@@ -4,8 +4,10 @@
 
 use super::tests::{map_on_gpu, tracker_with, FakeRm, C, DEV, GPU};
 use super::*;
+use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::decode::Event;
 use crate::fd::FileId;
+use crate::fd::OwnedFd;
 
 const VA: u64 = 0x7f00_0000_0000;
 const MB2: u64 = 0x20_0000;

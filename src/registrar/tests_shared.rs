@@ -4,6 +4,7 @@
 
 use super::tests::{tracker_with, C, DEV};
 use super::*;
+use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::decode::Event;
 use crate::fd::{FileId, OwnedFd};
 use std::collections::BTreeMap;

@@ -106,8 +106,7 @@ pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
 
 /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
 pub fn dump(gpus: &Gpus) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
-    let mut v: Vec<_> =
-        gpus.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
+    let mut v: Vec<_> = gpus.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
     v.sort();
     v
 }

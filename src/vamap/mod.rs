@@ -19,8 +19,8 @@ pub mod granule;
 mod lookup;
 pub mod owned;
 mod types;
-pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
 use types::{count_in, count_out, Mems};
+pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

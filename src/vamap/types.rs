@@ -122,4 +122,3 @@ pub(crate) fn count_out(mems: &mut Mems, mem: MemRef) {
         }
     }
 }
-
