@@ -139,7 +139,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ),
     ("model_test", &[&["strict_rm"]]),
     ("pipeline", &[&["late"]]),
-    ("real", &[&["attach", "elf"], &["next"], &["scope"]]),
+    ("real", &[&["attach", "elf"], &["dl"], &["next"], &["scope"]]),
     ("registrar", &[&["bar1", "miss"], &["types"], &["dmabuf", "nv503c", "outcome"]]),
     ("shim", &[&["knobs", "summary", "route", "answers"], &["serve"]]),
     ("tracker", &[&["types"], &["dmabuf"]]),

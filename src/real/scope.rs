@@ -4,11 +4,12 @@
 //! never be handed to the other. Without gdrshim, a call a library makes to `ibv_reg_mr` binds
 //! to the first definition in the process's global scope and, where there is none, in that
 //! library's own dependencies: its copy. gdrshim's exported hooks answer every caller, so they
-//! ask the same: the global scope after gdrshim first ([`super::next`]), then the dependencies
+//! ask the same: the global scope after gdrshim first ([`next::next`]), then the dependencies
 //! of the object the call came from ([`for_caller`]). A call that reaches a copy through `dlsym`
 //! on its handle is bound to that copy already (`hooks::slots`); a function it needs of the same
 //! copy is looked up beside it ([`beside`]).
 
+use super::{elf, next};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
 
@@ -59,23 +60,23 @@ impl Default for Callers {
 /// `name` of the library `lib` (a file-name prefix, `libibverbs.so`) as the caller at `caller`
 /// (an address in its code) reaches it without gdrshim; null where there is none.
 pub fn for_caller(callers: &Callers, caller: usize, name: &'static CStr, lib: &'static [u8]) -> *mut c_void {
-    let generation = super::DL_GENERATION.load(Acquire);
+    let generation = next::DL_GENERATION.load(Acquire);
     if let Some(f) = callers.find(caller, generation) {
         return f;
     }
     // the hook's caller keeps its errno, whatever the lookups leave
     let e = crate::sys::errno();
-    let global = super::next(name, false);
+    let global = next::next(name, false);
     let (a, f) = if !global.is_null() {
         (Answer { start: 0, end: usize::MAX, generation, f: global }, global)
     } else {
         match object_of(caller) {
             Some(o) => {
-                let f = in_dependencies(&o, name, lib).unwrap_or_else(|| super::in_loaded_library(lib, name));
+                let f = in_dependencies(&o, name, lib).unwrap_or_else(|| next::in_loaded_library(lib, name));
                 (Answer { start: o.segment.0, end: o.segment.1, generation, f }, f)
             }
             None => {
-                let f = super::in_loaded_library(lib, name);
+                let f = next::in_loaded_library(lib, name);
                 crate::sys::set_errno(e);
                 return f;
             }
@@ -91,13 +92,13 @@ pub fn for_caller(callers: &Callers, caller: usize, name: &'static CStr, lib: &'
 /// `name` in the same loaded object as `f` (another function of the copy `f` is of), remembered
 /// in `callers` by `f`: null where that object has none.
 pub fn beside(callers: &Callers, f: *mut c_void, name: &'static CStr) -> *mut c_void {
-    let generation = super::DL_GENERATION.load(Acquire);
+    let generation = next::DL_GENERATION.load(Acquire);
     let at = f as usize;
     if let Some(p) = callers.find(at, generation) {
         return p;
     }
     let e = crate::sys::errno();
-    let p = super::elf::object_holding(at).map_or(0, |(base, _)| super::elf::definition_at(base, name.to_bytes())) as *mut c_void;
+    let p = elf::object_holding(at).map_or(0, |(base, _)| elf::definition_at(base, name.to_bytes())) as *mut c_void;
     crate::sys::set_errno(e);
     if !p.is_null() {
         callers.publish(Answer { start: at, end: at + 1, generation, f: p });
@@ -209,8 +210,8 @@ fn in_dependencies(o: &Object, name: &'static CStr, lib: &[u8]) -> Option<*mut c
         }
         seen.push(n);
         let Some(dep) = by_name(n) else { continue };
-        if super::is_library(n, lib) || super::is_library(&dep.file, lib) {
-            let f = super::elf::definition_at(dep.base, name.to_bytes());
+        if next::is_library(n, lib) || next::is_library(&dep.file, lib) {
+            let f = elf::definition_at(dep.base, name.to_bytes());
             if f != 0 {
                 return Some(f as *mut c_void);
             }
