@@ -26,6 +26,7 @@ pub mod registrar;
 pub mod rm;
 pub mod route;
 pub mod shim;
+pub mod state;
 pub mod sys;
 #[cfg(test)]
 mod testkit;

@@ -13,11 +13,9 @@
 //! helper holds 1.02 without it (docs/results/h200-ab6: 1.0131 / 1.0122).
 
 use crate::born::Born;
-use crate::capture;
 use crate::decode;
-use crate::registrar::Registrar;
+use crate::registrar::Outcome;
 use crate::sys::Guard;
-use crate::tracker::Tracker;
 use core::sync::atomic::{
     AtomicBool, AtomicU64,
     Ordering::{Relaxed, SeqCst},
@@ -26,50 +24,10 @@ use once_cell::sync::OnceCell;
 use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The pure core, behind one lock: the map and the registrations that depend on it.
-pub struct Core {
-    /// NVIDIA calls decoded into an event and applied (every reader catches up first, so it
-    /// counts them all).
-    pub decoded: u64,
-    pub tracker: Box<Tracker>,
-    pub registrar: Box<Registrar>,
-    /// Our own RM calls (it owns the /dev/nvidiaN fds it exports on).
-    pub rm: crate::rm::RealRm,
-}
+pub use crate::state::Work;
 
-/// What the ioctl and allocation hooks hand to the core.
-pub enum Work {
-    Event(decode::Event),
-    UserAllocation {
-        api: &'static str,
-        ptr: u64,
-        len: u64,
-    },
-    /// The program was handed `[ptr, ptr+len)` by a CUDA call that is no allocation of new
-    /// memory (`cuMemMap` of a handle, an IPC or pool import): its memory from now on, exactly
-    /// that range (`VaMap::own_import`).
-    ProgramMapping {
-        ptr: u64,
-        len: u64,
-    },
-    /// A CUDA context ended (`VaMap::end_owned_on`): its GPU's allocations (`None`: every
-    /// allocation) are the program's no longer.
-    ContextEnded {
-        gpu: Option<crate::abi::Uuid>,
-    },
-    /// The program gave memory back: the allocation at `ptr` (`len` `None`: a free), or all of
-    /// `[ptr, ptr+len)` (an unmap).
-    ProgramRelease {
-        ptr: u64,
-        len: Option<u64>,
-    },
-    /// CUDA handed out dma-buf `fd` for `[ptr, ptr+size)` (compared with libcuda's export).
-    DmabufRequest {
-        ptr: u64,
-        size: u64,
-        fd: i32,
-    },
-}
+/// The pure core as the process has it: its RM calls are the real ones.
+pub type Core = crate::state::Core<crate::rm::RealRm>;
 
 /// Most work items the hooks leave unapplied (512 × 72 bytes). Applying them in a batch is
 /// cheaper than one by one: between two NVIDIA calls the driver's own work evicts the caches,
@@ -190,46 +148,6 @@ enum Helper {
     /// not be started (or `Starting` now): a full batch is applied by the thread that filled it.
     Inline,
     Starting,
-}
-
-impl Core {
-    /// Applies `batch`, in order. `warn` gets the lines worth a warning.
-    pub fn apply(&mut self, batch: &[Work], warn: &mut dyn FnMut(&str)) {
-        let Core { tracker, registrar, decoded, .. } = self;
-        for w in batch {
-            match *w {
-                Work::Event(ref ev) => {
-                    *decoded += 1;
-                    if let decode::Event::Free { h_client, h_object, .. } = *ev {
-                        if h_client == h_object {
-                            registrar.forget_client(h_client);
-                        } else {
-                            registrar.forget_freed(h_client, h_object);
-                        }
-                    }
-                    for n in tracker.apply(ev) {
-                        warn(&capture::notice_line(&n));
-                    }
-                }
-                Work::UserAllocation { api, ptr, len } => {
-                    if let Some(v) = tracker.user_allocation_quiet(ptr, len) {
-                        warn(&capture::verdict_line(api, ptr, len, &v));
-                    }
-                }
-                Work::ProgramMapping { ptr, len } => tracker.map.own_import(ptr, len),
-                Work::ContextEnded { gpu } => tracker.map.end_owned_on(gpu),
-                Work::ProgramRelease { ptr, len: None } => {
-                    tracker.map.disown_at(ptr);
-                }
-                Work::ProgramRelease { ptr, len: Some(len) } => tracker.map.disown(ptr, ptr.saturating_add(len)),
-                Work::DmabufRequest { ptr, size, fd } => {
-                    if let Some(n) = tracker.dmabuf_request(ptr, size, fd) {
-                        warn(&capture::notice_line(&n));
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The warning line of what applying the queue noticed (rate-limited under one key).
@@ -530,3 +448,46 @@ impl Pipeline {
 mod late;
 #[cfg(test)]
 mod tests;
+
+impl Pipeline {
+    /// Hands `o` to the registrar, now if the core's lock is had within `wait` (and `keep_only`
+    /// is false: the tests' knob), else through the queue of outcomes (`late.rs`).
+    pub fn settle(&self, o: Outcome, wait: Duration, keep_only: bool) {
+        let now = if keep_only { None } else { self.core(wait) };
+        match now {
+            Some(mut c) => self.take_in(&mut c, o),
+            None => self.late.keep(o),
+        }
+    }
+
+    /// Keeps `o` in the queue of outcomes, to be taken in by the core lock's next holder, in order.
+    pub fn keep_outcome(&self, o: Outcome) {
+        self.late.keep(o);
+    }
+
+    fn take_in(&self, c: &mut Core, o: Outcome) {
+        c.take_outcome(o);
+        self.live_mrs.store(c.registrar.live_mrs(), SeqCst);
+    }
+
+    /// Takes in the outcomes kept meanwhile, oldest first (the core's lock is held).
+    fn take_late(&self, c: &mut Core) {
+        let Some(kept) = self.late.take_all() else { return };
+        for o in kept {
+            self.take_in(c, o);
+            // after the MR count above: there is no moment in which a kept MR is in neither
+            self.late.taken();
+        }
+    }
+
+    /// Some MR may hold a registration of ours: a deregistration must look (no lock taken).
+    pub fn may_hold_mrs(&self) -> bool {
+        self.live_mrs.load(SeqCst) > 0 || self.late.pending() > 0
+    }
+
+    /// The MRs holding a registration, as the registrar counts them after a change made outside
+    /// an outcome (a dereg's reference taken out, an explicit unregister).
+    pub fn note_live_mrs(&self, n: usize) {
+        self.live_mrs.store(n, SeqCst);
+    }
+}

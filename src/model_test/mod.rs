@@ -17,6 +17,7 @@ use crate::abi::{class, status};
 use crate::decode::{Event, Pending, Uuid};
 use crate::registrar::{Client as RmClient, Decision, RegMiss, Registrar, Rm};
 use crate::route::Route;
+use crate::state::{Core, Work};
 use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::MemRef;
 use std::collections::HashMap;
@@ -99,9 +100,8 @@ impl Model {
 }
 
 struct World {
-    t: Tracker,
-    r: Registrar,
-    rm: StrictRm,
+    /// The pure core as the process has it, on the strict fake RM.
+    core: Core<StrictRm>,
     model: Model,
     clients: [Client; 2],
     /// The client whose VA space UVM has for each GPU (one GPU VA space per GPU per process).
@@ -113,9 +113,12 @@ struct World {
 impl World {
     fn new(route: Route) -> World {
         let mut w = World {
-            t: Tracker::new(),
-            r: Registrar::with_route(false, Ok(route)),
-            rm: StrictRm::default(),
+            core: Core {
+                decoded: 0,
+                tracker: Box::new(Tracker::new()),
+                registrar: Box::new(Registrar::with_route(false, Ok(route))),
+                rm: StrictRm::default(),
+            },
             model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]], owned: vec![false; NPAGES] },
             clients: [Client::new(0), Client::new(1)],
             uvm_owner: [0, 1],
@@ -126,22 +129,22 @@ impl World {
             w.setup_client(k);
         }
         for r in 0..RANGES {
-            w.t.apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
+            w.core.tracker.apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
         }
         w
     }
     fn setup_client(&mut self, k: usize) {
         let c = self.clients[k];
-        self.t.apply(&Event::RootClient { fd: 10 + k as i32, h_client: c.h });
+        self.core.tracker.apply(&Event::RootClient { fd: 10 + k as i32, h_client: c.h });
         for i in 0..2 {
             self.setup_device(k, i);
         }
     }
     fn setup_device(&mut self, k: usize, i: usize) {
         let c = self.clients[k];
-        self.t.apply(&Event::Device { h_client: c.h, h_device: c.devices[i], device_id: i as u32 });
-        self.t.apply(&Event::Subdevice { h_client: c.h, h_device: c.devices[i], h_subdevice: c.subdevices[i], subdevice_id: 0 });
-        self.t.apply(&Event::VaSpace {
+        self.core.tracker.apply(&Event::Device { h_client: c.h, h_device: c.devices[i], device_id: i as u32 });
+        self.core.tracker.apply(&Event::Subdevice { h_client: c.h, h_device: c.devices[i], h_subdevice: c.subdevices[i], subdevice_id: 0 });
+        self.core.tracker.apply(&Event::VaSpace {
             h_client: c.h,
             h_parent: c.devices[i],
             h_vaspace: c.vaspaces[i],
@@ -149,36 +152,36 @@ impl World {
             flags: 0x48,
         });
         if self.uvm_owner[i] == k {
-            self.t.apply(&Event::UvmRegisterGpuVaSpace {
+            self.core.tracker.apply(&Event::UvmRegisterGpuVaSpace {
                 uuid: GPUS[i],
                 rm_ctrl_fd: 10 + k as i32,
                 h_client: c.h,
                 h_vaspace: c.vaspaces[i],
             });
         }
-        self.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
-        self.rm.instances.insert((c.h, c.devices[i]), i as u32);
+        self.core.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
+        self.core.rm.instances.insert((c.h, c.devices[i]), i as u32);
     }
 
     /// The shim's order (`Shim::before_ioctl`): while registrations are live, those the call
     /// concerns go first; then the driver runs it.
     fn driver(&mut self, call: Pending) {
-        if self.r.in_use() {
-            self.r.before_driver_call(&self.t, &mut self.rm, call);
+        if self.core.registrar.in_use() {
+            self.core.registrar.before_driver_call(&self.core.tracker, &mut self.core.rm, call);
         }
     }
 
     /// Every registration RM holds is, page by page, the memory the model has there.
     fn check(&self, step: u64) {
-        for (_, reg) in &self.rm.regs {
+        for (_, reg) in &self.core.rm.regs {
             for p in (0..reg.size).step_by(PAGE as usize) {
                 let want = Some((reg.mem, reg.offset + p));
                 let got = self.model.at(reg.address + p);
                 assert_eq!(got, Ok(want), "step {step}: RM holds {reg} but the model has {got:?} at {:#x}", reg.address + p);
             }
         }
-        assert_eq!(self.r.live_registrations(), self.rm.regs.len(), "step {step}: the registrar and RM disagree");
-        for o in &self.rm.p2p {
+        assert_eq!(self.core.registrar.live_registrations(), self.core.rm.regs.len(), "step {step}: the registrar and RM disagree");
+        for o in &self.core.rm.p2p {
             assert!(o.vaspaces.len() <= 1, "step {step}: a 503C with {} VA spaces", o.vaspaces.len());
         }
     }
@@ -215,7 +218,7 @@ fn run_model(route: Route) {
                 let m = MemRef { client: c.h, memory: w.next_mem };
                 w.next_mem += 1;
                 let class = if vidmem { class::NV01_MEMORY_LOCAL_USER } else { class::NV01_MEMORY_SYSTEM };
-                w.t.apply(&Event::Memory {
+                w.core.tracker.apply(&Event::Memory {
                     h_client: c.h,
                     h_parent: c.devices[i],
                     h_memory: m.memory,
@@ -225,7 +228,7 @@ fn run_model(route: Route) {
                     attr2: 0,
                     flags: 0,
                 });
-                w.rm.mems.insert(m, FakeMem { device: c.devices[i], vidmem, size });
+                w.core.rm.mems.insert(m, FakeMem { device: c.devices[i], vidmem, size });
                 w.mems.push((m, i, vidmem, size));
                 count("allocs");
             }
@@ -241,7 +244,7 @@ fn run_model(route: Route) {
                     _ => vec![1],
                 };
                 w.driver(Pending::UvmMap { base, length: len, offset, h_client: m.client, h_memory: m.memory });
-                w.t.apply(&Event::UvmMapExternal {
+                w.core.tracker.apply(&Event::UvmMapExternal {
                     base,
                     length: len,
                     offset,
@@ -255,7 +258,7 @@ fn run_model(route: Route) {
                 }
                 // most mappings are an allocation of the program's; some are CUDA's own memory
                 if rnd(8) != 0 {
-                    w.t.map.own(base, len);
+                    w.core.tracker.map.own(base, len);
                     w.model.own(base, len, true);
                 }
                 count("maps");
@@ -268,7 +271,7 @@ fn run_model(route: Route) {
                     let len = PAGE * (1 + rnd(4)).min((BASE + RANGE * RANGES - va) / PAGE);
                     if (0..len).step_by(PAGE as usize).all(|p| w.model.pages[g][Model::page(va + p)] == Some((m, off + p))) {
                         w.driver(Pending::UvmMap { base: va, length: len, offset: off, h_client: m.client, h_memory: m.memory });
-                        w.t.apply(&Event::UvmMapExternal {
+                        w.core.tracker.apply(&Event::UvmMapExternal {
                             base: va,
                             length: len,
                             offset: off,
@@ -287,7 +290,7 @@ fn run_model(route: Route) {
                 let base = range + rnd(RANGE / PAGE) * PAGE;
                 let len = (1 + rnd((range + RANGE - base) / PAGE)) * PAGE;
                 w.driver(Pending::UvmUnmap { base, length: len });
-                w.t.apply(&Event::UvmUnmapExternal { base, length: len, gpu: GPUS[g] });
+                w.core.tracker.apply(&Event::UvmUnmapExternal { base, length: len, gpu: GPUS[g] });
                 w.model.set(g, base, len, |_| None);
                 // VA that no GPU maps any more is the program's no longer (`Tracker::apply`)
                 if (base..base + len).step_by(PAGE as usize).all(|p| w.model.at(p) == Ok(None)) {
@@ -298,21 +301,21 @@ fn run_model(route: Route) {
             390..=419 => {
                 let base = BASE + rnd(RANGES) * RANGE;
                 w.driver(Pending::UvmFree { base });
-                w.t.apply(&Event::UvmFree { base, length: Some(RANGE) });
+                w.core.tracker.apply(&Event::UvmFree { base, length: Some(RANGE) });
                 for g in 0..2 {
                     w.model.set(g, base, RANGE, |_| None);
                 }
                 w.model.own(base, RANGE, false);
-                w.t.apply(&Event::UvmCreateExternalRange { base, length: RANGE });
+                w.core.tracker.apply(&Event::UvmCreateExternalRange { base, length: RANGE });
                 count("uvm_frees");
             }
             420..=449 if !w.mems.is_empty() => {
                 let (m, _, _, _) = w.mems.swap_remove(rnd(w.mems.len() as u64) as usize);
                 let parent = w.clients.iter().find(|c| c.h == m.client).map(|c| c.devices[0]).unwrap_or(0);
                 w.driver(Pending::RmFree { h_client: m.client, h_object: m.memory });
-                w.rm.free_mem(m);
-                w.r.forget_freed(m.client, m.memory);
-                w.t.apply(&Event::Free { h_client: m.client, h_parent: parent, h_object: m.memory });
+                w.core.rm.free_mem(m);
+                // the free as the process applies it (the registrar forgets what RM freed with it)
+                w.core.apply(&[Work::Event(Event::Free { h_client: m.client, h_parent: parent, h_object: m.memory })], &mut |_| {});
                 // UVM keeps its own reference, but the handle is gone: nothing there may be registered
                 w.model.forget(|x| x == m);
                 count("mem_frees");
@@ -321,7 +324,7 @@ fn run_model(route: Route) {
                 // the program unmaps a range of its own VA (cuMemUnmap) whatever is there
                 let base = BASE + rnd(NPAGES as u64) * PAGE;
                 let len = PAGE * (1 + rnd(8)).min((BASE + RANGE * RANGES - base) / PAGE);
-                w.t.map.disown(base, base + len);
+                w.core.tracker.map.disown(base, base + len);
                 w.model.own(base, len, false);
                 count("program_unmaps");
             }
@@ -330,9 +333,8 @@ fn run_model(route: Route) {
                 let (k, i) = (rnd(2) as usize, rnd(2) as usize);
                 let c = w.clients[k];
                 w.driver(Pending::RmFree { h_client: c.h, h_object: c.devices[i] });
-                w.rm.free_device(c.h, c.devices[i]);
-                w.r.forget_freed(c.h, c.devices[i]); // as the shim does after every RM free
-                w.t.apply(&Event::Free { h_client: c.h, h_parent: c.h, h_object: c.devices[i] });
+                w.core.rm.free_device(c.h, c.devices[i]);
+                w.core.apply(&[Work::Event(Event::Free { h_client: c.h, h_parent: c.h, h_object: c.devices[i] })], &mut |_| {});
                 let gone: Vec<MemRef> = w.mems.iter().filter(|x| x.0.client == c.h && x.1 == i).map(|x| x.0).collect();
                 w.mems.retain(|x| !(x.0.client == c.h && x.1 == i));
                 w.model.forget(|x| gone.contains(&x));
@@ -344,9 +346,8 @@ fn run_model(route: Route) {
                 let k = rnd(2) as usize;
                 let c = w.clients[k];
                 w.driver(Pending::RmFree { h_client: c.h, h_object: c.h });
-                w.rm.free_client(c.h);
-                w.t.apply(&Event::Free { h_client: c.h, h_parent: c.h, h_object: c.h });
-                w.r.forget_client(c.h);
+                w.core.rm.free_client(c.h);
+                w.core.apply(&[Work::Event(Event::Free { h_client: c.h, h_parent: c.h, h_object: c.h })], &mut |_| {});
                 w.mems.retain(|x| x.0.client != c.h);
                 w.model.forget(|x| x.client == c.h);
                 w.setup_client(k);
@@ -365,13 +366,13 @@ fn run_model(route: Route) {
                 }
                 let len = if rnd(10) == 0 { 1 + rnd(RANGE) } else { (1 + rnd(32)) * 0x1000 };
                 let len = len.min(BASE + RANGE * RANGES - addr);
-                let d = w.r.before_reg(&w.t, &mut w.rm, addr, len);
+                let d = w.core.registrar.before_reg(&w.core.tracker, &mut w.core.rm, addr, len);
                 match &d {
                     Decision::Hit { mem, .. } => {
                         assert_eq!(route, Route::Nv503c, "step {step}");
                         assert!(w.model.owns(addr, len), "step {step}: MR {addr:#x}+{len:#x} over memory the program did not allocate");
                         // what the NIC gets is what the process sees, for every page of the MR
-                        let got = w.rm.get_pages(addr, len);
+                        let got = w.core.rm.get_pages(addr, len);
                         let Ok((gm, goff)) = got else { panic!("step {step}: hit at {addr:#x}+{len:#x} but peermem says {got:?}") };
                         assert_eq!(gm, *mem, "step {step}");
                         for p in (down(addr)..up(addr + len)).step_by(PAGE as usize) {
@@ -381,7 +382,7 @@ fn run_model(route: Route) {
                         count("hits");
                         let mr = if rnd(10) == 0 { 0 } else { next_mr };
                         next_mr += 1;
-                        w.r.after_reg(&mut w.rm, &d, mr);
+                        w.core.registrar.after_reg(&mut w.core.rm, &d, mr);
                         if mr != 0 {
                             mrs.push(mr);
                         }
@@ -397,7 +398,7 @@ fn run_model(route: Route) {
                         assert!(w.model.owns(addr, len), "step {step}: export {addr:#x}+{len:#x} of memory the program did not allocate");
                         // the buffer, 4 KiB page by page, is what the process has there now
                         let (total, slots) =
-                            w.rm.exports.get(&e.fd).cloned().expect("an fd of ours RM handed out, open while the call uses it");
+                            w.core.rm.exports.get(&e.fd).cloned().expect("an fd of ours RM handed out, open while the call uses it");
                         let base = addr & !0xfff;
                         assert_eq!(addr - base, e.offset, "step {step}");
                         assert!(
@@ -417,7 +418,7 @@ fn run_model(route: Route) {
                         count("exports");
                         let mr = next_mr;
                         next_mr += 1;
-                        w.r.after_dmabuf_reg(&mut w.rm, mr, e, 0, addr);
+                        w.core.registrar.after_dmabuf_reg(&mut w.core.rm, mr, e, 0, addr);
                         mrs.push(mr);
                     }
                     Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),
@@ -444,7 +445,7 @@ fn run_model(route: Route) {
             }
             750..=999 if !mrs.is_empty() => {
                 let mr = mrs.swap_remove(rnd(mrs.len() as u64) as usize);
-                w.r.after_dereg(&mut w.rm, mr);
+                w.core.registrar.after_dereg(&mut w.core.rm, mr);
                 count("deregs");
             }
             _ => {}
@@ -452,19 +453,19 @@ fn run_model(route: Route) {
         w.check(step);
     }
     for mr in mrs.drain(..) {
-        w.r.after_dereg(&mut w.rm, mr);
+        w.core.registrar.after_dereg(&mut w.core.rm, mr);
     }
-    assert!(w.rm.regs.is_empty(), "left registered: {:?}", w.rm.regs);
-    assert_eq!(w.r.live_registrations(), 0);
-    assert_eq!(w.r.counts.registered, w.r.counts.unregistered);
+    assert!(w.core.rm.regs.is_empty(), "left registered: {:?}", w.core.rm.regs);
+    assert_eq!(w.core.registrar.live_registrations(), 0);
+    assert_eq!(w.core.registrar.counts.registered, w.core.registrar.counts.unregistered);
     // gdrshim never made a call RM refused: every refusal would be a wrong guess about RM's rules
-    assert_eq!((w.rm.refused, w.r.counts.rm_errors), (0, 0), "{:?}", w.r.counts);
+    assert_eq!((w.core.rm.refused, w.core.registrar.counts.rm_errors), (0, 0), "{:?}", w.core.registrar.counts);
     let g = |k: &str| n.get(k).copied().unwrap_or(0);
     let mut keys: Vec<_> = n.iter().collect();
     keys.sort();
-    eprintln!("model (2 clients, 2 GPUs, {route:?}): {ops} operations, {keys:?}, registered={}", w.r.counts.registered);
-    assert_eq!(w.r.dmabuf_mrs(), 0, "every dma-buf MR deregistered");
-    assert!(w.rm.exports.is_empty(), "every export was taken by an MR");
+    eprintln!("model (2 clients, 2 GPUs, {route:?}): {ops} operations, {keys:?}, registered={}", w.core.registrar.counts.registered);
+    assert_eq!(w.core.registrar.dmabuf_mrs(), 0, "every dma-buf MR deregistered");
+    assert!(w.core.rm.exports.is_empty(), "every export was taken by an MR");
     if ops >= 100_000 && route == Route::Dmabuf {
         for k in [
             "exports",

@@ -4,7 +4,6 @@
 //! unmap) came after the call's decision, so it must meet the registrar with the call's MR in it.
 //! A dereg's fast path (`may_hold_mrs`) counts kept outcomes as MRs that may be ours.
 
-use super::{Core, Pipeline};
 use crate::registrar::Outcome;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
 use std::time::Duration;
@@ -21,24 +20,11 @@ pub(super) struct Late {
     pending: AtomicUsize,
 }
 
-impl Pipeline {
-    /// Hands `o` to the registrar, now if the core's lock is had within `wait` (and `keep_only`
-    /// is false: the tests' knob), else through the queue.
-    pub fn settle(&self, o: Outcome, wait: Duration, keep_only: bool) {
-        let now = if keep_only { None } else { self.core(wait) };
-        match now {
-            Some(mut c) => self.take_in(&mut c, o),
-            None => self.keep(o),
-        }
-    }
-
-    /// Keeps `o` in the queue, to be taken in by the core lock's next holder, in order.
-    pub fn keep_outcome(&self, o: Outcome) {
-        self.keep(o);
-    }
-
-    fn keep(&self, o: Outcome) {
-        let Some(mut q) = self.late.outcomes.try_lock_for(QUEUE_WAIT) else {
+impl Late {
+    /// Keeps `o` in order, before the hook returns what it concerns; an outcome the queue's own
+    /// lock was not had for is lost, and said.
+    pub(super) fn keep(&self, o: Outcome) {
+        let Some(mut q) = self.outcomes.try_lock_for(QUEUE_WAIT) else {
             crate::log_limited!(
                 crate::config::Level::Warn,
                 "outcome lost",
@@ -48,38 +34,26 @@ impl Pipeline {
         };
         q.push(o);
         // before the hook returns the MR: a dereg of it looks
-        self.late.pending.fetch_add(1, SeqCst);
+        self.pending.fetch_add(1, SeqCst);
     }
 
-    fn take_in(&self, c: &mut Core, o: Outcome) {
-        let Core { registrar, rm, .. } = c;
-        registrar.take_outcome(rm, o);
-        self.live_mrs.store(registrar.live_mrs(), SeqCst);
-    }
-
-    /// Takes in the outcomes kept meanwhile, oldest first (the core's lock is held).
-    pub(super) fn take_late(&self, c: &mut Core) {
-        if self.late.pending.load(SeqCst) == 0 {
-            return;
+    /// Every outcome kept so far, oldest first (`None`: none, or the queue's lock not had); each
+    /// one counts as pending until [`taken`](Self::taken) says it was taken in.
+    pub(super) fn take_all(&self) -> Option<Vec<Outcome>> {
+        if self.pending.load(SeqCst) == 0 {
+            return None;
         }
-        let Some(mut q) = self.late.outcomes.try_lock_for(QUEUE_WAIT) else { return };
-        let kept = core::mem::take(&mut *q);
-        drop(q);
-        for o in kept {
-            self.take_in(c, o);
-            // after the MR count above: there is no moment in which a kept MR is in neither
-            self.late.pending.fetch_sub(1, SeqCst);
-        }
+        let mut q = self.outcomes.try_lock_for(QUEUE_WAIT)?;
+        Some(core::mem::take(&mut *q))
     }
 
-    /// Some MR may hold a registration of ours: a deregistration must look (no lock taken).
-    pub fn may_hold_mrs(&self) -> bool {
-        self.live_mrs.load(SeqCst) > 0 || self.late.pending.load(SeqCst) > 0
+    /// One outcome of [`take_all`](Self::take_all) was taken in.
+    pub(super) fn taken(&self) {
+        self.pending.fetch_sub(1, SeqCst);
     }
 
-    /// The MRs holding a registration, as the registrar counts them after a change made outside
-    /// an outcome (a dereg's reference taken out, an explicit unregister).
-    pub fn note_live_mrs(&self, n: usize) {
-        self.live_mrs.store(n, SeqCst);
+    /// Outcomes kept and not yet taken in.
+    pub(super) fn pending(&self) -> usize {
+        self.pending.load(SeqCst)
     }
 }

@@ -1,6 +1,7 @@
 //! The pipeline's tests: the queue under contention, the helper thread, dropped calls.
 
 use super::*;
+use crate::registrar::Registrar;
 
 fn empty_queue() -> QueueLine {
     QueueLine::new(Queue {
