@@ -45,12 +45,27 @@ pub mod writes_ordering {
     pub const ALL_DEVICES: i32 = 200;
 }
 
-/// `CUresult` values gdrshim reads.
+/// `CUresult`: what every driver API call answers.
+pub type CUresult = i32;
+
+/// `CUresult` values gdrshim reads or answers.
 pub mod result {
     pub const SUCCESS: i32 = 0;
+    /// What libcuda answers a dma-buf request over a range that is not the program's device
+    /// memory.
     pub const INVALID_VALUE: i32 = 1;
     pub const OUT_OF_MEMORY: i32 = 2;
+    pub const NOT_INITIALIZED: i32 = 3;
+    /// What libcuda answers a dma-buf request with on GeForce.
     pub const NOT_SUPPORTED: i32 = 801;
+}
+
+/// `cuMemGetHandleForAddressRange`'s handle type and flag (cuda.h).
+pub mod mem_range {
+    /// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
+    pub const HANDLE_TYPE_DMA_BUF_FD: i32 = 1;
+    /// `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE`.
+    pub const FLAG_DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
 }
 
 abi_struct!(

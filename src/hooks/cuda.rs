@@ -9,7 +9,7 @@
 //! untouched. Our own pointers are never wrapped again, so nothing recurses.
 #![allow(non_snake_case)] // the CUDA driver API names
 
-use crate::hooks::slots::slotted;
+use super::slots::slotted;
 use crate::real::next_def;
 use crate::shim;
 use crate::shim::serve::Served;
@@ -17,16 +17,15 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
 
-pub type CUresult = c_int;
-pub const CUDA_SUCCESS: CUresult = 0;
-/// What libcuda answers a dma-buf request over a range that is not the program's device memory.
-pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
-pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
-/// What libcuda answers a dma-buf request with on GeForce.
-pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
-/// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD` and `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE` (cuda.h).
-const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
-const CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: u64 = 1;
+use crate::abi::cuda::mem_range::{
+    FLAG_DMA_BUF_MAPPING_TYPE_PCIE as CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE,
+    HANDLE_TYPE_DMA_BUF_FD as CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+};
+use crate::abi::cuda::result::{
+    INVALID_VALUE as CUDA_ERROR_INVALID_VALUE, NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, NOT_SUPPORTED as CUDA_ERROR_NOT_SUPPORTED,
+    SUCCESS as CUDA_SUCCESS,
+};
+use crate::abi::cuda::CUresult;
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
 
@@ -202,14 +201,10 @@ fn allocation_extent(ptr: CUdeviceptr) -> Option<(u64, u64)> {
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(p)(&mut base, &mut size, ptr) };
     (r == CUDA_SUCCESS && size > 0).then_some((base, size as u64))
 }
-// The ends of CUDA contexts (`ctx`): the program's allocations of that GPU end with them.
-#[path = "cuda_ctx.rs"]
-mod ctx;
-pub use ctx::{cuCtxDestroy_v2, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxReset_v2};
-// NCCL's GPU-side GDR gate, its DMA-BUF and VMM questions, and cuMemCreate's GDR flag (`gdr`).
-#[path = "cuda_gdr.rs"]
-mod gdr;
-pub use gdr::{cuDeviceGetAttribute, cuMemCreate, device_get_attribute, mem_create};
+// The ends of CUDA contexts (`cuda_ctx`), NCCL's GPU-side GDR gate, its DMA-BUF and VMM questions
+// and cuMemCreate's GDR flag (`cuda_gdr`): siblings of these hooks, reached the same three ways.
+use super::cuda_ctx as ctx;
+use super::cuda_gdr::{device_get_attribute, mem_create};
 // A dma-buf of device memory: where libcuda refuses (801 on GeForce) and the DMA-BUF route serves,
 // gdrshim's export of exactly the map's pieces; where libcuda answers, its export is compared with
 // the map's (shadow oracle).

@@ -4,11 +4,12 @@
 //! the driver calls that end each are seen (a client freed by closing its fd is not): the
 //! program's allocation records of that GPU end here (`VaMap::end_owned_on`), so that CUDA's own
 //! memory mapped there later is never taken for the program's. Reached as the other CUDA hooks
-//! (`super`).
+//! (`cuda`).
 
-use super::{CUresult, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS};
+use super::slots::slotted;
+use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};
+use crate::abi::cuda::CUresult;
 use crate::abi::Uuid;
-use crate::hooks::slots::slotted;
 use crate::real::next_def;
 use crate::shim;
 use core::ffi::{c_int, c_uint, c_void};

@@ -1,11 +1,12 @@
 //! The CUDA entry points a GPUDirect RDMA consumer asks before it uses GPU memory with a NIC:
 //! `cuDeviceGetAttribute` (NCCL's GPU-side gate, its DMA-BUF and VMM questions, see `advertise`)
 //! and `cuMemCreate`, whose `gpuDirectRDMACapable` request libcuda refuses on a GeForce although
-//! gdrshim answered that it may be asked. Both reached as the other CUDA hooks (`super`).
+//! gdrshim answered that it may be asked. Both reached as the other CUDA hooks (`cuda`).
 
-use super::{CUresult, CUDA_ERROR_NOT_INITIALIZED, CUDA_SUCCESS};
+use super::slots::slotted;
+use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};
+use crate::abi::cuda::CUresult;
 use crate::abi::cuda::MemAllocationProp;
-use crate::hooks::slots::slotted;
 use crate::real::next_def;
 use crate::shim;
 use core::ffi::{c_int, c_void};

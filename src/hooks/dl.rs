@@ -6,8 +6,8 @@
 //! the name is one we wrap and, if not, tail-jump to the real function with the caller's return
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
+use super::{cuda, mlx5dv, verbs};
 use crate::gate::active;
-use crate::hooks::{cuda, mlx5dv, verbs};
 use crate::real;
 use crate::sys::Guard;
 use core::ffi::{c_char, c_void, CStr};

@@ -10,10 +10,10 @@
 //! closes its fd after where it is its own (the umem holds the buffer). If the provider refuses, the original call
 //! is delegated untouched and fails as it would without gdrshim.
 
+use super::caller::with_caller;
+use super::slots::slotted;
+use super::verbs::{after, before, outcome_owed, RegArgs};
 use crate::abi::mlx5dv::{self as m, DevxUmemIn};
-use crate::hooks::caller::with_caller;
-use crate::hooks::slots::slotted;
-use crate::hooks::verbs::{after, before, outcome_owed, RegArgs};
 use crate::real::scope::{self, Callers};
 use crate::registrar::{Decision, Export};
 use crate::shim;

@@ -7,6 +7,8 @@
 
 pub mod caller;
 pub mod cuda;
+pub mod cuda_ctx;
+pub mod cuda_gdr;
 pub mod dl;
 pub mod fd;
 pub mod front;

@@ -8,9 +8,9 @@
 //! (`addr` is the VA it registered). If the provider refuses the export, the original call is
 //! delegated untouched and fails as it would without gdrshim.
 
+use super::caller::with_caller;
+use super::slots::slotted;
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
-use crate::hooks::caller::with_caller;
-use crate::hooks::slots::slotted;
 use crate::real::scope::{self, Callers};
 use crate::registrar::{Decision, DeregStart, Export, HeldRef, VerbsReg};
 use crate::shim;
