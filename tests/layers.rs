@@ -142,7 +142,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("pipeline", &[&["late"]]),
     ("real", &[&["attach", "elf"], &["dl"], &["next"], &["scope"]]),
     ("registrar", &[&["bar1", "miss"], &["types"], &["dmabuf", "nv503c", "outcome"]]),
-    ("shim", &[&["knobs", "summary", "route", "answers"], &["serve"]]),
+    ("shim", &[&["answers", "route", "knob_stats"], &["types"], &["knobs", "serve"], &["summary"]]),
     ("tracker", &[&["types"], &["dmabuf"]]),
     ("vamap", &[&["granule", "types"], &["entry"], &["cells"], &["gpu"], &["lookup", "owned"]]),
 ];

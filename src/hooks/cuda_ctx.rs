@@ -5,6 +5,7 @@
 //! program's allocation records of that GPU end here (`VaMap::end_owned_on`), so that CUDA's own
 //! memory mapped there later is never taken for the program's. Reached as the other CUDA hooks
 //! (`cuda`).
+#![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
 use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};

@@ -2,6 +2,7 @@
 //! `cuDeviceGetAttribute` (NCCL's GPU-side gate, its DMA-BUF and VMM questions, see `advertise`)
 //! and `cuMemCreate`, whose `gpuDirectRDMACapable` request libcuda refuses on a GeForce although
 //! gdrshim answered that it may be asked. Both reached as the other CUDA hooks (`cuda`).
+#![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
 use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};

@@ -117,7 +117,7 @@ unsafe fn timed(
     let ns = (t1 - t0) + (Clock::now() - t2);
     let k = &s.stats.knobs;
     k.hook_ns.fetch_add(ns, Relaxed);
-    let i = crate::shim::knobs::PerRequest::slot(dev, request);
+    let i = crate::shim::knob_stats::PerRequest::slot(dev, request);
     k.hook_ns_by_req[i].fetch_add(ns, Relaxed);
     k.hook_calls_by_req[i].fetch_add(1, Relaxed);
     set_errno(e);

@@ -112,20 +112,18 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
         if s.line.table.is_none() {
             return Err(-libc::ENOSYS);
         }
-        let c = s.core(std::time::Duration::from_secs(5)).ok_or(-libc::EBUSY)?;
-        let t = &c.tracker;
-        let p = t.map.lookup_single(va, len).map_err(|m| match m {
+        let (p, device, ctl_fd) = s.backing_of(va, len).ok_or(-libc::EBUSY)?.map_err(|m| match m {
             crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
             _ => -libc::ENOENT,
         })?;
-        let (h_device, device_id) = t.memory_device(p.mem).unwrap_or((0, u32::MAX));
+        let (h_device, device_id) = device.unwrap_or((0, u32::MAX));
         Ok(GdrshimBacking {
             struct_version: QUERY_ABI,
             h_client: p.mem.client,
             h_memory: p.mem.memory,
             h_device,
             device_id,
-            ctl_fd: t.client_fd(p.mem.client).unwrap_or(-1),
+            ctl_fd: ctl_fd.unwrap_or(-1),
             offset: p.offset,
             map_base: p.origin.base,
             map_length: p.origin.length,

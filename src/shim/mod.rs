@@ -5,21 +5,29 @@ use crate::abi::{self, AbiTable, DriverVersion};
 use crate::capture::{self, IoctlRecord};
 use crate::pipeline::{Core, Pipeline, Work, BACKLOG};
 
+mod answers;
+#[cfg(feature = "knobs")]
+pub mod knob_stats;
 #[cfg(feature = "knobs")]
 pub mod knobs;
+mod route;
 pub mod serve;
 mod summary;
+mod types;
 use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::gate::{active, HOOK, PAUSED};
 use crate::registrar::Registrar;
 use crate::sys::{errno, set_errno, Guard};
 use crate::tracker::Tracker;
+use answers::Answers;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
+use route::RouteChoice;
 use std::time::Duration;
+pub use types::{Shim, ShimLine, Stats};
 
 /// Runs `f` on the runtime from inside a hook: only when active and already started (an NVIDIA
 /// fd's ioctl starts it; a process that never had one has no GPU memory to look up), with this
@@ -62,84 +70,6 @@ fn run_in<R>(s: &'static Shim, f: impl FnOnce(&'static Shim) -> R) -> Option<R> 
     });
     set_errno(e);
     r
-}
-
-#[derive(Default)]
-pub struct Stats {
-    pub failed: AtomicU64,
-    /// Decoded, but the core's lock was not free within 5 s.
-    pub dropped: AtomicU64,
-    pub malformed: AtomicU64,
-    pub not_decoded: AtomicU64,
-    pub passthrough: AtomicU64,
-    pub wrapped: AtomicU64,
-    pub unwrapped: AtomicU64,
-    pub dmabuf_mrs: AtomicU64,
-    /// GDR probes answered differently from the driver (`advertise`).
-    pub gdr_answers: AtomicU64,
-    /// dma-bufs handed to CUDA's callers where libcuda refused (DMA-BUF route).
-    pub dmabuf_served: AtomicU64,
-    /// Exports `ibv_reg_dmabuf_mr` refused (the original call was delegated).
-    pub dmabuf_refused: AtomicU64,
-    /// GeForce emulation (`GDRSHIM_TEST_HIDE_DMABUF`): dma-buf requests whose outcome under
-    /// gdrshim was libcuda's own (exported by both, or refused by both with the same code), or not.
-    pub export_oracle_agree: AtomicU64,
-    pub export_oracle_disagree: AtomicU64,
-    /// Knobs builds: GDRSHIM_TIMING's clock and the benchmark's pauses.
-    #[cfg(feature = "knobs")]
-    pub knobs: knobs::Stats,
-}
-
-/// What the hooks read on every NVIDIA call (and the CUDA hooks' one count), in one cache line
-/// (see [`HookLine`]); the queue of their work follows in the next.
-#[repr(C, align(64))]
-pub struct ShimLine {
-    /// The ABI table of this driver; `None`: every call passes through undecoded.
-    pub table: Option<&'static AbiTable>,
-    pub(crate) capture_fd: AtomicI32,
-    /// `cfg.mode`.
-    pub mode: Mode,
-    /// GDRSHIM_TIMING, GDRSHIM_TEST_PANIC=ioctl, =hook (knobs builds).
-    #[cfg(feature = "knobs")]
-    pub timing: bool,
-    #[cfg(feature = "knobs")]
-    panic_in_ioctl: bool,
-    #[cfg(feature = "knobs")]
-    pub(crate) panic_in_hook: bool,
-    /// Register mode on a known ABI ([`Shim::registering`]): registrations over memory that a
-    /// call releases are taken down before the driver runs it ([`Shim::before_ioctl`]).
-    pub registering: bool,
-    /// Successful cuMemFree calls (the CUDA hooks' only count of their own).
-    pub cuda_frees: AtomicU64,
-}
-const _: () = assert!(core::mem::size_of::<ShimLine>() == 64);
-
-#[repr(C)]
-pub struct Shim {
-    pub line: ShimLine,
-    /// The hooks' work on its way to the core, and the core ([`Shim::core`]).
-    pub pipeline: Pipeline,
-    /// Registrations hold its write side, release-type driver calls its read side (`serve`).
-    pub(crate) release_gate: parking_lot::RwLock<()>,
-    /// `serve::ROUTE_*`: the route decision, readable without the core's lock.
-    pub(crate) route_state: AtomicU8,
-    pub cfg: Config,
-    pub version: Option<DriverVersion>,
-    capture_lock: Mutex<()>,
-    /// GDRSHIM_CAPTURE's file while it is ours (`line.capture_fd` says whether there is one).
-    capture_file: crate::fdtable::own::Kept,
-    pub stats: Stats,
-    pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
-    /// One bit per CUDA device whose answer was logged, per attribute (GDR, DMA-BUF, VMM GDR).
-    pub(crate) gdr_attr_logged: [core::sync::atomic::AtomicU32; 3],
-    /// `GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` was answered 1 in this process: a `cuMemCreate`
-    /// refused for `gpuDirectRDMACapable` alone may be retried without it.
-    pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
-    /// Tickets of deregistrations begun by a queued outcome (`serve::verbs_dereg_begin`).
-    pub(crate) dereg_tickets: AtomicU64,
-    /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
-    #[cfg(feature = "knobs")]
-    clock_mark: (u64, u64),
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
@@ -256,10 +186,9 @@ impl Shim {
             version,
             pipeline,
             release_gate: parking_lot::RwLock::new(()),
-            route_state: AtomicU8::new(serve::ROUTE_UNDECIDED),
+            route_choice: RouteChoice::default(),
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
-            gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
-            vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
+            answers: Answers::default(),
             dereg_tickets: AtomicU64::new(1),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),

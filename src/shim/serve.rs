@@ -8,17 +8,18 @@
 //! (libcuda reuses them) could land between our lookup and our export or REGISTER_VIDMEM, and
 //! the NIC would get memory that is no longer at that address.
 
+use super::types::Shim;
 use crate::abi::{self, verbs::IBV_ACCESS_ON_DEMAND};
-use crate::advertise::{Answer, FlagRetry, GpuFacts, ATTR_DMA_BUF_SUPPORTED, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED};
+use crate::advertise::FlagRetry;
 use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
 use crate::pipeline::Core;
 use crate::registrar::{Decision, DeregStart, Export, Outcome, RegMiss, VerbsReg};
-use crate::route::{self, Facts, Route};
-use crate::shim::Shim;
+use crate::route::Route;
 use crate::sys::read_own_pieces;
 use crate::tracker::{NativeAnswer, Verdict};
+use crate::vamap::{Miss, Piece};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -38,11 +39,9 @@ pub enum Served {
 
 pub(crate) const WAIT: Duration = Duration::from_secs(5);
 
-/// `Shim::route_state`: not decided yet, none, or the route.
-pub const ROUTE_UNDECIDED: u8 = 0;
-const ROUTE_NONE: u8 = 1;
-const ROUTE_DMABUF: u8 = 2;
-const ROUTE_NV503C: u8 = 3;
+/// What backs an exact hit: the piece, its memory's RM device and deviceId, its client's
+/// /dev/nvidiactl fd.
+pub type Backing = (Piece, Option<(u32, u32)>, Option<i32>);
 
 /// A release-type driver call in flight (holds the read side of the gate).
 pub type ReleaseGuard<'a> = parking_lot::RwLockReadGuard<'a, ()>;
@@ -52,93 +51,25 @@ impl Shim {
     /// registration, a CUDA capability question): `None` outside register mode or when no route
     /// works here (then said once, with what each route lacks).
     pub fn route(&self) -> Option<Route> {
-        match self.route_state.load(Relaxed) {
-            ROUTE_DMABUF => Some(Route::Dmabuf),
-            ROUTE_NV503C => Some(Route::Nv503c),
-            ROUTE_NONE => None,
-            _ => {
-                if !self.registering() && self.cfg.mode != Mode::Shadow {
-                    return None;
-                }
-                let loader = self.loader_facts();
-                let mut c = self.core(WAIT)?;
-                self.decide_route(&mut c, loader)
-            }
+        if let Some(r) = self.route_choice.decided() {
+            return r;
         }
-    }
-
-    /// What the route decision needs from the loader, asked with no lock of ours held: whether
-    /// libibverbs has `ibv_reg_dmabuf_mr` may take a `dlopen`, which waits for the loader's lock,
-    /// and a thread holding that (a library's constructor) may wait for a hook that needs ours.
-    /// `None` once the route is decided (nothing to ask).
-    /// A yes is kept (a registration of host memory before the route is decided asks too, and
-    /// must stay cheap); a no is asked again, since libibverbs may be loaded later.
-    fn loader_facts(&self) -> Option<bool> {
-        static VERBS_DMABUF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-        if self.route_state.load(Relaxed) != ROUTE_UNDECIDED || self.cfg.route == route::Wish::Nv503c {
+        if !self.registering() && self.cfg.mode != Mode::Shadow {
             return None;
         }
-        if VERBS_DMABUF.load(Relaxed) {
-            return Some(true);
-        }
-        let yes = verbs_has_dmabuf();
-        VERBS_DMABUF.store(yes, Relaxed);
-        Some(yes)
+        let loader = self.route_choice.loader_facts(&self.cfg);
+        let mut c = self.core(WAIT)?;
+        self.decide_route(&mut c, loader)
     }
 
-    /// Decides the route with the core's lock held (once; later calls read the decision), with
-    /// the loader's answer asked before the lock was taken (`loader_facts`).
-    fn decide_route(&self, c: &mut Core, verbs_dmabuf: Option<bool>) -> Option<Route> {
-        if let Some(r) = c.registrar.route() {
-            return r.clone().ok();
-        }
+    /// [`RouteChoice::decide`] on this driver (none without its ABI table).
+    fn decide_route(&self, c: &mut Core, loader: Option<bool>) -> Option<Route> {
         let table = self.line.table?;
-        let Core { tracker, registrar, rm, .. } = c;
-        // DMA-BUF's facts are asked only where that route may be taken
-        let may_dmabuf = self.cfg.route != route::Wish::Nv503c && table.dmabuf_export;
-        let gpu_dmabuf = if may_dmabuf { registrar.probe_gpu_dmabuf(tracker, rm) } else { None };
-        // asked before the program has a GPU whose capability RM can tell (a device attribute
-        // read before CUDA made its context): nothing is known yet, so nothing is decided
-        if may_dmabuf && gpu_dmabuf.is_none() && !tracker.devices().iter().any(|&(c, d)| tracker.subdevice_of(c, d).is_some()) {
-            return None;
-        }
-        let verbs_dmabuf = may_dmabuf && verbs_dmabuf == Some(true);
-        let facts = Facts { gpu_dmabuf, export_abi: table.dmabuf_export, verbs_dmabuf, peermem: self.peermem_loaded() };
-        let choice = route::choose(self.cfg.route, &facts);
-        let (state, r) = match choice {
-            route::Choice::Use(r) => {
-                crate::log_info!("registration route {} (GDRSHIM_ROUTE={}; {facts:?})", r.name(), self.cfg.route.name());
-                (if r == Route::Dmabuf { ROUTE_DMABUF } else { ROUTE_NV503C }, Ok(r))
-            }
-            route::Choice::None(lacks) => {
-                crate::log_warn!(
-                    "no registration route works here (GDRSHIM_ROUTE={}): {lacks}; every verbs call passes through untouched",
-                    self.cfg.route.name()
-                );
-                (ROUTE_NONE, Err(lacks.to_string()))
-            }
-        };
-        registrar.set_route(r.clone());
-        self.route_state.store(state, Relaxed);
-        r.ok()
+        self.route_choice.decide(c, &self.cfg, table.dmabuf_export, loader)
     }
 
-    fn peermem_loaded(&self) -> bool {
-        if self.cfg.knobs.assume_peermem {
-            return true;
-        }
-        let root = self.cfg.knobs.dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
-        ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"].iter().any(|p| {
-            let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };
-            let e = crate::sys::errno();
-            // SAFETY: a valid C string; access has no other preconditions.
-            let ok = unsafe { libc::access(c.as_ptr(), libc::F_OK) } == 0;
-            crate::sys::set_errno(e);
-            ok
-        })
-    }
-
-    fn advertise_policy(&self) -> crate::advertise::Policy {
+    /// What the answers to CUDA's attributes depend on: the configuration and the route.
+    pub(crate) fn advertise_policy(&self) -> crate::advertise::Policy {
         crate::advertise::Policy {
             advertise: self.cfg.advertise_gdr,
             advertise_asked: self.cfg.advertise_gdr_asked,
@@ -150,77 +81,23 @@ impl Shim {
         }
     }
 
-    /// `cuDeviceGetAttribute` answered `*value` for `attrib` (one of `advertise::answers`) on
-    /// `dev`: replace it where the policy says so. `ask` reads another attribute of `dev` from
-    /// libcuda (the GPU's facts, read only where they decide). The first answer per device and
-    /// attribute is logged (info; a refusal: a warning, once).
+    /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replaced where the policy
+    /// says so ([`Answers::device_attribute`]).
     pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32, ask: &dyn Fn(i32) -> Option<i32>) {
-        let name = crate::advertise::name(attrib);
-        let policy = self.advertise_policy();
-        // (no lock of ours is held here: libcuda is asked freely)
-        let read = policy.needs_gpu_facts(attrib, *value);
-        let gpu = if read { GpuFacts::read(ask) } else { GpuFacts::default() };
-        let answer = policy.device_attribute(attrib, *value, &gpu);
-        let first = || {
-            let slot = match attrib {
-                ATTR_DMA_BUF_SUPPORTED => 1,
-                ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => 2,
-                _ => 0,
-            };
-            let bit = 1u32 << (dev.clamp(0, 31) as u32);
-            self.gdr_attr_logged[slot].fetch_or(bit, Relaxed) & bit == 0
-        };
-        match answer {
-            Answer::Unchanged => {}
-            Answer::Replaced(v, why) => {
-                self.stats.gdr_answers.fetch_add(1, Relaxed);
-                if attrib == ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED && v == 1 {
-                    self.vmm_gdr_answered.store(true, Relaxed);
-                }
-                if first() {
-                    let facts = if read { format!(" ({gpu})") } else { String::new() };
-                    crate::log_info!("cuDeviceGetAttribute({name}, device {dev}): driver says {}, answered {v}: {why}{facts}", *value);
-                }
-                *value = v;
-            }
-            Answer::Refused(why) => {
-                if first() {
-                    crate::log_warn!("cuDeviceGetAttribute({name}, device {dev}): driver says 0; GPUDirect RDMA not advertised: {why}");
-                }
-            }
+        if self.answers.device_attribute(&self.advertise_policy(), attrib, dev, value, ask) {
+            self.stats.gdr_answers.fetch_add(1, Relaxed);
         }
     }
 
     /// `cuMemCreate` failed with `first` for properties whose `gpuDirectRDMACapable` is `flag`:
-    /// whether to call it once more without the flag (see `advertise::flag_retry`).
+    /// whether to call it once more without the flag ([`Answers::vmm_flag_retry`]).
     pub fn vmm_flag_retry(&self, first: i32, flag: u8) -> FlagRetry {
-        let retry = crate::advertise::flag_retry(first, flag, self.vmm_gdr_answered.load(Relaxed));
-        if let FlagRetry::NotUnderstood(v) = retry {
-            crate::log_limited!(
-                crate::config::Level::Warn,
-                "cuMemCreate flag",
-                "cuMemCreate failed ({first}) with allocFlags.gpuDirectRDMACapable={v}, a value gdrshim does not know: passed through untouched"
-            );
-        }
-        retry
+        self.answers.vmm_flag_retry(first, flag)
     }
 
-    /// The retry of `vmm_flag_retry` gave `again` (the caller gets the first result unless it is
-    /// a success).
+    /// The retry of `vmm_flag_retry` gave `again` ([`Answers::vmm_flag_retried`]).
     pub fn vmm_flag_retried(&self, size: u64, first: i32, again: i32) {
-        if again == crate::abi::cuda::result::SUCCESS {
-            crate::log_limited!(
-                crate::config::Level::Info,
-                "cuMemCreate retried",
-                "cuMemCreate size={size:#x}: libcuda refused gpuDirectRDMACapable ({first}) on this GPU; created without it (gdrshim registers this memory for verbs like any other)"
-            );
-        } else {
-            crate::log_limited!(
-                crate::config::Level::Warn,
-                "cuMemCreate retry failed",
-                "cuMemCreate size={size:#x}: failed ({first}) with gpuDirectRDMACapable and ({again}) without it: the original error {first} stands"
-            );
-        }
+        super::answers::Answers::vmm_flag_retried(size, first, again);
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point (see `user_allocation`).
@@ -241,7 +118,7 @@ impl Shim {
         // for longer than WAIT, nothing is registered here (the MR's own call registers later)
         let gate = if eager { self.release_gate.try_write_for(WAIT) } else { None };
         let eager = eager && gate.is_some();
-        let loader = if eager { self.loader_facts() } else { None };
+        let loader = if eager { self.route_choice.loader_facts(&self.cfg) } else { None };
         let Some(mut c) = self.core(WAIT) else { return };
         let v = c.tracker.user_allocation(ptr, len);
         if let (true, Verdict::Covered(pieces)) = (eager, &v) {
@@ -284,7 +161,7 @@ impl Shim {
         }
         let (addr, len) = (r.addr, r.len);
         let _gate = if self.registering() { Some(self.release_gate.try_write_for(WAIT)?) } else { None };
-        let loader = self.loader_facts();
+        let loader = self.route_choice.loader_facts(&self.cfg);
         let mut c = self.core(WAIT)?;
         if c.tracker.is_gpu_va(addr) && r.access & IBV_ACCESS_ON_DEMAND == 0 {
             self.decide_route(&mut c, loader);
@@ -412,6 +289,15 @@ impl Shim {
         registrar.after_dereg(rm, key);
         self.pipeline.note_live_mrs(registrar.live_mrs());
         Some(true)
+    }
+
+    /// The exact lookup of `[va, va+len)` (`gdrshim_lookup`): the one memory object that covers
+    /// it, its RM device and deviceId, and its client's /dev/nvidiactl fd; or why not. `None`: the
+    /// core's lock was not had in time.
+    pub fn backing_of(&self, va: u64, len: u64) -> Option<Result<Backing, Miss>> {
+        let c = self.core(WAIT)?;
+        let t = &c.tracker;
+        Some(t.map.lookup_single(va, len).map(|p| (p, t.memory_device(p.mem), t.client_fd(p.mem.client))))
     }
 
     /// `cuMemGetHandleForAddressRange(DMA_BUF_FD)` that libcuda refused (801, as on GeForce):
@@ -563,26 +449,4 @@ impl Shim {
         }
         gate
     }
-}
-
-/// libibverbs (loaded in any scope, or loadable) has `ibv_reg_dmabuf_mr` (IBVERBS_1.12).
-fn verbs_has_dmabuf() -> bool {
-    let found = crate::real::in_loaded_library(b"libibverbs.so", c"ibv_reg_dmabuf_mr");
-    if !found.is_null() {
-        return true;
-    }
-    // not loaded yet: look without keeping it
-    // SAFETY: dlopen of a library by name with lazy binding; the handle is closed below.
-    let h = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return false;
-    }
-    // SAFETY: a lookup on the handle just obtained, with valid C strings.
-    let p = crate::real::real_dlvsym()
-        .map_or(core::ptr::null_mut(), |f| unsafe { f(h, c"ibv_reg_dmabuf_mr".as_ptr(), c"IBVERBS_1.12".as_ptr()) });
-    if let Some(close) = crate::real::dlclose() {
-        // SAFETY: the handle dlopen gave above.
-        unsafe { close(h) };
-    }
-    !p.is_null()
 }

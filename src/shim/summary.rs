@@ -1,7 +1,7 @@
 //! Every count of the runtime in one [`Snapshot`]: the exit summary line and `gdrshim_counters`
 //! are both read from it.
 
-use super::Shim;
+use super::types::Shim;
 use crate::counters::{GdrshimCounters, Snapshot};
 use core::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -53,9 +53,9 @@ impl Shim {
             core_counts.counts([("map_entries", u64::MAX), ("rm_objects", u64::MAX)]);
             core_counts.counts(unknown(&crate::registrar::RegCounts::default().pairs()));
         }
-        let route = match self.route_state.load(Relaxed) {
-            super::serve::ROUTE_UNDECIDED => "undecided",
-            _ => self.route().map_or("none", |r| r.name()),
+        let route = match self.route_choice.decided() {
+            None => "undecided",
+            Some(_) => self.route().map_or("none", |r| r.name()),
         };
         let s = &self.stats;
         let mut snap = Snapshot::new();
