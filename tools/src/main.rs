@@ -17,7 +17,7 @@ mod verify;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// `--version` of the tool and of each subcommand: "gdrshim-tool [SUBCOMMAND] (gdrshim) 0.2.0", the
+/// `--version` of the tool and of each subcommand: "gdrshim-tool [SUBCOMMAND] (gdrshim) 0.3.0", the
 /// form every script of the release prints too ("NAME (gdrshim) VERSION").
 const VERSION: &str = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION"));
 

@@ -178,13 +178,13 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     let (rc, out, err) = selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
     // --no-bandwidth leaves step 5 unchecked: exit 2, never 0
     assert_eq!(rc, 2, "{out}\n{err}");
-    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.2.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
+    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.3.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
     assert!(
         out.contains("\"could_not_check\":\"bandwidth: ") && out.contains("\"result\":\"COULD NOT CHECK\",\"exit\":2,\"bandwidth\":[]"),
         "{out}"
     );
     assert!(
-        out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.2.0 registers GPU memory by route nv503c"),
+        out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.3.0 registers GPU memory by route nv503c"),
         "{out}"
     );
     assert!(out.contains("\"id\":\"bandwidth\",\"status\":\"COULD NOT CHECK\""), "{out}");
