@@ -5,7 +5,7 @@
 
 use crate::doctor;
 use crate::machine::{kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State};
-use crate::report::{Check, Status};
+use crate::report::Check;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -131,17 +131,7 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# gdrshim report\n");
     let _ = writeln!(s, "gdrshim-tool {}; state recorded {}\n", env!("CARGO_PKG_VERSION"), st.record_stamp().unwrap_or_else(|| "?".into()));
-    let count = |x| r.checks.iter().filter(|c| c.status == x).count();
-    let _ = writeln!(
-        s,
-        "## Verdict\n\ndoctor: {} ({} PASS, {} WARN, {} FAIL, {} INFO){}\n",
-        crate::report::result_word(r.exit_code()),
-        count(Status::Pass),
-        count(Status::Warn),
-        count(Status::Fail),
-        count(Status::Info),
-        r.unchecked.as_deref().map_or(String::new(), |w| format!("; could not check: {w}"))
-    );
+    let _ = writeln!(s, "## Verdict\n\ndoctor: {}", r.closing_line().trim_start_matches("RESULT: "));
     let section = |s: &mut String, title: &str, pick: &dyn Fn(&Check) -> bool| {
         let _ = writeln!(s, "## {title}\n");
         let mut any = false;

@@ -32,8 +32,7 @@ impl Args {
     pub fn run(self) -> Result<u8, String> {
         let st = State::from_dir(&self.from).map_err(|e| e.to_string())?;
         let r = doctor(&st);
-        print!("{}", if self.json { r.json("doctor") + "\n" } else { r.text() });
-        Ok(r.exit_code())
+        Ok(r.print("doctor", self.json))
     }
 }
 

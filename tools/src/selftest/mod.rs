@@ -117,7 +117,7 @@ fn selftest(a: &Args) -> Report {
     let mut cu = match cuda::Cuda::load() {
         Ok(c) => c,
         Err(e) => {
-            r.not_checked(1, "route", "the route is decided at the first NVIDIA call: none without libcuda", "");
+            r.not_checked(1, "route.chosen", "the route is decided at the first NVIDIA call: none without libcuda", "");
             r.not_checked(2, "gpu.alloc", e, "no NVIDIA driver (libcuda.so.1) on this machine or in this container (--gpus)");
             return r;
         }
@@ -125,7 +125,7 @@ fn selftest(a: &Args) -> Report {
     let gpu_name = match cu.open(a.gpu) {
         Ok(n) => n,
         Err((call, st)) => {
-            r.not_checked(1, "route", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
+            r.not_checked(1, "route.chosen", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
             r.fail(2, "gpu.context", format!("no CUDA context on GPU {}", a.gpu), format!("{call} -> {st}"), cu_cause(&st));
             return r;
         }
