@@ -172,7 +172,7 @@ fn the_checker_sees_what_it_should() {
 /// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
 /// doctor's route checks). `main.rs` sits on top.
 const TOOL_LAYERS: &[&[&str]] =
-    &[&["report"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"]];
+    &[&["report", "usage"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"]];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.

@@ -5,16 +5,21 @@
 
 use crate::doctor;
 use crate::machine::{kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State};
-use crate::report::Check;
+use crate::report::{json_str, Check, Report, Status};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 pub const AFTER_HELP: &str = "scripts/report records the live machine first (gdr-state-record save), with --selftest runs the
-self-test, and writes the report to a file.
+self-test, and writes the report to a file (--out).
+
+Without --out the Markdown goes to stdout and this command's own lines (the doctor's verdict, INFO:
+a report judges nothing itself) and its RESULT line to stderr; with --out they go to stdout.
+--json: the one JSON object, the Markdown in its key \"markdown\".
 
 Exit codes:
   0  the report was written (whatever the verdict in it)
-  2  FOLDER is not a saved state, a --selftest file cannot be read, or a usage error";
+  2  FOLDER is not a saved state, a --selftest file cannot be read, --out cannot be written, or a
+     usage error";
 
 /// `gdrshim-tool report`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -28,6 +33,12 @@ pub struct Args {
     /// Keep what names the machine and its network (host name, addresses, GIDs, serials)
     #[arg(long)]
     private: bool,
+    /// Write the report to FILE (replaced whole, never half written) instead of stdout
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// One JSON object (the report in its key "markdown") instead of the text
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Args {
@@ -38,9 +49,34 @@ impl Args {
             None => None,
         };
         let text = report(&st, selftest.as_deref(), self.private);
-        print!("{}", if self.private { text } else { scrub(&text, &host_names(&st)) });
-        Ok(0)
+        let text = if self.private { text } else { scrub(&text, &host_names(&st)) };
+        let mut r = Report::default();
+        let verdict = doctor::doctor(&st).closing_line();
+        r.push(Check::new("report.doctor", Status::Info, format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: "))));
+        if let Some(out) = &self.out {
+            write_whole(out, &text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+            r.push(Check::new("report.written", Status::Pass, format!("written to {}", out.display())));
+        }
+        if self.json {
+            println!("{}", r.json_with("report", |_| String::new(), &format!(",\"markdown\":{}", json_str(&text))));
+        } else if self.out.is_some() {
+            print!("{}", r.text());
+        } else {
+            print!("{text}");
+            eprint!("{}", r.text());
+        }
+        Ok(r.exit_code())
     }
+}
+
+/// Writes `text` to a file beside `out` and renames it into place.
+fn write_whole(out: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let name = out.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let tmp = out.with_file_name(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, out).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// The host's names as the record holds them (RECORD's `host`, uname's node name).

@@ -292,7 +292,7 @@ fn it_reexecutes_itself_under_the_shim() {
     // (issue 31: it said "not found … give --shim PATH" though a path was given)
     let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
     assert_eq!(rc, 2);
-    assert_eq!(err, "gdrshim-tool: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
+    assert_eq!(err, "gdrshim-tool selftest: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
     let (rc, _, err) = selftest("shimdir", &DMABUF, &["--shim", "/tmp"], &[], false);
     assert_eq!(rc, 2);
     assert!(err.contains("--shim /tmp: not a file"), "{err}");
