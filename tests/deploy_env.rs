@@ -246,7 +246,7 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
         (vec!["--prefix", c, "--hca", "mlx5_0;rm"], "bad HCA name"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--gid-index", "3x"], "--gid-index must be a number"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--gdr-level", "FAST"], "--gdr-level must be one of"),
-        (vec!["--prefix", c], "--hca is required"),
+        (vec!["--prefix", c], "no --hca given and 2 HCAs here (mlx5_0 mlx5_1); which is nearest each GPU is not known"),
         (vec!["--mode", "both"], "--mode must be p2p or gdr"),
         (vec!["--prefix", "/nonexistent", "--hca", "mlx5_0"], "no shim at"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--nccl-lib", "/nonexistent"], "no libnccl.so.2"),
