@@ -93,15 +93,18 @@ int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 
  * allocations, a hole, host or imported memory),
  * -EPERM not register mode or not the DMA-BUF route, -ENOSYS no shim. */
 int gdrshim_export_dmabuf(uint64_t va, uint64_t len);
-/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans
- * memory objects; -ENOSYS nothing tracked (off mode or unknown driver). */
+/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss (also in a
+ * process that has touched no GPU: answered without waking the shim); -EXDEV spans memory
+ * objects; -ENOSYS nothing tracked (off mode or unknown driver). */
 int gdrshim_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out);
 /* Register the GPU memory behind [va, va+len) as a verbs registration of it would: a handle > 0;
  * 0 nothing needed (native registration); -EINVAL host memory; -ENOENT no exact GPU mapping;
  * -EXDEV spans memory objects; -EPERM not register mode; -ENOSYS unknown ABI or shim off. */
 int64_t gdrshim_register(uint64_t va, uint64_t len);
 int gdrshim_unregister(int64_t handle); /* 0, or -ENOENT for a handle not held */
-/* Copies at most size bytes of the counters; returns the bytes written or -ENOSYS. */
+/* Copies at most size bytes of the counters; returns the bytes written, or -ENOSYS (no shim, off).
+ * A process that has touched no GPU gets the counts of a shim that has seen nothing (0, the BAR1
+ * fields UINT64_MAX), without waking it. */
 int gdrshim_counters(struct gdrshim_counters *out, size_t size);
 void gdrshim_mark(const char *text);  /* a mark line in the capture file */
 
