@@ -171,8 +171,13 @@ fn the_checker_sees_what_it_should() {
 /// gdrshim-tool's layers (tools/src), lowest first: the report's form, the machine record and its
 /// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
 /// doctor's route checks). `main.rs` sits on top.
-const TOOL_LAYERS: &[&[&str]] =
-    &[&["report", "usage"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"]];
+const TOOL_LAYERS: &[&[&str]] = &[
+    &["report", "usage", "config", "route"],
+    &["machine"],
+    &["routes", "topology"],
+    &["doctor", "verify", "dmabuf", "env"],
+    &["selftest", "rig_report"],
+];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.

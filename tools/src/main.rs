@@ -1,4 +1,5 @@
-//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `report` (see each module).
+//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `report`, `env` (see each
+//! module).
 //!
 //! Each subcommand is one variant of [`Cmd`] whose arguments (a `clap::Args` struct with a
 //! `run(self) -> Result<u8, String>` and a `--json` flag) live in its own module; adding a
@@ -7,8 +8,20 @@
 //! error that stops a command is its report with no checks (the one JSON object with --json,
 //! else the RESULT line) and the message on stderr, exit 2.
 
+/// The library's own reading of its environment (`src/config.rs` and the route wishes it names),
+/// compiled into the tool from the library's source as it is into the library, so that `env`
+/// judges a value exactly as the shim will. Pure code (`forbid(unsafe_code)`); the tool links no
+/// other part of the library (its hooks would interpose the tool's own calls).
+#[path = "../../src/config.rs"]
+#[allow(dead_code)]
+mod config;
+#[path = "../../src/route.rs"]
+#[allow(dead_code)]
+mod route;
+
 mod dmabuf;
 mod doctor;
+mod env;
 mod machine;
 mod report;
 mod rig_report;
@@ -72,6 +85,9 @@ enum Cmd {
     /// One file about this rig to attach to a question: verdict, route, prerequisites, PCIe paths, self-test figures; nothing private unless asked
     #[command(after_help = rig_report::AFTER_HELP, display_name = "gdrshim-tool report")]
     Report(rig_report::Args),
+    /// What the shim would do with this environment's GDRSHIM_* variables and LD_PRELOAD, checked on any machine (no GPU needed)
+    #[command(after_help = env::AFTER_HELP, display_name = "gdrshim-tool env")]
+    Env(env::Args),
     /// Print the tool's version
     #[command(after_help = "Exit codes:\n  0  the version printed\n  2  a usage error", display_name = "gdrshim-tool version")]
     Version(VersionArgs),
@@ -102,6 +118,7 @@ fn main() -> ExitCode {
         Cmd::DmabufProbe(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
         Cmd::Report(a) => a.run(),
+        Cmd::Env(a) => a.run(),
         Cmd::Version(a) => {
             if a.json {
                 println!("{}", report::json_object("version", &[], None, 0, ""));

@@ -146,3 +146,44 @@ fn report_is_one_file_to_share_with_nothing_private() {
     let (rc, _) = tool(&["report", "--from", "tests"]);
     assert_eq!(rc, 2, "not a saved state");
 }
+
+/// `env` (issue 40): the shim's verdict on a job's variables, before the job, on a machine with no
+/// GPU: the library's own parser, what it does not see (a typo'd name, LD_PRELOAD), exit 1 on a
+/// value the shim would refuse.
+#[test]
+fn env_says_what_the_shim_would_do_with_the_variables() {
+    let env = |vars: &[(&str, &str)], args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"));
+        c.arg("env").args(args).env_clear().envs(vars.iter().copied());
+        let o = c.output().unwrap();
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (rc, out) = env(&[], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("PASS env.mode") && out.contains("register: at each verbs registration"), "{out}");
+    assert!(out.contains("INFO env.preload") && out.contains("does not load the shim"), "{out}");
+    // what a job would be refused or warned about, named with the shim's own words
+    let (rc, out) = env(&[("GDRSHIM_MODE", "Register!"), ("GDRSHIM_LOGLEVEL", "debug")], &["GDRSHIM_ROUTE=peermem"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("FAIL env.mode") && out.contains("using shadow (registers nothing)"), "{out}");
+    assert!(out.contains("PASS env.route") && out.contains("route nv503c"), "the parser's own alias: {out}");
+    assert!(out.contains("WARN env.unknown.GDRSHIM_LOGLEVEL"), "{out}");
+    assert!(out.lines().last().unwrap().starts_with("RESULT: FAIL ("), "{out}");
+    // the shim's own files: the release layout, the core beside the front
+    let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-env", std::process::id()));
+    std::fs::create_dir_all(d.join("lib")).unwrap();
+    std::fs::write(d.join("lib/libgdrshim.so"), "front").unwrap();
+    let front = d.join("lib/libgdrshim.so").display().to_string();
+    let (rc, out) = env(&[], &[&format!("LD_PRELOAD={front}")]);
+    assert!(rc == 1 && out.contains("but not ") && out.contains("libgdrshim-core.so"), "{out}");
+    std::fs::write(d.join("lib/libgdrshim-core.so"), "core").unwrap();
+    let (rc, out) = env(&[], &[&format!("LD_PRELOAD={front}")]);
+    assert!(rc == 0 && out.contains("PASS env.preload"), "{out}");
+    let _ = std::fs::remove_dir_all(&d);
+    let (rc, out) = env(&[("NCCL_GDR_FLUSH_DISABLE", "1")], &["--json"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("\"id\":\"env.advertise\",\"status\":\"FAIL\"") && out.trim_end().ends_with("\"result\":\"FAIL\",\"exit\":1}"),
+        "{out}"
+    );
+}
