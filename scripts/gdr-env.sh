@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-job (per-container) environment for P2P and GDR runs, as the runbook sets it.
+# Per-job (per-container) environment for P2P and GDR runs.
 #
 #   source scripts/gdr-env.sh [options]          set the variables in this shell
 #   scripts/gdr-env.sh [options] -- COMMAND ...  run COMMAND with them (torchrun, mpirun, srun ...)

@@ -69,7 +69,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Judge a saved machine state (scripts/gdr-state-record save) by the runbook's preflight checks
+    /// Judge a saved machine state (scripts/gdr-state-record save) by the preflight checks for P2P and GDR
     #[command(after_help = doctor::AFTER_HELP, display_name = "gdrshim-tool doctor")]
     Doctor(doctor::Args),
     /// Judge a NCCL Tests run (and the shim's, perftest's and the kernel's logs) by the acceptance checklist

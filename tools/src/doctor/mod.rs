@@ -1,4 +1,4 @@
-//! `doctor`: the preflight checks of both seed runbooks (4090 P2P + GDR, and DMA-BUF on Hopper),
+//! `doctor`: the preflight checks of docs/runbook.md (4090 P2P + GDR) and of DMA-BUF on Hopper,
 //! judged from a saved state folder (`scripts/gdr-state-record save`; `scripts/doctor` saves one
 //! of the live machine first). Reading only what is there: what could not be seen is INFO, with
 //! the reason, never a PASS.

@@ -108,7 +108,8 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
     for c in crate::routes::checks(st, kernel_version.as_deref(), gpus) {
         r.push(c);
     }
-    // recorded for the Hopper runbook, which asked for it; no route needs it
+    // recorded because the DMA-BUF note this project started from asked for it; no route needs it
+    // (docs/nvidia-abi.md, S10)
     let modeset = match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
         Some("Y") => "nvidia_drm modeset=1".to_string(),
         Some("N") => "nvidia_drm modeset=0".to_string(),
