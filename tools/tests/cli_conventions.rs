@@ -281,3 +281,68 @@ fn bad_values_are_one_line_usage_errors() {
         .unwrap());
     assert!(o.stderr.starts_with("selftest: invalid value '7' for '--size <BYTES>'"), "{}", o.stderr);
 }
+
+/// The README's table of commands (its section "Every command"): (tool command, script, keys of
+/// its own JSON) per row, "" where a column is empty.
+fn readme_commands() -> Vec<(String, String, String)> {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table =
+        readme.split("| `gdrshim-tool` | script | what | `--json`: keys of its own |\n").nth(1).expect("the README's table of commands");
+    let cell = |c: &str| c.trim().trim_matches('`').to_string();
+    table
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let c: Vec<&str> = row.split('|').collect();
+            (cell(c[1]), cell(c[2]).trim_start_matches("scripts/").to_string(), c[c.len() - 2].trim().to_string())
+        })
+        .collect()
+}
+
+/// The README lists every command there is, and the keys each adds to its JSON are the ones it says.
+#[test]
+fn the_readmes_table_of_commands_is_true() {
+    let rows = readme_commands();
+    let mut tools: Vec<String> = rows.iter().map(|r| r.0.clone()).filter(|c| !c.is_empty()).collect();
+    let mut want = subcommands();
+    tools.sort();
+    want.sort();
+    assert_eq!(tools, want, "the README's gdrshim-tool commands and the tool's --help");
+    let t = tree("readme", false);
+    let mut scripts: Vec<String> = rows.iter().map(|r| r.1.clone()).filter(|c| !c.is_empty()).collect();
+    let mut there: Vec<String> = commands(&t, false)
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| !std::path::Path::new(&t.join("scripts/dev").join(n)).exists())
+        .collect();
+    let _ = std::fs::remove_dir_all(&t);
+    scripts.sort();
+    there.sort();
+    assert_eq!(scripts, there, "the README's scripts and scripts/");
+    // a run of each command, and the keys after the six every object has
+    let runs: &[(&str, &[&str])] = &[
+        ("doctor", &["--from", "tests/fixtures/state/rig-4090-ok"]),
+        ("verify-run", &["--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log"]),
+        ("dmabuf-probe", &["--libcuda", "/nonexistent/libcuda.so.1"]),
+        ("report", &["--from", "tests/fixtures/state/rig-4090-ok"]),
+        ("env", &[]),
+        ("version", &[]),
+    ];
+    for (cmd, script, keys) in &rows {
+        if cmd.is_empty() {
+            assert_eq!(keys, "no `--json`", "{script}: the contract test shows it refuses --json");
+            continue;
+        }
+        if cmd == "selftest" {
+            continue; // a real run's keys: tools/tests/selftest.rs, against its fake NIC
+        }
+        let args = runs.iter().find(|(c, _)| c == cmd).unwrap_or_else(|| panic!("no run of {cmd} here")).1;
+        let o =
+            out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).current_dir(root()).arg(cmd).args(args).arg("--json").output().unwrap());
+        let j = check_shape(cmd, &o.stdout, o.rc);
+        let own: Vec<&str> = j.keys()[6..].to_vec();
+        let said: Vec<&str> = if keys == "none" { vec![] } else { keys.split('`').skip(1).step_by(2).collect() };
+        assert_eq!(own, said, "{cmd}: its own keys, and the README's");
+    }
+}

@@ -4,6 +4,7 @@
 //! between registered ranges (tests/c/selftestverbs.c). A clean run passes on both routes; each
 //! injected fault ends as the FAIL of its step; no HCA is "could not check" (exit 2).
 
+mod common;
 #[path = "../../tests/common/fakedev.rs"]
 mod fakedev;
 
@@ -194,6 +195,15 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
         assert!(out.contains(&format!("\"id\":\"{id}\",\"status\":\"PASS\"")), "{id}: {out}");
     }
     assert!(out.contains("\"registered\":2") && out.contains("\"route\":\"nv503c\""), "the shim's NV503C registrations: {out}");
+    // the keys of its own are the README's ("Every command": `step` on each check, then the rest)
+    let j = common::check_shape("selftest", &out, rc);
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let row = readme.lines().find(|l| l.starts_with("| `selftest` | `scripts/selftest` |")).expect("the README's selftest row");
+    let said: Vec<&str> = row.rsplit('|').nth(1).unwrap().split('`').skip(1).step_by(2).collect();
+    assert_eq!(said[0], "step", "{row}");
+    assert_eq!(j.keys()[6..], said[1..], "{row}");
+    let common::J::Arr(checks) = j.get("checks").unwrap() else { panic!("{out}") };
+    assert!(checks.iter().all(|c| c.keys()[5..] == ["step"]), "{out}");
 }
 
 #[test]

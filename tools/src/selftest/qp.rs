@@ -306,6 +306,12 @@ const TRANSFERS: [(&str, u32, Loc, Loc); 4] = [
     ("read.gpu-host", IBV_WR_RDMA_READ, Loc::HostDst, Loc::GpuSrc),
 ];
 
+/// The transfers' names (their checks are `rdma.NAME` and `bw.NAME`).
+#[cfg(test)]
+pub(super) fn transfer_names() -> [&'static str; 4] {
+    TRANSFERS.map(|t| t.0)
+}
+
 fn region(g: &Regions, l: Loc) -> Region {
     match l {
         Loc::GpuSrc => g.gsrc,

@@ -6,6 +6,38 @@
 use crate::report::{json_str, Check, Report as Checks, Status};
 use std::fmt::Write as _;
 
+/// Every check the self-test can report, by step: the README's table of steps lists the same
+/// (`selftest::tests` holds the three together: this list, the README, the ids in the code).
+pub const CHECKS: [(u8, &str); 27] = [
+    (1, "route.shim"),
+    (1, "route.chosen"),
+    (1, "route.doctor"),
+    (1, "route.dmabuf"),
+    (1, "route.nv503c"),
+    (1, "route.choice"),
+    (2, "gpu.context"),
+    (2, "gpu.alloc"),
+    (3, "reg.export"),
+    (3, "reg.gpu"),
+    (3, "reg.dmabuf"),
+    (3, "reg.host"),
+    (4, "rdma.loopback"),
+    (4, "rdma.port"),
+    (4, "rdma.gid"),
+    (4, "rdma.qp"),
+    (4, "rdma.connect"),
+    (4, "rdma.write.gpu-gpu"),
+    (4, "rdma.write.host-gpu"),
+    (4, "rdma.write.gpu-host"),
+    (4, "rdma.read.gpu-host"),
+    (5, "bandwidth"),
+    (5, "bw.write.gpu-gpu"),
+    (5, "bw.write.host-gpu"),
+    (5, "bw.write.gpu-host"),
+    (5, "bw.read.gpu-host"),
+    (6, "shim.counters"),
+];
+
 #[derive(Clone, Debug)]
 pub struct Bw {
     pub direction: &'static str,
@@ -25,6 +57,7 @@ pub struct Report {
 
 impl Report {
     pub fn add(&mut self, step: u8, id: &str, status: Status, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
+        debug_assert!(CHECKS.contains(&(step, id)), "step {step} {id} is not in CHECKS");
         let call: String = call.into();
         let mut c = Check::new(id, status, summary).fix(fix);
         if !call.is_empty() {
