@@ -82,6 +82,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         "lib/libgdrshim.so",
         "lib/libgdrshim-core.so",
         "README.md",
+        "CHANGELOG.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",
         "BUILD-INFO",
@@ -100,6 +101,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         ("LICENSE-MIT", "Copyright (c) the gdrshim developers"),
         ("LICENSE-APACHE", "Apache License"),
         ("README.md", "sha256sum -c --strict SHA256SUMS"),
+        ("CHANGELOG.md", &format!("## {} (", env!("CARGO_PKG_VERSION"))),
     ] {
         assert!(std::fs::read_to_string(dist.join(f)).unwrap().contains(text), "{f}");
     }

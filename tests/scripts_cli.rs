@@ -403,10 +403,13 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     // issue 31: without libibverbs-dev the suite failed after 5.5 minutes; without shellcheck a
     // phase said NOT RUN. Here: no shellcheck, no git, and a compiler that finds no verbs.h.
     let s = scratch("prereq");
+    let shell: Vec<&str> = SHELL_TOOLS.iter().copied().filter(|t| *t != "id").collect();
     let bin = path_of(
         &s,
-        SHELL_TOOLS,
+        &shell,
         &[
+            // a user who is not root: the install command with sudo (issue 40: root has none)
+            ("id", "[ \"$1\" = -u ] && echo \"${FAKE_UID:-1000}\""),
             ("cc", "for a in \"$@\"; do [ \"$a\" != -E ] || { echo 'fatal error: infiniband/verbs.h: No such file' >&2; exit 1; }; done"),
             ("c++", "exit 0"),
             ("objdump", "exit 0"),
@@ -428,6 +431,8 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
         "test.sh: missing: git shellcheck libibverbs-dev (sudo apt-get install git shellcheck libibverbs-dev); nothing run\n"
     );
     assert!(!s.join("cargo-ran").exists(), "nothing built");
+    let r = run(&script("scripts/dev/test.sh"), &[], &[env[0], ("FAKE_UID", "0")]);
+    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev (apt-get install git shellcheck libibverbs-dev); nothing run\n");
     assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
     // CI's list to install: the same names
     let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);

@@ -320,6 +320,16 @@ fn the_readmes_table_of_commands_is_true() {
     scripts.sort();
     there.sort();
     assert_eq!(scripts, there, "the README's scripts and scripts/");
+    // the release's README names every command and script it ships
+    let release = std::fs::read_to_string(root().join("docs/release-README.md")).unwrap();
+    let row = |start: &str| release.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start} row")).to_string();
+    let (tool_row, scripts_row) = (row("| `bin/gdrshim-tool` |"), row("| `scripts/` |"));
+    for c in &want {
+        assert!(tool_row.contains(&format!("`{c}`")), "the release README's gdrshim-tool row lacks {c}: {tool_row}");
+    }
+    for s in &there {
+        assert!(scripts_row.contains(&format!("`{s}`")), "the release README's scripts row lacks {s}: {scripts_row}");
+    }
     // a run of each command, and the keys after the six every object has
     let runs: &[(&str, &[&str])] = &[
         ("doctor", &["--from", "tests/fixtures/state/rig-4090-ok"]),
