@@ -175,14 +175,14 @@ const TOOL_LAYERS: &[&[&str]] = &[
     &["report", "usage", "config", "route"],
     &["machine"],
     &["routes", "topology"],
-    &["doctor", "verify", "dmabuf", "env"],
+    &["doctor", "verify", "dmabuf", "env", "cdi"],
     &["selftest", "rig_report"],
 ];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
-    ("doctor", &[&["software", "platform"]]),
+    ("doctor", &[&["software", "container"], &["platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
     ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["qp", "machine"], &["rdma"]]),
 ];

@@ -19,6 +19,7 @@ mod config;
 #[allow(dead_code)]
 mod route;
 
+mod cdi;
 mod dmabuf;
 mod doctor;
 mod env;
@@ -88,6 +89,9 @@ enum Cmd {
     /// What the shim would do with this environment's GDRSHIM_* variables and LD_PRELOAD, checked on any machine (no GPU needed)
     #[command(after_help = env::AFTER_HELP, display_name = "gdrshim-tool env")]
     Env(env::Args),
+    /// A Container Device Interface spec: the RDMA NICs (uverbsN and rdma_cm) and the shim, for --device gdrshim/rdma=all
+    #[command(after_help = cdi::AFTER_HELP, display_name = "gdrshim-tool cdi")]
+    Cdi(cdi::Args),
     /// Print the tool's version
     #[command(after_help = "Exit codes:\n  0  the version printed\n  2  a usage error", display_name = "gdrshim-tool version")]
     Version(VersionArgs),
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
         Cmd::Selftest(a) => a.run(),
         Cmd::Report(a) => a.run(),
         Cmd::Env(a) => a.run(),
+        Cmd::Cdi(a) => a.run(),
         Cmd::Version(a) => {
             if a.json {
                 println!("{}", report::json_object("version", &[], None, 0, ""));

@@ -215,6 +215,17 @@ pub fn json_str(s: &str) -> String {
     o
 }
 
+/// Writes `text` to a file beside `out` and renames it into place: a reader never sees it half
+/// written.
+pub fn write_whole(out: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let name = out.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let tmp = out.with_file_name(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, out).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 /// Removes terminal escape sequences (nvidia-smi underlines its table headers).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

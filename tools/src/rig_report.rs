@@ -54,7 +54,7 @@ impl Args {
         let verdict = doctor::doctor(&st).closing_line();
         r.push(Check::new("report.doctor", Status::Info, format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: "))));
         if let Some(out) = &self.out {
-            write_whole(out, &text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+            crate::report::write_whole(out, &text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
             r.push(Check::new("report.written", Status::Pass, format!("written to {}", out.display())));
         }
         if self.json {
@@ -67,16 +67,6 @@ impl Args {
         }
         Ok(r.exit_code())
     }
-}
-
-/// Writes `text` to a file beside `out` and renames it into place.
-fn write_whole(out: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let name = out.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
-    let tmp = out.with_file_name(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, out).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 /// The host's names as the record holds them (RECORD's `host`, uname's node name).

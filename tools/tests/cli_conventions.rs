@@ -331,7 +331,14 @@ fn the_readmes_table_of_commands_is_true() {
         assert!(scripts_row.contains(&format!("`{s}`")), "the release README's scripts row lacks {s}: {scripts_row}");
     }
     // a run of each command, and the keys after the six every object has
+    let rel = std::env::temp_dir().join(format!("gdrshim-contract-release-{}", std::process::id()));
+    std::fs::create_dir_all(rel.join("lib")).unwrap();
+    for f in ["lib/libgdrshim.so", "lib/libgdrshim-core.so"] {
+        std::fs::write(rel.join(f), f).unwrap();
+    }
+    let rel_s = rel.to_str().unwrap().to_string();
     let runs: &[(&str, &[&str])] = &[
+        ("cdi", &["--from", "tests/fixtures/state/rig-4090-ok", "--release", &rel_s]),
         ("doctor", &["--from", "tests/fixtures/state/rig-4090-ok"]),
         ("verify-run", &["--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log"]),
         ("dmabuf-probe", &["--libcuda", "/nonexistent/libcuda.so.1"]),
@@ -355,4 +362,5 @@ fn the_readmes_table_of_commands_is_true() {
         let said: Vec<&str> = if keys == "none" { vec![] } else { keys.split('`').skip(1).step_by(2).collect() };
         assert_eq!(own, said, "{cmd}: its own keys, and the README's");
     }
+    let _ = std::fs::remove_dir_all(&rel);
 }
