@@ -161,11 +161,18 @@ static NEXT_HANDLE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU6
 
 /// Registers the GPU memory behind `[va, va+len)` for third-party P2P, as a verbs registration
 /// of it would (for applications that hand GPU memory to a NIC some other way). Returns a handle
-/// greater than 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory; `-ENOENT`
+/// greater than 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory
+/// (everything, in a process that has touched no GPU); `-ENOENT`
 /// not exactly one tracked GPU mapping (the reason is logged); `-EXDEV` spans memory objects;
 /// `-EPERM` not in register mode; `-ENOSYS` driver ABI unknown or shim off; `-EBUSY` timed out.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
+    if active() && not_started() {
+        // no GPU touched: nothing here is GPU memory (as gdrshim_lookup answers), without
+        // starting the shim
+        let register = crate::gate::asked_mode() == crate::config::mode_word::REGISTER;
+        return -((if register { libc::EINVAL } else { libc::EPERM }) as i64);
+    }
     shim::call_in(|s| {
         if s.line.table.is_none() {
             return -(libc::ENOSYS as i64);
