@@ -19,15 +19,10 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn sh(script: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    // the CDI spec deploy.sh writes goes to a scratch folder, never the machine's /etc/cdi
-    let cdi = std::env::temp_dir().join(format!("gdrshim-deploy-cdi-{}", std::process::id()));
-    let out = Command::new("bash")
-        .arg(root().join("scripts").join(script))
-        .args(args)
-        .env("GDR_DEPLOY_CDI_DIR", &cdi)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let cdi = std::env::temp_dir().join(format!("gdrshim-deploy-cdi-{}", std::process::id())); // not the machine's /etc/cdi
+    let mut c = Command::new("bash");
+    c.arg(root().join("scripts").join(script)).args(args).env("GDR_DEPLOY_CDI_DIR", cdi).envs(env.iter().copied());
+    let out = c.output().unwrap();
     (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
