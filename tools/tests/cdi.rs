@@ -22,6 +22,11 @@ fn scratch(tag: &str) -> PathBuf {
     d
 }
 
+/// Removes a test's scratch folder (the one `write_spec` made for it).
+fn done(spec: &Path) {
+    let _ = std::fs::remove_dir_all(spec.parent().unwrap().parent().unwrap());
+}
+
 /// A release folder as deploy.sh installs one (its two libraries; nothing is loaded from it).
 fn release(at: &Path) -> PathBuf {
     let r = at.join("opt/rtx4090-gdr/releases/0.3.0-0123456789ab");
@@ -104,6 +109,7 @@ fn a_rig_with_two_nics_gets_a_device_each_and_all() {
         assert_eq!(m.source().as_deref(), Some(rel.as_path()), "{name}");
         assert!(m.options().as_ref().unwrap().contains(&"ro".to_string()), "read-only: {m:?}");
     }
+    done(&path);
 }
 
 #[test]
@@ -116,10 +122,12 @@ fn a_machine_without_nics_gets_the_shim_alone() {
     let oci = injected(path.parent().unwrap(), &["gdrshim/rdma=all"]);
     assert!(oci.linux().as_ref().unwrap().devices().as_ref().is_none_or(|d| d.is_empty()), "no device node: {oci:?}");
     assert!(oci.process().as_ref().unwrap().env().as_ref().unwrap().iter().any(|e| e.starts_with("LD_PRELOAD=")));
+    done(&path);
     // a state recorded before the uverbs item: said, nothing written
     let (rc, out, path, _) = write_spec("old", "h200");
     assert_eq!(rc, 2, "{out}");
     assert!(out.contains("uverbs: not recorded") && !path.exists(), "{out}");
+    done(&path);
 }
 
 #[test]
@@ -144,6 +152,7 @@ fn it_composes_with_nvidias_spec() {
     let env = oci.process().as_ref().unwrap().env().clone().unwrap_or_default();
     assert!(env.contains(&"LD_PRELOAD=/opt/rtx4090-gdr/current/lib/libgdrshim.so".to_string()), "{env:?}");
     assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()), "{env:?}");
+    done(&path);
 }
 
 #[test]
@@ -165,4 +174,5 @@ fn a_spec_is_refused_by_the_same_reader_when_it_is_wrong() {
         std::fs::write(&path, &bad).unwrap();
         assert!(cdi::spec::read_spec(&path, 0).is_err(), "{what} was accepted");
     }
+    done(&path);
 }
