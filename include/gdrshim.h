@@ -49,9 +49,9 @@ extern "C" {
 #endif
 
 #define GDRSHIM_VERSION_MAJOR 0
-#define GDRSHIM_VERSION_MINOR 2
+#define GDRSHIM_VERSION_MINOR 3
 #define GDRSHIM_VERSION_PATCH 0
-#define GDRSHIM_VERSION_STRING "0.2.0"
+#define GDRSHIM_VERSION_STRING "0.3.0"
 #define GDRSHIM_QUERY_ABI 1            /* layout of struct gdrshim_backing */
 #define GDRSHIM_GPU_PAGE_SIZE (64u << 10) /* NV503C registers in 64 KiB units */
 
@@ -71,19 +71,19 @@ struct gdrshim_counters {
   uint64_t nv_ioctls, native, matched, mismatched, unpredicted;
   uint64_t pass0_hits, pass0_misses, registered, unregistered, rm_errors;
   uint64_t live_registrations, host_mrs, stood_aside;
-  /* Added after 0.2.0: the DMA-BUF route. Exports made (for MRs and for CUDA's callers) and MRs that reused a
+  /* Added in 0.3.0: the DMA-BUF route. Exports made (for MRs and for CUDA's callers) and MRs that reused a
    * buffer already exported for the same pieces; buffers of ours alive under MRs; bytes of GPU
    * memory in our dma-buf MRs (one count per MR) and in those buffers (one count per buffer:
    * what takes BAR1 without static BAR1), live and the most at once. Read size bytes you know. */
   uint64_t dmabuf_exports, dmabuf_reused, dmabuf_buffers;
   uint64_t registered_bytes, registered_peak_bytes, exported_bytes, exported_peak_bytes;
-  /* Added after 0.2.0: the smallest BAR1 (bytes) of the GPUs gdrshim exported on, and 1 when all
+  /* Added in 0.3.0: the smallest BAR1 (bytes) of the GPUs gdrshim exported on, and 1 when all
    * of them have static BAR1 (exports take no BAR1 space of their own), 0 when one has not;
    * UINT64_MAX: unknown (nothing exported yet, or RM and sysfs could not tell). */
   uint64_t bar1_bytes, bar1_static;
 };
 
-const char *gdrshim_version(void);   /* "0.2.0" */
+const char *gdrshim_version(void);   /* "0.3.0" */
 int gdrshim_mode(void);              /* enum gdrshim_mode; a query, not a GPU touch: wakes nothing, prints nothing */
 int gdrshim_gdr_active(void);        /* 1: registers GPU memory for verbs here (register mode, known ABI, a route that works) */
 int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 NV503C, 0 none */
@@ -93,15 +93,18 @@ int gdrshim_gdr_route(void);         /* the route it registers by: 1 DMA-BUF, 2 
  * allocations, a hole, host or imported memory),
  * -EPERM not register mode or not the DMA-BUF route, -ENOSYS no shim. */
 int gdrshim_export_dmabuf(uint64_t va, uint64_t len);
-/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss; -EXDEV spans
- * memory objects; -ENOSYS nothing tracked (off mode or unknown driver). */
+/* Exact lookup of [va, va+len): 0 on a hit inside one memory object; -ENOENT miss (also in a
+ * process that has touched no GPU: answered without waking the shim); -EXDEV spans memory
+ * objects; -ENOSYS nothing tracked (off mode or unknown driver). */
 int gdrshim_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out);
 /* Register the GPU memory behind [va, va+len) as a verbs registration of it would: a handle > 0;
  * 0 nothing needed (native registration); -EINVAL host memory; -ENOENT no exact GPU mapping;
  * -EXDEV spans memory objects; -EPERM not register mode; -ENOSYS unknown ABI or shim off. */
 int64_t gdrshim_register(uint64_t va, uint64_t len);
 int gdrshim_unregister(int64_t handle); /* 0, or -ENOENT for a handle not held */
-/* Copies at most size bytes of the counters; returns the bytes written or -ENOSYS. */
+/* Copies at most size bytes of the counters; returns the bytes written, or -ENOSYS (no shim, off).
+ * A process that has touched no GPU gets the counts of a shim that has seen nothing (0, the BAR1
+ * fields UINT64_MAX), without waking it. */
 int gdrshim_counters(struct gdrshim_counters *out, size_t size);
 void gdrshim_mark(const char *text);  /* a mark line in the capture file */
 

@@ -10,14 +10,19 @@
 #                                                 not current and previous
 #   scripts/deploy.sh [--prefix DIR] --uninstall  remove current, previous and every release
 #                                                 deploy.sh installed
+#   --cdi-dir DIR  where the Container Device Interface spec goes (default /etc/cdi;
+#                  GDR_DEPLOY_CDI_DIR, tests only, changes the default)
 #   --version  gdrshim's version;  -h, --help  this text.  One action at a time.
 #
 # Default prefix /opt/rtx4090-gdr. Layout: PREFIX/releases/<version>-<manifest hash>/ (never
 # changed once installed), PREFIX/current and PREFIX/previous (symbolic links, each switched by
 # one rename). Nothing is installed unless `sha256sum -c --strict` passes in DIST_DIR and DIST_DIR
 # holds exactly the files its SHA256SUMS lists; on any refusal PREFIX is left exactly as it was.
-# It writes under PREFIX only: the system's libnccl.so.2 is never touched, and a process that has
-# the old release loaded keeps its copy (no file is overwritten in place). --prune and
+# It writes under PREFIX and, for containers, CDI_DIR/gdrshim.json only (the release's
+# `gdrshim-tool cdi`: the RDMA NICs and the release for --device gdrshim/rdma=all; written again
+# whenever current changes, removed with --uninstall): the system's libnccl.so.2 is never
+# touched, and a process that has the old release loaded keeps its copy (no file is overwritten
+# in place). --prune and
 # --uninstall remove only what deploy.sh installed: a release folder named <version>-<the first
 # 12 hex digits of the sha256 of its SHA256SUMS>, holding exactly the files that SHA256SUMS lists,
 # all of them intact, owned by no package (dpkg -S: the .deb's releases are dpkg's) and mapped by no
@@ -26,9 +31,10 @@
 # Exit status: 0 done; 1 refused or failed (PREFIX as it was); 2 bad arguments.
 set -euo pipefail
 prefix=/opt/rtx4090-gdr
+cdi_dir="${GDR_DEPLOY_CDI_DIR:-/etc/cdi}"
 action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
-usage() { sed -n '2,26s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,31s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "deploy: $* (try --help)" >&2; exit 2; }
 set_action() {
   [ -z "$action" ] || [ "$action" = "$1" ] || bad_usage "$2 and ${action_flag} together are ambiguous: one action at a time"
@@ -39,6 +45,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) { [ $# -ge 2 ] && [ -n "$2" ]; } || bad_usage "--prefix needs a folder"; prefix="$2"; shift ;;
     --prefix=*) prefix="${1#--prefix=}"; [ -n "$prefix" ] || bad_usage "--prefix needs a folder" ;;
+    --cdi-dir) { [ $# -ge 2 ] && [ -n "$2" ]; } || bad_usage "--cdi-dir needs a folder"; cdi_dir="$2"; shift ;;
     --rollback) set_action rollback "$1" ;;
     --status) set_action status "$1" ;;
     --list) set_action list "$1" ;;
@@ -75,6 +82,25 @@ esac
 switch_link() { # name target: PREFIX/name -> target, by one rename
   ln -sfn "$2" "$prefix/.$1.new"
   mv -T "$prefix/.$1.new" "$prefix/$1"
+}
+
+# The CDI spec of what current names, by that release's own tool; one a release of ours wrote
+# before and that cannot be written now is removed (it would mount a release that is not current).
+cdi_spec() {
+  local spec="$cdi_dir/gdrshim.json" rel out
+  rel="$(cd "$prefix/current" && pwd -P)"
+  if mkdir -p "$cdi_dir" 2>/dev/null && out="$("$rel/bin/gdrshim-tool" cdi --release "$rel" --out "$spec" 2>&1)"; then
+    echo "deploy: $spec written for containers ($(grep -o 'RDMA NIC[^:]*' <<<"$out" | head -n1 || true)): --device gdrshim/rdma=all"
+  else
+    echo "deploy: note: no CDI spec written: $(tail -n1 <<<"$out")"
+    cdi_unspec
+  fi
+}
+cdi_unspec() { # removes CDI_DIR/gdrshim.json where it mounts a release under this prefix
+  local spec="$cdi_dir/gdrshim.json"
+  if [ -f "$spec" ] && grep -qF "\"hostPath\": \"$(cd "$prefix" 2>/dev/null && pwd -P)/releases/" "$spec"; then
+    rm -f "$spec" && echo "deploy: removed $spec"
+  fi
 }
 
 if [ "$action" = status ]; then
@@ -210,6 +236,7 @@ if [ "$action" = prune ] || [ "$action" = uninstall ]; then
   done
   [ ${#remove[@]} -gt 0 ] || echo "deploy: no release to remove"
   if [ "$action" = uninstall ]; then
+    [ -e "$prefix/current" ] || cdi_unspec
     rmdir "$prefix/releases" 2>/dev/null || true
     rmdir "$prefix" 2>/dev/null || true
   fi
@@ -227,6 +254,7 @@ if [ "$action" = rollback ]; then
   switch_link current "$prev"
   if [ -n "$cur" ]; then switch_link previous "$cur"; fi
   echo "deploy: rolled back: current -> $prev${cur:+ (previous -> $cur)}"
+  cdi_spec
   exit 0
 fi
 
@@ -276,9 +304,11 @@ trap - ERR
 cur="$(readlink "$prefix/current" 2>/dev/null || true)"
 if [ "$cur" = "releases/$name" ]; then
   echo "deploy: current already is releases/$name"
+  cdi_spec
   exit 0
 fi
 switch_link current "releases/$name"
 if [ -n "$cur" ]; then switch_link previous "$cur"; fi
 echo "deploy: current -> releases/$name${cur:+ (previous -> $cur, for --rollback)}"
+cdi_spec
 echo "use it with: source $prefix/current/scripts/gdr-env.sh --prefix $prefix/current [options]"

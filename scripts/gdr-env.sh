@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-job (per-container) environment for P2P and GDR runs, as the runbook sets it.
+# Per-job (per-container) environment for P2P and GDR runs.
 #
 #   source scripts/gdr-env.sh [options]          set the variables in this shell
 #   scripts/gdr-env.sh [options] -- COMMAND ...  run COMMAND with them (torchrun, mpirun, srun ...)
@@ -13,7 +13,11 @@
 #   --hca LIST         NCCL_IB_HCA in any form NCCL reads: mlx5_0,mlx5_1 (prefixes: mlx5 is every
 #                      mlx5_N), =mlx5_0 (exact names), ^mlx5_1 (all but these), ^=mlx5_1, and
 #                      name:port entries (mlx5_0:1). Checked against /sys/class/infiniband: an
-#                      exact name must exist, a prefix must match an HCA, an exclusion must leave one
+#                      exact name must exist, a prefix must match an HCA, an exclusion must leave one.
+#                      Without --hca (gdr mode): the only HCA there is; with several, the one the
+#                      doctor names nearest each GPU (its topo.* record, as --gdr-level auto reads
+#                      it: --state DIR or recorded now), in the exact form =mlx5_0,mlx5_1; no HCA,
+#                      or several and no record: exit 2, saying so
 #   --gid-index N      NCCL_IB_GID_INDEX (RoCE: the RoCE v2 IPv4 GID the doctor names; -1: NCCL picks)
 #   --gdr-level L      NCCL_NET_GDR_LEVEL: LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old
 #                      numbers 0-4 (LOC PIX PXB PHB SYS; 5 and more are SYS). Default SYS.
@@ -21,8 +25,9 @@
 #                      (topo.*): the lowest level that lets GDR on for every such pair, never below
 #                      NCCL's default PXB; the pairs it covers are named (SYS: across sockets, often
 #                      slower than no GDR). No record or no tool: says so and sets none (NCCL's PXB)
-#   --state DIR        with --gdr-level auto: a state saved by scripts/gdr-state-record (default:
-#                      recorded now); the doctor (gdrshim-tool, in PREFIX/bin or beside) judges it
+#   --state DIR        with --gdr-level auto or without --hca: a state saved by
+#                      scripts/gdr-state-record (default: recorded now); the doctor (gdrshim-tool,
+#                      in PREFIX/bin or beside) judges it
 #   --p2p-level L      NCCL_P2P_LEVEL, the same forms (default SYS)
 #   --register-buffers keep NCCL_LOCAL_REGISTER/NCCL_GRAPH_REGISTER at NCCL's default (only with a
 #                      large BAR1; with the 256 MiB default BAR1 they stay 0)
@@ -38,14 +43,12 @@
 # the same and never exits the shell. GDR_ENV_SYSFS (tests only) replaces /sys/class/infiniband,
 # GDR_ENV_TOOL (tests only) the gdrshim-tool that judges the state.
 
-_gdr_env_usage() { sed -n '2,40s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+_gdr_env_usage() { sed -n '2,45s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
 
-# --gdr-level auto: prints the level for NCCL_NET_GDR_LEVEL from the doctor's topo.* checks of
-# state $2 (recorded now when empty), or nothing when there is none to take; says why on stderr.
-_gdr_env_auto_level() {
-  local prefix="$1" state="$2" here tool="" t tmp="" json rest pairs=() gpu nic path rank max=1 line names
-  local -A order=([PIX]=0 [PXB]=1 [PHB]=2 [SYS]=3)
-  local byrank=(PIX PXB PHB SYS)
+# The doctor's topo.* record of state $2 (recorded now when empty): each GPU's nearest NIC, one
+# "GPU <bdf> ↔ <nic>: <PATH>" line each; where there is none, one line "!<why>".
+_gdr_env_pairs() {
+  local prefix="$1" state="$2" here tool="" t tmp="" json rest n=0
   here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   local candidates=("$prefix/bin/gdrshim-tool" "$here/../bin/gdrshim-tool" "$here/../target/release/gdrshim-tool")
   [ -z "${GDR_ENV_TOOL:-}" ] || candidates=("$GDR_ENV_TOOL")
@@ -53,7 +56,7 @@ _gdr_env_auto_level() {
     if [ -x "$t" ]; then tool="$t"; break; fi
   done
   if [ -z "$tool" ]; then
-    echo "gdr-env: --gdr-level auto: no gdrshim-tool (in $prefix/bin or beside this script) to read the PCIe paths: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+    echo "!no gdrshim-tool (in $prefix/bin or beside this script) to read the PCIe paths"
     return 0
   fi
   if [ -z "$state" ]; then
@@ -61,7 +64,7 @@ _gdr_env_auto_level() {
     state="$("$here/gdr-state-record" save "$tmp" 2>/dev/null)" || state=""
     if [ -z "$state" ]; then
       rm -rf "$tmp"
-      echo "gdr-env: --gdr-level auto: could not record this machine's state ($here/gdr-state-record): NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+      echo "!could not record this machine's state ($here/gdr-state-record)"
       return 0
     fi
   fi
@@ -70,18 +73,30 @@ _gdr_env_auto_level() {
   # each topo.<GPU> check's summary: "GPU <bdf> ↔ <nic>: <PATH> (...)..."
   rest="$json"
   while [[ "$rest" =~ \"id\":\"topo\.[^\"]*\",\"status\":\"[A-Z\ ]*\",\"summary\":\"GPU\ ([^\ \"]+)\ ↔\ ([^:\"]+):\ (PIX|PXB|PHB|SYS)\  ]]; do
-    gpu="${BASH_REMATCH[1]}" nic="${BASH_REMATCH[2]}" path="${BASH_REMATCH[3]}"
-    pairs+=("GPU $gpu ↔ $nic: $path")
-    rank="${order[$path]}"
-    [ "$rank" -le "$max" ] || max="$rank"
+    echo "GPU ${BASH_REMATCH[1]} ↔ ${BASH_REMATCH[2]}: ${BASH_REMATCH[3]}"
+    n=$((n + 1))
     rest="${rest#*"${BASH_REMATCH[0]}"}"
   done
-  if [ ${#pairs[@]} -eq 0 ]; then
-    line="no GPU↔NIC PCIe path in the doctor's record"
-    [[ "$json" == *'"id":"topo.'* ]] || line="the doctor gave no topo.* record (state $state)"
-    echo "gdr-env: --gdr-level auto: $line: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
+  if [ "$n" = 0 ]; then
+    if [[ "$json" == *'"id":"topo.'* ]]; then echo "!no GPU↔NIC PCIe path in the doctor's record"; else echo "!the doctor gave no topo.* record (state $state)"; fi
+  fi
+}
+
+# --gdr-level auto: prints the level for NCCL_NET_GDR_LEVEL from the pairs $1 (_gdr_env_pairs),
+# or nothing when there is none to take; says why on stderr.
+_gdr_env_auto_level() {
+  local pairs=() rank max=1 line names
+  local -A order=([PIX]=0 [PXB]=1 [PHB]=2 [SYS]=3)
+  local byrank=(PIX PXB PHB SYS)
+  mapfile -t pairs <<<"$1"
+  if [ "${pairs[0]:0:1}" = "!" ]; then
+    echo "gdr-env: --gdr-level auto: ${pairs[0]:1}: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)" >&2
     return 0
   fi
+  for line in "${pairs[@]}"; do
+    rank="${order[${line##*: }]}"
+    [ "$rank" -le "$max" ] || max="$rank"
+  done
   names="$(printf '%s\n' "${pairs[@]}" | sed -E 's/.*: //' | LC_ALL=C sort -u | tr '\n' ' ')"
   if [ "$(wc -w <<<"$names")" -gt 1 ]; then
     echo "gdr-env: --gdr-level auto: the paths differ per GPU (${names% }): NCCL_NET_GDR_LEVEL=${byrank[$max]} lets GDR on for every GPU with its nearest NIC:" >&2
@@ -96,6 +111,41 @@ _gdr_env_auto_level() {
   echo "${byrank[$max]}"
 }
 
+# No --hca: the HCA the doctor names nearest each GPU (NCCL_IB_HCA's exact form, =a,b), or the
+# only HCA here; prints it, or returns 2 saying why there is none to take. $1: sysfs, $2: the
+# pairs (_gdr_env_pairs), asked for only where there is more than one HCA.
+_gdr_env_auto_hca() {
+  local sysfs="$1" pairs=() have=() d line nic picked=()
+  if [ -d "$sysfs" ]; then
+    for d in "$sysfs"/*; do [ -e "$d" ] && have+=("${d##*/}"); done
+  fi
+  if [ ${#have[@]} = 0 ]; then
+    echo "gdr-env: no --hca given and no HCA in $sysfs to take: give --hca LIST (try --help)" >&2
+    return 2
+  fi
+  if [ ${#have[@]} = 1 ]; then
+    echo "gdr-env: no --hca given: ${have[0]}, the only HCA here" >&2
+    echo "=${have[0]}"
+    return 0
+  fi
+  mapfile -t pairs <<<"$2"
+  if [ "${pairs[0]:0:1}" = "!" ]; then
+    echo "gdr-env: no --hca given and ${#have[@]} HCAs here (${have[*]}); which is nearest each GPU is not known (${pairs[0]:1}): give --hca LIST (try --help)" >&2
+    return 2
+  fi
+  for line in "${pairs[@]}"; do
+    nic="${line#* ↔ }" nic="${nic%%: *}"
+    [[ " ${have[*]} " == *" $nic "* ]] && [[ " ${picked[*]} " != *" $nic "* ]] && picked+=("$nic")
+  done
+  if [ ${#picked[@]} = 0 ]; then
+    echo "gdr-env: no --hca given and none of the doctor's nearest NICs is an HCA here (${have[*]}): give --hca LIST (try --help)" >&2
+    return 2
+  fi
+  echo "gdr-env: no --hca given: the HCA nearest each GPU, from the doctor's record:" >&2
+  for line in "${pairs[@]}"; do echo "gdr-env:   $line" >&2; done
+  local IFS=,
+  echo "=${picked[*]}"
+}
 
 # A level as NCCL's ncclGetLevel reads NCCL_NET_GDR_LEVEL / NCCL_P2P_LEVEL: a path type name
 # (case sensitive, strcmp) or, starting with a digit, an old number. Prints the name it means.
@@ -128,14 +178,14 @@ _gdr_env_check_hca() {
     [ -n "$e" ] || continue # NCCL skips empty entries
     name="${e%%:*}" port=""
     [ "$name" = "$e" ] || port="${e#*:}"
-    [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gdr-env: bad HCA name '$e' in --hca $1" >&2; return 2; }
+    [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gdr-env: bad HCA name '$e' in --hca $1 (try --help)" >&2; return 2; }
     if [ "$name" != "$e" ] && ! [[ "$port" =~ ^[0-9]+$ ]]; then
-      echo "gdr-env: bad port in '$e' (--hca $1): NCCL takes name:port with a port number" >&2
+      echo "gdr-env: bad port in '$e' (--hca $1): NCCL takes name:port with a port number (try --help)" >&2
       return 2
     fi
     entries+=("$name:$port")
   done
-  [ ${#entries[@]} -gt 0 ] || { echo "gdr-env: --hca '$1' names no HCA (NCCL would then use none)" >&2; return 2; }
+  [ ${#entries[@]} -gt 0 ] || { echo "gdr-env: --hca '$1' names no HCA (NCCL would then use none) (try --help)" >&2; return 2; }
   if [ -d "$sysfs" ]; then
     for d in "$sysfs"/*; do [ -e "$d" ] && have+=("${d##*/}"); done
   fi
@@ -150,13 +200,13 @@ _gdr_env_check_hca() {
       done
       [ "$hit" = 0 ] || continue
       if [ "$named" = 1 ] && { [ "$exact" = 1 ] || [ -d "$sysfs/$name" ]; }; then
-        echo "gdr-env: HCA '$name' has no port '$port'" >&2
+        echo "gdr-env: HCA '$name' has no port '$port' (try --help)" >&2
       elif [ "$named" = 1 ]; then
-        echo "gdr-env: no HCA whose name starts with '$name' has a port '$port'" >&2
+        echo "gdr-env: no HCA whose name starts with '$name' has a port '$port' (try --help)" >&2
       elif [ "$exact" = 1 ]; then
-        echo "gdr-env: HCA '$name' does not exist (have: ${have[*]:-none})" >&2
+        echo "gdr-env: HCA '$name' does not exist (have: ${have[*]:-none}) (try --help)" >&2
       else
-        echo "gdr-env: HCA '$name' does not exist, and no HCA's name starts with it (have: ${have[*]:-none})" >&2
+        echo "gdr-env: HCA '$name' does not exist, and no HCA's name starts with it (have: ${have[*]:-none}) (try --help)" >&2
       fi
       return 2
     done
@@ -183,7 +233,7 @@ _gdr_env_check_hca() {
     done
   done
   if [ "$hit" = 0 ]; then
-    echo "gdr-env: --hca '$1' excludes every HCA port here (have: ${have[*]:-none}): NCCL would have no IB device" >&2
+    echo "gdr-env: --hca '$1' excludes every HCA port here (have: ${have[*]:-none}): NCCL would have no IB device (try --help)" >&2
     return 2
   fi
   return 0
@@ -202,7 +252,7 @@ _gdr_env_build() {
       --*=*) val="${opt#*=}"; opt="${opt%%=*}" ;;
       --mode|--prefix|--nccl-lib|--hca|--gid-index|--gdr-level|--p2p-level|--shim-mode|--route|--shim-log|--state)
         if [ $# -lt 2 ]; then
-          echo "gdr-env: $opt needs a value (--help)" >&2
+          echo "gdr-env: $opt needs a value (try --help)" >&2
           return 2
         fi
         val="$2"; shift ;;
@@ -235,17 +285,17 @@ _gdr_env_build() {
     shift
   done
   if [ "$_GDR_ENV_PRINT" = 1 ] && [ "$has_cmd" = 1 ]; then
-    echo "gdr-env: --print and -- COMMAND together are ambiguous: --print runs nothing; drop one of them" >&2
+    echo "gdr-env: --print and -- COMMAND together are ambiguous: --print runs nothing; drop one of them (try --help)" >&2
     return 2
   fi
   if [ "$has_cmd" = 1 ] && [ ${#_GDR_ENV_CMD[@]} -eq 0 ]; then
-    echo "gdr-env: -- needs a COMMAND after it" >&2
+    echo "gdr-env: -- needs a COMMAND after it (try --help)" >&2
     return 2
   fi
   local levels="LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS or 0-4"
-  case "$mode" in p2p|gdr) ;; *) echo "gdr-env: --mode must be p2p or gdr, not '$mode'" >&2; return 2 ;; esac
+  case "$mode" in p2p|gdr) ;; *) echo "gdr-env: --mode must be p2p or gdr, not '$mode' (try --help)" >&2; return 2 ;; esac
   local name
-  name="$(_gdr_env_level "$p2p_level")" || { echo "gdr-env: --p2p-level must be one of $levels (upper case, as NCCL compares), not '$p2p_level'" >&2; return 2; }
+  name="$(_gdr_env_level "$p2p_level")" || { echo "gdr-env: --p2p-level must be one of $levels (upper case, as NCCL compares), not '$p2p_level' (try --help)" >&2; return 2; }
   [ "$name" != LOC ] || echo "gdr-env: warning: NCCL_P2P_LEVEL=$p2p_level means LOC: P2P off" >&2
   local vars=""
   _gdr_env_add() { vars+="$1=$2"$'\n'; }
@@ -256,33 +306,39 @@ _gdr_env_build() {
     _gdr_env_add NCCL_GRAPH_REGISTER 0
   fi
   if [ "$mode" = gdr ]; then
-    if [ -n "$state" ] && [ "$gdr_level" != auto ]; then echo "gdr-env: --state is read only with --gdr-level auto" >&2; return 2; fi
-    if [ -n "$state" ] && [ ! -d "$state" ]; then echo "gdr-env: --state $state is not a folder (scripts/gdr-state-record save DIR makes one)" >&2; return 2; fi
+    if [ -n "$state" ] && [ "$gdr_level" != auto ] && [ -n "$hca" ]; then echo "gdr-env: --state is read only with --gdr-level auto or without --hca (try --help)" >&2; return 2; fi
+    if [ -n "$state" ] && [ ! -d "$state" ]; then echo "gdr-env: --state $state is not a folder (scripts/gdr-state-record save DIR makes one) (try --help)" >&2; return 2; fi
+    # the doctor's record of each GPU's nearest NIC, read once where something needs it
+    local topo="" nhca
+    nhca="$(find "$sysfs" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
+    if [ "$gdr_level" = auto ] || { [ -z "$hca" ] && [ "$nhca" -gt 1 ]; }; then
+      topo="$(_gdr_env_pairs "$prefix" "$state")"
+    fi
+    if [ -z "$hca" ]; then hca="$(_gdr_env_auto_hca "$sysfs" "$topo")" || return 2; fi
     if [ "$gdr_level" = auto ]; then
-      gdr_level="$(_gdr_env_auto_level "$prefix" "$state")"
+      gdr_level="$(_gdr_env_auto_level "$topo")"
       name="${gdr_level:-PXB}"
     else
-      name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels or auto (upper case, as NCCL compares), not '$gdr_level'" >&2; return 2; }
+      name="$(_gdr_env_level "$gdr_level")" || { echo "gdr-env: --gdr-level must be one of $levels or auto (upper case, as NCCL compares), not '$gdr_level' (try --help)" >&2; return 2; }
     fi
     case "$name" in
       LOC|NVL|NVB|C2C) echo "gdr-env: warning: NCCL_NET_GDR_LEVEL=$gdr_level means $name: a NIC on PCIe is at least PIX from the GPU, so NCCL will not use GDR" >&2 ;;
     esac
-    case "$shim_mode" in register|shadow|trace|off) ;; *) echo "gdr-env: --shim-mode must be register, shadow, trace or off" >&2; return 2 ;; esac
-    case "$route" in auto|dmabuf|nv503c) ;; *) echo "gdr-env: --route must be auto, dmabuf or nv503c, not '$route'" >&2; return 2 ;; esac
+    case "$shim_mode" in register|shadow|trace|off) ;; *) echo "gdr-env: --shim-mode must be register, shadow, trace or off (try --help)" >&2; return 2 ;; esac
+    case "$route" in auto|dmabuf|nv503c) ;; *) echo "gdr-env: --route must be auto, dmabuf or nv503c, not '$route' (try --help)" >&2; return 2 ;; esac
     if [ "$route" != nv503c ] && [ "${NCCL_DMABUF_ENABLE:-1}" = 0 ]; then
-      echo "gdr-env: NCCL_DMABUF_ENABLE=0 is set: NCCL would not use the DMA-BUF route's dma-bufs; unset it (or --route nv503c)" >&2
+      echo "gdr-env: NCCL_DMABUF_ENABLE=0 is set: NCCL would not use the DMA-BUF route's dma-bufs; unset it (or --route nv503c) (try --help)" >&2
       return 2
     fi
     if [ -n "${NCCL_GDR_FLUSH_DISABLE:-}" ] && [ "${NCCL_GDR_FLUSH_DISABLE// /}" != 0 ]; then
-      echo "gdr-env: NCCL_GDR_FLUSH_DISABLE=$NCCL_GDR_FLUSH_DISABLE is set: without NCCL's flush a GeForce GPU can read received data stale (the shim then does not advertise GDR); unset it" >&2
+      echo "gdr-env: NCCL_GDR_FLUSH_DISABLE=$NCCL_GDR_FLUSH_DISABLE is set: without NCCL's flush a GeForce GPU can read received data stale (the shim then does not advertise GDR); unset it (try --help)" >&2
       return 2
     fi
-    if [ -z "$hca" ]; then echo "gdr-env: --hca is required in gdr mode (e.g. --hca mlx5_0); doctor lists the HCAs" >&2; return 2; fi
     _gdr_env_check_hca "$hca" "$sysfs" || return 2
     if [ -n "$gid" ]; then
-      [[ "$gid" =~ ^(-1|0|[1-9][0-9]*)$ ]] || { echo "gdr-env: --gid-index must be a number (decimal, or -1 for NCCL's own choice), not '$gid'" >&2; return 2; }
+      [[ "$gid" =~ ^(-1|0|[1-9][0-9]*)$ ]] || { echo "gdr-env: --gid-index must be a number (decimal, or -1 for NCCL's own choice), not '$gid' (try --help)" >&2; return 2; }
     fi
-    [ -z "$nccl_lib" ] || [ -f "$nccl_lib/libnccl.so.2" ] || { echo "gdr-env: no libnccl.so.2 in $nccl_lib" >&2; return 2; }
+    [ -z "$nccl_lib" ] || [ -f "$nccl_lib/libnccl.so.2" ] || { echo "gdr-env: no libnccl.so.2 in $nccl_lib (try --help)" >&2; return 2; }
     local shim="$prefix/lib/libgdrshim.so"
     [ -f "$shim" ] || { echo "gdr-env: no shim at $shim (install a release with scripts/deploy.sh, or pass --prefix)" >&2; return 1; }
     [ -f "$prefix/SHA256SUMS" ] || { echo "gdr-env: no SHA256SUMS in $prefix: refusing to preload an unverified shim" >&2; return 1; }
@@ -358,7 +414,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
       echo "gdr-env: set $(grep -c . <<<"$_GDR_ENV") variables (--print shows them)" >&2
     fi
   fi
-  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_level _gdr_env_auto_level _gdr_env_check_hca _gdr_env_sel _gdr_env_add
+  unset -f _gdr_env_build _gdr_env_print _gdr_env_usage _gdr_env_level _gdr_env_auto_level _gdr_env_auto_hca _gdr_env_pairs _gdr_env_check_hca _gdr_env_sel _gdr_env_add
   unset _GDR_ENV _GDR_ENV_CMD _GDR_ENV_PRINT
   [ "$_gdr_env_rc" != 3 ] || _gdr_env_rc=0
   set -- "$_gdr_env_rc"

@@ -5,6 +5,9 @@
 
 use std::fmt;
 
+// (its path written out: gdrshim-tool compiles this file in by #[path], where the folder of a
+// module's submodules would otherwise be src/)
+#[path = "config/mode_word.rs"]
 pub mod mode_word;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,7 +264,8 @@ impl Config {
         } else {
             let set: Vec<&str> = KNOB_VARS.iter().copied().filter(|k| get(k).is_some()).collect();
             if !set.is_empty() {
-                warnings.push(format!("{} only work in test builds of gdrshim (the `knobs` feature); ignored", set.join(", ")));
+                let verb = if set.len() == 1 { "works" } else { "work" };
+                warnings.push(format!("{} only {verb} in test builds of gdrshim (the `knobs` feature); ignored", set.join(", ")));
             }
         }
         (c, warnings)
@@ -380,7 +384,9 @@ mod tests {
         let (c, w) = parse(&[("GDRSHIM_TEST_HIDE_GDR", "1"), ("GDRSHIM_TIMING", "1"), ("GDRSHIM_TEST_DEV_DIR", "/tmp/x")]);
         assert_eq!(c.knobs, Knobs::default());
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("GDRSHIM_TIMING, GDRSHIM_TEST_DEV_DIR, GDRSHIM_TEST_HIDE_GDR") && w[0].contains("test builds"), "{w:?}");
+        assert!(w[0].contains("GDRSHIM_TIMING, GDRSHIM_TEST_DEV_DIR, GDRSHIM_TEST_HIDE_GDR only work in test builds"), "{w:?}");
+        let (_, w) = parse(&[("GDRSHIM_TIMING", "1")]);
+        assert!(w[0].starts_with("GDRSHIM_TIMING only works in test builds"), "{w:?}");
     }
 
     #[test]

@@ -146,8 +146,13 @@ fn a_query_of_ours_is_not_a_gpu_touch() {
         let line = stdout.lines().next().unwrap_or_default();
         assert_eq!(stderr, "", "GDRSHIM_MODE={mode:?}: nothing printed, not even the summary");
         assert_eq!(field(line, "mode"), want, "GDRSHIM_MODE={mode:?}: {line}");
-        // not registering yet (no GPU touched): what the started shim answers before its first NVIDIA call
-        assert_eq!((field(line, "active"), field(line, "route"), field(line, "counters")), (0, 0, -38), "{line}");
+        // not registering yet (no GPU touched): what the started shim answers before its first
+        // NVIDIA call; the counters of a shim that has seen nothing (issue 40: -ENOSYS, which
+        // callers read as no shim), and nothing mapped; off: no shim
+        let (counters, lookup) = if want == 0 { (-38, -38) } else { (176, -2) };
+        assert_eq!((field(line, "active"), field(line, "route")), (0, 0), "{line}");
+        assert_eq!((field(line, "counters"), field(line, "lookup")), (counters, lookup), "{line}");
+        assert!(line.ends_with(if want == 0 { " unknown=-" } else { " unknown=20,21" }), "zeros, BAR1 unknown: {line}");
         assert_eq!((field(line, "errno_kept"), field(line, "threads"), field(line, "core")), (1, 1, 0), "{line}");
     }
 }

@@ -19,7 +19,10 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn sh(script: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new("bash").arg(root().join("scripts").join(script)).args(args).envs(env.iter().copied()).output().unwrap();
+    let cdi = std::env::temp_dir().join(format!("gdrshim-deploy-cdi-{}", std::process::id())); // not the machine's /etc/cdi
+    let mut c = Command::new("bash");
+    c.arg(root().join("scripts").join(script)).args(args).env("GDR_DEPLOY_CDI_DIR", cdi).envs(env.iter().copied());
+    let out = c.output().unwrap();
     (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -246,7 +249,7 @@ fn env_script_sets_what_the_runbook_sets_and_refuses_bad_input() {
         (vec!["--prefix", c, "--hca", "mlx5_0;rm"], "bad HCA name"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--gid-index", "3x"], "--gid-index must be a number"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--gdr-level", "FAST"], "--gdr-level must be one of"),
-        (vec!["--prefix", c], "--hca is required"),
+        (vec!["--prefix", c], "no --hca given and 2 HCAs here (mlx5_0 mlx5_1); which is nearest each GPU is not known"),
         (vec!["--mode", "both"], "--mode must be p2p or gdr"),
         (vec!["--prefix", "/nonexistent", "--hca", "mlx5_0"], "no shim at"),
         (vec!["--prefix", c, "--hca", "mlx5_0", "--nccl-lib", "/nonexistent"], "no libnccl.so.2"),

@@ -1,6 +1,7 @@
 //! `scripts/gdr-env.sh --gdr-level auto` (issue 30): NCCL_NET_GDR_LEVEL from the doctor's record of
 //! each GPU's PCIe path to its nearest NIC (the rig fixtures under tests/fixtures/state, judged by
-//! the real gdrshim-tool), set only when asked, and never guessed where there is no record.
+//! the real gdrshim-tool), set only when asked, and never guessed where there is no record; and
+//! without --hca (issue 40) the HCA that record names nearest each GPU, or the only one there is.
 
 mod common;
 
@@ -36,6 +37,14 @@ fn scratch(tag: &str) -> PathBuf {
 /// its manifest checked) and a fake /sys/class/infiniband with mlx5_0 and mlx5_1; returns the
 /// exit code, the NCCL_NET_GDR_LEVEL line printed (if any) and stderr.
 fn gdr_env(tag: &str, args: &[&str], tool: Option<&Path>) -> (i32, Option<String>, String) {
+    let (code, out, err) = gdr_env_on(tag, &["mlx5_0", "mlx5_1"], &[&["--hca", "mlx5"], args].concat(), tool);
+    let level = out.lines().find_map(|l| l.strip_prefix("export NCCL_NET_GDR_LEVEL=")).map(str::to_string);
+    (code, level, err)
+}
+
+/// `gdr-env.sh --mode gdr --print --prefix P ARGS` with these HCAs in its /sys/class/infiniband:
+/// the exit code, stdout and stderr.
+fn gdr_env_on(tag: &str, hcas: &[&str], args: &[&str], tool: Option<&Path>) -> (i32, String, String) {
     let d = scratch(tag);
     let prefix = d.join("prefix");
     for f in ["lib/libgdrshim.so", "lib/libgdrshim-core.so"] {
@@ -50,22 +59,21 @@ fn gdr_env(tag: &str, args: &[&str], tool: Option<&Path>) -> (i32, Option<String
         .unwrap();
     assert!(st.success());
     let sysfs = d.join("infiniband");
-    for h in ["mlx5_0", "mlx5_1"] {
+    std::fs::create_dir_all(&sysfs).unwrap();
+    for h in hcas {
         std::fs::create_dir_all(sysfs.join(h).join("ports/1")).unwrap();
     }
     let mut cmd = Command::new("bash");
     cmd.arg(root().join("scripts/gdr-env.sh"))
-        .args(["--mode", "gdr", "--hca", "mlx5", "--print", "--prefix", prefix.to_str().unwrap()])
+        .args(["--mode", "gdr", "--print", "--prefix", prefix.to_str().unwrap()])
         .args(args)
         .env("GDR_ENV_SYSFS", &sysfs)
         // no tool given: one that is not there (the tree's own target/release is not looked at then)
         .env("GDR_ENV_TOOL", tool.map_or_else(|| d.join("no-tool"), Path::to_path_buf));
     let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let level =
-        stdout.lines().find(|l| l.starts_with("export NCCL_NET_GDR_LEVEL=")).map(|l| l["export NCCL_NET_GDR_LEVEL=".len()..].to_string());
     let _ = std::fs::remove_dir_all(&d);
-    (out.status.code().unwrap_or(-1), level, String::from_utf8_lossy(&out.stderr).into_owned())
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 fn fixture(name: &str) -> String {
@@ -132,4 +140,37 @@ fn auto_without_a_record_or_a_tool_sets_nothing_and_says_why() {
     let out = Command::new("bash").arg(root().join("scripts/gdr-env.sh")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("auto: from the doctor's record") && help.contains("--state DIR"), "{help}");
+}
+
+#[test]
+fn without_hca_the_one_nearest_each_gpu_or_the_only_one_or_a_clear_refusal() {
+    let hca = |out: &str| out.lines().find_map(|l| l.strip_prefix("export NCCL_IB_HCA=")).map(str::to_string);
+    // the switch rig: each GPU's own NIC, in NCCL's exact form (a prefix mlx5_1 would take mlx5_10 too)
+    let (code, out, err) = gdr_env_on("hca-pix", &["mlx5_0", "mlx5_1"], &["--state", &fixture("rig-4090-pix")], Some(tool()));
+    assert_eq!((code, hca(&out).as_deref()), (0, Some("'=mlx5_0,mlx5_1'")), "{err}");
+    assert!(err.contains("no --hca given: the HCA nearest each GPU") && err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX"), "{err}");
+    // the root-port rig: both GPUs nearest mlx5_0, so only it
+    let (code, out, err) = gdr_env_on("hca-phb", &["mlx5_0", "mlx5_1"], &["--state", &fixture("rig-4090-phb")], Some(tool()));
+    assert_eq!((code, hca(&out).as_deref()), (0, Some("'=mlx5_0'")), "{err}");
+    // one HCA: that one, no record needed
+    let (code, out, err) = gdr_env_on("hca-one", &["mlx5_3"], &[], None);
+    assert_eq!((code, hca(&out).as_deref()), (0, Some("'=mlx5_3'")), "{err}");
+    assert!(err.contains("no --hca given: mlx5_3, the only HCA here"), "{err}");
+    // several and no record of which is nearest: refused, saying what to give
+    let (code, out, err) = gdr_env_on("hca-none", &["mlx5_0", "mlx5_1"], &[], None);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("gdr-env: no --hca given and 2 HCAs here (mlx5_0 mlx5_1); which is nearest each GPU is not known (no gdrshim-tool"),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with("give --hca LIST (try --help)"), "{err}");
+    // no HCA at all
+    let (code, _, err) = gdr_env_on("hca-zero", &[], &[], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no --hca given and no HCA in ") && err.trim_end().ends_with("(try --help)"), "{err}");
+    // --state is read without --hca too, never with --hca and no auto level
+    let (code, _, err) = gdr_env_on("hca-state", &["mlx5_0"], &["--hca", "mlx5_0", "--state", &fixture("rig-4090-pix")], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--state is read only with --gdr-level auto or without --hca"), "{err}");
 }

@@ -454,8 +454,8 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     std::fs::create_dir_all(dev.join("sys/module/nvidia_peermem")).unwrap();
     assert_eq!(run(false, "register"), "version=none mode=-38 active=0 lookup_host=-38 register_host=-38 register=0 unregister=0 unregister_again=0 counters=-38 registered=0 unregistered=0 abi=1\n");
     // loaded, register mode, known driver: host memory is refused with EINVAL, not registered
-    assert_eq!(run(true, "register"), "version=0.2.0 mode=3 active=1 lookup_host=-2 register_host=-22 register=0 unregister=0 unregister_again=0 counters=176 registered=0 unregistered=0 abi=1\n");
-    assert_eq!(run(true, "shadow"), "version=0.2.0 mode=2 active=0 lookup_host=-2 register_host=-1 register=0 unregister=0 unregister_again=0 counters=176 registered=0 unregistered=0 abi=1\n");
+    assert_eq!(run(true, "register"), "version=0.3.0 mode=3 active=1 lookup_host=-2 register_host=-22 register=0 unregister=0 unregister_again=0 counters=176 registered=0 unregistered=0 abi=1\n");
+    assert_eq!(run(true, "shadow"), "version=0.3.0 mode=2 active=0 lookup_host=-2 register_host=-1 register=0 unregister=0 unregister_again=0 counters=176 registered=0 unregistered=0 abi=1\n");
 }
 
 /// errno after every hooked call is what the real call left, and an injected panic in any hook

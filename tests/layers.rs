@@ -320,13 +320,18 @@ fn the_checker_sees_what_it_should() {
 /// gdrshim-tool's layers (tools/src), lowest first: the report's form, the machine record and its
 /// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
 /// doctor's route checks). `main.rs` sits on top.
-const TOOL_LAYERS: &[&[&str]] =
-    &[&["report"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"]];
+const TOOL_LAYERS: &[&[&str]] = &[
+    &["report", "usage", "config", "route"],
+    &["machine"],
+    &["routes", "topology"],
+    &["doctor", "verify", "dmabuf", "env", "cdi"],
+    &["selftest", "rig_report"],
+];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
-    ("doctor", &[&["software", "platform"]]),
+    ("doctor", &[&["software", "container"], &["platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
     ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["qp", "machine"], &["rdma"]]),
 ];

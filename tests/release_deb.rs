@@ -82,6 +82,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         "lib/libgdrshim.so",
         "lib/libgdrshim-core.so",
         "README.md",
+        "CHANGELOG.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",
         "BUILD-INFO",
@@ -100,6 +101,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         ("LICENSE-MIT", "Copyright (c) the gdrshim developers"),
         ("LICENSE-APACHE", "Apache License"),
         ("README.md", "sha256sum -c --strict SHA256SUMS"),
+        ("CHANGELOG.md", &format!("## {} (", env!("CARGO_PKG_VERSION"))),
     ] {
         assert!(std::fs::read_to_string(dist.join(f)).unwrap().contains(text), "{f}");
     }
@@ -143,22 +145,43 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
 
     // deploy.sh names the same release the same way
     let p2 = s.join("deployed");
-    ok(Command::new("bash").arg(root().join("scripts/deploy.sh")).arg("--prefix").arg(&p2).arg(&dist));
+    let cdi = s.join("cdi");
+    let out = ok(Command::new("bash").arg(root().join("scripts/deploy.sh")).arg("--prefix").arg(&p2).arg("--cdi-dir").arg(&cdi).arg(&dist));
     let name = link(&p2.join("current")).expect("deploy.sh made current");
     assert!(name.starts_with(&format!("releases/{}-", env!("CARGO_PKG_VERSION"))), "{name}");
+    // and the CDI spec of it, by the release's own tool (issue 41)
+    let spec = |at: &Path| std::fs::read_to_string(at.join("gdrshim.json")).unwrap_or_default();
+    assert!(out.contains(&format!("deploy: {}/gdrshim.json written for containers", cdi.display())), "{out}");
+    assert!(spec(&cdi).contains(&format!("\"hostPath\": \"{}/{name}\"", p2.canonicalize().unwrap().display())), "{}", spec(&cdi));
+    let out = ok(Command::new("bash")
+        .arg(root().join("scripts/deploy.sh"))
+        .arg("--prefix")
+        .arg(&p2)
+        .arg("--cdi-dir")
+        .arg(&cdi)
+        .arg("--uninstall"));
+    assert!(!cdi.join("gdrshim.json").exists(), "removed with the releases: {out}");
 
     // a scratch root with an older release that deploy.sh installed: the .deb's becomes current,
     // that one previous
     let r = scratch_root(&s.join("root"));
     let prefix = r.join("opt/rtx4090-gdr");
     let old = other_release(&dist, &s.join("dist-old"));
-    ok(Command::new("bash").arg(root().join("scripts/deploy.sh")).arg("--prefix").arg(&prefix).arg(&old));
+    ok(Command::new("bash")
+        .arg(root().join("scripts/deploy.sh"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--cdi-dir")
+        .arg(r.join("etc/cdi"))
+        .arg(&old));
     let old_name = link(&prefix.join("current")).unwrap();
     assert_ne!(old_name, name);
     let out = ok(dpkg(&r).arg("--force-depends").arg("-i").arg(&deb));
     assert!(out.contains("Setting up gdrshim"), "{out}");
     assert_eq!(link(&prefix.join("current")).as_deref(), Some(name.as_str()), "{out}");
     assert_eq!(link(&prefix.join("previous")).as_deref(), Some(old_name.as_str()));
+    let in_spec = |rel: &str| format!("\"hostPath\": \"{}/{rel}\"", prefix.canonicalize().unwrap().display());
+    assert!(spec(&r.join("etc/cdi")).contains(&in_spec(&name)), "the package's release in the CDI spec: {out}");
     let installed = prefix.join(&name);
     ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(&installed));
     let (rc, diff) = run(Command::new("diff").arg("-r").arg(&dist).arg(&installed));
@@ -197,6 +220,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     assert_eq!(link(&prefix.join("current")).as_deref(), Some(old_name.as_str()), "{out}");
     assert!(link(&prefix.join("previous")).is_none(), "{out}");
     assert!(!installed.exists(), "{out}");
+    assert!(spec(&r.join("etc/cdi")).contains(&in_spec(&old_name)), "the spec follows current back: {out}");
     ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(prefix.join(&old_name)));
     assert_ne!(run(dpkg(&r).args(["-S", &lib])).0, 0, "dpkg no longer knows the file");
 
@@ -219,8 +243,10 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     assert!(link(&r2.join("opt/rtx4090-gdr/previous")).is_none(), "{out}");
     assert!(!r2.join("opt/rtx4090-gdr").join(&old_name).exists(), "{out}");
     assert_eq!(ok(dpkg(&r2).args(["--verify", "gdrshim"])), "");
+    assert!(r2.join("etc/cdi/gdrshim.json").exists(), "{out}");
     ok(dpkg(&r2).args(["--purge", "gdrshim"]));
     assert!(!r2.join("opt/rtx4090-gdr").exists(), "the tree is gone");
+    assert!(!r2.join("etc/cdi/gdrshim.json").exists(), "no spec of a release that is gone");
     assert!(!r2.join("usr/share/doc/gdrshim").exists());
     std::fs::remove_dir_all(&s).unwrap();
 }

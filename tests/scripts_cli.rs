@@ -1,8 +1,7 @@
-//! The shell tools' command lines (issue 17): `-h/--help` prints usage on stdout and exits 0 without
-//! doing anything else, `--version` names gdrshim's version (from Cargo.toml in the source tree,
-//! from BUILD-INFO in an installed release), an unknown option prints usage on stderr and exits 2;
-//! the doctor passes the tool's exit code (0 ready, 1 not ready, 2 could not check) through; the
-//! demo's sections, verdict table and `--verbose`.
+//! The shell tools' own behaviour (the contract every command keeps, --help, --version, --json, a
+//! bad flag and no arguments, is tools/tests/cli_conventions.rs's): the doctor checks its
+//! arguments before recording and passes the tool's exit code (0 ready, 1 not ready, 2 could not
+//! check) through; the demo's sections, verdict table and `--verbose`; gdr-env.sh's forms.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -46,18 +45,19 @@ fn write_exe(p: &Path, body: &str) {
     assert!(ok.success(), "{}", p.display());
 }
 
-/// Every script: help on stdout with 0, version with 0, an unknown option on stderr with 2.
+/// Every script's --help, --version, --json, bad flag and no-argument run, before and after the
+/// tool is built, are tools/tests/cli_conventions.rs's (the one contract, issue 40); here what
+/// one script says of its own.
 #[test]
-fn every_script_has_help_version_and_refuses_unknown_options() {
-    let s = scratch("conv");
-    let version = format!("(gdrshim) {}\n", env!("CARGO_PKG_VERSION"));
-    // a marker any real work would leave: the doctor records into TMPDIR, the demo replays
-    let tmpdir = s.join("tmp");
-    std::fs::create_dir_all(&tmpdir).unwrap();
-    let marker = s.join("replayed");
-    let fake_replay = s.join("fake-replay");
-    write_exe(&fake_replay, &format!("#!/bin/sh\ntouch {}\n", marker.display()));
-    let env = [("TMPDIR", tmpdir.to_str().unwrap()), ("GDRSHIM_DEMO_REPLAY", fake_replay.to_str().unwrap())];
+fn apply_patches_without_its_tree_says_what_it_needs() {
+    // it printed only the help
+    let r = run(&script("scripts/apply-nccl-patches.sh"), &[], &[]);
+    assert_eq!((r.rc, r.out.as_str()), (2, ""));
+    assert_eq!(
+        r.err,
+        "apply-nccl-patches: name the NCCL source tree to patch: apply-nccl-patches.sh [--check] NCCL_SOURCE_TREE (try --help)\n"
+    );
+    // each script's help names its own options
     for (rel, usage_word) in [
         ("scripts/gdr-env.sh", "--hca LIST"),
         ("scripts/deploy.sh", "--uninstall"),
@@ -70,45 +70,9 @@ fn every_script_has_help_version_and_refuses_unknown_options() {
         ("scripts/dev/build-release.sh", "--update-manifest"),
         ("scripts/dev/check-release.sh", "SHA256SUMS"),
     ] {
-        let p = script(rel);
-        for h in ["-h", "--help"] {
-            let r = run(&p, &[h], &env);
-            assert_eq!(r.rc, 0, "{rel} {h}: {}", r.err);
-            assert!(r.out.contains(usage_word), "{rel} {h}: usage on stdout: {}", r.out);
-            assert!(r.out.contains("Exit status"), "{rel} {h}: documents its exit codes: {}", r.out);
-            assert_eq!(r.err, "", "{rel} {h}");
-        }
-        let r = run(&p, &["--version"], &env);
-        assert_eq!(r.rc, 0, "{rel}: {}", r.err);
-        let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
-        assert_eq!(r.out, format!("{name} {version}"), "{rel} --version");
-        // a usage error is the one problem and a pointer to --help, not the help again (issue 31)
-        let r = run(&p, &["--no-such-option"], &env);
-        assert_eq!(r.rc, 2, "{rel}: {} {}", r.out, r.err);
-        assert!(r.err.contains("--no-such-option") && r.err.trim_end().ends_with("(try --help)"), "{rel}: {}", r.err);
-        assert_eq!(r.err.lines().count(), 1, "{rel}: one line: {}", r.err);
-        assert_eq!(r.out, "", "{rel}: nothing on stdout");
+        let r = run(&script(rel), &["--help"], &[]);
+        assert!(r.rc == 0 && r.out.contains(usage_word), "{rel}: {}", r.out);
     }
-    // without its one argument, the patch script says what it needs (it printed only the help)
-    let r = run(&script("scripts/apply-nccl-patches.sh"), &[], &env);
-    assert_eq!((r.rc, r.out.as_str()), (2, ""));
-    assert_eq!(
-        r.err,
-        "apply-nccl-patches: name the NCCL source tree to patch: apply-nccl-patches.sh [--check] NCCL_SOURCE_TREE (try --help)\n"
-    );
-    // the wrappers of gdrshim-tool: the tool's conventions, with the subcommand's name
-    for (rel, sub) in [("scripts/verify-run", "verify-run"), ("scripts/dmabuf-probe", "dmabuf-probe"), ("scripts/selftest", "selftest")] {
-        let p = script(rel);
-        let r = run(&p, &["--help"], &env);
-        assert!(r.rc == 0 && r.out.contains("Exit codes") && r.err.is_empty(), "{rel} --help: {} {}", r.out, r.err);
-        let r = run(&p, &["--version"], &env);
-        let name = Path::new(rel).file_name().unwrap().to_str().unwrap();
-        assert_eq!((r.rc, r.out.as_str()), (0, format!("{name} {version}").as_str()), "{rel} ({sub})");
-        let r = run(&p, &["--no-such-option"], &env);
-        assert!(r.rc == 2 && r.out.is_empty() && r.err.contains("--no-such-option"), "{rel}: {} {}", r.out, r.err);
-    }
-    assert!(!marker.exists(), "the demo replayed nothing");
-    assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "the doctor recorded nothing");
 }
 
 #[test]
@@ -439,10 +403,13 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     // issue 31: without libibverbs-dev the suite failed after 5.5 minutes; without shellcheck a
     // phase said NOT RUN. Here: no shellcheck, no git, and a compiler that finds no verbs.h.
     let s = scratch("prereq");
+    let shell: Vec<&str> = SHELL_TOOLS.iter().copied().filter(|t| *t != "id").collect();
     let bin = path_of(
         &s,
-        SHELL_TOOLS,
+        &shell,
         &[
+            // a user who is not root: the install command with sudo (issue 40: root has none)
+            ("id", "[ \"$1\" = -u ] && echo \"${FAKE_UID:-1000}\""),
             ("cc", "for a in \"$@\"; do [ \"$a\" != -E ] || { echo 'fatal error: infiniband/verbs.h: No such file' >&2; exit 1; }; done"),
             ("c++", "exit 0"),
             ("objdump", "exit 0"),
@@ -464,6 +431,8 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
         "test.sh: missing: git shellcheck libibverbs-dev (sudo apt-get install git shellcheck libibverbs-dev); nothing run\n"
     );
     assert!(!s.join("cargo-ran").exists(), "nothing built");
+    let r = run(&script("scripts/dev/test.sh"), &[], &[env[0], ("FAKE_UID", "0")]);
+    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev (apt-get install git shellcheck libibverbs-dev); nothing run\n");
     assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
     // CI's list to install: the same names
     let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);
@@ -527,39 +496,4 @@ fn a_failed_release_build_exits_1_and_says_so() {
         r.err
     );
     assert!(!out.exists(), "nothing written");
-}
-
-#[test]
-fn the_tool_wrappers_answer_help_and_version_in_a_fresh_clone() {
-    // issue 31: `scripts/verify-run --help` in a fresh clone said "gdrshim-tool not found … build it"
-    let s = scratch("fresh");
-    std::fs::create_dir_all(s.join("scripts")).unwrap();
-    std::fs::copy(root().join("Cargo.toml"), s.join("Cargo.toml")).unwrap();
-    for e in std::fs::read_dir(root().join("scripts")).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_file() {
-            std::fs::copy(&p, s.join("scripts").join(p.file_name().unwrap())).unwrap();
-        }
-    }
-    let version = env!("CARGO_PKG_VERSION");
-    for (name, usage, real) in [
-        ("verify-run", "--nccl-log FILE", "--json"),
-        ("dmabuf-probe", "--size BYTES", "--json"),
-        ("selftest", "--hca NAME", "--json"),
-        ("doctor", "--from DIR", "--json"),
-        ("report", "--private", "--private"),
-    ] {
-        let p = s.join("scripts").join(name);
-        for h in ["-h", "--help"] {
-            let r = run(&p, &[h], &[]);
-            assert_eq!((r.rc, r.err.as_str()), (0, ""), "{name} {h}: {}", r.out);
-            assert!(r.out.contains(usage) && r.out.contains("Exit"), "{name} {h}: {}", r.out);
-        }
-        let r = run(&p, &["--version"], &[]);
-        assert_eq!((r.rc, r.out), (0, format!("{name} (gdrshim) {version}\n")), "{name}: {}", r.err);
-        // anything else needs the tool, and says how to build it
-        let r = run(&p, &[real], &[]);
-        assert_eq!(r.rc, 2, "{name}: {}", r.out);
-        assert!(r.err.contains("gdrshim-tool not found") && r.err.contains("cargo build --release"), "{name}: {}", r.err);
-    }
 }

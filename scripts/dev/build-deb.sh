@@ -75,6 +75,19 @@ cp -R -- "$dist/." "$pkg/$prefix/releases/$name/"
 } >"$pkg/usr/share/doc/gdrshim/copyright"
 
 # The maintainer scripts (POSIX sh). @REL@ is this package's release, relative to the prefix.
+# Each writes the Container Device Interface spec of the release current names (its own
+# gdrshim-tool cdi) to /etc/cdi/gdrshim.json, or removes one that mounts a release of this prefix
+# where current is gone or its tool has no cdi (a generated file: dpkg does not own it).
+# shellcheck disable=SC2016 # shell text written into the maintainer scripts as it is
+cdi_sh='cdi_spec() {
+  spec="${DPKG_ROOT:-}/etc/cdi/gdrshim.json"
+  if [ -d "$prefix/current" ] && mkdir -p "${spec%/*}" && "$prefix/current/bin/gdrshim-tool" cdi --release "$(cd "$prefix/current" && pwd -P)" --out "$spec" >/dev/null 2>&1; then
+    echo "gdrshim: $spec written for containers (--device gdrshim/rdma=all)"
+  elif [ -f "$spec" ] && grep -qF "\"hostPath\": \"$prefix/releases/" "$spec"; then
+    rm -f "$spec"
+    echo "gdrshim: $spec removed"
+  fi
+}'
 cat >"$pkg/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # gdrshim: point current at this package's release, by one rename; the release current named
@@ -83,6 +96,7 @@ set -e
 prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
 rel="@REL@"
 switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+@CDI@
 case "$1" in
   configure|abort-upgrade|abort-remove|abort-deconfigure)
     cur="$(readlink "$prefix/current" 2>/dev/null || true)"
@@ -91,6 +105,7 @@ case "$1" in
       if [ -n "$cur" ] && [ -d "$prefix/$cur" ]; then switch_link previous "$cur"; fi
     fi
     echo "gdrshim: $prefix/current -> $rel"
+    cdi_spec
     ;;
 esac
 exit 0
@@ -104,6 +119,7 @@ set -e
 prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
 rel="@REL@"
 switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+@CDI@
 case "$1" in
   remove|deconfigure)
     cur="$(readlink "$prefix/current" 2>/dev/null || true)"
@@ -120,6 +136,7 @@ case "$1" in
     elif [ "$prev" = "$rel" ]; then
       rm -f "$prefix/previous"
     fi
+    cdi_spec
     ;;
 esac
 exit 0
@@ -154,6 +171,10 @@ esac
 exit 0
 EOF
 sed -i "s|@REL@|releases/$name|" "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
+for f in postinst prerm; do
+  CDI="$cdi_sh" awk '$0 == "@CDI@" { print ENVIRON["CDI"]; next } { print }' "$pkg/DEBIAN/$f" >"$pkg/DEBIAN/$f.new"
+  mv "$pkg/DEBIAN/$f.new" "$pkg/DEBIAN/$f"
+done
 
 # fixed modes whatever the umask: folders 0755, files 0755 where the release has them executable, else 0644
 find "$pkg" -type d -exec chmod 0755 {} +

@@ -4,7 +4,7 @@
 #   lib/libgdrshim.so (the front: src/front)  lib/libgdrshim-core.so (the rest, which the front
 #   loads when a process first touches a GPU)  bin/gdrshim-tool  bin/gdrshim-replay  include/gdrshim.h
 #   nccl-patches/  scripts/ (every file directly in scripts/; scripts/dev/ does not ship)
-#   README.md  LICENSE-MIT  LICENSE-APACHE  BUILD-INFO  SHA256SUMS (sha256sum format, sorted)
+#   README.md  CHANGELOG.md  LICENSE-MIT  LICENSE-APACHE  BUILD-INFO  SHA256SUMS (sha256sum format, sorted)
 # Two builds of one commit, from any directories and cargo homes, give the same SHA256SUMS; the
 # repository's top-level SHA256SUMS is that manifest.
 #
@@ -123,7 +123,7 @@ done
 find nccl-patches -type f -print0 | while IFS= read -r -d '' f; do
   install -D -m 0644 "$f" "$new/$f"
 done
-install -m 0644 LICENSE-MIT LICENSE-APACHE "$new/"
+install -m 0644 CHANGELOG.md LICENSE-MIT LICENSE-APACHE "$new/"
 sed "s/@VERSION@/$(version)/g" docs/release-README.md >"$new/README.md"
 chmod 0644 "$new/README.md"
 {

@@ -56,7 +56,10 @@ else
 fi
 if [ ${#packages[@]} -gt 0 ] || [ ${#rust[@]} -gt 0 ]; then
   line="test.sh: missing:"
-  [ ${#packages[@]} -eq 0 ] || line+=" ${packages[*]} (sudo apt-get install ${packages[*]})"
+  # root without sudo (a container): the command as that user types it
+  as_root="sudo "
+  [ "$(id -u)" != 0 ] || as_root=""
+  [ ${#packages[@]} -eq 0 ] || line+=" ${packages[*]} (${as_root}apt-get install ${packages[*]})"
   [ ${#rust[@]} -eq 0 ] || line+="$([ ${#packages[@]} -eq 0 ] || echo ';') ${rust[*]} ($(if [[ "${rust[0]}" == Rust* ]]; then echo "install it"; else echo "rustup component add ${rust[*]}"; fi))"
   echo "$line; nothing run" >&2
   exit 2

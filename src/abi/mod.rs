@@ -1,5 +1,5 @@
 //! Raw NVIDIA driver ABI: escape numbers, parameter structs, class ids, controls, UVM commands
-//! and the per-branch layout table. Facts come from `shared/docs/nvidia-abi.md`; every struct has
+//! and the per-branch layout table. Facts come from `docs/nvidia-abi.md`; every struct has
 //! a compile-time size/offset check and every request word a golden value in the tests.
 //!
 //! Nothing here touches memory or the kernel: it only describes bytes.

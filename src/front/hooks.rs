@@ -505,7 +505,8 @@ fn preloaded() -> bool {
 
 /// gdrshim's queries that tools and launchers ask in processes that never touch a GPU: their
 /// fallbacks are what the core answers before its first NVIDIA call (src/hooks/query.rs).
-const ASKED_WITHOUT_A_GPU: [&[u8]; 4] = [b"gdrshim_mode", b"gdrshim_gdr_active", b"gdrshim_gdr_route", b"gdrshim_counters"];
+const ASKED_WITHOUT_A_GPU: [&[u8]; 5] =
+    [b"gdrshim_mode", b"gdrshim_gdr_active", b"gdrshim_gdr_route", b"gdrshim_counters", b"gdrshim_lookup"];
 
 mod fallback {
     use core::ffi::c_int;
@@ -520,6 +521,39 @@ mod fallback {
         let v = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
         // SAFETY: getenv answered null or a NUL-terminated string of the environment.
         crate::mode_word::effective((!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()))
+    }
+    /// Whether a core would run here (not off, not secure, loadable): then the queries answer as
+    /// a core that has seen no NVIDIA call, else as no shim.
+    fn would_run() -> bool {
+        asked_mode() != crate::mode_word::OFF
+    }
+    /// `gdrshim_lookup`: nothing is mapped in a process that has touched no GPU (-ENOENT).
+    pub extern "C" fn lookup_unseen() -> c_int {
+        if would_run() {
+            -libc::ENOENT
+        } else {
+            -libc::ENOSYS
+        }
+    }
+    /// `struct gdrshim_counters`' 8-byte fields (src/counters.rs), the last two the BAR1 fields,
+    /// unknown (all ones) until an export asks.
+    const COUNTERS: usize = 22;
+    const UNKNOWN_FROM: usize = 20;
+    /// `gdrshim_counters(out, size)`: a shim that has seen nothing: zeros and the BAR1 fields
+    /// unknown, at most `size` bytes; the bytes written.
+    pub extern "C" fn counters_unseen(out: *mut u64, size: usize) -> c_int {
+        if out.is_null() {
+            return -libc::EINVAL;
+        }
+        if !would_run() {
+            return -libc::ENOSYS;
+        }
+        let n = (size / 8).min(COUNTERS);
+        for i in 0..n {
+            // SAFETY: the caller's struct has `size` writable bytes (gdrshim.h), i < size / 8.
+            unsafe { out.add(i).write_unaligned(if i >= UNKNOWN_FROM { u64::MAX } else { 0 }) };
+        }
+        (n * 8) as c_int
     }
     /// CUDA_ERROR_NOT_FOUND
     pub extern "C" fn cuda_not_found() -> c_int {
@@ -587,9 +621,9 @@ forwarded! {
     gdrshim_gdr_active => fallback::zero;
     gdrshim_gdr_route => fallback::zero;
     gdrshim_export_dmabuf => fallback::minus_enosys;
-    gdrshim_lookup => fallback::minus_enosys;
+    gdrshim_lookup => fallback::lookup_unseen;
     gdrshim_register => fallback::minus_enosys;
-    gdrshim_counters => fallback::minus_enosys;
+    gdrshim_counters => fallback::counters_unseen;
     gdrshim_unregister => fallback::minus_enoent;
     gdrshim_mark => fallback::nothing;
 }

@@ -96,8 +96,16 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
     .unwrap_or(-libc::ENOSYS)
 }
 
+/// Whether the shim has not started and a query must not start it: a copy whose hooks see the
+/// process's calls (not one loaded with dlopen, whose first query starts it) that has seen no
+/// NVIDIA call yet. A query of ours is no GPU touch: it prints nothing and leaves no summary.
+fn not_started() -> bool {
+    shim::try_get().is_none() && std::panic::catch_unwind(crate::gate::hooks_in_place_once).unwrap_or(false)
+}
+
 /// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
-/// miss; `-EXDEV` when the range spans memory objects; `-ENOSYS` when nothing is tracked.
+/// miss (also in a process that has touched no GPU: nothing is mapped there); `-EXDEV` when the
+/// range spans memory objects; `-ENOSYS` when nothing is tracked.
 ///
 /// # Safety
 /// `out` is null or points to a writable `GdrshimBacking`.
@@ -105,6 +113,9 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
 pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBacking) -> c_int {
     if !active() {
         return -libc::ENOSYS;
+    }
+    if not_started() {
+        return -libc::ENOENT;
     }
     let Some(_g) = Guard::enter() else { return -libc::EBUSY };
     let r = std::panic::catch_unwind(|| {
@@ -148,11 +159,18 @@ static NEXT_HANDLE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU6
 
 /// Registers the GPU memory behind `[va, va+len)` for third-party P2P, as a verbs registration
 /// of it would (for applications that hand GPU memory to a NIC some other way). Returns a handle
-/// greater than 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory; `-ENOENT`
+/// greater than 0; 0 when nothing is needed (libcuda registers natively); `-EINVAL` host memory
+/// (everything, in a process that has touched no GPU); `-ENOENT`
 /// not exactly one tracked GPU mapping (the reason is logged); `-EXDEV` spans memory objects;
 /// `-EPERM` not in register mode; `-ENOSYS` driver ABI unknown or shim off; `-EBUSY` timed out.
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
+    if active() && not_started() {
+        // no GPU touched: nothing here is GPU memory (as gdrshim_lookup answers), without
+        // starting the shim
+        let register = crate::gate::asked_mode() == crate::config::mode_word::REGISTER;
+        return -((if register { libc::EINVAL } else { libc::EPERM }) as i64);
+    }
     shim::call_in(|s| {
         if s.line.table.is_none() {
             return -(libc::ENOSYS as i64);
@@ -211,7 +229,9 @@ pub extern "C" fn gdrshim_unregister(handle: i64) -> c_int {
 }
 
 /// Copies the counters (those of the exit summary) into `*out`, at most `size` bytes of it, so a
-/// program built against an older header keeps working. Returns the bytes written, or -ENOSYS.
+/// program built against an older header keeps working. Returns the bytes written, or -ENOSYS
+/// (off, inert). In a process that has touched no GPU: the counts of a shim that has seen
+/// nothing (0, and the BAR1 fields unknown), without starting it.
 ///
 /// # Safety
 /// `out` points to `size` writable bytes.
@@ -220,7 +240,11 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut crate::counters::GdrshimCoun
     if out.is_null() {
         return -libc::EINVAL;
     }
-    let Some(v) = shim::call_in(|s| s.counters().to_bytes()) else { return -libc::ENOSYS };
+    let unseen = || {
+        let c = crate::counters::GdrshimCounters { bar1_bytes: u64::MAX, bar1_static: u64::MAX, ..Default::default() };
+        (active() && not_started()).then(|| c.to_bytes())
+    };
+    let Some(v) = shim::call_in(|s| s.counters().to_bytes()).or_else(unseen) else { return -libc::ENOSYS };
     let n = size.min(v.len()) / 8 * 8;
     // SAFETY: v holds at least n bytes; out has `size` ≥ n writable bytes.
     unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), out as *mut u8, n) };

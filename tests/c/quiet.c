@@ -6,8 +6,9 @@
 //   quiet nvidia DEVDIR  the fake driver's nvidiactl, moved to fd 5000, gets 1000 ioctls
 //   quiet files          opens, dups, reads and closes files, no ioctl: prints how many mappings
 //                        the shim made (none: a file opened by its path needs no fd table)
-//   quiet query          gdrshim's own queries (gdrshim_mode, _gdr_active, _gdr_route, _counters)
-//                        through dlsym, as a launcher or tool asks them: prints their answers
+//   quiet query          gdrshim's own queries (gdrshim_mode, _gdr_active, _gdr_route, _counters,
+//                        _lookup) through dlsym, as a launcher or tool asks them: prints their
+//                        answers (unknown=: the counters' fields that read all ones)
 //   quiet errno          a dup2 to fd 5000 that works while the fd table cannot map its directory
 //                        (RLIMIT_AS): prints the dup2's result and errno (0: the shim kept it)
 #define _GNU_SOURCE
@@ -64,12 +65,19 @@ int main(int argc, char **argv) {
     int (*active)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_gdr_active");
     int (*route)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_gdr_route");
     int (*counters)(void *, size_t) = (int (*)(void *, size_t))dlsym(RTLD_DEFAULT, "gdrshim_counters");
-    if (!mode || !active || !route || !counters) { fprintf(stderr, "quiet: gdrshim's queries not found\n"); return 2; }
-    uint64_t c[16];
+    int (*lookup)(uint64_t, uint64_t, void *) = (int (*)(uint64_t, uint64_t, void *))dlsym(RTLD_DEFAULT, "gdrshim_lookup");
+    if (!mode || !active || !route || !counters || !lookup) { fprintf(stderr, "quiet: gdrshim's queries not found\n"); return 2; }
+    uint64_t c[32], b[8];
+    memset(c, 0x55, sizeof c);
     errno = 1234;
-    int m = mode(), a = active(), r = route(), n = counters(c, sizeof c);
-    printf("quiet query mode=%d active=%d route=%d counters=%d errno_kept=%d threads=%d core=%d\n", m, a, r, n, errno == 1234, threads(),
-           core_loaded());
+    int m = mode(), a = active(), r = route(), n = counters(c, sizeof c), l = lookup(0x7f0000000000ull, 4096, b);
+    int kept = errno == 1234;
+    char unknown[128] = "-", *u = unknown;
+    for (int i = 0; n > 0 && i < n / 8; i++)
+      if (c[i] == UINT64_MAX) u += snprintf(u, unknown + sizeof unknown - u, "%s%d", u == unknown ? "" : ",", i);
+      else if (c[i] != 0) u += snprintf(u, unknown + sizeof unknown - u, "%sbad%d", u == unknown ? "" : ",", i);
+    printf("quiet query mode=%d active=%d route=%d counters=%d lookup=%d errno_kept=%d threads=%d core=%d unknown=%s\n", m, a, r, n, l,
+           kept, threads(), core_loaded(), unknown);
     return 0;
   }
   if (pipe(p)) return 2;

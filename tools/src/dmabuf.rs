@@ -1,4 +1,4 @@
-//! `dmabuf-probe`: the three calls of the DMA-BUF note (seed 000) that must succeed for
+//! `dmabuf-probe`: the three calls that must succeed for
 //! GPUDirect RDMA through DMA-BUF: allocate GPU memory, export it with
 //! `cuMemGetHandleForAddressRange(…, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)`, register the fd with
 //! `ibv_reg_dmabuf_mr` on each HCA. libcuda and libibverbs are loaded at run time, so the probe
@@ -37,8 +37,7 @@ pub struct Args {
 impl Args {
     pub fn run(self) -> Result<u8, String> {
         let r = probe(&self.libcuda, &self.libibverbs, self.size, self.device);
-        print!("{}", if self.json { r.json("dmabuf-probe") + "\n" } else { r.text() });
-        Ok(r.exit_code())
+        Ok(r.print("dmabuf-probe", self.json))
     }
 }
 
@@ -87,7 +86,7 @@ pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Re
             r.push(
                 Check::new(
                     "dmabuf.libcuda",
-                    Status::Info,
+                    Status::CouldNotCheck,
                     format!("{libcuda} cannot be loaded ({e}): no NVIDIA driver here, the GPU steps cannot run"),
                 )
                 .fix("run it on a GPU node with the NVIDIA driver installed (in a container: --gpus all)"),
@@ -127,7 +126,11 @@ pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Re
     // SAFETY: plain driver API calls with valid out-pointers.
     let rc = unsafe { cu_init(0) };
     if rc == CUDA_ERROR_NO_DEVICE {
-        r.push(Check::new("dmabuf.init", Status::Info, format!("cuInit: {}: no GPU here, the GPU steps cannot run", cuda.err_name(rc))));
+        r.push(Check::new(
+            "dmabuf.init",
+            Status::CouldNotCheck,
+            format!("cuInit: {}: no GPU here, the GPU steps cannot run", cuda.err_name(rc)),
+        ));
         r.could_not_check("libcuda finds no GPU");
         return r;
     }
@@ -143,7 +146,7 @@ pub fn probe(libcuda: &str, libibverbs: &str, size: usize, ordinal: c_int) -> Re
     if rc == CUDA_ERROR_INVALID_DEVICE {
         r.push(Check::new(
             "dmabuf.init",
-            Status::Info,
+            Status::CouldNotCheck,
             format!("cuDeviceGet({ordinal}): {}: there is no device {ordinal}", cuda.err_name(rc)),
         ));
         r.could_not_check(format!("no CUDA device {ordinal} here (--device)"));
@@ -221,7 +224,7 @@ fn verbs_step(r: &mut Report, libibverbs: &str, fd: c_int, ptr: u64, size: usize
             r.push(
                 Check::new(
                     "dmabuf.verbs",
-                    Status::Info,
+                    Status::CouldNotCheck,
                     format!("{libibverbs} cannot be loaded ({e}): step 3 (ibv_reg_dmabuf_mr) cannot run here"),
                 )
                 .fix("install rdma-core (ibverbs-providers) on a machine with an HCA"),
@@ -264,7 +267,7 @@ fn verbs_step(r: &mut Report, libibverbs: &str, fd: c_int, ptr: u64, size: usize
     // SAFETY: valid out-pointer; the list is freed below.
     let devs = unsafe { list(&mut n) };
     if devs.is_null() || n == 0 {
-        r.push(Check::new("dmabuf.verbs", Status::Info, "libibverbs loaded, but there is no HCA (ibv_get_device_list found 0 devices): step 3, ibv_reg_dmabuf_mr, cannot run on this machine"));
+        r.push(Check::new("dmabuf.verbs", Status::CouldNotCheck, "libibverbs loaded, but there is no HCA (ibv_get_device_list found 0 devices): step 3, ibv_reg_dmabuf_mr, cannot run on this machine"));
         r.could_not_check("no HCA: step 3 (ibv_reg_dmabuf_mr) could not run");
         if !devs.is_null() {
             // SAFETY: from ibv_get_device_list.

@@ -324,3 +324,30 @@ pub fn parse_cpu(text: &str) -> Cpu {
     }
     c
 }
+
+/// A character device the record names: `uverbs` lines `NAME IBDEV MAJOR:MINOR` (`IBDEV` `-` for
+/// rdma_cm, which serves every HCA).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CharDev {
+    pub name: String,
+    pub ibdev: Option<String>,
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// The `uverbs` item (scripts/gdr-state-record; `cdi` reads the same lines from /sys itself).
+pub fn parse_uverbs(text: &str) -> Vec<CharDev> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (name, ibdev, dev) = (w.next()?, w.next()?, w.next()?);
+            let (major, minor) = dev.split_once(':')?;
+            Some(CharDev {
+                name: name.to_string(),
+                ibdev: (ibdev != "-").then(|| ibdev.to_string()),
+                major: major.parse().ok()?,
+                minor: minor.parse().ok()?,
+            })
+        })
+        .collect()
+}

@@ -1,23 +1,41 @@
-//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe` and `selftest` (see each module).
+//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `report`, `env` (see each
+//! module).
 //!
 //! Each subcommand is one variant of [`Cmd`] whose arguments (a `clap::Args` struct with a
-//! `run(self) -> Result<u8, String>`) live in its own module; adding a subcommand is one variant
-//! and one match arm in [`main`].
+//! `run(self) -> Result<u8, String>` and a `--json` flag) live in its own module; adding a
+//! subcommand is one variant and one match arm in [`main`]. What every command keeps (README:
+//! "Every command"): a usage error is one line on stderr ending in "(try --help)", exit 2; an
+//! error that stops a command is its report with no checks (the one JSON object with --json,
+//! else the RESULT line) and the message on stderr, exit 2.
 
+/// The library's own reading of its environment (`src/config.rs` and the route wishes it names),
+/// compiled into the tool from the library's source as it is into the library, so that `env`
+/// judges a value exactly as the shim will. Pure code (`forbid(unsafe_code)`); the tool links no
+/// other part of the library (its hooks would interpose the tool's own calls).
+#[path = "../../src/config.rs"]
+#[allow(dead_code)]
+mod config;
+#[path = "../../src/route.rs"]
+#[allow(dead_code)]
+mod route;
+
+mod cdi;
 mod dmabuf;
 mod doctor;
+mod env;
 mod machine;
 mod report;
 mod rig_report;
 mod routes;
 mod selftest;
 mod topology;
+mod usage;
 mod verify;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
-/// `--version` of the tool and of each subcommand: "gdrshim-tool [SUBCOMMAND] (gdrshim) 0.2.0", the
+/// `--version` of the tool and of each subcommand: "gdrshim-tool [SUBCOMMAND] (gdrshim) 0.3.0", the
 /// form every script of the release prints too ("NAME (gdrshim) VERSION").
 const VERSION: &str = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION"));
 
@@ -25,8 +43,11 @@ const VERSION: &str = concat!("(gdrshim) ", env!("CARGO_PKG_VERSION"));
 pub const EXIT_CODES: &str = "Exit codes:
   0  pass / ready
   1  fail / not ready (a check failed; each FAIL line says why and how to fix it)
-  2  could not check here, unusable input, or a usage error
+  2  could not check here, unusable input, or a usage error (one line on stderr, ending in
+     \"(try --help)\")
 
+Every command ends its text with one line, RESULT: PASS, FAIL or COULD NOT CHECK, the checks
+counted by status and, where something could not be checked, why.
 --json (every command): one JSON object, one line: {\"tool\", \"version\", \"checks\": [{\"id\", \"status\",
 \"summary\", \"evidence\": [...], \"fix\"}...], \"could_not_check\": null or why, \"result\", \"exit\"}; a
 status is PASS, WARN, FAIL, INFO or COULD NOT CHECK, a result PASS, FAIL or COULD NOT CHECK (README:
@@ -49,7 +70,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Judge a saved machine state (scripts/gdr-state-record save) by the runbook's preflight checks
+    /// Judge a saved machine state (scripts/gdr-state-record save) by the preflight checks for P2P and GDR
     #[command(after_help = doctor::AFTER_HELP, display_name = "gdrshim-tool doctor")]
     Doctor(doctor::Args),
     /// Judge a NCCL Tests run (and the shim's, perftest's and the kernel's logs) by the acceptance checklist
@@ -65,27 +86,35 @@ enum Cmd {
     /// One file about this rig to attach to a question: verdict, route, prerequisites, PCIe paths, self-test figures; nothing private unless asked
     #[command(after_help = rig_report::AFTER_HELP, display_name = "gdrshim-tool report")]
     Report(rig_report::Args),
+    /// What the shim would do with this environment's GDRSHIM_* variables and LD_PRELOAD, checked on any machine (no GPU needed)
+    #[command(after_help = env::AFTER_HELP, display_name = "gdrshim-tool env")]
+    Env(env::Args),
+    /// A Container Device Interface spec: the RDMA NICs (uverbsN and rdma_cm) and the shim, for --device gdrshim/rdma=all
+    #[command(after_help = cdi::AFTER_HELP, display_name = "gdrshim-tool cdi")]
+    Cdi(cdi::Args),
     /// Print the tool's version
-    Version,
+    #[command(after_help = "Exit codes:\n  0  the version printed\n  2  a usage error", display_name = "gdrshim-tool version")]
+    Version(VersionArgs),
+}
+
+/// `gdrshim-tool version`'s arguments.
+#[derive(clap::Args, Debug)]
+struct VersionArgs {
+    /// One JSON object (no checks) instead of the version line
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            // --help and --version print on stdout and exit 0; anything else is a usage error,
-            // printed on stderr with the usage, exit 2
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return usage_error(&e),
     };
-    // with --json, an error that stops a command is the one JSON object too (on stdout; the line on stderr)
-    let json_name = match &cli.cmd {
-        Cmd::Doctor(a) if a.json => Some("doctor"),
-        Cmd::VerifyRun(a) if a.json => Some("verify-run"),
-        Cmd::DmabufProbe(a) if a.json => Some("dmabuf-probe"),
-        Cmd::Selftest(a) if a.json => Some("selftest"),
-        _ => None,
+    let sub = matches.subcommand().map(|(n, m)| (n.to_string(), m.try_get_one::<bool>("json").ok().flatten() == Some(&true)));
+    let (sub, json) = sub.unwrap_or_default();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
     };
     let rc = match cli.cmd {
         Cmd::Doctor(a) => a.run(),
@@ -93,19 +122,50 @@ fn main() -> ExitCode {
         Cmd::DmabufProbe(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
         Cmd::Report(a) => a.run(),
-        Cmd::Version => {
-            println!("gdrshim-tool {VERSION}");
+        Cmd::Env(a) => a.run(),
+        Cmd::Cdi(a) => a.run(),
+        Cmd::Version(a) => {
+            if a.json {
+                println!("{}", report::json_object("version", &[], None, 0, ""));
+            } else {
+                println!("gdrshim-tool {VERSION}");
+            }
             Ok(0)
         }
     };
     match rc {
         Ok(code) => ExitCode::from(code),
         Err(msg) => {
-            if let Some(tool) = json_name {
-                println!("{}", report::json_object(tool, &[], Some(&msg), 2, ""));
+            // an error that stops a command is its report with no checks, and the line on stderr
+            let r = report::Report { checks: vec![], unchecked: Some(msg.clone()) };
+            if json {
+                println!("{}", r.json(&sub));
+            } else {
+                print!("{}", r.closing_line());
             }
-            eprintln!("gdrshim-tool: {msg}");
+            eprintln!("{}: {msg}", usage::name(Some(&sub)));
             ExitCode::from(2)
         }
     }
+}
+
+/// --help and --version print on stdout, exit 0; anything else is a usage error: one line on
+/// stderr, exit 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let cmd = Cli::command();
+    let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).filter(|n| *n != "help").collect();
+    // the subcommand the user named, if any
+    let sub = std::env::args().skip(1).find(|a| names.contains(&a.as_str()));
+    let what = if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        format!("name a command: {}", names.join(", "))
+    } else {
+        usage::one_line(&e.render().to_string())
+    };
+    eprintln!("{}", usage::line(&usage::name(sub.as_deref()), &what));
+    ExitCode::from(2)
 }

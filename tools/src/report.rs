@@ -1,5 +1,7 @@
-//! Checks and their report: every check says PASS, WARN, FAIL or INFO (could not be judged), the
-//! evidence that decided it, and for anything short of PASS what to do.
+//! Checks and their report, one form for every command: each check says PASS, WARN, FAIL, INFO
+//! (seen, not judged) or COULD NOT CHECK, the evidence that decided it, and for anything short of
+//! PASS what to do (`fix`, the one place for the advice); the text ends with one `RESULT:` line
+//! that says what the JSON's `result` and `could_not_check` say.
 
 use std::fmt::Write as _;
 
@@ -8,8 +10,14 @@ pub enum Status {
     Pass,
     Info,
     Warn,
+    /// The check could not be made here (no libcuda, no GPU, no HCA, a log with no entries…):
+    /// never a pass; the command exits 2 unless a check FAILs.
+    CouldNotCheck,
     Fail,
 }
+
+/// Every status, in the order the closing line counts them.
+pub const STATUSES: [Status; 5] = [Status::Pass, Status::Warn, Status::Fail, Status::Info, Status::CouldNotCheck];
 
 impl Status {
     pub fn word(self) -> &'static str {
@@ -17,6 +25,7 @@ impl Status {
             Status::Pass => "PASS",
             Status::Info => "INFO",
             Status::Warn => "WARN",
+            Status::CouldNotCheck => COULD_NOT_CHECK,
             Status::Fail => "FAIL",
         }
     }
@@ -28,7 +37,7 @@ pub struct Check {
     pub status: Status,
     /// One line: what was found.
     pub summary: String,
-    /// The line(s) of input that decided it.
+    /// The line(s) of input, or the call, that decided it.
     pub evidence: Vec<String>,
     /// What to do about it (empty on PASS).
     pub fix: String,
@@ -61,21 +70,24 @@ impl Report {
     pub fn push(&mut self, c: Check) {
         self.checks.push(c);
     }
-    pub fn worst(&self) -> Status {
-        self.checks.iter().map(|c| c.status).max().unwrap_or(Status::Info)
-    }
     pub fn failed(&self) -> bool {
-        self.worst() == Status::Fail
+        self.checks.iter().any(|c| c.status == Status::Fail)
     }
     /// Marks the report "could not check" with the reason (the first reason given is kept).
     pub fn could_not_check(&mut self, why: impl Into<String>) {
         self.unchecked.get_or_insert_with(|| why.into());
     }
-    /// 1 when a check failed, else 2 when it could not be checked here, else 0.
+    /// Why something could not be checked: the reason given, else the first COULD NOT CHECK check.
+    pub fn unchecked_reason(&self) -> Option<String> {
+        self.unchecked
+            .clone()
+            .or_else(|| self.checks.iter().find(|c| c.status == Status::CouldNotCheck).map(|c| format!("{}: {}", c.id, c.summary)))
+    }
+    /// 1 when a check failed, else 2 when something could not be checked here, else 0.
     pub fn exit_code(&self) -> u8 {
         if self.failed() {
             1
-        } else if self.unchecked.is_some() {
+        } else if self.unchecked_reason().is_some() {
             2
         } else {
             0
@@ -86,37 +98,58 @@ impl Report {
         self.checks.iter().find(|c| c.id == id)
     }
 
+    /// One check's lines: `STATUS  LABEL  summary`, its evidence, its fix. `label` is the id (the
+    /// self-test puts its step before it).
+    pub fn check_lines(&self, s: &mut String, c: &Check, label: &str) {
+        let w = self.checks.iter().map(|c| c.status.word().len()).max().unwrap_or(4);
+        let _ = writeln!(s, "{:<w$} {label:<28} {}", c.status.word(), c.summary);
+        for e in &c.evidence {
+            let _ = writeln!(s, "{:<w$} {:<28} | {e}", "", "");
+        }
+        if !c.fix.is_empty() {
+            let _ = writeln!(s, "{:<w$} {:<28} fix: {}", "", "", c.fix);
+        }
+    }
+
+    /// The closing line: `RESULT: WORD (N checks: a PASS, b WARN, c FAIL, d INFO, e COULD NOT
+    /// CHECK)`, then `; could not check here: why` when something could not be checked.
+    pub fn closing_line(&self) -> String {
+        let counts: Vec<String> =
+            STATUSES.iter().map(|st| format!("{} {}", self.checks.iter().filter(|c| c.status == *st).count(), st.word())).collect();
+        let n = self.checks.len();
+        let mut line =
+            format!("RESULT: {} ({n} check{}: {})", result_word(self.exit_code()), if n == 1 { "" } else { "s" }, counts.join(", "));
+        if let Some(why) = self.unchecked_reason() {
+            let _ = write!(line, "; could not check here: {why}");
+        }
+        line.push('\n');
+        line
+    }
+
     pub fn text(&self) -> String {
         let mut s = String::new();
         for c in &self.checks {
-            let _ = writeln!(s, "{:<4} {:<28} {}", c.status.word(), c.id, c.summary);
-            for e in &c.evidence {
-                let _ = writeln!(s, "     {:<28} | {e}", "");
-            }
-            if !c.fix.is_empty() {
-                let _ = writeln!(s, "     {:<28} fix: {}", "", c.fix);
-            }
+            self.check_lines(&mut s, c, &c.id);
         }
-        let count = |st| self.checks.iter().filter(|c| c.status == st).count();
-        let _ = writeln!(
-            s,
-            "{} checks: {} PASS, {} WARN, {} FAIL, {} INFO",
-            self.checks.len(),
-            count(Status::Pass),
-            count(Status::Warn),
-            count(Status::Fail),
-            count(Status::Info)
-        );
-        if let (Some(why), false) = (&self.unchecked, self.failed()) {
-            let _ = writeln!(s, "could not check here: {why}");
-        }
-        s
+        s + &self.closing_line()
     }
 
     /// The report as the tools' one JSON object ([`json_object`]).
     pub fn json(&self, tool: &str) -> String {
-        let checks: Vec<String> = self.checks.iter().map(|c| c.json("")).collect();
-        json_object(tool, &checks, self.unchecked.as_deref(), self.exit_code(), "")
+        self.json_with(tool, |_| String::new(), "")
+    }
+
+    /// The JSON object with keys of a command's own: `more(i)` after check i's five, `extra`
+    /// (`,"key":value…`) after `exit`.
+    pub fn json_with(&self, tool: &str, more: impl Fn(usize) -> String, extra: &str) -> String {
+        let checks: Vec<String> = self.checks.iter().enumerate().map(|(i, c)| c.json(&more(i))).collect();
+        json_object(tool, &checks, self.unchecked_reason().as_deref(), self.exit_code(), extra)
+    }
+
+    /// Prints the report as text or as the one JSON object; returns the exit code.
+    pub fn print(&self, tool: &str, json: bool) -> u8 {
+        print!("{}", if json { self.json(tool) + "\n" } else { self.text() });
+        self.exit_code()
     }
 }
 
@@ -182,6 +215,17 @@ pub fn json_str(s: &str) -> String {
     o
 }
 
+/// Writes `text` to a file beside `out` and renames it into place: a reader never sees it half
+/// written.
+pub fn write_whole(out: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let name = out.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
+    let tmp = out.with_file_name(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, out).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 /// Removes terminal escape sequences (nvidia-smi underlines its table headers).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -223,20 +267,51 @@ mod tests {
         assert!(r.failed());
     }
     #[test]
-    fn exit_codes() {
+    fn exit_codes_and_the_closing_line() {
         let mut r = Report::default();
         r.push(Check::new("a", Status::Pass, "yes"));
         assert_eq!(r.exit_code(), 0);
-        assert!(!r.text().contains("could not check"));
+        assert!(r.text().ends_with("RESULT: PASS (1 check: 1 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"), "{}", r.text());
         r.could_not_check("no libcuda");
         r.could_not_check("a second reason is not kept");
         assert_eq!(r.exit_code(), 2);
-        assert!(r.text().ends_with("could not check here: no libcuda\n"), "{}", r.text());
+        assert!(
+            r.text().ends_with(
+                "RESULT: COULD NOT CHECK (1 check: 1 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK); could not check here: no libcuda\n"
+            ),
+            "{}",
+            r.text()
+        );
         assert!(r.json("t").ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\",\"exit\":2}"), "{}", r.json("t"));
-        // a failure found is a failure, whatever could not be checked
+        // a failure found is a failure, whatever could not be checked; the reason is said in
+        // the text as in the JSON
         r.push(Check::new("b", Status::Fail, "no"));
         assert_eq!(r.exit_code(), 1);
-        assert!(!r.text().contains("could not check here") && r.json("t").ends_with("\"result\":\"FAIL\",\"exit\":1}"));
+        assert!(
+            r.text().ends_with(
+                "RESULT: FAIL (2 checks: 1 PASS, 0 WARN, 1 FAIL, 0 INFO, 0 COULD NOT CHECK); could not check here: no libcuda\n"
+            ),
+            "{}",
+            r.text()
+        );
+        assert!(r.json("t").ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"FAIL\",\"exit\":1}"), "{}", r.json("t"));
+    }
+    #[test]
+    fn a_check_that_could_not_be_made_is_the_reason_when_none_was_given() {
+        let mut r = Report::default();
+        r.push(Check::new("a", Status::Pass, "yes"));
+        r.push(Check::new("kernel.xid", Status::CouldNotCheck, "the log has no entries").fix("give the run's kernel log"));
+        assert_eq!(r.exit_code(), 2);
+        let t = r.text();
+        assert!(t.contains("COULD NOT CHECK kernel.xid"), "{t}");
+        assert!(t.contains("                fix: give the run's kernel log"), "the fix under the summary, aligned: {t}");
+        assert!(t.ends_with("; could not check here: kernel.xid: the log has no entries\n"), "{t}");
+        assert!(r.json("t").contains("\"could_not_check\":\"kernel.xid: the log has no entries\""), "{}", r.json("t"));
+        // WARN and INFO change nothing: a pass with a warning is a pass
+        let mut r = Report::default();
+        r.push(Check::new("a", Status::Warn, "hm"));
+        r.push(Check::new("b", Status::Info, "seen"));
+        assert_eq!(r.exit_code(), 0);
     }
     #[test]
     fn ansi() {

@@ -5,16 +5,21 @@
 
 use crate::doctor;
 use crate::machine::{kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State};
-use crate::report::{Check, Status};
+use crate::report::{json_str, Check, Report, Status};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 pub const AFTER_HELP: &str = "scripts/report records the live machine first (gdr-state-record save), with --selftest runs the
-self-test, and writes the report to a file.
+self-test, and writes the report to a file (--out).
+
+Without --out the Markdown goes to stdout and this command's own lines (the doctor's verdict, INFO:
+a report judges nothing itself) and its RESULT line to stderr; with --out they go to stdout.
+--json: the one JSON object, the Markdown in its key \"markdown\".
 
 Exit codes:
   0  the report was written (whatever the verdict in it)
-  2  FOLDER is not a saved state, a --selftest file cannot be read, or a usage error";
+  2  FOLDER is not a saved state, a --selftest file cannot be read, --out cannot be written, or a
+     usage error";
 
 /// `gdrshim-tool report`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -28,6 +33,12 @@ pub struct Args {
     /// Keep what names the machine and its network (host name, addresses, GIDs, serials)
     #[arg(long)]
     private: bool,
+    /// Write the report to FILE (replaced whole, never half written) instead of stdout
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// One JSON object (the report in its key "markdown") instead of the text
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Args {
@@ -38,8 +49,23 @@ impl Args {
             None => None,
         };
         let text = report(&st, selftest.as_deref(), self.private);
-        print!("{}", if self.private { text } else { scrub(&text, &host_names(&st)) });
-        Ok(0)
+        let text = if self.private { text } else { scrub(&text, &host_names(&st)) };
+        let mut r = Report::default();
+        let verdict = doctor::doctor(&st).closing_line();
+        r.push(Check::new("report.doctor", Status::Info, format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: "))));
+        if let Some(out) = &self.out {
+            crate::report::write_whole(out, &text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+            r.push(Check::new("report.written", Status::Pass, format!("written to {}", out.display())));
+        }
+        if self.json {
+            println!("{}", r.json_with("report", |_| String::new(), &format!(",\"markdown\":{}", json_str(&text))));
+        } else if self.out.is_some() {
+            print!("{}", r.text());
+        } else {
+            print!("{text}");
+            eprint!("{}", r.text());
+        }
+        Ok(r.exit_code())
     }
 }
 
@@ -131,17 +157,7 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# gdrshim report\n");
     let _ = writeln!(s, "gdrshim-tool {}; state recorded {}\n", env!("CARGO_PKG_VERSION"), st.record_stamp().unwrap_or_else(|| "?".into()));
-    let count = |x| r.checks.iter().filter(|c| c.status == x).count();
-    let _ = writeln!(
-        s,
-        "## Verdict\n\ndoctor: {} ({} PASS, {} WARN, {} FAIL, {} INFO){}\n",
-        crate::report::result_word(r.exit_code()),
-        count(Status::Pass),
-        count(Status::Warn),
-        count(Status::Fail),
-        count(Status::Info),
-        r.unchecked.as_deref().map_or(String::new(), |w| format!("; could not check: {w}"))
-    );
+    let _ = writeln!(s, "## Verdict\n\ndoctor: {}", r.closing_line().trim_start_matches("RESULT: "));
     let section = |s: &mut String, title: &str, pick: &dyn Fn(&Check) -> bool| {
         let _ = writeln!(s, "## {title}\n");
         let mut any = false;

@@ -63,7 +63,7 @@ pub const DMABUF_KERNEL_OPTIONS: &[KernelOption] = &[
 
 /// Whether `nvidia_drm modeset=1` is needed for DMA-BUF export: it is not (the doctor says so
 /// where it records modeset).
-pub const MODESET_NOT_NEEDED: &str = "RM's dma-buf export does not read nvidia_drm's modeset (nv-dmabuf.c); on the H200 exports work with no nvidia_drm loaded at all (docs/nvidia-abi.md, [RUN] No nvidia_drm needed)";
+pub const MODESET_NOT_NEEDED: &str = "RM's dma-buf export does not read nvidia_drm's modeset (nv-dmabuf.c in NVIDIA's open kernel module); on an H200 exports worked with no nvidia_drm loaded at all (gdrshim's docs/nvidia-abi.md, S10)";
 
 /// What of [`DMABUF_KERNEL_OPTIONS`] the kernel config lacks, parents first; a child whose parent
 /// is missing is left out (the parent is the cause).

@@ -13,7 +13,13 @@ fn probe(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
 }
 
 fn line_of<'a>(out: &'a str, id: &str) -> &'a str {
-    out.lines().find(|l| l.split_whitespace().nth(1) == Some(id)).unwrap_or_else(|| panic!("no {id} line: {out}"))
+    // "STATUS id summary", the status one word or COULD NOT CHECK
+    let is = |l: &str| {
+        ["COULD NOT CHECK", "PASS", "WARN", "FAIL", "INFO"]
+            .iter()
+            .any(|w| l.strip_prefix(w).is_some_and(|r| r.split_whitespace().next() == Some(id)))
+    };
+    out.lines().find(|l| is(l)).unwrap_or_else(|| panic!("no {id} line: {out}"))
 }
 
 /// The stand-in libcuda, built once per test process.
@@ -41,7 +47,10 @@ fn hca_here() -> bool {
 fn no_libcuda_is_could_not_check_exit_2() {
     let (rc, out) = probe(&["--libcuda", "/nonexistent/libcuda.so.1"], &[]);
     assert_eq!(rc, 2, "{out}");
-    assert!(line_of(&out, "dmabuf.libcuda").starts_with("INFO") && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"), "{out}");
+    assert!(
+        line_of(&out, "dmabuf.libcuda").starts_with("COULD NOT CHECK") && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"),
+        "{out}"
+    );
     assert!(out.contains("could not check here: libcuda"), "{out}");
     assert!(!out.lines().any(|l| l.starts_with("PASS") || l.starts_with("FAIL")), "{out}");
     // a bare name the dynamic loader searches for (as the default libcuda.so.1) and finds nowhere
@@ -99,7 +108,7 @@ fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
     assert!(line_of(&out, "dmabuf.alloc").contains("4096 bytes"), "{out}");
     // no HCA here: GPU steps passing is not "GPUDirect RDMA works"
     assert_eq!(rc, 2, "{out}");
-    assert!(line_of(&out, "dmabuf.verbs").starts_with("INFO"), "{out}");
+    assert!(line_of(&out, "dmabuf.verbs").starts_with("COULD NOT CHECK"), "{out}");
     assert!(out.contains("could not check here:") && out.contains("step 3 (ibv_reg_dmabuf_mr) could not run"), "{out}");
     // and a verbs library that cannot be loaded says so (any machine)
     let (rc, out) = probe(&["--libcuda", lib, "--size", "4096", "--libibverbs", "/nonexistent/libibverbs.so.1"], &[("FAKE_CUDA", "ok")]);

@@ -4,7 +4,7 @@
  *   geforce   DMA_BUF_SUPPORTED = 0 and cuMemGetHandleForAddressRange -> 801, as on a GeForce
  *   oomgpu    cuMemAlloc -> CUDA_ERROR_OUT_OF_MEMORY (2)
  *   ok        everything works; the "dma-buf" is an fd of /dev/null
- * Built by tools/tests/dmabuf_doctor.rs with cc -shared. */
+ * Built by tools/tests/dmabuf_probe.rs with cc -shared. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,6 +4,7 @@
 //! between registered ranges (tests/c/selftestverbs.c). A clean run passes on both routes; each
 //! injected fault ends as the FAIL of its step; no HCA is "could not check" (exit 2).
 
+mod common;
 #[path = "../../tests/common/fakedev.rs"]
 mod fakedev;
 
@@ -125,7 +126,7 @@ fn line<'a>(out: &'a str, id: &str) -> &'a str {
     out.lines().find(|l| is(l)).unwrap_or_else(|| panic!("no check {id} in:\n{out}"))
 }
 
-/// The text after check `id`'s line up to the next check (its call and cause lines).
+/// The text after check `id`'s line up to the next check (its call and fix lines).
 fn detail(out: &str, id: &str) -> String {
     let start = out.find(line(out, id)).unwrap();
     out[start..].lines().skip(1).take_while(|l| l.starts_with(' ')).collect::<Vec<_>>().join("\n")
@@ -161,7 +162,7 @@ fn a_clean_run_passes_on_the_dmabuf_route() {
     assert_eq!(verdict(&out, "route.dmabuf"), "PASS", "{out}");
     assert!(detail(&out, "route.dmabuf").contains("rig-4090-ok"), "{out}");
     assert!(!out.contains("route.nv503c"), "the route not taken is not judged: {out}");
-    assert!(out.contains("RESULT: PASS (18 PASS, 0 FAIL, 0 COULD NOT CHECK)"), "{out}");
+    assert!(out.ends_with("RESULT: PASS (18 checks: 18 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"), "{out}");
     // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
     assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");
     let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
@@ -178,13 +179,13 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     let (rc, out, err) = selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
     // --no-bandwidth leaves step 5 unchecked: exit 2, never 0
     assert_eq!(rc, 2, "{out}\n{err}");
-    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.2.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
+    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.3.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
     assert!(
         out.contains("\"could_not_check\":\"bandwidth: ") && out.contains("\"result\":\"COULD NOT CHECK\",\"exit\":2,\"bandwidth\":[]"),
         "{out}"
     );
     assert!(
-        out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.2.0 registers GPU memory by route nv503c"),
+        out.contains("\"id\":\"route.chosen\",\"status\":\"PASS\",\"summary\":\"gdrshim 0.3.0 registers GPU memory by route nv503c"),
         "{out}"
     );
     assert!(out.contains("\"id\":\"bandwidth\",\"status\":\"COULD NOT CHECK\""), "{out}");
@@ -194,6 +195,15 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
         assert!(out.contains(&format!("\"id\":\"{id}\",\"status\":\"PASS\"")), "{id}: {out}");
     }
     assert!(out.contains("\"registered\":2") && out.contains("\"route\":\"nv503c\""), "the shim's NV503C registrations: {out}");
+    // the keys of its own are the README's ("Every command": `step` on each check, then the rest)
+    let j = common::check_shape("selftest", &out, rc);
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let row = readme.lines().find(|l| l.starts_with("| `selftest` | `scripts/selftest` |")).expect("the README's selftest row");
+    let said: Vec<&str> = row.rsplit('|').nth(1).unwrap().split('`').skip(1).step_by(2).collect();
+    assert_eq!(said[0], "step", "{row}");
+    assert_eq!(j.keys()[6..], said[1..], "{row}");
+    let common::J::Arr(checks) = j.get("checks").unwrap() else { panic!("{out}") };
+    assert!(checks.iter().all(|c| c.keys()[5..] == ["step"]), "{out}");
 }
 
 #[test]
@@ -283,12 +293,16 @@ fn it_reexecutes_itself_under_the_shim() {
     assert_eq!(rc, 2, "only step 5 unchecked: {out}\n{err}");
     assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
     assert!(detail(&out, "route.chosen").contains("gdrshim_mode()=3"), "register mode: {out}");
-    assert!(out.contains("RESULT: COULD NOT CHECK (") && out.contains(" 0 FAIL, 1 COULD NOT CHECK)"), "{out}");
+    let result = out.lines().last().unwrap();
+    assert!(
+        result.starts_with("RESULT: COULD NOT CHECK (") && result.contains(" 0 FAIL, ") && result.contains(" 1 COULD NOT CHECK)"),
+        "{out}"
+    );
     // without a shim to find, it says so (exit 2) instead of testing without it
     // (issue 31: it said "not found … give --shim PATH" though a path was given)
     let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
     assert_eq!(rc, 2);
-    assert_eq!(err, "gdrshim-tool: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
+    assert_eq!(err, "gdrshim-tool selftest: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
     let (rc, _, err) = selftest("shimdir", &DMABUF, &["--shim", "/tmp"], &[], false);
     assert_eq!(rc, 2);
     assert!(err.contains("--shim /tmp: not a file"), "{err}");

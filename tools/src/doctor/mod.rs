@@ -1,4 +1,4 @@
-//! `doctor`: the preflight checks of both seed runbooks (4090 P2P + GDR, and DMA-BUF on Hopper),
+//! `doctor`: the preflight checks of docs/runbook.md (4090 P2P + GDR) and of DMA-BUF on Hopper,
 //! judged from a saved state folder (`scripts/gdr-state-record save`; `scripts/doctor` saves one
 //! of the live machine first). Reading only what is there: what could not be seen is INFO, with
 //! the reason, never a PASS.
@@ -8,6 +8,8 @@ use crate::report::{Check, Report, Status};
 use std::path::PathBuf;
 
 pub const AFTER_HELP: &str = "scripts/doctor records the live machine first (gdr-state-record save) and then runs this.
+Recorded inside a container (no root needed), it also says what the runtime did not give:
+container.devices, container.shim, container.privileged, and limits.memlock with its fix there.
 
 Exit codes:
   0  ready: no check failed (WARN lines are worth reading)
@@ -32,11 +34,11 @@ impl Args {
     pub fn run(self) -> Result<u8, String> {
         let st = State::from_dir(&self.from).map_err(|e| e.to_string())?;
         let r = doctor(&st);
-        print!("{}", if self.json { r.json("doctor") + "\n" } else { r.text() });
-        Ok(r.exit_code())
+        Ok(r.print("doctor", self.json))
     }
 }
 
+mod container;
 mod platform;
 mod software;
 #[cfg(test)]
@@ -57,6 +59,7 @@ pub fn doctor(st: &State) -> Report {
     let gpus = software::gpus(st, &mut r);
     platform::p2p_and_boot(st, &mut r, &gpus, &kernel_version);
     platform::rdma(st, &mut r, &gpus, &kernel_version);
+    container::container(st, &mut r);
     if kernel_version.is_none() && gpus.is_empty() {
         r.could_not_check(
             "no NVIDIA kernel module and no GPU in this state: nothing GPUDirect needs on the GPU side could be judged \

@@ -108,7 +108,8 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
     for c in crate::routes::checks(st, kernel_version.as_deref(), gpus) {
         r.push(c);
     }
-    // recorded for the Hopper runbook, which asked for it; no route needs it
+    // recorded because the DMA-BUF note this project started from asked for it; no route needs it
+    // (docs/nvidia-abi.md, S10)
     let modeset = match param("/sys/module/nvidia_drm/parameters/modeset").as_deref() {
         Some("Y") => "nvidia_drm modeset=1".to_string(),
         Some("N") => "nvidia_drm modeset=0".to_string(),
@@ -192,21 +193,7 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
         None => r.push(Check::new("rdma.hca", Status::Info, devinfo.why_not("ibv_devinfo"))),
     }
     let hca_here = devinfo.any().is_some_and(|t| !parse_ibv_devinfo(t).is_empty());
-    match st.item("memlock").ok().map(str::trim) {
-        Some("unlimited") => r.push(Check::new("limits.memlock", Status::Pass, "locked-memory limit unlimited")),
-        Some(v) => match v.parse::<u64>() {
-            Ok(kib) if kib >= 64 << 20 => r.push(Check::new("limits.memlock", Status::Pass, format!("locked-memory limit {kib} KiB"))),
-            _ => r.push(
-                Check::new(
-                    "limits.memlock",
-                    if driver_here || hca_here { Status::Fail } else { Status::Warn },
-                    format!("locked-memory limit {v} KiB: verbs registrations of GPU buffers will fail"),
-                )
-                .fix("ulimit -l unlimited (limits.conf: * - memlock unlimited; docker run --ulimit memlock=-1)"),
-            ),
-        },
-        None => r.push(Check::new("limits.memlock", Status::Info, st.item("memlock").why_not("ulimit -l"))),
-    }
+    super::container::memlock(st, r, driver_here || hca_here);
     if let Some(d) = st.item("dev-nodes").any() {
         let has = |n: &str| d.lines().any(|l| l.trim_end().ends_with(n));
         let mut missing: Vec<&str> = ["/dev/nvidiactl", "/dev/nvidia-uvm"].into_iter().filter(|n| !has(n)).collect();

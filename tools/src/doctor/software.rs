@@ -3,7 +3,8 @@
 use crate::machine::*;
 use crate::report::{Check, Report, Status};
 
-/// Packages the runbook holds so an upgrade cannot replace the patched module or split versions.
+/// Packages a rig holds (docs/runbook.md, P5) so an upgrade cannot replace the patched module or
+/// split versions.
 const HOLD: &[&str] = &[
     "nvidia-open-p2p-dkms",
     "nvidia-firmware",
@@ -176,13 +177,13 @@ pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>
             r.push(Check::new(
                 "driver.holds",
                 Status::Info,
-                "none of the driver packages the runbook holds is installed (driver from another source?)",
+                "none of the driver packages a patched-driver rig holds is installed (driver from another source?)",
             ));
         } else if unheld.is_empty() {
             r.push(Check::new(
                 "driver.holds",
                 Status::Pass,
-                format!("all {relevant} installed driver packages the runbook holds are held"),
+                format!("all {relevant} installed driver packages a patched-driver rig holds are held"),
             ));
         } else {
             r.push(

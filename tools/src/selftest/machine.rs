@@ -91,8 +91,8 @@ pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Report) {
             // the doctor's WARN on a route is "cannot work here, but the other one does": for the
             // route the shim took, that is a contradiction worth a FAIL
             Status::Warn if Some(&c.id) == wanted.as_ref() => r.fail(1, &c.id, line(c), &call, fix),
-            Status::Warn => r.pass(1, &c.id, format!("{} (warning)", line(c)), &call),
-            Status::Pass | Status::Info => r.pass(1, &c.id, line(c), &call),
+            // the route not taken, or what could not be judged: the doctor's own word
+            other => r.add(1, &c.id, other, line(c), &call, if other == Status::Pass { String::new() } else { fix }),
         }
     }
 }

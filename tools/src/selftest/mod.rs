@@ -46,10 +46,6 @@ const CHILD_VAR: &str = "GDRSHIM_SELFTEST_CHILD";
 
 impl Args {
     pub fn run(self) -> Result<u8, String> {
-        // a power of two: the transfers move it in equal work requests, the bandwidth sizes divide it
-        if !(65536..=1 << 30).contains(&self.size) || !self.size.is_power_of_two() {
-            return Err("--size must be a power of two from 65536 to 1073741824 (1 GiB)".into());
-        }
         if let Some(code) = self.reexec()? {
             return Ok(code);
         }
@@ -117,7 +113,7 @@ fn selftest(a: &Args) -> Report {
     let mut cu = match cuda::Cuda::load() {
         Ok(c) => c,
         Err(e) => {
-            r.not_checked(1, "route", "the route is decided at the first NVIDIA call: none without libcuda", "");
+            r.not_checked(1, "route.chosen", "the route is decided at the first NVIDIA call: none without libcuda", "");
             r.not_checked(2, "gpu.alloc", e, "no NVIDIA driver (libcuda.so.1) on this machine or in this container (--gpus)");
             return r;
         }
@@ -125,7 +121,7 @@ fn selftest(a: &Args) -> Report {
     let gpu_name = match cu.open(a.gpu) {
         Ok(n) => n,
         Err((call, st)) => {
-            r.not_checked(1, "route", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
+            r.not_checked(1, "route.chosen", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
             r.fail(2, "gpu.context", format!("no CUDA context on GPU {}", a.gpu), format!("{call} -> {st}"), cu_cause(&st));
             return r;
         }
@@ -230,4 +226,72 @@ fn cu_cause(st: &str) -> String {
         "see the CUDA status; dmesg for an Xid"
     };
     c.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// The ids in the first column of the README's table of steps, `*` expanded from the list.
+    fn readme_checks() -> BTreeSet<(u8, String)> {
+        let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+        let table = readme.split("| step | check | what a FAIL means |").nth(1).expect("the README's table of steps");
+        let mut out = BTreeSet::new();
+        for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+            let first = row.split('|').nth(1).unwrap().trim();
+            let step: u8 = first.split_whitespace().next().unwrap().parse().unwrap();
+            for id in first.split('`').skip(1).step_by(2) {
+                match id.strip_suffix('*') {
+                    Some(prefix) => {
+                        out.extend(super::report::CHECKS.iter().filter(|(_, c)| c.starts_with(prefix)).map(|(s, c)| (*s, c.to_string())))
+                    }
+                    None => {
+                        out.insert((step, id.to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The check ids the self-test's code names: its string literals that look like one, and the
+    /// transfers' ids made from their names.
+    fn ids_in_the_code() -> BTreeSet<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/selftest");
+        let mut out = BTreeSet::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let code = text.split("mod tests {").next().unwrap();
+            for lit in code.split('"').skip(1).step_by(2) {
+                let head = lit.split('.').next().unwrap();
+                let id_like = lit.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
+                if id_like && lit.contains('.') && !lit.ends_with('.') && ["route", "gpu", "reg", "rdma", "bw", "shim"].contains(&head)
+                    || lit == "bandwidth"
+                {
+                    out.insert(lit.to_string());
+                }
+            }
+        }
+        for name in super::qp::transfer_names() {
+            out.insert(format!("rdma.{name}"));
+            out.insert(format!("bw.{name}"));
+        }
+        out
+    }
+
+    #[test]
+    fn the_readme_the_list_and_the_code_name_the_same_checks() {
+        let list: BTreeSet<(u8, String)> = super::report::CHECKS.iter().map(|(s, c)| (*s, c.to_string())).collect();
+        assert_eq!(list.len(), super::report::CHECKS.len(), "a check listed twice");
+        assert_eq!(readme_checks(), list, "the README's table of steps and report::CHECKS");
+        let listed: BTreeSet<String> = list.iter().map(|(_, c)| c.clone()).collect();
+        let code = ids_in_the_code();
+        let unlisted: Vec<&String> = code.difference(&listed).collect();
+        assert!(unlisted.is_empty(), "checks the code makes that report::CHECKS lacks: {unlisted:?}");
+        // the doctor's route checks come from the doctor; every other listed id is the code's
+        let never: Vec<&String> =
+            listed.difference(&code).filter(|c| !["route.dmabuf", "route.nv503c", "route.choice"].contains(&c.as_str())).collect();
+        assert!(never.is_empty(), "listed checks the code never makes: {never:?}");
+    }
 }

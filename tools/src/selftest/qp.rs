@@ -5,7 +5,8 @@ use super::args::Args;
 use super::cuda::Cuda;
 use super::ffi::*;
 use super::host::{compare, fill, wait_completions, HostBuf, Region, Regions};
-use super::report::{Bw, Report, Verdict};
+use super::report::{Bw, Report};
+use crate::report::Status;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
@@ -305,6 +306,12 @@ const TRANSFERS: [(&str, u32, Loc, Loc); 4] = [
     ("read.gpu-host", IBV_WR_RDMA_READ, Loc::HostDst, Loc::GpuSrc),
 ];
 
+/// The transfers' names (their checks are `rdma.NAME` and `bw.NAME`).
+#[cfg(test)]
+pub(super) fn transfer_names() -> [&'static str; 4] {
+    TRANSFERS.map(|t| t.0)
+}
+
 fn region(g: &Regions, l: Loc) -> Region {
     match l {
         Loc::GpuSrc => g.gsrc,
@@ -399,12 +406,12 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
 /// A READ that fails while every WRITE passed, on a platform where a NIC's reads of GPU memory
 /// through the CPU are known to fail: that is named as the cause, first.
 fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
-    let writes_pass = r.items.iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.verdict == Verdict::Pass);
+    let writes_pass = r.items().iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.status == Status::Pass);
     let cpu = crate::machine::parse_cpu(cpuinfo);
     let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else { return };
-    if let Some(read) = r.items.iter_mut().find(|i| i.id == "rdma.read.gpu-host" && i.verdict == Verdict::Fail) {
+    if let Some(read) = r.item_mut("rdma.read.gpu-host").filter(|i| i.status == Status::Fail) {
         if writes_pass {
-            read.cause = if read.cause.is_empty() { cause } else { format!("{cause}; else: {}", read.cause) };
+            read.fix = if read.fix.is_empty() { cause } else { format!("{cause}; else: {}", read.fix) };
         }
     }
 }
@@ -452,7 +459,7 @@ pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Repor
 mod tests {
     use super::*;
 
-    fn report(read: Verdict, write: Verdict) -> Report {
+    fn report(read: Status, write: Status) -> Report {
         let mut r = Report::default();
         for id in ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host"] {
             r.add(4, id, write, "", "", "");
@@ -465,26 +472,22 @@ mod tests {
 
     #[test]
     fn a_read_that_fails_while_writes_pass_names_the_intel_client_platform() {
-        let mut r = report(Verdict::Fail, Verdict::Pass);
+        let mut r = report(Status::Fail, Status::Pass);
         explain_read_failure(&mut r, ARROW_LAKE);
-        let read = &r.items[3];
+        let read = &r.items()[3];
+        assert!(read.fix.starts_with("this is an Intel client CPU (Intel(R) Core(TM) Ultra 9 285K): a NIC's PCIe reads"), "{}", read.fix);
         assert!(
-            read.cause.starts_with("this is an Intel client CPU (Intel(R) Core(TM) Ultra 9 285K): a NIC's PCIe reads"),
+            read.fix.contains("NVIDIA/open-gpu-kernel-modules#1253") && read.fix.ends_with("; else: remote access error"),
             "{}",
-            read.cause
-        );
-        assert!(
-            read.cause.contains("NVIDIA/open-gpu-kernel-modules#1253") && read.cause.ends_with("; else: remote access error"),
-            "{}",
-            read.cause
+            read.fix
         );
         // not when a write failed too, nor on another CPU, nor when the read passed
         for (rd, wr, cpu) in
-            [(Verdict::Fail, Verdict::Fail, ARROW_LAKE), (Verdict::Fail, Verdict::Pass, EPYC), (Verdict::Pass, Verdict::Pass, ARROW_LAKE)]
+            [(Status::Fail, Status::Fail, ARROW_LAKE), (Status::Fail, Status::Pass, EPYC), (Status::Pass, Status::Pass, ARROW_LAKE)]
         {
             let mut r = report(rd, wr);
             explain_read_failure(&mut r, cpu);
-            assert!(!r.items[3].cause.contains("#1253"), "{rd:?} {wr:?} {cpu}");
+            assert!(!r.items()[3].fix.contains("#1253"), "{rd:?} {wr:?} {cpu}");
         }
     }
 }

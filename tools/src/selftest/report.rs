@@ -1,39 +1,42 @@
-//! The self-test's report: one line per step check (PASS, FAIL or COULD NOT CHECK) with the call
-//! that decided it, its errno or CUDA status, and the likely cause; the shim's counters; the
-//! bandwidth table. Text or JSON; the exit code: 0 all passed, 1 a step failed, 2 could not
-//! check here.
+//! The self-test's report: the tools' one form (`crate::report`), each check with its step (1 to
+//! 6) and the call that decided it as its evidence (with its errno, CUDA status or completion
+//! status), the advice in `fix`; then the bandwidth table and the shim's counters. The exit code:
+//! 0 all passed, 1 a step failed, 2 could not check here.
 
-use crate::report::{json_object, json_str, COULD_NOT_CHECK};
+use crate::report::{json_str, Check, Report as Checks, Status};
 use std::fmt::Write as _;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
-    Pass,
-    NotChecked,
-    Fail,
-}
-
-impl Verdict {
-    pub fn word(self) -> &'static str {
-        match self {
-            Verdict::Pass => "PASS",
-            Verdict::NotChecked => COULD_NOT_CHECK,
-            Verdict::Fail => "FAIL",
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Item {
-    pub step: u8,
-    pub id: String,
-    pub verdict: Verdict,
-    pub summary: String,
-    /// The call that decided it, with its result (errno, CUDA status, completion status).
-    pub call: String,
-    /// The likely cause (empty on PASS).
-    pub cause: String,
-}
+/// Every check the self-test can report, by step: the README's table of steps lists the same
+/// (`selftest::tests` holds the three together: this list, the README, the ids in the code).
+pub const CHECKS: [(u8, &str); 27] = [
+    (1, "route.shim"),
+    (1, "route.chosen"),
+    (1, "route.doctor"),
+    (1, "route.dmabuf"),
+    (1, "route.nv503c"),
+    (1, "route.choice"),
+    (2, "gpu.context"),
+    (2, "gpu.alloc"),
+    (3, "reg.export"),
+    (3, "reg.gpu"),
+    (3, "reg.dmabuf"),
+    (3, "reg.host"),
+    (4, "rdma.loopback"),
+    (4, "rdma.port"),
+    (4, "rdma.gid"),
+    (4, "rdma.qp"),
+    (4, "rdma.connect"),
+    (4, "rdma.write.gpu-gpu"),
+    (4, "rdma.write.host-gpu"),
+    (4, "rdma.write.gpu-host"),
+    (4, "rdma.read.gpu-host"),
+    (5, "bandwidth"),
+    (5, "bw.write.gpu-gpu"),
+    (5, "bw.write.host-gpu"),
+    (5, "bw.write.gpu-host"),
+    (5, "bw.read.gpu-host"),
+    (6, "shim.counters"),
+];
 
 #[derive(Clone, Debug)]
 pub struct Bw {
@@ -44,58 +47,52 @@ pub struct Bw {
 
 #[derive(Default, Debug)]
 pub struct Report {
-    pub items: Vec<Item>,
+    pub checks: Checks,
+    /// The step of each check, in the order of `checks.checks`.
+    pub steps: Vec<u8>,
     pub counters: Vec<(&'static str, String)>,
     pub bandwidth: Vec<Bw>,
     pub link_gbps: Option<f64>,
 }
 
 impl Report {
-    pub fn add(
-        &mut self,
-        step: u8,
-        id: &str,
-        verdict: Verdict,
-        summary: impl Into<String>,
-        call: impl Into<String>,
-        cause: impl Into<String>,
-    ) {
-        self.items.push(Item { step, id: id.into(), verdict, summary: summary.into(), call: call.into(), cause: cause.into() });
+    pub fn add(&mut self, step: u8, id: &str, status: Status, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
+        debug_assert!(CHECKS.contains(&(step, id)), "step {step} {id} is not in CHECKS");
+        let call: String = call.into();
+        let mut c = Check::new(id, status, summary).fix(fix);
+        if !call.is_empty() {
+            c = c.evidence(call);
+        }
+        self.checks.push(c);
+        self.steps.push(step);
     }
     pub fn pass(&mut self, step: u8, id: &str, summary: impl Into<String>, call: impl Into<String>) {
-        self.add(step, id, Verdict::Pass, summary, call, "");
+        self.add(step, id, Status::Pass, summary, call, "");
     }
-    pub fn fail(&mut self, step: u8, id: &str, summary: impl Into<String>, call: impl Into<String>, cause: impl Into<String>) {
-        self.add(step, id, Verdict::Fail, summary, call, cause);
+    pub fn fail(&mut self, step: u8, id: &str, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
+        self.add(step, id, Status::Fail, summary, call, fix);
     }
-    pub fn not_checked(&mut self, step: u8, id: &str, summary: impl Into<String>, cause: impl Into<String>) {
-        self.add(step, id, Verdict::NotChecked, summary, "", cause);
+    pub fn not_checked(&mut self, step: u8, id: &str, summary: impl Into<String>, fix: impl Into<String>) {
+        self.add(step, id, Status::CouldNotCheck, summary, "", fix);
     }
-    pub fn verdict(&self) -> Verdict {
-        self.items.iter().map(|i| i.verdict).max().unwrap_or(Verdict::NotChecked)
+    pub fn items(&self) -> &[Check] {
+        &self.checks.checks
+    }
+    pub fn item_mut(&mut self, id: &str) -> Option<&mut Check> {
+        self.checks.checks.iter_mut().find(|c| c.id == id)
     }
     pub fn exit_code(&self) -> u8 {
-        match self.verdict() {
-            Verdict::Pass => 0,
-            Verdict::Fail => 1,
-            Verdict::NotChecked => 2,
-        }
+        self.checks.exit_code()
     }
 
     pub fn text(&self) -> String {
         let mut s = String::new();
-        for i in &self.items {
-            let _ = writeln!(s, "{:<15} step {} {:<22} {}", i.verdict.word(), i.step, i.id, i.summary);
-            if !i.call.is_empty() {
-                let _ = writeln!(s, "{:<15} {:<29} call: {}", "", "", i.call);
-            }
-            if !i.cause.is_empty() {
-                let _ = writeln!(s, "{:<15} {:<29} likely cause: {}", "", "", i.cause);
-            }
+        for (c, step) in self.items().iter().zip(&self.steps) {
+            self.checks.check_lines(&mut s, c, &format!("step {step} {}", c.id));
         }
         if !self.bandwidth.is_empty() {
             let link = self.link_gbps.map_or("link rate unknown".to_string(), |l| format!("link {l:.2} Gb/s"));
-            let _ = writeln!(s, "bandwidth (Gb/s; {link}; the runbook's reference: 69.35 Gb/s on a 100 Gb/s ConnectX-6):");
+            let _ = writeln!(s, "bandwidth (Gb/s; {link}; a reference: 69.35 Gb/s measured on a 100 Gb/s ConnectX-6):");
             let mut dirs: Vec<&str> = self.bandwidth.iter().map(|b| b.direction).collect();
             dirs.dedup();
             for d in dirs {
@@ -108,37 +105,12 @@ impl Report {
             let c: Vec<String> = self.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let _ = writeln!(s, "shim counters: {}", c.join(" "));
         }
-        let n = |v| self.items.iter().filter(|i| i.verdict == v).count();
-        let _ = writeln!(
-            s,
-            "RESULT: {} ({} PASS, {} FAIL, {} COULD NOT CHECK)",
-            self.verdict().word(),
-            n(Verdict::Pass),
-            n(Verdict::Fail),
-            n(Verdict::NotChecked)
-        );
-        s
+        s + &self.checks.closing_line()
     }
 
-    /// The tools' one JSON object: each step a check (its call the evidence, `step` and `cause`
-    /// its own keys), then `bandwidth`, `link_gbps` and `counters`.
+    /// The tools' one JSON object: each check with its `step`, then `bandwidth`, `link_gbps` and
+    /// `counters`.
     pub fn json(&self) -> String {
-        let checks: Vec<String> = self
-            .items
-            .iter()
-            .map(|i| {
-                let evidence: Vec<String> = if i.call.is_empty() { vec![] } else { vec![json_str(&i.call)] };
-                format!(
-                    "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":\"\",\"step\":{},\"cause\":{}}}",
-                    json_str(&i.id),
-                    json_str(i.verdict.word()),
-                    json_str(&i.summary),
-                    evidence.join(","),
-                    i.step,
-                    json_str(&i.cause)
-                )
-            })
-            .collect();
         let mut extra = String::from(",\"bandwidth\":[");
         for (k, b) in self.bandwidth.iter().enumerate() {
             if k > 0 {
@@ -155,12 +127,6 @@ impl Report {
             let _ = write!(extra, "{}:{val}", json_str(n));
         }
         extra.push('}');
-        let why = (self.verdict() == Verdict::NotChecked).then(|| {
-            self.items
-                .iter()
-                .find(|i| i.verdict == Verdict::NotChecked)
-                .map_or("no step ran".to_string(), |i| format!("{}: {}", i.id, i.summary))
-        });
-        json_object("selftest", &checks, why.as_deref(), self.exit_code(), &extra)
+        self.checks.json_with("selftest", |i| format!(",\"step\":{}", self.steps[i]), &extra)
     }
 }

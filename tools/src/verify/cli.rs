@@ -112,10 +112,6 @@ impl Args {
         let mut r = verify(&inp);
         let notes = files.notes.into_iter().map(|n| Check::new("input.read_once", Status::Info, n));
         r.checks.splice(0..0, notes);
-        print!("{}", if self.json { r.json("verify-run") + "\n" } else { r.text() });
-        if !self.json {
-            println!("RESULT: {}", crate::report::result_word(r.exit_code()));
-        }
-        Ok(r.exit_code())
+        Ok(r.print("verify-run", self.json))
     }
 }

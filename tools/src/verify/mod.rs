@@ -1,5 +1,5 @@
 //! `verify-run`: judges a NCCL Tests run (and optionally the shim's and perftest's logs and the
-//! kernel log) by the runbook's acceptance checklist. Every check prints the line that decided it.
+//! kernel log) by docs/runbook.md's acceptance checklist. Every check prints the line that decided it.
 //!
 //! What counts as proof: data rows with `#wrong` 0 in and out of place, `Out of bounds values : 0
 //! OK`, the closing `Collective test concluded` line, and for GDR the per-connection
