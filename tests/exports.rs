@@ -140,16 +140,32 @@ fn hook_names() -> Vec<String> {
             let name = ident(&text[start + 13..]);
             let body_end = text[start..].find("\n}\n").map_or(text.len(), |e| start + e);
             let body = &text[start..body_end];
-            if !body.contains("no_mangle") {
-                continue;
-            }
-            let Some(var) = body.split_once("fn $").map(|(_, r)| ident(r)) else { continue };
+            // (a macro whose export is a `with_caller!` stub names it there)
+            let var = match body.split_once("with_caller!($") {
+                Some((_, r)) => ident(r),
+                None if body.contains("no_mangle") => match body.split_once("fn $") {
+                    Some((_, r)) => ident(r),
+                    None => continue,
+                },
+                None => continue,
+            };
             let matcher = &body[body.find('(').unwrap() + 1..];
             let Some(pos) = matcher.split(',').position(|a| a.trim() == format!("${var}:ident")) else { continue };
             for (at, _) in text.match_indices(&format!("\n{name}!(")) {
                 let args = &text[at + name.len() + 3..];
                 names.push(ident(args.split(',').nth(pos).unwrap()));
             }
+        }
+    }
+    // the stubs of the hooks that need their caller (`with_caller!(NAME, …)`, hooks/caller.rs),
+    // and the `dlsym`/`dlvsym` stubs gdrshim-common writes out for the core and the front
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for (at, _) in text.match_indices("\nwith_caller!(") {
+            names.push(ident(&text[at + "\nwith_caller!(".len()..]));
+        }
+        if text.contains("gdrshim_common::dl_stubs!(") {
+            names.extend(["dlsym".to_string(), "dlvsym".to_string()]);
         }
     }
     names.sort();

@@ -6,7 +6,7 @@
 
 use core::mem::size_of;
 
-pub mod nodes;
+pub use gdrshim_common::nodes;
 
 /// A GPU's UUID, as RM and UVM pass it.
 pub type Uuid = [u8; 16];

@@ -12,9 +12,8 @@ use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
 use once_cell::sync::OnceCell;
 
-mod names;
 pub mod own;
-mod pages;
+use gdrshim_common::{fdpages as pages, names};
 pub use names::nvidia_path;
 use pages::store_if_mapped;
 pub use pages::{adopt as adopt_front_table, cached, forget_range, store, NOT_NV, UNKNOWN};

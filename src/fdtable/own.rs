@@ -11,13 +11,13 @@
 //! file check (`fstat`) before each use and each close still tells, since the number then names
 //! another file or none.
 
-use super::pages;
 use crate::fd::{FileId, OwnedFd};
 use core::ffi::c_int;
 use core::sync::atomic::{
     AtomicI32, AtomicPtr, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
+use gdrshim_common::fdpages as pages;
 
 /// The thread holding the lock (its tid), 0 when free.
 static HOLDER: AtomicI32 = AtomicI32::new(0);

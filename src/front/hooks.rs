@@ -1,6 +1,5 @@
 //! The front's exports: the same names as the core's hooks (tests/front.rs compares the lists).
 
-use crate::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
 use crate::{
     attach, core_fn, Libc, CLOSE, CLOSEFROM, CLOSE_RANGE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2,
     OPENAT, OPENAT64, OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
@@ -8,6 +7,7 @@ use crate::{
 use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use core::mem::transmute;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use gdrshim_common::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
 
 fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -151,18 +151,7 @@ macro_rules! open_hook {
         }
     };
 }
-/// The path argument of an `open` entry point (none for `open_by_handle_at`).
-macro_rules! open_path {
-    (dirfd, $path:ident $(, $rest:ident)*) => {
-        $path
-    };
-    (mount_fd $(, $rest:ident)*) => {
-        core::ptr::null()
-    };
-    ($path:ident $(, $rest:ident)*) => {
-        $path
-    };
-}
+use gdrshim_common::open_path;
 
 open_hook!(open, OPEN, c"open", (path: *const c_char, flags: c_int, mode: libc::mode_t));
 open_hook!(open64, OPEN64, c"open64", (path: *const c_char, flags: c_int, mode: libc::mode_t));
@@ -296,55 +285,10 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     f.map_or(-1, |f| unsafe { transmute::<*mut c_void, F>(f)(handle) })
 }
 
-/// `dlsym` and `dlvsym`: glibc answers `RTLD_NEXT` from the return address of the call, so these
-/// are assembly stubs that ask [`pick`] and then jump (never call) on, with the caller's return
-/// address still on the stack: to libc's, or to the core's own stub, which does the same.
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "xor edx, edx",
-        "call {pick}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "cmp rax, 1",
-        "ja 2f",
-        "je 3f",
-        "jmp qword ptr [rip + {real}]",
-        "2: jmp rax",
-        "3: xor eax, eax",
-        "ret",
-        pick = sym pick,
-        real = sym crate::REAL_DLSYM,
-    )
-}
-
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "call {pick}",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "cmp rax, 1",
-        "ja 2f",
-        "je 3f",
-        "jmp qword ptr [rip + {real}]",
-        "2: jmp rax",
-        "3: xor eax, eax",
-        "ret",
-        pick = sym pick,
-        real = sym crate::REAL_DLVSYM,
-    )
-}
+// `dlsym` and `dlvsym`: glibc answers `RTLD_NEXT` from the return address of the call, so these
+// are assembly stubs that ask [`pick`] and then jump (never call) on, with the caller's return
+// address still on the stack: to libc's, or to the core's own stub, which does the same.
+gdrshim_common::dl_stubs!(pick = pick, dlsym = crate::REAL_DLSYM, dlvsym = crate::REAL_DLVSYM, found = "jmp rax");
 
 /// 0: on to libc's; 1: answer NULL (no libc `dlsym` found); else the core's stub to jump to.
 /// A name the core may wrap (`ibv_…`, `cuX…`) attaches the core first.

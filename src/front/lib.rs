@@ -21,22 +21,12 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(clippy::missing_safety_doc)] // each export has exactly the contract of its C namesake
 
-#[path = "../real/attach.rs"]
-mod attach;
-#[path = "../real/elf.rs"]
-mod elf;
-#[path = "../fdtable/pages.rs"]
-mod fdpages;
 mod hooks;
 mod loaderlock;
 mod locate;
-#[path = "../config/mode_word.rs"]
-mod mode_word;
-#[path = "../fdtable/names.rs"]
-mod names;
-#[path = "../abi/nodes.rs"]
-mod nodes;
 mod sys;
+
+use gdrshim_common::{attach, elf, fdpages, mode_word, names, nodes};
 
 use attach::{FrontApi, ATTACHED};
 use core::ffi::{c_char, c_int, c_void, CStr};

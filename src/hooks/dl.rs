@@ -16,58 +16,13 @@ use core::ffi::{c_char, c_void, CStr};
 const FORWARD: usize = 0;
 const RETURN_NULL: usize = 1;
 
-/// # Safety
-/// Called by the dynamic linker's users exactly as glibc's `dlsym`.
-#[cfg(not(test))]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "xor edx, edx",
-        "call {pick}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "cmp rax, 1",
-        "ja 2f",
-        "je 3f",
-        "jmp qword ptr [rip + {real}]",
-        "2: ret",
-        "3: xor eax, eax",
-        "ret",
-        pick = sym pick,
-        real = sym real::GDRSHIM_REAL_DLSYM,
-    )
-}
-
-/// # Safety
-/// Called exactly as glibc's `dlvsym`.
-#[cfg(not(test))]
-#[unsafe(naked)]
-#[no_mangle]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "call {pick}",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "cmp rax, 1",
-        "ja 2f",
-        "je 3f",
-        "jmp qword ptr [rip + {realv}]",
-        "2: ret",
-        "3: xor eax, eax",
-        "ret",
-        pick = sym pick,
-        realv = sym real::GDRSHIM_REAL_DLVSYM,
-    )
-}
+gdrshim_common::dl_stubs!(
+    #[cfg(not(test))]
+    pick = pick,
+    dlsym = real::GDRSHIM_REAL_DLSYM,
+    dlvsym = real::GDRSHIM_REAL_DLVSYM,
+    found = "ret"
+);
 
 /// Decides one lookup. Never panics across the boundary; never touches errno.
 extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_char) -> usize {

@@ -17,18 +17,7 @@ macro_rules! missing {
     }};
 }
 
-/// The path argument of an `open` entry point (none for `open_by_handle_at`).
-macro_rules! open_path {
-    (dirfd, $path:ident $(, $rest:ident)*) => {
-        $path
-    };
-    (mount_fd $(, $rest:ident)*) => {
-        core::ptr::null()
-    };
-    ($path:ident $(, $rest:ident)*) => {
-        $path
-    };
-}
+use gdrshim_common::open_path;
 
 /// The runtime starts at the `open` of an NVIDIA node by its usual name, not at the node's first
 /// ioctl (issue 29): a program's first NVIDIA ioctl may come from a signal handler that

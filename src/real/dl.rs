@@ -1,9 +1,9 @@
 //! libc's own `dlsym` and `dlvsym`: gdrshim defines both itself, so it reads libc's dynamic
 //! symbol table for them (`elf`), once.
 
-use super::elf;
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
+use gdrshim_common::elf;
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;

@@ -7,8 +7,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-pub mod attach;
-pub mod elf;
+pub use gdrshim_common::{attach, elf};
 pub mod scope;
 
 mod dl;

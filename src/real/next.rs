@@ -2,9 +2,10 @@
 //! loaded this copy), or a library's that may be loaded in a plugin's local scope and unloaded and
 //! loaded again (looked up anew after any `dlclose`).
 
-use super::{attach, dl, elf};
+use super::dl;
 use core::ffi::{c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use gdrshim_common::{attach, elf};
 
 /// Set when a front library loaded this copy (`hooks::front`): its [`attach::NextFn`], and an
 /// address inside it. Null in a copy that was preloaded itself.

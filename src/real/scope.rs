@@ -9,9 +9,10 @@
 //! on its handle is bound to that copy already (`hooks::slots`); a function it needs of the same
 //! copy is looked up beside it ([`beside`]).
 
-use super::{elf, next};
+use super::next;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
+use gdrshim_common::elf;
 
 /// One answer: callers in `[start, end)` (one loaded segment of an object; every address for an
 /// answer of the global scope) reach `f`, as resolved in dlclose generation `generation`.

@@ -8,16 +8,10 @@
 //! error that stops a command is its report with no checks (the one JSON object with --json,
 //! else the RESULT line) and the message on stderr, exit 2.
 
-/// The library's own reading of its environment (`src/config.rs` and the route wishes it names),
-/// compiled into the tool from the library's source as it is into the library, so that `env`
-/// judges a value exactly as the shim will. Pure code (`forbid(unsafe_code)`); the tool links no
-/// other part of the library (its hooks would interpose the tool's own calls).
-#[path = "../../src/config.rs"]
-#[allow(dead_code)]
-mod config;
-#[path = "../../src/route.rs"]
-#[allow(dead_code)]
-mod route;
+/// The library's own reading of its environment and the route wishes it names (gdrshim-common,
+/// which the library builds on too), so that `env` judges a value exactly as the shim will. The
+/// tool links no other part of the library (its hooks would interpose the tool's own calls).
+use gdrshim_common::config;
 
 mod cdi;
 mod dmabuf;

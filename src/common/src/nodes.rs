@@ -1,5 +1,5 @@
-//! Which character devices are NVIDIA's control and GPU nodes. Shared, through `#[path]`, with
-//! the front library (src/front), which has no std: nothing but `core` here.
+//! Which character devices are NVIDIA's control and GPU nodes, for the core and the front (which
+//! has no std): nothing but `core` here.
 
 /// The major of /dev/nvidiactl and /dev/nvidiaN (nvidia-uvm's is dynamic: its node says which).
 pub const NV_MAJOR: u32 = 195;

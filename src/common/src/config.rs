@@ -5,10 +5,7 @@
 
 use std::fmt;
 
-// (its path written out: gdrshim-tool compiles this file in by #[path], where the folder of a
-// module's submodules would otherwise be src/)
-#[path = "config/mode_word.rs"]
-pub mod mode_word;
+pub use crate::mode_word;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

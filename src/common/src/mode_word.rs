@@ -1,5 +1,5 @@
-//! GDRSHIM_MODE's words, in one place for the core's configuration, its gate and the front (which
-//! includes this file: `core` only, no allocation).
+//! GDRSHIM_MODE's words, in one place for the core's configuration, its gate and the front:
+//! `core` only, no allocation.
 
 /// What `gdrshim_mode()` answers for each mode (include/gdrshim.h, `enum gdrshim_mode`).
 pub const OFF: i32 = 0;

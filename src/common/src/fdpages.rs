@@ -1,7 +1,7 @@
 //! The fd table's bytes: one per fd, for any fd number, in pages mapped on first use.
 //!
-//! Shared, through `#[path]`, with the front library (src/front), which has no std: core and libc
-//! only here, and nothing that can panic.
+//! The front library (src/front, no std) and the core keep one table: core and libc only here,
+//! and nothing that can panic.
 
 use core::ffi::c_int;
 use core::sync::atomic::{
@@ -80,7 +80,7 @@ fn page(fd: c_int, create: bool) -> Option<&'static [AtomicU8; PAGE]> {
     Some(unsafe { &*(p as *const [AtomicU8; PAGE]) })
 }
 
-/// The bit of a byte that says the fd is one gdrshim keeps for itself (`crate::ownfd`): set and
+/// The bit of a byte that says the fd is one gdrshim keeps for itself (the core's `fdtable::own`): set and
 /// cleared only by its owner and by the hooks that close or replace a number; never copied by a
 /// dup, never part of the kind [`cached`] answers.
 pub const OWN: u8 = 0x80;
@@ -145,7 +145,6 @@ pub fn forget_range(first: c_int, last: c_int) {
 }
 
 /// `fd`'s kind, learnt by its `fstat`: whether it is gdrshim's own stays as it was.
-#[allow(dead_code)] // the core's
 pub fn store_kind(fd: c_int, b: u8) {
     if let Some(p) = page(fd, b != UNKNOWN) {
         let slot = &p[fd as usize % PAGE];
@@ -163,13 +162,11 @@ pub fn store_if_mapped(fd: c_int, b: u8) {
 }
 
 /// Whether `fd` is marked as gdrshim's own.
-#[allow(dead_code)] // the core's
 pub fn is_own(fd: c_int) -> bool {
     raw(fd) & OWN != 0
 }
 
 /// Marks `fd` as gdrshim's own; `false` where its byte cannot be had (no page could be mapped).
-#[allow(dead_code)] // the core's
 pub fn mark_own(fd: c_int) -> bool {
     let Some(p) = page(fd, true) else { return false };
     p[fd as usize % PAGE].fetch_or(OWN, Relaxed);
@@ -179,14 +176,12 @@ pub fn mark_own(fd: c_int) -> bool {
 }
 
 /// `fd` is gdrshim's own no longer; whether it was.
-#[allow(dead_code)] // the core's
 pub fn clear_own(fd: c_int) -> bool {
     page(fd, false).is_some_and(|p| p[fd as usize % PAGE].fetch_and(!OWN, Relaxed) & OWN != 0)
 }
 
 /// The fds marked as gdrshim's own, lowest first, up to the highest ever marked; each is handed
 /// to `f`. Maps nothing and allocates nothing (a forked child calls it).
-#[allow(dead_code)] // the core's
 pub fn each_own(mut f: impl FnMut(c_int)) {
     let max = OWN_MAX.load(Relaxed);
     let mut fd = 0;
@@ -212,7 +207,6 @@ pub fn each_own(mut f: impl FnMut(c_int)) {
 
 /// The table's first page and directory, both mapped now (null where that failed): what a front
 /// hands the core it loads, so that the two keep one table.
-#[allow(dead_code)] // the front's
 pub fn share() -> (*mut core::ffi::c_void, *mut core::ffi::c_void) {
     let first = mapped(&FIRST, PAGE, true).map_or(core::ptr::null_mut(), |p| p.cast());
     let more = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), true).map_or(core::ptr::null_mut(), |p| p.cast());
@@ -225,7 +219,6 @@ pub fn share() -> (*mut core::ffi::c_void, *mut core::ffi::c_void) {
 ///
 /// # Safety
 /// `first` and `more` are null or [`share`]'s answers in a front that is never unloaded.
-#[allow(dead_code)] // the core's
 pub unsafe fn adopt(first: *mut core::ffi::c_void, more: *mut core::ffi::c_void) {
     if !first.is_null() {
         FIRST.store(first.cast(), Release);

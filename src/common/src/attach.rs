@@ -1,6 +1,5 @@
 //! What the front library (src/front: the libgdrshim.so that ships) hands this library when it
-//! loads it with `dlopen`. One definition, shared with the front through `#[path]`: core and libc
-//! only here.
+//! loads it with `dlopen`: one definition for both. Core and libc only here.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 

@@ -1,5 +1,5 @@
-//! Whether an `open` names an NVIDIA device node, shared by the core (`fdtable`) and the front
-//! (`#[path]`): the runtime starts at that `open` (docs/architecture.md, "the first touch").
+//! Whether an `open` names an NVIDIA device node, for the core (`fdtable`) and the front: the
+//! runtime starts at that `open` (docs/architecture.md, "the first touch").
 //! `core` only, no allocation.
 
 /// Whether `path` (a caller's C string) names an NVIDIA device node by its usual name:

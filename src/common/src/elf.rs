@@ -1,7 +1,8 @@
-//! libc's own `dlsym` and `dlvsym`, found in its dynamic symbol table without calling `dlsym`.
+//! libc's own `dlsym` and `dlvsym`, found in its dynamic symbol table without calling `dlsym`,
+//! and the loader's list of objects read without its lock.
 //!
-//! A library that defines `dlsym` itself cannot ask `dlsym` for the real one. Shared, through
-//! `#[path]`, with the front library (src/front), which has no std: core and libc only here.
+//! A library that defines `dlsym` itself cannot ask `dlsym` for the real one. The front (which
+//! has no std) and the core both use it: core and libc only here.
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 
@@ -156,7 +157,6 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
 /// objects (0: none): what `dlsym(RTLD_DEFAULT, name)` answers for the objects loaded at start
 /// (the program, the preloaded ones, their libraries, in that order), found without `dlsym`,
 /// which takes the lock a `dlopen` holds while it runs constructors (issue 29).
-#[allow(dead_code)] // the core's
 pub fn first_definition(name: &'static [u8]) -> usize {
     let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -177,7 +177,6 @@ fn holds(info: &libc::dl_phdr_info, addr: usize) -> bool {
 
 /// The loaded object holding `addr`: its load base and name (the loader's C string), found
 /// without `dladdr` (which takes the loader's lock).
-#[allow(dead_code)] // the core's
 pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
     struct Find {
         addr: usize,
@@ -204,7 +203,6 @@ pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
 /// Whether the object holding `addr` comes before libc in the loader's list: an object loaded at
 /// the start, ahead of the libraries (preloaded), not one loaded with `dlopen` later, whose
 /// exports the process does not call.
-#[allow(dead_code)] // the core's
 pub fn loaded_before_libc(addr: usize) -> bool {
     struct Find {
         addr: usize,
@@ -272,7 +270,6 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
 }
 
 /// `name` (an object, with its size) in the loaded object whose file name starts with `object`.
-#[allow(dead_code)] // the front's
 pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, usize)> {
     let mut s = Search { object, names: [name, name], found: [0, 0], sizes: [0, 0] };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -282,7 +279,6 @@ pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, u
 
 /// The default-version definition of `name` in the loaded object whose load base is `base` (0:
 /// none, or no such object loaded).
-#[allow(dead_code)] // the core's
 pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
     struct At {
         base: usize,
