@@ -69,10 +69,17 @@ fn real_dlsym() -> Option<DlsymFn> {
 
 /// `dlsym(RTLD_NEXT, name)` from inside the front: the definition after it. The core asks
 /// through this too (`FrontApi::next`).
+///
+/// glibc answers `RTLD_NEXT` after the object its return address lies in: the call must return
+/// here. A tail call (`jmp`, which the optimiser may choose for a last call) would leave the
+/// core's return address on the stack, and the core, loaded in a scope of its own, has nothing
+/// after it: every lookup of the core's through the front answered NULL. `black_box` keeps the
+/// answer used after the call, so the call stays a call.
+#[inline(never)]
 unsafe extern "C" fn next(name: *const c_char) -> *mut c_void {
     match real_dlsym() {
-        // SAFETY: RTLD_NEXT with the caller's C string; the caller address is inside the front.
-        Some(f) => unsafe { f(libc::RTLD_NEXT, name) },
+        // SAFETY: RTLD_NEXT with the caller's C string; the return address is inside the front.
+        Some(f) => core::hint::black_box(unsafe { f(libc::RTLD_NEXT, name) }),
         None => core::ptr::null_mut(),
     }
 }

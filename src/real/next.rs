@@ -54,8 +54,9 @@ pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
         }
     }
     match dl::real_dlsym() {
-        // SAFETY: RTLD_NEXT with a valid C string; the caller address is inside gdrshim.
-        Some(f) => unsafe { f(libc::RTLD_NEXT, name.as_ptr()) },
+        // SAFETY: RTLD_NEXT with a valid C string; the return address is inside gdrshim
+        // (`black_box`: a call, never a tail call that would leave our caller's address there).
+        Some(f) => core::hint::black_box(unsafe { f(libc::RTLD_NEXT, name.as_ptr()) }),
         None => core::ptr::null_mut(),
     }
 }
