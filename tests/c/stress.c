@@ -28,7 +28,7 @@ static unsigned long seed;
 static double deadline;
 static int (*gdr_active)(void);
 static pthread_rwlock_t fdlock; // read: a call that may make fds (ours or gdrshim's); write: churn, fork
-static int rstate[REGIONS], rborrow[REGIONS], rfreeing[REGIONS];
+static int rstate[REGIONS], rowner[REGIONS], rborrow[REGIONS], rfreeing[REGIONS];
 static pthread_mutex_t bmu = PTHREAD_MUTEX_INITIALIZER;
 static __thread unsigned long rng;
 static double beats[256];
@@ -212,12 +212,14 @@ static void borrow(void) {
   if (!ok) return;
   pthread_mutex_lock(&tmu);
   for (int i = 0; i < truth[reg].n; i++)
-    if (!truth[reg].r[i].ended && (!va || rnd(2))) va = truth[reg].r[i].va, len = truth[reg].r[i].end - va;
+    if (!truth[reg].r[i].ended && truth[reg].r[i].whole && truth[reg].r[i].settled && (!va || rnd(2))) va = truth[reg].r[i].va, len = truth[reg].r[i].end - va;
   pthread_mutex_unlock(&tmu);
   if (va) {
     count(K_BORROW);
+    long f = fails;
     if (dmabuf_route && rnd(2)) export_range(NULL, va, len, 1);
     else reg_range(NULL, va, len, 1);
+    if (fails != f && fails <= 20) { say("  (region %d's owner, thread %d:)\n", reg, rowner[reg]); say_ring_of(rowner[reg], 24); }
   }
   __atomic_sub_fetch(&rborrow[reg], 1, __ATOMIC_RELEASE);
 }

@@ -100,8 +100,12 @@ static void *worker(void *arg) {
     int reg = (int)rnd(REGIONS), z = 0;
     for (int i = 0; i < REGIONS && !__atomic_compare_exchange_n(&rstate[reg], &z, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE); i++) reg = (reg + 1) % REGIONS, z = 0;
     if (z) { usleep(1000); continue; }
+    rowner[reg] = tid_no;
     cycle(reg);
+    pthread_mutex_lock(&bmu);
     __atomic_store_n(&rstate[reg], 0, __ATOMIC_RELEASE);
+    rfreeing[reg] = 0;
+    pthread_mutex_unlock(&bmu);
     alive();
   }
   beats[tid_no] = 0;

@@ -16,7 +16,9 @@ static unsigned long kc[K_N];
 static void count(int k) { __atomic_add_fetch(&kc[k], 1, __ATOMIC_RELAXED); }
 static long fails; // calls that must work and did not (printed; the test bounds them)
 static void failed(const char *what, long a, long b) {
-  if (__atomic_add_fetch(&fails, 1, __ATOMIC_SEQ_CST) <= 20) say("FAILED %s %#lx %#lx (thread %d)\n", what, (unsigned long)a, (unsigned long)b, tid_no);
+  if (__atomic_add_fetch(&fails, 1, __ATOMIC_SEQ_CST) > 20) return;
+  say("FAILED %s %#lx %#lx (thread %d)\n", what, (unsigned long)a, (unsigned long)b, tid_no);
+  say_ring(6);
 }
 static void errno_kept(const char *what, long a) {
   if (errno != SENT) violation(what, (uint64_t)a, (uint64_t)errno);
@@ -32,12 +34,14 @@ static int drv(int fd, unsigned long req, void *a) {
 static int t_mem(int g, uint64_t size, int reg, int slot) {
   uint8_t p[128] = {0}; memcpy(p + 64, &size, 8);
   uint32_t a[12] = {client, dev[g], H_PROG(reg, slot), 0x40}; uint64_t pp = (uintptr_t)p; memcpy(&a[4], &pp, 8);
+  note("RM_ALLOC", H_PROG(reg, slot), size, a[10]);
   if (drv(ctl, NV_IOCTL(0x2b, 48), a) || a[10]) { failed("RM_ALLOC", a[2], a[10]); return -1; }
   truth_gen(reg, slot);
   return 0;
 }
 static void t_free_mem(int g, int reg, int slot) {
   uint32_t a[4] = {client, dev[g], H_PROG(reg, slot), 0};
+  note("RM_FREE", a[2], 0, 0);
   if (drv(ctl, NV_IOCTL(0x29, 16), a) || a[3]) failed("RM_FREE", a[2], a[3]);
   truth_end_mem(reg, slot);
   count(K_DRIVER_FREE);
@@ -52,15 +56,17 @@ static void t_map(uint64_t va, uint64_t len, uint64_t off, int gmask, int slot) 
   uint8_t a[9264] = {0}; uint32_t h = H_PROG(region_of(va), slot); uint64_t n = 0;
   memcpy(a, &va, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, &off, 8);
   for (int g = 0; g < 2; g++) if (gmask & (1 << g)) memcpy(a + 24 + 36 * n++, uuid[g], 16);
+  note("UVM map", va, len, (long)h << 4 | gmask);
   memcpy(a + 9240, &n, 8); memcpy(a + 9248, &ctl, 4); memcpy(a + 9252, &client, 4); memcpy(a + 9256, &h, 4);
   t_uvm(33, a, 9260);
 }
 static void t_unmap(int g, uint64_t va, uint64_t len) {
+  note("UVM unmap", va, len, g);
   uint8_t a[40] = {0}; memcpy(a, &va, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, uuid[g], 16);
   t_uvm(66, a, 32);
   count(K_DRIVER_FREE);
 }
-static void t_uvm_free(uint64_t va, uint64_t len) { uint64_t f[3] = {va, len, 0}; t_uvm(34, f, 16); count(K_DRIVER_FREE); }
+static void t_uvm_free(uint64_t va, uint64_t len) { note("UVM free", va, len, 0); uint64_t f[3] = {va, len, 0}; t_uvm(34, f, 16); count(K_DRIVER_FREE); }
 
 // ---- CUDA's entry points, through gdrshim's hooks ----
 typedef int (*alloc_t)(uint64_t *, size_t);
@@ -96,6 +102,7 @@ static void cuda_setup(void) {
 // a handle, 7 cuMemSetAccess), counted to reach; the truth has it first.
 static int cu_own(int how, uint64_t va, uint64_t len, uint64_t reach, int slot, uint64_t moff) {
   truth_begin(va, len, how >= 6 ? va + len : reach, slot, moff);
+  note(how == 6 ? "cuMemMap" : how == 7 ? "cuMemSetAccess" : "cuMemAlloc*", va, len, (long)reach);
   uint64_t d = 0; size_t pitch = 0; int r;
   set_next(va);
   errno = SENT;
@@ -110,11 +117,13 @@ static int cu_own(int how, uint64_t va, uint64_t len, uint64_t reach, int slot, 
   }
   if (r || d != va) { failed("a CUDA allocation", va, r); truth_free_at(va); return -1; }
   errno_kept("errno changed by a CUDA allocation", (long)va);
+  truth_settled(va);
   count(K_ALLOC);
   return 0;
 }
 // The program gives [va, va+len) back: cuMemFree of its pointer, or cuMemUnmap of the range.
 static void cu_release(uint64_t va, uint64_t len, int by_unmap) {
+  note(by_unmap ? "cuMemUnmap" : "cuMemFree", va, len, 0);
   errno = SENT;
   int r = by_unmap ? cu_unmap(va, len) : cu_free[rand() & 1](va);
   if (r) failed("a CUDA release", va, r); else errno_kept("errno changed by a CUDA release", (long)va);

@@ -33,6 +33,8 @@ typedef struct {
   uint64_t moff;           // offset of va in its memory
   uint64_t ended;          // 0 live, else the truth's sequence number when it ended
   uint32_t h, gen;
+  int whole;   // its mapping as it was made (0: part of one other memory was mapped over)
+  int settled; // the CUDA call that made it has returned (gdrshim has been told)
 } rec_t;
 typedef struct {
   rec_t r[MAXREC];
@@ -50,13 +52,17 @@ static unsigned char prog_fd[4096]; // numbers that are the program's own files 
 typedef struct { const char *what; uint64_t va, len; long rc; } opl_t;
 static __thread int op_on, tid_no;
 static __thread uint64_t op_s, op_va, op_len;
-static __thread opl_t ring[24];
-static __thread unsigned ring_at;
+static opl_t rings[258][24]; // per thread (workers, the churn, main): read by a report on another
+static unsigned ring_ats[258];
+#define ring rings[tid_no]
+#define ring_at ring_ats[tid_no]
 
 static void op_begin(const char *what, uint64_t va, uint64_t len) {
   ring[ring_at++ % 24] = (opl_t){what, va, len, -999};
   op_va = va, op_len = len, op_s = __atomic_load_n(&tseq, __ATOMIC_SEQ_CST), op_on = 1;
 }
+// A call of the program's that is no registration, in the ring only.
+static void note(const char *what, uint64_t va, uint64_t len, long rc) { ring[ring_at++ % 24] = (opl_t){what, va, len, rc}; }
 static void op_end(long rc) {
   op_on = 0;
   ring[(ring_at - 1) % 24].rc = rc;
@@ -68,15 +74,21 @@ static void say(const char *fmt, ...) {
   if (n > (int)sizeof b - 1) n = sizeof b - 1;
   if (n > 0 && write(2, b, (size_t)n) < 0) {}
 }
+// Thread t's last `n` operations.
+static void say_ring_of(int t, unsigned n) {
+  unsigned at = ring_ats[t];
+  for (unsigned i = at > n ? at - n : 0; i < at; i++) {
+    opl_t *o = &rings[t][i % 24];
+    say("  thread %d op %u: %s [%#lx, +%#lx) -> %ld\n", t, i, o->what, (unsigned long)o->va, (unsigned long)o->len, o->rc);
+  }
+}
+static void say_ring(unsigned n) { say_ring_of(tid_no, n); }
 static void violation(const char *what, uint64_t a, uint64_t b) {
   long n = __atomic_add_fetch(&violations, 1, __ATOMIC_SEQ_CST);
   if (n > 20) return;
   say("VIOLATION %s: %#lx %#lx (thread %d, in %s [%#lx, +%#lx))\n", what, (unsigned long)a, (unsigned long)b, tid_no,
       op_on ? ring[(ring_at - 1) % 24].what : "no call", (unsigned long)op_va, (unsigned long)op_len);
-  for (unsigned i = ring_at > 24 ? ring_at - 24 : 0; i < ring_at; i++) {
-    opl_t *o = &ring[i % 24];
-    say("  thread %d op %u: %s [%#lx, +%#lx) -> %ld\n", tid_no, i, o->what, (unsigned long)o->va, (unsigned long)o->len, o->rc);
-  }
+  say_ring(24);
 }
 
 static int region_of(uint64_t va) { return va < RBASE || va >= RBASE + REGIONS * RSIZE ? -1 : (int)((va - RBASE) / RSIZE); }
@@ -95,7 +107,14 @@ static void truth_begin(uint64_t va, uint64_t len, uint64_t reach, int slot, uin
     if (k == t->n) { pthread_mutex_unlock(&tmu); say("truth full\n"); abort(); }
     t->r[k] = t->r[--t->n];
   }
-  t->r[t->n++] = (rec_t){va, va + len, reach > va + len ? reach : va + len, moff, 0, H_PROG(reg, slot), t->gen[slot]};
+  t->r[t->n++] = (rec_t){va, va + len, reach > va + len ? reach : va + len, moff, 0, H_PROG(reg, slot), t->gen[slot], 1, 0};
+  pthread_mutex_unlock(&tmu);
+}
+// The CUDA call that made the allocation at va returned.
+static void truth_settled(uint64_t va) {
+  int reg = region_of(va);
+  pthread_mutex_lock(&tmu);
+  for (int i = 0; i < truth[reg].n; i++) if (!truth[reg].r[i].ended && truth[reg].r[i].va == va) truth[reg].r[i].settled = 1;
   pthread_mutex_unlock(&tmu);
 }
 // The allocation that starts at va ends (cuMemFree).
@@ -120,8 +139,8 @@ static void truth_end_range(uint64_t va, uint64_t end) {
       if (r.va < va && r.reach > va) t->r[i].reach = va > r.end ? va : r.end;
       if (!(r.va < end && va < r.end)) continue;
       t->r[i].ended = s;
-      if (r.va < va && t->n < MAXREC) t->r[t->n++] = (rec_t){r.va, va, va, r.moff, 0, r.h, r.gen};
-      if (r.end > end && t->n < MAXREC) t->r[t->n++] = (rec_t){end, r.end, r.reach, r.moff + (end - r.va), 0, r.h, r.gen};
+      if (r.va < va && t->n < MAXREC) t->r[t->n++] = (rec_t){r.va, va, va, r.moff, 0, r.h, r.gen, 0, 1};
+      if (r.end > end && t->n < MAXREC) t->r[t->n++] = (rec_t){end, r.end, r.reach, r.moff + (end - r.va), 0, r.h, r.gen, 0, 1};
     }
   }
   pthread_mutex_unlock(&tmu);
