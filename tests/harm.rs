@@ -79,6 +79,15 @@ fn a_forked_child_holds_no_fd_of_gdrshims() {
     assert!(!line.contains("dmabuf") && !line.contains("=node"), "{line}");
 }
 
+/// A child forked while another thread deregisters an MR (gdrshim closing the MR's kept dma-buf
+/// fd) holds no dma-buf of gdrshim's: the kernel copies the fd table before the memory, so a fork
+/// must not meet a close of ours halfway (found by tests/stress.rs).
+#[test]
+fn a_child_forked_during_a_dereg_holds_no_dma_buf() {
+    let (line, _) = harm("fork-race", &rig::DMABUF, &["fork-race"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    assert!(line.contains("forks=2000 leaks=0"), "{line}");
+}
+
 /// A record that outlived its memory let CUDA's own memory be registered: it ends with the
 /// memory, here an RM free with no UVM unmap first.
 #[test]
