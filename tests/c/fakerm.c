@@ -51,8 +51,9 @@ unsigned long fakenv_p2p_errors, fakenv_calls;
 // works (nvidia-peermem's answer); NIC_DMABUF (iova, len, result) each dma-buf registration the
 // NIC is asked for; OUTLIVED_REG (client, h, va, size) a REGISTER_VIDMEM still live over memory
 // or a mapping the driver is about to release; OUTLIVED_BUF (client, h, fd) a dma-buf over
-// memory RM is about to free still open at fd (below 256).
-enum { ORACLE_EXPORT = 1, ORACLE_VIDMEM, ORACLE_NIC_VA, ORACLE_NIC_DMABUF, ORACLE_OUTLIVED_REG, ORACLE_OUTLIVED_BUF };
+// memory RM is about to free still open at fd (below 256); RELEASE (client, h) an RM free of
+// memory, (0, 0, va, len, gpu) a UVM call that unmaps, each checked so.
+enum { ORACLE_EXPORT = 1, ORACLE_VIDMEM, ORACLE_NIC_VA, ORACLE_NIC_DMABUF, ORACLE_OUTLIVED_REG, ORACLE_OUTLIVED_BUF, ORACLE_RELEASE };
 void (*fakerm_oracle)(int kind, uint32_t client, uint32_t h, uint64_t x, uint64_t y, uint64_t z);
 static void oracle(int kind, uint32_t c, uint32_t h, uint64_t x, uint64_t y, uint64_t z) {
   void (*o)(int, uint32_t, uint32_t, uint64_t, uint64_t, uint64_t) = __atomic_load_n(&fakerm_oracle, __ATOMIC_ACQUIRE);
@@ -194,6 +195,7 @@ static void regs_over(int gpu, uint64_t lo, uint64_t hi) {
 }
 static void unmap(int gpu, uint64_t base, uint64_t len) {
   uint64_t end = base + len;
+  oracle(ORACLE_RELEASE, 0, 0, base, len, (uint64_t)(int64_t)gpu);
   for (int i = 0; i < nmaps; i++) {
     map_t *m = &maps[i];
     if (!m->live || (gpu >= 0 && m->gpu != gpu) || m->base >= end || m->base + m->len <= base) continue;
@@ -343,6 +345,7 @@ int fakenv_dmabufs_open(void) { // fds of this process that are fake dma-bufs
 static void outlived_by_free(uint32_t c, uint32_t h) {
   obj_t *m = obj(c, h);
   if (!m || (m->cls != 0x40 && m->cls != 0x3e)) return;
+  oracle(ORACLE_RELEASE, c, h, 0, 0, 0);
   for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].h == h) oracle(ORACLE_OUTLIVED_REG, c, h, regs[i].addr, regs[i].size, 0);
   ino_t cand[64]; dev_t dev[64]; int n = 0;
   for (int i = 0; i < nbufs && n < 64; i++) {

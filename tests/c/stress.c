@@ -1,6 +1,6 @@
 // A concurrency stress of gdrshim with a ground-truth oracle (ours; issue 42 item 3), under the
 // real library on the fake machine (fakerm.c, fakeverbs.c, fakemlx5.c, fakecuda.c):
-//   stress SEED THREADS SECONDS ROUTE [nochurn] [nofork]
+//   stress SEED THREADS SECONDS ROUTE [nochurn] [nofork] [sabotage]
 // ROUTE (dmabuf or nv503c) names the route the machine gives; the program uses the entry points
 // that route has. THREADS workers, for SECONDS, each take a region of VA at a time and in it
 // allocate (RM memory, UVM ranges and mappings, CUDA's 2 MiB chunks carved into the program's
@@ -16,6 +16,8 @@
 // (stress_truth.h) judges every export piece, REGISTER_VIDMEM, NIC registration and release;
 // a watchdog ends a hang. At the end: nothing registered or exported is left, no fd of
 // gdrshim's but its GPU nodes. Prints "stress SEED ... ok|FAILED ..."; exit 0 only when ok.
+// `sabotage` tests the oracle itself: now and then the truth is told an allocation ended while
+// the program keeps it and registers it (every such registration is a violation to report).
 #include "rig.h"
 #include "stress_truth.h"
 #include "stress_ops.h"
@@ -23,7 +25,7 @@
 #include <signal.h>
 #include <time.h>
 
-static int threads, seconds, dmabuf_route, churn_on = 1, fork_on = 1;
+static int threads, seconds, dmabuf_route, churn_on = 1, fork_on = 1, sabotage;
 static unsigned long seed;
 static double deadline;
 static int (*gdr_active)(void);
@@ -155,6 +157,7 @@ static int pick(lay_t *l, uint64_t *va, uint64_t *len) {
   for (int i = 0; i < l->na; i++) if (l->a[i].live) live[n++] = i;
   if (n && rnd(3)) {
     pal_t *a = &l->a[live[rnd((unsigned)n)]];
+    if (sabotage && !rnd(20)) truth_free_at(a->va); // (the program keeps it: its MRs are violations)
     uint64_t pages = a->len / 0x1000, first = rnd((unsigned)pages), reach = (a->reach - a->va) / 0x1000;
     *va = a->va + page(first);
     uint64_t last = rnd(4) ? first + 1 + rnd((unsigned)(pages - first)) : first + 1 + rnd((unsigned)(reach - first));

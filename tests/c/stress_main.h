@@ -118,7 +118,7 @@ static void final_checks(void) {
   for (int fd = 3; fd < 4096; fd++) {
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
     ssize_t k = readlink(p, t, sizeof t - 1);
-    if (k <= 0 || fd == ctl || fd == uvm) continue;
+    if (k <= 0 || prog_fd[fd]) continue;
     t[k] = 0;
     int g = strstr(t, "/nvidia0") ? 0 : strstr(t, "/nvidia1") ? 1 : -1;
     if (g >= 0 && !nodes[g]++) continue;
@@ -136,14 +136,19 @@ static void final_checks(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 5) { fprintf(stderr, "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork]\n"); return 2; }
+  if (argc < 5) { fprintf(stderr, "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork] [sabotage]\n"); return 2; }
   seed = strtoul(argv[1], NULL, 0); threads = atoi(argv[2]); seconds = atoi(argv[3]);
   dmabuf_route = !strcmp(argv[4], "dmabuf");
-  for (int i = 5; i < argc; i++) { churn_on &= strcmp(argv[i], "nochurn") != 0; fork_on &= strcmp(argv[i], "nofork") != 0; }
+  for (int i = 5; i < argc; i++) {
+    churn_on &= strcmp(argv[i], "nochurn") != 0;
+    fork_on &= strcmp(argv[i], "nofork") != 0;
+    sabotage |= !strcmp(argv[i], "sabotage");
+  }
   if (threads < 1 || threads > 200 || seconds < 1) return 2;
+  // what the process has before it touches a GPU is the program's (inherited, stdio)
+  for (int fd = 0; fd < 4096; fd++) prog_fd[fd] = fcntl(fd, F_GETFD) >= 0;
   setup();
   prog_client = client;
-  for (int fd = 0; fd < 3; fd++) prog_fd[fd] = 1;
   prog_fd[ctl] = prog_fd[uvm] = 1;
   cuda_setup();
   verbs_setup();
@@ -154,7 +159,8 @@ int main(int argc, char **argv) {
   pthread_rwlockattr_t ra; pthread_rwlockattr_init(&ra);
   pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
   pthread_rwlock_init(&fdlock, &ra);
-  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d\n", seed, threads, seconds, argv[4], churn_on, fork_on);
+  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d%s\n", seed, threads, seconds, argv[4], churn_on, fork_on,
+         sabotage ? " sabotage" : "");
   fflush(stdout);
   double t0 = now();
   deadline = t0 + seconds;
@@ -173,6 +179,7 @@ int main(int argc, char **argv) {
   printf("stress %lu %d %d %s %s ops=%lu violations=%ld failures=%ld wall=%.1f", seed, threads, seconds, argv[4],
          violations ? "FAILED" : "ok", ops, violations, fails, now() - t0);
   for (int k = 0; k < K_N; k++) printf(" %s=%lu", k_names[k], kc[k]);
+  printf(" oracle_export=%lu oracle_vidmem=%lu oracle_nic=%lu oracle_release=%lu", asked[0], asked[1], asked[2], asked[3]);
   printf("\n");
   return violations ? 1 : 0;
 }

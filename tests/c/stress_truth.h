@@ -26,7 +26,9 @@
 #define MAXREC 64
 #define H_PROG(r, s) (0xbe000000u | ((uint32_t)(r) << 8) | (uint32_t)(s))
 
-enum { ORACLE_EXPORT = 1, ORACLE_VIDMEM, ORACLE_NIC_VA, ORACLE_NIC_DMABUF, ORACLE_OUTLIVED_REG, ORACLE_OUTLIVED_BUF };
+enum { ORACLE_EXPORT = 1, ORACLE_VIDMEM, ORACLE_NIC_VA, ORACLE_NIC_DMABUF, ORACLE_OUTLIVED_REG, ORACLE_OUTLIVED_BUF, ORACLE_RELEASE };
+// how often the oracle was asked: export pieces, REGISTER_VIDMEMs, NIC registrations, releases
+static unsigned long asked[4];
 
 typedef struct {
   uint64_t va, end, reach; // own bytes [va, end); libcuda counts it on to reach
@@ -202,6 +204,8 @@ static void oracle(int kind, uint32_t c, uint32_t h, uint64_t x, uint64_t y, uin
   int e = errno;
   pthread_mutex_lock(&tmu);
   uint64_t s = op_on ? op_s : __atomic_load_n(&tseq, __ATOMIC_SEQ_CST);
+  int which = kind == ORACLE_EXPORT ? 0 : kind == ORACLE_VIDMEM ? 1 : kind <= ORACLE_NIC_DMABUF ? 2 : 3;
+  asked[which]++;
   switch (kind) {
   case ORACLE_EXPORT:
     if (c != prog_client || !mem_covered(h, x, y, s)) violation("an export piece over memory that is not the program's", h, x);
@@ -218,6 +222,7 @@ static void oracle(int kind, uint32_t c, uint32_t h, uint64_t x, uint64_t y, uin
     if (z) violation("an MR given a buffer that is not the memory at its address", x, z);
     else if (!va_covered(x, y, s)) violation("a dma-buf MR over bytes that are not the program's", x, y);
     break;
+  case ORACLE_RELEASE: break; // (the fake's checks of what outlives it follow)
   case ORACLE_OUTLIVED_REG: violation("a REGISTER_VIDMEM outlives the memory or mapping the driver releases", x, y); break;
   case ORACLE_OUTLIVED_BUF:
     if (x >= 4096 || !__atomic_load_n(&prog_fd[x], __ATOMIC_SEQ_CST)) violation("a dma-buf fd of gdrshim's holds memory RM frees", h, x);
