@@ -85,9 +85,26 @@ static void say_ring_of(int t, unsigned n) {
   }
 }
 static void say_ring(unsigned n) { say_ring_of(tid_no, n); }
+// Violations by kind (the first 16 kinds), for the run's last lines.
+static const char *vkinds[16];
+static long vcounts[16];
+static long count_kind(const char *what) { // this kind's count, with this one
+  for (int i = 0; i < 16; i++) {
+    const char *k = __atomic_load_n(&vkinds[i], __ATOMIC_ACQUIRE);
+    if (!k) {
+      const char *none = NULL;
+      if (!__atomic_compare_exchange_n(&vkinds[i], &none, what, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) && none != what) continue;
+      k = what;
+    }
+    if (k == what) return __atomic_add_fetch(&vcounts[i], 1, __ATOMIC_RELAXED);
+  }
+  return 1;
+}
+// Counted; the first three of each kind are shown with the thread's last operations.
 static void violation(const char *what, uint64_t a, uint64_t b) {
-  long n = __atomic_add_fetch(&violations, 1, __ATOMIC_SEQ_CST);
-  if (n > 20) return;
+  long k = count_kind(what);
+  __atomic_add_fetch(&violations, 1, __ATOMIC_SEQ_CST);
+  if (k > 3) return;
   say("VIOLATION %s: %#lx %#lx (thread %d, in %s [%#lx, +%#lx))\n", what, (unsigned long)a, (unsigned long)b, tid_no,
       op_on ? ring[(ring_at - 1) % 24].what : "no call", (unsigned long)op_va, (unsigned long)op_len);
   say_ring(24);
