@@ -49,7 +49,8 @@ static void vmm_op(lay_t *l) {
   if (l->vmm < 0) return;
   chunk_t *c = &l->c[l->vmm];
   int ai = -1;
-  for (int i = 0; i < l->na; i++) if (l->a[i].live && l->a[i].chunk == l->vmm) ai = i;
+  for (int i = 0; i < l->na; i++)
+    if (l->a[i].live && l->a[i].chunk == l->vmm) ai = i;
   if (ai < 0) return;
   count(K_REMAP);
   freeing(l->reg, 1);
@@ -58,8 +59,11 @@ static void vmm_op(lay_t *l) {
     uint64_t to = c->va == rbase(l) + 6 * MB ? rbase(l) + 7 * MB : rbase(l) + 6 * MB;
     cu_release(c->va, c->len, 1);
     l->a[ai].live = 0;
-    for (int g = 0; g < 2; g++) if (c->gmask & (1 << g)) t_unmap(g, c->va, c->len);
-    t_range(to, c->len); l->rg[l->nr][0] = to; l->rg[l->nr++][1] = c->len;
+    for (int g = 0; g < 2; g++)
+      if (c->gmask & (1 << g)) t_unmap(g, c->va, c->len);
+    t_range(to, c->len);
+    l->rg[l->nr][0] = to;
+    l->rg[l->nr++][1] = c->len;
     t_map(to, c->len, 0, c->gmask, c->slot);
     c->va = to;
     freeing(l->reg, 0);
@@ -87,7 +91,8 @@ static void probe_all(lay_t *l) {
 // A free region: nothing there is the program's, whatever was before.
 static void probe_free_region(void) {
   int reg = (int)rnd(REGIONS), z = 0;
-  if (!__atomic_compare_exchange_n(&rstate[reg], &z, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+  if (!__atomic_compare_exchange_n(&rstate[reg], &z, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
   uint64_t b = RBASE + (uint64_t)reg * RSIZE;
   reg_range(NULL, b + page(rnd(512)), page(1 + rnd(16)), 0);
   if (dmabuf_route) export_range(NULL, b + page(rnd(512)), page(1 + rnd(16)), 0);
@@ -95,14 +100,25 @@ static void probe_free_region(void) {
 }
 
 static void release_ranges(lay_t *l) {
-  for (int i = 0; i < l->nr; i++) { t_uvm_free(l->rg[i][0], l->rg[i][1]); truth_end_range(l->rg[i][0], l->rg[i][0] + l->rg[i][1]); }
+  for (int i = 0; i < l->nr; i++) {
+    t_uvm_free(l->rg[i][0], l->rg[i][1]);
+    truth_end_range(l->rg[i][0], l->rg[i][0] + l->rg[i][1]);
+  }
   l->nr = 0;
 }
 static void release_mems(lay_t *l) {
-  for (int i = 0; i < l->nc; i++) if (l->c[i].live) { t_free_mem(l->c[i].gmem, l->reg, l->c[i].slot); l->c[i].live = 0; }
+  for (int i = 0; i < l->nc; i++)
+    if (l->c[i].live) {
+      t_free_mem(l->c[i].gmem, l->reg, l->c[i].slot);
+      l->c[i].live = 0;
+    }
 }
 static void release_program(lay_t *l) {
-  for (int i = 0; i < l->na; i++) if (l->a[i].live) { cu_release(l->a[i].va, l->a[i].len, l->a[i].import); l->a[i].live = 0; }
+  for (int i = 0; i < l->na; i++)
+    if (l->a[i].live) {
+      cu_release(l->a[i].va, l->a[i].len, l->a[i].import);
+      l->a[i].live = 0;
+    }
   if (l->vmm >= 0) cu_release(l->c[l->vmm].va, l->c[l->vmm].len, 1); // the ends of one mapped over
 }
 // CUDA's own memory mapped at chunk c's VA on the GPUs of gmask.
@@ -123,15 +139,25 @@ static void teardown(lay_t *l) {
   if (rnd(10)) unreg_over(l, 0, 0);
   unsigned order = rnd(100);
   if (order < 50) {
-    release_program(l); release_ranges(l); release_mems(l);
+    release_program(l);
+    release_ranges(l);
+    release_mems(l);
   } else if (order < 65) {
-    release_ranges(l); release_mems(l); release_program(l);
+    release_ranges(l);
+    release_mems(l);
+    release_program(l);
   } else if (order < 82 || l->nc == 0 || l->c[0].gmask != 3) {
     int n = l->nc;
-    for (int i = 0; i < n; i++) if (l->c[i].live) { t_free_mem(l->c[i].gmem, l->reg, l->c[i].slot); l->c[i].live = 0; }
+    for (int i = 0; i < n; i++)
+      if (l->c[i].live) {
+        t_free_mem(l->c[i].gmem, l->reg, l->c[i].slot);
+        l->c[i].live = 0;
+      }
     if (rnd(2) && n && !l->c[0].cuda) cuda_over(l, 0, l->c[0].gmask);
     probe_all(l);
-    release_ranges(l); release_mems(l); release_program(l);
+    release_ranges(l);
+    release_mems(l);
+    release_program(l);
   } else {
     t_unmap(0, l->c[0].va, l->c[0].len);
     probe_all(l);
@@ -139,28 +165,47 @@ static void teardown(lay_t *l) {
     probe_all(l);
     t_unmap(1, l->c[0].va, l->c[0].len);
     probe_all(l);
-    release_ranges(l); release_mems(l); release_program(l);
+    release_ranges(l);
+    release_mems(l);
+    release_program(l);
   }
   unreg_over(l, 0, 0); // (the region stays `freeing` until it is free: stress_main.h's worker)
 }
 
 static void cycle(int reg) {
-  lay_t L; memset(&L, 0, sizeof L); L.reg = reg;
+  lay_t L;
+  memset(&L, 0, sizeof L);
+  L.reg = reg;
   lay_t *l = &L;
   truth_clear(reg);
   build(l);
   for (int i = 0, n = 6 + (int)rnd(24); i < n && now() < deadline; i++) {
     alive();
-    uint64_t va, len; unsigned r = rnd(100);
-    if (r < 38) { int e = pick(l, &va, &len); reg_range(l, va, len, e); }
-    else if (r < 50) { if (l->nh) { int k = (int)rnd((unsigned)l->nh); unreg(&l->held[k]); l->held[k] = l->held[--l->nh]; } }
-    else if (r < 54) { pick(l, &va, &len); rereg(l, va, len); }
-    else if (r < 66) { if (dmabuf_route) { int e = pick(l, &va, &len); export_range(l, va, len, e); } }
-    else if (r < 73) free_one(l);
+    uint64_t va, len;
+    unsigned r = rnd(100);
+    if (r < 38) {
+      int e = pick(l, &va, &len);
+      reg_range(l, va, len, e);
+    } else if (r < 50) {
+      if (l->nh) {
+        int k = (int)rnd((unsigned)l->nh);
+        unreg(&l->held[k]);
+        l->held[k] = l->held[--l->nh];
+      }
+    } else if (r < 54) {
+      pick(l, &va, &len);
+      rereg(l, va, len);
+    } else if (r < 66) {
+      if (dmabuf_route) {
+        int e = pick(l, &va, &len);
+        export_range(l, va, len, e);
+      }
+    } else if (r < 73) free_one(l);
     else if (r < 81) carve(l);
     else if (r < 87) vmm_op(l);
-    else if (r < 88) { if (fork_on) fork_op(); }
-    else if (r < 97) borrow();
+    else if (r < 88) {
+      if (fork_on) fork_op();
+    } else if (r < 97) borrow();
     else probe_free_region();
   }
   teardown(l);

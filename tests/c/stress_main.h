@@ -3,18 +3,28 @@
 #pragma once
 
 // ---- the churn: numbers gdrshim keeps closed or replaced, files of the program's put there ----
-typedef struct { int fd; char mark[48]; } pfile_t;
+typedef struct {
+  int fd;
+  char mark[48];
+} pfile_t;
 static pfile_t pf[16];
 static int npf;
 static unsigned long marks;
 // A file of the program's own at `at` (-1: at the lowest free number), holding a mark of its own.
 static int own_file(int at) {
   int fd = memfd_create("stress-program-file", MFD_CLOEXEC);
-  if (fd < 0) { failed("memfd_create", 0, errno); return -1; }
+  if (fd < 0) {
+    failed("memfd_create", 0, errno);
+    return -1;
+  }
   if (at >= 0 && fd != at) {
     errno = SENT;
     int r = rnd(2) ? dup2(fd, at) : dup3(fd, at, O_CLOEXEC);
-    if (r != at) { failed("dup2 over a number", at, errno); close(fd); return -1; }
+    if (r != at) {
+      failed("dup2 over a number", at, errno);
+      close(fd);
+      return -1;
+    }
     errno_kept("errno changed by dup2/dup3", at);
     close(fd);
     fd = at;
@@ -42,11 +52,13 @@ static void verify_files(void) {
 static void drop_file(int i) {
   __atomic_store_n(&prog_fd[pf[i].fd], 0, __ATOMIC_SEQ_CST);
   errno = SENT;
-  if (close(pf[i].fd)) failed("close of the program's file", pf[i].fd, errno); else errno_kept("errno changed by close", pf[i].fd);
+  if (close(pf[i].fd)) failed("close of the program's file", pf[i].fd, errno);
+  else errno_kept("errno changed by close", pf[i].fd);
   pf[i] = pf[--npf];
 }
 static void churn_once(void) {
-  int cand[256], n = 0; char p[64], t[256];
+  int cand[256], n = 0;
+  char p[64], t[256];
   for (int fd = 3; fd < 256; fd++) {
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
     if (!prog_fd[fd] && readlink(p, t, sizeof t) > 0) cand[n++] = fd;
@@ -73,7 +85,8 @@ static void churn_once(void) {
 }
 static void *churn(void *arg) {
   (void)arg;
-  tid_no = threads; rng = seed * 0x2545f4914f6cdd1dull + 7777;
+  tid_no = threads;
+  rng = seed * 0x2545f4914f6cdd1dull + 7777;
   while (!__atomic_load_n(&stop_churn, __ATOMIC_ACQUIRE)) {
     usleep(200 + rnd(1500));
     pthread_rwlock_wrlock(&fdlock);
@@ -92,8 +105,14 @@ static void *watchdog(void *arg) {
     usleep(500000);
     double t = now();
     for (int i = 0; i < threads; i++)
-      if (beats[i] && t - beats[i] > 30) { say("VIOLATION a hang: worker %d silent for %.0f s (seed %lu)\n", i, t - beats[i], seed); _exit(3); }
-    if (t > deadline + 120) { say("VIOLATION a hang: the run is 120 s past its end (seed %lu)\n", seed); _exit(3); }
+      if (beats[i] && t - beats[i] > 30) {
+        say("VIOLATION a hang: worker %d silent for %.0f s (seed %lu)\n", i, t - beats[i], seed);
+        _exit(3);
+      }
+    if (t > deadline + 120) {
+      say("VIOLATION a hang: the run is 120 s past its end (seed %lu)\n", seed);
+      _exit(3);
+    }
   }
   return NULL;
 }
@@ -104,8 +123,14 @@ static void *worker(void *arg) {
   alive();
   while (now() < deadline) {
     int reg = (int)rnd(REGIONS), z = 0;
-    for (int i = 0; i < REGIONS && !__atomic_compare_exchange_n(&rstate[reg], &z, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE); i++) reg = (reg + 1) % REGIONS, z = 0;
-    if (z) { usleep(1000); continue; }
+    for (int i = 0; i < REGIONS && !__atomic_compare_exchange_n(&rstate[reg], &z, 1, 0,
+                                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+         i++)
+      reg = (reg + 1) % REGIONS, z = 0;
+    if (z) {
+      usleep(1000);
+      continue;
+    }
     rowner[reg] = tid_no;
     cycle(reg);
     pthread_mutex_lock(&bmu);
@@ -120,7 +145,8 @@ static void *worker(void *arg) {
 
 // After every worker: nothing registered or exported left, no fd of gdrshim's but its GPU nodes.
 static void final_checks(void) {
-  int nodes[2] = {0, 0}; char p[64], t[512];
+  int nodes[2] = {0, 0};
+  char p[64], t[512];
   for (int fd = 3; fd < 4096; fd++) {
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
     ssize_t k = readlink(p, t, sizeof t - 1);
@@ -133,17 +159,26 @@ static void final_checks(void) {
   }
   int (*bufs)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "fakenv_dmabufs_open");
   if (bufs && bufs()) violation("dma-buf fds left at the end", (uint64_t)bufs(), 0);
-  struct gdrshim_counters c; memset(&c, 0xff, sizeof c);
+  struct gdrshim_counters c;
+  memset(&c, 0xff, sizeof c);
   if (gdrshim_dl_counters(&c, sizeof c) < 0) violation("no counters", 0, 0);
   if (c.live_registrations || c.dmabuf_buffers || c.registered != c.unregistered)
-    violation("gdrshim holds registrations at the end (live, buffers)", c.live_registrations, c.dmabuf_buffers);
+    violation("gdrshim holds registrations at the end (live, buffers)", c.live_registrations,
+              c.dmabuf_buffers);
   int route = gdrshim_dl_gdr_route();
-  if (route != (dmabuf_route ? 1 : 2)) violation("the machine's route is not the one asked for", (uint64_t)route, 0);
+  if (route != (dmabuf_route ? 1 : 2))
+    violation("the machine's route is not the one asked for", (uint64_t)route, 0);
 }
 
 int main(int argc, char **argv) {
-  if (argc < 5) { fprintf(stderr, "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork] [sabotage]\n"); return 2; }
-  seed = strtoul(argv[1], NULL, 0); threads = atoi(argv[2]); seconds = atoi(argv[3]);
+  if (argc < 5) {
+    fprintf(stderr,
+            "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork] [sabotage]\n");
+    return 2;
+  }
+  seed = strtoul(argv[1], NULL, 0);
+  threads = atoi(argv[2]);
+  seconds = atoi(argv[3]);
   dmabuf_route = !strcmp(argv[4], "dmabuf");
   for (int i = 5; i < argc; i++) {
     churn_on &= strcmp(argv[i], "nochurn") != 0;
@@ -158,15 +193,20 @@ int main(int argc, char **argv) {
   prog_fd[ctl] = prog_fd[uvm] = 1;
   cuda_setup();
   verbs_setup();
-  if (dmabuf_route != new_verbs) { fprintf(stderr, "stress: route %s, but libibverbs is %s\n", argv[4], new_verbs ? "34+" : "older"); return 2; }
+  if (dmabuf_route != new_verbs) {
+    fprintf(stderr, "stress: route %s, but libibverbs is %s\n", argv[4],
+            new_verbs ? "34+" : "older");
+    return 2;
+  }
   gdr_active = must(dlsym(RTLD_DEFAULT, "gdrshim_gdr_active"), "gdrshim_gdr_active");
   void **o = must(dlsym(RTLD_DEFAULT, "fakerm_oracle"), "fakerm_oracle (the fake driver)");
   __atomic_store_n(o, (void *)oracle, __ATOMIC_RELEASE);
-  pthread_rwlockattr_t ra; pthread_rwlockattr_init(&ra);
+  pthread_rwlockattr_t ra;
+  pthread_rwlockattr_init(&ra);
   pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
   pthread_rwlock_init(&fdlock, &ra);
-  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d%s\n", seed, threads, seconds, argv[4], churn_on, fork_on,
-         sabotage ? " sabotage" : "");
+  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d%s\n", seed, threads,
+         seconds, argv[4], churn_on, fork_on, sabotage ? " sabotage" : "");
   fflush(stdout);
   double t0 = now();
   deadline = t0 + seconds;
@@ -175,18 +215,26 @@ int main(int argc, char **argv) {
   if (churn_on) pthread_create(&ch, NULL, churn, NULL);
   for (int i = 0; i < threads; i++) pthread_create(&w[i], NULL, worker, (void *)(intptr_t)i);
   for (int i = 0; i < threads; i++) pthread_join(w[i], NULL);
-  if (churn_on) { __atomic_store_n(&stop_churn, 1, __ATOMIC_RELEASE); pthread_join(ch, NULL); }
+  if (churn_on) {
+    __atomic_store_n(&stop_churn, 1, __ATOMIC_RELEASE);
+    pthread_join(ch, NULL);
+  }
   tid_no = threads + 1;
   verify_files();
   while (npf) drop_file(0);
   final_checks();
   unsigned long ops = 0;
-  for (int k = 0; k < K_N; k++) if (k != K_REG_OK && k != K_PROBE_OK && k != K_REREG_OK && k != K_EXPORT_OK && k != K_UMEM_OK && k != K_CYCLE) ops += kc[k];
-  printf("stress %lu %d %d %s %s ops=%lu violations=%ld failures=%ld wall=%.1f", seed, threads, seconds, argv[4],
-         violations ? "FAILED" : "ok", ops, violations, fails, now() - t0);
+  for (int k = 0; k < K_N; k++)
+    if (k != K_REG_OK && k != K_PROBE_OK && k != K_REREG_OK && k != K_EXPORT_OK && k != K_UMEM_OK &&
+        k != K_CYCLE)
+      ops += kc[k];
+  printf("stress %lu %d %d %s %s ops=%lu violations=%ld failures=%ld wall=%.1f", seed, threads,
+         seconds, argv[4], violations ? "FAILED" : "ok", ops, violations, fails, now() - t0);
   for (int k = 0; k < K_N; k++) printf(" %s=%lu", k_names[k], kc[k]);
-  printf(" oracle_export=%lu oracle_vidmem=%lu oracle_nic=%lu oracle_release=%lu", asked[0], asked[1], asked[2], asked[3]);
+  printf(" oracle_export=%lu oracle_vidmem=%lu oracle_nic=%lu oracle_release=%lu", asked[0],
+         asked[1], asked[2], asked[3]);
   printf("\n");
-  for (int i = 0; i < 16 && vkinds[i]; i++) printf("stress violations %ld: %s\n", vcounts[i], vkinds[i]);
+  for (int i = 0; i < 16 && vkinds[i]; i++)
+    printf("stress violations %ld: %s\n", vcounts[i], vkinds[i]);
   return violations ? 1 : 0;
 }
