@@ -10,7 +10,8 @@
 //!
 //! A failure names its seed: `GDRSHIM_STRESS_SEED=N` replays the same operations (the threads'
 //! interleaving is the machine's). `GDRSHIM_STRESS_THREADS` and `GDRSHIM_STRESS_SECONDS` make a
-//! longer campaign (docs/results/stress-campaign).
+//! longer campaign (docs/results/stress-2026-12-05); `GDRSHIM_STRESS_ARGS` passes the program's
+//! switches (`nochurn`, `nofork`) to narrow a failure down.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -64,22 +65,29 @@ fn stress(rig: &Rig, route: &str, seed: u64, threads: u64, seconds: u64, args: &
 fn run_route(rig: &Rig, route: &str) {
     let (threads, seconds) = (knob("GDRSHIM_STRESS_THREADS", 6), knob("GDRSHIM_STRESS_SECONDS", 15));
     let seed = seed(route);
-    let (code, c, out, err) = stress(rig, route, seed, threads, seconds, &[]);
+    let args = std::env::var("GDRSHIM_STRESS_ARGS").unwrap_or_default();
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let (code, c, out, err) = stress(rig, route, seed, threads, seconds, &args);
     let shown = |e: &str| e.lines().filter(|l| !l.contains("[gdrshim] WARN")).take(80).collect::<Vec<_>>().join("\n");
-    let what =
-        format!("stress {seed} {threads} {seconds} {route} (replay: GDRSHIM_STRESS_SEED={seed}) exited {code}\n{out}\n{}", shown(&err));
+    let what = format!(
+        "stress {seed} {threads} {seconds} {route} {args:?} (replay: GDRSHIM_STRESS_SEED={seed}) exited {code}\n{out}\n{}",
+        shown(&err)
+    );
     assert!(code == 0 && out.contains(&format!("stress {seed} {threads} {seconds} {route} ok ")), "{what}");
     assert!(!err.contains("VIOLATION"), "{what}");
     eprintln!("{}", out.lines().last().unwrap_or_default());
     let n = |k: &str| num(&c, k, &what);
     // the oracle ran where the route has its events, and every entry point was used and worked
-    for k in "oracle_nic oracle_release reg_ok umem_ok probe dereg alloc free driver_free remap fork borrow cycles".split(' ') {
+    for k in "oracle_nic oracle_release reg_ok umem_ok probe dereg alloc free driver_free remap borrow cycles".split(' ') {
         assert!(n(k) > 0, "{k}=0: {what}");
     }
+    assert_eq!(n("fork") > 0, !args.contains(&"nofork"), "{what}");
     let dmabuf = route == "dmabuf";
-    for k in ["oracle_export", "export_ok", "own_dmabuf_mr", "churn"] {
+    for k in ["oracle_export", "export_ok", "own_dmabuf_mr"] {
         assert_eq!(n(k) > 0, dmabuf, "{k}: {what}");
     }
+    // (on the NV503C route gdrshim keeps no fd: the churn finds none of its numbers to close)
+    assert!(!dmabuf || args.contains(&"nochurn") || n("churn") > 0, "{what}");
     assert_eq!(n("oracle_vidmem") > 0, !dmabuf, "{what}");
     assert!(n("rereg") > 0 && (dmabuf || n("rereg_ok") > 0), "{what}");
     // calls that must work did (a few may meet the hooks' 5 s lock wait on a loaded machine)
