@@ -171,8 +171,8 @@ fn install_fork_handler() {
     loop {
         match AT_FORK.compare_exchange(0, me, Relaxed, Relaxed) {
             Ok(_) => {
-                // SAFETY: an extern "C" fn without arguments, as pthread_atfork requires.
-                unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
+                // SAFETY: extern "C" fns without arguments, as pthread_atfork requires.
+                unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
                 AT_FORK.store(DONE, core::sync::atomic::Ordering::Release);
                 return;
             }
@@ -193,6 +193,18 @@ fn install_fork_handler() {
 // closes every fd gdrshim kept (O_CLOEXEC helps only at exec): a dma-buf holds its GPU memory
 // while any copy of its fd lives, and a long-lived worker (a DataLoader's) would otherwise keep
 // the parent's freed memory for its whole life.
+//
+// The fd lock is held across the fork itself (fork_prepare, released by fork_parent and in the
+// child): the kernel copies the fd table before the memory, and a close of ours between the two
+// would leave the child an fd our table there no longer names (fdtable::own::before_fork).
+extern "C" fn fork_prepare() {
+    crate::fdtable::own::before_fork();
+}
+
+extern "C" fn fork_parent() {
+    crate::fdtable::own::after_fork_in_parent();
+}
+
 extern "C" fn fork_child() {
     HOOK.active.store(OFF, Relaxed);
     crate::fdtable::own::close_all_in_child();

@@ -79,6 +79,27 @@ fn a_forked_child_holds_no_fd_of_gdrshims() {
     assert!(!line.contains("dmabuf") && !line.contains("=node"), "{line}");
 }
 
+/// A child forked while another thread deregisters an MR (gdrshim closing the MR's kept dma-buf
+/// fd) holds no dma-buf of gdrshim's: the kernel copies the fd table before the memory, so a fork
+/// must not meet a close of ours halfway (found by tests/stress.rs).
+#[test]
+fn a_child_forked_during_a_dereg_holds_no_dma_buf() {
+    let (line, _) = harm("fork-race", &rig::DMABUF, &["fork-race"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    assert!(line.contains("forks=2000 leaks=0"), "{line}");
+}
+
+/// The same while an export for an MR is under way: the driver has made the buffer's fd and
+/// gdrshim has not yet taken it as its own when another thread forks, and the child keeps it
+/// (found by the stress test's analysis; about a third of such forks in the fake machine, where
+/// the export is a large part of a registration). Open: a fork would have to wait for exports
+/// in flight (a gate the prepare handler closes before it takes the fd lock).
+#[test]
+#[ignore = "open defect: a fork during an export leaves the child the new dma-buf (harm fork-export)"]
+fn a_child_forked_during_an_export_holds_no_dma_buf() {
+    let (line, _) = harm("fork-export", &rig::DMABUF, &["fork-export"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    assert!(line.contains("forks=2000 leaks=0"), "{line}");
+}
+
 /// A record that outlived its memory let CUDA's own memory be registered: it ends with the
 /// memory, here an RM free with no UVM unmap first.
 #[test]

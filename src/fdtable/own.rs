@@ -14,7 +14,7 @@
 use crate::fd::{FileId, OwnedFd};
 use core::ffi::c_int;
 use core::sync::atomic::{
-    AtomicI32, AtomicPtr, AtomicU64,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use gdrshim_common::fdpages as pages;
@@ -215,10 +215,34 @@ impl Kept {
     }
 }
 
+/// Whether the lock is held across a fork by [`before_fork`] (not taken there again by its holder).
+static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
+
+/// Before a fork (the `pthread_atfork` prepare handler): the lock is taken, and kept until
+/// [`after_fork_in_parent`] or [`close_all_in_child`], so that no adopt, check-then-close or
+/// program's close of a number of ours is halfway while the child is made. The kernel copies
+/// the fd table before the memory: a number of ours another thread closed in between would be
+/// open in the child while our table there says it is not ours, and the child would keep that
+/// dma-buf (and the GPU memory behind it) for its life. A short wait: the holder is inside one
+/// close, fstat or write.
+pub fn before_fork() {
+    let held = lock();
+    HELD_FOR_FORK.store(held.0, Relaxed);
+    core::mem::forget(held);
+}
+
+/// After a fork, in the parent: the lock [`before_fork`] took is given back.
+pub fn after_fork_in_parent() {
+    if HELD_FOR_FORK.swap(false, Relaxed) {
+        HOLDER.store(0, Release);
+    }
+}
+
 /// In a child just forked: every fd of ours is closed (the GPU memory behind a dma-buf lives as
 /// long as any copy of its fd), the lock is free (its holder, if any, is a thread the child does
 /// not have). Only numbers that are still the file we made are closed. No lock, no allocation.
 pub fn close_all_in_child() {
+    HELD_FOR_FORK.store(false, Relaxed);
     HOLDER.store(0, Relaxed);
     pages::each_own(|fd| {
         let same = idents::get(fd).is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
@@ -333,6 +357,23 @@ mod tests {
         let n = ours.num();
         assert!(close(ours));
         assert!(!pages::is_own(n));
+    }
+
+    /// A fork holds the lock from its prepare handler to its parent handler; where the forking
+    /// thread holds it already (a signal handler's fork inside our close), it is left to that
+    /// close.
+    #[test]
+    fn a_fork_holds_the_lock_and_gives_it_back() {
+        before_fork();
+        assert_eq!(HOLDER.load(Relaxed), tid(), "held across the fork");
+        after_fork_in_parent();
+        assert_ne!(HOLDER.load(Relaxed), tid(), "given back in the parent");
+        let close = lock();
+        before_fork();
+        after_fork_in_parent();
+        assert_eq!(HOLDER.load(Relaxed), tid(), "still the close's");
+        drop(close);
+        assert_ne!(HOLDER.load(Relaxed), tid());
     }
 
     #[test]

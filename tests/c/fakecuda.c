@@ -1,6 +1,7 @@
 // A fake libcuda.so.1 for gdrshim's integration tests (ours): cuGetProcAddress_v2 and the
 // allocation entry points the shim wraps. Allocations return the pointer set by
-// fakecuda_set_next(), so a player can reproduce a capture's user allocations.
+// fakecuda_set_next() (the calling thread's), so a player can reproduce a capture's user
+// allocations.
 // FAKECUDA_ATTRS="75=12,76=0,118=100" overrides device attributes (another GPU than the default
 // GeForce sm_89); FAKECUDA_CREATE says what cuMemCreate does: accept (default), flag (refuse
 // gpuDirectRDMACapable=1 with 801, as a GeForce), oom (refuse everything with 2), all (refuse
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 typedef int CUresult;
-static uint64_t next_ptr;
+static __thread uint64_t next_ptr;
 void fakecuda_set_next(uint64_t p) { next_ptr = p; }
 CUresult cuMemAlloc_v2(uint64_t *d, size_t n) { (void)n; *d = next_ptr; return 0; }
 CUresult cuMemAllocPitch_v2(uint64_t *d, size_t *pitch, size_t w, size_t h, unsigned e) { (void)h; (void)e; *d = next_ptr; *pitch = w; return 0; }

@@ -3,7 +3,8 @@
 // works only where the fake driver has it registered, else EFAULT, as on a GeForce) or the
 // kernel's RDMA core for a dma-buf umem (MLX5DV_UMEM_MASK_DMABUF: `addr` is the offset in the
 // buffer, which must be, page by page, the process's memory at fakemlx5_va, the VA the test
-// means; the umem keeps a dup of the fd until dereg). comp_mask bits other than DMABUF give
+// means, or the calling thread's fakemlx5_set_thread_va where set; the umem keeps a dup of the fd
+// at 512 or above, as the kernel's own reference, until dereg). comp_mask bits other than DMABUF give
 // EOPNOTSUPP, as libmlx5 does. It records what it was asked (fakemlx5_*).
 // FAKEMLX5_DMABUF_FAIL=ERRNO refuses every dma-buf umem with that errno.
 #define _GNU_SOURCE
@@ -17,6 +18,8 @@
 struct mlx5dv_devx_umem_in { void *addr; size_t size; uint32_t access; uint64_t pgsz_bitmap; uint64_t comp_mask; int dmabuf_fd; };
 struct umem { uint32_t umem_id; int buf_fd; };
 uint64_t fakemlx5_va, fakemlx5_last_mask, fakemlx5_last_pgsz, fakemlx5_last_addr;
+static __thread uint64_t thread_va;
+void fakemlx5_set_thread_va(uint64_t va) { thread_va = va; }
 unsigned long fakemlx5_legacy, fakemlx5_ex, fakemlx5_dmabuf;
 // registrations and deregs pass a cancellation point (rdma-core's write()) where the fake
 // libibverbs' switch fakeverbs_cancel_point_in_reg is on
@@ -52,10 +55,11 @@ struct umem *mlx5dv_devx_umem_reg_ex(void *ctx, struct mlx5dv_devx_umem_in *in) 
   if (fail) { errno = atoi(fail); return NULL; }
   if (in->dmabuf_fd < 0) { errno = EBADF; return NULL; }
   int (*check)(int, uint64_t, uint64_t, uint64_t) = (int (*)(int, uint64_t, uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_dmabuf_check");
-  int r = check ? check(in->dmabuf_fd, (uint64_t)(uintptr_t)in->addr, in->size, fakemlx5_va) : -2;
+  uint64_t va = thread_va ? thread_va : fakemlx5_va;
+  int r = check ? check(in->dmabuf_fd, (uint64_t)(uintptr_t)in->addr, in->size, va) : -2;
   if (r == -2) { errno = EINVAL; return NULL; }
   if (r) { errno = EFAULT; return NULL; }
-  return made(fcntl(in->dmabuf_fd, F_DUPFD_CLOEXEC, 0));
+  return made(fcntl(in->dmabuf_fd, F_DUPFD_CLOEXEC, 512));
 }
 int mlx5dv_devx_umem_dereg(struct umem *u) {
   cancel_point();

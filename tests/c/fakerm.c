@@ -18,6 +18,10 @@
 // counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
 // fakenv_dmabuf_check(fd, offset, len, iova) answers what the kernel's RDMA core would map: 0 only
 // if every page of [iova, iova+len) is, at that moment, the buffer's memory at that offset.
+// fakerm_oracle, where a test program sets it (tests/c/stress.c), is called under the driver's
+// lock at each export piece, REGISTER_VIDMEM, NIC registration and release (fakerm_oracle_kind).
+// FAKERM_FD_CACHE=0: every call's fd is looked up (no cache per number): for programs whose fd
+// numbers are closed by raw system calls or close_range and reused by other files.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -41,6 +45,20 @@ static reg_t regs[MAXO]; static int nregs;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t next_handle = 0x7000;
 unsigned long fakenv_p2p_errors, fakenv_calls;
+// The ground truth's oracle of a test program (tests/c/stress.c sets it), called under `mu`:
+// EXPORT (client, h, offset, size) each piece of an export that worked; VIDMEM (client, h, va,
+// size, offset) a REGISTER_VIDMEM that works; NIC_VA (va, len) a NIC registration of GPU VA that
+// works (nvidia-peermem's answer); NIC_DMABUF (iova, len, result) each dma-buf registration the
+// NIC is asked for; OUTLIVED_REG (client, h, va, size) a REGISTER_VIDMEM still live over memory
+// or a mapping the driver is about to release; OUTLIVED_BUF (client, h, fd) a dma-buf over
+// memory RM is about to free still open at fd (below 256); RELEASE (client, h) an RM free of
+// memory, (0, 0, va, len, gpu) a UVM call that unmaps, each checked so.
+enum { ORACLE_EXPORT = 1, ORACLE_VIDMEM, ORACLE_NIC_VA, ORACLE_NIC_DMABUF, ORACLE_OUTLIVED_REG, ORACLE_OUTLIVED_BUF, ORACLE_RELEASE };
+void (*fakerm_oracle)(int kind, uint32_t client, uint32_t h, uint64_t x, uint64_t y, uint64_t z);
+static void oracle(int kind, uint32_t c, uint32_t h, uint64_t x, uint64_t y, uint64_t z) {
+  void (*o)(int, uint32_t, uint32_t, uint64_t, uint64_t, uint64_t) = __atomic_load_n(&fakerm_oracle, __ATOMIC_ACQUIRE);
+  if (o) o(kind, c, h, x, y, z);
+}
 
 static struct { dev_t dev; ino_t ino; } nodes[4]; static int nodes_ready;
 static const char *names[4] = {"nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"};
@@ -52,13 +70,16 @@ static void init_nodes(void) {
 // -1 not ours, 0 ctl, 1 uvm, 2/3 GPU nodes; cached per fd number until close (so that the
 // fake itself costs little next to what it serves: the alloc-loop benchmark measures the shim)
 static signed char fd_node[4096]; // 0 unknown, else node + 2
+static int fd_cache = -1;
 static int node_of(int fd) {
-  if (fd >= 0 && fd < 4096) { int c = __atomic_load_n(&fd_node[fd], __ATOMIC_RELAXED); if (c) return c - 2; }
+  if (__atomic_load_n(&fd_cache, __ATOMIC_RELAXED) < 0) { const char *c = getenv("FAKERM_FD_CACHE"); __atomic_store_n(&fd_cache, !c || strcmp(c, "0"), __ATOMIC_RELAXED); }
+  int cached = fd >= 0 && fd < 4096 && __atomic_load_n(&fd_cache, __ATOMIC_RELAXED);
+  if (cached) { int c = __atomic_load_n(&fd_node[fd], __ATOMIC_RELAXED); if (c) return c - 2; }
   if (!__atomic_load_n(&nodes_ready, __ATOMIC_ACQUIRE)) init_nodes();
   struct stat st; int r = -1;
   // the raw system call: tests/asleep.rs counts the shim's fstats, not the fake's
   if (!syscall(SYS_fstat, fd, &st)) for (int i = 0; i < 4; i++) if (nodes[i].ino && st.st_dev == nodes[i].dev && st.st_ino == nodes[i].ino) r = i;
-  if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], (signed char)(r + 2), __ATOMIC_RELAXED);
+  if (cached) __atomic_store_n(&fd_node[fd], (signed char)(r + 2), __ATOMIC_RELAXED);
   return r;
 }
 // libc's, found at load: a driver's calls need no loader lock (a thread that a library's
@@ -152,6 +173,7 @@ static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
     if (m->cls != 0x40) return 0x56;
     if (!sz || (ad | sz | of) & 0xffff || of + sz > m->size) return 0x1f;
     for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].p2p == p2p && (regs[i].h == h || (ad < regs[i].addr + regs[i].size && regs[i].addr < ad + sz))) return 0x19;
+    oracle(ORACLE_VIDMEM, c, h, ad, sz, of);
     return reg_add((reg_t){c, p2p, h, ad, sz, of, 1}) ? 0x51 : 0;
   }
   if (cmd == 0x503c0105) {
@@ -162,12 +184,23 @@ static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
   return 0x24;
 }
 
+// (the oracle's) REGISTER_VIDMEMs of GPU gpu's device over [lo, hi), whose mapping goes
+static void regs_over(int gpu, uint64_t lo, uint64_t hi) {
+  for (int i = 0; i < nregs; i++) {
+    reg_t *r = &regs[i];
+    if (!r->live || r->addr >= hi || r->addr + r->size <= lo) continue;
+    obj_t *d = obj(r->client, device_of(obj(r->client, r->p2p)));
+    if (d && (int)d->device == gpu) oracle(ORACLE_OUTLIVED_REG, r->client, r->h, r->addr, r->size, 0);
+  }
+}
 static void unmap(int gpu, uint64_t base, uint64_t len) {
   uint64_t end = base + len;
+  oracle(ORACLE_RELEASE, 0, 0, base, len, (uint64_t)(int64_t)gpu);
   for (int i = 0; i < nmaps; i++) {
     map_t *m = &maps[i];
     if (!m->live || (gpu >= 0 && m->gpu != gpu) || m->base >= end || m->base + m->len <= base) continue;
     uint64_t mend = m->base + m->len; map_t keep = *m; m->live = 0;
+    if (fakerm_oracle) regs_over(keep.gpu, keep.base > base ? keep.base : base, mend < end ? mend : end);
     if (keep.base < base) { map_t a = keep; a.len = base - keep.base; for (int j = 0; j <= nmaps; j++) if (j == nmaps || !maps[j].live) { maps[j] = a; if (j == nmaps) nmaps++; break; } }
     if (mend > end) { map_t b = keep; b.base = end; b.off = keep.off + (end - keep.base); b.len = mend - end; for (int j = 0; j <= nmaps; j++) if (j == nmaps || !maps[j].live) { maps[j] = b; if (j == nmaps) nmaps++; break; } }
   }
@@ -271,6 +304,7 @@ static uint32_t export_dmabuf(int gpu, uint8_t *a) {
   }
   int complete = 1; for (uint32_t i = 0; i < b->total; i++) complete &= b->slots[i].filled;
   if (complete && attached != b->size) { if (fd != *(int32_t *)a) { close(fd); b->live = 0; } return 0x1f; }
+  for (uint32_t i = 0; i < num; i++) { uint32_t h; uint64_t off, size; memcpy(&h, a + 36 + 4 * i, 4); memcpy(&off, a + 552 + 8 * i, 8); memcpy(&size, a + 1576 + 8 * i, 8); oracle(ORACLE_EXPORT, client, h, off, size, 0); }
   memcpy(a, &fd, 4); fakenv_exports++;
   return 0;
 }
@@ -296,6 +330,7 @@ int fakenv_dmabuf_check(int fd, uint64_t offset, uint64_t len, uint64_t iova) {
     }
     if (!seen) r = -1;
   }
+  oracle(ORACLE_NIC_DMABUF, b ? b->client : 0, 0, iova, len, (uint64_t)(int64_t)r);
   pthread_mutex_unlock(&mu);
   return r;
 }
@@ -303,6 +338,24 @@ int fakenv_dmabufs_open(void) { // fds of this process that are fake dma-bufs
   int n = 0; char p[64];
   for (int fd = 0; fd < 4096; fd++) { snprintf(p, sizeof p, "/proc/self/fd/%d", fd); char t[256]; ssize_t k = readlink(p, t, sizeof t - 1); if (k > 0) { t[k] = 0; if (strstr(t, "memfd:nv_dmabuf")) n++; } }
   return n;
+}
+
+// (the oracle's) what still holds memory (c, h) as RM is about to free it: a REGISTER_VIDMEM, or a
+// dma-buf over it open at an fd below 256 (the NIC's own references sit at 512 and up)
+static void outlived_by_free(uint32_t c, uint32_t h) {
+  obj_t *m = obj(c, h);
+  if (!m || (m->cls != 0x40 && m->cls != 0x3e)) return;
+  oracle(ORACLE_RELEASE, c, h, 0, 0, 0);
+  for (int i = 0; i < nregs; i++) if (regs[i].live && regs[i].client == c && regs[i].h == h) oracle(ORACLE_OUTLIVED_REG, c, h, regs[i].addr, regs[i].size, 0);
+  ino_t cand[64]; dev_t dev[64]; int n = 0;
+  for (int i = 0; i < nbufs && n < 64; i++) {
+    if (!bufs[i].live || !bufs[i].slots || bufs[i].client != c) continue;
+    for (uint32_t k = 0; k < bufs[i].total; k++) if (bufs[i].slots[k].filled && bufs[i].slots[k].h == h) { cand[n] = bufs[i].ino; dev[n++] = bufs[i].dev; break; }
+  }
+  for (int fd = 3; n && fd < 256; fd++) {
+    struct stat st; if (syscall(SYS_fstat, fd, &st)) continue;
+    for (int k = 0; k < n; k++) if (st.st_ino == cand[k] && st.st_dev == dev[k]) oracle(ORACLE_OUTLIVED_BUF, c, h, (uint64_t)fd, 0, 0);
+  }
 }
 
 // NV0000 / NV2080 queries gdrshim's DMA-BUF route makes; no state, so no lock. 1: answered.
@@ -399,6 +452,7 @@ static int fake_ioctl(int fd, unsigned long req, void *arg) {
     if (w[3] == 0x503c && st) fakenv_p2p_errors++;
     w[size == 48 ? 10 : 7] = st;
   } else if (nr == 0x29 && size == 16) {
+    if (fakerm_oracle) outlived_by_free(w[0], w[2]);
     if (!obj(w[0], w[2])) w[3] = 0x57; else { free_tree(w[0], w[2]); w[3] = 0; }
     __atomic_store_n(&freeing_h, 0, __ATOMIC_RELEASE);
   } else if (nr == 0x2a && size == 32) {
@@ -435,6 +489,7 @@ int fakenv_check(uint64_t va, uint64_t len) {
     }
     if (!seen) r = -1;
   }
+  if (!r) oracle(ORACLE_NIC_VA, 0, 0, va, len, 0);
   pthread_mutex_unlock(&mu);
   return r;
 }

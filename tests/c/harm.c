@@ -21,6 +21,13 @@
 //   harm dereg-queued  (with GDRSHIM_TEST_DEREG_QUEUED=1: every dereg begins as when the core's
 //                      lock is not had in time) an MR's dereg is settled by the lock's next
 //                      holder: its buffer stays open until then, and closes then
+//   harm fork-race     threads register (never while a fork runs) and deregister (at any time)
+//                      MRs; a child forked while gdrshim closes a kept dma-buf fd for a dereg
+//                      holds no dma-buf below 512 (the kernel copies the fd table before the
+//                      memory: a number closed in between was open in the child, unmarked)
+//   harm fork-export   the same with the registrations not kept out of the forks: a child forked
+//                      while gdrshim exports for an MR (the driver made the fd, gdrshim has not
+//                      yet taken it as its own) holds no dma-buf either (fails today)
 //   harm nv503c-miss   NV503C route with nvidia-peermem: one MR over an allocation registers the
 //                      whole 2 MiB mapping with RM; an MR over the same mapping's bytes that no
 //                      allocation owns fails with EFAULT and never reaches the NIC's driver
@@ -281,6 +288,47 @@ static int nv503c_miss(void) {
   return failures != 0;
 }
 
+static pthread_rwlock_t forking;
+static int race_stop, race_exports; // fork-export: registrations are not kept out of forks
+static void *reg_dereg(void *arg) {
+  uint64_t at = BASE + (uint64_t)(uintptr_t)arg * 16 * K64;
+  struct ibv_mr *held[4] = {0};
+  for (unsigned k = 0; !__atomic_load_n(&race_stop, __ATOMIC_ACQUIRE); k++) {
+    unsigned i = k % 4;
+    if (held[i] && vdereg(held[i])) fail("dereg", (long)at, errno);
+    if (!race_exports) pthread_rwlock_rdlock(&forking);
+    held[i] = vreg((void *)0x1, (void *)(uintptr_t)(at + i * K64), K64, 0xf);
+    if (!race_exports) pthread_rwlock_unlock(&forking);
+    if (!held[i]) fail("an MR", (long)at, errno);
+  }
+  for (int i = 0; i < 4; i++) if (held[i]) vdereg(held[i]);
+  return NULL;
+}
+static int fork_race(int exports) {
+  race_exports = exports;
+  pthread_rwlockattr_t ra;
+  pthread_rwlockattr_init(&ra);
+  pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(&forking, &ra);
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) { gpu_alloc(0, BASE + (uint64_t)(i + 1) * 16 * K64, 4 * K64); pthread_create(&t[i], NULL, reg_dereg, (void *)(uintptr_t)(i + 1)); }
+  int forks = 0, leaks = 0;
+  for (; forks < 2000 && !failures; forks++) {
+    pthread_rwlock_wrlock(&forking);
+    pid_t pid = fork();
+    if (pid == 0) _exit(fd_named("memfd:nv_dmabuf") >= 0 ? 3 : 0);
+    pthread_rwlock_unlock(&forking);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) { fail("fork", pid, errno); break; }
+    leaks += WIFEXITED(st) && WEXITSTATUS(st) == 3;
+  }
+  __atomic_store_n(&race_stop, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  if (leaks) fail("children kept a dma-buf of gdrshim's", leaks, forks);
+  printf("harm fork-%s %s forks=%d leaks=%d\n", exports ? "export" : "race", failures ? "FAILED" : "ok", forks, leaks);
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: harm MODE [ARG]\n"); return 2; }
   setup();
@@ -289,6 +337,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "gpunode")) return gpunode();
   if (!strcmp(mode, "logfile")) return logfile();
   if (!strcmp(mode, "fork")) return forked();
+  if (!strcmp(mode, "fork-race")) return fork_race(0);
+  if (!strcmp(mode, "fork-export")) return fork_race(1);
   if (!strncmp(mode, "stale-", 6)) return stale(mode);
   if (!strcmp(mode, "ctx")) return ctx(arg);
   if (!strcmp(mode, "nv503c-miss")) return nv503c_miss();

@@ -59,7 +59,7 @@ static void map(uint64_t base, uint64_t len, uint64_t off, int g, uint32_t h) {
   if (!cuda_internal) program_owns(base, len);
 }
 // cudaMalloc as libcuda does it: memory, an external range, the mapping
-static uint32_t gpu_alloc(int g, uint64_t va, uint64_t size) {
+static inline uint32_t gpu_alloc(int g, uint64_t va, uint64_t size) {
   uint32_t h = alloc_mem(g, size);
   uint64_t r[3] = {va, size, 0}; uvm_call(73, r, 16);
   map(va, size, 0, g, h);
