@@ -179,7 +179,7 @@ const TOOL_LAYERS: &[&[&str]] =
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("doctor", &[&["software", "platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
-    ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["qp", "machine"], &["rdma"]]),
+    ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
 ];
 
 /// The first names after `super::` on a line (`super::super::x` counts as `x`; a group counts each

@@ -42,7 +42,13 @@ impl Drop for HostBuf {
 /// The per-run pattern: 8-byte words of splitmix64 over (run seed, transfer, 4 KiB page, word),
 /// so every page of every transfer of every run differs.
 pub fn fill(buf: &mut [u8], seed: u64, tag: u64) {
-    for (j, w) in buf.chunks_mut(8).enumerate() {
+    fill_at(buf, seed, tag, 0);
+}
+
+/// The pattern's bytes from `offset` (a multiple of 8) on: a long buffer filled piece by piece.
+pub fn fill_at(buf: &mut [u8], seed: u64, tag: u64, offset: usize) {
+    for (k, w) in buf.chunks_mut(8).enumerate() {
+        let j = offset / 8 + k;
         let page = (j * 8 / 4096) as u64;
         let mut z = seed ^ (tag << 48) ^ (page << 20) ^ (j as u64 & 511);
         z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -60,7 +66,6 @@ pub fn compare(got: &[u8], want: &[u8]) -> Option<(usize, usize)> {
     Some((first, got[first..].iter().zip(&want[first..]).filter(|(a, b)| a != b).count()))
 }
 
-/// Everything opened on the HCA, released in reverse order.
 /// One memory region as the QP addresses it.
 #[derive(Clone, Copy)]
 pub struct Region {
