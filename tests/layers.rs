@@ -172,7 +172,7 @@ fn the_checker_sees_what_it_should() {
 /// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
 /// doctor's route checks). `main.rs` sits on top.
 const TOOL_LAYERS: &[&[&str]] =
-    &[&["report"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"]];
+    &[&["report"], &["machine"], &["routes", "topology"], &["doctor", "verify", "dmabuf"], &["selftest", "rig_report"], &["fleet"]];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.
@@ -180,6 +180,7 @@ const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("doctor", &[&["software", "platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
     ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
+    ("fleet", &[&["args", "model", "launch", "schedule"], &["verdict", "wire"], &["render"], &["svg", "node", "link"], &["round"], &["run"]]),
 ];
 
 /// The first names after `super::` on a line (`super::super::x` counts as `x`; a group counts each

@@ -196,6 +196,7 @@ pub fn open(
 
 /// RTR to `to` (`whom` names it in the report: "itself", a peer's name) and RTS; the
 /// destination's text on success. `mtu`: the peer's port MTU (the path takes the smaller).
+#[allow(clippy::too_many_arguments)]
 pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Report) -> Option<String> {
     let mut at;
     let modify = |at: &mut IbvQpAttr, mask: c_int| -> c_int {
