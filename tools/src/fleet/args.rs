@@ -33,6 +33,9 @@ pub struct Args {
     /// A link is slow below this share of the slower port's active rate, READ half of it (percent; 0: off)
     #[arg(long, value_name = "PCT", default_value_t = 50)]
     pub min_bw: u32,
+    /// A link is slow below this share of its rail's median bandwidth for the operation (percent; 0: off)
+    #[arg(long, value_name = "PCT", default_value_t = 25)]
+    pub min_median: u32,
     /// How long the tasks may take to come, and one exchange once they are there (seconds)
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub timeout: u64,

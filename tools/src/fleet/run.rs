@@ -172,6 +172,26 @@ fn setup<'v>(
         }
         Ok(mut rig) => {
             t.rails[0].path = path(&rig.registered);
+            if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
+                let ev = rig.registered.1.map(|c| {
+                    let n = |k| crate::selftest::shim::counter(&c, k);
+                    format!(
+                        "gdrshim_counters(): registered={} pass0_hits={} stood_aside={}",
+                        n("registered"),
+                        n("pass0_hits"),
+                        n("stood_aside")
+                    )
+                });
+                t.facts.push(Fact {
+                    kind: Kind::DmaBuf,
+                    rail: Some(rail_no),
+                    blocks: false,
+                    summary: "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)"
+                        .into(),
+                    evidence: ev.into_iter().collect(),
+                    fix: "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
+                });
+            }
             t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
             if rig.open().is_ok() {
                 t.rails[0].port_gbps = rig.port_gbps();
@@ -189,9 +209,10 @@ fn path(c: &(Option<[u64; 13]>, Option<[u64; 13]>)) -> String {
     let d = |k| counter(e, k).saturating_sub(counter(b, k));
     if d("stood_aside") > 0 {
         "native".into()
-    } else if d("pass0_hits") > 0 {
+    } else if d("registered") > 0 {
         route_name(shim_int(b"gdrshim_gdr_route\0").unwrap_or(0)).into()
     } else {
+        // the NIC took the memory, but not through gdrshim: not a GDR path it made
         "none".into()
     }
 }
@@ -237,9 +258,9 @@ fn judge(a: &Args, l: &launch::Launch, mut nodes: Vec<Task>, mut legs: Vec<Leg>,
         if port.is_finite() && share > 0.0 && g < share * port {
             leg.outcome = Outcome::Slow;
             leg.detail = format!("{g:.2} Gb/s = {:.0}% of the {port:.0} Gb/s port rate (floor {:.0}%)", 100.0 * g / port, 100.0 * share);
-        } else if v.len() >= 3 && g < median / 4.0 {
+        } else if v.len() >= 3 && g < median * a.min_median as f64 / 100.0 {
             leg.outcome = Outcome::Slow;
-            leg.detail = format!("{g:.2} Gb/s, under a quarter of this rail's median {median:.2} Gb/s");
+            leg.detail = format!("{g:.2} Gb/s, under {}% of this rail's median {median:.2} Gb/s", a.min_median);
         }
     }
     port_facts(&mut nodes);

@@ -22,7 +22,8 @@ pub fn explains(f: &Fact, rail: usize, c: Outcome) -> bool {
             Kind::PciePath => c == Outcome::Slow,
             Kind::NicPort | Kind::Iommu => matches!(c, Outcome::Slow | Outcome::Error),
             Kind::Memlock | Kind::Shim => matches!(c, Outcome::Error | Outcome::NotRun),
-            Kind::DmaBuf | Kind::Node => true,
+            // not blocking: a fallback or a failed check slows or stops transfers, it changes no byte
+            Kind::DmaBuf | Kind::Node => c != Outcome::Corrupt,
             Kind::VersionSkew | Kind::Link | Kind::Nccl | Kind::Fleet => false,
         }
 }
