@@ -90,7 +90,13 @@ impl Group {
         let hello = format!("{rank}\t{size}\t{job}\t{PROTOCOL}");
         write_frame(&mut g.conn, b'H', hello.as_bytes()).map_err(|e| format!("rendezvous: {e}"))?;
         // the first exchange waits for every task to come
-        g.all_gather("")?;
+        if let Err(e) = g.all_gather("") {
+            // rank 0: its server has told the others; it ends before this task does
+            if let Some(h) = g.server.take() {
+                let _ = h.join();
+            }
+            return Err(e);
+        }
         g.step = step;
         Ok(g)
     }
@@ -98,7 +104,8 @@ impl Group {
     /// Every task's `mine`, in rank order.
     pub fn all_gather(&mut self, mine: &str) -> Result<Vec<String>, String> {
         write_frame(&mut self.conn, b'D', mine.as_bytes()).map_err(|e| format!("rendezvous: cannot send: {}", why(&e)))?;
-        let (kind, body) = read_frame(&mut self.conn, Instant::now() + self.step)
+        // longer than rank 0 waits, so that its word on who is missing arrives first
+        let (kind, body) = read_frame(&mut self.conn, Instant::now() + self.step + Duration::from_secs(5))
             .map_err(|e| format!("rendezvous: rank 0 did not answer: {}", why(&e)))?;
         match kind {
             b'A' => split(&body).ok_or_else(|| "rendezvous: a garbled answer".to_string()),
@@ -133,6 +140,11 @@ fn split(body: &[u8]) -> Option<Vec<String>> {
 fn abort(conns: &mut [Option<TcpStream>], msg: String) -> Result<(), String> {
     for c in conns.iter_mut().flatten() {
         let _ = write_frame(c, b'X', msg.as_bytes());
+        // what the task sent and nobody read would make the close a reset, which can overtake the word
+        let _ = c.set_nonblocking(true);
+        let mut sink = [0u8; 4096];
+        while matches!(c.read(&mut sink), Ok(n) if n > 0) {}
+        let _ = c.shutdown(std::net::Shutdown::Write);
     }
     Err(msg)
 }
