@@ -90,7 +90,7 @@ fn check_fleet(out: &[(i32, String, String)], n: usize, launcher: &str) {
         }
     }
     let text = &out[0].1;
-    let rounds = if n % 2 == 0 { n - 1 } else { n };
+    let rounds = if n.is_multiple_of(2) { n - 1 } else { n };
     let head = format!("fleet: {n} node(s) × 1 rail(s), {rounds} round(s), 64 KiB per transfer, launcher {launcher}");
     assert!(text.starts_with(&head), "{text}");
     for k in 0..n {
@@ -129,8 +129,8 @@ fn open_mpi_tasks_meet_at_the_flag_and_json_says_the_same() {
         for want in [
             "{\"tool\":\"fleet\",".to_string(),
             "\"result\":\"FAIL\",\"exit\":1,\"launcher\":\"Open MPI\"".to_string(),
-            format!("\"rounds\":{}", if n % 2 == 0 { n - 1 } else { n }),
-            format!("\"nodes\":[{{\"name\":\"host0\","),
+            format!("\"rounds\":{}", if n.is_multiple_of(2) { n - 1 } else { n }),
+            "\"nodes\":[{\"name\":\"host0\",".to_string(),
             "\"id\":\"culprit.gdrshim\",\"status\":\"FAIL\"".to_string(),
         ] {
             assert!(j.contains(&want), "{want} in {j}");
