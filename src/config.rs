@@ -118,10 +118,13 @@ pub struct Knobs {
     /// `GDRSHIM_TEST_SETTLE_LATE=1`: every verbs call's outcome is kept for the core's next
     /// holder, as when the core's lock is not had within the hooks' wait.
     pub settle_late: bool,
+    /// `GDRSHIM_TEST_DEREG_QUEUED=1`: every deregistration begins by a queued outcome, as when
+    /// the core's lock is not had within the hooks' wait.
+    pub dereg_queued: bool,
 }
 
 /// The knobs' variables.
-pub const KNOB_VARS: [&str; 9] = [
+pub const KNOB_VARS: [&str; 10] = [
     ENV_TIMING,
     ENV_BENCH_PAUSE,
     ENV_APPLY_THREAD,
@@ -131,6 +134,7 @@ pub const KNOB_VARS: [&str; 9] = [
     ENV_TEST_ASSUME_PEERMEM,
     ENV_TEST_PANIC,
     ENV_TEST_SETTLE_LATE,
+    ENV_TEST_DEREG_QUEUED,
 ];
 
 impl Knobs {
@@ -145,6 +149,7 @@ impl Knobs {
             assume_peermem: flag(get, ENV_TEST_ASSUME_PEERMEM, false, warnings),
             panic: get(ENV_TEST_PANIC).filter(|s| !s.is_empty()),
             settle_late: flag(get, ENV_TEST_SETTLE_LATE, false, warnings),
+            dereg_queued: flag(get, ENV_TEST_DEREG_QUEUED, false, warnings),
         };
         if k.bench_pause && mode != Mode::Shadow {
             warnings.push(format!(
@@ -175,6 +180,7 @@ pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
 pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 pub const ENV_TEST_SETTLE_LATE: &str = "GDRSHIM_TEST_SETTLE_LATE";
+pub const ENV_TEST_DEREG_QUEUED: &str = "GDRSHIM_TEST_DEREG_QUEUED";
 
 impl Default for Config {
     fn default() -> Self {

@@ -9,6 +9,8 @@
 //!
 //! Anything refused is said once by the caller, which then logs to stderr.
 
+use crate::fd::OwnedFd;
+use crate::fdtable::own;
 use core::ffi::c_int;
 use std::ffi::CString;
 
@@ -44,7 +46,8 @@ impl core::fmt::Display for Refused {
     }
 }
 
-fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<c_int, i32> {
+/// An fd of ours (`dir` is one of ours, or `AT_FDCWD`).
+fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<OwnedFd, i32> {
     let f = crate::real::openat().ok_or(libc::ENOSYS)?;
     let _no_cancel = crate::sys::NoCancel::new();
     // SAFETY: a valid C string; openat has no other preconditions.
@@ -52,20 +55,17 @@ fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Resul
     if fd < 0 {
         Err(crate::sys::errno())
     } else {
-        Ok(fd)
+        // (gone already: the program closed the number in between)
+        own::adopt(fd).ok_or(libc::EBADF)
     }
 }
 
-fn close(fd: c_int) {
-    if let Some(c) = crate::real::close() {
-        let _no_cancel = crate::sys::NoCancel::new();
-        // SAFETY: an fd this function opened.
-        unsafe { c(fd) };
-    }
+fn close(fd: OwnedFd) {
+    own::close(fd);
 }
 
-/// Opens `path` for appending, as the module says; the fd, or why not.
-pub fn open_private(path: &str) -> Result<c_int, Refused> {
+/// Opens `path` for appending, as the module says; the fd, ours, or why not.
+pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
     if path.is_empty() {
         return Err(Refused::Empty);
     }
@@ -79,7 +79,7 @@ pub fn open_private(path: &str) -> Result<c_int, Refused> {
         walked.push('/');
         walked.push_str(c);
         let name = CString::new(c).map_err(|_| Refused::NulByte)?;
-        let next = openat(dir, &name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
+        let next = openat(dir.num(), &name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
         close(dir);
         dir = match next {
             Ok(d) => d,
@@ -90,11 +90,11 @@ pub fn open_private(path: &str) -> Result<c_int, Refused> {
     }
     let name = CString::new(file).map_err(|_| Refused::NulByte)?;
     let base = libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
-    let r = match openat(dir, &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
+    let r = match openat(dir.num(), &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
         Ok(fd) => Ok(fd),
         // look before opening for writing: a FIFO or a device could block or act on an open
-        Err(libc::EEXIST) => match kind_of(dir, &name) {
-            Ok(libc::S_IFREG) => match openat(dir, &name, base | libc::O_NONBLOCK, 0) {
+        Err(libc::EEXIST) => match kind_of(dir.num(), &name) {
+            Ok(libc::S_IFREG) => match openat(dir.num(), &name, base | libc::O_NONBLOCK, 0) {
                 Ok(fd) => check_existing(fd),
                 Err(libc::ELOOP) => Err(Refused::Link(path.into())),
                 Err(e) => Err(Refused::Os(path.into(), e)),
@@ -117,7 +117,7 @@ fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
     // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
     let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: as above, on our own fd.
-    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
+    let ok = unsafe { libc::fstat64(fd.num(), &mut st) } == 0;
     let e = crate::sys::errno();
     close(fd);
     if ok {
@@ -128,11 +128,11 @@ fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
 }
 
 /// An existing file, opened: ours, regular, one link; else closed and refused.
-fn check_existing(fd: c_int) -> Result<c_int, Refused> {
+fn check_existing(fd: OwnedFd) -> Result<OwnedFd, Refused> {
     // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
     let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
-    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
+    let ok = unsafe { libc::fstat64(fd.num(), &mut st) } == 0;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let why = if !ok {
@@ -154,7 +154,7 @@ fn check_existing(fd: c_int) -> Result<c_int, Refused> {
         None => {
             // O_NONBLOCK was only there so that opening a planted FIFO could not hang
             // SAFETY: fcntl on our own fd.
-            unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_APPEND) };
+            unsafe { libc::fcntl(fd.num(), libc::F_SETFL, libc::O_APPEND) };
             Ok(fd)
         }
     }
@@ -182,7 +182,7 @@ mod tests {
         std::fs::write(&p, "a\n").unwrap();
         let fd = open_private(p.to_str().unwrap()).unwrap();
         // SAFETY: our fd and a valid buffer.
-        unsafe { libc::write(fd, b"b\n".as_ptr().cast(), 2) };
+        unsafe { libc::write(fd.num(), b"b\n".as_ptr().cast(), 2) };
         close(fd);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "a\nb\n");
     }

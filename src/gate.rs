@@ -189,9 +189,13 @@ fn install_fork_handler() {
 // fork() after the shim is up (so after CUDA was initialised in this process): the child can
 // inherit locks held by threads that do not exist in it, and CUDA does not let a forked child use
 // the parent's context anyway. The child turns inert (pure pass-through, no summary) until it
-// execs, which starts a fresh shim; the parent is untouched.
+// execs, which starts a fresh shim; the parent is untouched. Before the child's code runs it
+// closes every fd gdrshim kept (O_CLOEXEC helps only at exec): a dma-buf holds its GPU memory
+// while any copy of its fd lives, and a long-lived worker (a DataLoader's) would otherwise keep
+// the parent's freed memory for its whole life.
 extern "C" fn fork_child() {
     HOOK.active.store(OFF, Relaxed);
+    crate::fdtable::own::close_all_in_child();
 }
 
 /// libc's `ioctl` (its cache sits in the hooks' hot line).

@@ -14,6 +14,7 @@ pub mod capture;
 pub mod config;
 pub mod counters;
 pub mod decode;
+pub mod fd;
 pub mod fdtable;
 pub mod files;
 pub mod gate;

@@ -7,11 +7,12 @@
 //! (a hundred of them were a third of the library's start-up cost per exec).
 
 use crate::config::{expand_path, Config, Level};
-use core::sync::atomic::{AtomicI32, Ordering};
+use core::sync::atomic::Ordering;
 use std::fmt;
 use tracing::{Event, Subscriber};
 
-static LOG_FD: AtomicI32 = AtomicI32::new(2);
+/// GDRSHIM_LOG_FILE's file while it is ours; stderr without one, or once the program closed it.
+static LOG_FILE: crate::fdtable::own::Kept = crate::fdtable::own::Kept::none();
 
 /// The most verbose level written (`config::Level` as a number); 0 until logging is set up.
 static MAX_LEVEL: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
@@ -134,10 +135,22 @@ pub fn host_name() -> String {
     }
 }
 
-/// Writes all of `bytes` to the log fd with one `write(2)` where possible.
+/// Writes all of `bytes` to the log file with one `write(2)` where possible, else to stderr.
 pub fn write_raw(bytes: &[u8]) {
-    let fd = LOG_FD.load(Ordering::Relaxed);
+    let kept = LOG_FILE.num();
+    if kept.is_some() && LOG_FILE.write_all(bytes) {
+        return;
+    }
     let _no_cancel = crate::sys::NoCancel::new();
+    if let Some(n) = kept {
+        // (the first line after the program closed it says so, here)
+        let say = format!("gdrshim: the log file's fd {n} was closed by the program: gdrshim logs to stderr from now on\n");
+        write_fd(2, say.as_bytes());
+    }
+    write_fd(2, bytes);
+}
+
+fn write_fd(fd: i32, bytes: &[u8]) {
     let mut off = 0;
     while off < bytes.len() {
         // SAFETY: the slice is valid for reads of len - off bytes.
@@ -203,7 +216,7 @@ pub fn init(cfg: &Config) -> Vec<String> {
         // SAFETY: getpid has no preconditions.
         let path = expand_path(tpl, &host, unsafe { libc::getpid() } as u32);
         match crate::files::open_private(&path) {
-            Ok(fd) => LOG_FD.store(fd, Ordering::Relaxed),
+            Ok(fd) => LOG_FILE.keep(fd),
             Err(e) => warnings.push(format!("GDRSHIM_LOG_FILE={path:?} refused: {e}; logging to stderr")),
         }
     }

@@ -46,10 +46,16 @@ pub enum Work {
         len: u64,
     },
     /// The program was handed `[ptr, ptr+len)` by a CUDA call that is no allocation of new
-    /// memory (`cuMemMap` of a handle, an IPC or pool import): its memory from now on.
+    /// memory (`cuMemMap` of a handle, an IPC or pool import): its memory from now on, exactly
+    /// that range (`VaMap::own_import`).
     ProgramMapping {
         ptr: u64,
         len: u64,
+    },
+    /// A CUDA context ended (`VaMap::end_owned_on`): its GPU's allocations (`None`: every
+    /// allocation) are the program's no longer.
+    ContextEnded {
+        gpu: Option<crate::abi::Uuid>,
     },
     /// The program gave memory back: the allocation at `ptr` (`len` `None`: a free), or all of
     /// `[ptr, ptr+len)` (an unmap).
@@ -210,7 +216,8 @@ impl Core {
                         warn(&capture::verdict_line(api, ptr, len, &v));
                     }
                 }
-                Work::ProgramMapping { ptr, len } => tracker.map.own(ptr, len),
+                Work::ProgramMapping { ptr, len } => tracker.map.own_import(ptr, len),
+                Work::ContextEnded { gpu } => tracker.map.end_owned_on(gpu),
                 Work::ProgramRelease { ptr, len: None } => {
                     tracker.map.disown_at(ptr);
                 }

@@ -10,6 +10,8 @@ use crate::abi::{
     Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free, Nvos21Alloc, Nvos54Control,
 };
 use crate::decode::DevKind;
+use crate::fd::OwnedFd;
+use crate::fdtable::own;
 use crate::registrar::bar1::{self, Bar1};
 use crate::registrar::{Client, Rm};
 use crate::tracker::VidmemTuple;
@@ -22,7 +24,7 @@ pub struct RealRm {
     /// Where sysfs is (`/sys`; `sys` in the test folder).
     sys_dir: String,
     /// /dev/nvidiaN fds opened for exports: (minor, fd).
-    gpu_fds: Vec<(u32, i32)>,
+    gpu_fds: Vec<(u32, OwnedFd)>,
     /// RM device instance → minor number, as RM answered.
     minors: Vec<(u32, u32)>,
 }
@@ -105,17 +107,18 @@ impl RealRm {
         self.minors.iter().find(|(i, _)| *i == instance).map(|&(_, m)| m).ok_or(status::NV_ERR_INVALID_DEVICE)
     }
 
-    /// Our /dev/nvidiaN fd of `minor`, opened once, checked by `fstat` still to be that node
-    /// before every use (a program may close fds it does not own, `close_range` and raw system
-    /// calls too, out of the hooks' sight: an export must never be asked of a number that is
-    /// something else now; one system call, kept on purpose).
+    /// Our /dev/nvidiaN fd of `minor`, opened once, checked to be still ours and that node before
+    /// every use (a program may close fds it does not own, `close_range` and raw system calls
+    /// too: an export must never be asked of a number that is something else now; one system
+    /// call, kept on purpose).
     fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
-        if let Some(i) = self.gpu_fds.iter().position(|&(m, _)| m == minor) {
-            let fd = self.gpu_fds[i].1;
-            if crate::fdtable::classify_fstat(fd) == Some(DevKind::Gpu(minor)) {
-                return Ok(fd);
+        if let Some(i) = self.gpu_fds.iter().position(|(m, _)| *m == minor) {
+            let (_, fd) = &self.gpu_fds[i];
+            if own::is_ours(fd) && crate::fdtable::classify_fstat(fd.num()) == Some(DevKind::Gpu(minor)) {
+                return Ok(fd.num());
             }
-            self.gpu_fds.swap_remove(i);
+            let (_, fd) = self.gpu_fds.swap_remove(i);
+            Self::let_go(fd, "its /dev/nvidia node fd");
         }
         let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir)).map_err(|_| status::NV_ERR_GENERIC)?;
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
@@ -130,12 +133,24 @@ impl RealRm {
             crate::log_warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
             return Err(status::NV_ERR_GENERIC);
         }
-        if crate::fdtable::classify_fstat(fd) != Some(DevKind::Gpu(minor)) {
-            Self::close(fd);
+        let Some(fd) = own::adopt(fd) else { return Err(status::NV_ERR_GENERIC) };
+        if crate::fdtable::classify_fstat(fd.num()) != Some(DevKind::Gpu(minor)) {
+            own::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
         }
+        let num = fd.num();
         self.gpu_fds.push((minor, fd));
-        Ok(fd)
+        Ok(num)
+    }
+
+    /// An fd of ours the program closed: the number is left alone, and said (rate-limited).
+    fn let_go(fd: OwnedFd, what: &str) {
+        let (n, _) = fd.into_parts();
+        crate::log_limited!(
+            crate::config::Level::Warn,
+            "own fd closed by the program",
+            "fd {n}, {what}, was closed by the program (close, dup2, close_range, closefrom or a raw system call): gdrshim lets the number go and never closes or uses it again"
+        );
     }
 
     /// RM's BAR1_SIZE of the GPU behind `subdevice` in bytes (`None`: not asked on this branch,
@@ -171,49 +186,46 @@ impl RealRm {
         let e = crate::sys::errno();
         let _no_cancel = crate::sys::NoCancel::new();
         // SAFETY: a valid C string; open has no other preconditions.
-        let fd = unsafe { open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
+        let fd = own::adopt(unsafe { open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
+        let Some(fd) = fd else {
             crate::sys::set_errno(e);
             return None;
-        }
+        };
         let mut buf = vec![0u8; 4096];
         let mut len = 0;
-        while len < buf.len() {
+        while len < buf.len() && own::is_ours(&fd) {
             // SAFETY: writes at most buf.len() - len bytes into buf from len on.
-            let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len) };
+            let n = unsafe { libc::read(fd.num(), buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len) };
             if n <= 0 {
                 break;
             }
             len += n as usize;
         }
-        Self::close(fd);
+        own::close(fd);
         crate::sys::set_errno(e);
         buf.truncate(len);
         String::from_utf8(buf).ok()
     }
 
-    /// One NV_ESC_EXPORT_TO_DMABUF_FD on our GPU node fd `fd`.
-    fn export_on(fd: i32, params: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    /// One NV_ESC_EXPORT_TO_DMABUF_FD on our GPU node fd `fd`: the new buffer's fd, ours, where
+    /// the call made one.
+    fn export_on(fd: i32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         let creates = params.fd == -1;
         Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
+        let made = if creates && params.fd >= 0 { own::adopt(params.fd) } else { None };
         if params.status != status::NV_OK {
             // RM hands out the fd only on success; never leave one behind all the same (a buffer
             // made by an earlier call of the same export is closed by the caller)
-            if creates && params.fd >= 0 {
-                Self::close(params.fd);
+            if let Some(made) = made {
+                own::close(made);
             }
             return Err(params.status);
         }
-        Ok(params.fd)
-    }
-
-    fn close(fd: i32) {
-        if let Some(close) = crate::real::close() {
-            let e = crate::sys::errno();
-            let _no_cancel = crate::sys::NoCancel::new();
-            // SAFETY: an fd this object opened or RM created for it.
-            unsafe { close(fd) };
-            crate::sys::set_errno(e);
+        match made {
+            Some(made) => Ok(Some(made)),
+            // the program closed the new number before it was ours: nothing of it is used
+            None if creates => Err(status::NV_ERR_GENERIC),
+            None => Ok(None),
         }
     }
 }
@@ -271,7 +283,7 @@ impl Rm for RealRm {
         Ok(data == dmabuf::GPU_INFO_DMABUF_CAPABILITY_YES)
     }
 
-    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         if !self.table.dmabuf_export {
             return Err(status::NV_ERR_NOT_SUPPORTED);
         }
@@ -280,23 +292,19 @@ impl Rm for RealRm {
         Self::export_on(fd, params)
     }
 
-    fn close_fd(&mut self, fd: i32) {
-        Self::close(fd);
+    fn close_fd(&mut self, fd: OwnedFd) {
+        let (n, f) = (fd.num(), fd.file());
+        if !own::close(fd) {
+            Self::let_go(OwnedFd::new(n, f), "one of its dma-bufs");
+        }
     }
 
-    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
-        let e = crate::sys::errno();
-        // SAFETY: zeroed stat is a valid out-buffer.
-        let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
-        // SAFETY: fstat writes into st only.
-        let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
-        crate::sys::set_errno(e);
-        // each dma-buf is its own inode of the kernel's dmabuf file system
-        ok.then_some((st.st_dev, st.st_ino))
+    fn still_ours(&mut self, fd: &OwnedFd) -> bool {
+        own::is_ours(fd)
     }
 
-    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
-        fd >= 0 && self.fd_identity(fd) == Some(file)
+    fn hand_out(&mut self, fd: OwnedFd) -> i32 {
+        own::hand_out(fd)
     }
 
     fn refused(&mut self, key: &'static str, line: String) {

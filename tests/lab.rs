@@ -1,79 +1,30 @@
-//! The consumer lab's fake wire (issue 28 item 6), without any consumer: tests/lab/fakewire*.c
-//! built as a libibverbs.so.1 with rdma-core's symbol versions, its stand-in libmlx5 and sysfs
-//! preload, and its own verbs client (tests/lab/wireclient.c) run against it with host memory and
-//! with a stand-in libcuda (tests/lab/labcuda.c). The H200 runs the real consumers over it
-//! (tests/gpu/run-h200-lab.sh); this proves the wire those runs stand on.
+//! The consumer lab's fake wire (issue 28 item 6) in one process, without any consumer:
+//! tests/lab/fakewire*.c built as a libibverbs.so.1 with rdma-core's symbol versions, its stand-in
+//! libmlx5 and sysfs preload, and its own verbs client (tests/lab/wireclient.c) run against it with
+//! host memory and with a stand-in libcuda (tests/lab/labcuda.c). The H200 runs the real consumers
+//! over it (tests/gpu/run-h200-lab.sh); this proves the wire those runs stand on. Many hosts, one
+//! process each: tests/lab_hosts.rs.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-fn lab() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab");
-        let s = |f: &str| src.join(f).to_str().unwrap().to_string();
-        let dir = std::env::temp_dir().join(format!("gdrshim-lab-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cc = |args: &[&str]| {
-            let out = Command::new("cc").args(["-O1", "-Wall", "-Wextra", "-Werror"]).args(args).current_dir(&dir).output().unwrap();
-            assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        let vmap = format!("-Wl,--version-script={}", s("fakewire.map"));
-        cc(&[
-            "-shared",
-            "-fPIC",
-            &vmap,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "libibverbs.so.1",
-            &s("fakewire.c"),
-            &s("fakewire_qp.c"),
-            &s("fakewire_data.c"),
-            "-ldl",
-            "-lpthread",
-        ]);
-        let mmap = format!("-Wl,--version-script={}", s("fakemlx5.map"));
-        cc(&["-shared", "-fPIC", &mmap, "-Wl,-soname,libmlx5.so.1", "-o", "libmlx5.so.1", &s("fakemlx5.c")]);
-        cc(&["-shared", "-fPIC", "-o", "fakesys.so", &s("fakesys.c"), "-ldl"]);
-        cc(&["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &s("labcuda.c")]);
-        let inc = format!("-I{}", src.display());
-        let rpath = format!("-Wl,-rpath,{}", dir.display());
-        cc(&[&inc, "-o", "wireclient", &s("wireclient.c"), "-L.", "-l:libibverbs.so.1", &rpath]);
-        cc(&[
-            &inc,
-            "-o",
-            "wireclient-gpu",
-            &s("wireclient.c"),
-            "-Wl,--no-as-needed",
-            "-L.",
-            "-l:libibverbs.so.1",
-            "-l:libcuda.so.1",
-            &rpath,
-        ]);
-        dir
-    })
-}
+mod common;
+use common::lab::{field, lab};
 
 /// Runs a client; returns its stdout and the fake's summary line (from FAKEWIRE_REPORT).
 fn run(bin: &str, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
     let report = lab().join(format!("report-{bin}-{mode}-{}", envs.len()));
     let _ = std::fs::remove_file(&report);
-    let out = Command::new(lab().join(bin)).arg(mode).env("FAKEWIRE_REPORT", &report).envs(envs.iter().copied()).output().unwrap();
+    let out =
+        Command::new(lab().join("bin").join(bin)).arg(mode).env("FAKEWIRE_REPORT", &report).envs(envs.iter().copied()).output().unwrap();
     let (so, se) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
     assert!(out.status.success(), "{bin} {mode}: {so}{se}");
     (so, std::fs::read_to_string(&report).unwrap_or_default())
-}
-fn field(summary: &str, key: &str) -> u64 {
-    let k = format!(" {key}=");
-    let at = summary.find(&k).unwrap_or_else(|| panic!("{key} in {summary}")) + k.len();
-    summary[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
 }
 
 #[test]
 fn the_wire_moves_bytes_and_refuses_what_an_hca_refuses() {
     let (out, sum) = run("wireclient", "host", &[]);
-    assert!(out.contains("wireclient host: 98 checks passed"), "{out}");
+    assert!(out.contains("wireclient host: 108 checks passed"), "{out}");
     // registrations by entry point and kind, the probe, the refusals, the bytes
     for (k, v) in [
         ("reg_mr", 3),

@@ -4,69 +4,25 @@
 //! at the MR's addresses): which route the machine gets, and what each gives the NIC.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
 mod common;
+use common::rig::Rig;
 use common::Env;
 
 fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
-        let e = common::build("routes");
+        let e = common::rig::build("routes", &["routes"]);
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-        let src = |f: &str| c.join(f).to_str().unwrap().to_string();
-        let cc = |args: &[&str]| common::cc(&e, args);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
-        for (dir, map, def) in [("verbs-new", "fakeverbs.map", "-DNEW"), ("verbs-old", "fakeverbs-old.map", "-DNO_DMABUF")] {
-            std::fs::create_dir_all(e.dir.join(dir)).unwrap();
-            let out = format!("{dir}/libibverbs.so.1");
-            let map = format!("-Wl,--version-script={}", c.join(map).display());
-            cc(&[
-                "-shared",
-                "-fPIC",
-                "-O1",
-                def,
-                &map,
-                "-Wl,-soname,libibverbs.so.1",
-                "-o",
-                &out,
-                &src("fakeverbs.c"),
-                "-ldl",
-                "-lpthread",
-            ]);
-            // libmlx5 beside it (fakemlx5.c: the devx umem registrations)
-            let mlx5_map = format!("-Wl,--version-script={}", c.join("fakemlx5.map").display());
-            let mlx5 = format!("{dir}/libmlx5.so.1");
-            cc(&[
-                "-shared",
-                "-fPIC",
-                "-O1",
-                "-Wall",
-                "-Werror",
-                &mlx5_map,
-                "-Wl,-soname,libmlx5.so.1",
-                "-o",
-                &mlx5,
-                &src("fakemlx5.c"),
-                "-ldl",
-            ]);
-        }
-        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
-        cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl", "-lpthread"]);
-        cc(&["-O1", "-Wall", "-Werror", "-o", "dlopened", &src("dlopened.c"), "-ldl"]);
+        common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "dlopened", c.join("dlopened.c").to_str().unwrap(), "-ldl"]);
         // the same library under another name: a second copy
         // (the core's own check: a second front is never called, so it has nothing to say)
         std::fs::copy(common::knobs_core(), e.dir.join("libgdrshim-copy.so")).unwrap();
         e
     })
-}
-
-struct Rig {
-    peermem: bool,
-    capable: bool,
-    new_verbs: bool,
 }
 
 /// `routes ARGS` on a fresh fake machine; returns (exit code, stdout, stderr).
@@ -78,28 +34,13 @@ fn routes(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, 
 /// `resource` file.
 fn routes_with_sysfs(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], sysfs: Option<(&str, &str)>) -> (i32, String, String) {
     let e = env();
-    let dev: PathBuf = e.dir.join(format!("dev-{tag}"));
-    let _ = std::fs::remove_dir_all(&dev);
-    common::fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], rig.peermem);
+    let dev = common::rig::dev_dir(e, tag, rig);
     if let Some((_, resource)) = sysfs {
         let pci = dev.join("sys/bus/pci/devices/0000:00:00.0");
         std::fs::create_dir_all(&pci).unwrap();
         std::fs::write(pci.join("resource"), resource).unwrap();
     }
-    let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
-    let out = Command::new(e.dir.join("routes"))
-        .args(args)
-        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
-        .env("LD_LIBRARY_PATH", &verbs)
-        .env("GDRSHIM_TEST_DEV_DIR", &dev)
-        .env("GDRSHIM_MODE", "register")
-        .env("GDRSHIM_LOG_LEVEL", "info")
-        .env("FAKERM_DMABUF_CAPABLE", if rig.capable { "1" } else { "0" })
-        .env("FAKE_LIBCUDA", e.dir.join("libcuda.so.1"))
-        .envs(extra.iter().copied())
-        .output()
-        .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    common::rig::run(e, "routes", &dev, rig, args, extra)
 }
 
 fn summary(text: &str) -> HashMap<String, String> {

@@ -38,10 +38,12 @@ have git || packages+=(git)
 have objdump || packages+=(binutils)
 have shellcheck || packages+=(shellcheck)
 have dpkg-deb || packages+=(dpkg)
-# rdma-core's verbs.h: the self-test's layout test compiles against it
+# rdma-core's verbs.h: the self-test's layout test and the lab's verbs programs compile against it
 if ! have cc || ! printf '#include <infiniband/verbs.h>\n' | cc -E -x c - >/dev/null 2>&1; then
   packages+=(libibverbs-dev)
 fi
+# rdma-core's example programs: the lab runs them between its hosts (tests/lab_hosts.rs)
+have ibv_rc_pingpong || packages+=(ibverbs-utils)
 if [ "$missing_only" = 1 ]; then
   echo "${packages[*]}"
   exit 0
@@ -138,7 +140,7 @@ cargo test --release --locked -p gdrshim-tools
 phase scripts
 # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script
 sh_files=()
-for f in scripts/* scripts/dev/* tests/gpu/*.sh .ci/run; do
+for f in scripts/* scripts/dev/* tests/gpu/*.sh tests/lab/*.sh .ci/run; do
   [ ! -f "$f" ] || sh_files+=("$f")
 done
 shellcheck -x "${sh_files[@]}"

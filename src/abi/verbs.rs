@@ -7,6 +7,9 @@ pub const IBV_ACCESS_ON_DEMAND: u32 = 0x40;
 pub const IBV_MR_ADDR_OFFSET: usize = 16;
 /// `IBV_REREG_MR_CHANGE_TRANSLATION`: `ibv_rereg_mr` moves the MR to a new range.
 pub const IBV_REREG_MR_CHANGE_TRANSLATION: i32 = 1;
+/// `IBV_REREG_MR_ERR_CMD` (enum ibv_rereg_mr_err_code): the kernel refused the command; the MR is
+/// as it was.
+pub const IBV_REREG_MR_ERR_CMD: i32 = -4;
 /// `struct ibv_mr_init_attr` of `ibv_reg_mr_ex` (IBVERBS_1.15), as rdma-core v64.0's verbs.h has
 /// it. libibverbs reads a field only when its `comp_mask` bit is set, so a caller built against
 /// an older header (without `buf`) passes a shorter struct: gdrshim reads the caller's only up

@@ -13,28 +13,33 @@ use core::ffi::{c_int, CStr};
 use once_cell::sync::OnceCell;
 
 mod names;
+pub mod own;
 mod pages;
 pub use names::nvidia_path;
 use pages::store_if_mapped;
-pub use pages::{adopt as adopt_front_table, cached, store, NOT_NV, UNKNOWN};
+pub use pages::{adopt as adopt_front_table, cached, forget_range, store, NOT_NV, UNKNOWN};
 
 const CTL: u8 = 2;
 const UVM: u8 = 3;
 const GPU0: u8 = 4;
+/// A GPU node whose minor does not fit beside the [`pages::OWN`] bit: told by its `fstat` each
+/// time (no machine has that many GPUs; the byte stays correct if one does).
+const GPU_HIGH: u8 = pages::OWN - 1;
 
 fn encode(k: Option<DevKind>) -> u8 {
     match k {
         None => NOT_NV,
         Some(DevKind::Ctl) => CTL,
         Some(DevKind::Uvm) => UVM,
-        Some(DevKind::Gpu(n)) => GPU0 + n as u8,
+        Some(DevKind::Gpu(n)) if n < u32::from(GPU_HIGH - GPU0) => GPU0 + n as u8,
+        Some(DevKind::Gpu(_)) => GPU_HIGH,
     }
 }
 fn decode(b: u8) -> Option<DevKind> {
     match b {
         CTL => Some(DevKind::Ctl),
         UVM => Some(DevKind::Uvm),
-        b if b >= GPU0 => Some(DevKind::Gpu((b - GPU0) as u32)),
+        b if (GPU0..GPU_HIGH).contains(&b) => Some(DevKind::Gpu((b - GPU0) as u32)),
         _ => None,
     }
 }
@@ -124,6 +129,7 @@ pub fn kind(fd: c_int) -> Option<DevKind> {
     match cached(fd) {
         NOT_NV => None,
         UNKNOWN => classify_and_cache(fd),
+        GPU_HIGH => classify_fstat(fd),
         b => decode(b),
     }
 }
@@ -134,7 +140,8 @@ pub fn kind(fd: c_int) -> Option<DevKind> {
 pub fn classify_and_cache(fd: c_int) -> Option<DevKind> {
     let e = errno();
     let k = classify_fstat(fd);
-    store(fd, encode(k));
+    // (an fd of gdrshim's own stays marked so)
+    pages::store_kind(fd, encode(k));
     set_errno(e);
     k
 }

@@ -80,9 +80,25 @@ fn page(fd: c_int, create: bool) -> Option<&'static [AtomicU8; PAGE]> {
     Some(unsafe { &*(p as *const [AtomicU8; PAGE]) })
 }
 
-/// The cached byte for `fd`: [`UNKNOWN`], [`NOT_NV`] or an NVIDIA kind.
+/// The bit of a byte that says the fd is one gdrshim keeps for itself (`crate::ownfd`): set and
+/// cleared only by its owner and by the hooks that close or replace a number; never copied by a
+/// dup, never part of the kind [`cached`] answers.
+pub const OWN: u8 = 0x80;
+
+/// The highest fd number ever marked [`OWN`] (-1: none): a forked child looks no further.
+static OWN_MAX: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
+/// The highest fd number whose byte was ever stored (-1: none): a range forgotten looks no
+/// further.
+static HIGH: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
+
+/// The cached kind of `fd`: [`UNKNOWN`], [`NOT_NV`] or an NVIDIA kind ([`OWN`] masked out).
 #[inline(always)]
 pub fn cached(fd: c_int) -> u8 {
+    raw(fd) & !OWN
+}
+
+#[inline(always)]
+fn raw(fd: c_int) -> u8 {
     let first = FIRST.load(Acquire);
     if fd >= 0 && (fd as usize) < PAGE && !first.is_null() {
         // SAFETY: a page of PAGE AtomicU8 (see `page`), and fd < PAGE.
@@ -97,10 +113,44 @@ fn cached_high(fd: c_int) -> u8 {
     page(fd, false).map_or(UNKNOWN, |p| p[fd as usize % PAGE].load(Relaxed))
 }
 
+/// `fd` now names a new file (opened, closed, a dup's target): its byte is exactly `b`, and it
+/// is not gdrshim's own.
 pub fn store(fd: c_int, b: u8) {
     // an unknown byte needs no page; a byte that cannot be stored stays unknown (re-checked)
     if let Some(p) = page(fd, b != UNKNOWN) {
         p[fd as usize % PAGE].store(b, Relaxed);
+        if b != UNKNOWN {
+            HIGH.fetch_max(fd, Relaxed);
+        }
+    }
+}
+
+/// Every number in `[first, last]` names no file now (`close_range`, `closefrom`): forgotten,
+/// as by a close of each. Maps nothing.
+pub fn forget_range(first: c_int, last: c_int) {
+    let last = last.min(HIGH.load(Relaxed));
+    let mut fd = first.max(0);
+    while fd <= last {
+        let in_page = PAGE as c_int - fd % PAGE as c_int;
+        if let Some(p) = page(fd, false) {
+            for i in 0..in_page.min(last - fd + 1) {
+                p[(fd + i) as usize % PAGE].store(UNKNOWN, Relaxed);
+            }
+        }
+        match fd.checked_add(in_page) {
+            Some(next) => fd = next,
+            None => return,
+        }
+    }
+}
+
+/// `fd`'s kind, learnt by its `fstat`: whether it is gdrshim's own stays as it was.
+#[allow(dead_code)] // the core's
+pub fn store_kind(fd: c_int, b: u8) {
+    if let Some(p) = page(fd, b != UNKNOWN) {
+        let slot = &p[fd as usize % PAGE];
+        let _ = slot.fetch_update(Relaxed, Relaxed, |old| Some((old & OWN) | (b & !OWN)));
+        HIGH.fetch_max(fd, Relaxed);
     }
 }
 
@@ -109,6 +159,54 @@ pub fn store(fd: c_int, b: u8) {
 pub fn store_if_mapped(fd: c_int, b: u8) {
     if let Some(p) = page(fd, false) {
         p[fd as usize % PAGE].store(b, Relaxed);
+    }
+}
+
+/// Whether `fd` is marked as gdrshim's own.
+#[allow(dead_code)] // the core's
+pub fn is_own(fd: c_int) -> bool {
+    raw(fd) & OWN != 0
+}
+
+/// Marks `fd` as gdrshim's own; `false` where its byte cannot be had (no page could be mapped).
+#[allow(dead_code)] // the core's
+pub fn mark_own(fd: c_int) -> bool {
+    let Some(p) = page(fd, true) else { return false };
+    p[fd as usize % PAGE].fetch_or(OWN, Relaxed);
+    OWN_MAX.fetch_max(fd, Relaxed);
+    HIGH.fetch_max(fd, Relaxed);
+    true
+}
+
+/// `fd` is gdrshim's own no longer; whether it was.
+#[allow(dead_code)] // the core's
+pub fn clear_own(fd: c_int) -> bool {
+    page(fd, false).is_some_and(|p| p[fd as usize % PAGE].fetch_and(!OWN, Relaxed) & OWN != 0)
+}
+
+/// The fds marked as gdrshim's own, lowest first, up to the highest ever marked; each is handed
+/// to `f`. Maps nothing and allocates nothing (a forked child calls it).
+#[allow(dead_code)] // the core's
+pub fn each_own(mut f: impl FnMut(c_int)) {
+    let max = OWN_MAX.load(Relaxed);
+    let mut fd = 0;
+    while fd <= max {
+        if let Some(p) = page(fd, false) {
+            for (i, b) in p.iter().enumerate() {
+                let n = fd + i as c_int;
+                if n > max {
+                    return;
+                }
+                if b.load(Relaxed) & OWN != 0 {
+                    f(n);
+                }
+            }
+        }
+        // fd is a page's first number: on to the next page
+        match fd.checked_add(PAGE as c_int) {
+            Some(next) => fd = next,
+            None => return,
+        }
     }
 }
 

@@ -1,11 +1,11 @@
 //! The front's exports: the same names as the core's hooks (tests/front.rs compares the lists).
 
-use crate::fdpages::{cached, store, store_if_mapped, NOT_NV, UNKNOWN};
+use crate::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
 use crate::{
-    attach, core_fn, Libc, CLOSE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2, OPENAT, OPENAT64,
-    OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
+    attach, core_fn, Libc, CLOSE, CLOSEFROM, CLOSE_RANGE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2,
+    OPENAT, OPENAT64, OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
 };
-use core::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use core::mem::transmute;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
@@ -218,6 +218,41 @@ macro_rules! dup_hook {
 dup_hook!(dup, DUP, c"dup", (old));
 dup_hook!(dup2, DUP2, c"dup2", (old, new: c_int));
 dup_hook!(dup3, DUP3, c"dup3", (old, new: c_int, flags: c_int));
+
+/// `close_range` and `closefrom` (glibc 2.34): the core's once attached (it lets go of its own
+/// fds in the range); before, libc's, and every number in the range is forgotten.
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int;
+    if let Some(c) = core_fn(CLOSE_RANGE) {
+        // SAFETY: the core's close_range hook.
+        return unsafe { transmute::<*mut c_void, F>(c)(first, last, flags) };
+    }
+    let Some(f) = libc_fn!(c"close_range", F) else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: forwarded unchanged.
+    let r = unsafe { f(first, last, flags) };
+    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        forget_range(c_int::try_from(first).unwrap_or(c_int::MAX), c_int::try_from(last).unwrap_or(c_int::MAX));
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    type F = unsafe extern "C" fn(c_int);
+    if let Some(c) = core_fn(CLOSEFROM) {
+        // SAFETY: the core's closefrom hook.
+        return unsafe { transmute::<*mut c_void, F>(c)(low) };
+    }
+    if let Some(f) = libc_fn!(c"closefrom", F) {
+        // SAFETY: forwarded unchanged.
+        unsafe { f(low) };
+        forget_range(low.max(0), c_int::MAX);
+    }
+}
 
 /// `fcntl` is variadic; every command takes at most one integer or pointer argument, which the
 /// x86-64 ABI passes in the same register either way.
@@ -516,6 +551,9 @@ mod fallback {
 }
 
 forwarded! {
+    cuCtxDestroy_v2 => fallback::cuda_not_found;
+    cuDevicePrimaryCtxReset_v2 => fallback::cuda_not_found;
+    cuDevicePrimaryCtxRelease_v2 => fallback::cuda_not_found;
     cuDeviceGetAttribute => fallback::cuda_not_found;
     cuGetProcAddress => fallback::cuda_not_found;
     cuGetProcAddress_v2 => fallback::cuda_not_found;

@@ -119,7 +119,7 @@ impl Libc {
 /// The core's functions that the front's own hooks hand their calls to, once it is attached
 /// (null before: the front's path). In the order of [`CORE_NAMES`].
 pub(crate) static CORE: [AtomicPtr<c_void>; CORE_NAMES.len()] = [const { AtomicPtr::new(core::ptr::null_mut()) }; CORE_NAMES.len()];
-const CORE_NAMES: [&CStr; 18] = [
+const CORE_NAMES: [&CStr; 20] = [
     c"ioctl",
     c"open",
     c"open64",
@@ -138,6 +138,8 @@ const CORE_NAMES: [&CStr; 18] = [
     c"__openat_2",
     c"__openat64_2",
     c"open_by_handle_at",
+    c"close_range",
+    c"closefrom",
 ];
 pub(crate) const IOCTL: usize = 0;
 pub(crate) const OPEN: usize = 1;
@@ -157,6 +159,8 @@ pub(crate) const OPEN64_2: usize = 14;
 pub(crate) const OPENAT_2: usize = 15;
 pub(crate) const OPENAT64_2: usize = 16;
 pub(crate) const OPEN_BY_HANDLE_AT: usize = 17;
+pub(crate) const CLOSE_RANGE: usize = 18;
+pub(crate) const CLOSEFROM: usize = 19;
 
 /// The core's function at `i` of [`CORE_NAMES`], if attached.
 #[inline(always)]

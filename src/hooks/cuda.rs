@@ -202,6 +202,10 @@ fn allocation_extent(ptr: CUdeviceptr) -> Option<(u64, u64)> {
     let r = unsafe { core::mem::transmute::<*mut c_void, F>(p)(&mut base, &mut size, ptr) };
     (r == CUDA_SUCCESS && size > 0).then_some((base, size as u64))
 }
+// The ends of CUDA contexts (`ctx`): the program's allocations of that GPU end with them.
+#[path = "cuda_ctx.rs"]
+mod ctx;
+pub use ctx::{cuCtxDestroy_v2, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxReset_v2};
 // NCCL's GPU-side GDR gate, its DMA-BUF and VMM questions, and cuMemCreate's GDR flag (`gdr`).
 #[path = "cuda_gdr.rs"]
 mod gdr;
@@ -317,6 +321,9 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuIpcCloseMemHandle" => ipc_close::install,
         b"cuMemPoolImportPointer" => pool_import::install,
         b"cuMemAddressFree" => address_free::install,
+        b"cuCtxDestroy_v2" => ctx::ctx_destroy::install,
+        b"cuDevicePrimaryCtxReset_v2" => ctx::primary_reset::install,
+        b"cuDevicePrimaryCtxRelease_v2" => ctx::primary_release::install,
         b"cuGetProcAddress" => get_proc_v1::install,
         b"cuGetProcAddress_v2" => get_proc_v2::install,
         _ => return None,
@@ -345,6 +352,9 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuIpcCloseMemHandle" if at_least(4010) => ipc_close::install,
         b"cuMemPoolImportPointer" if at_least(11020) => pool_import::install,
         b"cuMemAddressFree" if at_least(10020) => address_free::install,
+        b"cuCtxDestroy" if at_least(4000) => ctx::ctx_destroy::install,
+        b"cuDevicePrimaryCtxReset" if at_least(11000) => ctx::primary_reset::install,
+        b"cuDevicePrimaryCtxRelease" if at_least(11000) => ctx::primary_release::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
         _ => return None,

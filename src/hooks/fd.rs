@@ -5,7 +5,7 @@
 //! learns of it at its first ioctl, by its `fstat`; only a number reused behind our back after
 //! the table knew it would be stale, and `open*` of any kind forgets what the number held.)
 
-use crate::fdtable::{note_dup, note_open, store, UNKNOWN};
+use crate::fdtable::{note_dup, note_open, own, store, UNKNOWN};
 use crate::real;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_char, c_int};
@@ -78,11 +78,15 @@ open_hook!(open_by_handle_at, open_by_handle_at, (mount_fd: c_int, handle: *mut 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let Some(f) = real::close() else { missing!() };
-    // The number is free once close starts: forget it first, so a racing open can only
-    // make us re-check it, never keep a stale kind.
-    store(fd, UNKNOWN);
-    // SAFETY: forwarded unchanged.
-    unsafe { f(fd) }
+    // A number of ours closed by the program is ours no longer, and never closed by us again
+    // (`own` takes its lock for it). The number is free once close starts: forget it first,
+    // so a racing open can only make us re-check it, never keep a stale kind.
+    own::program_closes(fd, || {
+        store(fd, UNKNOWN);
+        // SAFETY: forwarded unchanged.
+        unsafe { f(fd) }
+    })
+    .1
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -94,11 +98,13 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
     fd
 }
 
+/// `dup2` and `dup3` close `new` first when it is open: a number of ours is let go as by
+/// `close` (under the same lock).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     let Some(f) = real::dup2() else { missing!() };
     // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(old, new) };
+    let fd = own::program_closes(new, || unsafe { f(old, new) }).1;
     note_dup(old, fd);
     fd
 }
@@ -107,9 +113,46 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let Some(f) = real::dup3() else { missing!() };
     // SAFETY: forwarded unchanged.
-    let fd = unsafe { f(old, new, flags) };
+    let fd = own::program_closes(new, || unsafe { f(old, new, flags) }).1;
     note_dup(old, fd);
     fd
+}
+
+/// `close_range` (glibc 2.34): every number in the range is forgotten; those of ours are ours
+/// no longer. With `CLOSE_RANGE_CLOEXEC` nothing is closed.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close_range(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int {
+    let Some(f) = real::close_range() else { missing!() };
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+        // SAFETY: forwarded unchanged.
+        return unsafe { f(first, last, flags) };
+    }
+    let (lo, hi) = (clamp_fd(first), clamp_fd(last));
+    // SAFETY: forwarded unchanged.
+    let r = own::program_closes_range(lo, hi, || unsafe { f(first, last, flags) });
+    if r == 0 {
+        let e = errno();
+        crate::fdtable::forget_range(lo, hi);
+        set_errno(e);
+    }
+    r
+}
+
+/// `closefrom` (glibc 2.34): as `close_range(low, ~0U, 0)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    let Some(f) = real::closefrom() else { return };
+    let lo = low.max(0);
+    // SAFETY: forwarded unchanged.
+    own::program_closes_range(lo, c_int::MAX, || unsafe { f(low) });
+    let e = errno();
+    crate::fdtable::forget_range(lo, c_int::MAX);
+    set_errno(e);
+}
+
+/// A `close_range` bound as an fd number (fd numbers stop at `i32::MAX`).
+fn clamp_fd(n: libc::c_uint) -> c_int {
+    c_int::try_from(n).unwrap_or(c_int::MAX)
 }
 
 /// `fcntl` is variadic; every command takes at most one integer or pointer argument, which the

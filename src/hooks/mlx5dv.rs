@@ -11,9 +11,10 @@
 //! is delegated untouched and fails as it would without gdrshim.
 
 use crate::abi::mlx5dv::{self as m, DevxUmemIn};
+use crate::hooks::caller::with_caller;
 use crate::hooks::slots::slotted;
 use crate::hooks::verbs::{after, before, outcome_owed, RegArgs};
-use crate::real::next_def;
+use crate::real::scope::{self, Callers};
 use crate::registrar::{Decision, Export};
 use crate::shim;
 use crate::sys::{errno, set_errno};
@@ -31,8 +32,8 @@ type DeregF = unsafe extern "C" fn(Umem) -> c_int;
 /// such a call is the program's own dma-buf, passed through).
 const UMEM_IN_READ: usize = 40;
 
-/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory),
-/// with the export's fd closed after where the hook's. `None`: the provider refused (logged), or has no `_reg_ex`.
+/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory).
+/// `None`: the provider refused (logged), or has no `_reg_ex`.
 fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
     let e0 = errno();
     // the outcome must reach the registrar (see `verbs::outcome_owed`)
@@ -47,7 +48,6 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut 
         unsafe { f(a.ctx(), &mut input) }
     };
     let err = errno();
-    super::verbs::close_if_ours(e);
     let (addr, len) = (a.addr(), input.size);
     if umem.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", e, addr, len, err));
@@ -60,8 +60,10 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut 
     Some(umem)
 }
 
-fn reg_ex_next() -> *mut c_void {
-    next_def!(c"mlx5dv_devx_umem_reg_ex" in b"libmlx5.so")
+/// `mlx5dv_devx_umem_reg_ex` of the copy of libmlx5 `reg` (its `mlx5dv_devx_umem_reg`) is of.
+fn reg_ex_beside(reg: *mut c_void) -> *mut c_void {
+    static BESIDE: Callers = Callers::new();
+    scope::beside(&BESIDE, reg, c"mlx5dv_devx_umem_reg_ex")
 }
 
 unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem {
@@ -72,6 +74,9 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
     const API: &str = "mlx5dv_devx_umem_reg";
     let a = RegArgs::of(ctx, addr as u64, size as u64, access);
     let d = before(API, &a, false);
+    if super::verbs::refused(&d) {
+        return null_mut();
+    }
     if let Some(Decision::Exported(e)) = &d {
         // what mlx5dv_devx_umem_reg asks of the kernel, on gdrshim's buffer
         let input = DevxUmemIn {
@@ -82,7 +87,7 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
             comp_mask: m::UMEM_MASK_DMABUF,
             dmabuf_fd: e.fd,
         };
-        if let Some(u) = register_export(API, &a, e, reg_ex_next(), input) {
+        if let Some(u) = register_export(API, &a, e, reg_ex_beside(real), input) {
             return u;
         }
     }
@@ -96,11 +101,14 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
 }
 slotted!(reg_install, REG_REAL, mlx5dv_devx_umem_reg, reg_call, (ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem);
 
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_reg(ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem {
-    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
-    unsafe { reg_call(next_def!(c"mlx5dv_devx_umem_reg" in b"libmlx5.so"), ctx, addr, size, access) }
+/// The exported hooks' bodies: the copy of libmlx5 the caller reaches (`real::scope`).
+unsafe extern "C" fn reg_exported(ctx: Ctx, addr: *mut c_void, size: usize, access: u32, caller: usize) -> Umem {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_reg", b"libmlx5.so");
+    // SAFETY: that copy's function of this signature.
+    unsafe { reg_call(real, ctx, addr, size, access) }
 }
+with_caller!(mlx5dv_devx_umem_reg, reg_exported, 4);
 
 /// The caller's `umem_in`, as far as gdrshim reads it (`None`: none given).
 fn read_umem_in(input: *const DevxUmemIn) -> Option<DevxUmemIn> {
@@ -141,6 +149,9 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
     let caller = read_umem_in(input);
     let a = umem_in_args(ctx, caller);
     let d = before(API, &a, false);
+    if super::verbs::refused(&d) {
+        return null_mut();
+    }
     if let (Some(Decision::Exported(e)), Some(i)) = (&d, caller) {
         let converted = DevxUmemIn { addr: e.offset, comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF, dmabuf_fd: e.fd, ..i };
         if let Some(u) = register_export(API, &a, e, real, converted) {
@@ -157,11 +168,13 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
 }
 slotted!(reg_ex_install, REG_EX_REAL, mlx5dv_devx_umem_reg_ex, reg_ex_call, (ctx: Ctx, input: *mut DevxUmemIn) -> Umem);
 
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_reg_ex(ctx: Ctx, input: *mut DevxUmemIn) -> Umem {
-    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
-    unsafe { reg_ex_call(reg_ex_next(), ctx, input) }
+unsafe extern "C" fn reg_ex_exported(ctx: Ctx, input: *mut DevxUmemIn, caller: usize) -> Umem {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_reg_ex", b"libmlx5.so");
+    // SAFETY: that copy's function of this signature.
+    unsafe { reg_ex_call(real, ctx, input) }
 }
+with_caller!(mlx5dv_devx_umem_reg_ex, reg_ex_exported, 2);
 
 /// The umem's reference leaves our table before the provider frees it (as `ibv_dereg_mr`'s),
 /// and comes back if the provider refuses.
@@ -169,29 +182,30 @@ unsafe fn dereg_call(real: *mut c_void, umem: Umem) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
-    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
+    let start = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         shim::call_in(|s| s.verbs_dereg_begin(umem as u64, 0)).flatten()
     } else {
         None
     };
     // the reference taken out must be given back or released (see `verbs::outcome_owed`)
-    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
+    let _no_cancel = start.is_some().then(crate::sys::NoCancel::new);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(umem) };
-    if let Some(held) = held {
-        shim::call_in(|s| s.verbs_dereg_end(umem as u64, held, rc == 0));
+    if let Some(start) = start {
+        shim::call_in(|s| s.verbs_dereg_end(umem as u64, start, rc == 0));
     }
     rc
 }
 slotted!(dereg_install, DEREG_REAL, mlx5dv_devx_umem_dereg, dereg_call, (umem: Umem) -> c_int);
 
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn mlx5dv_devx_umem_dereg(umem: Umem) -> c_int {
-    // SAFETY: the next definition after gdrshim, libmlx5's, with this signature.
-    unsafe { dereg_call(next_def!(c"mlx5dv_devx_umem_dereg" in b"libmlx5.so"), umem) }
+unsafe extern "C" fn dereg_exported(umem: Umem, caller: usize) -> c_int {
+    static CALLERS: Callers = Callers::new();
+    // SAFETY: that copy's function of this signature.
+    unsafe { dereg_call(scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_dereg", b"libmlx5.so"), umem) }
 }
+with_caller!(mlx5dv_devx_umem_dereg, dereg_exported, 1);
 
 type Install = fn(*mut c_void) -> *mut c_void;
 

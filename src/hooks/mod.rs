@@ -5,6 +5,7 @@
 //! for (named after it), so they carry no separate `# Safety` sections.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod caller;
 pub mod cuda;
 pub mod dl;
 pub mod fd;

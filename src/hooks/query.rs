@@ -171,7 +171,7 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
             None => -(libc::EBUSY as i64),
             Some(crate::registrar::Decision::Host) => -(libc::EINVAL as i64),
             Some(crate::registrar::Decision::StandAside) => 0,
-            Some(crate::registrar::Decision::Miss(m)) => {
+            Some(crate::registrar::Decision::Miss(m) | crate::registrar::Decision::Refuse(m)) => {
                 if matches!(m, crate::registrar::RegMiss::Lookup(crate::vamap::Miss::SpansMemoryObjects { .. })) {
                     -(libc::EXDEV as i64)
                 } else {
@@ -180,9 +180,8 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
             }
             Some(crate::registrar::Decision::Exported(e)) => {
                 // the route was decided DMA-BUF after the check above (by another thread, or by
-                // this call's own decision): the buffer is not wanted, and its fd must not stay
-                // open in the process
-                super::verbs::close_if_ours(&e);
+                // this call's own decision): the buffer is not wanted (its hold given back, the
+                // last closes our fd of it)
                 s.dmabuf_not_wanted(&e);
                 -(libc::EOPNOTSUPP as i64)
             }

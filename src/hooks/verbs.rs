@@ -9,9 +9,10 @@
 //! delegated untouched and fails as it would without gdrshim.
 
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
+use crate::hooks::caller::with_caller;
 use crate::hooks::slots::slotted;
-use crate::real::next_def;
-use crate::registrar::{Decision, Export, HeldRef, VerbsReg};
+use crate::real::scope::{self, Callers};
+use crate::registrar::{Decision, DeregStart, Export, HeldRef, VerbsReg};
 use crate::shim;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, c_uint, c_void};
@@ -84,6 +85,16 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
 }
 
+/// Whether the registration must fail without reaching the provider (`Decision::Refuse`): then
+/// errno is EFAULT, as a GeForce without gdrshim answers a registration of GPU memory.
+pub(crate) fn refused(d: &Option<Decision>) -> bool {
+    let r = matches!(d, Some(Decision::Refuse(_)));
+    if r {
+        set_errno(libc::EFAULT);
+    }
+    r
+}
+
 /// Cancellation held off across a provider's call whose outcome the registrar is owed: an
 /// NV503C registration made for it (an export's call holds it off in `register_export`). A
 /// thread cancelled inside the call would never tell it, and the registration would stay until
@@ -99,27 +110,13 @@ pub(crate) fn after(d: Option<Decision>, mr: Mr) {
     shim::call_in(|s| s.verbs_after(&d, mr as u64));
 }
 
-/// After the call on export `e`: its fd closed where it is the hook's alone (a shared buffer's
-/// fd is gdrshim's kept one, closed by the registrar: no system call here).
-pub(crate) fn close_if_ours(e: &Export) {
-    if !e.hook_closes() {
-        return;
-    }
-    if let Some(close) = crate::real::close() {
-        // close is a cancellation point; our own fd must be closed whatever the thread
-        let _no_cancel = crate::sys::NoCancel::new();
-        // SAFETY: the fd of the buffer gdrshim exported for this call alone; nobody else holds it.
-        unsafe { close(e.fd) };
-    }
-}
-
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 type RegExF = unsafe extern "C" fn(Pd, *mut v::MrInitAttr) -> Mr;
 
 /// The registration of gdrshim's export `e` for `a`: `ibv_reg_dmabuf_mr`, or for `ibv_reg_mr_ex`
 /// (`real`) the caller's call with the address turned into the buffer and every other
-/// `comp_mask` bit kept. The export's fd is closed either way where it is the hook's (an MR holds
-/// its own reference).
+/// `comp_mask` bit kept. The export's fd is gdrshim's kept one: the hook closes nothing (an MR
+/// holds its own reference to the buffer).
 /// `None`: the provider refused (logged).
 fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Option<Mr> {
     let e0 = errno();
@@ -143,7 +140,9 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             ("ibv_reg_mr_ex", unsafe { f(a.pd, &mut attr) })
         }
         None => {
-            let real = dmabuf_next();
+            // the same copy's: the PD is that copy's
+            static BESIDE: Callers = Callers::new();
+            let real = scope::beside(&BESIDE, real, c"ibv_reg_dmabuf_mr");
             if real.is_null() {
                 set_errno(libc::ENOSYS);
                 ("ibv_reg_dmabuf_mr", null_mut())
@@ -156,7 +155,6 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
         }
     };
     let err = errno();
-    close_if_ours(e);
     if mr.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, with, e, a.addr, a.len, err));
         set_errno(e0);
@@ -176,11 +174,19 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
 }
 
 macro_rules! verbs_reg {
-    ($modname:ident, $export:ident, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $args:expr) => {
+    ($modname:ident, $export:ident, $n:tt, $sym:literal, ($($a:ident : $t:ty),*), |$($b:ident),*| $args:expr) => {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($($t),*) -> Mr;
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
+
+            /// The exported hook's body: the copy of libibverbs the caller reaches.
+            pub unsafe extern "C" fn exported($($a: $t,)* caller: usize) -> Mr {
+                static CALLERS: Callers = Callers::new();
+                let real = scope::for_caller(&CALLERS, caller, $sym, b"libibverbs.so");
+                // SAFETY: that copy's function of this signature.
+                unsafe { call(real, $($a),*) }
+            }
 
             #[inline(always)]
             pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> Mr {
@@ -191,10 +197,14 @@ macro_rules! verbs_reg {
                 let args = |$($b: $t),*| -> RegArgs { $args };
                 let a = args($($a),*);
                 let d = before(stringify!($export), &a, false);
-                if let Some(Decision::Exported(e)) = &d {
-                    if let Some(mr) = register_export(stringify!($export), &a, e, real) {
-                        return mr;
+                match &d {
+                    Some(Decision::Exported(e)) => {
+                        if let Some(mr) = register_export(stringify!($export), &a, e, real) {
+                            return mr;
+                        }
                     }
+                    _ if refused(&d) => return null_mut(),
+                    _ => {}
                 }
                 let _no_cancel = outcome_owed(&d);
                 // SAFETY: real is the provider's function of exactly this signature.
@@ -206,11 +216,7 @@ macro_rules! verbs_reg {
             }
         }
 
-        #[cfg_attr(not(test), no_mangle)]
-        pub unsafe extern "C" fn $export($($a: $t),*) -> Mr {
-            // SAFETY: the next definition after gdrshim, libibverbs', with this signature.
-            unsafe { $modname::call(next_def!($sym in b"libibverbs.so"), $($a),*) }
-        }
+        with_caller!($export, $modname::exported, $n);
     };
 }
 
@@ -218,24 +224,24 @@ fn args(pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: u32) -> Reg
     RegArgs { iova, ..RegArgs::of(pd, addr as u64, length as u64, access) }
 }
 
-verbs_reg!(reg_mr, ibv_reg_mr, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
+verbs_reg!(reg_mr, ibv_reg_mr, 4, c"ibv_reg_mr", (pd: Pd, addr: *mut c_void, length: usize, access: c_int), |pd, addr, length, access| args(
     pd,
     addr,
     length,
     addr as u64,
     access as u32
 ));
-verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |pd, addr, length, iova, access| args(
+verbs_reg!(reg_mr_iova, ibv_reg_mr_iova, 5, c"ibv_reg_mr_iova", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_int), |pd, addr, length, iova, access| args(
     pd,
     addr,
     length,
     iova,
     access as u32
 ));
-verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |pd, addr, length, iova, access| args(
+verbs_reg!(reg_mr_iova2, ibv_reg_mr_iova2, 5, c"ibv_reg_mr_iova2", (pd: Pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint), |pd, addr, length, iova, access| args(
     pd, addr, length, iova, access
 ));
-verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
+verbs_reg!(reg_mr_ex, ibv_reg_mr_ex, 2, c"ibv_reg_mr_ex", (pd: Pd, attr: *mut c_void), |pd, attr| mr_ex_args(pd, attr));
 
 /// `struct ibv_mr_init_attr` of `ibv_reg_mr_ex`: a registration of `addr` only when the caller
 /// gave one, and neither a dma-buf fd nor a provider's buffer (`ibv_alloc_buf` memory is the
@@ -293,7 +299,7 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
-    let held = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
+    let start = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
         // SAFETY: a non-null `mr` is the caller's live MR (ibv_dereg_mr's contract).
         let shown = if mr.is_null() { 0 } else { unsafe { mr_addr(mr) } };
         shim::call_in(|s| s.verbs_dereg_begin(mr as u64, shown)).flatten()
@@ -301,8 +307,10 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
         None
     };
     // the reference taken out must be given back or released (see `outcome_owed`)
-    let _no_cancel = held.is_some().then(crate::sys::NoCancel::new);
-    if let Some(HeldRef::Dmabuf { provider_addr, .. }) = &held {
+    let _no_cancel = start.is_some().then(crate::sys::NoCancel::new);
+    // (a reference taken out by a queued outcome is not known here: `addr` stays as the caller
+    // sees it, which rdma-core's deregistration of a dma-buf MR does not read)
+    if let Some(DeregStart::Taken(HeldRef::Dmabuf { provider_addr, .. })) = &start {
         // SAFETY: a dma-buf MR of ours, alive until the provider's call below returns.
         unsafe { set_mr_addr(mr, *provider_addr) };
     }
@@ -310,24 +318,24 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
-    if let Some(held) = held {
-        if let (HeldRef::Dmabuf { va, .. }, true) = (&held, rc != 0) {
+    if let Some(start) = start {
+        if let (DeregStart::Taken(HeldRef::Dmabuf { va, .. }), true) = (&start, rc != 0) {
             // SAFETY: the provider refused: the MR still exists and shows the caller's VA again.
             unsafe { set_mr_addr(mr, *va) };
         }
-        shim::call_in(|s| s.verbs_dereg_end(mr as u64, held, rc == 0));
+        shim::call_in(|s| s.verbs_dereg_end(mr as u64, start, rc == 0));
     }
     rc
 }
 slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int);
 
-/// # Safety
-/// As libibverbs' `ibv_dereg_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_dereg_mr(mr: Mr) -> c_int {
-    // SAFETY: forwarded to the next definition.
-    unsafe { dereg_call(next_def!(c"ibv_dereg_mr" in b"libibverbs.so"), mr) }
+/// The exported `ibv_dereg_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn dereg_exported(mr: Mr, caller: usize) -> c_int {
+    static CALLERS: Callers = Callers::new();
+    // SAFETY: that copy's ibv_dereg_mr.
+    unsafe { dereg_call(scope::for_caller(&CALLERS, caller, c"ibv_dereg_mr", b"libibverbs.so"), mr) }
 }
+with_caller!(ibv_dereg_mr, dereg_exported, 1);
 
 type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> c_int;
 
@@ -339,6 +347,10 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
+    if refused(&d) {
+        // the MR stays as it was, as when the kernel refuses the command
+        return v::IBV_REREG_MR_ERR_CMD;
+    }
     // a move's outcome is owed for the new range and for what the MR held before
     let _no_cancel = moves.then(crate::sys::NoCancel::new);
     // SAFETY: the provider's ibv_rereg_mr.
@@ -359,18 +371,14 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
 }
 slotted!(rereg_install, REREG_REAL, ibv_rereg_mr, rereg_call, (mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int);
 
-/// # Safety
-/// As libibverbs' `ibv_rereg_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_rereg_mr(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
-    // SAFETY: forwarded to the next definition.
-    unsafe { rereg_call(next_def!(c"ibv_rereg_mr" in b"libibverbs.so"), mr, flags, pd, addr, length, access) }
+/// The exported `ibv_rereg_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn rereg_exported(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int, caller: usize) -> c_int {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"ibv_rereg_mr", b"libibverbs.so");
+    // SAFETY: that copy's ibv_rereg_mr.
+    unsafe { rereg_call(real, mr, flags, pd, addr, length, access) }
 }
-
-/// libibverbs' `ibv_reg_dmabuf_mr`, for the hook and for the registrations of our own exports.
-fn dmabuf_next() -> *mut c_void {
-    next_def!(c"ibv_reg_dmabuf_mr" in b"libibverbs.so")
-}
+with_caller!(ibv_rereg_mr, rereg_exported, 6);
 
 unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
     if real.is_null() {
@@ -387,13 +395,14 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
 }
 slotted!(dmabuf_install, DMABUF_REAL, ibv_reg_dmabuf_mr, dmabuf_call, (pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr);
 
-/// # Safety
-/// As libibverbs' `ibv_reg_dmabuf_mr`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
-    // SAFETY: forwarded to the next definition.
-    unsafe { dmabuf_call(dmabuf_next(), pd, offset, length, iova, fd, access) }
+/// The exported `ibv_reg_dmabuf_mr`'s body: the copy of libibverbs the caller reaches.
+unsafe extern "C" fn dmabuf_exported(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int, caller: usize) -> Mr {
+    static CALLERS: Callers = Callers::new();
+    let real = scope::for_caller(&CALLERS, caller, c"ibv_reg_dmabuf_mr", b"libibverbs.so");
+    // SAFETY: that copy's ibv_reg_dmabuf_mr.
+    unsafe { dmabuf_call(real, pd, offset, length, iova, fd, access) }
 }
+with_caller!(ibv_reg_dmabuf_mr, dmabuf_exported, 6);
 
 type Install = fn(*mut c_void) -> *mut c_void;
 

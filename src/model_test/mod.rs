@@ -396,7 +396,8 @@ fn run_model(route: Route) {
                     Decision::Exported(e) => {
                         assert!(w.model.owns(addr, len), "step {step}: export {addr:#x}+{len:#x} of memory the program did not allocate");
                         // the buffer, 4 KiB page by page, is what the process has there now
-                        let (total, slots) = w.rm.exports.remove(&e.fd).expect("an fd RM handed out");
+                        let (total, slots) =
+                            w.rm.exports.get(&e.fd).cloned().expect("an fd of ours RM handed out, open while the call uses it");
                         let base = addr & !0xfff;
                         assert_eq!(addr - base, e.offset, "step {step}");
                         assert!(
@@ -420,7 +421,7 @@ fn run_model(route: Route) {
                         mrs.push(mr);
                     }
                     Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),
-                    Decision::Miss(m) => {
+                    Decision::Miss(m) | Decision::Refuse(m) => {
                         count(match m {
                             RegMiss::Lookup(_) => "miss_lookup",
                             RegMiss::MappingNotWhole { .. } => "miss_not_whole",

@@ -2,6 +2,7 @@
 //! the model test's driver (nvidia-abi.md S3, S10).
 
 use super::*;
+use crate::fd::{FileId, OwnedFd};
 
 /// A dma-buf: its size and, per slot, the (memory, offset, size) attached.
 pub(super) type Buffer = (u64, Vec<Option<(MemRef, u64, u64)>>);
@@ -178,7 +179,7 @@ impl Rm for StrictRm {
     }
     /// RM's rules of nv-dmabuf.c / RmDmabufVerifyMemHandle: the memory of the fd's GPU, video
     /// memory, page-aligned pieces inside it, slots filled once, sizes adding up to the total.
-    fn export_dmabuf(&mut self, c: RmClient, instance: u32, p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, c: RmClient, instance: u32, p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         let (n, index, total_objects) = (p.num_objects as usize, p.index as usize, p.total_objects as usize);
         if p.total_size == 0 || n == 0 || total_objects == 0 || n > 128 || n > total_objects || index + n > total_objects {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
@@ -196,7 +197,8 @@ impl Rm for StrictRm {
             }
             pieces.push((m, off, size));
         }
-        let fd = if p.fd == -1 {
+        let creates = p.fd == -1;
+        let fd = if creates {
             self.next_fd += 1;
             self.exports.insert(self.next_fd, (p.total_size, vec![None; total_objects]));
             self.next_fd
@@ -213,9 +215,13 @@ impl Rm for StrictRm {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
         p.fd = fd;
-        Ok(fd)
+        Ok(creates.then(|| OwnedFd::new(fd, FileId { dev: 1, ino: fd as u64, rdev: 0 })))
     }
-    fn close_fd(&mut self, fd: i32) {
-        self.exports.remove(&fd);
+    fn close_fd(&mut self, fd: OwnedFd) {
+        self.exports.remove(&fd.num());
+    }
+    /// (no program here closes fds it does not own)
+    fn still_ours(&mut self, _fd: &OwnedFd) -> bool {
+        true
     }
 }

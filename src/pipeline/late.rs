@@ -32,6 +32,11 @@ impl Pipeline {
         }
     }
 
+    /// Keeps `o` in the queue, to be taken in by the core lock's next holder, in order.
+    pub fn keep_outcome(&self, o: Outcome) {
+        self.keep(o);
+    }
+
     fn keep(&self, o: Outcome) {
         let Some(mut q) = self.late.outcomes.try_lock_for(QUEUE_WAIT) else {
             crate::log_limited!(

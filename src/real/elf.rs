@@ -279,3 +279,27 @@ pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, u
     unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
     (s.found[0] != 0).then_some((s.found[0], s.sizes[0]))
 }
+
+/// The default-version definition of `name` in the loaded object whose load base is `base` (0:
+/// none, or no such object loaded).
+#[allow(dead_code)] // the core's
+pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
+    struct At {
+        base: usize,
+        s: Search,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own At pointer.
+        let (info, a) = unsafe { (&*info, &mut *(data as *mut At)) };
+        if info.dlpi_addr as usize != a.base {
+            return 0;
+        }
+        // SAFETY: info comes from dl_iterate_phdr.
+        unsafe { lookup_in_object(info, &mut a.s) };
+        1
+    }
+    let mut a = At { base, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
+    // SAFETY: the callback only reads the objects ld.so describes and writes into `a`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut a as *mut At as *mut c_void) };
+    a.s.found[0]
+}

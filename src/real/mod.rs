@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub mod attach;
 pub mod elf;
+pub mod scope;
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
@@ -280,6 +281,8 @@ real_fn!(pub dup, c"dup", unsafe extern "C" fn(c_int) -> c_int);
 real_fn!(pub dup2, c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
 real_fn!(pub dup3, c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int);
 real_fn!(pub fcntl, c"fcntl", unsafe extern "C" fn(c_int, c_int, libc::c_ulong) -> c_int);
+real_fn!(pub close_range, c"close_range", unsafe extern "C" fn(libc::c_uint, libc::c_uint, c_int) -> c_int);
+real_fn!(pub closefrom, c"closefrom", unsafe extern "C" fn(c_int));
 real_fn!(pub dlclose, c"dlclose", unsafe extern "C" fn(*mut c_void) -> c_int);
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use super::bar1::Budget;
 use super::{Client, Export, RegMiss, Rm, StillInUse};
 use crate::abi::status::{self, Call};
 use crate::decode::Pending;
+use crate::fd::OwnedFd;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker};
 use crate::vamap::MemRef;
@@ -67,14 +68,11 @@ impl PieceSet {
 
 /// A buffer of ours that verbs MRs use.
 struct Shared {
-    /// Our fd of it; -1 once closed (its memory released, or the fd found not to be it any more:
-    /// the MRs still hold the buffer in the kernel).
-    fd: i32,
+    /// Our fd of it; `None` once closed (its memory released, or the number found not to be it
+    /// any more: the program closed it; the MRs still hold the buffer in the kernel).
+    fd: Option<OwnedFd>,
     /// The GPU's RM device instance (whose BAR1 it takes without static BAR1).
     device_instance: u32,
-    /// The fd's file (`Rm::fd_identity`): a program that closed our fd must not make us hand out
-    /// whatever file got its number next.
-    file: (u64, u64),
     bytes: u64,
     mems: Vec<MemRef>,
     /// MRs registered over it, and registrations decided on it whose verbs call has not returned.
@@ -107,8 +105,8 @@ impl Dmabuf {
         devices.into_iter().find_map(|(client, device)| self.capability(t, rm, client, device).ok())
     }
 
-    /// Exports `plan` (for an MR starting at `addr`): the fd of the new buffer, or why not.
-    pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
+    /// A new buffer of `plan`'s pieces: its fd, ours, or why not.
+    fn export_new(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, mapping_type: u8) -> Result<OwnedFd, RegMiss> {
         match self.capability(t, rm, plan.client, plan.device) {
             Ok(true) => {}
             Ok(false) => return Err(RegMiss::GpuNotCapable),
@@ -116,68 +114,86 @@ impl Dmabuf {
         }
         let ctl_fd = t.client_fd(plan.client).ok_or(RegMiss::UnknownClient { client: plan.client })?;
         let c = Client { handle: plan.client, ctl_fd };
-        let mut fd = -1;
+        let mut fd: Option<OwnedFd> = None;
         for k in 0..plan.calls() {
-            let mut params = plan.call(k, fd, mapping_type);
-            match rm.export_dmabuf(c, plan.device_instance, &mut params) {
-                Ok(got) if k == 0 => fd = got,
-                Ok(_) => {}
+            let mut params = plan.call(k, fd.as_ref().map_or(-1, OwnedFd::num), mapping_type);
+            let made = match rm.export_dmabuf(c, plan.device_instance, &mut params) {
+                Ok(made) => made,
                 Err(st) => {
-                    if fd >= 0 {
-                        rm.close_fd(fd);
+                    if let Some(f) = fd.take() {
+                        rm.close_fd(f);
                     }
                     return Err(RegMiss::Rm { call: Call::DmabufExport, status: st });
                 }
+            };
+            if let Some(new) = made {
+                // (only the first call makes a buffer: another would be a second one of ours)
+                if let Some(old) = fd.replace(new) {
+                    rm.close_fd(old);
+                }
             }
         }
-        let mut mems: Vec<MemRef> = plan.spans.iter().map(|s| MemRef { client: plan.client, memory: s.memory }).collect();
-        mems.sort_unstable();
-        mems.dedup();
-        Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes: plan.total, mems, buf: None, reused: false })
+        fd.ok_or(RegMiss::Rm { call: Call::DmabufExport, status: status::NV_ERR_GENERIC })
+    }
+
+    /// Exports `plan` (for `cuMemGetHandleForAddressRange` of a range starting at `addr`): the
+    /// new buffer's fd is the caller's.
+    pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
+        let fd = self.export_new(t, rm, plan, mapping_type)?;
+        let fd = rm.hand_out(fd);
+        Ok(Export {
+            fd,
+            offset: addr - plan.base,
+            pieces: plan.spans.len(),
+            bytes: plan.total,
+            mems: mems_of(plan),
+            buf: None,
+            reused: false,
+        })
     }
 
     /// The buffer of `plan` for a verbs MR: the one MRs over the same pieces already use, else a
-    /// new export kept for the next. The fd returned is the kept one (`Export::hook_closes` is
-    /// false), open at least until [`settle`](Self::settle) follows with the call's outcome.
-    /// Where our fd cannot be identified, the export is the hook's alone to close.
+    /// new export kept for the next. The fd returned is the kept one, open at least until
+    /// [`settle`](Self::settle) follows with the call's outcome.
     pub fn export_shared(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
         let key = PieceSet::of(plan, mapping_type);
         if let Some(&id) = self.by_pieces.get(&key) {
             let sh = self.shared.get_mut(&id).expect("indexed buffers exist");
-            if sh.fd >= 0 && rm.is_file(sh.fd, sh.file) {
+            if let Some(fd) = sh.fd.as_ref().filter(|fd| rm.still_ours(fd)) {
+                let fd = fd.num();
                 sh.pending += 1;
-                let (fd, bytes, mems) = (sh.fd, sh.bytes, sh.mems.clone());
+                let (bytes, mems) = (sh.bytes, sh.mems.clone());
                 return Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes, mems, buf: Some(id), reused: true });
             }
-            // our fd is not that buffer any more (the program closed it): never close or use the
-            // number again; a new export follows
-            sh.fd = -1;
+            // our fd is not that buffer any more (the program closed it): the number is never
+            // closed or used by us again, and a new export follows
+            if let Some(fd) = sh.fd.take() {
+                rm.close_fd(fd);
+            }
             self.unindex(id);
             self.drop_if_unused(rm, id);
         }
-        let mut e = self.export(t, rm, plan, addr, mapping_type)?;
-        // no check before this first use: RM made the fd just now, under our lock
-        let Some(file) = rm.fd_identity(e.fd) else { return Ok(e) };
+        let fd = self.export_new(t, rm, plan, mapping_type)?;
+        let num = fd.num();
         self.next_id += 1;
         let id = self.next_id;
-        self.bar1_before(t, rm, plan, e.bytes);
+        self.bar1_before(t, rm, plan, plan.total);
+        let mems = mems_of(plan);
         let sh = Shared {
-            fd: e.fd,
+            fd: Some(fd),
             device_instance: plan.device_instance,
-            file,
-            bytes: e.bytes,
-            mems: e.mems.clone(),
+            bytes: plan.total,
+            mems: mems.clone(),
             mrs: 0,
             pending: 1,
             key: Some(key.clone()),
         };
-        self.budget.buffer_added(plan.device_instance, e.bytes);
+        self.budget.buffer_added(plan.device_instance, plan.total);
         self.shared.insert(id, sh);
         self.by_pieces.insert(key, id);
-        self.exported_bytes += e.bytes;
+        self.exported_bytes += plan.total;
         self.exported_peak = self.exported_peak.max(self.exported_bytes);
-        e.buf = Some(id);
-        Ok(e)
+        Ok(Export { fd: num, offset: addr - plan.base, pieces: plan.spans.len(), bytes: plan.total, mems, buf: Some(id), reused: false })
     }
 
     /// A new buffer of ours on `plan`'s GPU: its BAR1 asked the first time (here, not at start:
@@ -204,9 +220,10 @@ impl Dmabuf {
                 sh.mrs += 1;
             }
             // a buffer no longer reusable whose fd waited for the calls in flight
-            if sh.pending == 0 && sh.key.is_none() && sh.fd >= 0 {
-                rm.close_fd(sh.fd);
-                sh.fd = -1;
+            if sh.pending == 0 && sh.key.is_none() {
+                if let Some(fd) = sh.fd.take() {
+                    rm.close_fd(fd);
+                }
             }
             self.drop_if_unused(rm, id);
         }
@@ -222,7 +239,7 @@ impl Dmabuf {
 
     /// Buffers alive (ours open or held by MRs), and how many of them are ours open.
     pub fn buffers(&self) -> (usize, usize) {
-        (self.shared.len(), self.shared.values().filter(|s| s.fd >= 0).count())
+        (self.shared.len(), self.shared.values().filter(|s| s.fd.is_some()).count())
     }
 
     fn unindex(&mut self, id: u64) {
@@ -240,8 +257,8 @@ impl Dmabuf {
         if let Some(k) = sh.key {
             self.by_pieces.remove(&k);
         }
-        if sh.fd >= 0 {
-            rm.close_fd(sh.fd);
+        if let Some(fd) = sh.fd {
+            rm.close_fd(fd);
         }
         self.exported_bytes -= sh.bytes;
         self.budget.buffer_gone(sh.device_instance, sh.bytes);
@@ -264,9 +281,10 @@ impl Dmabuf {
             self.unindex(id);
             if let Some(sh) = self.shared.get_mut(&id) {
                 // (a registration still in its verbs call uses the fd itself: closed at its settle)
-                if sh.fd >= 0 && sh.pending == 0 {
-                    rm.close_fd(sh.fd);
-                    sh.fd = -1;
+                if sh.pending == 0 {
+                    if let Some(fd) = sh.fd.take() {
+                        rm.close_fd(fd);
+                    }
                 }
             }
             self.drop_if_unused(rm, id);
@@ -308,6 +326,14 @@ impl Dmabuf {
         }
         out
     }
+}
+
+/// The memory objects of a plan's pieces, each once.
+fn mems_of(plan: &Plan) -> Vec<MemRef> {
+    let mut mems: Vec<MemRef> = plan.spans.iter().map(|s| MemRef { client: plan.client, memory: s.memory }).collect();
+    mems.sort_unstable();
+    mems.dedup();
+    mems
 }
 
 /// The memory a driver call is about to release or map over (`candidates`: the memory objects

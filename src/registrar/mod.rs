@@ -18,7 +18,7 @@ pub mod nv503c;
 mod outcome;
 
 pub use miss::RegMiss;
-pub use outcome::Outcome;
+pub use outcome::{DeregStart, Outcome};
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -31,6 +31,7 @@ mod tests_shared;
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::born::Fresh;
 use crate::decode::Pending;
+use crate::fd::OwnedFd;
 use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
 use crate::vamap::MemRef;
@@ -55,19 +56,18 @@ pub trait Rm {
     /// RM's dma-buf capability of the GPU behind `subdevice`.
     fn gpu_dmabuf_capable(&mut self, c: Client, subdevice: u32) -> Result<bool, u32>;
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on a /dev/nvidiaN fd of the GPU with RM device instance
-    /// `device_instance`; returns the buffer's fd (`params.fd` after the call).
-    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<i32, u32>;
-    fn close_fd(&mut self, fd: i32);
-    /// What file `fd` is (device and inode), to know it again; `None`: no buffer is kept.
-    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
-        let _ = fd;
-        None
-    }
-    /// Whether `fd` is still the file `file` (one `fstat`): a kept buffer's fd is checked before
-    /// it is handed out again.
-    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
-        let _ = (fd, file);
-        false
+    /// `device_instance`. The first call of a buffer (`params.fd` -1) makes it: its fd, ours
+    /// (`Some`); a later one adds pieces to `params.fd`, an fd of ours (`None`).
+    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32>;
+    /// Closes an fd of ours where its number is still that file; one the program closed (the
+    /// number is another file now, or none) is let go unclosed, and said.
+    fn close_fd(&mut self, fd: OwnedFd);
+    /// Whether an fd of ours is still its file: a kept buffer's fd is checked before it is used
+    /// again (a program may close fds it does not own, `closefrom` in a daemon).
+    fn still_ours(&mut self, fd: &OwnedFd) -> bool;
+    /// An fd of ours handed to a caller (CUDA's), whose it is from now on: its number.
+    fn hand_out(&mut self, fd: OwnedFd) -> i32 {
+        fd.into_parts().0
     }
     /// A refusal worth telling a person about that has no caller to return to (an unregister or
     /// a free RM refused), with a key for rate limiting. The core does no I/O: its `Rm` does.
@@ -133,31 +133,23 @@ impl RegCounts {
 }
 
 /// What the hook must do for one DMA-BUF registration: `ibv_reg_dmabuf_mr(pd, offset, len,
-/// iova, fd, access)`, then close `fd` only where [`hook_closes`](Self::hook_closes) says so
-/// (the MR holds its own reference to the buffer), and tell the registrar the outcome
-/// (`Registrar::after_dmabuf_reg` or `dmabuf_not_used`).
+/// iova, fd, access)`, then tell the registrar the outcome (`Registrar::after_dmabuf_reg` or
+/// `dmabuf_not_used`). The hook closes nothing: `fd` is gdrshim's kept one, open until the outcome
+/// is told (the MR holds its own reference to the buffer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Export {
+    /// The buffer's fd for the call: a kept fd of ours (`buf` is `Some`), or for CUDA's callers
+    /// the caller's own (`buf` is `None`).
     pub fd: i32,
     /// Offset of the MR's first byte in the buffer (the buffer starts at the page below it).
     pub offset: u64,
     pub pieces: usize,
     pub bytes: u64,
     pub mems: Vec<MemRef>,
-    /// The shared buffer whose kept fd `fd` is (gdrshim's: it stays open until the registrar
-    /// closes it, never before the outcome is told); `None`: the fd is the caller's alone.
+    /// The shared buffer whose kept fd `fd` is; `None`: the fd is the caller's.
     pub buf: Option<u64>,
     /// The buffer existed already (no export was made for this registration).
     pub reused: bool,
-}
-
-impl Export {
-    /// Whether the hook closes `fd` after its call: only an export that is its alone. A shared
-    /// buffer's fd is gdrshim's kept one (no duplicate per call: each is a system call, several
-    /// µs under gVisor), closed by the registrar with the buffer's last use.
-    pub fn hook_closes(&self) -> bool {
-        self.buf.is_none()
-    }
 }
 
 /// What to do about one verbs registration.
@@ -175,8 +167,15 @@ pub enum Decision {
     Exported(Export),
     /// DMA-BUF in shadow mode: what would be exported.
     WouldExport { pieces: usize, bytes: u64 },
-    /// Nothing registered; delegate and let the real call fail as it would.
+    /// Nothing registered; delegate and let the real call fail as it would (shadow mode, no
+    /// route, or VA that is no GPU memory now).
     Miss(RegMiss),
+    /// GPU memory without an exact hit, in register mode: nothing registered, and the call must
+    /// not reach the provider, which could serve it from memory that is not the program's (with
+    /// nvidia-peermem loaded, from a registration RM holds for another MR: the whole mapping of
+    /// a chunk whose other blocks are freed or CUDA's). It fails as on a GeForce without gdrshim:
+    /// EFAULT.
+    Refuse(RegMiss),
 }
 
 /// The registration reference of an MR being deregistered, held across the provider's call.
@@ -235,6 +234,8 @@ pub struct Registrar {
     /// Bytes of their buffers, one count per MR (live and the most at once).
     registered_bytes: u64,
     registered_peak: u64,
+    /// References of MRs whose deregistration began by a queued outcome, by its ticket.
+    dereg_in_flight: HashMap<u64, HeldRef>,
 }
 
 impl Registrar {
@@ -295,13 +296,16 @@ impl Registrar {
 
     /// Before a verbs registration: what to do, with every RM call it needs made.
     pub fn before_verbs(&mut self, t: &Tracker, rm: &mut dyn Rm, r: VerbsReg) -> Decision {
-        let d = self.decide(t, rm, r);
+        let d = match self.decide(t, rm, r) {
+            Decision::Miss(m) if !self.dry_run && !matches!(m, RegMiss::NoRoute(_)) && t.is_gpu_va(r.addr) => Decision::Refuse(m),
+            d => d,
+        };
         match &d {
             Decision::Host => self.counts.host += 1,
             Decision::Odp => self.counts.odp += 1,
             Decision::StandAside => self.counts.stood_aside += 1,
             Decision::Hit { .. } | Decision::Exported(_) | Decision::WouldExport { .. } => self.counts.pass0_hits += 1,
-            Decision::Miss(m) => {
+            Decision::Miss(m) | Decision::Refuse(m) => {
                 self.counts.pass0_misses += 1;
                 if matches!(m, RegMiss::Rm { .. }) {
                     self.counts.rm_errors += 1;

@@ -22,6 +22,21 @@ pub enum Outcome {
     DeregEnd { mr: u64, held: HeldRef, deregistered: bool },
     /// `mr` no longer holds what it held (a re-registration moved it elsewhere).
     Dereg { mr: u64 },
+    /// The provider's deregistration of `mr` begins, and the registrar's lock was not had in
+    /// time: its reference comes out of the table when this is taken in (kept in order before the
+    /// call, so before any later registration that gets the same pointer back) and waits under
+    /// `ticket` for [`Outcome::DeregQueuedEnd`].
+    DeregQueuedBegin { ticket: u64, mr: u64, shown_addr: u64 },
+    /// That deregistration returned (`deregistered`: the provider freed the MR).
+    DeregQueuedEnd { ticket: u64, mr: u64, deregistered: bool },
+}
+
+/// How a deregistration's reference was taken out: now (the registrar's lock was had), or by a
+/// queued outcome (`Outcome::DeregQueuedBegin`), whose end is owed under its ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeregStart {
+    Taken(HeldRef),
+    Queued(u64),
 }
 
 impl Registrar {
@@ -33,6 +48,16 @@ impl Registrar {
             Outcome::DmabufUnused(e) => self.dmabuf_not_used(rm, &e),
             Outcome::DeregEnd { mr, held, deregistered } => self.finish_dereg(rm, mr, held, deregistered),
             Outcome::Dereg { mr } => self.after_dereg(rm, mr),
+            Outcome::DeregQueuedBegin { ticket, mr, shown_addr } => {
+                if let Some(held) = self.take_mr(rm, mr, shown_addr) {
+                    self.dereg_in_flight.insert(ticket, held);
+                }
+            }
+            Outcome::DeregQueuedEnd { ticket, mr, deregistered } => {
+                if let Some(held) = self.dereg_in_flight.remove(&ticket) {
+                    self.finish_dereg(rm, mr, held, deregistered);
+                }
+            }
         }
     }
 }

@@ -69,10 +69,15 @@ impl Rm for FakeRm {
         self.capability_asked += 1;
         Ok(self.dmabuf_capable.expect("the NV503C route asks no dma-buf question"))
     }
-    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         panic!("the NV503C route exports nothing")
     }
-    fn close_fd(&mut self, _fd: i32) {}
+    fn close_fd(&mut self, _fd: OwnedFd) {
+        panic!("the NV503C route keeps no fd")
+    }
+    fn still_ours(&mut self, _fd: &OwnedFd) -> bool {
+        panic!("the NV503C route keeps no fd")
+    }
 }
 
 /// UVM_MAP_EXTERNAL_ALLOCATION of memory `h` of client C at `[base, base+length)` on GPU.
@@ -136,9 +141,9 @@ fn misses_register_nothing() {
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     assert!(matches!(
         r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000),
-        Decision::Miss(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))
+        Decision::Refuse(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))
     ));
-    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Miss(RegMiss::Lookup(Miss::Unmapped { .. }))));
+    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Refuse(RegMiss::Lookup(Miss::Unmapped { .. }))));
     assert_eq!(r.before_reg(&t, &mut rm, 0x1000, 0x1000), Decision::Host);
     assert!(rm.regs.is_empty() && rm.p2p.is_empty());
     assert_eq!(r.counts.pass0_misses, 2);
@@ -151,7 +156,7 @@ fn unaligned_mapping_is_a_miss_not_a_guess() {
     t.apply(&map_on_gpu(0x7f00_0000_1000, 0x8000, 0x1000, 0x20));
     t.map.own(0x7f00_0000_1000, 0x8000);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Miss(RegMiss::Unaligned(_))));
+    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Refuse(RegMiss::Unaligned(_))));
     assert!(rm.p2p.is_empty());
 }
 
@@ -161,12 +166,12 @@ fn refused_va_space_leaves_no_half_made_object() {
     let mut rm = FakeRm { fail_va_space: true, ..Default::default() };
     let mut r = Registrar::new(false);
     let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
-    assert!(matches!(d, Decision::Miss(RegMiss::Rm { call: Call::RegisterVaSpace, .. })));
+    assert!(matches!(d, Decision::Refuse(RegMiss::Rm { call: Call::RegisterVaSpace, .. })));
     assert!(rm.p2p.is_empty(), "the 503C was freed again");
     assert_eq!((rm.frees, r.counts.rm_errors), (1, 1));
     let mut rm = FakeRm { fail_alloc: Some(status::NV_ERR_NOT_SUPPORTED), ..Default::default() };
     let d = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
-    let Decision::Miss(m) = d else { panic!() };
+    let (Decision::Miss(m) | Decision::Refuse(m)) = d else { panic!() };
     // the 503C constructor refuses NOT_SUPPORTED for APM/CC; a P2P patch has nothing to do with it
     assert!(m.to_string().contains("APM"), "{m}");
     assert!(!m.to_string().contains("P2P-patched"), "{m}");
@@ -230,14 +235,14 @@ fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
     t.apply(&map_on_gpu(0x7f00_0030_0000, 0x1_0000, 0, 0x11));
     // and the mapping it cut is no longer registrable as a whole
     let c = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
-    assert!(matches!(c, Decision::Miss(RegMiss::MappingNotWhole { .. })), "{c:?}");
+    assert!(matches!(c, Decision::Refuse(RegMiss::MappingNotWhole { .. })), "{c:?}");
     assert!(c_miss_text(&c).contains("no longer whole"));
     assert!(rm.regs.is_empty());
 }
 
 fn c_miss_text(d: &Decision) -> String {
     match d {
-        Decision::Miss(m) => m.to_string(),
+        Decision::Miss(m) | Decision::Refuse(m) => m.to_string(),
         _ => String::new(),
     }
 }

@@ -13,11 +13,11 @@ fn an_incomplete_map_registers_and_exports_nothing() {
     let mut t = tracker_with(&[(0x10, VA, 0x20_0000)]);
     t.incomplete = true;
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
+    assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Refuse(RegMiss::MapIncomplete)));
     assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "no RM call");
     let mut d = Registrar::with_route(false, Ok(Route::Dmabuf));
     assert!(matches!(d.export(&t, &mut rm, VA, 0x1000, 0), Err(RegMiss::MapIncomplete)));
-    assert!(matches!(d.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::MapIncomplete)));
+    assert!(matches!(d.before_reg(&t, &mut rm, VA, 0x1000), Decision::Refuse(RegMiss::MapIncomplete)));
     t.incomplete = false;
     assert!(matches!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Hit { fresh: true, .. }), "the same map, complete");
 }

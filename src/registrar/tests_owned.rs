@@ -5,6 +5,7 @@
 use super::tests::{map_on_gpu, tracker_with, FakeRm, C, DEV, GPU};
 use super::*;
 use crate::decode::Event;
+use crate::fd::FileId;
 
 const VA: u64 = 0x7f00_0000_0000;
 const MB2: u64 = 0x20_0000;
@@ -33,11 +34,14 @@ impl Rm for ExportRm {
     fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
         Ok(true)
     }
-    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, _: Client, _: u32, _: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
-        Ok(99 + self.exports as i32)
+        Ok(Some(OwnedFd::new(99 + self.exports as i32, FileId { dev: 7, ino: u64::from(self.exports), rdev: 0 })))
     }
-    fn close_fd(&mut self, _: i32) {}
+    fn close_fd(&mut self, _: OwnedFd) {}
+    fn still_ours(&mut self, _: &OwnedFd) -> bool {
+        true
+    }
 }
 
 /// Memory `h` of `len` bytes mapped at `va` (libcuda's UVM calls), not handed to the program.
@@ -62,13 +66,13 @@ fn nv503c_registers_neighbours_and_refuses_cuda_memory_and_overruns() {
     let inside = r.before_reg(&t, &mut rm, VA + 0x1000, 0x1000);
     assert!(matches!(inside, Decision::Hit { .. }), "{inside:?}");
     let internal = r.before_reg(&t, &mut rm, VA + 2 * MB2, 0x1000);
-    assert_eq!(internal, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "CUDA's own memory");
+    assert_eq!(internal, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "CUDA's own memory");
     let over = r.before_reg(&t, &mut rm, VA + MB2 + MB2 / 2, MB2);
-    assert_eq!(over, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "running past the allocation");
+    assert_eq!(over, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }), "running past the allocation");
     assert_eq!(rm.regs.len(), 1, "only the program's memory was registered with RM");
     // a free by the program: its memory is not its own any more, though still mapped
     t.map.disown_at(VA);
-    assert_eq!(r.before_reg(&t, &mut rm, VA + 0x2000, 0x1000), Decision::Miss(RegMiss::NotProgramMemory { at: VA + 0x2000 }));
+    assert_eq!(r.before_reg(&t, &mut rm, VA + 0x2000, 0x1000), Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 0x2000 }));
     let why = RegMiss::NotProgramMemory { at: VA }.to_string();
     assert!(why.contains("not in any allocation this program made through CUDA") && why.contains("CUDA's own memory"), "{why}");
 }
@@ -85,7 +89,7 @@ fn dmabuf_exports_across_neighbours_and_refuses_cuda_memory_on_every_path() {
     // the verbs path, CUDA's callers (cuMemGetHandleForAddressRange, gdrshim_export_dmabuf) and
     // an export running 4 MiB past the allocation: all refused, nothing exported
     let d = r.before_verbs(&t, &mut rm, VerbsReg { addr: VA + 2 * MB2, len: 0x1000, access: 0, rereg: false });
-    assert_eq!(d, Decision::Miss(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
+    assert_eq!(d, Decision::Refuse(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(r.export(&t, &mut rm, VA + 2 * MB2, 2 * MB2, 0), Err(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(r.export(&t, &mut rm, VA, 4 * MB2, 0), Err(RegMiss::NotProgramMemory { at: VA + 2 * MB2 }));
     assert_eq!(rm.exports, exports, "RM was asked for no export of memory the program did not allocate");
@@ -115,7 +119,7 @@ fn va_the_driver_takes_back_is_not_the_programs_any_more() {
     // CUDA maps its own memory at the same VA next: refused, though the program once had it
     cuda_internal(&mut t, 0x13, VA, MB2);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert_eq!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Miss(RegMiss::NotProgramMemory { at: VA }));
+    assert_eq!(r.before_reg(&t, &mut rm, VA, 0x1000), Decision::Refuse(RegMiss::NotProgramMemory { at: VA }));
     // and a UVM_FREE of a range takes what the program had in it
     let mut t = tracker_with(&[(0x10, VA, MB2)]);
     t.apply(&Event::UvmFree { base: VA, length: None });

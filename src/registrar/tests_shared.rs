@@ -5,13 +5,14 @@
 use super::tests::{tracker_with, C, DEV};
 use super::*;
 use crate::decode::Event;
+use crate::fd::{FileId, OwnedFd};
 use std::collections::BTreeMap;
 
 const VA: u64 = 0x7f00_0000_0000;
 const MB2: u64 = 0x20_0000;
 
-/// An RM whose exports are files with an identity: every fd open (ours and the hook's
-/// duplicates) is listed with the buffer it is, and every close is checked.
+/// An RM whose exports are files with an identity: every fd open is listed with the buffer it
+/// is, every close is checked, and an fd of ours is closed only while its number is still it.
 #[derive(Default)]
 struct BufRm {
     exports: u32,
@@ -23,6 +24,8 @@ struct BufRm {
     /// `fstat`s (identity checks) and closes made: system calls, several µs each under gVisor
     fstats: u32,
     closes: u32,
+    /// fds of ours found closed by the program and let go unclosed
+    let_go: u32,
 }
 impl BufRm {
     fn fd(&mut self, buf: u32) -> i32 {
@@ -31,12 +34,14 @@ impl BufRm {
         self.open.insert(fd, buf);
         fd
     }
-    /// What the hook does with the fd it is given: close it where it is its own.
-    fn hook_closes(&mut self, e: &Export) {
-        assert!(self.open.contains_key(&e.fd), "the hook's fd {} is open", e.fd);
-        if e.hook_closes() {
-            self.close_fd(e.fd);
-        }
+    /// What the program does with an fd it was handed (a CUDA caller's): closes it.
+    fn caller_closes(&mut self, e: &Export) {
+        assert!(e.buf.is_none(), "only a caller's own fd is the caller's to close");
+        assert!(self.open.remove(&e.fd).is_some(), "the caller's fd {} is open", e.fd);
+    }
+    fn is_file(&mut self, fd: &OwnedFd) -> bool {
+        self.fstats += 1;
+        self.open.get(&fd.num()).map(|&b| b as u64) == Some(fd.file().ino)
     }
 }
 impl Rm for BufRm {
@@ -58,23 +63,26 @@ impl Rm for BufRm {
     fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
         Ok(true)
     }
-    fn export_dmabuf(&mut self, _: Client, _: u32, p: &mut ExportToDmabufFd) -> Result<i32, u32> {
+    fn export_dmabuf(&mut self, _: Client, _: u32, p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
         let n = p.num_objects as usize;
         self.pieces.push((0..n).map(|i| (p.handles[i], p.offsets[i], p.sizes[i])).collect());
         let buf = self.exports;
-        Ok(self.fd(buf))
-    }
-    fn close_fd(&mut self, fd: i32) {
-        self.closes += 1;
-        assert!(self.open.remove(&fd).is_some(), "closed fd {fd} twice or never had it");
-    }
-    fn fd_identity(&mut self, fd: i32) -> Option<(u64, u64)> {
+        let fd = self.fd(buf);
+        // made ours: its identity, one fstat
         self.fstats += 1;
-        self.open.get(&fd).map(|&b| (7, b as u64))
+        Ok(Some(OwnedFd::new(fd, FileId { dev: 7, ino: buf as u64, rdev: 0 })))
     }
-    fn is_file(&mut self, fd: i32, file: (u64, u64)) -> bool {
-        self.fd_identity(fd) == Some(file)
+    fn close_fd(&mut self, fd: OwnedFd) {
+        if !self.is_file(&fd) {
+            self.let_go += 1;
+            return;
+        }
+        self.closes += 1;
+        assert!(self.open.remove(&fd.num()).is_some(), "closed fd {} twice or never had it", fd.num());
+    }
+    fn still_ours(&mut self, fd: &OwnedFd) -> bool {
+        self.is_file(fd)
     }
 }
 
@@ -98,7 +106,7 @@ fn a_registration_makes_no_system_call_it_does_not_need() {
     let again = register(&mut r, &t, &mut rm, VA, MB2, 0xb);
     assert_eq!((rm.exports, rm.fstats, rm.closes, rm.next_fd), (1, 2, 0, 1), "repeat: one identity check only");
     assert_eq!(first.fd, again.fd, "the kept fd itself");
-    assert!(!first.hook_closes() && !again.hook_closes());
+    assert!(first.buf.is_some() && again.buf.is_some(), "gdrshim's kept fd: the hook closes nothing");
     dereg(&mut r, &mut rm, 0xa, VA);
     dereg(&mut r, &mut rm, 0xb, VA);
     assert_eq!((rm.closes, rm.open.len()), (1, 0), "closed once, with the last MR");
@@ -132,7 +140,7 @@ fn a_buffer_released_while_its_verbs_call_runs_keeps_its_fd_until_the_outcome() 
 /// A verbs registration of `[va, va+len)` through to its MR `mr`, as the hook makes it.
 fn register(r: &mut Registrar, t: &Tracker, rm: &mut BufRm, va: u64, len: u64, mr: u64) -> Export {
     let e = exported(r.before_reg(t, rm, va, len));
-    rm.hook_closes(&e);
+    assert!(rm.open.contains_key(&e.fd), "the call's fd {} is open", e.fd);
     r.after_dmabuf_reg(rm, mr, &e, 0, va);
     e
 }
@@ -232,14 +240,12 @@ fn a_refused_registration_releases_its_hold_and_the_last_closes() {
     let t = tracker_with(&[(0x10, VA, MB2)]);
     let (mut rm, mut r) = (BufRm::default(), Registrar::with_route(false, Ok(Route::Dmabuf)));
     let e = exported(r.before_reg(&t, &mut rm, VA, MB2));
-    rm.hook_closes(&e);
     r.dmabuf_not_used(&mut rm, &e);
     assert!(rm.open.is_empty(), "no MR uses it: closed");
     // one MR, then a twin the provider refuses: the buffer stays for the first
     register(&mut r, &t, &mut rm, VA, MB2, 0xa);
     let twin = exported(r.before_reg(&t, &mut rm, VA, MB2));
     assert!(twin.reused);
-    rm.hook_closes(&twin);
     r.dmabuf_not_used(&mut rm, &twin);
     assert_eq!(rm.open.len(), 1);
     dereg(&mut r, &mut rm, 0xa, VA);
@@ -256,8 +262,8 @@ fn cuda_callers_get_their_own_export_never_kept() {
     assert_eq!(rm.exports, 3, "each cuMemGetHandleForAddressRange is its own export");
     assert!(a.buf.is_none() && b.buf.is_none() && a.fd != b.fd);
     // the caller closes them; the verbs MR's buffer is not touched by that
-    rm.hook_closes(&a);
-    rm.hook_closes(&b);
+    rm.caller_closes(&a);
+    rm.caller_closes(&b);
     let e = register(&mut r, &t, &mut rm, VA, MB2, 0xb);
     assert!(e.reused, "a caller's export is never a kept buffer, nor does it end one");
 }
@@ -274,9 +280,11 @@ fn our_fd_closed_by_the_program_is_not_used_again() {
     let e = register(&mut r, &t, &mut rm, VA, MB2, 0xb);
     assert!(!e.reused && rm.exports == 2, "{e:?}");
     assert_eq!(rm.open.get(&ours), Some(&999), "the other file's fd is never closed by us");
+    assert_eq!(rm.let_go, 1, "our fd of the first buffer is let go, unclosed");
     dereg(&mut r, &mut rm, 0xa, VA);
     dereg(&mut r, &mut rm, 0xb, VA);
     assert_eq!(rm.open.len(), 1, "only the foreign file left: {:?}", rm.open);
+    assert_eq!(rm.open.get(&ours), Some(&999));
 }
 
 #[test]

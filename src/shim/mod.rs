@@ -126,6 +126,8 @@ pub struct Shim {
     pub cfg: Config,
     pub version: Option<DriverVersion>,
     capture_lock: Mutex<()>,
+    /// GDRSHIM_CAPTURE's file while it is ours (`line.capture_fd` says whether there is one).
+    capture_file: crate::fdtable::own::Kept,
     pub stats: Stats,
     pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
     /// One bit per CUDA device whose answer was logged, per attribute (GDR, DMA-BUF, VMM GDR).
@@ -133,6 +135,8 @@ pub struct Shim {
     /// `GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED` was answered 1 in this process: a `cuMemCreate`
     /// refused for `gpuDirectRDMACapable` alone may be retried without it.
     pub(crate) vmm_gdr_answered: core::sync::atomic::AtomicBool,
+    /// Tickets of deregistrations begun by a queued outcome (`serve::verbs_dereg_begin`).
+    pub(crate) dereg_tickets: AtomicU64,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
     #[cfg(feature = "knobs")]
     clock_mark: (u64, u64),
@@ -208,18 +212,17 @@ impl Shim {
                 crate::log_warn!("cannot read the driver version from {version_path}: passing every NVIDIA call through untouched")
             }
         }
-        let capture_fd = match &cfg.capture_file {
-            Some(tpl) => {
-                // SAFETY: getpid has no preconditions.
-                let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
-                // like the log file: never through a link, never somebody else's file
-                crate::files::open_private(&path).unwrap_or_else(|e| {
-                    crate::log_warn!("GDRSHIM_CAPTURE={path:?} refused: {e}; not capturing");
-                    -1
-                })
+        let capture_file = crate::fdtable::own::Kept::none();
+        if let Some(tpl) = &cfg.capture_file {
+            // SAFETY: getpid has no preconditions.
+            let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
+            // like the log file: never through a link, never somebody else's file
+            match crate::files::open_private(&path) {
+                Ok(fd) => capture_file.keep(fd),
+                Err(e) => crate::log_warn!("GDRSHIM_CAPTURE={path:?} refused: {e}; not capturing"),
             }
-            None => -1,
-        };
+        }
+        let capture_fd = capture_file.num().unwrap_or(-1);
         // a copy loaded with dlopen: its hooks see nothing, so it never claims to register
         let in_place = crate::gate::hooks_in_place();
         if cfg.mode == Mode::Register && !in_place {
@@ -257,9 +260,11 @@ impl Shim {
             stood_aside_logged: core::sync::atomic::AtomicBool::new(false),
             gdr_attr_logged: [const { core::sync::atomic::AtomicU32::new(0) }; 3],
             vmm_gdr_answered: core::sync::atomic::AtomicBool::new(false),
+            dereg_tickets: AtomicU64::new(1),
             #[cfg(feature = "knobs")]
             clock_mark: crate::sys::Clock::mark(),
             capture_lock: Mutex::new(()),
+            capture_file,
             stats: Stats::default(),
         };
         if let Some(v) = version {
@@ -278,19 +283,13 @@ impl Shim {
             return;
         }
         let _g = self.capture_lock.lock();
-        let _no_cancel = crate::sys::NoCancel::new();
         let mut s = String::with_capacity(line.len() + 1);
         s.push_str(line);
         s.push('\n');
-        let b = s.as_bytes();
-        let mut off = 0;
-        while off < b.len() {
-            // SAFETY: b is valid for reads of the remaining length.
-            let n = unsafe { libc::write(fd, b[off..].as_ptr() as *const c_void, b.len() - off) };
-            if n <= 0 {
-                break;
-            }
-            off += n as usize;
+        if !self.capture_file.write_all(s.as_bytes()) {
+            // the program closed our capture file's fd: capturing ends here
+            self.line.capture_fd.store(-1, Relaxed);
+            crate::log_warn!("the capture file's fd {fd} was closed by the program: capturing stopped");
         }
     }
 

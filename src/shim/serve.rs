@@ -14,7 +14,7 @@ use crate::capture;
 use crate::config::Mode;
 use crate::decode::{self, DevKind};
 use crate::pipeline::Core;
-use crate::registrar::{Decision, Export, HeldRef, Outcome, RegMiss, VerbsReg};
+use crate::registrar::{Decision, DeregStart, Export, Outcome, RegMiss, VerbsReg};
 use crate::route::{self, Facts, Route};
 use crate::shim::Shim;
 use crate::sys::read_own_pieces;
@@ -60,14 +60,35 @@ impl Shim {
                 if !self.registering() && self.cfg.mode != Mode::Shadow {
                     return None;
                 }
+                let loader = self.loader_facts();
                 let mut c = self.core(WAIT)?;
-                self.decide_route(&mut c)
+                self.decide_route(&mut c, loader)
             }
         }
     }
 
-    /// Decides the route with the core's lock held (once; later calls read the decision).
-    fn decide_route(&self, c: &mut Core) -> Option<Route> {
+    /// What the route decision needs from the loader, asked with no lock of ours held: whether
+    /// libibverbs has `ibv_reg_dmabuf_mr` may take a `dlopen`, which waits for the loader's lock,
+    /// and a thread holding that (a library's constructor) may wait for a hook that needs ours.
+    /// `None` once the route is decided (nothing to ask).
+    /// A yes is kept (a registration of host memory before the route is decided asks too, and
+    /// must stay cheap); a no is asked again, since libibverbs may be loaded later.
+    fn loader_facts(&self) -> Option<bool> {
+        static VERBS_DMABUF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+        if self.route_state.load(Relaxed) != ROUTE_UNDECIDED || self.cfg.route == route::Wish::Nv503c {
+            return None;
+        }
+        if VERBS_DMABUF.load(Relaxed) {
+            return Some(true);
+        }
+        let yes = verbs_has_dmabuf();
+        VERBS_DMABUF.store(yes, Relaxed);
+        Some(yes)
+    }
+
+    /// Decides the route with the core's lock held (once; later calls read the decision), with
+    /// the loader's answer asked before the lock was taken (`loader_facts`).
+    fn decide_route(&self, c: &mut Core, verbs_dmabuf: Option<bool>) -> Option<Route> {
         if let Some(r) = c.registrar.route() {
             return r.clone().ok();
         }
@@ -81,7 +102,7 @@ impl Shim {
         if may_dmabuf && gpu_dmabuf.is_none() && !tracker.devices().iter().any(|&(c, d)| tracker.subdevice_of(c, d).is_some()) {
             return None;
         }
-        let verbs_dmabuf = may_dmabuf && verbs_has_dmabuf();
+        let verbs_dmabuf = may_dmabuf && verbs_dmabuf == Some(true);
         let facts = Facts { gpu_dmabuf, export_abi: table.dmabuf_export, verbs_dmabuf, peermem: self.peermem_loaded() };
         let choice = route::choose(self.cfg.route, &facts);
         let (state, r) = match choice {
@@ -220,11 +241,12 @@ impl Shim {
         // for longer than WAIT, nothing is registered here (the MR's own call registers later)
         let gate = if eager { self.release_gate.try_write_for(WAIT) } else { None };
         let eager = eager && gate.is_some();
+        let loader = if eager { self.loader_facts() } else { None };
         let Some(mut c) = self.core(WAIT) else { return };
         let v = c.tracker.user_allocation(ptr, len);
         if let (true, Verdict::Covered(pieces)) = (eager, &v) {
             // Eager registration is NV503C's (a dma-buf exists only for an MR).
-            if self.decide_route(&mut c) == Some(Route::Nv503c) {
+            if self.decide_route(&mut c, loader) == Some(Route::Nv503c) {
                 // Each UVM mapping behind the allocation, as libcuda registers it; the reference
                 // is held until the memory or VA goes.
                 let Core { tracker, registrar, rm, .. } = &mut *c;
@@ -236,7 +258,7 @@ impl Shim {
                         continue;
                     }
                     match registrar.before_reg(tracker, rm, from, to - from) {
-                        Decision::Miss(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
+                        Decision::Miss(m) | Decision::Refuse(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
                         Decision::Hit { tuple, .. } => crate::log_debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
                         _ => {}
                     }
@@ -262,9 +284,10 @@ impl Shim {
         }
         let (addr, len) = (r.addr, r.len);
         let _gate = if self.registering() { Some(self.release_gate.try_write_for(WAIT)?) } else { None };
+        let loader = self.loader_facts();
         let mut c = self.core(WAIT)?;
         if c.tracker.is_gpu_va(addr) && r.access & IBV_ACCESS_ON_DEMAND == 0 {
-            self.decide_route(&mut c);
+            self.decide_route(&mut c, loader);
         }
         let Core { tracker, registrar, rm, .. } = &mut *c;
         let d = registrar.before_verbs(tracker, rm, r);
@@ -308,6 +331,11 @@ impl Shim {
                 "pass0 miss",
                 "{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, delegating"
             ),
+            Decision::Refuse(m) => crate::log_limited!(
+                crate::config::Level::Warn,
+                "pass0 miss",
+                "{api} addr={addr:#x} len={len:#x} pass0 miss: {m}; nothing registered, and the call fails with EFAULT as on a GeForce without gdrshim (it never reaches the NIC's driver)"
+            ),
         }
         Some(d)
     }
@@ -341,18 +369,31 @@ impl Shim {
     }
 
     /// Before the provider's `ibv_dereg_mr`: the MR's reference, taken out of the table
-    /// (`shown_addr`: what the MR's `addr` reads now, see `Registrar::take_mr`).
-    pub fn verbs_dereg_begin(&self, mr: u64, shown_addr: u64) -> Option<HeldRef> {
-        let mut c = self.core(WAIT)?;
+    /// (`shown_addr`: what the MR's `addr` reads now, see `Registrar::take_mr`); where the core's
+    /// lock is not had in time, taken out by a queued outcome (its end is owed, `verbs_dereg_end`).
+    pub fn verbs_dereg_begin(&self, mr: u64, shown_addr: u64) -> Option<DeregStart> {
+        #[cfg(feature = "knobs")]
+        let queue_only = self.cfg.knobs.dereg_queued;
+        #[cfg(not(feature = "knobs"))]
+        let queue_only = false;
+        let now = if queue_only { None } else { self.core(WAIT) };
+        let Some(mut c) = now else {
+            let ticket = self.dereg_tickets.fetch_add(1, Relaxed);
+            self.pipeline.keep_outcome(Outcome::DeregQueuedBegin { ticket, mr, shown_addr });
+            return Some(DeregStart::Queued(ticket));
+        };
         let Core { registrar, rm, .. } = &mut *c;
         let held = registrar.take_mr(rm, mr, shown_addr);
         self.pipeline.note_live_mrs(registrar.live_mrs());
-        held
+        held.map(DeregStart::Taken)
     }
 
     /// After the provider's `ibv_dereg_mr`: release the reference, or give it back on failure.
-    pub fn verbs_dereg_end(&self, mr: u64, held: HeldRef, deregistered: bool) {
-        self.settle(Outcome::DeregEnd { mr, held, deregistered });
+    pub fn verbs_dereg_end(&self, mr: u64, start: DeregStart, deregistered: bool) {
+        match start {
+            DeregStart::Taken(held) => self.settle(Outcome::DeregEnd { mr, held, deregistered }),
+            DeregStart::Queued(ticket) => self.settle(Outcome::DeregQueuedEnd { ticket, mr, deregistered }),
+        }
     }
 
     /// A re-registration moved `mr` off what it held.
@@ -437,6 +478,19 @@ impl Shim {
         if self.line.table.is_some() {
             let _ = self.queue(crate::pipeline::Work::ProgramMapping { ptr, len });
         }
+    }
+
+    /// A CUDA context ended (`api`): the allocations of GPU `gpu` (`None`: an unknown GPU, so
+    /// every allocation) are the program's no longer.
+    pub fn context_ended(&'static self, api: &str, gpu: Option<crate::abi::Uuid>) {
+        if self.line.table.is_none() {
+            return;
+        }
+        crate::log_info!(
+            "{api}: a CUDA context ended; the program's allocations {} are its own no longer (registrations and exports over them are refused)",
+            if gpu.is_some() { "on that GPU" } else { "on every GPU" }
+        );
+        let _ = self.queue(crate::pipeline::Work::ContextEnded { gpu });
     }
 
     /// The program gave back the allocation at `ptr` (`len` `None`) or `[ptr, ptr+len)`.

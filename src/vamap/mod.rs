@@ -21,6 +21,8 @@ mod lookup;
 pub mod owned;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_ends;
 
 use entry::{Entry, OFFSET_LIMIT};
 use gpu::GpuMap;
@@ -226,17 +228,7 @@ impl VaMap {
         if len == 0 || base.checked_add(len).is_none() {
             return;
         }
-        // Other memory mapped where the program had an allocation: that allocation was freed
-        // unseen (a live one's VA is never given to other memory), so it is the program's no
-        // longer; libcuda's chunk rule (`first_unowned`) must not reach from it into this memory.
-        let end = base + len;
-        let replaced = self.per_gpu.get(&gpu).is_some_and(|m| {
-            let first = m.at(base).map_or(base, |(s, _)| s);
-            m.range(first..end).any(|(_, e)| e.end > base && e.mem != mem)
-        });
-        if replaced {
-            self.owned.remove(base, end);
-        }
+        self.end_owned_under(base, base + len, mem);
         self.unmap(gpu, base, len);
         if offset.checked_add(len).is_none_or(|end| end > OFFSET_LIMIT) {
             return; // no RM memory is that large: kept out, so that lookups miss (and a cut's offset stays below the limit)
@@ -417,6 +409,9 @@ impl VaMap {
         }
         for &(s, l) in &removed {
             self.tombstone(s, l);
+            // the memory under a recorded allocation is gone (RM freed it, maybe with no UVM
+            // unmap first): so is the allocation
+            self.forget_owned(s, s + l);
         }
         removed.len()
     }

@@ -94,13 +94,26 @@ impl Allocations {
 }
 
 impl VaMap {
-    /// The program was handed `[base, base+len)` by a CUDA call. What was recorded over any of
-    /// it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
+    /// The program was handed `[base, base+len)` by a CUDA call that allocated it. What was
+    /// recorded over any of it is gone; where it is exactly one entry on some GPU, that entry
+    /// carries the mark.
     pub fn own(&mut self, base: u64, len: u64) {
+        self.own_as(base, len, true);
+    }
+
+    /// The program was handed `[base, base+len)` of memory it did not allocate here: an import
+    /// (an IPC handle, a pool pointer, a handle mapped by `cuMemMap`). Counted exactly, never
+    /// to the end of the mapping it sits in: that mapping is the exporter's chunk or pool, whose
+    /// other blocks are the exporter's, not this program's.
+    pub fn own_import(&mut self, base: u64, len: u64) {
+        self.own_as(base, len, false);
+    }
+
+    fn own_as(&mut self, base: u64, len: u64, carved: bool) {
         let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
         // carved from a mapping that runs past it (libcuda's chunk): counted to that mapping's
         // end, as libcuda counts it ([`VaMap::chunk_end`]); known now, while it is that chunk
-        let reach = self.chunk_end(end);
+        let reach = if carved { self.chunk_end(end) } else { end };
         self.disown(base, end);
         let mut marked = false;
         for m in self.per_gpu.values_mut() {
@@ -151,6 +164,49 @@ impl VaMap {
         }
         for (a, b) in rest {
             self.owned.add(a, b - a);
+        }
+    }
+
+    /// Memory `mem` is about to be mapped over `[base, end)` on some GPU. Where any GPU maps other
+    /// memory there now, the program's allocation there was freed unseen (a live one's VA is never
+    /// given to other memory, and every GPU that maps an address maps the same memory there): it
+    /// is the program's no longer, on every GPU, and libcuda's chunk rule (`first_unowned`) must
+    /// not reach from it into this memory. (One GPU unmapped first and CUDA's own memory mapped on
+    /// it while another GPU still maps the old chunk is such a case.)
+    pub(super) fn end_owned_under(&mut self, base: u64, end: u64, mem: super::MemRef) {
+        let replaced = self.per_gpu.values().any(|m| {
+            let first = m.at(base).map_or(base, |(s, _)| s);
+            m.range(first..end).any(|(_, e)| e.end > base && e.mem != mem)
+        });
+        if replaced {
+            self.disown(base, end);
+        }
+    }
+
+    /// A CUDA context ended (`cuCtxDestroy`, a primary context reset or released for the last
+    /// time): every allocation it held is gone with it, whether or not the driver calls that
+    /// ended each were seen. Those at VA that GPU `gpu` maps (`None`: every allocation) are the
+    /// program's no longer, on every GPU that maps them too; an allocation of another context the
+    /// program still holds there is refused from now on, never wrongly served.
+    pub fn end_owned_on(&mut self, gpu: Option<crate::abi::Uuid>) {
+        let spans: Vec<(u64, u64)> = match gpu {
+            None => {
+                self.owned = Allocations::default();
+                vec![(0, u64::MAX)]
+            }
+            Some(g) => self.per_gpu.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default(),
+        };
+        for (base, end) in spans {
+            self.owned.remove(base, end);
+            for m in self.per_gpu.values_mut() {
+                let first = m.at(base).map_or(base, |(s, _)| s);
+                let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
+                for s in marked {
+                    let Some(e) = m.get(s).copied() else { continue };
+                    let origin = m.origin(s, &e);
+                    m.insert(s, e.with_owned(false), origin);
+                }
+            }
         }
     }
 

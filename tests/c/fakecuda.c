@@ -4,7 +4,10 @@
 // FAKECUDA_ATTRS="75=12,76=0,118=100" overrides device attributes (another GPU than the default
 // GeForce sm_89); FAKECUDA_CREATE says what cuMemCreate does: accept (default), flag (refuse
 // gpuDirectRDMACapable=1 with 801, as a GeForce), oom (refuse everything with 2), all (refuse
-// everything with 801). fakecuda_create_calls counts cuMemCreate calls.
+// everything with 801). fakecuda_create_calls counts cuMemCreate calls. Contexts: primary ones
+// retained and released per device, reset, destroyed; cuDeviceGetUuid_v2 the fake driver's UUIDs.
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,20 @@ CUresult cuMemCreate(uint64_t *h, size_t n, const unsigned char *prop, unsigned 
 CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; } // v1 ABI: never wrapped
 // A GeForce refuses dma-bufs (CUDA_ERROR_NOT_SUPPORTED) and reports DMA_BUF_SUPPORTED 0.
 CUresult cuMemGetHandleForAddressRange(void *h, uint64_t p, size_t n, int type, unsigned long long flags) { (void)h; (void)p; (void)n; (void)type; (void)flags; return 801; }
+// Contexts: a primary context per device with a reference count (Retain/Release), a reset, a
+// destroy; the UUID of device d is the fake driver's (fakerm_uuid, when it is loaded).
+static int primary_refs[2];
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { if (dev < 0 || dev > 1) return 101; primary_refs[dev]++; *ctx = (void *)(uintptr_t)(0xc0 + dev); return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { if (dev < 0 || dev > 1 || !primary_refs[dev]) return 101; primary_refs[dev]--; return 0; }
+CUresult cuDevicePrimaryCtxReset_v2(int dev) { if (dev < 0 || dev > 1) return 101; primary_refs[dev] = 0; return 0; }
+CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) { if (dev < 0 || dev > 1) return 101; *flags = 0; *active = primary_refs[dev] > 0; return 0; }
+CUresult cuCtxDestroy_v2(void *ctx) { return ctx ? 0 : 201; }
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev) {
+  uint8_t (*u)[16] = (uint8_t (*)[16])dlsym(RTLD_DEFAULT, "fakerm_uuid");
+  if (!u || dev < 0 || dev > 1) return 101;
+  memcpy(uuid, u[dev], 16);
+  return 0;
+}
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;
   void *f = 0;
@@ -59,6 +76,10 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   else if (!strcmp(sym, "cuDeviceGetAttribute")) f = (void *)cuDeviceGetAttribute;
   else if (!strcmp(sym, "cuMemCreate") && ver >= 10020) f = (void *)cuMemCreate;
   else if (!strcmp(sym, "cuMemGetHandleForAddressRange") && ver >= 11070) f = (void *)cuMemGetHandleForAddressRange;
+  else if (!strcmp(sym, "cuDevicePrimaryCtxRetain")) f = (void *)cuDevicePrimaryCtxRetain;
+  else if (!strcmp(sym, "cuDevicePrimaryCtxRelease") && ver >= 11000) f = (void *)cuDevicePrimaryCtxRelease_v2;
+  else if (!strcmp(sym, "cuDevicePrimaryCtxReset") && ver >= 11000) f = (void *)cuDevicePrimaryCtxReset_v2;
+  else if (!strcmp(sym, "cuCtxDestroy") && ver >= 4000) f = (void *)cuCtxDestroy_v2;
   if (status) *status = f ? 0 : 1;
   *pfn = f;
   return f ? 0 : 500;

@@ -6,7 +6,8 @@
 // buffer of the fake driver whose memory is, page by page, the process's memory at [iova,
 // iova+len) (else EFAULT); fd -1 gives EBADF (NCCL's probe), ON_DEMAND and an iova whose page
 // offset differs from the buffer offset's give EINVAL; the MR holds its own reference to the
-// buffer (a dup of the fd) until ibv_dereg_mr; mr->addr is the offset, as rdma-core sets it.
+// buffer (a dup of the fd at 512 or above) until ibv_dereg_mr; mr->addr is the offset, as
+// rdma-core sets it. fakeverbs_reg_calls counts registrations by address that reached it.
 // FAKEVERBS_DMABUF_FAIL=ERRNO refuses every dma-buf registration with that errno. Built with
 // -DNO_DMABUF (and a map without IBVERBS_1.12) it is an rdma-core older than 34. ibv_reg_mr_ex
 // (IBVERBS_1.15) records the comp_mask and dmah it was given (fakeverbs_mrex_*), refuses bits
@@ -22,12 +23,13 @@
 #include <unistd.h>
 struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
 struct mr_held { struct ibv_mr mr; int buf_fd; }; // every MR: a dma-buf MR keeps its buffer here
-unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong;
+unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong, fakeverbs_reg_calls;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 int fakeverbs_cancel_point_in_reg; // registrations pass a cancellation point, as rdma-core's write() does
 static void cancel_point(void) { if (__atomic_load_n(&fakeverbs_cancel_point_in_reg, __ATOMIC_ACQUIRE)) pthread_testcancel(); }
 static struct ibv_mr *reg(void *addr, size_t len) {
   if (__atomic_load_n(&fakeverbs_exit_in_reg, __ATOMIC_ACQUIRE)) pthread_exit((void *)42);
+  __atomic_add_fetch(&fakeverbs_reg_calls, 1, __ATOMIC_RELAXED);
   cancel_point();
   // the fake driver's view (preloaded, so looked up once); none: every MR is host memory
   static int (*check)(uint64_t, uint64_t); static int looked;
@@ -55,7 +57,9 @@ static struct ibv_mr *dmabuf_reg(uint64_t off, size_t len, uint64_t iova, int fd
   int r = check ? check(fd, off, len, iova) : -2;
   if (r == -2) { errno = EINVAL; return NULL; }
   if (r) { __atomic_add_fetch(&fakeverbs_dmabuf_wrong, 1, __ATOMIC_RELAXED); errno = EFAULT; return NULL; }
-  struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  // the kernel's own reference to the buffer, no fd of the program's: kept far above the numbers
+  // a program (or a test that closes numbers) uses
+  struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = fcntl(fd, F_DUPFD_CLOEXEC, 512);
   struct ibv_mr *m = &h->mr; m->addr = (void *)(uintptr_t)off; m->length = len; m->lkey = m->rkey = 9;
   return m;
 }

@@ -2,6 +2,9 @@
 //! once, a scratch folder of their own, and a command that must succeed.
 
 pub mod fakedev;
+pub mod lab;
+#[allow(dead_code)] // the tests that run programs of tests/c use it
+pub mod rig;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

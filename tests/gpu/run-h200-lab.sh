@@ -47,11 +47,10 @@ timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cac
 if [ ! -d "$S/mooncake" ] || [ ! -d "$S/nixl_cu13" ]; then log "wheels did not install"; exit 1; fi
 export PYTHONPATH=$S${PYTHONPATH:+:$PYTHONPATH}
 W=tests/lab
-gcc -O1 -shared -fPIC -Wl,--version-script=$W/fakewire.map -Wl,-soname,libibverbs.so.1 -o "$B/fw/libibverbs.so.1" $W/fakewire.c $W/fakewire_qp.c $W/fakewire_data.c -ldl -lpthread || exit 1
-gcc -O1 -shared -fPIC -Wl,--version-script=$W/fakemlx5.map -Wl,-soname,libmlx5.so.1 -o "$B/fw/libmlx5.so.1" $W/fakemlx5.c || exit 1
-# NCCL <= 2.29 dlopens "libibverbs.so" before "libibverbs.so.1" (and libmlx5 alike): both names lead to the fake
-ln -sf libibverbs.so.1 "$B/fw/libibverbs.so"; ln -sf libmlx5.so.1 "$B/fw/libmlx5.so"
-gcc -O1 -shared -fPIC -o "$B/fakesys.so" $W/fakesys.c -ldl || exit 1
+# the lab's build (tests/lab/build.sh: libibverbs.so.1 and .so, libmlx5, fakesys.so); one process
+# per consumer row, so no FAKEWIRE_LAB: the wire stays inside each process, as host 0
+CC=gcc bash $W/build.sh "$B/lab" >/dev/null || exit 1
+cp -P "$B/lab/lib/"* "$B/fw/" && cp "$B/lab/fakesys.so" "$B/fakesys.so" || exit 1
 gcc -O1 -shared -fPIC -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl || exit 1
 # NIXL's wheel carries its own rdma-core (auditwheel names): the fake takes their place
 cp "$B/fw/libibverbs.so.1" "$L"/libibverbs-*.so.*; cp "$B/fw/libmlx5.so.1" "$L"/libmlx5-*.so.*

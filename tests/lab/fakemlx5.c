@@ -1,6 +1,7 @@
 // The consumer lab's stand-in libmlx5.so.1 (ours, test only): the fake wire is no mlx5 device, so
 // mlx5dv_is_supported says no and every direct-verbs entry fails EOPNOTSUPP; consumers that link
-// libmlx5 (UCX's libuct_ib_mlx5, Mooncake's engine.so) load, and take their plain-verbs paths.
+// libmlx5 (UCX's libuct_ib_mlx5, Mooncake's engine.so, perftest) load, and take their plain-verbs
+// paths.
 #include <errno.h>
 #include <stddef.h>
 #define NOPE_PTR(name) void *name(void) { errno = EOPNOTSUPP; return NULL; }
@@ -29,3 +30,7 @@ NOPE_PTR(mlx5dv_devx_create_event_channel)
 void mlx5dv_devx_destroy_event_channel(void *ch) { (void)ch; }
 long mlx5dv_devx_get_event(void) { errno = EOPNOTSUPP; return -1; }
 NOPE_INT(mlx5dv_devx_subscribe_devx_event)
+NOPE_PTR(mlx5dv_qp_ex_from_ibv_qp_ex) // perftest: its crypto and extended-QP paths
+NOPE_INT(mlx5dv_crypto_login)
+NOPE_PTR(mlx5dv_dek_create)
+NOPE_INT(mlx5dv_dek_destroy)

@@ -1,18 +1,24 @@
 // The consumer lab's fake wire (ours, test only): a drop-in libibverbs.so.1 that released consumers
-// (UCX's verbs transports, NIXL through UCX, Mooncake's transfer engine, NCCL's net_ib) accept on a
-// machine with no HCA. One device (FW_DEV_NAME), one ACTIVE RoCE v2 port with four GIDs, PDs, CQs
-// with completion channels, RC and UD QPs with the kernel's state machine, SRQs, AHs, and MRs
-// through ibv_reg_mr, ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c is the wire: RDMA
-// WRITE / READ and SEND / RECV move bytes between registered ranges (cuMemcpy for GPU memory).
+// (UCX's verbs transports, NIXL through UCX, Mooncake's transfer engine, NCCL's net_ib) and
+// rdma-core's own example programs accept on a machine with no HCA. One device per process (lab
+// host N's fwroce_N, fakelab.h), one RoCE v2 port with four GIDs, PDs, CQs with completion
+// channels, RC and UD QPs with the kernel's state machine, SRQs, AHs, and MRs through ibv_reg_mr,
+// ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c and fakewire_resp.c are what a work
+// request does at each end, fakewire_net.c the wire between processes (FAKEWIRE_LAB): RDMA WRITE
+// / READ and SEND / RECV move bytes between registered ranges of two processes, each touching only
+// its own memory (cuMemcpy for GPU memory).
 //
 // GDR is judged as a real inbox kernel without nvidia-peermem judges it: GPU memory registers only
 // as a dma-buf MR (an nv_dmabuf fd whose size covers offset + length, iova = the GPU address); a
-// plain MR over GPU memory is refused EFAULT (FAKEWIRE_PEERMEM=1 plays a loaded peermem instead).
-// Every registration is counted by entry point and kind; the counts are printed at exit
-// ("fakewire: summary ...", stderr and appended to $FAKEWIRE_REPORT).
-// QPs meet through a process-local table by QP number: both ends must live in one process
-// (cross-process delivery is not done).
-// Environment: FAKEWIRE_PEERMEM=1, FAKEWIRE_REPORT=file, FAKEWIRE_LOG=1 (one line per registration).
+// plain MR over GPU memory is refused EFAULT ("peermem N" in the fault file, or FAKEWIRE_PEERMEM=1,
+// plays a loaded peermem instead; "no-dmabuf N" a kernel without dma-buf MRs: EOPNOTSUPP). Where
+// the process's libcuda is the lab's stand-in (labcuda.c), its dma-buf (a memfd it names) stands
+// for nv_dmabuf, judged the same way. Every registration is counted by entry point and kind, and
+// the wire's work too; the counts are printed at exit ("fakewire: summary ...", stderr and
+// appended to $FAKEWIRE_REPORT), with whether gdrshim was loaded in the process.
+// Environment: FAKEWIRE_HOST, FAKEWIRE_LAB, FAKEWIRE_FAULTS (fakelab.h), FAKEWIRE_PEERMEM=1,
+// FAKEWIRE_RETRY_MS_MAX (fakewire_net.c), FAKEWIRE_REPORT=file, FAKEWIRE_LOG=1 (one line per
+// registration).
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <dlfcn.h>
@@ -23,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 pthread_mutex_t fw_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -33,7 +40,7 @@ static struct {
   unsigned long gpu_plain_refused, dmabuf_probe, dmabuf_refused, bad_args; // refused
   unsigned long ops[3];                                   // write, read, send
   unsigned long long bytes_g2g, bytes_g2h, bytes_h2g, bytes_h2h;
-  unsigned long wire_errors;
+  unsigned long wire_errors, wire[3]; // dropped, corrupted, timed out
 } fw_n;
 static int fw_env(const char *n) { const char *v = getenv(n); return v && *v && strcmp(v, "0"); }
 static void fw_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -46,15 +53,19 @@ void fw_count_bytes(int dst_gpu, int src_gpu, uint64_t n, int op) {
   if (dst_gpu && src_gpu) fw_n.bytes_g2g += n; else if (src_gpu) fw_n.bytes_g2h += n; else if (dst_gpu) fw_n.bytes_h2g += n; else fw_n.bytes_h2h += n;
 }
 void fw_count_error(const char *why) { if (fw_n.wire_errors++ < 8) fw_say("wire error: %s", why); }
+void fw_count_wire(int what) { fw_n.wire[what]++; }
 __attribute__((destructor)) static void fw_report(void) {
-  char b[768];
+  char b[1024];
+  void *shim = dlsym(RTLD_DEFAULT, "gdrshim_version"); // gdrshim is in the process
   snprintf(b, sizeof b,
-           "fakewire: summary reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
+           "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
            "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
-           "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu\n",
-           fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
+           "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu dropped=%lu "
+           "corrupted=%lu timeouts=%lu\n",
+           fw_me()->n, getpid(), shim != NULL, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
            fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
-           fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors);
+           fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors,
+           fw_n.wire[0], fw_n.wire[1], fw_n.wire[2]);
   fputs(b, stderr);
   const char *p = getenv("FAKEWIRE_REPORT");
   FILE *f = p && *p ? fopen(p, "a") : NULL;
@@ -69,6 +80,9 @@ static int (*cu_sync)(void);
 static int (*cu_get_ctx)(void **);
 static int (*cu_set_ctx)(void *);
 static int (*cu_retain)(void **, int);
+static int (*cu_stream_create)(void **, unsigned);
+static int (*cu_memcpy_async)(uint64_t, uint64_t, size_t, void *);
+static int (*cu_stream_sync)(void *);
 static int cu_ready(void) {
   if (cu_attr) return 1;
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -79,6 +93,9 @@ static int cu_ready(void) {
   cu_set_ctx = (int (*)(void *))dlsym(h, "cuCtxSetCurrent");
   cu_retain = (int (*)(void **, int))dlsym(h, "cuDevicePrimaryCtxRetain");
   if (!cu_memcpy || !cu_sync || !cu_get_ctx || !cu_set_ctx || !cu_retain) return 0;
+  cu_stream_create = (int (*)(void **, unsigned))dlsym(h, "cuStreamCreate");
+  cu_memcpy_async = (int (*)(uint64_t, uint64_t, size_t, void *))dlsym(h, "cuMemcpyAsync");
+  cu_stream_sync = (int (*)(void *))dlsym(h, "cuStreamSynchronize");
   cu_attr = (cu_attr_t)dlsym(h, "cuPointerGetAttribute");
   return cu_attr != NULL;
 }
@@ -101,6 +118,15 @@ int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
     static void *primary;
     if (!primary && cu_retain(&primary, 0)) return -1;
     if (cu_set_ctx(primary)) return -1;
+  }
+  // on a non-blocking stream of the thread's own: a copy on the legacy default stream would wait
+  // for the program's work there, which may itself wait for these bytes
+  static __thread void *stream, *stream_ctx;
+  if (cu_stream_create && cu_memcpy_async && cu_stream_sync) {
+    void *ctx = NULL;
+    cu_get_ctx(&ctx);
+    if (!stream || stream_ctx != ctx) { stream_ctx = ctx; if (cu_stream_create(&stream, 1)) stream = NULL; } // CU_STREAM_NON_BLOCKING
+    if (stream) return cu_memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n, stream) || cu_stream_sync(stream);
   }
   return cu_memcpy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) || cu_sync();
 }
@@ -146,7 +172,7 @@ static struct ibv_mr *reg_plain(struct ibv_pd *pd, void *addr, size_t len, uint6
   int gpu = 0;
   int whole = gpu_range((uint64_t)(uintptr_t)addr, len, &gpu);
   if (gpu) {
-    if (!fw_env("FAKEWIRE_PEERMEM")) { // an inbox kernel without nvidia-peermem cannot pin GPU memory
+    if (!fw_fault_peermem(fw_me()->n)) { // an inbox kernel without nvidia-peermem cannot pin GPU memory
       pthread_mutex_lock(&fw_mu); unsigned long k = fw_n.gpu_plain_refused++; pthread_mutex_unlock(&fw_mu);
       if (k < 4) fw_say("ibv_reg_mr on GPU memory %p+%#zx refused EFAULT (no peermem: GPU memory registers only as a dma-buf MR)", addr, len);
       errno = EFAULT; return NULL;
@@ -163,26 +189,46 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
   __atomic_fetch_add(&fw_n.reg_mr_iova2, 1, __ATOMIC_RELAXED);
   return reg_plain(pd, addr, len, iova, (int)access);
 }
+// The exporter of a dma-buf fd (fdinfo's exp_name: the NVIDIA driver's is "nv_dmabuf") and its
+// size. Where the process's libcuda is the lab's stand-in, its dma-buf is a memfd it names
+// "labcuda-dmabuf:<GPU address at offset 0>" (*base), taken as that stand-in's nv_dmabuf.
+static void exporter(int fd, char exp[64], long *size, uint64_t *base) {
+  char p[64], line[256];
+  *size = -1; *base = 0; exp[0] = 0;
+  snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+  FILE *f = fopen(p, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "exp_name:", 9)) sscanf(line + 9, "%63s", exp);
+    if (!strncmp(line, "size:", 5)) *size = atol(line + 5);
+  }
+  fclose(f);
+  char target[128] = "";
+  snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(p, target, sizeof target - 1);
+  struct stat st;
+  if (!exp[0] && k > 0 && dlsym(RTLD_DEFAULT, "labcuda_gpu") && !fstat(fd, &st) &&
+      sscanf(target, "/memfd:labcuda-dmabuf:%lx", (unsigned long *)base) == 1) {
+    snprintf(exp, 64, "nv_dmabuf"); *size = st.st_size;
+  }
+}
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) {
   __atomic_fetch_add(&fw_n.reg_dmabuf_mr, 1, __ATOMIC_RELAXED);
+  if (fw_fault_no_dmabuf(fw_me()->n)) { // a kernel without dma-buf MRs answers every call so
+    __atomic_fetch_add(&fw_n.dmabuf_refused, 1, __ATOMIC_RELAXED); errno = EOPNOTSUPP; return NULL;
+  }
   if (fd < 0) { __atomic_fetch_add(&fw_n.dmabuf_probe, 1, __ATOMIC_RELAXED); errno = EBADF; return NULL; } // consumers' support probe
   if (bad_access(pd, len, access)) return NULL;
   const char *why = NULL;
-  char p[64], line[256], exp[64] = ""; long size = -1;
-  snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
-  FILE *f = fopen(p, "r");
-  if (!f) { errno = EBADF; why = "not an open fd"; }
+  char exp[64]; long size; uint64_t base; int gpu = 0;
+  if (fcntl(fd, F_GETFD) < 0) { errno = EBADF; why = "not an open fd"; }
   else {
-    while (fgets(line, sizeof line, f)) {
-      if (!strncmp(line, "exp_name:", 9)) sscanf(line + 9, "%63s", exp);
-      if (!strncmp(line, "size:", 5)) size = atol(line + 5);
-    }
-    fclose(f);
-    int gpu = 0;
+    exporter(fd, exp, &size, &base);
     if (strcmp(exp, "nv_dmabuf")) { errno = EINVAL; why = "not an NVIDIA dma-buf (fdinfo exp_name)"; }
     else if (size < 0 || off > (uint64_t)size || len > (uint64_t)size - off) { errno = EINVAL; why = "offset + length past the dma-buf"; }
     else if ((off & 0xfff) != (iova & 0xfff)) { errno = EINVAL; why = "iova and offset differ in page offset"; }
     else if (!gpu_range(iova, len, &gpu)) { errno = EINVAL; why = "iova is not the GPU range of one allocation (the fake moves bytes by GPU address)"; }
+    else if (base && base + off != iova) { errno = EINVAL; why = "the stand-in's dma-buf at that offset is not the GPU memory at iova"; }
   }
   if (why) {
     pthread_mutex_lock(&fw_mu); unsigned long k = fw_n.dmabuf_refused++; pthread_mutex_unlock(&fw_mu);
@@ -207,9 +253,14 @@ int ibv_dereg_mr(struct ibv_mr *mr) {
 }
 
 // ---- device, context, port ----
-static struct ibv_device fw_dev = {.node_type = 1, .transport_type = 0, .name = FW_DEV_NAME, .dev_name = "uverbs0",
-                                   .dev_path = "/sys/class/infiniband_verbs/uverbs0", .ibdev_path = "/sys/class/infiniband/" FW_DEV_NAME};
+static struct ibv_device fw_dev = {.node_type = 1, .transport_type = 0, .dev_name = "uverbs0",
+                                   .dev_path = "/sys/class/infiniband_verbs/uverbs0"};
+static uint64_t guid(void) { uint64_t g; memcpy(&g, fw_me()->guid, 8); return g; } // network order, as rdma-core answers
 struct ibv_device **ibv_get_device_list(int *n) {
+  if (!fw_dev.name[0]) { // this host's device (fakelab.h)
+    snprintf(fw_dev.name, sizeof fw_dev.name, "%s", fw_me()->dev);
+    snprintf(fw_dev.ibdev_path, sizeof fw_dev.ibdev_path, "/sys/class/infiniband/%s", fw_me()->dev);
+  }
   struct ibv_device **l = calloc(2, sizeof *l);
   if (!l) { errno = ENOMEM; return NULL; }
   l[0] = &fw_dev;
@@ -219,9 +270,10 @@ struct ibv_device **ibv_get_device_list(int *n) {
 void ibv_free_device_list(struct ibv_device **l) { free(l); }
 const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
 int ibv_get_device_index(struct ibv_device *d) { return d == &fw_dev ? 0 : -1; }
-uint64_t ibv_get_device_guid(struct ibv_device *d) { (void)d; return 0x5544ff3322110002ull; }
+uint64_t ibv_get_device_guid(struct ibv_device *d) { (void)d; return guid(); }
 struct ibv_context *ibv_open_device(struct ibv_device *d) {
   if (d != &fw_dev) { errno = ENODEV; return NULL; }
+  fw_wire_start();
   struct ibv_context *c = calloc(1, sizeof *c);
   if (!c) { errno = ENOMEM; return NULL; }
   c->device = d; c->num_comp_vectors = 1; c->cmd_fd = -1;
@@ -236,7 +288,7 @@ int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a) {
   (void)c;
   memset(a, 0, sizeof *a);
   snprintf(a->fw_ver, sizeof a->fw_ver, "0.1.fakewire");
-  a->node_guid = 0x5544ff3322110002ull; a->sys_image_guid = a->node_guid; a->max_mr_size = ~0ull; a->page_size_cap = 0xfffff000;
+  a->node_guid = guid(); a->sys_image_guid = a->node_guid; a->max_mr_size = ~0ull; a->page_size_cap = 0xfffff000;
   a->vendor_id = 0x1d1d; a->vendor_part_id = 0xfa4e; a->hw_ver = 1; // no vendor a consumer special-cases
   a->max_qp = 65536; a->max_qp_wr = 32768; a->device_cap_flags = 0x1 | 0x2 | 0x40 | 0x2000; // resize CQ, bad pkey cntr, port active event, RC RNR NAK gen
   a->max_sge = 16; a->max_sge_rd = 16; a->max_cq = 65536; a->max_cqe = 1 << 22; a->max_mr = FW_MAXMR; a->max_pd = 65536;
@@ -249,16 +301,17 @@ int ibv_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a)
   (void)c;
   if (port != 1) return EINVAL;
   memset(a, 0, sizeof *a);
-  a->state = 4; a->max_mtu = 5; a->active_mtu = 5; a->gid_tbl_len = FW_NGIDS; // ACTIVE, 4096
+  int down = fw_fault_port_down(fw_me()->n);
+  a->state = down ? 1 : 4; a->max_mtu = 5; a->active_mtu = 5; a->gid_tbl_len = FW_NGIDS; // ACTIVE (DOWN), 4096
   a->port_cap_flags = (1u << 16) | (1u << 26); // CM supported, IP-based GIDs
   a->max_msg_sz = 1u << 30; a->pkey_tbl_len = 1; a->active_width = 2; a->active_speed = 64; // 4x HDR: 200 Gb/s
-  a->phys_state = 5; a->link_layer = 2; // LinkUp, Ethernet: RoCE
+  a->phys_state = down ? 3 : 5; a->link_layer = 2; // LinkUp (Disabled), Ethernet: RoCE
   return 0;
 }
 int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid) {
   (void)c;
   if (port != 1 || index < 0 || index >= FW_NGIDS) return -1;
-  *gid = fw_gids[index];
+  memcpy(gid->raw, fw_me()->gid[index], 16);
   return 0;
 }
 int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e, uint32_t flags, size_t size) {
@@ -266,7 +319,7 @@ int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, stru
   if (flags || size < sizeof *e) return EINVAL;
   if (port != 1 || index >= FW_NGIDS) return ENODATA;
   memset(e, 0, sizeof *e);
-  e->gid = fw_gids[index]; e->gid_index = index; e->port_num = 1; e->gid_type = (uint32_t)fw_gid_type[index]; e->ndev_ifindex = 1;
+  memcpy(e->gid.raw, fw_me()->gid[index], 16); e->gid_index = index; e->port_num = 1; e->gid_type = (uint32_t)fw_gid_type[index]; e->ndev_ifindex = 1;
   return 0;
 }
 ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *e, size_t max, uint32_t flags, size_t size) {
@@ -281,6 +334,42 @@ int ibv_query_pkey(struct ibv_context *c, uint8_t port, int index, uint16_t *pke
   *pkey = 0xffff;
   return 0;
 }
+// rdma-core's own programs bind these too (ibv_devinfo: the board id and the GID types;
+// ibv_rc_pingpong: the extended QP of its new send API, which a legacy context has not)
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, file);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t len = read(fd, buf, size);
+  close(fd);
+  if (len > 0) {
+    if (buf[len - 1] == '\n') buf[--len] = 0;
+    else if ((size_t)len < size) buf[len] = 0;
+    else return -1;
+  }
+  return (int)len;
+}
+int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, int *type) {
+  (void)c;
+  if (port != 1 || index >= FW_NGIDS) { errno = EINVAL; return -1; }
+  *type = fw_gid_type[index] == 2; // IBV_GID_TYPE_SYSFS_ROCE_V2 = 1, _IB_ROCE_V1 = 0
+  return 0;
+}
+void *ibv_qp_to_qp_ex(struct ibv_qp *qp) { (void)qp; return NULL; }
+// librdmacm (rdma-core's connection manager, which perftest links) binds these at start. The lab
+// has no connection manager and no multicast: a program that gets this far is told so and stops.
+static void no_cm(const char *what) {
+  fw_say("%s: the lab has no connection manager (exchange addresses out of band)", what);
+  abort();
+}
+void ibv_copy_path_rec_from_kern(void *dst, const void *src) { (void)dst; (void)src; no_cm("ibv_copy_path_rec_from_kern"); }
+void ibv_copy_qp_attr_from_kern(void *dst, const void *src) { (void)dst; (void)src; no_cm("ibv_copy_qp_attr_from_kern"); }
+void ibv_copy_ah_attr_from_kern(void *dst, const void *src) { (void)dst; (void)src; no_cm("ibv_copy_ah_attr_from_kern"); }
+int ibv_get_sysfs_path(char *buf, size_t size) { snprintf(buf, size, "/sys"); return 0; }
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { (void)qp; (void)gid; (void)lid; return EOPNOTSUPP; }
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) { (void)qp; (void)gid; (void)lid; return EOPNOTSUPP; }
+int ibv_get_pkey_index(struct ibv_context *c, uint8_t port, uint16_t pkey) { (void)c; return port == 1 && pkey == 0xffff ? 0 : -1; }
 int ibv_fork_init(void) { return 0; }
 int ibv_is_fork_initialized(void) { return 2; } // IBV_FORK_UNNEEDED
 int ibv_query_ece(struct ibv_qp *qp, void *ece) { (void)qp; (void)ece; return EOPNOTSUPP; }

@@ -7,10 +7,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "fakelab.h"
 
-#define FW_DEV_NAME "fwroce_0"
-#define FW_NGIDS 4
-#define FW_NDEV "fwnet0"
 
 struct ibv_device {
   void *ops[2];
@@ -111,7 +109,9 @@ _Static_assert(sizeof(struct ibv_ah_attr) == 32, "ibv_ah_attr");
 _Static_assert(sizeof(struct ibv_qp_init_attr) == 64, "ibv_qp_init_attr");
 _Static_assert(sizeof(struct ibv_gid_entry) == 32, "ibv_gid_entry");
 
-// ---- the fake's own state (fakewire.c: objects and registrations; fakewire_data.c: the wire) ----
+
+// ---- the fake's own state (fakewire.c: device and MRs; fakewire_qp.c: CQs, QPs; fakewire_data.c:
+// what a work request does at each end; fakewire_net.c: the wire between processes) ----
 enum fw_kind { FW_HOST, FW_GPU_DMABUF, FW_GPU_PEERMEM };
 typedef struct fw_mr {
   struct ibv_mr mr; // first: the caller's pointer is ours
@@ -127,41 +127,87 @@ typedef struct fw_cq {
 typedef struct fw_rwqe { uint64_t wr_id; int num_sge; struct ibv_sge sge[FW_MAXSGE]; } fw_rwqe;
 typedef struct fw_rq { fw_rwqe *e; unsigned cap, head, tail; } fw_rq; // posted receives (copied)
 typedef struct fw_srq { struct ibv_srq srq; fw_rq rq; } fw_srq;
-// A send work request the wire holds: the receiver had no receive posted (RNR: a real HCA retries,
-// and the rest of the send queue waits behind it). Its buffers are read when it runs, which verbs allow.
-typedef struct fw_dwr { struct fw_dwr *next; struct ibv_send_wr wr; struct ibv_sge sge[FW_MAXSGE]; uint8_t *inl; } fw_dwr;
+
+// What travels on the wire: a request from a QP to a QP, or the answer to one. The payload
+// (WRITE and SEND bytes, READ's answer) follows the header.
+enum { FW_M_HELLO = 1, FW_M_REQ = 2, FW_M_RSP = 3 };
+enum { OP_WRITE = 0, OP_WRITE_IMM = 1, OP_SEND = 2, OP_SEND_IMM = 3, OP_READ = 4 };
+#define FW_RNR 0xffffu   // an answer that says "no receive posted yet: keep waiting" (RNR NAK)
+#define FW_REARM 0xfffeu // the responder dropped what it held: the requester's timer runs again
+typedef struct fw_msg {
+  uint32_t kind, op, src_host, src_qpn, dst_qpn, status, rkey, imm, qkey, ud, pid, pad;
+  uint64_t seq, raddr, len, paylen; // len: the operation's length; paylen: bytes that follow
+  uint8_t sgid[16], dgid[16];
+} fw_msg;
+// A work request on the wire whose answer is awaited, in post order.
+typedef struct fw_req {
+  struct fw_req *next;
+  uint64_t seq, wr_id; uint32_t opcode, flags, len, status; // status: FW_PENDING until answered
+  int num_sge; struct ibv_sge sge[FW_MAXSGE];                // where a READ's answer goes
+  int64_t deadline;                                           // ms; 0: none (not sent, or RNR)
+  struct fw_conn *conn;                                       // the connection it left on
+} fw_req;
+#define FW_PENDING 0xfffffffeu
+struct fw_conn;
+// A request the responder holds: no receive was posted for it (RNR), or one ahead of it is held.
+typedef struct fw_in { struct fw_in *next; struct fw_conn *from; fw_msg m; uint8_t *pay; } fw_in;
 typedef struct fw_qp {
   struct ibv_qp qp;
   struct ibv_qp_attr attr; // what ibv_query_qp answers
   struct ibv_qp_cap cap; int sq_sig_all;
   uint32_t dest_qpn, qkey; unsigned access; union ibv_gid dgid; uint8_t sgid_index;
-  fw_rq rq; fw_dwr *held, **held_tail; // send queue waiting on the receiver (RNR)
+  int dest_host; // the lab host the AV names
+  fw_rq rq;
+  fw_req *pend, **pend_tail; // requester: sent, unanswered
+  fw_in *in, **in_tail;      // responder: held requests, in arrival order
+  uint64_t next_seq;
 } fw_qp;
 typedef struct fw_ah { struct ibv_ah ah; struct ibv_ah_attr attr; } fw_ah;
 typedef struct fw_channel { struct ibv_comp_channel ch; struct ibv_cq *q[4096]; unsigned head, tail; } fw_channel;
 
-extern pthread_mutex_t fw_mu;
-// The port's GIDs and their IBV_GID_TYPE_* (1 = RoCE v1, 2 = RoCE v2); fakesys.c writes the same into sysfs.
-static const union ibv_gid fw_gids[FW_NGIDS] = {
-  {{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55}}, // link-local, RoCE v1
-  {{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55}}, // link-local, RoCE v2
-  {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1}},                       // ::ffff:10.0.0.1, RoCE v1
-  {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1}},                       // ::ffff:10.0.0.1, RoCE v2
-};
-static const int fw_gid_type[FW_NGIDS] = {1, 2, 1, 2};
+extern pthread_mutex_t fw_mu; // every piece of the fake's state, the wire's included
+// fakewire.c
 fw_mr *fw_find_mr(uint32_t key, int remote, uint64_t a, uint64_t n, int need); // under fw_mu
 int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu);  // 0, or the copy failed
-fw_qp *fw_qp_by_num(uint32_t qpn);                                            // under fw_mu
-void fw_qp_table_add(fw_qp *q);
-void fw_qp_table_del(fw_qp *q);
 void fw_count_bytes(int dst_gpu, int src_gpu, uint64_t n, int op); // op: 0 write, 1 read, 2 send
 void fw_count_error(const char *why);
+void fw_count_wire(int what); // 0 dropped (link down, no peer), 1 corrupted, 2 timed out
+// fakewire_qp.c
+fw_qp *fw_qp_by_num(uint32_t qpn); // under fw_mu
+fw_qp *fw_qp_at(int i);            // under fw_mu: the i-th live QP, or NULL past the end
+int fw_qpn_claim(uint32_t *qpn);   // a QP number no process of this lab host uses
+void fw_qpn_release(uint32_t qpn);
+int fw_qpn_owner(int host, uint32_t qpn); // the pid of the process that owns it, or -1
 int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int fw_req_notify_cq(struct ibv_cq *cq, int solicited);
+void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc); // under fw_mu
+// fakewire_data.c (the requester) and fakewire_resp.c (the responder)
+typedef struct { uint8_t *p; uint32_t n; int gpu; } fw_piece; // contiguous bytes of one MR, here
+fw_rq *fw_rq_of(fw_qp *q); // its receive queue, or its SRQ's
+// The pieces the sges name, each checked against its MR (key, bounds, access need): 0, or -1.
+int fw_local_pieces(const struct ibv_sge *sge, int num, int need, fw_piece *out, uint64_t *total);
+int fw_scatter(const fw_piece *dst, int n, const uint8_t *src, uint64_t len); // 0, or copy failed
+int fw_any_gpu(const fw_piece *p, int n);
 int fw_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int fw_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int fw_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
-void fw_flush_qp(fw_qp *q); // under fw_mu: held sends and posted receives complete with WR_FLUSH_ERR
-void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc); // under fw_mu
-fw_qp *fw_qp_next(int *cursor); // under fw_mu: walks the table
+void fw_to_error(fw_qp *q); // under fw_mu: ERR; what is held, posted or awaited flushes
+void fw_respond(struct fw_conn *from, const fw_msg *m, uint8_t *pay); // under fw_mu; takes pay
+void fw_answered(const fw_msg *m, const uint8_t *pay); // under fw_mu: an answer came back
+void fw_retry_held(void);                              // under fw_mu: receives were posted
+int64_t fw_expire(int64_t now); // under fw_mu: answers overdue time out; the next deadline (0: none)
+// Under fw_mu: request seq of QP qpn left on conn (NULL: answered here, or dropped); arm: its
+// answer is due within the QP's retry time from now.
+void fw_req_sent(uint32_t qpn, uint64_t seq, struct fw_conn *conn, int arm);
+void fw_conn_lost(struct fw_conn *c); // under fw_mu: what awaits an answer over c times out
+void fw_qp_gone(fw_qp *q);                             // under fw_mu: frees what the QP holds
+// fakewire_net.c
+int64_t fw_now_ms(void);
+void fw_wire_start(void); // the wire's thread, once per process
+void fw_wire_progress(void); // under fw_mu: what has arrived, without waiting
+// Sends m (and pay) to the host and QP it names: 0 on the wire (or delivered here), -1 dropped.
+int fw_send(const fw_msg *m, uint8_t *pay); // under fw_mu; takes pay
+void fw_reply(struct fw_conn *to, const fw_msg *m, const uint8_t *pay); // under fw_mu
+
+int64_t fw_retry_ms(const fw_qp *q); // how long an HCA retries before RETRY_EXC_ERR
 #endif

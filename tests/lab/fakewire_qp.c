@@ -1,9 +1,15 @@
 // The consumer lab's fake wire (ours): CQs and completion channels, SRQs, QPs with the kernel's
 // state machine (ib_modify_qp_is_ok's required attributes for RC and UD), address handles, and
-// the process-local table that finds a QP by number. See fakewire.c.
+// the table of this process's QPs. A destination GID resolves when it is a lab host's (one of
+// this port's when the process is alone) whose QPs exist; else ETIMEDOUT, as an address that
+// resolves to no neighbour. See fakewire.c.
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <errno.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -63,6 +69,7 @@ int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   fw_cq *q = (fw_cq *)cq;
   int k = 0;
   pthread_mutex_lock(&fw_mu);
+  if (q->head == q->tail) fw_wire_progress();
   while (k < n && q->head != q->tail) wc[k++] = q->ring[q->head++ % q->cap];
   pthread_mutex_unlock(&fw_mu);
   return k;
@@ -73,17 +80,94 @@ int fw_req_notify_cq(struct ibv_cq *cq, int solicited) {
   return 0;
 }
 
-// ---- QP table: QP numbers are 0x100 + slot ----
+// ---- QP numbers: a file per number names the process that owns it (DIR/run/hostN/qp/<qpn>) ----
+static int qp_file(char *p, size_t n, int host, uint32_t qpn) {
+  const char *lab = fw_lab_dir();
+  if (!lab) return -1;
+  return snprintf(p, n, "%s/run/host%d/qp/%06x", lab, host, qpn) < (int)n ? 0 : -1;
+}
+int fw_qpn_owner(int host, uint32_t qpn) { // the pid, or -1
+  char p[512], b[32] = "";
+  if (qp_file(p, sizeof p, host, qpn)) return -1;
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t k = read(fd, b, sizeof b - 1);
+  close(fd);
+  return k > 0 ? atoi(b) : -1;
+}
+static void mkdirs(const char *path) {
+  char p[512];
+  snprintf(p, sizeof p, "%s", path);
+  for (char *s = p + 1; (s = strchr(s, '/')); s++) {
+    *s = 0;
+    mkdir(p, 0755);
+    *s = '/';
+  }
+  mkdir(p, 0755);
+}
+int fw_qpn_claim(uint32_t *qpn) {
+  static uint32_t local = 0x100; // one process only: numbers of its own
+  char p[512], d[512];
+  if (!fw_lab_dir()) {
+    *qpn = local++;
+    return 0;
+  }
+  snprintf(d, sizeof d, "%s/run/host%d/qp", fw_lab_dir(), fw_me()->n);
+  mkdirs(d);
+  static uint32_t next;
+  if (!next) next = 0x100 + (((uint32_t)getpid() & 0xfff) << 8);
+  for (int tries = 0; tries < 4096; tries++, next = next >= 0xfffff0 ? 0x100 : next + 1) {
+    qp_file(p, sizeof p, fw_me()->n, next);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int pid = fw_qpn_owner(fw_me()->n, next);
+      if (errno == EEXIST && pid > 0 && kill(pid, 0) && errno == ESRCH) {
+        unlink(p);
+        tries--;
+        continue;
+      } // its process is gone
+      continue;
+    }
+    char b[32];
+    int k = snprintf(b, sizeof b, "%d\n", getpid());
+    int ok = write(fd, b, (size_t)k) == k;
+    close(fd);
+    if (!ok) {
+      unlink(p);
+      return -1;
+    }
+    *qpn = next++;
+    return 0;
+  }
+  return -1;
+}
+void fw_qpn_release(uint32_t qpn) {
+  char p[512];
+  if (!qp_file(p, sizeof p, fw_me()->n, qpn) && fw_qpn_owner(fw_me()->n, qpn) == getpid()) unlink(p);
+}
+
+// ---- this process's QPs (numbers from fw_qpn_claim: unique on the lab host) ----
 #define FW_MAXQP 65536
 static fw_qp *fw_qps[FW_MAXQP];
-fw_qp *fw_qp_by_num(uint32_t qpn) { return qpn >= 0x100 && qpn - 0x100 < FW_MAXQP ? fw_qps[qpn - 0x100] : NULL; }
-fw_qp *fw_qp_next(int *cursor) {
-  while (*cursor < FW_MAXQP) { fw_qp *q = fw_qps[(*cursor)++]; if (q) return q; }
+static int fw_nqps;
+fw_qp *fw_qp_by_num(uint32_t qpn) {
+  for (int i = 0; i < fw_nqps; i++) if (fw_qps[i]->qp.qp_num == qpn) return fw_qps[i];
   return NULL;
 }
+fw_qp *fw_qp_at(int i) { return i < fw_nqps ? fw_qps[i] : NULL; }
 static int qp_slot(fw_qp *q) {
-  for (int i = 0; i < FW_MAXQP; i++) if (!fw_qps[i]) { fw_qps[i] = q; q->qp.qp_num = 0x100 + (uint32_t)i; return 0; }
-  return -1;
+  if (fw_nqps == FW_MAXQP || fw_qpn_claim(&q->qp.qp_num)) return -1;
+  fw_qps[fw_nqps++] = q;
+  return 0;
+}
+// The lab host a destination GID names, if it resolves (see above), else -1.
+static int resolve(const union ibv_gid *g) {
+  int h = fw_gid_host(g->raw);
+  if (h < 0) return -1;
+  if (!fw_lab_dir()) return h == fw_me()->n ? h : -1;
+  char p[512];
+  snprintf(p, sizeof p, "%s/run/host%d/qp", fw_lab_dir(), h);
+  return h == fw_me()->n || !access(p, F_OK) ? h : -1;
 }
 
 // ---- SRQs ----
@@ -109,7 +193,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
   pthread_mutex_init(&q->qp.mutex, NULL); pthread_cond_init(&q->qp.cond, NULL);
   if (!a->cap.max_send_sge) a->cap.max_send_sge = 1;
   if (!a->cap.max_recv_sge) a->cap.max_recv_sge = 1;
-  q->cap = a->cap; q->sq_sig_all = a->sq_sig_all; q->held_tail = &q->held;
+  q->cap = a->cap; q->sq_sig_all = a->sq_sig_all; q->pend_tail = &q->pend; q->in_tail = &q->in; q->dest_host = -1;
   pthread_mutex_lock(&fw_mu);
   int bad = qp_slot(q);
   pthread_mutex_unlock(&fw_mu);
@@ -119,8 +203,9 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
 int ibv_destroy_qp(struct ibv_qp *qp) {
   fw_qp *q = (fw_qp *)qp;
   pthread_mutex_lock(&fw_mu);
-  fw_qps[qp->qp_num - 0x100] = NULL;
-  for (fw_dwr *d = q->held, *n; d; d = n) { n = d->next; free(d->inl); free(d); }
+  for (int i = 0; i < fw_nqps; i++) if (fw_qps[i] == q) { fw_qps[i] = fw_qps[--fw_nqps]; break; }
+  fw_qp_gone(q);
+  fw_qpn_release(qp->qp_num);
   pthread_mutex_unlock(&fw_mu);
   free(q->rq.e); free(q);
   return 0;
@@ -143,12 +228,11 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
   int need = required(qp->qp_type, from, to), rc = 0;
   if (need < 0 || (mask & need) != need) { rc = EINVAL; goto out; }
   if ((mask & M_PORT) && a->port_num != 1) { rc = EINVAL; goto out; }
-  if (mask & M_AV) { // RoCE: the address is a GRH whose destination GID must resolve (ours: any of the port's GIDs)
+  if (mask & M_AV) { // RoCE: the address is a GRH whose destination GID must resolve
     if (!a->ah_attr.is_global || a->ah_attr.grh.sgid_index >= FW_NGIDS) { rc = EINVAL; goto out; }
-    int known = 0;
-    for (int i = 0; i < FW_NGIDS; i++) known |= !memcmp(&a->ah_attr.grh.dgid, &fw_gids[i], 16);
-    if (!known) { rc = ETIMEDOUT; goto out; } // the destination GID resolves to no neighbour
-    q->dgid = a->ah_attr.grh.dgid; q->sgid_index = a->ah_attr.grh.sgid_index;
+    int h = resolve(&a->ah_attr.grh.dgid);
+    if (h < 0) { rc = ETIMEDOUT; goto out; }
+    q->dgid = a->ah_attr.grh.dgid; q->sgid_index = a->ah_attr.grh.sgid_index; q->dest_host = h;
   }
   if (mask & M_DEST_QPN) q->dest_qpn = a->dest_qp_num;
   if (mask & M_ACCESS) q->access = a->qp_access_flags;
@@ -165,9 +249,13 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
   if (mask & M_AV) q->attr.ah_attr = a->ah_attr;
   if (mask & M_PKEY) q->attr.pkey_index = a->pkey_index;
   if (mask & M_PORT) q->attr.port_num = a->port_num;
+  if (to == 6 && from != 6) fw_to_error(q);
   qp->state = to;
-  if (to == 6) fw_flush_qp(q);
-  if (to == 0) { q->rq.head = q->rq.tail = 0; q->dest_qpn = 0; }
+  if (to == 0) { // RESET discards, without completions
+    fw_qp_gone(q);
+    q->pend_tail = &q->pend; q->in_tail = &q->in;
+    q->rq.head = q->rq.tail = 0; q->dest_qpn = 0; q->dest_host = -1;
+  }
 out:
   pthread_mutex_unlock(&fw_mu);
   return rc;
@@ -186,9 +274,10 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 // ---- address handles (UD) ----
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a) {
   if (!pd || !a || a->port_num != 1 || !a->is_global) { errno = EINVAL; return NULL; } // RoCE: GRH required
-  int known = 0;
-  for (int i = 0; i < FW_NGIDS; i++) known |= !memcmp(&a->grh.dgid, &fw_gids[i], 16);
-  if (!known) { errno = ETIMEDOUT; return NULL; }
+  pthread_mutex_lock(&fw_mu);
+  int host = resolve(&a->grh.dgid);
+  pthread_mutex_unlock(&fw_mu);
+  if (host < 0) { errno = ETIMEDOUT; return NULL; }
   fw_ah *h = calloc(1, sizeof *h);
   if (!h) { errno = ENOMEM; return NULL; }
   h->ah.context = pd->context; h->ah.pd = pd; h->attr = *a;

@@ -90,7 +90,7 @@ static void fill(uint8_t *p, size_t n, unsigned seed) { for (size_t i = 0; i < n
 static void host(void) {
   int n = 0;
   struct ibv_device **l = ibv_get_device_list(&n);
-  CHECK(n == 1 && l[0] && !strcmp(ibv_get_device_name(l[0]), FW_DEV_NAME), "one device %s (n=%d)", FW_DEV_NAME, n);
+  CHECK(n == 1 && l[0] && !strcmp(ibv_get_device_name(l[0]), "fwroce_0"), "one device fwroce_0 (n=%d)", n);
   ctx = ibv_open_device(l[0]);
   CHECK(ctx && ctx->abi_compat != (void *)-1, "opened, legacy context (no verbs_context)");
   struct ibv_device_attr da; struct ibv_port_attr pa; union ibv_gid g; struct ibv_gid_entry ge;
@@ -164,7 +164,8 @@ static void host(void) {
   CHECK(!post(q1, 1, a, 512, ma->lkey, (uint64_t)(uintptr_t)(b + 100), 0, 0, 16), "post WRITE_IMM with rkey 0");
   w = poll1(cq);
   CHECK(w.wr_id == 16 && w.status == 10, "WRITE_IMM with a wrong rkey: REM_ACCESS_ERR (status %u)", w.status);
-  CHECK(ctx->ops.poll_cq(cq, 1, &none) == 0, "no receive consumed by a refused WRITE_IMM");
+  w = poll1(cq); // the responder's QP goes to ERR too (an HCA's class C responder error)
+  CHECK(w.wr_id == 15 && w.status == 5 && w.opcode == 128, "the responder's QP in ERR flushes its posted receive");
   // inline SEND from a buffer reused at once, into an SRQ
   struct ibv_srq_init_attr sa = {.attr = {64, 4, 0}};
   struct ibv_srq *srq = ibv_create_srq(pd, &sa);
@@ -188,12 +189,16 @@ static void host(void) {
   w1 = poll1(cq); w2 = poll1(cq);
   CHECK(w1.wr_id == 21 && w1.status == 10 && w2.wr_id == 22 && w2.status == 5, "READ refused REM_ACCESS_ERR, the next flushed (%u, %u)", w1.status, w2.status);
   CHECK(!ibv_query_qp(q4, &qa, 1, &qi) && qa.qp_state == 6, "QP in ERR");
-  // a local key that does not cover the range
-  CHECK(!post(q2, 0, a + sz - 100, 200, ma->lkey, (uint64_t)(uintptr_t)b, mb->rkey, 0, 23), "post WRITE past the local MR");
+  // a local key that does not cover the range: the requester alone goes to ERR
+  struct ibv_qp *q5 = rc_qp(cq, NULL), *q6 = rc_qp(cq, NULL);
+  connect_rc(q5, q6->qp_num, 2 | 4); connect_rc(q6, q5->qp_num, 2 | 4);
+  CHECK(!post_recv(q6, c, 64, mc->lkey, 24), "post_recv");
+  CHECK(!post(q5, 0, a + sz - 100, 200, ma->lkey, (uint64_t)(uintptr_t)b, mb->rkey, 0, 23), "post WRITE past the local MR");
   w = poll1(cq);
   CHECK(w.wr_id == 23 && w.status == 4, "past the local MR: LOC_PROT_ERR (%u)", w.status);
-  w = poll1(cq);
-  CHECK(w.wr_id == 15 && w.status == 5 && w.opcode == 128, "the QP in ERR flushes its posted receive");
+  CHECK(!ibv_query_qp(q5, &qa, 1, &qi) && qa.qp_state == 6 && !ibv_query_qp(q6, &qa, 1, &qi) && qa.qp_state == 3,
+        "the requester in ERR, the responder never asked: RTS");
+  CHECK(ctx->ops.poll_cq(cq, 1, &none) == 0, "the responder's receive stays posted");
 
   // UD: the receiver finds a 40-byte GRH before the payload
   struct ibv_qp_init_attr ua = {.send_cq = cq, .recv_cq = cq, .cap = {16, 16, 1, 1, 0}, .qp_type = 4};

@@ -1,0 +1,345 @@
+//! gdrshim's own fds (its dma-bufs, its /dev/nvidiaN nodes, its log and capture files): taken
+//! as ours the moment they exist ([`adopt`]), closed ([`close`]) only while their number is
+//! still the file they were made as, and let go when the program closes or replaces the number
+//! itself ([`program_closes`], [`program_closes_range`]: the `close`, `dup2`, `dup3`,
+//! `close_range` and `closefrom` hooks).
+//!
+//! Each fd of ours carries the table's [`pages::OWN`] bit, and its file is kept beside it (a
+//! side table a forked child can read without a lock). A program's close of a marked number and
+//! our own check-then-close of it take one small lock, so neither can slip between the other's
+//! check and its close. A number closed by a raw system call is out of every hook's sight: the
+//! file check (`fstat`) before each use and each close still tells, since the number then names
+//! another file or none.
+
+use super::pages;
+use crate::fd::{FileId, OwnedFd};
+use core::ffi::c_int;
+use core::sync::atomic::{
+    AtomicI32, AtomicPtr, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+/// The thread holding the lock (its tid), 0 when free.
+static HOLDER: AtomicI32 = AtomicI32::new(0);
+
+fn tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// The lock, held while it lives. Taken again by the thread that holds it (a signal handler that
+/// interrupted our own close), it is simply not taken: that thread cannot wait for itself.
+struct Held(bool);
+
+fn lock() -> Held {
+    let me = tid();
+    if HOLDER.load(Relaxed) == me {
+        return Held(false);
+    }
+    let mut spins = 0u32;
+    while HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err() {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            // the holder is inside one close or fstat: a short wait
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+    Held(true)
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.0 {
+            HOLDER.store(0, Release);
+        }
+    }
+}
+
+/// The file `fd` is now (`None`: no open file). Keeps errno.
+pub fn file_of(fd: c_int) -> Option<FileId> {
+    let e = crate::sys::errno();
+    // SAFETY: zeroed stat is a valid out-buffer.
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes into st only.
+    let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
+    crate::sys::set_errno(e);
+    ok.then_some(FileId { dev: st.st_dev, ino: st.st_ino, rdev: st.st_rdev })
+}
+
+/// The close system call itself: no cancellation point (a thread cancelled inside it would keep
+/// the lock), errno kept.
+fn raw_close(fd: c_int) {
+    let e = crate::sys::errno();
+    // SAFETY: a close of a number; nothing else is touched.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    crate::sys::set_errno(e);
+}
+
+/// Takes `fd`, made for gdrshim just now (opened by it, or created by RM for it), as its own:
+/// `None` where the number names no open file any more (the program closed it meanwhile).
+pub fn adopt(fd: c_int) -> Option<OwnedFd> {
+    if fd < 0 {
+        return None;
+    }
+    let _l = lock();
+    // marked first: from here on a program's close of the number waits for this lock
+    let marked = pages::mark_own(fd);
+    let Some(file) = file_of(fd) else {
+        pages::clear_own(fd);
+        return None;
+    };
+    if marked {
+        idents::set(fd, file);
+    }
+    Some(OwnedFd::new(fd, file))
+}
+
+/// Whether `fd`'s number is still ours and still its file.
+pub fn is_ours(fd: &OwnedFd) -> bool {
+    pages::is_own(fd.num()) && file_of(fd.num()) == Some(fd.file())
+}
+
+/// Closes `fd` if its number is still ours and its file; `false`: the program closed it (the
+/// number is another file now, or none), and it is left alone.
+pub fn close(fd: OwnedFd) -> bool {
+    let (n, file) = fd.into_parts();
+    let _l = lock();
+    if !pages::is_own(n) || file_of(n) != Some(file) {
+        return false;
+    }
+    idents::clear(n);
+    raw_close(n);
+    // (after the close: until then a program's close of the number waits for the lock)
+    pages::clear_own(n);
+    true
+}
+
+/// Hands `fd` to a caller: the number is the caller's from now on, and no longer marked ours.
+pub fn hand_out(fd: OwnedFd) -> c_int {
+    let (n, file) = fd.into_parts();
+    let _l = lock();
+    if pages::is_own(n) && file_of(n) == Some(file) {
+        idents::clear(n);
+        pages::clear_own(n);
+    }
+    n
+}
+
+/// The program closes (or makes a dup over) `fd` itself, by `real`: where the number is ours,
+/// it is ours no longer, and `real` runs under the lock, so that our own check-then-close of
+/// the number cannot meet it halfway. Whether it was ours, with `real`'s result.
+pub fn program_closes<R>(fd: c_int, real: impl FnOnce() -> R) -> (bool, R) {
+    if !pages::is_own(fd) {
+        return (false, real());
+    }
+    let _l = lock();
+    let was = pages::clear_own(fd);
+    idents::clear(fd);
+    (was, real())
+}
+
+/// [`program_closes`] for every number in `[first, last]` (`close_range`, `closefrom`).
+pub fn program_closes_range<R>(first: c_int, last: c_int, real: impl FnOnce() -> R) -> R {
+    let mut any = false;
+    pages::each_own(|fd| any |= fd >= first && fd <= last);
+    if !any {
+        return real();
+    }
+    let _l = lock();
+    pages::each_own(|fd| {
+        if fd >= first && fd <= last {
+            pages::clear_own(fd);
+            idents::clear(fd);
+        }
+    });
+    real()
+}
+
+/// A file gdrshim writes to for as long as it is its own (the log, the capture), where any thread
+/// reads it: its number and file.
+pub struct Kept {
+    num: AtomicI32,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+impl Kept {
+    pub const fn none() -> Kept {
+        Kept { num: AtomicI32::new(-1), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
+    }
+
+    /// Keeps `fd`, where none is kept yet (else `fd` is closed).
+    pub fn keep(&self, fd: OwnedFd) {
+        if self.num().is_some() {
+            close(fd);
+            return;
+        }
+        let (n, f) = fd.into_parts();
+        self.dev.store(f.dev, Relaxed);
+        self.ino.store(f.ino, Relaxed);
+        self.num.store(n, Release);
+    }
+
+    /// The number while one is kept.
+    pub fn num(&self) -> Option<c_int> {
+        let n = self.num.load(Acquire);
+        (n >= 0).then_some(n)
+    }
+
+    /// Writes all of `bytes` while the number is still our file (under the lock: the program
+    /// cannot close it and open its own file at the number halfway); `false`: none is kept any
+    /// more (the program closed it: it is let go from now on). No cancellation point.
+    pub fn write_all(&self, bytes: &[u8]) -> bool {
+        let Some(n) = self.num() else { return false };
+        let _l = lock();
+        let file = (self.dev.load(Relaxed), self.ino.load(Relaxed));
+        if !pages::is_own(n) || file_of(n).map(|f| (f.dev, f.ino)) != Some(file) {
+            let _ = self.num.compare_exchange(n, -1, AcqRel, Acquire);
+            return false;
+        }
+        let e = crate::sys::errno();
+        let mut off = 0;
+        while off < bytes.len() {
+            // SAFETY: the slice is valid for reads of len - off bytes; a raw write system call.
+            let w = unsafe { libc::syscall(libc::SYS_write, n, bytes[off..].as_ptr(), bytes.len() - off) };
+            if w <= 0 {
+                break;
+            }
+            off += w as usize;
+        }
+        crate::sys::set_errno(e);
+        true
+    }
+}
+
+/// In a child just forked: every fd of ours is closed (the GPU memory behind a dma-buf lives as
+/// long as any copy of its fd), the lock is free (its holder, if any, is a thread the child does
+/// not have). Only numbers that are still the file we made are closed. No lock, no allocation.
+pub fn close_all_in_child() {
+    HOLDER.store(0, Relaxed);
+    pages::each_own(|fd| {
+        let same = idents::get(fd).is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
+        if same {
+            raw_close(fd);
+        }
+        pages::clear_own(fd);
+        idents::clear(fd);
+    });
+}
+
+/// The file of each fd of ours, by number: (dev, ino) in pages of 4096 numbers mapped when an fd
+/// of ours first lands in them, read by a forked child without a lock.
+mod idents {
+    use super::*;
+
+    const PAGE: usize = 4096;
+    const PAGES: usize = (i32::MAX as usize + 1) / PAGE;
+    type Slot = [AtomicU64; 2];
+    static DIR: AtomicPtr<AtomicPtr<Slot>> = AtomicPtr::new(core::ptr::null_mut());
+
+    fn map<T>(slot: &AtomicPtr<T>, bytes: usize, create: bool) -> Option<*mut T> {
+        let p = slot.load(Acquire);
+        if !p.is_null() || !create {
+            return (!p.is_null()).then_some(p);
+        }
+        let e = crate::sys::errno();
+        // SAFETY: an anonymous private zeroed mapping of `bytes`; checked below.
+        let m = unsafe {
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            libc::mmap64(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+        };
+        crate::sys::set_errno(e);
+        if m == libc::MAP_FAILED {
+            return None;
+        }
+        match slot.compare_exchange(core::ptr::null_mut(), m.cast(), AcqRel, Acquire) {
+            Ok(_) => Some(m.cast()),
+            Err(other) => {
+                // SAFETY: our own mapping of `bytes`, never shared.
+                unsafe { libc::munmap(m, bytes) };
+                Some(other)
+            }
+        }
+    }
+
+    fn slot(fd: c_int, create: bool) -> Option<&'static Slot> {
+        let fd = usize::try_from(fd).ok()?;
+        let dir = map(&DIR, PAGES * core::mem::size_of::<AtomicPtr<Slot>>(), create)?;
+        // SAFETY: a live zeroed mapping of PAGES pointers, never unmapped; fd / PAGE < PAGES.
+        let page = unsafe { &*dir.add(fd / PAGE) };
+        let p = map(page, PAGE * core::mem::size_of::<Slot>(), create)?;
+        // SAFETY: a live zeroed mapping of PAGE slots, never unmapped; zeros are valid atomics.
+        Some(unsafe { &*p.add(fd % PAGE) })
+    }
+
+    pub fn set(fd: c_int, f: FileId) {
+        if let Some(s) = slot(fd, true) {
+            s[0].store(f.dev, Relaxed);
+            s[1].store(f.ino, Relaxed);
+        }
+    }
+    pub fn clear(fd: c_int) {
+        if let Some(s) = slot(fd, false) {
+            s[0].store(0, Relaxed);
+            s[1].store(0, Relaxed);
+        }
+    }
+    pub fn get(fd: c_int) -> Option<(u64, u64)> {
+        let s = slot(fd, false)?;
+        let v = (s[0].load(Relaxed), s[1].load(Relaxed));
+        (v != (0, 0)).then_some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd() -> c_int {
+        // SAFETY: a name and flags; memfd_create has no other preconditions.
+        unsafe { libc::memfd_create(c"gdrshim-own-test".as_ptr(), libc::MFD_CLOEXEC) }
+    }
+
+    /// An fd of ours the program closed, and whose number now names the program's own file, is
+    /// never closed by us; one still ours is.
+    #[test]
+    fn only_a_number_that_is_still_our_file_is_closed() {
+        let dup2 = |from: c_int, to: c_int| {
+            // SAFETY: dup2 of two numbers of this test's own.
+            unsafe { libc::dup2(from, to) }
+        };
+        // the program makes a dup over our number through the hook: its file there now
+        let ours = adopt(memfd()).expect("a fresh fd");
+        let (n, theirs) = (ours.num(), memfd());
+        let (was, r) = program_closes(n, || dup2(theirs, n));
+        assert!(was && r == n, "the number was ours");
+        assert!(!is_ours(&ours), "the number is the program's file now");
+        assert!(!close(ours), "not closed");
+        assert!(file_of(n).is_some(), "the program's file is open");
+        raw_close(n);
+        // the same behind every hook (a raw dup2): the file check tells
+        let ours = adopt(memfd()).expect("a fresh fd");
+        let n = ours.num();
+        assert_eq!(dup2(theirs, n), n);
+        assert!(!is_ours(&ours) && !close(ours), "another file at our number");
+        assert!(file_of(n).is_some());
+        raw_close(n);
+        raw_close(theirs);
+        // still ours: closed, and the mark gone
+        let ours = adopt(memfd()).expect("a fresh fd");
+        let n = ours.num();
+        assert!(close(ours));
+        assert!(!pages::is_own(n));
+    }
+
+    #[test]
+    fn a_number_handed_out_is_the_callers() {
+        let ours = adopt(memfd()).expect("a fresh fd");
+        let n = hand_out(ours);
+        assert!(!pages::is_own(n) && file_of(n).is_some());
+        assert!(!program_closes(n, || raw_close(n)).0, "not ours when the caller closes it");
+    }
+}

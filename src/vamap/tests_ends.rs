@@ -1,0 +1,85 @@
+//! An allocation's record ends exactly when its memory ends, by every path the driver and CUDA
+//! have, and a record whose end cannot be seen is not trusted: CUDA's own memory mapped where a
+//! record outlived its memory is never taken for the program's.
+
+use super::{MemRef, VaMap};
+
+const M: u64 = 1 << 20;
+const A: [u8; 16] = [0xa0; 16];
+const B: [u8; 16] = [0xb1; 16];
+const CHUNK: MemRef = MemRef { client: 1, memory: 0x10 };
+const CUDAS: MemRef = MemRef { client: 1, memory: 0x20 };
+
+/// A 4 KiB allocation carved from CUDA's 2 MiB chunk at 0 (its record reaches the chunk's end).
+fn carved(gpus: &[[u8; 16]]) -> VaMap {
+    let mut m = VaMap::default();
+    for &g in gpus {
+        m.map(g, 0, 2 * M, CHUNK, 0);
+    }
+    m.own(0, 0x1000);
+    assert_eq!(m.first_unowned(0, 2 * M), None, "the chunk counts as the allocation's");
+    m
+}
+
+#[test]
+fn an_rm_free_without_an_unmap_ends_the_record() {
+    let mut m = carved(&[A]);
+    m.remove_memory(CHUNK);
+    m.map(A, 0, 2 * M, CUDAS, 0);
+    assert_eq!(m.first_unowned(0, 2 * M), Some(0), "CUDA's memory where the freed chunk was");
+    assert_eq!(m.first_unowned(0, 0x1000), Some(0));
+}
+
+#[test]
+fn a_chunk_unmapped_one_gpu_at_a_time_with_cuda_memory_between_ends_the_record() {
+    let mut m = carved(&[A, B]);
+    m.unmap(A, 0, 2 * M);
+    assert_eq!(m.first_unowned(0, 0x1000), None, "B still maps the chunk: the allocation lives");
+    m.map(A, 0, 2 * M, CUDAS, 0);
+    m.unmap(B, 0, 2 * M);
+    assert_eq!(m.first_unowned(0, 2 * M), Some(0), "CUDA's memory on A, nothing on B");
+    // the same with the allocation exactly one mapping (a mark on each GPU's entry)
+    let mut w = VaMap::default();
+    w.map(A, 0, 2 * M, CHUNK, 0);
+    w.map(B, 0, 2 * M, CHUNK, 0);
+    w.own(0, 2 * M);
+    w.unmap(A, 0, 2 * M);
+    w.map(A, 0, 2 * M, CUDAS, 0);
+    assert_eq!(w.first_unowned(0, 2 * M), Some(0), "B's mark went when other memory came on A");
+}
+
+#[test]
+fn a_peer_mapping_of_the_same_memory_keeps_the_record() {
+    let mut m = carved(&[A]);
+    m.map(B, 0, 2 * M, CHUNK, 0);
+    assert_eq!(m.first_unowned(0, 2 * M), None, "the same memory on another GPU: still the allocation");
+}
+
+#[test]
+fn a_context_end_ends_the_records_of_its_gpu_and_only_those() {
+    let mut m = carved(&[A]);
+    m.map(B, 8 * M, 2 * M, MemRef { client: 1, memory: 0x30 }, 0);
+    m.own(8 * M, 0x1000);
+    m.map(A, 4 * M, 2 * M, MemRef { client: 1, memory: 0x40 }, 0);
+    m.own(4 * M, 2 * M);
+    m.map(B, 4 * M, 2 * M, MemRef { client: 1, memory: 0x40 }, 0);
+    m.end_owned_on(Some(A));
+    assert_eq!(m.first_unowned(0, 0x1000), Some(0), "A's carved allocation");
+    assert_eq!(m.first_unowned(4 * M, 6 * M), Some(4 * M), "A's whole one, peer-mapped on B too");
+    assert_eq!(m.first_unowned(8 * M, 8 * M + 0x1000), None, "B's own allocation lives");
+    m.end_owned_on(None);
+    assert_eq!(m.first_unowned(8 * M, 8 * M + 0x1000), Some(8 * M), "an unknown GPU: every record");
+}
+
+/// An import (an IPC handle, a pool pointer) is the program's exactly: the exporter's chunk it
+/// sits in is not, while an allocation the program carved itself counts to its chunk's end.
+#[test]
+fn an_import_never_reaches_the_exporters_other_blocks() {
+    let mut m = VaMap::default();
+    m.map(A, 0, 2 * M, CHUNK, 0);
+    m.own_import(0x1000, 0x1000);
+    assert_eq!(m.first_unowned(0x1000, 0x2000), None);
+    assert_eq!(m.first_unowned(0x1000, 2 * M), Some(0x2000), "the exporter's other blocks");
+    m.own(0x8000, 0x1000);
+    assert_eq!(m.first_unowned(0x8000, 2 * M), None, "carved here: to the chunk's end, as libcuda counts it");
+}

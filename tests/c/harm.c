@@ -1,0 +1,298 @@
+// Do no harm, under the real libgdrshim.so with the live fake driver and NIC (ours). Each mode
+// is one sequence a program may run; each names what must hold, prints "harm MODE ok ..." and
+// exits 0, or names what went wrong and exits 1:
+//   harm closed HOW    DMA-BUF route: the program closes gdrshim's kept dma-buf fd (HOW: close,
+//                      close_range, closefrom, dup2 over it) and has a file of its own at that
+//                      number; the MR's dereg, the memory's free and a new MR of the same memory
+//                      leave that file alone, and the new MR gets a new export
+//   harm gpunode       the same with gdrshim's /dev/nvidia0 fd: the next export opens its own
+//   harm logfile       the same with GDRSHIM_LOG_FILE's fd: no line of gdrshim's reaches the
+//                      program's file (they go to stderr, said once)
+//   harm fork          a child forked while an MR lives holds none of gdrshim's fds, and every
+//                      other fd of the parent's; the parent's dereg and free release the buffer
+//   harm stale-free    a 4 KiB allocation carved from CUDA's 2 MiB chunk; the chunk's memory freed
+//                      by RM with no UVM unmap; CUDA's own memory mapped there: no MR or export
+//   harm stale-gpus    the chunk mapped on two GPUs, unmapped from one, CUDA's memory mapped on it,
+//                      then unmapped from the other: no MR or export
+//   harm ctx MODE      the same allocation, then a context end (destroy, reset, release: the
+//                      primary context released by its last holder; release-held: by one of two
+//                      holders, which ends nothing): an MR over it afterwards is refused, except
+//                      for release-held; an allocation on the other GPU lives on after a reset
+//   harm dereg-queued  (with GDRSHIM_TEST_DEREG_QUEUED=1: every dereg begins as when the core's
+//                      lock is not had in time) an MR's dereg is settled by the lock's next
+//                      holder: its buffer stays open until then, and closes then
+//   harm nv503c-miss   NV503C route with nvidia-peermem: one MR over an allocation registers the
+//                      whole 2 MiB mapping with RM; an MR over the same mapping's bytes that no
+//                      allocation owns fails with EFAULT and never reaches the NIC's driver
+#include "rig.h"
+
+#define MB2 0x200000ull
+
+// The lowest fd below 512 whose link names `needle` (the fake NIC keeps its own references at
+// 512 and up, as the kernel keeps its own): -1 if none.
+static int fd_named(const char *needle) {
+  char p[64], t[512];
+  for (int fd = 0; fd < 512; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k <= 0) continue;
+    t[k] = 0;
+    if (strstr(t, needle)) return fd;
+  }
+  return -1;
+}
+
+// A file of the program's own, at exactly `fd` (opened, and moved there where the lowest free
+// number was another), holding `text`.
+static void own_file_at(int fd, const char *text) {
+  int mine = memfd_create("program-file", MFD_CLOEXEC);
+  if (mine != fd) {
+    if (dup2(mine, fd) != fd) fail("dup2 of the program's file", fd, errno);
+    close(mine);
+  }
+  if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) fail("write to the program's file", fd, errno);
+}
+
+// Whether `fd` is still the program's file with exactly `text` in it.
+static void still_own_file(int fd, const char *text, const char *what) {
+  char buf[256] = {0};
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n < 0) fail(what, fd, errno);
+  else if (strcmp(buf, text)) { fprintf(stderr, "the program's file holds: %s\n", buf); fail(what, fd, n); }
+}
+
+static int closed(const char *how) {
+  unsigned long *exports = (unsigned long *)dlsym(RTLD_DEFAULT, "fakenv_exports");
+  uint32_t h = gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "first MR");
+  int k = fd_named("memfd:nv_dmabuf");
+  if (k < 0) { fprintf(stderr, "no kept dma-buf fd\n"); return 2; }
+  if (!strcmp(how, "close")) close(k);
+  else if (!strcmp(how, "close_range")) { if (close_range(k, k, 0)) fail("close_range", k, errno); }
+  else if (!strcmp(how, "closefrom")) closefrom(k);
+  else if (!strcmp(how, "dup2")) { int nul = open("/dev/null", O_RDONLY); if (dup2(nul, k) != k) fail("dup2", k, errno); close(nul); }
+  else { fprintf(stderr, "harm closed: close, close_range, closefrom or dup2\n"); return 2; }
+  own_file_at(k, "the program's");
+  if (m && vdereg(m)) fail("dereg", k, errno);
+  still_own_file(k, "the program's", "after the dereg, the program's file at gdrshim's old number");
+  unsigned long e0 = *exports;
+  struct ibv_mr *again = must_reg(vreg, BASE, 64 * K64, "an MR of the same memory");
+  if (*exports == e0) fail("the new MR used no new export", k, 0);
+  gpu_free(0, BASE, 64 * K64, h);
+  if (again && vdereg(again)) fail("dereg", k, errno);
+  still_own_file(k, "the program's", "after the free, the program's file at gdrshim's old number");
+  if (write(k, "!", 1) != 1) fail("the program writes its file", k, errno);
+  printf("harm closed %s %s fd=%d new_exports=%lu\n", how, failures ? "FAILED" : "ok", k, *exports - e0);
+  return failures != 0;
+}
+
+static int gpunode(void) {
+  gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "first MR");
+  if (m) vdereg(m);
+  int g = fd_named("/nvidia0");
+  if (g < 0) { fprintf(stderr, "no /dev/nvidia0 fd of gdrshim's\n"); return 2; }
+  if (close_range(g, g, 0)) fail("close_range", g, errno);
+  own_file_at(g, "the program's");
+  m = must_reg(vreg, BASE, 64 * K64, "an MR after the program closed gdrshim's node");
+  if (m) vdereg(m);
+  still_own_file(g, "the program's", "the program's file at gdrshim's old node number");
+  int again = fd_named("/nvidia0");
+  printf("harm gpunode %s old=%d new=%d\n", failures ? "FAILED" : "ok", g, again);
+  return failures != 0 || again < 0;
+}
+
+static int logfile(void) {
+  gpu_alloc(0, BASE, 64 * K64);
+  const char *path = getenv("GDRSHIM_LOG_FILE");
+  int l = path ? fd_named(path) : -1;
+  if (l < 0) { fprintf(stderr, "no log file fd\n"); return 2; }
+  if (close_range(l, l, 0)) fail("close_range", l, errno);
+  own_file_at(l, "the program's");
+  must_miss(BASE + 60 * K64, 8 * K64, 0xf, "an MR past the allocation: a line of gdrshim's");
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "an MR: more lines");
+  if (m) vdereg(m);
+  still_own_file(l, "the program's", "the program's file at the log's old number");
+  printf("harm logfile %s fd=%d\n", failures ? "FAILED" : "ok", l);
+  return failures != 0;
+}
+
+// The fds below 512 and what each is ("dmabuf" for a fake dma-buf), as one line.
+static void fd_list(char *out, size_t size) {
+  char p[64], t[256]; size_t at = 0;
+  out[0] = 0;
+  for (int fd = 0; fd < 512 && at < size; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k <= 0) continue;
+    t[k] = 0;
+    at += snprintf(out + at, size - at, "%d=%s ", fd, strstr(t, "nv_dmabuf") ? "dmabuf" : strstr(t, "nvidia0") ? "node" : "file");
+  }
+}
+
+static int forked(void) {
+  uint32_t h = gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "an MR");
+  int go[2], back[2];
+  if (pipe(go) || pipe(back)) return 2;
+  char parent[4096], child[4096];
+  fd_list(parent, sizeof parent);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(3);
+    fd_list(child, sizeof child);
+    ssize_t n = write(back[1], child, strlen(child) + 1);
+    _exit(n > 0 ? 0 : 4);
+  }
+  if (m && vdereg(m)) fail("dereg", 0, errno);
+  gpu_free(0, BASE, 64 * K64, h);
+  if (write(go[1], "g", 1) != 1) fail("pipe", 0, errno);
+  ssize_t n = read(back[0], child, sizeof child - 1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (n <= 0) { fprintf(stderr, "no answer from the child\n"); return 2; }
+  child[n] = 0;
+  // the child's fds: the parent's at the fork, less gdrshim's own (its dma-buf and node)
+  char want[4096] = {0}, *save = NULL;
+  for (char *tok = strtok_r(parent, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+    if (!strstr(tok, "=dmabuf") && !strstr(tok, "=node")) { strcat(want, tok); strcat(want, " "); }
+  if (strcmp(want, child)) { fprintf(stderr, "child's fds: %s\nwanted:      %s\n", child, want); fail("the child's fds", 0, 0); }
+  printf("harm fork %s child=[%s]\n", failures ? "FAILED" : "ok", child);
+  return failures != 0;
+}
+
+// UVM_UNMAP_EXTERNAL of [base, base+len) on GPU g.
+static void unmap_on(int g, uint64_t base, uint64_t len) {
+  uint8_t a[40] = {0};
+  memcpy(a, &base, 8); memcpy(a + 8, &len, 8); memcpy(a + 16, uuid[g], 16);
+  uvm_call(66, a, 32);
+}
+
+// CUDA's 2 MiB chunk at BASE on the GPUs of `gpus` (a bit each), and a 4 KiB allocation of the
+// program's carved from it (its record reaches the chunk's end, as libcuda counts it).
+static uint32_t carved_chunk(int gpus, uint64_t at) {
+  uint32_t h = alloc_mem(0, MB2);
+  uint64_t r[3] = {at, MB2, 0};
+  uvm_call(73, r, 16);
+  cuda_internal = 1;
+  for (int g = 0; g < 2; g++) if (gpus & (1 << g)) map(at, MB2, 0, g, h);
+  cuda_internal = 0;
+  program_owns(at, 0x1000);
+  return h;
+}
+
+// CUDA's own memory mapped at [at, at+2 MiB) on GPU g.
+static void cuda_memory_at(int g, uint64_t at) {
+  uint32_t h = alloc_mem(g, MB2);
+  cuda_internal = 1;
+  map(at, MB2, 0, g, h);
+  cuda_internal = 0;
+}
+
+// Nothing over [at, at+len) is registered or exported: every path refuses.
+static void nothing_over(uint64_t at, uint64_t len, const char *what) {
+  must_miss(at, len, 0xf, what);
+  int fd = gdrshim_dl_export_dmabuf(at, len);
+  if (fd >= 0) { close(fd); fail(what, at, fd); }
+}
+
+static int stale(const char *mode) {
+  if (!strcmp(mode, "stale-free")) {
+    uint32_t h = carved_chunk(1, BASE);
+    must_reg_dereg(BASE, 0x1000, "the allocation, while it lives");
+    rm_free(dev[0], h);
+    cuda_memory_at(0, BASE);
+  } else {
+    carved_chunk(3, BASE);
+    unmap_on(0, BASE, MB2);
+    cuda_memory_at(0, BASE);
+    unmap_on(1, BASE, MB2);
+  }
+  nothing_over(BASE, MB2, "the chunk: CUDA's memory now");
+  nothing_over(BASE, 0x1000, "the old allocation's bytes: CUDA's memory now");
+  printf("harm %s %s\n", mode, failures ? "FAILED" : "ok");
+  return failures != 0;
+}
+
+static int ctx(const char *how) {
+  typedef int (*getproc_t)(const char *, void **, int, uint64_t, int *);
+  void *lib = dlopen(getenv("FAKE_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  getproc_t gp = lib ? (getproc_t)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+  if (!gp) { fprintf(stderr, "no fake libcuda\n"); return 2; }
+  int (*retain)(void **, int) = NULL, (*release)(int) = NULL, (*reset)(int) = NULL, (*destroy)(void *) = NULL;
+  gp("cuDevicePrimaryCtxRetain", (void **)&retain, 12080, 0, NULL);
+  gp("cuDevicePrimaryCtxRelease", (void **)&release, 12080, 0, NULL);
+  gp("cuDevicePrimaryCtxReset", (void **)&reset, 12080, 0, NULL);
+  gp("cuCtxDestroy", (void **)&destroy, 12080, 0, NULL);
+  if (!retain || !release || !reset || !destroy) { fprintf(stderr, "context functions missing\n"); return 2; }
+  void *c0 = NULL, *c1 = NULL;
+  retain(&c0, 0);
+  retain(&c1, 1);
+  if (!strcmp(how, "release-held")) retain(&c0, 0);
+  carved_chunk(1, BASE);
+  // an allocation on the other GPU, exactly one mapping of its own
+  uint32_t other = alloc_mem(1, MB2);
+  uint64_t r[3] = {BASE + 16 * MB2, MB2, 0};
+  uvm_call(73, r, 16);
+  map(BASE + 16 * MB2, MB2, 0, 1, other);
+  must_reg_dereg(BASE, 0x1000, "the allocation, while its context lives");
+  int rc = !strcmp(how, "destroy") ? destroy(c0) : !strcmp(how, "reset") ? reset(0) : release(0);
+  if (rc) fail("the context call", rc, 0);
+  if (!strcmp(how, "release-held")) must_reg_dereg(BASE, 0x1000, "a release by one of two holders ends nothing");
+  else nothing_over(BASE, 0x1000, "an allocation of the ended context");
+  // a destroy of a context whose GPU is unknown ends every record; a reset or release, its GPU's
+  if (!strcmp(how, "destroy")) nothing_over(BASE + 16 * MB2, MB2, "the other GPU's: its GPU unknown, every record ends");
+  else must_reg_dereg(BASE + 16 * MB2, MB2, "the other GPU's allocation lives");
+  printf("harm ctx %s %s\n", how, failures ? "FAILED" : "ok");
+  return failures != 0;
+}
+
+static int dereg_queued(void) {
+  gpu_alloc(0, BASE, 64 * K64);
+  gpu_alloc(0, BASE + 64 * K64, 64 * K64);
+  int fds0 = distinct_bufs();
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "an MR");
+  if (m && vdereg(m)) fail("dereg", 0, errno);
+  int owed = distinct_bufs() - fds0;
+  // the next registration holds the core's lock: it takes the queued dereg in first
+  struct ibv_mr *n = must_reg(vreg, BASE + 64 * K64, 64 * K64, "the next MR");
+  int after = distinct_bufs() - fds0;
+  if (n && vdereg(n)) fail("dereg", 1, errno);
+  printf("harm dereg-queued %s owed=%d after=%d\n", failures ? "FAILED" : "ok", owed, after);
+  return failures != 0;
+}
+
+static int nv503c_miss(void) {
+  unsigned long *calls = (unsigned long *)dlsym(RTLD_DEFAULT, "fakeverbs_reg_calls");
+  if (!calls) { fprintf(stderr, "no fakeverbs_reg_calls\n"); return 2; }
+  carved_chunk(1, BASE);
+  struct ibv_mr *m = must_reg(vreg, BASE, 0x1000, "an MR over the allocation: RM holds the whole mapping");
+  unsigned long before = *calls;
+  must_miss(BASE + 0x100000, 0x1000, 0xf, "the mapping's bytes no allocation owns");
+  must_miss(BASE + 0x1000, 0x100000, 0xf, "an MR that starts in no allocation's bytes");
+  unsigned long reached = *calls - before;
+  if (reached) fail("misses reached the NIC's driver", reached, 0);
+  if (m) vdereg(m);
+  static char host[1 << 16];
+  struct ibv_mr *hm = vreg((void *)0x1, host, sizeof host, 0xf);
+  if (!hm) fail("host memory is the provider's, untouched", 0, errno); else vdereg(hm);
+  printf("harm nv503c-miss %s reached=%lu\n", failures ? "FAILED" : "ok", reached);
+  return failures != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) { fprintf(stderr, "usage: harm MODE [ARG]\n"); return 2; }
+  setup();
+  const char *mode = argv[1], *arg = argc > 2 ? argv[2] : "";
+  if (!strcmp(mode, "closed")) return closed(arg);
+  if (!strcmp(mode, "gpunode")) return gpunode();
+  if (!strcmp(mode, "logfile")) return logfile();
+  if (!strcmp(mode, "fork")) return forked();
+  if (!strncmp(mode, "stale-", 6)) return stale(mode);
+  if (!strcmp(mode, "ctx")) return ctx(arg);
+  if (!strcmp(mode, "nv503c-miss")) return nv503c_miss();
+  if (!strcmp(mode, "dereg-queued")) return dereg_queued();
+  fprintf(stderr, "harm: unknown mode %s\n", mode);
+  return 2;
+}
