@@ -15,7 +15,8 @@
 // device instance control, NV2080 GET_INFO_V2's dma-buf capability (FAKERM_DMABUF_CAPABLE, default
 // 1), BAR1: FB_GET_INFO_V2's BAR1_SIZE (FAKERM_BAR1_MIB, default 32768; 0: RM cannot tell) and
 // FB_GET_STATIC_BAR1_INFO (FAKERM_BAR1_STATIC 1 default, 0, or "refuse": NOT_SUPPORTED), each
-// counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
+// counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size
+// (the lab's libcuda's dma-buf where it sets fakerm_dmabuf_maker).
 // fakenv_dmabuf_check(fd, offset, len, iova) answers what the kernel's RDMA core would map: 0 only
 // if every page of [iova, iova+len) is, at that moment, the buffer's memory at that offset.
 #define _GNU_SOURCE
@@ -228,6 +229,13 @@ static void gc_bufs(void) {
   for (int i = 0; i < nbufs; i++) if (!bufs[i].live && bufs[i].slots) { free(bufs[i].slots); bufs[i].slots = NULL; }
 }
 
+// The lab's stand-in libcuda (tests/lab/labcuda.c) makes the buffer of an export whose memory it
+// mapped (its dma-buf, which the lab's wire judges): the address its first piece is mapped at.
+int (*fakerm_dmabuf_maker)(uint64_t va, uint64_t size);
+static uint64_t mapped_at(uint32_t c, uint32_t h, uint64_t off) {
+  for (int i = 0; i < nmaps; i++) if (maps[i].live && maps[i].client == c && maps[i].h == h && off >= maps[i].off && off - maps[i].off < maps[i].len) return maps[i].base + (off - maps[i].off);
+  return 0;
+}
 // nv_dma_buf_export with RmDmabufVerifyMemHandle's rules; the status goes into the params.
 static uint32_t export_dmabuf(int gpu, uint8_t *a) {
   int32_t fd; uint32_t client, total, num, index; uint64_t tsize; uint8_t mtype, mmap_ok;
@@ -243,8 +251,11 @@ static uint32_t export_dmabuf(int gpu, uint8_t *a) {
     int j; for (j = 0; j < nbufs && bufs[j].live; j++) {}
     if (j == MAXB) { gc_bufs(); for (j = 0; j < nbufs && bufs[j].live; j++) {} }
     if (j == MAXB) return 0x51;
-    int nfd = memfd_create("nv_dmabuf", MFD_CLOEXEC);
-    if (nfd < 0 || ftruncate(nfd, (off_t)tsize)) { if (nfd >= 0) close(nfd); return 0x59; }
+    int nfd = -1; uint64_t va = 0;
+    uint32_t h0; uint64_t off0; memcpy(&h0, a + 36, 4); memcpy(&off0, a + 552, 8);
+    if (fakerm_dmabuf_maker && !index && (va = mapped_at(client, h0, off0))) nfd = fakerm_dmabuf_maker(va, tsize);
+    else if ((nfd = memfd_create("nv_dmabuf", MFD_CLOEXEC)) >= 0 && ftruncate(nfd, (off_t)tsize)) { close(nfd); nfd = -1; }
+    if (nfd < 0) return 0x59;
     struct stat st; fstat(nfd, &st);
     b = &bufs[j]; if (j == nbufs) nbufs++;
     *b = (buf_t){st.st_dev, st.st_ino, gpu, 1, client, total, tsize, calloc(total, sizeof(slot_t))};
