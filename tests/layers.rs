@@ -181,7 +181,10 @@ const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("doctor", &[&["software", "platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
     ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
-    ("fleet", &[&["args", "model", "launch", "schedule"], &["verdict", "wire"], &["render"], &["svg", "node", "link"], &["round"], &["run"]]),
+    (
+        "fleet",
+        &[&["args", "model", "launch", "schedule"], &["verdict", "wire"], &["render"], &["svg", "node", "link"], &["round"], &["run"]],
+    ),
 ];
 
 /// The first names after `super::` on a line (`super::super::x` counts as `x`; a group counts each
