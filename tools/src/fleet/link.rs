@@ -13,6 +13,7 @@ use crate::selftest::ffi::{errno_text, IbvGid, Verbs, IBV_WR_RDMA_READ, IBV_WR_R
 use crate::selftest::host::{fill_at, HostBuf, Region};
 use crate::selftest::rdma::{self, Hca};
 use crate::selftest::report::Report;
+use crate::selftest::shim::AllCounters;
 use std::time::Instant;
 
 /// What a peer needs to reach this rail: its QP, port MTU and the two buffers.
@@ -82,7 +83,7 @@ pub struct Rig<'v> {
     size: usize,
     q: Option<(Qp, Port, Dest)>,
     /// The GPU memory's MRs as gdrshim made them: (counters before, after).
-    pub registered: (Option<[u64; 13]>, Option<[u64; 13]>),
+    pub registered: (Option<AllCounters>, Option<AllCounters>),
 }
 
 impl Drop for Rig<'_> {
@@ -132,7 +133,7 @@ impl<'v> Rig<'v> {
                 fix: "the GPU is out of memory (other processes) or --size is too large".into(),
             })?;
         }
-        rig.registered.0 = crate::selftest::shim::counters();
+        rig.registered.0 = crate::selftest::shim::all_counters();
         for k in 0..2 {
             let m = rdma::reg(&mut rig.h, rig.gpu[k], size).map_err(|e| reg_unfit(rig.gpu[k], size, e))?;
             let reg = rdma::mr_region(m, rig.gpu[k]);
@@ -142,7 +143,7 @@ impl<'v> Rig<'v> {
                 rig.dst = reg;
             }
         }
-        rig.registered.1 = crate::selftest::shim::counters();
+        rig.registered.1 = crate::selftest::shim::all_counters();
         let s = rig._scratch.addr();
         let m = rdma::reg(&mut rig.h, s, 4096).map_err(|e| Unfit {
             kind: Kind::Memlock,

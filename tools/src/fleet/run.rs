@@ -12,6 +12,7 @@ use super::wire::Group;
 use super::{launch, node, verdict};
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::Verbs;
+use crate::selftest::shim::AllCounters;
 use std::time::{Duration, Instant};
 
 /// The node's name: GDRSHIM_FLEET_NODE where the host name does not tell nodes apart (containers
@@ -174,10 +175,11 @@ fn setup<'v>(
             t.rails[0].path = path(&rig.registered);
             if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
                 let ev = rig.registered.1.map(|c| {
-                    let n = |k| crate::selftest::shim::counter(&c, k);
+                    let n = |k| crate::selftest::shim::all_counter(&c, k);
                     format!(
-                        "gdrshim_counters(): registered={} pass0_hits={} stood_aside={}",
+                        "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
                         n("registered"),
+                        n("registered_bytes"),
                         n("pass0_hits"),
                         n("stood_aside")
                     )
@@ -202,15 +204,18 @@ fn setup<'v>(
     }
 }
 
-/// How the GPU memory was registered, from gdrshim's counters before and after.
-fn path(c: &(Option<[u64; 13]>, Option<[u64; 13]>)) -> String {
-    use crate::selftest::shim::{counter, route_name, shim_int};
+/// How the GPU memory was registered, from gdrshim's counters before and after: bytes of GPU
+/// memory in its dma-buf MRs (DMA-BUF), NV503C registrations, or libcuda's own (native).
+fn path(c: &(Option<AllCounters>, Option<AllCounters>)) -> String {
+    use crate::selftest::shim::all_counter;
     let (Some(b), Some(e)) = c else { return "none".into() };
-    let d = |k| counter(e, k).saturating_sub(counter(b, k));
+    let d = |k| all_counter(e, k).saturating_sub(all_counter(b, k));
     if d("stood_aside") > 0 {
         "native".into()
+    } else if d("registered_bytes") > 0 {
+        "dmabuf".into()
     } else if d("registered") > 0 {
-        route_name(shim_int(b"gdrshim_gdr_route\0").unwrap_or(0)).into()
+        "nv503c".into()
     } else {
         // the NIC took the memory, but not through gdrshim: not a GDR path it made
         "none".into()
