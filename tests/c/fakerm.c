@@ -63,11 +63,14 @@ static int node_of(int fd) {
   return r;
 }
 // libc's, found at load: a driver's calls need no loader lock (a thread that a library's
-// constructor waits for may make them)
+// constructor waits for may make them). A constructor that runs before this one (libcap-ng's
+// closes fds) finds them here first.
 static int (*real_close)(int);
 static int (*real_dup2)(int, int);
 static int (*real_dup3)(int, int, int);
 static int (*real_ioctl)(int, unsigned long, void *);
+static void find_real(void);
+#define REAL(f) (real_##f ? real_##f : (find_real(), real_##f))
 __attribute__((constructor)) static void find_real(void) {
   real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
   real_dup2 = (int (*)(int, int))dlsym(RTLD_NEXT, "dup2");
@@ -75,19 +78,19 @@ __attribute__((constructor)) static void find_real(void) {
   real_ioctl = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
 }
 int close(int fd) {
-  int (*real)(int) = real_close;
+  int (*real)(int) = REAL(close);
   if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], 0, __ATOMIC_RELAXED);
   return real(fd);
 }
 // a number dup2/dup3 reuse is another file now (as close)
 int dup2(int old, int new) {
-  int (*real)(int, int) = real_dup2;
+  int (*real)(int, int) = REAL(dup2);
   int r = real(old, new);
   if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
   return r;
 }
 int dup3(int old, int new, int flags) {
-  int (*real)(int, int, int) = real_dup3;
+  int (*real)(int, int, int) = REAL(dup3);
   int r = real(old, new, flags);
   if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
   return r;
@@ -374,7 +377,7 @@ int ioctl(int fd, unsigned long req, void *arg) {
   return rc;
 }
 static int fake_ioctl(int fd, unsigned long req, void *arg) {
-  int (*real)(int, unsigned long, void *) = real_ioctl;
+  int (*real)(int, unsigned long, void *) = REAL(ioctl);
   int node = node_of(fd);
   if (node < 0) return real(fd, req, arg);
   thrash();
