@@ -5,7 +5,7 @@
 
 use super::args::Args;
 use super::link::Rig;
-use super::model::{Fact, Kind, Leg, Op, Outcome, Rail, Task};
+use super::model::{Fact, Kind, Leg, Outcome, Rail, Task};
 use super::render::Fleet;
 use super::round::{self, gather, tag};
 use super::wire::Group;
@@ -245,29 +245,7 @@ pub fn merge(tasks: &[Task]) -> Vec<Task> {
 /// that trained below their rail's others, the path each leg's ends registered by, the culprits.
 fn judge(a: &Args, l: &launch::Launch, mut nodes: Vec<Task>, mut legs: Vec<Leg>, round_secs: Vec<f64>, t0: Instant) -> Fleet {
     let rate = |n: usize, rail: usize| nodes[n].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps);
-    let mut medians = std::collections::BTreeMap::new();
-    for l in &legs {
-        if let (Outcome::Ok, Some(g)) = (l.outcome, l.gbps) {
-            medians.entry((l.rail, l.op)).or_insert_with(Vec::new).push(g);
-        }
-    }
-    for v in medians.values_mut() {
-        v.sort_by(f64::total_cmp);
-    }
-    for leg in legs.iter_mut().filter(|l| l.outcome == Outcome::Ok && l.op != Op::Nccl) {
-        let Some(g) = leg.gbps else { continue };
-        let share = if leg.op == Op::Read { 0.005 } else { 0.01 } * a.min_bw as f64;
-        let port = rate(leg.src, leg.rail).into_iter().chain(rate(leg.dst, leg.rail)).fold(f64::INFINITY, f64::min);
-        let v = &medians[&(leg.rail, leg.op)];
-        let median = v[v.len() / 2];
-        if port.is_finite() && share > 0.0 && g < share * port {
-            leg.outcome = Outcome::Slow;
-            leg.detail = format!("{g:.2} Gb/s = {:.0}% of the {port:.0} Gb/s port rate (floor {:.0}%)", 100.0 * g / port, 100.0 * share);
-        } else if v.len() >= 3 && g < median * a.min_median as f64 / 100.0 {
-            leg.outcome = Outcome::Slow;
-            leg.detail = format!("{g:.2} Gb/s, under {}% of this rail's median {median:.2} Gb/s", a.min_median);
-        }
-    }
+    verdict::mark_slow(&mut legs, rate, a.min_bw, a.min_median);
     port_facts(&mut nodes);
     for leg in legs.iter_mut().filter(|l| l.outcome == Outcome::Ok) {
         let p = |n: usize| nodes[n].rails.iter().find(|r| r.rail == leg.rail).map_or("?".to_string(), |r| r.path.clone());

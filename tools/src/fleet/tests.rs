@@ -265,3 +265,41 @@ fn no_false_culprit_on_random_fleets() {
         );
     }
 }
+
+/// The legs `mark_slow` marks, as (src, dst, op).
+fn slow_after(l: &mut [Leg], min_bw: u32, min_median: u32) -> BTreeSet<(usize, usize, Op)> {
+    super::verdict::mark_slow(l, |_, _| Some(100.0), min_bw, min_median);
+    l.iter().filter(|x| x.outcome == Outcome::Slow).map(|x| (x.src, x.dst, x.op)).collect()
+}
+
+fn set(l: &mut [Leg], src: usize, dst: usize, op: Op, gbps: f64) {
+    let x = l.iter_mut().find(|x| (x.src, x.dst, x.op) == (src, dst, op)).unwrap();
+    x.gbps = Some(gbps);
+}
+
+#[test]
+fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
+    // every leg 90 Gb/s on 100 Gb/s ports: nothing is slow
+    let mut l = legs(4, 1, |_, _, _, _| Outcome::Ok);
+    assert!(slow_after(&mut l, 50, 25).is_empty());
+    // one WRITE at a tenth of the median, its direction's READ as fast as the rest: noise
+    set(&mut l, 0, 1, Op::Write, 9.0);
+    assert!(slow_after(&mut l, 0, 25).is_empty());
+    // 2→3 slow in both operations: that direction, not 3→2
+    set(&mut l, 2, 3, Op::Write, 9.0);
+    set(&mut l, 2, 3, Op::Read, 9.0);
+    assert_eq!(slow_after(&mut l, 0, 25), [(2, 3, Op::Write), (2, 3, Op::Read)].into());
+    assert!(l.iter().any(|x| x.detail == "9.00 Gb/s, under 25% of this rail's median 90.00 Gb/s"), "{l:#?}");
+    // against the port: WRITE under half its rate, READ under a quarter
+    let mut l = legs(2, 1, |_, _, _, _| Outcome::Ok);
+    set(&mut l, 0, 1, Op::Write, 40.0);
+    set(&mut l, 0, 1, Op::Read, 30.0);
+    assert!(slow_after(&mut l, 50, 0).is_empty(), "READ at 30% of the port is above its floor");
+    set(&mut l, 0, 1, Op::Read, 20.0);
+    assert_eq!(slow_after(&mut l, 50, 0), [(0, 1, Op::Write), (0, 1, Op::Read)].into());
+    // a READ that failed leaves the WRITE alone to judge
+    let mut l = legs(2, 1, |_, s, _, op| if s == 1 && op == Op::Read { Outcome::Error } else { Outcome::Ok });
+    l.iter_mut().filter(|x| x.outcome == Outcome::Error).for_each(|x| x.gbps = None);
+    set(&mut l, 1, 0, Op::Write, 10.0);
+    assert_eq!(slow_after(&mut l, 50, 0), [(1, 0, Op::Write)].into());
+}

@@ -12,6 +12,49 @@
 use super::model::{Culprit, Fact, Kind, Leg, Op, Outcome, Task};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The legs that are slow: below `min_bw`% of the slower port's rate (READ: half of it), or below
+/// `min_median`% of their rail's median for the operation (with three legs at least). A
+/// direction is slow only where its WRITE and its READ both are: two measurements in two
+/// phases of the round, each the best of several passes. What slows one of them only (another
+/// task on the core, a page fault) is noise, which the other does not repeat; a slow cable or
+/// port, or a path slow one way, slows both. `rate(node, rail)`: a port's active rate, Gb/s.
+pub fn mark_slow(legs: &mut [Leg], rate: impl Fn(usize, usize) -> Option<f64>, min_bw: u32, min_median: u32) {
+    let mut medians: BTreeMap<(usize, Op), Vec<f64>> = BTreeMap::new();
+    for l in legs.iter() {
+        if let (Outcome::Ok, Some(g)) = (l.outcome, l.gbps) {
+            medians.entry((l.rail, l.op)).or_default().push(g);
+        }
+    }
+    for v in medians.values_mut() {
+        v.sort_by(f64::total_cmp);
+    }
+    let below = |leg: &Leg| -> Option<String> {
+        let g = leg.gbps.filter(|_| leg.outcome == Outcome::Ok && leg.op != Op::Nccl)?;
+        let share = if leg.op == Op::Read { 0.005 } else { 0.01 } * min_bw as f64;
+        let port = rate(leg.src, leg.rail).into_iter().chain(rate(leg.dst, leg.rail)).fold(f64::INFINITY, f64::min);
+        let v = &medians[&(leg.rail, leg.op)];
+        let median = v[v.len() / 2];
+        if port.is_finite() && share > 0.0 && g < share * port {
+            Some(format!("{g:.2} Gb/s = {:.0}% of the {port:.0} Gb/s port rate (floor {:.0}%)", 100.0 * g / port, 100.0 * share))
+        } else if v.len() >= 3 && g < median * min_median as f64 / 100.0 {
+            Some(format!("{g:.2} Gb/s, under {min_median}% of this rail's median {median:.2} Gb/s"))
+        } else {
+            None
+        }
+    };
+    let found: Vec<Option<String>> = legs.iter().map(below).collect();
+    for i in 0..legs.len() {
+        let Some(detail) = &found[i] else { continue };
+        let l = &legs[i];
+        // the same direction's other operation: below its floor too, or not measured
+        let other = legs.iter().position(|o| (o.rail, o.src, o.dst) == (l.rail, l.src, l.dst) && o.op != l.op && o.op != Op::Nccl);
+        if other.is_none_or(|j| found[j].is_some() || legs[j].gbps.is_none()) {
+            legs[i].outcome = Outcome::Slow;
+            legs[i].detail = detail.clone();
+        }
+    }
+}
+
 /// Whether `f` accounts for an outcome of class `c` on `rail`.
 pub fn explains(f: &Fact, rail: usize, c: Outcome) -> bool {
     if f.rail.is_some_and(|r| r != rail) || c == Outcome::Ok {
