@@ -303,3 +303,37 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
     set(&mut l, 1, 0, Op::Write, 10.0);
     assert_eq!(slow_after(&mut l, 50, 0), [(1, 0, Op::Write)].into());
 }
+
+#[test]
+fn one_fault_seen_by_several_checks_is_one_culprit() {
+    let fact = |kind, rail, blocks, summary: &str| Fact {
+        kind,
+        rail,
+        blocks,
+        summary: summary.into(),
+        evidence: vec![format!("evidence of {summary}")],
+        fix: format!("fix {summary}"),
+    };
+    let mut n = node(0, 2);
+    n.facts = vec![
+        fact(Kind::Shim, Some(0), false, "loopback: not loaded"),
+        fact(Kind::Shim, None, true, "not loaded"),
+        fact(Kind::Shim, Some(0), true, "registration: not loaded"),
+        fact(Kind::DmaBuf, Some(1), false, "loopback: refused"),
+        fact(Kind::DmaBuf, Some(1), true, "registration: refused"),
+        fact(Kind::PciePath, Some(1), false, "SYS"),
+    ];
+    let cs = culprits(&[n.clone(), node(1, 2)], &legs(2, 2, |_, _, _, _| Outcome::Ok));
+    assert_eq!(
+        named(&cs),
+        [one(Kind::Shim, &["n0"], None), one(Kind::DmaBuf, &["n0"], Some(1)), one(Kind::PciePath, &["n0"], Some(1))].into()
+    );
+    // the node's fact leads, then the one that blocks; the rest are its evidence
+    let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
+    assert_eq!((shim.summary.as_str(), shim.fix.as_str()), ("not loaded", "fix not loaded"));
+    assert!(shim.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
+    assert!(shim.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
+    let dmabuf = cs.iter().find(|c| c.kind == Kind::DmaBuf).unwrap();
+    assert_eq!(dmabuf.summary, "registration: refused");
+    assert_eq!(dmabuf.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
+}

@@ -75,19 +75,7 @@ pub fn explains(f: &Fact, rail: usize, c: Outcome) -> bool {
 pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
     let mut out = Vec::new();
     for n in nodes {
-        for f in &n.facts {
-            let c = Culprit {
-                kind: f.kind,
-                nodes: vec![n.node.clone()],
-                rail: f.rail,
-                summary: f.summary.clone(),
-                evidence: f.evidence.clone(),
-                fix: f.fix.clone(),
-            };
-            if !out.contains(&c) {
-                out.push(c);
-            }
-        }
+        out.extend(node_culprits(n));
     }
     out.extend(versions(nodes));
     let rails: BTreeSet<usize> = legs.iter().filter(|l| l.op != Op::Nccl).map(|l| l.rail).collect();
@@ -144,6 +132,37 @@ pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
             });
         }
         out.extend(rest);
+    }
+    out
+}
+
+/// A node's facts as culprits, one per fault: the facts of one kind on one rail are one culprit,
+/// and a fact of the whole node takes its rails' facts of that kind (gdrshim not loaded, and
+/// each rail's registration that failed for it). The one that leads: the node's, then one that
+/// blocks; the others' summaries and evidence follow it.
+fn node_culprits(n: &Task) -> Vec<Culprit> {
+    let mut facts: Vec<&Fact> = n.facts.iter().collect();
+    facts.sort_by_key(|f| (f.rail.is_some(), !f.blocks));
+    let mut out: Vec<Culprit> = Vec::new();
+    for f in facts {
+        match out.iter_mut().find(|c| c.kind == f.kind && (c.rail.is_none() || c.rail == f.rail)) {
+            Some(c) => {
+                let also = format!("also: {}", f.summary);
+                for e in std::iter::once(&also).chain(&f.evidence) {
+                    if *e != format!("also: {}", c.summary) && !c.evidence.contains(e) {
+                        c.evidence.push(e.clone());
+                    }
+                }
+            }
+            None => out.push(Culprit {
+                kind: f.kind,
+                nodes: vec![n.node.clone()],
+                rail: f.rail,
+                summary: f.summary.clone(),
+                evidence: f.evidence.clone(),
+                fix: f.fix.clone(),
+            }),
+        }
     }
     out
 }
