@@ -138,7 +138,8 @@ impl<'v> Rig<'v> {
         }
         rig.registered.0 = crate::selftest::shim::all_counters();
         for k in 0..2 {
-            let m = rdma::reg(&mut rig.h, rig.gpu[k], size).map_err(|e| reg_unfit(rig.gpu[k], size, e))?;
+            let before = rig.registered.0;
+            let m = rdma::reg(&mut rig.h, rig.gpu[k], size).map_err(|e| reg_unfit(rig.gpu[k], size, e, before))?;
             let reg = rdma::mr_region(m, rig.gpu[k]);
             if k == 0 {
                 rig.src = reg;
@@ -322,7 +323,8 @@ fn checksum(mut h: u64, b: &[u8]) -> u64 {
 }
 
 /// A GPU registration that failed: which fact of the node it is, by errno and the shim's state.
-fn reg_unfit(addr: u64, size: usize, e: i32) -> Unfit {
+fn reg_unfit(addr: u64, size: usize, e: i32, before: Option<AllCounters>) -> Unfit {
+    use crate::selftest::shim::{all_counter, all_counters, route_name};
     let shim = crate::selftest::shim::shim_loaded();
     let route = crate::selftest::shim::shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
     let kind = match e {
@@ -331,21 +333,34 @@ fn reg_unfit(addr: u64, size: usize, e: i32) -> Unfit {
         libc::EFAULT | libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EINVAL => Kind::DmaBuf,
         _ => Kind::Node,
     };
+    let now = all_counters();
+    // gdrshim made dma-bufs of this memory for this registration, and none became an MR
+    let delta = |k| match (before, now) {
+        (Some(b), Some(n)) => all_counter(&n, k).saturating_sub(all_counter(&b, k)),
+        _ => 0,
+    };
+    let refused_dmabuf = delta("dmabuf_exports") > 0 && delta("registered_bytes") == 0;
     let summary = match kind {
         Kind::Shim => "GPU memory cannot be registered: gdrshim is not loaded in this task".to_string(),
-        Kind::DmaBuf => format!(
-            "GPU memory cannot be registered: gdrshim takes route {} here and the NIC refused the memory",
-            crate::selftest::shim::route_name(route)
-        ),
+        Kind::DmaBuf if refused_dmabuf => "GPU memory cannot be registered: gdrshim exported it as a dma-buf and the NIC \
+                                           refused the dma-buf MR (this node's kernel or HCA driver)"
+            .to_string(),
+        Kind::DmaBuf => {
+            format!("GPU memory cannot be registered: gdrshim takes route {} here and the NIC refused the memory", route_name(route))
+        }
         _ => "ibv_reg_mr of GPU memory failed".to_string(),
     };
     let mut evidence = vec![format!("ibv_reg_mr({addr:#x}, {size}) -> NULL, {}", errno_text(e))];
-    if let Some(c) = crate::selftest::shim::counters() {
-        let n = |k| crate::selftest::shim::counter(&c, k);
+    if let Some(c) = now {
+        let n = |k| all_counter(&c, k);
         evidence.push(format!(
-            "gdrshim_counters(): pass0_hits={} pass0_misses={} registered={} rm_errors={}",
+            "gdrshim_counters(): pass0_hits={} pass0_misses={} dmabuf_exports={} (+{} for this MR) registered_bytes={} \
+             registered={} rm_errors={}",
             n("pass0_hits"),
             n("pass0_misses"),
+            n("dmabuf_exports"),
+            delta("dmabuf_exports"),
+            n("registered_bytes"),
             n("registered"),
             n("rm_errors")
         ));
@@ -354,6 +369,10 @@ fn reg_unfit(addr: u64, size: usize, e: i32) -> Unfit {
     }
     let fix = match kind {
         Kind::Shim => "preload libgdrshim.so in this node's job environment (mpirun -x LD_PRELOAD, srun --export, torchrun's env)".into(),
+        Kind::DmaBuf if refused_dmabuf => "the kernel takes dma-buf MRs from 5.12 (CONFIG_DMA_SHARED_BUFFER, \
+                                          CONFIG_INFINIBAND_USER_MEM), the HCA driver must too (mlx5): gdrshim's log says \
+                                          the errno (GDRSHIM_LOG_LEVEL=info); scripts/doctor checks the kernel"
+            .into(),
         _ => rdma::reg_cause(e, true).to_string(),
     };
     Unfit { kind, summary, evidence, fix }
