@@ -15,7 +15,9 @@ cc=${CC:-cc}
 flags=(-O1 -g -Wall -Wextra -Werror)
 pids=()
 build() { "$cc" "${flags[@]}" "$@" & pids+=($!); }
-build -shared -fPIC -Wl,--version-script="$src/fakewire.map" -Wl,-soname,libibverbs.so.1 -o "$dir/lib/libibverbs.so.1" \
+# -z nodelete: the wire's thread runs the library's code until the process ends, so a program
+# that dlcloses libibverbs (the fleet check, through libloading) must not unmap it
+build -shared -fPIC -Wl,-z,nodelete -Wl,--version-script="$src/fakewire.map" -Wl,-soname,libibverbs.so.1 -o "$dir/lib/libibverbs.so.1" \
   "$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakelab.c" -ldl -lpthread
 build -shared -fPIC -Wl,--version-script="$src/fakemlx5.map" -Wl,-soname,libmlx5.so.1 -o "$dir/lib/libmlx5.so.1" "$src/fakemlx5.c"
 build -shared -fPIC -Wl,--version-script="$src/fakeefa.map" -Wl,-soname,libefa.so.1 -o "$dir/lib/libefa.so.1" "$src/fakeefa.c"
