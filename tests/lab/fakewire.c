@@ -17,8 +17,8 @@
 // the wire's work too; the counts are printed at exit ("fakewire: summary ...", stderr and
 // appended to $FAKEWIRE_REPORT), with whether gdrshim was loaded in the process.
 // Environment: FAKEWIRE_HOST, FAKEWIRE_LAB, FAKEWIRE_FAULTS (fakelab.h), FAKEWIRE_PEERMEM=1,
-// FAKEWIRE_RETRY_MS_MAX (fakewire_net.c), FAKEWIRE_REPORT=file, FAKEWIRE_LOG=1 (one line per
-// registration).
+// FAKEWIRE_RETRY_MS_MAX, FAKEWIRE_RETRY_MS_MIN (fakewire_net.c), FAKEWIRE_REPORT=file,
+// FAKEWIRE_LOG=1 (one line per registration).
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <dlfcn.h>
