@@ -44,6 +44,8 @@ if ! have cc || ! printf '#include <infiniband/verbs.h>\n' | cc -E -x c - >/dev/
 fi
 # rdma-core's example programs: the lab runs them between its hosts (tests/lab_hosts.rs)
 have ibv_rc_pingpong || packages+=(ibverbs-utils)
+# Open MPI's mpirun: it starts the fleet check's tasks as lab hosts (tools/tests/fleet_lab.rs)
+have mpirun || packages+=(openmpi-bin)
 if [ "$missing_only" = 1 ]; then
   echo "${packages[*]}"
   exit 0
