@@ -183,7 +183,15 @@ const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
     (
         "fleet",
-        &[&["args", "model", "launch", "schedule"], &["verdict", "wire"], &["render"], &["svg", "node", "link"], &["round"], &["run"]],
+        &[
+            &["args", "model", "launch", "schedule"],
+            &["verdict", "wire"],
+            &["render"],
+            &["svg", "node", "link"],
+            &["nccl"],
+            &["round"],
+            &["run"],
+        ],
     ),
 ];
 

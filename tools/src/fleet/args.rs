@@ -48,6 +48,10 @@ pub struct Args {
     /// JSON on stdout instead of text (rank 0)
     #[arg(long)]
     pub json: bool,
+    /// Per pair, a send/recv through NCCL too (libnccl.so.2; GDRSHIM_FLEET_NCCL names another):
+    /// it fails unless every network connection NCCL makes is via NET/…/GDRDMA
+    #[arg(long)]
+    pub nccl: bool,
 }
 
 impl Args {

@@ -15,6 +15,7 @@ mod args;
 mod launch;
 mod link;
 mod model;
+mod nccl;
 mod node;
 mod render;
 mod round;

@@ -5,8 +5,10 @@
 
 use super::link::{Endpoint, Half, Rig};
 use super::model::{Leg, Op, Outcome, Task};
+use super::nccl::Nccl;
 use super::schedule::{partner, rounds};
 use super::wire::Group;
+use crate::selftest::cuda::Cuda;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -34,7 +36,9 @@ pub fn run(
     rail: usize,
     mut rig: Option<&mut Rig>,
     seed: u64,
+    nccl: Option<Option<(&mut Nccl, &Cuda)>>,
 ) -> Result<(Vec<Leg>, Vec<f64>), String> {
+    let mut nccl = nccl;
     let all = rounds(nodes.len());
     let mut seen = Vec::new();
     let mut secs = Vec::new();
@@ -82,6 +86,10 @@ pub fn run(
             _ => {}
         }
         phases(g, rig.as_deref_mut(), live, rail, me, seed, &mut legs)?;
+        if let Some(n) = nccl.as_mut() {
+            let n = n.as_mut().map(|(n, cu)| (&mut **n, *cu));
+            nccl_phase(g, n, peer, (me, rail), seed, &mut legs)?;
+        }
         if let Some(r) = rig.as_deref_mut() {
             r.close();
         }
@@ -135,6 +143,43 @@ fn phases(
     };
     legs.push(half(rail, p, me, Op::Read, &read));
     legs.push(checked(rail, p, me, Op::Read, v));
+    Ok(())
+}
+
+/// NCCL's send/recv with this round's partner `pair` (its node and task rank): the id from the
+/// pair's lower node, then both ends at once; the leg of the bytes this task received (every
+/// byte checked, NCCL's connections read from its log). It runs whatever the RDMA legs did.
+fn nccl_phase(
+    g: &mut Option<Group>,
+    nccl: Option<(&mut Nccl, &Cuda)>,
+    pair: Option<(usize, usize)>,
+    (me, rail): (usize, usize),
+    seed: u64,
+    legs: &mut Vec<Leg>,
+) -> Result<(), String> {
+    let ready = match (&nccl, pair) {
+        (Some((n, _)), Some((p, _))) if me < p => n.new_id().map_or_else(|e| format!("no {e}"), |id| format!("id {id}")),
+        (Some(_), Some(_)) => "ok".into(),
+        (None, Some(_)) => "no NCCL cannot be used on this node".into(),
+        _ => "no".into(),
+    };
+    let all = gather(g, &ready)?;
+    let Some((p, prank)) = pair else { return Ok(()) };
+    let theirs = &all[prank];
+    let why_not = [&ready, theirs].into_iter().find_map(|x| x.strip_prefix("no ").map(str::to_string));
+    let id = if me < p { ready.strip_prefix("id ") } else { theirs.strip_prefix("id ") };
+    let (outcome, detail) = match (nccl, id, why_not) {
+        (_, _, Some(why)) => (Outcome::NotRun, why),
+        (Some((n, cu)), Some(id), None) => match n.pair(cu, id, (me > p) as core::ffi::c_int, seed) {
+            Err(e) => (Outcome::Error, e),
+            Ok(proof) => match n.verify(cu, seed, tag(p, rail)) {
+                Err(e) => (Outcome::Corrupt, e),
+                Ok(()) => (Outcome::Ok, proof),
+            },
+        },
+        _ => (Outcome::NotRun, "no NCCL id from the pair's first node".into()),
+    };
+    legs.push(Leg { rail: 0, src: p, dst: me, op: Op::Nccl, outcome, gbps: None, lat_us: None, detail });
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use super::model::{Fact, Kind, Leg, Outcome, Rail, Task};
 use super::render::Fleet;
 use super::round::{self, gather, tag};
 use super::wire::Group;
-use super::{launch, node, verdict};
+use super::{launch, nccl, node, verdict};
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::Verbs;
 use crate::selftest::shim::AllCounters;
@@ -36,15 +36,20 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     let t0 = Instant::now();
     let l = launch::from_env(&|k| std::env::var(k).ok(), a.rendezvous.as_deref())?;
     let timeout = Duration::from_secs(a.timeout);
+    // NCCL reads its log's place once, when loaded: set before any thread starts
+    let nccl_log = a.nccl.then(|| nccl::log_to(&std::env::temp_dir()));
     let mut group = match l.size {
         1 => None,
         _ => Some(Group::join(&l.rendezvous.clone()?, l.rank, l.size, &l.job, timeout, timeout)?),
     };
     // every task must move the same bytes, with rank 0's seed
     let seed = crate::selftest::rdma::run_seed();
-    let cfg = gather(&mut group, &format!("{} {seed:x}", a.size))?;
+    let cfg = gather(&mut group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
     if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
         return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
+    }
+    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
+        return Err("the tasks were started with and without --nccl".into());
     }
     let seed = u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed);
     let gpu = a.gpu.unwrap_or(l.local_rank as i32);
@@ -54,7 +59,26 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         Err(e) => Err(e.to_string()),
     };
     let verbs = Verbs::load();
+    let cuda = cu.as_ref().ok().copied();
     let (mut task, rig) = setup(a, &l, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
+    let mut nccl = nccl_log.clone().map(|log| {
+        let n = match cuda {
+            Some(cu) => nccl::Nccl::load(log, cu, a.size),
+            None => Err("no CUDA context for NCCL's buffers".into()),
+        };
+        match &n {
+            Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
+            Err(e) => task.facts.push(Fact {
+                kind: Kind::Nccl,
+                rail: None,
+                blocks: false,
+                summary: format!("--nccl: {e}"),
+                evidence: vec![],
+                fix: "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
+            }),
+        }
+        n.ok()
+    });
     if l.rank == 0 {
         eprintln!("fleet: {} task(s) ({}), gathering each node's facts", l.size, l.launcher);
     }
@@ -76,8 +100,23 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
             rig = None;
         }
     }
-    let (legs, round_secs) = round::run(&mut group, l.rank, &nodes, &tasks, me, gpu.max(0) as usize, rig.as_mut(), seed)?;
+    let rail = gpu.max(0) as usize;
+    if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
+        if let Err(e) = n.fill(cu, seed, tag(me, rail)) {
+            eprintln!("fleet: rank {}: NCCL's buffer: {e}", l.rank);
+            nccl = Some(None);
+        }
+    }
+    let n = nccl.as_mut().map(|n| n.as_mut().zip(cuda));
+    let (legs, round_secs) = round::run(&mut group, l.rank, &nodes, &tasks, me, gpu.max(0) as usize, rig.as_mut(), seed, n)?;
     drop(rig);
+    if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
+        n.free(cu);
+    }
+    drop(nccl);
+    if let Some(f) = nccl_log {
+        let _ = std::fs::remove_file(f); // ours: NCCL_DEBUG_FILE of this task
+    }
     let code = if l.rank == 0 {
         let f = judge(a, &l, nodes, legs, round_secs, t0);
         report(a, &f)?;

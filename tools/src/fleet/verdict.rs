@@ -186,7 +186,9 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
         let w = pair.entry(k).or_insert(Outcome::Ok);
         *w = (*w).max(l.outcome);
     }
-    let explained_by = |x: usize, c: Outcome| nodes[x].facts.iter().any(|f| explains(f, rail, c) || (nccl && f.blocks));
+    // NCCL's legs: also a node without NCCL (its fact explains only those)
+    let explained_by =
+        |x: usize, c: Outcome| nodes[x].facts.iter().any(|f| explains(f, rail, c) || (nccl && (f.blocks || f.kind == Kind::Nccl)));
     let unexplained = |&(a, b): &(usize, usize), c: Outcome| c != Outcome::Ok && !explained_by(a, c) && !explained_by(b, c);
     let at_fault: Vec<usize> = (0..nodes.len())
         .filter(|&x| {
