@@ -36,6 +36,9 @@ build -I"$src" -o "$dir/bin/wireclient-gpu" "$src/wireclient.c" -Wl,--no-as-need
   -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/lib:$dir/labcuda"
 if printf '#include <infiniband/verbs.h>\n' | "$cc" -E -x c - >/dev/null 2>&1; then
   build -o "$dir/bin/labpair" "$src/labpair.c" "$src/labpair_cases.c" -libverbs
+  # a stand-in NCCL (the fleet check's --nccl in CI): DIR/fakenccl/libnccl.so.2
+  mkdir -p "$dir/fakenccl"
+  build -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$dir/fakenccl/libnccl.so.2" "$src/fakenccl.c" -libverbs -ldl -lpthread
   build -DLAB_GPU -o "$dir/bin/labpair-gpu" "$src/labpair.c" "$src/labpair_cases.c" -libverbs -L"$dir/labcuda" \
     -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
 else

@@ -82,6 +82,8 @@ enum Host {
     Memlock,
     /// its state's NIC sits across the CPU sockets from its GPU (rig-4090-sys)
     SysPath,
+    /// NCCL_NET_GDR_LEVEL=LOC in its environment: its NCCL turns GDR off
+    NcclLoc,
 }
 
 struct Out {
@@ -149,6 +151,8 @@ fn fleet(tag: &str, hosts: &[Host], faults: &str, extra: &[&str]) -> Out {
             .arg(format!("GDRSHIM_TEST_DEV_DIR={}", l.dev.display()))
             .arg(format!("FAKEWIRE_LAB={}", dir.display()))
             .arg("FAKEWIRE_RETRY_MS_MIN=2000")
+            .arg(format!("GDRSHIM_FLEET_NCCL={}", l.dir.join("fakenccl/libnccl.so.2").display()))
+            .arg(format!("NCCL_NET_GDR_LEVEL={}", if *h == Host::NcclLoc { "LOC" } else { "PHB" }))
             .arg(l.dir.join("host"))
             .arg(r.to_string())
             .arg(env!("CARGO_BIN_EXE_gdrshim-tool"))
@@ -158,7 +162,7 @@ fn fleet(tag: &str, hosts: &[Host], faults: &str, extra: &[&str]) -> Out {
             .arg(state.join("{node}"))
             .args(extra);
     }
-    for k in ["LD_PRELOAD", "LD_LIBRARY_PATH", "FAKEWIRE_REPORT", "FAKEWIRE_RETRY_MS_MAX", "GDRSHIM_MODE", "GDRSHIM_ROUTE"] {
+    for k in ["LD_PRELOAD", "LD_LIBRARY_PATH", "FAKEWIRE_REPORT", "FAKEWIRE_RETRY_MS_MAX", "GDRSHIM_MODE", "GDRSHIM_ROUTE", "NCCL_DEBUG"] {
         mpi.env_remove(k);
     }
     let t0 = Instant::now();
@@ -274,7 +278,7 @@ fn detail(report: &str, subject: &str) -> String {
     report.lines().skip(start).take_while(|l| !l.starts_with("PASS") && !l.starts_with("INFO")).collect::<Vec<_>>().join("\n")
 }
 
-use Host::{Good, Memlock, NoShim, OldShim, SysPath};
+use Host::{Good, Memlock, NcclLoc, NoShim, OldShim, SysPath};
 
 #[test]
 fn each_fault_of_the_wire_is_the_link_it_is_on() {
@@ -360,4 +364,24 @@ fn wall_time_grows_with_the_rounds_not_the_pairs() {
     // round, 7 round-times of about one pair-time each
     assert!(eight.1 < 2.0 * one_pair, "a round of 4 pairs took {:.3} s, one pair {one_pair:.3} s", eight.1);
     assert!(eight.2 < 0.5 * 28.0 * one_pair, "28 pairs in {:.2} s, one pair {one_pair:.3} s", eight.2);
+}
+
+#[test]
+fn nccl_that_takes_no_gdrdma_on_a_host_is_named_while_its_rdma_passes() {
+    // --nccl: per pair a send/recv through NCCL (the lab's stand-in, tests/lab/fakenccl.c, which
+    // decides GDRDMA as NCCL does from what gdrshim, the NIC and NCCL_NET_GDR_LEVEL answer)
+    let o = fleet("nccl-clean", &[Good; 4], "", &["--nccl"]);
+    assert_eq!(o.code, 0, "{}{}", o.report, o.mpirun);
+    assert!(
+        o.report.contains("PASS nccl         6 of 6 pairs: every inter-node channel of NCCL's send/recv via NET/…/GDRDMA"),
+        "{}",
+        o.report
+    );
+    let o = fleet("nccl-loc", &[Good, Good, NcclLoc, Good], "", &["--nccl"]);
+    assert_eq!(culprits(&o.report), [("nccl".to_string(), "labhost2".to_string())], "{}", o.report);
+    assert_eq!(o.code, 1, "{}{}", o.report, o.mpirun);
+    let d = detail(&o.report, "labhost2");
+    assert_eq!(d.matches(": error: 2 of 2 network connections without GDRDMA: labhost2:").count(), 3, "{d}");
+    assert!(o.report.contains("PASS links        6 of 6 links pass"), "RDMA through gdrshim still passes: {}", o.report);
+    assert!(o.report.contains("INFO nccl         3 of 6 pairs"), "{}", o.report);
 }
