@@ -8,8 +8,13 @@
 #   clean:  every host with gdrshim preloaded, no fault: expect RESULT: PASS, exit 0 on every rank;
 #   faulty: host 2 without dma-buf MRs (the lab's fault "no-dmabuf 2"): expect exactly one culprit,
 #           labhost2 (dma-buf), and no link named.
-# OUT/fleet-clean.txt, OUT/fleet-faulty.txt: rank 0's report; OUT/*.json, OUT/*.svg; OUT/logs/.
-# Not yet here: the NCCL leg (--nccl is not written yet: see the fleet's closing note).
+# Then the NCCL leg (--nccl, real NCCL: torch's libnccl.so.2, each host its own NCCL_HOSTID and
+# HCA, as tests/gpu/hosts-lab.sh runs NCCL across lab hosts):
+#   nccl:       every pair's send/recv via NET/IB/…/GDRDMA: expect PASS nccl 6 of 6 pairs;
+#   nccl-loc:   host 2 with NCCL_NET_GDR_LEVEL=LOC (its NCCL turns GDR off): expect exactly one
+#               culprit, labhost2 (nccl), and every RDMA link passing.
+# OUT/fleet-clean.txt, OUT/fleet-faulty.txt, OUT/fleet-nccl*.txt: rank 0's report; OUT/*.json,
+# OUT/*.svg; OUT/logs/. Results go to docs/results/<run>/.
 #   tests/gpu/run-h200-fleet.sh OUT   (carry target/knobs/release/libgdrshim.so and target/release/gdrshim-tool)
 set -u
 OUT=${1:?outdir}
@@ -23,12 +28,20 @@ mkdir -p "$B"
 bash tests/lab/build.sh "$B/lab" >"$OUT/logs/lab-build.txt" 2>&1 || { echo "the lab did not build" >&2; exit 2; }
 N=4
 SIZE=${FLEET_SIZE:-268435456} # 256 MiB per transfer: 4 processes share the one GPU's memory
-# one worker: lab host LOCAL_RANK, the shim preloaded unless NO_SHIM names this host
+NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib", "libnccl.so.2"))' 2>/dev/null)
+# one worker: lab host LOCAL_RANK, the shim preloaded unless NO_SHIM names this host; NCCL's
+# environment as tests/gpu/hosts-lab.sh sets it (its IB transport on this host's HCA, its own
+# host id), GDR off where LOC_HOST names this host
 cat >"$B/worker.sh" <<EOF
 #!/usr/bin/env bash
 h=\${LOCAL_RANK:?}
 pre="$KNOBS"
 [ "\${NO_SHIM:-x}" = "\$h" ] && pre=""
+level=SYS
+[ "\${LOC_HOST:-x}" = "\$h" ] && level=LOC
+export NCCL_NET=IB NCCL_NET_PLUGIN=none NCCL_SOCKET_IFNAME=lo NCCL_NET_GDR_LEVEL=\$level NCCL_IB_GID_INDEX=3 \\
+  NCCL_NVLS_ENABLE=0 NCCL_MNNVL_ENABLE=0 NCCL_GIN_TYPE=2 NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH NCCL_MAX_NCHANNELS=4 \\
+  NCCL_HOSTID=labhost\$h NCCL_IB_HCA==fwroce_\$h GDRSHIM_FLEET_NCCL="$NCCL_LIB"
 export GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 LD_PRELOAD="\$pre"
 exec "$B/lab/host" "\$h" "$TOOL" fleet --gpu 0 --gid-index 3 --size $SIZE --min-bw 0 "\$@" \\
   2>"$OUT/logs/\$RUN-rank\$h.txt"
@@ -93,4 +106,11 @@ echo "no-dmabuf 2" >"$B/lab/faults"
 one faulty --svg "$OUT/fleet-faulty.svg"
 one faulty-json --json
 cp "$B/faulty-json-out0" "$OUT/fleet-faulty.json"
-grep -h "^RESULT\|exit" "$OUT"/fleet-clean.txt "$OUT"/fleet-faulty.txt
+: >"$B/lab/faults"
+if [ -n "$NCCL_LIB" ]; then
+  one nccl --nccl --svg "$OUT/fleet-nccl.svg"
+  LOC_HOST=2 one nccl-loc --nccl
+else
+  echo "no libnccl.so.2 from torch's nvidia-nccl wheel here: the NCCL leg NOT RUN" | tee "$OUT/fleet-nccl.txt"
+fi
+grep -h "^RESULT\|exit\|nccl" "$OUT"/fleet-clean.txt "$OUT"/fleet-faulty.txt "$OUT"/fleet-nccl*.txt
