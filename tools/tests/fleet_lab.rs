@@ -1,5 +1,6 @@
 //! `gdrshim-tool fleet` across the lab's hosts (issue 39 on issue 37's lab, tests/lab): N tasks
-//! started by Open MPI's `mpirun` (one app context per rank), each run as lab host <rank> (its
+//! started by Open MPI's `mpirun` (one app context per rank) or, as root, by `srun` in a one-node
+//! Slurm the test starts (fleetlab::Slurm), each run as lab host <rank> (its
 //! own HCA `fwroce_<rank>`, GIDs, PCI path and host name on the fake wire across processes), with
 //! gdrshim preloaded (the knobs build, as tests/lab_hosts.rs preloads it), the fake NVIDIA driver
 //! after it and the lab's stand-in libcuda: gdrshim maps the stand-in's allocations from the
@@ -14,205 +15,9 @@
 //! hundred times below it), and a retry time of 2 s at least (FAKEWIRE_RETRY_MS_MIN: a busy
 //! peer is not a dead one). The fleet's own noise rules are tested in its unit tests.
 
-#[path = "../../tests/common/fakedev.rs"]
-mod fakedev;
+mod fleetlab;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-struct Lab {
-    /// tests/lab/build.sh's output.
-    dir: PathBuf,
-    shim: PathBuf,
-    /// the same library, its version string made 0.1.9: a node that installed another release
-    old_shim: PathBuf,
-    dev: PathBuf,
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn sh(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-}
-
-fn lab() -> &'static Lab {
-    static L: OnceLock<Lab> = OnceLock::new();
-    L.get_or_init(|| {
-        let root = root();
-        // the cdylib's package (tools/tests/selftest.rs says why)
-        sh(Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim-preload"])
-            .env("CARGO_TARGET_DIR", root.join("target/knobs"))
-            .current_dir(&root));
-        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-lab");
-        let _ = std::fs::remove_dir_all(&base);
-        let dir = base.join("lab");
-        sh(Command::new("bash").arg(root.join("tests/lab/build.sh")).arg(&dir));
-        let shim = root.join("target/knobs/release/libgdrshim.so").canonicalize().unwrap();
-        let bytes = std::fs::read(&shim).unwrap();
-        let (now, then) = (b"0.2.0\0", b"0.1.9\0");
-        let at: Vec<usize> = bytes.windows(now.len()).enumerate().filter(|(_, w)| w == now).map(|(i, _)| i).collect();
-        assert_eq!(at.len(), 1, "gdrshim_version's string, once in {}", shim.display());
-        let mut old = bytes.clone();
-        old[at[0]..at[0] + then.len()].copy_from_slice(then);
-        std::fs::create_dir_all(base.join("old")).unwrap();
-        let old_shim = base.join("old/libgdrshim.so");
-        std::fs::write(&old_shim, old).unwrap();
-        let dev = base.join("dev");
-        fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0"], false);
-        Lab { dir, shim, old_shim, dev }
-    })
-}
-
-/// How one lab host differs from a good one (besides the wire's faults).
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Host {
-    Good,
-    /// gdrshim not preloaded
-    NoShim,
-    /// gdrshim 0.1.9 preloaded
-    OldShim,
-    /// RLIMIT_MEMLOCK 64 KiB and no CAP_IPC_LOCK
-    Memlock,
-    /// its state's NIC sits across the CPU sockets from its GPU (rig-4090-sys)
-    SysPath,
-    /// NCCL_NET_GDR_LEVEL=LOC in its environment: its NCCL turns GDR off
-    NcclLoc,
-}
-
-struct Out {
-    code: i32,
-    /// rank 0's report
-    report: String,
-    /// each rank's stderr
-    stderr: Vec<String>,
-    wall: f64,
-    /// what mpirun itself said
-    mpirun: String,
-}
-
-/// Each host's saved state: a fixture with the host's own HCA as the NIC of its GPU.
-fn states(dir: &Path, hosts: &[Host]) -> PathBuf {
-    let at = dir.join("state");
-    for (r, h) in hosts.iter().enumerate() {
-        let from = root().join("tests/fixtures/state").join(if *h == Host::SysPath { "rig-4090-sys" } else { "rig-4090-pix" });
-        let to = at.join(format!("labhost{r}"));
-        std::fs::create_dir_all(&to).unwrap();
-        for f in std::fs::read_dir(&from).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
-        }
-        let paths = std::fs::read_to_string(from.join("pci-paths.txt")).unwrap();
-        let mine: String =
-            paths.lines().filter(|l| !l.contains("mlx5_1")).map(|l| l.replace("mlx5_0", &format!("fwroce_{r}")) + "\n").collect();
-        std::fs::write(to.join("pci-paths.txt"), mine).unwrap();
-    }
-    at
-}
-
-/// One fleet of `hosts.len()` lab hosts under mpirun, with the wire's `faults`.
-fn fleet(tag: &str, hosts: &[Host], faults: &str, extra: &[&str]) -> Out {
-    // one fleet at a time: two on 2 cores would measure each other
-    static ONE: Mutex<()> = Mutex::new(());
-    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    let l = lab();
-    let dir = l.dir.parent().unwrap().join("runs").join(tag);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("faults"), faults).unwrap();
-    let state = states(&dir, hosts);
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let rdv = format!("127.0.0.1:{port}");
-    let mut mpi = Command::new("mpirun");
-    mpi.args(["--allow-run-as-root", "--oversubscribe", "--output-filename"]).arg(dir.join("out"));
-    for (r, h) in hosts.iter().enumerate() {
-        if r > 0 {
-            mpi.arg(":");
-        }
-        mpi.args(["-np", "1"]);
-        if *h == Host::Memlock {
-            // (as root: CAP_IPC_LOCK leaves the bounding set, so the program has it no more)
-            mpi.args(["setpriv", "--bounding-set", "-ipc_lock", "prlimit", "--memlock=65536:65536"]);
-        }
-        let shim = match h {
-            Host::NoShim => String::new(),
-            Host::OldShim => format!("{}:", l.old_shim.display()),
-            _ => format!("{}:", l.shim.display()),
-        };
-        mpi.arg("env")
-            .arg(format!("LD_PRELOAD={shim}{}", l.dir.join("fakerm.so").display()))
-            .arg(format!("LD_LIBRARY_PATH={}", l.dir.join("labcuda").display()))
-            .arg(format!("GDRSHIM_TEST_DEV_DIR={}", l.dev.display()))
-            .arg(format!("FAKEWIRE_LAB={}", dir.display()))
-            .arg("FAKEWIRE_RETRY_MS_MIN=2000")
-            .arg(format!("GDRSHIM_FLEET_NCCL={}", l.dir.join("fakenccl/libnccl.so.2").display()))
-            .arg(format!("NCCL_NET_GDR_LEVEL={}", if *h == Host::NcclLoc { "LOC" } else { "PHB" }))
-            .arg(l.dir.join("host"))
-            .arg(r.to_string())
-            .arg(env!("CARGO_BIN_EXE_gdrshim-tool"))
-            .args(["fleet", "--size", "1048576", "--gpu", "0", "--min-bw", "0", "--min-median", "10", "--timeout", "30"])
-            .args(["--rendezvous", &rdv])
-            .arg("--state")
-            .arg(state.join("{node}"))
-            .args(extra);
-    }
-    for k in ["LD_PRELOAD", "LD_LIBRARY_PATH", "FAKEWIRE_REPORT", "FAKEWIRE_RETRY_MS_MAX", "GDRSHIM_MODE", "GDRSHIM_ROUTE", "NCCL_DEBUG"] {
-        mpi.env_remove(k);
-    }
-    let t0 = Instant::now();
-    let log = std::fs::File::create(dir.join("mpirun.log")).unwrap();
-    let mut kid =
-        mpi.stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("mpirun (Debian's openmpi-bin: scripts/dev/test.sh names it)");
-    // every task ends within its --timeout; mpirun itself is given 60 s
-    let status = loop {
-        if let Some(s) = kid.try_wait().unwrap() {
-            break Some(s);
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = kid.kill();
-            let _ = kid.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let wall = t0.elapsed().as_secs_f64();
-    let file = |r: usize, f: &str| std::fs::read_to_string(dir.join("out/1").join(format!("rank.{r}")).join(f)).unwrap_or_default();
-    let mpirun = std::fs::read_to_string(dir.join("mpirun.log")).unwrap_or_default();
-    let stderr: Vec<String> = (0..hosts.len()).map(|r| file(r, "stderr")).collect();
-    let status = status.unwrap_or_else(|| panic!("{tag}: mpirun still running after 60 s: {mpirun}{}", stderr.join("")));
-    let out = Out { code: status.code().unwrap_or(-1), report: file(0, "stdout"), stderr, wall, mpirun };
-    assert!(!out.report.is_empty(), "{tag}: no report from rank 0: mpirun {}: {}{}", out.code, out.mpirun, out.stderr[0]);
-    out
-}
-
-/// The value of `key=` in a summary line.
-fn field(line: &str, key: &str) -> u64 {
-    let k = format!(" {key}=");
-    let at = line.find(&k).unwrap_or_else(|| panic!("{key} in {line}")) + k.len();
-    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-}
-
-fn summary<'a>(stderr: &'a str, who: &str) -> &'a str {
-    stderr.lines().find(|l| l.starts_with(&format!("{who}: summary"))).unwrap_or_else(|| panic!("no {who} summary in {stderr}"))
-}
-
-/// The culprits of the report: (kind, what the line names before its colon).
-fn culprits(report: &str) -> Vec<(String, String)> {
-    report
-        .lines()
-        .filter_map(|l| l.strip_prefix("FAIL "))
-        .map(|l| {
-            let (kind, rest) = l.split_once(' ').unwrap();
-            (kind.to_string(), rest.trim_start().split(':').next().unwrap().to_string())
-        })
-        .collect()
-}
+use fleetlab::{culprits, field, fleet, fleet_srun, summary, Host, Slurm};
 
 fn pairs(n: usize) -> usize {
     n * (n - 1) / 2
@@ -384,4 +189,22 @@ fn nccl_that_takes_no_gdrdma_on_a_host_is_named_while_its_rdma_passes() {
     assert_eq!(d.matches(": error: 2 of 2 network connections without GDRDMA: labhost2:").count(), 3, "{d}");
     assert!(o.report.contains("PASS links        6 of 6 links pass"), "RDMA through gdrshim still passes: {}", o.report);
     assert!(o.report.contains("INFO nccl         3 of 6 pairs"), "{}", o.report);
+}
+
+#[test]
+#[ignore = "root: starts a one-node Slurm (slurmctld and slurmd, as root) of its own"]
+fn srun_tasks_meet_at_slurms_own_rendezvous_and_a_dead_link_is_named() {
+    let slurm = Slurm::start("slurm");
+    // srun gives rank, size and the step's first node: no flag, no address
+    let o = fleet_srun(&slurm, "srun-clean", 4, "");
+    assert_eq!(o.code, 0, "{}{}", o.report, o.mpirun);
+    assert!(o.report.starts_with("fleet: 4 node(s) × 1 rail(s), 3 round(s), 1 MiB per transfer, launcher Slurm"), "{}", o.report);
+    assert!(o.report.ends_with("RESULT: PASS (0 culprit(s); 6 of 6 links pass)\n"), "{}", o.report);
+    for (k, e) in o.stderr.iter().enumerate() {
+        let w = summary(e, "fakewire");
+        assert!(field(w, "bytes_g2g") >= 24 << 20 && field(w, "wire_errors") == 0, "host {k}: {w}");
+    }
+    let o = fleet_srun(&slurm, "srun-dead-link", 4, "down 2-3\n");
+    assert_eq!(culprits(&o.report), [("link".to_string(), "labhost2 ↔ labhost3 rail 0".to_string())], "{}", o.report);
+    assert_ne!(o.code, 0, "{}", o.report);
 }
