@@ -211,7 +211,7 @@ fn error(legs: &mut Vec<Leg>, rail: usize, me: usize, p: usize, why: &str) {
 }
 
 /// One leg per (rail, from, to, operation): the worst outcome both ends saw, the bandwidth and
-/// latency its measuring end gave, and every distinct detail.
+/// latency its measuring end gave, and every distinct detail of that outcome.
 pub fn merge_legs(legs: Vec<Leg>) -> Vec<Leg> {
     let mut m: BTreeMap<(usize, usize, usize, Op), Leg> = BTreeMap::new();
     for l in legs {
@@ -220,10 +220,13 @@ pub fn merge_legs(legs: Vec<Leg>) -> Vec<Leg> {
                 m.insert((l.rail, l.src, l.dst, l.op), l);
             }
             Some(x) => {
-                x.outcome = x.outcome.max(l.outcome);
                 x.gbps = x.gbps.or(l.gbps);
                 x.lat_us = x.lat_us.or(l.lat_us);
-                if !l.detail.is_empty() && !x.detail.contains(&l.detail) {
+                // the worst outcome's details: bytes that differ after a transfer that failed are
+                // its consequence, not news
+                if l.outcome > x.outcome {
+                    (x.outcome, x.detail) = (l.outcome, l.detail);
+                } else if l.outcome == x.outcome && !l.detail.is_empty() && !x.detail.contains(&l.detail) {
                     x.detail = if x.detail.is_empty() { l.detail } else { format!("{}; {}", x.detail, l.detail) };
                 }
             }

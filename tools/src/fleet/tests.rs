@@ -337,3 +337,16 @@ fn one_fault_seen_by_several_checks_is_one_culprit() {
     assert_eq!(dmabuf.summary, "registration: refused");
     assert_eq!(dmabuf.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
 }
+
+#[test]
+fn a_legs_merge_keeps_the_worst_outcomes_details() {
+    let leg =
+        |outcome, detail: &str| Leg { rail: 0, src: 0, dst: 1, op: Op::Write, outcome, gbps: None, lat_us: None, detail: detail.into() };
+    // the writer's error, and what the reader then found in its poisoned buffer
+    let m = super::round::merge_legs(vec![leg(Outcome::Error, "RETRY_EXC_ERR"), leg(Outcome::Corrupt, "bytes differ")]);
+    assert_eq!((m.len(), m[0].outcome, m[0].detail.as_str()), (1, Outcome::Error, "RETRY_EXC_ERR"));
+    let m = super::round::merge_legs(vec![leg(Outcome::Corrupt, "bytes differ"), leg(Outcome::Error, "RETRY_EXC_ERR")]);
+    assert_eq!((m[0].outcome, m[0].detail.as_str()), (Outcome::Error, "RETRY_EXC_ERR"));
+    let m = super::round::merge_legs(vec![leg(Outcome::Error, "a"), leg(Outcome::Error, "b")]);
+    assert_eq!(m[0].detail, "a; b");
+}
