@@ -334,6 +334,7 @@ const TOOL_LAYERS: &[&[&str]] = &[
     &["routes", "topology"],
     &["doctor", "verify", "dmabuf", "env", "cdi"],
     &["selftest", "rig_report"],
+    &["fleet"],
 ];
 
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
@@ -341,7 +342,19 @@ const TOOL_LAYERS: &[&[&str]] = &[
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("doctor", &[&["software", "container"], &["platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
-    ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["qp", "machine"], &["rdma"]]),
+    ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
+    (
+        "fleet",
+        &[
+            &["args", "model", "launch", "schedule"],
+            &["verdict", "wire"],
+            &["render"],
+            &["svg", "node", "link"],
+            &["nccl"],
+            &["round"],
+            &["run"],
+        ],
+    ),
 ];
 
 /// The first names after `super::` on a line (`super::super::x` counts as `x`; a group counts each

@@ -401,8 +401,8 @@ const SHELL_TOOLS: &[&str] = &["bash", "dirname", "sed", "head", "awk", "sort", 
 #[test]
 fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     // issue 31: without libibverbs-dev the suite failed after 5.5 minutes; without shellcheck a
-    // phase said NOT RUN. Here: no shellcheck, no git, no rdma-core examples, and a compiler that
-    // finds no verbs.h.
+    // phase said NOT RUN. Here: no shellcheck, no git, no rdma-core examples, no Open MPI or Slurm,
+    // and a compiler that finds no verbs.h.
     let s = scratch("prereq");
     let shell: Vec<&str> = SHELL_TOOLS.iter().copied().filter(|t| *t != "id").collect();
     let bin = path_of(
@@ -429,19 +429,21 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     assert_eq!(r.out, "", "no phase started");
     assert_eq!(
         r.err,
-        "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils (sudo apt-get install git shellcheck libibverbs-dev ibverbs-utils); nothing run\n"
+        "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd (sudo apt-get install git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd); nothing run\n"
     );
     assert!(!s.join("cargo-ran").exists(), "nothing built");
     let r = run(&script("scripts/dev/test.sh"), &[], &[env[0], ("FAKE_UID", "0")]);
-    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils (apt-get install git shellcheck libibverbs-dev ibverbs-utils); nothing run\n");
+    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd (apt-get install git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd); nothing run\n");
     assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
     // CI's list to install: the same names
     let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);
-    assert_eq!((r.rc, r.out.as_str()), (0, "git shellcheck libibverbs-dev ibverbs-utils\n"), "{}", r.err);
+    assert_eq!((r.rc, r.out.as_str()), (0, "git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd\n"), "{}", r.err);
     // Rust's own parts are named with their own command
     let s = scratch("prereq-rust");
     let mut fakes = vec![("cc", "exit 0"), ("c++", "exit 0"), ("git", "exit 0"), ("objdump", "exit 0"), ("shellcheck", "exit 0")];
-    fakes.push(("ibv_rc_pingpong", "exit 0"));
+    for lab in ["ibv_rc_pingpong", "mpirun", "slurmctld", "slurmd", "srun"] {
+        fakes.push((lab, "exit 0"));
+    }
     fakes.extend([("dpkg-deb", "exit 0"), ("cargo", "[ \"$1\" = fmt ] && exit 0; exit 1"), ("rustc", "exit 0")]);
     let bin = path_of(&s, SHELL_TOOLS, &fakes);
     let r = run(&script("scripts/dev/test.sh"), &[], &[("PATH", bin.to_str().unwrap())]);
@@ -462,6 +464,10 @@ fn failing_toolchain(s: &Path, cargo: &str) -> PathBuf {
             ("shellcheck", ok),
             ("dpkg-deb", ok),
             ("ibv_rc_pingpong", ok),
+            ("mpirun", ok),
+            ("slurmctld", ok),
+            ("slurmd", ok),
+            ("srun", ok),
             ("cargo", cargo),
             ("rustc", "echo 'rustc 1.95.0 (59807616e 2026-04-14)'"),
         ],

@@ -45,6 +45,11 @@ if ! have cc || ! cc -E -x c - <<<'#include <infiniband/verbs.h>' >/dev/null 2>&
 fi
 # rdma-core's example programs: the lab runs them between its hosts (tests/lab_hosts.rs)
 have ibv_rc_pingpong || packages+=(ibverbs-utils)
+# Open MPI's mpirun and a one-node Slurm (srun, slurmctld, slurmd): they start the fleet check's
+# tasks as lab hosts (tools/tests/fleet_lab.rs)
+have mpirun || packages+=(openmpi-bin)
+have slurmctld || packages+=(slurmctld)
+have slurmd && have srun || packages+=(slurmd)
 if [ "$missing_only" = 1 ]; then
   echo "${packages[*]}"
   exit 0
@@ -143,6 +148,12 @@ done
 
 phase tools
 cargo test --release --locked -p gdrshim-tools
+if [ "$(id -u)" = 0 ]; then
+  # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
+  cargo test --release --locked -p gdrshim-tools --test fleet_lab -- --ignored
+else
+  echo "test.sh: not root: the fleet check under Slurm NOT RUN"
+fi
 
 phase scripts
 # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script

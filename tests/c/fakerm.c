@@ -15,7 +15,8 @@
 // device instance control, NV2080 GET_INFO_V2's dma-buf capability (FAKERM_DMABUF_CAPABLE, default
 // 1), BAR1: FB_GET_INFO_V2's BAR1_SIZE (FAKERM_BAR1_MIB, default 32768; 0: RM cannot tell) and
 // FB_GET_STATIC_BAR1_INFO (FAKERM_BAR1_STATIC 1 default, 0, or "refuse": NOT_SUPPORTED), each
-// counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size.
+// counted in fakenv_bar1_queries(), and NV_ESC_EXPORT_TO_DMABUF_FD with nv-dmabuf.c's checks, each buffer a memfd of its size
+// (the lab's libcuda's dma-buf where it sets fakerm_dmabuf_maker).
 // fakenv_dmabuf_check(fd, offset, len, iova) answers what the kernel's RDMA core would map: 0 only
 // if every page of [iova, iova+len) is, at that moment, the buffer's memory at that offset.
 // fakerm_oracle, where a test program sets it (tests/c/stress.c), is called under the driver's
@@ -83,11 +84,14 @@ static int node_of(int fd) {
   return r;
 }
 // libc's, found at load: a driver's calls need no loader lock (a thread that a library's
-// constructor waits for may make them)
+// constructor waits for may make them). A constructor that runs before this one (libcap-ng's
+// closes fds) finds them here first.
 static int (*real_close)(int);
 static int (*real_dup2)(int, int);
 static int (*real_dup3)(int, int, int);
 static int (*real_ioctl)(int, unsigned long, void *);
+static void find_real(void);
+#define REAL(f) (real_##f ? real_##f : (find_real(), real_##f))
 __attribute__((constructor)) static void find_real(void) {
   real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
   real_dup2 = (int (*)(int, int))dlsym(RTLD_NEXT, "dup2");
@@ -95,19 +99,19 @@ __attribute__((constructor)) static void find_real(void) {
   real_ioctl = (int (*)(int, unsigned long, void *))dlsym(RTLD_NEXT, "ioctl");
 }
 int close(int fd) {
-  int (*real)(int) = real_close;
+  int (*real)(int) = REAL(close);
   if (fd >= 0 && fd < 4096) __atomic_store_n(&fd_node[fd], 0, __ATOMIC_RELAXED);
   return real(fd);
 }
 // a number dup2/dup3 reuse is another file now (as close)
 int dup2(int old, int new) {
-  int (*real)(int, int) = real_dup2;
+  int (*real)(int, int) = REAL(dup2);
   int r = real(old, new);
   if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
   return r;
 }
 int dup3(int old, int new, int flags) {
-  int (*real)(int, int, int) = real_dup3;
+  int (*real)(int, int, int) = REAL(dup3);
   int r = real(old, new, flags);
   if (r >= 0 && r < 4096) __atomic_store_n(&fd_node[r], 0, __ATOMIC_RELAXED);
   return r;
@@ -261,6 +265,13 @@ static void gc_bufs(void) {
   for (int i = 0; i < nbufs; i++) if (!bufs[i].live && bufs[i].slots) { free(bufs[i].slots); bufs[i].slots = NULL; }
 }
 
+// The lab's stand-in libcuda (tests/lab/labcuda.c) makes the buffer of an export whose memory it
+// mapped (its dma-buf, which the lab's wire judges): the address its first piece is mapped at.
+int (*fakerm_dmabuf_maker)(uint64_t va, uint64_t size);
+static uint64_t mapped_at(uint32_t c, uint32_t h, uint64_t off) {
+  for (int i = 0; i < nmaps; i++) if (maps[i].live && maps[i].client == c && maps[i].h == h && off >= maps[i].off && off - maps[i].off < maps[i].len) return maps[i].base + (off - maps[i].off);
+  return 0;
+}
 // nv_dma_buf_export with RmDmabufVerifyMemHandle's rules; the status goes into the params.
 static uint32_t export_dmabuf(int gpu, uint8_t *a) {
   int32_t fd; uint32_t client, total, num, index; uint64_t tsize; uint8_t mtype, mmap_ok;
@@ -276,8 +287,11 @@ static uint32_t export_dmabuf(int gpu, uint8_t *a) {
     int j; for (j = 0; j < nbufs && bufs[j].live; j++) {}
     if (j == MAXB) { gc_bufs(); for (j = 0; j < nbufs && bufs[j].live; j++) {} }
     if (j == MAXB) return 0x51;
-    int nfd = memfd_create("nv_dmabuf", MFD_CLOEXEC);
-    if (nfd < 0 || ftruncate(nfd, (off_t)tsize)) { if (nfd >= 0) close(nfd); return 0x59; }
+    int nfd = -1; uint64_t va = 0;
+    uint32_t h0; uint64_t off0; memcpy(&h0, a + 36, 4); memcpy(&off0, a + 552, 8);
+    if (fakerm_dmabuf_maker && !index && (va = mapped_at(client, h0, off0))) nfd = fakerm_dmabuf_maker(va, tsize);
+    else if ((nfd = memfd_create("nv_dmabuf", MFD_CLOEXEC)) >= 0 && ftruncate(nfd, (off_t)tsize)) { close(nfd); nfd = -1; }
+    if (nfd < 0) return 0x59;
     struct stat st; fstat(nfd, &st);
     b = &bufs[j]; if (j == nbufs) nbufs++;
     *b = (buf_t){st.st_dev, st.st_ino, gpu, 1, client, total, tsize, calloc(total, sizeof(slot_t))};
@@ -416,7 +430,7 @@ int ioctl(int fd, unsigned long req, void *arg) {
   return rc;
 }
 static int fake_ioctl(int fd, unsigned long req, void *arg) {
-  int (*real)(int, unsigned long, void *) = real_ioctl;
+  int (*real)(int, unsigned long, void *) = REAL(ioctl);
   int node = node_of(fd);
   if (node < 0) return real(fd, req, arg);
   thrash();

@@ -17,8 +17,8 @@
 // the wire's work too; the counts are printed at exit ("fakewire: summary ...", stderr and
 // appended to $FAKEWIRE_REPORT), with whether gdrshim was loaded in the process.
 // Environment: FAKEWIRE_HOST, FAKEWIRE_LAB, FAKEWIRE_FAULTS (fakelab.h), FAKEWIRE_PEERMEM=1,
-// FAKEWIRE_RETRY_MS_MAX (fakewire_net.c), FAKEWIRE_REPORT=file, FAKEWIRE_LOG=1 (one line per
-// registration).
+// FAKEWIRE_RETRY_MS_MAX, FAKEWIRE_RETRY_MS_MIN (fakewire_net.c), FAKEWIRE_REPORT=file,
+// FAKEWIRE_LOG=1 (one line per registration).
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <dlfcn.h>
@@ -83,10 +83,12 @@ static int (*cu_retain)(void **, int);
 static int (*cu_stream_create)(void **, unsigned);
 static int (*cu_memcpy_async)(uint64_t, uint64_t, size_t, void *);
 static int (*cu_stream_sync)(void *);
+static void *cu_lib; // the process's libcuda, global or loaded RTLD_LOCAL (the fleet check's)
 static int cu_ready(void) {
   if (cu_attr) return 1;
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!h) return 0;
+  cu_lib = h;
   cu_memcpy = (int (*)(uint64_t, uint64_t, size_t))dlsym(h, "cuMemcpy");
   cu_sync = (int (*)(void))dlsym(h, "cuCtxSynchronize");
   cu_get_ctx = (int (*)(void **))dlsym(h, "cuCtxGetCurrent");
@@ -207,7 +209,7 @@ static void exporter(int fd, char exp[64], long *size, uint64_t *base) {
   snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
   ssize_t k = readlink(p, target, sizeof target - 1);
   struct stat st;
-  if (!exp[0] && k > 0 && dlsym(RTLD_DEFAULT, "labcuda_gpu") && !fstat(fd, &st) &&
+  if (!exp[0] && k > 0 && cu_ready() && dlsym(cu_lib, "labcuda_gpu") && !fstat(fd, &st) &&
       sscanf(target, "/memfd:labcuda-dmabuf:%lx", (unsigned long *)base) == 1) {
     snprintf(exp, 64, "nv_dmabuf"); *size = st.st_size;
   }

@@ -8,7 +8,9 @@
 // delivered (link or port down, no such QP, the process gone) gets no answer, and its QP
 // completes it RETRY_EXC_ERR once the HCA's retries would have run out: 4.096 us x 2^timeout x
 // (retry_cnt + 1), capped by FAKEWIRE_RETRY_MS_MAX when set (timeout 0 waits for ever, as the
-// spec says, unless capped). Faults are read from the lab's fault file on every message.
+// spec says, unless capped), and at least FAKEWIRE_RETRY_MS_MIN when set (processes that share a
+// few busy cores answer later than an HCA: a live peer is not taken for a dead one). Faults are
+// read from the lab's fault file on every message.
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <errno.h>
@@ -61,8 +63,11 @@ int64_t fw_retry_ms(const fw_qp *q) {
   unsigned t = q->attr.timeout, r = q->attr.retry_cnt;
   const char *v = getenv("FAKEWIRE_RETRY_MS_MAX");
   long cap = v && *v ? atol(v) : 0;
+  const char *m = getenv("FAKEWIRE_RETRY_MS_MIN");
+  long floor_ms = m && *m ? atol(m) : 0;
   if (t == 0) return cap > 0 ? cap : -1;
   double ms = 4.096e-3 * (double)(1ull << (t > 31 ? 31 : t)) * (r + 1);
+  if (floor_ms > 0 && ms < floor_ms) ms = (double)floor_ms;
   if (cap > 0 && ms > cap) ms = (double)cap;
   return ms < 1 ? 1 : (int64_t)ms;
 }

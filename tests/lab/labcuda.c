@@ -1,85 +1,340 @@
-// A stand-in libcuda.so.1 for the fake wire's CI tests (ours): host memory that labcuda_gpu()
-// marks answers CU_MEMORYTYPE_DEVICE to cuPointerGetAttribute, as GPU memory would through UVA;
-// cuMemcpy / cuMemcpyAsync copy with memcpy and count their calls; cuMemGetHandleForAddressRange
-// exports a marked range as a dma-buf stand-in: a memfd named "labcuda-dmabuf:<address>" whose
-// size is the range's (the fake wire takes it for nv_dmabuf only in a process whose libcuda this
-// is, and judges it as it judges the driver's). Enough for the fake wire's GPU paths (a plain MR
-// over GPU memory refused, peermem played, dma-buf MRs, copies through libcuda).
+// A stand-in libcuda.so.1 for the lab (ours, CI only): one GPU whose memory is host pages. Its
+// memory answers CU_MEMORYTYPE_DEVICE to cuPointerGetAttribute (with the allocation's start and
+// size), as GPU memory does through UVA; the fake wire moves bytes into it through cuMemcpy.
+// - labcuda_gpu(p, n) marks memory the program made itself (the lab's own verbs programs);
+//   cuMemAlloc_v2 / cuMemFree_v2 make and free allocations of their own, 2 MiB-aligned, as many
+//   as a program needs (the fleet check, the self-test). The copies (cuMemcpy*, HtoD, DtoH, DtoD,
+//   cuMemcpyAsync on a stream of cuStreamCreate) are memcpy, counted in labcuda_copies, and need
+//   a current context, as libcuda's do.
+// - Its dma-buf: a memfd named "labcuda-dmabuf:<GPU address at offset 0>" whose size is the
+//   range's; the fake wire takes it for nv_dmabuf in a process whose libcuda this is, and judges
+//   it as it judges the driver's. cuMemGetHandleForAddressRange exports one from any range of
+//   its memory (a GPU with dma-buf in libcuda).
+// - With the fake NVIDIA driver (tests/c/fakerm.c preloaded after gdrshim, GDRSHIM_TEST_DEV_DIR
+//   its device folder) it is a GeForce as gdrshim meets one: cuInit opens the driver's nodes and
+//   makes libcuda's RM and UVM objects (client, device, subdevice, VA space, the GPU's UVM VA
+//   space), cuMemAlloc_v2 makes each allocation's vidmem and maps it in UVM at its address (so
+//   gdrshim maps GPU address to memory exactly), cuMemFree_v2 undoes both;
+//   cuMemGetHandleForAddressRange answers 801 as libcuda does on a GeForce (gdrshim serves it),
+//   and the driver's dma-buf export (NV_ESC_EXPORT_TO_DMABUF_FD, gdrshim's) makes this libcuda's
+//   dma-buf of the memory exported (fakerm_dmabuf_maker): the wire judges it as the driver's.
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-static uintptr_t gpu_lo, gpu_hi;
+typedef int CUresult;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+#define MAXA 256
+typedef struct {
+  uint64_t va, size;
+  uint32_t h; // the RM memory's handle, with the driver
+} alloc_t;
+static alloc_t allocs[MAXA];
+static uint64_t marked_lo, marked_hi; // labcuda_gpu's range
 static void *ctx;
 static int primary, stream;
 unsigned long labcuda_copies;
 void labcuda_gpu(void *p, size_t n) {
-  gpu_lo = (uintptr_t)p;
-  gpu_hi = gpu_lo + n;
+  marked_lo = (uintptr_t)p;
+  marked_hi = marked_lo + n;
 }
-int cuPointerGetAttribute(void *out, int attr, uint64_t p) {
-  int dev = p >= gpu_lo && p < gpu_hi;
-  if (attr == 2) {
-    if (!dev) return 1;
-    *(unsigned *)out = 2;
-    return 0;
-  } // MEMORY_TYPE: unknown host memory is an error
-  if (!dev) return 1;
-  if (attr == 11) {
-    *(uint64_t *)out = gpu_lo;
-    return 0;
-  } // RANGE_START_ADDR
-  if (attr == 12) {
-    *(size_t *)out = gpu_hi - gpu_lo;
-    return 0;
-  } // RANGE_SIZE
-  return 1;
+// The range of this libcuda's memory that holds p: its start and size, 0 if none.
+static uint64_t range_of(uint64_t p, uint64_t *size) {
+  if (p >= marked_lo && p < marked_hi) {
+    *size = marked_hi - marked_lo;
+    return marked_lo;
+  }
+  pthread_mutex_lock(&mu);
+  uint64_t base = 0;
+  for (int i = 0; i < MAXA; i++)
+    if (allocs[i].size && p >= allocs[i].va && p < allocs[i].va + allocs[i].size) {
+      base = allocs[i].va;
+      *size = allocs[i].size;
+    }
+  pthread_mutex_unlock(&mu);
+  return base;
 }
-int cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
-  if (!ctx) return 201; // CUDA_ERROR_INVALID_CONTEXT: the fake must make one current first
+
+// ---- the fake NVIDIA driver (fakerm.c), where it answers ----
+#define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
+static int ctl = -1, uvm = -1, inited;
+static uint32_t client, dev, sub, vas;
+static uint8_t (*uuid)[16]; // fakerm_uuid: GPU 0's UUID first
+static uint32_t rm_alloc(uint32_t parent, uint32_t cls, void *params) {
+  uint32_t a[12] = {client, parent, 0, cls};
+  uint64_t p = (uintptr_t)params;
+  memcpy(&a[4], &p, 8);
+  if (cls == 0x41) a[0] = a[1] = 0;
+  if (ioctl(ctl, NV_IOCTL(0x2b, 48), a) || a[10]) return 0;
+  return a[2];
+}
+static void rm_free(uint32_t h) {
+  uint32_t a[4] = {client, dev, h, 0};
+  ioctl(ctl, NV_IOCTL(0x29, 16), a);
+}
+static int uvm_call(unsigned long cmd, void *a, size_t status_at) {
+  uint32_t st = 0;
+  if (ioctl(uvm, cmd, a)) return -1;
+  memcpy(&st, (uint8_t *)a + status_at, 4);
+  return st ? -1 : 0;
+}
+// UVM_MAP_EXTERNAL_ALLOCATION of the vidmem h at va on GPU 0 (driver 580's layout)
+static int uvm_map(uint64_t va, uint64_t size, uint32_t h) {
+  static uint8_t a[9264];
+  static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER;
+  uint64_t count = 1;
+  pthread_mutex_lock(&amu);
+  memset(a, 0, sizeof a);
+  memcpy(a, &va, 8);
+  memcpy(a + 8, &size, 8);
+  memcpy(a + 24, uuid[0], 16);
+  memcpy(a + 9240, &count, 8);
+  memcpy(a + 9248, &ctl, 4);
+  memcpy(a + 9252, &client, 4);
+  memcpy(a + 9256, &h, 4);
+  int r = uvm_call(33, a, 9260);
+  pthread_mutex_unlock(&amu);
+  return r;
+}
+// The driver's export of [va, va+size) of this libcuda's memory: this libcuda's dma-buf.
+static int make_dmabuf(uint64_t va, uint64_t size) {
+  char name[64];
+  snprintf(name, sizeof name, "labcuda-dmabuf:%lx", (unsigned long)va);
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd >= 0 && ftruncate(fd, (off_t)size)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+static int driver(void) { return ctl >= 0; }
+// cuInit: the driver's objects where fakerm answers on GDRSHIM_TEST_DEV_DIR, else memory only.
+static CUresult open_driver(void) {
+  const char *d = getenv("GDRSHIM_TEST_DEV_DIR");
+  uuid = (uint8_t(*)[16])dlsym(RTLD_DEFAULT, "fakerm_uuid");
+  int (**maker)(uint64_t, uint64_t) = dlsym(RTLD_DEFAULT, "fakerm_dmabuf_maker");
+  if (!d || !uuid || !maker) return 0;
+  char p[4096];
+  snprintf(p, sizeof p, "%s/nvidiactl", d);
+  ctl = open(p, O_RDWR | O_CLOEXEC);
+  snprintf(p, sizeof p, "%s/nvidia-uvm", d);
+  uvm = open(p, O_RDWR | O_CLOEXEC);
+  if (ctl < 0 || uvm < 0) return 100; // CUDA_ERROR_NO_DEVICE
+  client = rm_alloc(0, 0x41, NULL);
+  uint8_t dp[56] = {0}, vp[56] = {0}, r[32] = {0};
+  uint32_t sp = 0;
+  dev = rm_alloc(client, 0x80, dp);
+  sub = rm_alloc(dev, 0x2080, &sp);
+  vas = rm_alloc(dev, 0x90f1, vp);
+  memcpy(r, uuid[0], 16);
+  memcpy(r + 16, &ctl, 4);
+  memcpy(r + 20, &client, 4);
+  memcpy(r + 24, &vas, 4);
+  if (!client || !dev || !sub || !vas || uvm_call(25, r, 28)) return 999; // UNKNOWN
+  *maker = make_dmabuf;
+  return 0;
+}
+CUresult cuInit(unsigned flags) {
+  if (flags) return 1; // CUDA_ERROR_INVALID_VALUE
+  pthread_mutex_lock(&mu);
+  CUresult r = inited ? 0 : open_driver();
+  inited = !r;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+CUresult cuDriverGetVersion(int *v) {
+  *v = 12080;
+  return 0;
+}
+CUresult cuDeviceGetCount(int *n) {
+  if (!inited) return 3; // CUDA_ERROR_NOT_INITIALIZED
+  *n = 1;
+  return 0;
+}
+CUresult cuDeviceGet(int *d, int ordinal) {
+  if (!inited) return 3;
+  if (ordinal) return 101; // CUDA_ERROR_INVALID_DEVICE
+  *d = 0;
+  return 0;
+}
+CUresult cuDeviceGetName(char *name, int len, int d) {
+  if (d) return 101;
+  snprintf(name, (size_t)len, "Lab GeForce (labcuda)");
+  return 0;
+}
+CUresult cuDeviceGetUuid_v2(void *out, int d) {
+  if (d || !uuid) return d ? 101 : 999;
+  memcpy(out, uuid[0], 16);
+  return 0;
+}
+// Compute capability 8.9 (75, 76). GPUDirect RDMA (116) and dma-buf (124) as libcuda says them:
+// off on a GeForce (the driver), on where this libcuda exports its own dma-bufs.
+CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
+  if (d) return 101;
+  *v = attr == 75 ? 8 : attr == 76 ? 9 : (attr == 116 || attr == 124) ? !driver() : 0;
+  return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  if (d) return 101;
+  *c = &primary;
+  return 0;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { return d ? 101 : 0; }
+CUresult cuCtxGetCurrent(void **c) {
+  *c = ctx;
+  return 0;
+}
+CUresult cuCtxSetCurrent(void *c) {
+  ctx = c;
+  return 0;
+}
+CUresult cuCtxSynchronize(void) { return ctx ? 0 : 201; } // CUDA_ERROR_INVALID_CONTEXT
+
+CUresult cuMemAlloc_v2(uint64_t *dptr, size_t n) {
+  if (!inited) return 3;
+  if (!ctx) return 201;
+  if (!n) return 1;
+  const uint64_t g = 2 << 20, size = (n + g - 1) & ~(g - 1);
+  // 2 MiB-aligned: map one granule more and give back what is outside
+  uint8_t *m = mmap(NULL, size + g, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2; // CUDA_ERROR_OUT_OF_MEMORY
+  uint64_t va = ((uintptr_t)m + g - 1) & ~(g - 1);
+  if (va > (uintptr_t)m) munmap(m, va - (uintptr_t)m);
+  if ((uintptr_t)m + size + g > va + size)
+    munmap((void *)(uintptr_t)(va + size), (uintptr_t)m + g - va);
+  uint32_t h = 0;
+  if (driver()) {
+    uint8_t p[128] = {0};
+    uint64_t r[3] = {va, size, 0};
+    memcpy(p + 64, &size, 8);
+    h = rm_alloc(dev, 0x40, p);
+    if (!h || uvm_call(73, r, 16) || uvm_map(va, size, h)) {
+      if (h) rm_free(h);
+      munmap((void *)(uintptr_t)va, size);
+      return 999;
+    }
+  }
+  pthread_mutex_lock(&mu);
+  int i;
+  for (i = 0; i < MAXA && allocs[i].size; i++) {
+  }
+  if (i < MAXA) allocs[i] = (alloc_t){va, size, h};
+  pthread_mutex_unlock(&mu);
+  if (i == MAXA) {
+    munmap((void *)(uintptr_t)va, size);
+    return 2;
+  }
+  *dptr = va;
+  return 0;
+}
+CUresult cuMemFree_v2(uint64_t p) {
+  alloc_t a = {0, 0, 0};
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXA; i++)
+    if (allocs[i].size && allocs[i].va == p) {
+      a = allocs[i];
+      allocs[i].size = 0;
+    }
+  pthread_mutex_unlock(&mu);
+  if (!a.size) return 1;
+  if (driver()) {
+    uint64_t f[3] = {a.va, a.size, 0};
+    uvm_call(34, f, 16); // UVM_FREE
+    rm_free(a.h);
+  }
+  munmap((void *)(uintptr_t)a.va, a.size);
+  return 0;
+}
+// The copies. CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): DEVICE (2) in this libcuda's memory, else an
+// error (pageable host memory is unknown to CUDA); RANGE_START_ADDR (11), RANGE_SIZE (12).
+CUresult cuPointerGetAttribute(void *out, int attr, uint64_t p) {
+  uint64_t size = 0, base = range_of(p, &size);
+  if (!size || (attr != 2 && attr != 11 && attr != 12)) return 1;
+  if (attr == 2) *(unsigned *)out = 2;
+  if (attr == 11) *(uint64_t *)out = base;
+  if (attr == 12) *(size_t *)out = size;
+  return 0;
+}
+CUresult cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p) {
+  uint64_t n = 0, b = range_of(p, &n);
+  if (!n) return 1;
+  if (base) *base = b;
+  if (size) *size = n;
+  return 0;
+}
+CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
+  if (!ctx) return 201; // a context must be current
   memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
   __atomic_fetch_add(&labcuda_copies, 1, __ATOMIC_RELAXED);
   return 0;
 }
-int cuStreamCreate(void **s, unsigned flags) {
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) {
+  return cuMemcpy(d, (uintptr_t)s, n);
+}
+CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { return cuMemcpy((uintptr_t)d, s, n); }
+CUresult cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { return cuMemcpy(d, s, n); }
+CUresult cuStreamCreate(void **s, unsigned flags) {
   (void)flags;
   if (!ctx) return 201;
   *s = &stream;
   return 0;
 }
-int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
+CUresult cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
   return s == &stream ? cuMemcpy(dst, src, n) : 400;
 }
-int cuStreamSynchronize(void *s) { return s == &stream ? 0 : 400; } // CUDA_ERROR_INVALID_HANDLE
-int cuCtxSynchronize(void) { return ctx ? 0 : 201; }
-int cuCtxGetCurrent(void **c) {
-  *c = ctx;
-  return 0;
-}
-int cuCtxSetCurrent(void *c) {
-  ctx = c;
-  return 0;
-}
-int cuDevicePrimaryCtxRetain(void **c, int dev) {
-  if (dev) return 101;
-  *c = &primary;
-  return 0;
-}
-// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1; a range inside the marked memory, page-aligned
-int cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size, int type,
-                                  unsigned long long flags) {
-  if (type != 1 || flags || dptr < gpu_lo || size > gpu_hi - dptr || (dptr | size) & 0xfff)
-    return 1; // INVALID_VALUE
-  char name[64];
-  snprintf(name, sizeof name, "labcuda-dmabuf:%lx", (unsigned long)dptr);
-  int fd = memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, (off_t)size)) {
-    if (fd >= 0) close(fd);
-    return 2;
-  } // OUT_OF_MEMORY
+CUresult cuStreamSynchronize(void *s) { return s == &stream ? 0 : 400; } // INVALID_HANDLE
+// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1; a page-aligned range of one range of its memory
+CUresult cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size, int type,
+                                       unsigned long long flags) {
+  if (driver()) return 801; // a GeForce: CUDA_ERROR_NOT_SUPPORTED
+  uint64_t n = 0, base = range_of(dptr, &n);
+  if (type != 1 || flags || !n || size > base + n - dptr || (dptr | size) & 0xfff) return 1;
+  int fd = make_dmabuf(dptr, size);
+  if (fd < 0) return 2;
   *(int *)handle = fd;
   return 0;
+}
+CUresult cuGetErrorName(CUresult r, const char **s) {
+  static const struct {
+    CUresult r;
+    const char *name;
+  } t[] = {{0, "CUDA_SUCCESS"},
+           {1, "CUDA_ERROR_INVALID_VALUE"},
+           {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+           {3, "CUDA_ERROR_NOT_INITIALIZED"},
+           {100, "CUDA_ERROR_NO_DEVICE"},
+           {101, "CUDA_ERROR_INVALID_DEVICE"},
+           {201, "CUDA_ERROR_INVALID_CONTEXT"},
+           {400, "CUDA_ERROR_INVALID_HANDLE"},
+           {801, "CUDA_ERROR_NOT_SUPPORTED"}};
+  *s = "CUDA_ERROR_UNKNOWN";
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (t[i].r == r) *s = t[i].name;
+  return 0;
+}
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
+  (void)ver;
+  (void)flags;
+  static const struct {
+    const char *name;
+    void *f;
+  } t[] = {{"cuMemAlloc", (void *)cuMemAlloc_v2},
+           {"cuMemFree", (void *)cuMemFree_v2},
+           {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute},
+           {"cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange},
+           {"cuPointerGetAttribute", (void *)cuPointerGetAttribute}};
+  void *f = NULL;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (!strcmp(sym, t[i].name)) f = t[i].f;
+  if (status) *status = f ? 0 : 1;
+  *pfn = f;
+  return f ? 0 : 500; // CUDA_ERROR_NOT_FOUND
 }

@@ -1,5 +1,5 @@
-//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `report`, `env` (see each
-//! module).
+//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `fleet`, `report`, `env`, `cdi`
+//! (see each module).
 //!
 //! Each subcommand is one variant of [`Cmd`] whose arguments (a `clap::Args` struct with a
 //! `run(self) -> Result<u8, String>` and a `--json` flag) live in its own module; adding a
@@ -17,6 +17,7 @@ mod cdi;
 mod dmabuf;
 mod doctor;
 mod env;
+mod fleet;
 mod machine;
 mod report;
 mod rig_report;
@@ -77,6 +78,9 @@ enum Cmd {
     /// Prove GPUDirect RDMA here: GPU memory registered under the shim, RDMA WRITE/READ through one self-connected QP, every byte checked
     #[command(after_help = selftest::AFTER_HELP, display_name = "gdrshim-tool selftest")]
     Selftest(selftest::Args),
+    /// Prove GPUDirect RDMA across a fleet, one task per node or GPU from the job's launcher: every node pair on every rail, WRITE and READ GPU→GPU, bytes checked; names the culprit
+    #[command(after_help = fleet::AFTER_HELP, display_name = "gdrshim-tool fleet")]
+    Fleet(fleet::Args),
     /// One file about this rig to attach to a question: verdict, route, prerequisites, PCIe paths, self-test figures; nothing private unless asked
     #[command(after_help = rig_report::AFTER_HELP, display_name = "gdrshim-tool report")]
     Report(rig_report::Args),
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::VerifyRun(a) => a.run(),
         Cmd::DmabufProbe(a) => a.run(),
         Cmd::Selftest(a) => a.run(),
+        Cmd::Fleet(a) => a.run(),
         Cmd::Report(a) => a.run(),
         Cmd::Env(a) => a.run(),
         Cmd::Cdi(a) => a.run(),

@@ -345,6 +345,8 @@ fn the_readmes_table_of_commands_is_true() {
         ("report", &["--from", "tests/fixtures/state/rig-4090-ok"]),
         ("env", &[]),
         ("version", &[]),
+        // no launcher: a fleet of this one task, which judges itself
+        ("fleet", &["--size", "65536"]),
     ];
     for (cmd, script, keys) in &rows {
         if cmd.is_empty() {

@@ -23,6 +23,8 @@ type HtoD = unsafe extern "C" fn(u64, *const c_void, usize) -> CUresult;
 type DtoH = unsafe extern "C" fn(*mut c_void, u64, usize) -> CUresult;
 type Export = unsafe extern "C" fn(*mut c_void, u64, usize, c_int, u64) -> CUresult;
 type ErrName = unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult;
+type StreamCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> CUresult;
+type StreamOp = unsafe extern "C" fn(*mut c_void) -> CUresult;
 
 pub struct Cuda {
     _lib: Library,
@@ -39,6 +41,9 @@ pub struct Cuda {
     dtoh: DtoH,
     export: Option<Export>,
     err_name: Option<ErrName>,
+    stream_create: Option<StreamCreate>,
+    stream_sync: Option<StreamOp>,
+    stream_destroy: Option<StreamOp>,
     dev: c_int,
     ctx: bool,
 }
@@ -77,6 +82,9 @@ impl Cuda {
             dtoh: sym!("cuMemcpyDtoH_v2"),
             export: opt!("cuMemGetHandleForAddressRange"),
             err_name: opt!("cuGetErrorName"),
+            stream_create: opt!("cuStreamCreate"),
+            stream_sync: opt!("cuStreamSynchronize"),
+            stream_destroy: opt!("cuStreamDestroy_v2"),
             _lib: lib,
             dev: 0,
             ctx: false,
@@ -164,6 +172,31 @@ impl Cuda {
         // SAFETY: the handle for DMA_BUF_FD is an int; [p, p+size) is our allocation.
         let r = unsafe { f((&mut fd as *mut c_int).cast(), p, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) };
         Some(self.check(format!("cuMemGetHandleForAddressRange({p:#x}, {size}, DMA_BUF_FD)"), r).map(|()| fd))
+    }
+}
+
+impl Cuda {
+    /// A stream of its own (`cuStreamCreate`, non-blocking): what NCCL's calls are queued on.
+    pub fn stream(&self) -> Result<*mut c_void, CuErr> {
+        let f = self.stream_create.ok_or_else(|| ("dlsym(cuStreamCreate)".to_string(), "missing".to_string()))?;
+        let mut s = core::ptr::null_mut();
+        // SAFETY: a valid out-pointer; CU_STREAM_NON_BLOCKING = 1; the caller destroys it.
+        self.check("cuStreamCreate".into(), unsafe { f(&mut s, 1) })?;
+        Ok(s)
+    }
+
+    /// Waits for everything queued on `s`.
+    pub fn sync(&self, s: *mut c_void) -> Result<(), CuErr> {
+        let f = self.stream_sync.ok_or_else(|| ("dlsym(cuStreamSynchronize)".to_string(), "missing".to_string()))?;
+        // SAFETY: a stream from `stream()`, not yet destroyed.
+        self.check("cuStreamSynchronize".into(), unsafe { f(s) })
+    }
+
+    pub fn destroy_stream(&self, s: *mut c_void) {
+        if let Some(f) = self.stream_destroy {
+            // SAFETY: a stream from `stream()`, destroyed once.
+            unsafe { f(s) };
+        }
     }
 }
 

@@ -42,7 +42,13 @@ impl Drop for HostBuf {
 /// The per-run pattern: 8-byte words of splitmix64 over (run seed, transfer, 4 KiB page, word),
 /// so every page of every transfer of every run differs.
 pub fn fill(buf: &mut [u8], seed: u64, tag: u64) {
-    for (j, w) in buf.chunks_mut(8).enumerate() {
+    fill_at(buf, seed, tag, 0);
+}
+
+/// The pattern's bytes from `offset` (a multiple of 8) on: a long buffer filled piece by piece.
+pub fn fill_at(buf: &mut [u8], seed: u64, tag: u64, offset: usize) {
+    for (k, w) in buf.chunks_mut(8).enumerate() {
+        let j = offset / 8 + k;
         let page = (j * 8 / 4096) as u64;
         let mut z = seed ^ (tag << 48) ^ (page << 20) ^ (j as u64 & 511);
         z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -60,7 +66,6 @@ pub fn compare(got: &[u8], want: &[u8]) -> Option<(usize, usize)> {
     Some((first, got[first..].iter().zip(&want[first..]).filter(|(a, b)| a != b).count()))
 }
 
-/// Everything opened on the HCA, released in reverse order.
 /// One memory region as the QP addresses it.
 #[derive(Clone, Copy)]
 pub struct Region {
@@ -76,7 +81,15 @@ pub struct Regions {
     pub hdst: Region,
 }
 
-/// Polls until `want` completions arrived or `limit` passed without one.
+/// Polls until `want` completions arrived or `limit` passed without one. After 50 µs without a
+/// completion it yields the CPU between polls, after 1 ms it sleeps 50 µs between them: a
+/// completion that takes that long is not waiting for this core, and where the cores are all
+/// busy (tasks sharing a machine) the thread that answers it may need this one. (A 4 MiB chunk
+/// at 4 GB/s completes within 1 ms: only links already slower than that wait longer.)
+const SPIN: Duration = Duration::from_micros(50);
+const NAP_AFTER: Duration = Duration::from_millis(1);
+const NAP: Duration = Duration::from_micros(50);
+
 pub fn wait_completions(poll: PollCq, cq: *mut IbvCqHead, want: usize, limit: Duration) -> Result<(), (String, String)> {
     let mut got = 0;
     let mut last = Instant::now();
@@ -102,6 +115,12 @@ pub fn wait_completions(poll: PollCq, cq: *mut IbvCqHead, want: usize, limit: Du
         if n > 0 {
             got += n as usize;
             last = Instant::now();
+        } else if last.elapsed() > SPIN && last.elapsed() <= limit {
+            if last.elapsed() > NAP_AFTER {
+                std::thread::sleep(NAP);
+            } else {
+                std::thread::yield_now();
+            }
         } else if last.elapsed() > limit {
             return Err((
                 format!("ibv_poll_cq: {got} of {want} completions, none for {} s", limit.as_secs()),

@@ -19,7 +19,7 @@ fn recorder() -> Option<PathBuf> {
 
 /// Records this machine into a folder of our own under the temporary directory; (that folder,
 /// the save inside it).
-fn record() -> Result<(PathBuf, PathBuf), String> {
+pub fn record() -> Result<(PathBuf, PathBuf), String> {
     let script = recorder().ok_or("scripts/gdr-state-record was not found next to this program (../scripts)")?;
     let root = std::env::temp_dir().join(format!("gdrshim-selftest-state-{}", std::process::id()));
     std::fs::create_dir(&root).map_err(|e| format!("cannot make {}: {e}", root.display()))?;

@@ -14,17 +14,18 @@
 //! Each check is PASS, FAIL or COULD NOT CHECK with the call, its errno or CUDA status, and the
 //! likely cause. libcuda and libibverbs are loaded at run time (no build-time rdma-core).
 
-mod args;
-mod cuda;
+pub mod args;
+pub mod conn;
+pub mod cuda;
 pub mod ffi;
-mod host;
+pub mod host;
 #[cfg(test)]
 mod layout;
-mod machine;
+pub mod machine;
 mod qp;
-mod rdma;
-mod report;
-mod shim;
+pub mod rdma;
+pub mod report;
+pub mod shim;
 
 pub use args::Args;
 use shim::{counter, counters, route_name, shim_int, shim_loaded, shim_version, COUNTER_NAMES};
@@ -56,7 +57,7 @@ impl Args {
 
     /// Under the shim in register mode (and with the route asked for) already: None. Else
     /// re-executes this program so; an error only where that is impossible.
-    fn reexec(&self) -> Result<Option<u8>, String> {
+    pub fn reexec(&self) -> Result<Option<u8>, String> {
         let want_route = (self.route != "auto").then_some(self.route.as_str());
         // register is the shim's default: unset counts
         let mode_ok = std::env::var("GDRSHIM_MODE").map_or(true, |m| m == "register");
@@ -108,7 +109,7 @@ impl Args {
     }
 }
 
-fn selftest(a: &Args) -> Report {
+pub fn selftest(a: &Args) -> Report {
     let mut r = Report::default();
     let mut cu = match cuda::Cuda::load() {
         Ok(c) => c,

@@ -10,13 +10,32 @@ use super::report::Report;
 use super::shim::{counter, counters, shim_int};
 use core::ffi::{c_int, c_void, CStr};
 
-struct Hca<'v> {
-    v: &'v Verbs,
-    ctx: *mut IbvContext,
-    pd: *mut c_void,
-    cq: *mut IbvCqHead,
-    qp: *mut IbvQpHead,
-    mrs: Vec<*mut IbvMr>,
+/// Everything opened on the HCA, released in reverse order.
+pub struct Hca<'v> {
+    pub v: &'v Verbs,
+    pub ctx: *mut IbvContext,
+    pub pd: *mut c_void,
+    pub cq: *mut IbvCqHead,
+    pub qp: *mut IbvQpHead,
+    pub mrs: Vec<*mut IbvMr>,
+}
+
+impl Hca<'_> {
+    /// Destroys the QP and CQ (a fleet check makes one pair of them per peer), keeping the MRs.
+    pub fn drop_qp(&mut self) {
+        // SAFETY: each was created on this context by libibverbs and is destroyed once, the QP
+        // before its CQ; the fields are cleared so that Drop does not destroy them again.
+        unsafe {
+            if !self.qp.is_null() {
+                (self.v.destroy_qp)(self.qp);
+            }
+            if !self.cq.is_null() {
+                (self.v.destroy_cq)(self.cq);
+            }
+        }
+        self.qp = core::ptr::null_mut();
+        self.cq = core::ptr::null_mut();
+    }
 }
 
 impl Drop for Hca<'_> {
@@ -41,15 +60,15 @@ impl Drop for Hca<'_> {
     }
 }
 
-fn mr_region(mr: *mut IbvMr, addr: u64) -> Region {
+pub fn mr_region(mr: *mut IbvMr, addr: u64) -> Region {
     // SAFETY: a live MR returned by libibverbs (or the shim, which returns the provider's MR).
     let m = unsafe { &*mr };
     Region { addr, lkey: m.lkey, rkey: m.rkey }
 }
 
-const ACCESS: c_int = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+pub const ACCESS: c_int = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
-fn reg_cause(e: i32, gpu: bool) -> &'static str {
+pub fn reg_cause(e: i32, gpu: bool) -> &'static str {
     match e {
         libc::EFAULT if gpu => "the NIC could not pin the GPU memory: gdrshim did not make it reachable (a miss: see pass0_misses and the shim log; no route: step 1), nvidia-peermem is not loaded (NV503C), or the HCA driver refused the dma-buf (DMA-BUF)",
         libc::EFAULT | libc::ENOMEM | libc::EPERM => "the locked-memory limit is too low: ulimit -l unlimited (docker: --ulimit memlock=-1, --cap-add=IPC_LOCK)",
@@ -60,7 +79,7 @@ fn reg_cause(e: i32, gpu: bool) -> &'static str {
 }
 
 /// `ibv_reg_mr` (the shim's, under it) of [addr, addr+len); the MR is released with `h`.
-fn reg(h: &mut Hca, addr: u64, len: usize) -> Result<*mut IbvMr, i32> {
+pub fn reg(h: &mut Hca, addr: u64, len: usize) -> Result<*mut IbvMr, i32> {
     // SAFETY: our pd; [addr, addr+len) is our allocation (GPU or host).
     let m = unsafe { (h.v.reg_mr)(h.pd, addr as *mut c_void, len, ACCESS) };
     if m.is_null() {
@@ -226,12 +245,12 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
     }
 }
 
-fn run_seed() -> u64 {
+pub fn run_seed() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 32)
 }
 
-fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Report) -> Option<Hca<'v>> {
+pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Report) -> Option<Hca<'v>> {
     let mut n = 0;
     // SAFETY: a valid out-pointer; the list is freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };

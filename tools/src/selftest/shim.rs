@@ -58,6 +58,42 @@ pub fn counter(c: &[u64; 13], name: &str) -> u64 {
     COUNTER_NAMES.iter().position(|n| *n == name).map_or(0, |i| c[i])
 }
 
+/// The fields gdrshim added after 0.2.0 (the DMA-BUF route's and BAR1's), after the 13 above.
+pub const LATER_NAMES: [&str; 9] = [
+    "dmabuf_exports",
+    "dmabuf_reused",
+    "dmabuf_buffers",
+    "registered_bytes",
+    "registered_peak_bytes",
+    "exported_bytes",
+    "exported_peak_bytes",
+    "bar1_bytes",
+    "bar1_static",
+];
+
+/// Every counter this tool knows: the 13 of 0.2.0, then the later ones.
+pub type AllCounters = [u64; 22];
+
+/// `struct gdrshim_counters` as far as this tool knows it; a field the loaded gdrshim does not
+/// write (an older one: it says how many bytes it wrote) stays 0.
+pub fn all_counters() -> Option<AllCounters> {
+    let f = global_sym(b"gdrshim_counters\0");
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: `int gdrshim_counters(struct gdrshim_counters *out, size_t size)` of gdrshim.h.
+    let f: unsafe extern "C" fn(*mut u64, usize) -> c_int = unsafe { core::mem::transmute(f) };
+    let mut c = [0u64; 22];
+    // SAFETY: `c` is 22 u64s, the size we pass; the shim writes at most that many bytes.
+    let n = unsafe { f(c.as_mut_ptr(), core::mem::size_of_val(&c)) };
+    (n >= 0).then_some(c)
+}
+
+/// A counter of `all_counters` by name (0 for a name it lacks).
+pub fn all_counter(c: &AllCounters, name: &str) -> u64 {
+    COUNTER_NAMES.iter().chain(LATER_NAMES.iter()).position(|n| *n == name).map_or(0, |i| c[i])
+}
+
 pub fn route_name(r: c_int) -> &'static str {
     match r {
         1 => "dmabuf",

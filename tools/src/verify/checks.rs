@@ -130,6 +130,12 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("[gdrshim] ERROR", "gdrshim reported an error"),
 ];
 
+/// NCCL's network connections in its log (`Channel … via NET/…` lines): those via GDRDMA, and the
+/// others. `GDR 1` proves nothing: NCCL prints it also when no network connection exists.
+pub fn net_connections(log: &str) -> (Vec<&str>, Vec<&str>) {
+    log.lines().filter(|l| l.contains(" via NET/")).partition(|l| l.contains("/GDRDMA"))
+}
+
 pub fn verify(inp: &Inputs) -> Report {
     let mut r = Report::default();
     let log = inp.nccl_log.as_str();
@@ -191,9 +197,9 @@ pub fn verify(inp: &Inputs) -> Report {
 
     // GDR proof: per connection
     if inp.expect_gdr {
-        let net: Vec<&str> = log.lines().filter(|l| l.contains(" via NET/")).collect();
-        let gdr: Vec<&&str> = net.iter().filter(|l| l.contains("/GDRDMA")).collect();
-        let without = net.iter().find(|l| !l.contains("/GDRDMA"));
+        let (gdr, without) = net_connections(log);
+        let net: Vec<&str> = gdr.iter().chain(&without).copied().collect();
+        let without = without.first();
         if gdr.is_empty() {
             let mut c = Check::new(
                 "nccl.gdr",
@@ -221,7 +227,7 @@ pub fn verify(inp: &Inputs) -> Report {
                     .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
             );
         } else {
-            r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(*gdr[0]));
+            r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(gdr[0]));
         }
     }
 

@@ -12,4 +12,5 @@ mod exit;
 #[cfg(test)]
 mod tests;
 
+pub use checks::net_connections;
 pub use cli::{Args, AFTER_HELP};

@@ -1,0 +1,343 @@
+//! One task of the fleet check from start to exit: the launcher's environment, the rendezvous,
+//! this task's facts, the rounds, and on rank 0 the verdict and the report. Every task takes
+//! part in every exchange (with "no" where it has nothing), so a task that cannot move bytes
+//! never stalls the others; every task exits with the code rank 0 decides.
+
+use super::args::Args;
+use super::link::Rig;
+use super::model::{Fact, Kind, Leg, Outcome, Rail, Task};
+use super::render::Fleet;
+use super::round::{self, gather, tag};
+use super::wire::Group;
+use super::{launch, nccl, node, verdict};
+use crate::selftest::cuda::Cuda;
+use crate::selftest::ffi::Verbs;
+use crate::selftest::shim::AllCounters;
+use std::time::{Duration, Instant};
+
+/// The node's name: GDRSHIM_FLEET_NODE where the host name does not tell nodes apart (containers
+/// with one name), else the host name.
+fn hostname() -> String {
+    if let Some(n) = std::env::var("GDRSHIM_FLEET_NODE").ok().filter(|n| !n.is_empty()) {
+        return n;
+    }
+    let mut b = [0u8; 256];
+    // SAFETY: a writable buffer of the length given; gethostname NUL-terminates what fits.
+    let rc = unsafe { libc::gethostname(b.as_mut_ptr().cast(), b.len() - 1) };
+    let end = b.iter().position(|&c| c == 0).unwrap_or(0);
+    if rc == 0 && end > 0 {
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    } else {
+        "localhost".into()
+    }
+}
+
+pub fn fleet(a: &Args) -> Result<u8, String> {
+    let t0 = Instant::now();
+    let l = launch::from_env(&|k| std::env::var(k).ok(), a.rendezvous.as_deref())?;
+    let timeout = Duration::from_secs(a.timeout);
+    // NCCL reads its log's place once, when loaded: set before any thread starts
+    let nccl_log = a.nccl.then(|| nccl::log_to(&std::env::temp_dir()));
+    let mut group = match l.size {
+        1 => None,
+        _ => Some(Group::join(&l.rendezvous.clone()?, l.rank, l.size, &l.job, timeout, timeout)?),
+    };
+    // every task must move the same bytes, with rank 0's seed
+    let seed = crate::selftest::rdma::run_seed();
+    let cfg = gather(&mut group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
+    if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
+        return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
+    }
+    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
+        return Err("the tasks were started with and without --nccl".into());
+    }
+    let seed = u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed);
+    let gpu = a.gpu.unwrap_or(l.local_rank as i32);
+    let mut cu = Cuda::load();
+    let cu = match cu.as_mut() {
+        Ok(c) => c.open(gpu).map(|_| &*c).map_err(|(call, st)| format!("no CUDA context on GPU {gpu}: {call} -> {st}")),
+        Err(e) => Err(e.to_string()),
+    };
+    let verbs = Verbs::load();
+    let cuda = cu.as_ref().ok().copied();
+    let (mut task, rig) = setup(a, &l, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
+    let mut nccl = nccl_log.clone().map(|log| {
+        let n = match cuda {
+            Some(cu) => nccl::Nccl::load(log, cu, a.size),
+            None => Err("no CUDA context for NCCL's buffers".into()),
+        };
+        match &n {
+            Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
+            Err(e) => task.facts.push(Fact {
+                kind: Kind::Nccl,
+                rail: None,
+                blocks: false,
+                summary: format!("--nccl: {e}"),
+                evidence: vec![],
+                fix: "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
+            }),
+        }
+        n.ok()
+    });
+    if l.rank == 0 {
+        eprintln!("fleet: {} task(s) ({}), gathering each node's facts", l.size, l.launcher);
+    }
+    let parts = gather(&mut group, &task.to_lines())?;
+    let tasks: Vec<Task> = parts.iter().map(|p| Task::from_lines(p)).collect::<Result<_, _>>()?;
+    let nodes = merge(&tasks);
+    let me = nodes.iter().position(|n| n.node == task.node).expect("this task's node is in the list");
+    let mut rig = rig;
+    if let Some(r) = rig.as_ref() {
+        if let Err(e) = r.fill_src(seed, tag(me, gpu as usize)) {
+            task.facts.push(Fact {
+                kind: Kind::Node,
+                rail: Some(gpu as usize),
+                blocks: true,
+                summary: e,
+                evidence: vec![],
+                fix: String::new(),
+            });
+            rig = None;
+        }
+    }
+    let rail = gpu.max(0) as usize;
+    if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
+        if let Err(e) = n.fill(cu, seed, tag(me, rail)) {
+            eprintln!("fleet: rank {}: NCCL's buffer: {e}", l.rank);
+            nccl = Some(None);
+        }
+    }
+    let n = nccl.as_mut().map(|n| n.as_mut().zip(cuda));
+    let (legs, round_secs) = round::run(&mut group, l.rank, &nodes, &tasks, me, gpu.max(0) as usize, rig.as_mut(), seed, n)?;
+    drop(rig);
+    if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
+        n.free(cu);
+    }
+    drop(nccl);
+    if let Some(f) = nccl_log {
+        let _ = std::fs::remove_file(f); // ours: NCCL_DEBUG_FILE of this task
+    }
+    let code = if l.rank == 0 {
+        let f = judge(a, &l, nodes, legs, round_secs, t0);
+        report(a, &f)?;
+        f.exit_code()
+    } else {
+        0
+    };
+    let codes = gather(&mut group, &code.to_string())?;
+    if let Some(g) = group {
+        g.finish()?;
+    }
+    Ok(codes[0].parse().unwrap_or(2))
+}
+
+/// This task's facts, versions and rail, and its buffers on the wire where it has them.
+fn setup<'v>(
+    a: &Args,
+    l: &launch::Launch,
+    gpu: i32,
+    cu: Result<&'v Cuda, String>,
+    v: Result<&'v Verbs, String>,
+) -> (Task, Option<Rig<'v>>) {
+    let name = hostname();
+    let rail_no = gpu.max(0) as usize;
+    let mut t = Task { rank: l.rank, node: name.clone(), ..Default::default() };
+    let (facts, version) = node::shim_facts();
+    t.facts.extend(facts);
+    t.versions.push(("gdrshim".into(), version));
+    t.versions.push(("driver".into(), node::driver_version()));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    t.facts.extend(node::memlock_fact(&status, node::memlock_soft()));
+    let mut hca = a.hca.clone();
+    let mut st_args = a.selftest_args(gpu, None);
+    match node::state(a.state.as_deref(), &name) {
+        Ok((st, dir, own)) => {
+            let topo = node::topology(&st);
+            let addr = topo.get(rail_no).map(|(g, _)| g.clone());
+            if hca.is_none() {
+                hca = topo.get(rail_no).and_then(|(_, n)| n.clone());
+            }
+            t.facts.extend(node::doctor_facts(&st, &[(rail_no, addr)]));
+            st_args.state = Some(dir);
+            st_args.hca = hca.clone();
+            let (word, fact) = node::loopback(&st_args, rail_no);
+            t.rails.push(Rail {
+                rail: rail_no,
+                gpu: format!("GPU {gpu}"),
+                nic: String::new(),
+                port_gbps: None,
+                path: String::new(),
+                loopback: word,
+            });
+            t.facts.extend(fact);
+            if let Some(root) = own {
+                let _ = std::fs::remove_dir_all(root); // ours: recorded by node::state
+            }
+        }
+        Err(e) => {
+            eprintln!("fleet: rank {} on {name}: no doctor's checks: {e}", l.rank);
+            t.rails.push(Rail {
+                rail: rail_no,
+                gpu: format!("GPU {gpu}"),
+                nic: String::new(),
+                port_gbps: None,
+                path: String::new(),
+                loopback: "COULD NOT CHECK".into(),
+            });
+        }
+    }
+    t.rails[0].nic = format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
+    let blocked = |t: &mut Task, kind: Kind, summary: String, evidence: Vec<String>, fix: String| {
+        t.facts.push(Fact { kind, rail: Some(rail_no), blocks: true, summary, evidence, fix });
+    };
+    let (cu, v) = match (cu, v) {
+        (Ok(cu), Ok(v)) => (cu, v),
+        (Err(e), _) => {
+            blocked(&mut t, Kind::Node, e, vec![], "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)".into());
+            return (t, None);
+        }
+        (_, Err(e)) => {
+            blocked(&mut t, Kind::NicPort, e, vec![], "install rdma-core (libibverbs1, ibverbs-providers) on this node".into());
+            return (t, None);
+        }
+    };
+    let mut rig_args = a.selftest_args(gpu, hca);
+    rig_args.size = a.size;
+    match Rig::new(&rig_args, cu, v, a.size) {
+        Err(u) => {
+            blocked(&mut t, u.kind, u.summary, u.evidence, u.fix);
+            (t, None)
+        }
+        Ok(mut rig) => {
+            t.rails[0].path = path(&rig.registered);
+            if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
+                let ev = rig.registered.1.map(|c| {
+                    let n = |k| crate::selftest::shim::all_counter(&c, k);
+                    format!(
+                        "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
+                        n("registered"),
+                        n("registered_bytes"),
+                        n("pass0_hits"),
+                        n("stood_aside")
+                    )
+                });
+                t.facts.push(Fact {
+                    kind: Kind::DmaBuf,
+                    rail: Some(rail_no),
+                    blocks: false,
+                    summary: "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)"
+                        .into(),
+                    evidence: ev.into_iter().collect(),
+                    fix: "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
+                });
+            }
+            t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
+            if rig.open().is_ok() {
+                t.rails[0].port_gbps = rig.port_gbps();
+            }
+            rig.close();
+            (t, Some(rig))
+        }
+    }
+}
+
+/// How the GPU memory was registered, from gdrshim's counters before and after: bytes of GPU
+/// memory in its dma-buf MRs (DMA-BUF), NV503C registrations, or libcuda's own (native).
+fn path(c: &(Option<AllCounters>, Option<AllCounters>)) -> String {
+    use crate::selftest::shim::all_counter;
+    let (Some(b), Some(e)) = c else { return "none".into() };
+    let d = |k| all_counter(e, k).saturating_sub(all_counter(b, k));
+    if d("stood_aside") > 0 {
+        "native".into()
+    } else if d("registered_bytes") > 0 {
+        "dmabuf".into()
+    } else if d("registered") > 0 {
+        "nv503c".into()
+    } else {
+        // the NIC took the memory, but not through gdrshim: not a GDR path it made
+        "none".into()
+    }
+}
+
+/// The nodes in the order their first task came, each with all its tasks' rails and facts.
+pub fn merge(tasks: &[Task]) -> Vec<Task> {
+    let mut out: Vec<Task> = Vec::new();
+    for t in tasks {
+        match out.iter_mut().find(|n| n.node == t.node) {
+            Some(n) => {
+                n.rails.extend(t.rails.iter().cloned());
+                for f in &t.facts {
+                    if !n.facts.contains(f) {
+                        n.facts.push(f.clone());
+                    }
+                }
+            }
+            None => out.push(t.clone()),
+        }
+    }
+    out
+}
+
+/// Rank 0's verdict: slow legs marked against the ports' rates and the rail's median, the ports
+/// that trained below their rail's others, the path each leg's ends registered by, the culprits.
+fn judge(a: &Args, l: &launch::Launch, mut nodes: Vec<Task>, mut legs: Vec<Leg>, round_secs: Vec<f64>, t0: Instant) -> Fleet {
+    let rate = |n: usize, rail: usize| nodes[n].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps);
+    verdict::mark_slow(&mut legs, rate, a.min_bw, a.min_median);
+    port_facts(&mut nodes);
+    for leg in legs.iter_mut().filter(|l| l.outcome == Outcome::Ok) {
+        let p = |n: usize| nodes[n].rails.iter().find(|r| r.rail == leg.rail).map_or("?".to_string(), |r| r.path.clone());
+        leg.detail = format!("registered by {} → {}", p(leg.src), p(leg.dst));
+    }
+    let culprits = verdict::culprits(&nodes, &legs);
+    let ran = legs.iter().any(|l| l.outcome != Outcome::NotRun);
+    let unchecked = match (l.size, ran) {
+        (_, true) => None,
+        (1, _) => Some("one task: no other node to reach (start one task per node with the launcher)".to_string()),
+        _ => Some("no link could be tried: no node could register GPU memory on its NIC".to_string()),
+    };
+    Fleet { nodes, legs, culprits, launcher: l.launcher.into(), bytes: a.size, round_secs, secs: t0.elapsed().as_secs_f64(), unchecked }
+}
+
+/// A port whose active rate is below its rail's most common one: that NIC or port trained low.
+fn port_facts(nodes: &mut [Task]) {
+    let mut rates: std::collections::BTreeMap<usize, Vec<u64>> = std::collections::BTreeMap::new();
+    for n in nodes.iter() {
+        for r in &n.rails {
+            if let Some(g) = r.port_gbps {
+                rates.entry(r.rail).or_default().push(g as u64);
+            }
+        }
+    }
+    for n in nodes.iter_mut() {
+        let mut add = Vec::new();
+        for r in &n.rails {
+            let (Some(g), Some(all)) = (r.port_gbps, rates.get(&r.rail)) else { continue };
+            let common = *all.iter().max_by_key(|x| all.iter().filter(|y| y == x).count()).unwrap_or(&0);
+            if all.len() >= 3 && (g as u64) < common {
+                add.push(Fact {
+                    kind: Kind::NicPort,
+                    rail: Some(r.rail),
+                    blocks: false,
+                    summary: format!("{} is active at {g:.0} Gb/s, {common} Gb/s on this rail's other ports", r.nic),
+                    evidence: vec![format!("ibv_query_port: active_speed × active_width = {g:.0} Gb/s")],
+                    fix: "the port trained below its rate: cable, transceiver, switch port (ibstat / ethtool: width and speed)".into(),
+                });
+            }
+        }
+        n.facts.extend(add);
+    }
+}
+
+fn report(a: &Args, f: &Fleet) -> Result<(), String> {
+    if let Some(p) = &a.svg {
+        std::fs::write(p, super::svg::svg(f)).map_err(|e| format!("--svg {}: {e}", p.display()))?;
+    }
+    if a.json {
+        println!("{}", f.json());
+    } else {
+        print!("{}", f.text(!a.no_matrix));
+    }
+    Ok(())
+}
