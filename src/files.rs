@@ -50,6 +50,8 @@ impl core::fmt::Display for Refused {
 fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<OwnedFd, i32> {
     let f = crate::real::openat().ok_or(libc::ENOSYS)?;
     let _no_cancel = crate::sys::NoCancel::new();
+    // no fork between the open and the adopt (fdtable::forkgate)
+    let _making = own::making();
     // SAFETY: a valid C string; openat has no other preconditions.
     let fd = unsafe { f(dir, name.as_ptr(), flags, mode) };
     if fd < 0 {

@@ -124,6 +124,7 @@ impl RealRm {
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::sys::errno();
         let no_cancel = crate::sys::NoCancel::new();
+        let making = own::making();
         // SAFETY: a valid C string; open has no other preconditions.
         let fd = unsafe { open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
         drop(no_cancel);
@@ -133,7 +134,9 @@ impl RealRm {
             crate::log_warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
             return Err(status::NV_ERR_GENERIC);
         }
-        let Some(fd) = own::adopt(fd) else { return Err(status::NV_ERR_GENERIC) };
+        let fd = own::adopt(fd);
+        drop(making);
+        let Some(fd) = fd else { return Err(status::NV_ERR_GENERIC) };
         if crate::fdtable::classify_fstat(fd.num()) != Some(DevKind::Gpu(minor)) {
             own::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
@@ -185,8 +188,10 @@ impl RealRm {
         let open = crate::real::open()?;
         let e = crate::sys::errno();
         let _no_cancel = crate::sys::NoCancel::new();
+        let making = own::making();
         // SAFETY: a valid C string; open has no other preconditions.
         let fd = own::adopt(unsafe { open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
+        drop(making);
         let Some(fd) = fd else {
             crate::sys::set_errno(e);
             return None;
@@ -211,8 +216,11 @@ impl RealRm {
     /// the call made one.
     fn export_on(fd: i32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
         let creates = params.fd == -1;
+        // no fork between the driver's making the buffer's fd and its adopt (forkgate)
+        let making = own::making();
         Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
         let made = if creates && params.fd >= 0 { own::adopt(params.fd) } else { None };
+        drop(making);
         if params.status != status::NV_OK {
             // RM hands out the fd only on success; never leave one behind all the same (a buffer
             // made by an earlier call of the same export is closed by the caller)

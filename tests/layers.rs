@@ -137,7 +137,7 @@ fn arrows_only_go_down() {
 const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("abi", &[&["pod", "status", "verbs", "mlx5dv"], &["structs", "cuda", "dmabuf"]]),
     ("decode", &[&["types"], &["display", "uvm_calls"]]),
-    ("fdtable", &[&["own"]]),
+    ("fdtable", &[&["forkgate"], &["own"]]),
     (
         "hooks",
         &[&["caller", "slots"], &["front", "ioctl", "fd", "query", "cuda_ctx", "cuda_gdr"], &["cuda", "verbs"], &["mlx5dv"], &["dl"]],

@@ -12,6 +12,7 @@ use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
 use once_cell::sync::OnceCell;
 
+pub mod forkgate;
 pub mod own;
 use gdrshim_common::{fdpages as pages, names};
 pub use names::nvidia_path;

@@ -11,6 +11,8 @@
 //! file check (`fstat`) before each use and each close still tells, since the number then names
 //! another file or none.
 
+use super::forkgate;
+pub use super::forkgate::{making, Making};
 use crate::fd::{FileId, OwnedFd};
 use core::ffi::c_int;
 use core::sync::atomic::{
@@ -218,7 +220,8 @@ impl Kept {
 /// Whether the lock is held across a fork by [`before_fork`] (not taken there again by its holder).
 static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 
-/// Before a fork (the `pthread_atfork` prepare handler): the lock is taken, and kept until
+/// Before a fork (the `pthread_atfork` prepare handler): the calls that make an fd of ours end
+/// and none starts ([`forkgate`]); then the lock is taken, and kept until
 /// [`after_fork_in_parent`] or [`close_all_in_child`], so that no adopt, check-then-close or
 /// program's close of a number of ours is halfway while the child is made. The kernel copies
 /// the fd table before the memory: a number of ours another thread closed in between would be
@@ -226,6 +229,8 @@ static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 /// dma-buf (and the GPU memory behind it) for its life. A short wait: the holder is inside one
 /// close, fstat or write.
 pub fn before_fork() {
+    // first the calls that make an fd of ours (they take the lock to adopt it)
+    forkgate::before_fork();
     let held = lock();
     HELD_FOR_FORK.store(held.0, Relaxed);
     core::mem::forget(held);
@@ -236,6 +241,7 @@ pub fn after_fork_in_parent() {
     if HELD_FOR_FORK.swap(false, Relaxed) {
         HOLDER.store(0, Release);
     }
+    forkgate::after_fork_in_parent();
 }
 
 /// In a child just forked: every fd of ours is closed (the GPU memory behind a dma-buf lives as
@@ -244,6 +250,7 @@ pub fn after_fork_in_parent() {
 pub fn close_all_in_child() {
     HELD_FOR_FORK.store(false, Relaxed);
     HOLDER.store(0, Relaxed);
+    forkgate::after_fork_in_child();
     pages::each_own(|fd| {
         let same = idents::get(fd).is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
         if same {
