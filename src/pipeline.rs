@@ -396,7 +396,7 @@ impl Pipeline {
                     polls = 0;
                 }
             }
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = crate::sys::contained(|| {
                 let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
                 let batch = match self.queue.try_lock_for(Duration::from_secs(5)) {
                     Some(mut q) => {
@@ -418,7 +418,7 @@ impl Pipeline {
                 }
                 self.helper_batches.fetch_add(1, Relaxed);
                 self.give_back(batch, Vec::new());
-            }));
+            });
         }
     }
 

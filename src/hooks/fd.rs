@@ -28,9 +28,8 @@ fn wake_at_nvidia_open(path: *const c_char) {
     if path.is_null() || !unsafe { crate::fdtable::nvidia_path(path) } {
         return;
     }
-    let Some(_g) = crate::sys::Guard::enter() else { return };
     if crate::gate::active() {
-        let _ = std::panic::catch_unwind(crate::shim::get);
+        let _ = crate::sys::in_hook(crate::shim::get);
     }
 }
 

@@ -18,7 +18,7 @@ use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::gate::{active, HOOK, PAUSED};
 use crate::registrar::Registrar;
-use crate::sys::{errno, set_errno, Guard};
+use crate::sys::{contained, in_hook};
 use crate::tracker::Tracker;
 use answers::Answers;
 use core::ffi::c_void;
@@ -47,34 +47,24 @@ pub fn call_in_waking<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     if !active() {
         return None;
     }
-    let s = try_get().or_else(|| {
-        let e = errno();
-        let s = std::panic::catch_unwind(get).ok();
-        set_errno(e);
-        s
-    })?;
+    let s = try_get().or_else(|| contained(get))?;
     run_in(s, f)
 }
 
 fn run_in<R>(s: &'static Shim, f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
-    let e = errno();
-    let r = Guard::enter().and_then(|_g| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            #[cfg(feature = "knobs")]
-            if s.line.panic_in_hook {
-                s.test_panic("hook");
-            }
-            f(s)
-        }))
-        .ok()
-    });
-    set_errno(e);
-    r
+    in_hook(|| {
+        #[cfg(feature = "knobs")]
+        if s.line.panic_in_hook {
+            s.test_panic("hook");
+        }
+        f(s)
+    })
+    .ok()
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
 
-/// The runtime; call only with a [`Guard`] held (initialisation reads files through our hooks).
+/// The runtime; call only with a [`crate::sys::Guard`] held (initialisation reads files through our hooks).
 #[inline]
 pub fn get() -> &'static Shim {
     match try_get() {
@@ -401,9 +391,8 @@ impl ParamReader for LiveParams {
 }
 
 extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| {
+    let _ = in_hook(|| {
         let _no_cancel = crate::sys::NoCancel::new();
-        let Some(_g) = Guard::enter() else { return };
         // a forked child that turned inert prints nothing
         if let Some(s) = try_get().filter(|_| active() || HOOK.active.load(Relaxed) == PAUSED) {
             crate::log::summary_line(&s.snapshot(true).line());
