@@ -23,7 +23,7 @@ impl Drop for Guard {
     }
 }
 
-/// Thread cancellation held off while it lives, as it was after (issue 29). Taken around our own
+/// Thread cancellation held off while it lives, as it was after. Taken around our own
 /// calls that are cancellation points (`open`, `read`, `write`, `close` of our own files): a
 /// deferred cancellation acted on inside gdrshim would unwind through Rust frames, which aborts
 /// the process; held off, it waits for the program's own next cancellation point, as without us.

@@ -9,7 +9,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["abi", "sys", "route", "fd", "testkit"],
     &["config", "decode", "vamap"],
-    &["tracker", "advertise", "born"],
+    &["tracker", "advertise", "fresh"],
     &["registrar"],
     &["counters"],
     &["capture"],
@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["fdtable"],
     &["files"],
     &["log"],
-    &["gate"],
+    &["activation"],
     &["rm"],
     &["pipeline"],
     &["shim"],
@@ -32,7 +32,7 @@ const FROM_COMMON: &[&str] = &["config", "route"];
 
 /// Modules that must stay free of `unsafe` (`#![forbid(unsafe_code)]` at their root).
 const PURE: &[&str] =
-    &["testkit", "route", "fd", "config", "decode", "vamap", "tracker", "advertise", "born", "registrar", "counters", "capture", "state"];
+    &["testkit", "route", "fd", "config", "decode", "vamap", "tracker", "advertise", "fresh", "registrar", "counters", "capture", "state"];
 
 fn rank(m: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&m))
@@ -145,7 +145,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("pipeline", &[&["late"]]),
     ("real", &[&["dl"], &["next"], &["scope"]]),
     ("registrar", &[&["bar1", "miss"], &["types"], &["dmabuf", "nv503c", "outcome"]]),
-    ("shim", &[&["answers", "route", "knob_stats"], &["types"], &["knobs", "serve"], &["summary"]]),
+    ("shim", &[&["answers", "route", "knob_stats"], &["types"], &["knobs", "registrations"], &["summary"]]),
     ("tracker", &[&["types"], &["dmabuf"]]),
     ("vamap", &[&["granule", "types"], &["entry"], &["cells"], &["gpu"], &["lookup", "owned"]]),
 ];

@@ -7,7 +7,7 @@
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
 use super::{cuda, mlx5dv, verbs};
-use crate::gate::active;
+use crate::activation::active;
 use crate::real;
 use crate::sys::in_hook;
 use core::ffi::{c_char, c_void, CStr};

@@ -1,7 +1,7 @@
 //! The `ioctl` hook: one cached-byte branch for every non-NVIDIA fd, then the real call.
 
+use crate::activation::active;
 use crate::fdtable as fd;
-use crate::gate::active;
 use crate::shim;
 #[cfg(feature = "knobs")]
 use crate::sys::Clock;
@@ -11,7 +11,7 @@ use core::ffi::{c_int, c_ulong, c_void};
 /// `ioctl` is variadic; its one optional argument travels in the third integer register.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let Some(real) = crate::gate::real_ioctl() else {
+    let Some(real) = crate::activation::real_ioctl() else {
         set_errno(libc::ENOSYS);
         return -1;
     };

@@ -1,9 +1,9 @@
 //! Small exported query functions (declared in `include/gdrshim.h`): version, mode and an exact
 //! lookup used by the BAR1 read-back check and by NCCL patches.
 
-use crate::gate::active;
+use crate::activation::active;
 use crate::shim;
-use crate::shim::serve::Served;
+use crate::shim::registrations::Served;
 use crate::sys::{in_hook, Contained};
 use core::ffi::{c_char, c_int};
 
@@ -42,10 +42,10 @@ pub extern "C" fn gdrshim_mode() -> c_int {
         return s.cfg.mode.number();
     }
     // (a panic here falls to the path below)
-    if in_hook(crate::gate::hooks_in_place_once).unwrap_or(false) {
+    if in_hook(crate::activation::hooks_in_place_once).unwrap_or(false) {
         // a query of ours is no GPU touch: before the shim has started, the mode it will start
         // in, without starting it (no output, no summary at exit)
-        return crate::gate::asked_mode();
+        return crate::activation::asked_mode();
     }
     // a copy loaded with dlopen sees no GPU touch ever: its first query starts it, and it says
     // why it registers nothing
@@ -108,7 +108,7 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
 /// process's calls (not one loaded with dlopen, whose first query starts it) that has seen no
 /// NVIDIA call yet. A query of ours is no GPU touch: it prints nothing and leaves no summary.
 fn not_started() -> bool {
-    shim::try_get().is_none() && in_hook(crate::gate::hooks_in_place_once).unwrap_or(false)
+    shim::try_get().is_none() && in_hook(crate::activation::hooks_in_place_once).unwrap_or(false)
 }
 
 /// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
@@ -175,7 +175,7 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
     if active() && not_started() {
         // no GPU touched: nothing here is GPU memory (as gdrshim_lookup answers), without
         // starting the shim
-        let register = crate::gate::asked_mode() == crate::config::mode_word::REGISTER;
+        let register = crate::activation::asked_mode() == crate::config::mode_word::REGISTER;
         return -((if register { libc::EINVAL } else { libc::EPERM }) as i64);
     }
     shim::call_in(|s| {
@@ -265,7 +265,7 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut crate::counters::GdrshimCoun
 pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
     // not `active()`: a paused shim answers this one call
     in_hook(|| {
-        if pause != 0 && !crate::gate::active() {
+        if pause != 0 && !crate::activation::active() {
             return -libc::ENOSYS;
         }
         match shim::try_get() {

@@ -1,5 +1,8 @@
 //! The process-wide runtime behind the hooks: configuration, the driver ABI table, the tracker,
-//! the capture file and the counters. Initialised lazily on the first NVIDIA ioctl or CUDA call.
+//! the registrar, the capture file and the counters. It starts at the `open` of an NVIDIA node by
+//! its usual name (CUDA's initialisation), else at the first ioctl on an NVIDIA fd or the first
+//! call of a CUDA driver entry point we wrap; in a copy loaded with `dlopen` (whose hooks see no
+//! GPU touch), at its first query. A process that never touches a GPU never starts it.
 
 use crate::abi::{self, AbiTable, DriverVersion};
 use crate::capture::{self, IoctlRecord};
@@ -10,13 +13,13 @@ mod answers;
 pub mod knob_stats;
 #[cfg(feature = "knobs")]
 pub mod knobs;
+pub mod registrations;
 mod route;
-pub mod serve;
 mod summary;
 mod types;
+use crate::activation::{active, HOOK, PAUSED};
 use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
-use crate::gate::{active, HOOK, PAUSED};
 use crate::registrar::Registrar;
 use crate::sys::{contained, in_hook};
 use crate::tracker::Tracker;
@@ -27,7 +30,7 @@ use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use route::RouteChoice;
 use std::time::Duration;
-pub use types::{Shim, ShimLine, Stats};
+pub use types::{Shim, ShimHotState, Stats};
 
 /// Runs `f` on the runtime from inside a hook: only when active and already started (an NVIDIA
 /// fd's ioctl starts it; a process that never had one has no GPU memory to look up), with this
@@ -144,7 +147,7 @@ impl Shim {
         }
         let capture_fd = capture_file.num().unwrap_or(-1);
         // a copy loaded with dlopen: its hooks see nothing, so it never claims to register
-        let in_place = crate::gate::hooks_in_place();
+        let in_place = crate::activation::hooks_in_place();
         if cfg.mode == Mode::Register && !in_place {
             crate::log_warn!("this copy of gdrshim was not preloaded (loaded with dlopen?): its hooks see nothing; it registers nothing and says so to NCCL");
         }
@@ -157,7 +160,7 @@ impl Shim {
         let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
         let registering = cfg.mode == Mode::Register && table.is_some() && in_place;
         let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing, registering);
-        let line = ShimLine {
+        let line = ShimHotState {
             table,
             capture_fd: AtomicI32::new(capture_fd),
             mode: cfg.mode,
@@ -223,7 +226,7 @@ impl Shim {
         let keep_only = self.cfg.knobs.settle_late;
         #[cfg(not(feature = "knobs"))]
         let keep_only = false;
-        self.pipeline.settle(o, serve::WAIT, keep_only);
+        self.pipeline.settle(o, registrations::WAIT, keep_only);
     }
 
     /// Some MR may hold a registration of ours: a deregistration must look.
