@@ -105,7 +105,7 @@ pub struct GdrshimCounters {
     pub live_registrations: u64,
     pub host_mrs: u64,
     pub stood_aside: u64,
-    // added after 0.2.0 (issue 30): the DMA-BUF route's buffers and bytes
+    // added after 0.2.0: the DMA-BUF route's buffers and bytes
     pub dmabuf_exports: u64,
     pub dmabuf_reused: u64,
     pub dmabuf_buffers: u64,
@@ -113,7 +113,7 @@ pub struct GdrshimCounters {
     pub registered_peak_bytes: u64,
     pub exported_bytes: u64,
     pub exported_peak_bytes: u64,
-    // added after 0.2.0 (issue 30): the BAR1 of the GPUs exported on
+    // added after 0.2.0: the BAR1 of the GPUs exported on
     pub bar1_bytes: u64,
     pub bar1_static: u64,
 }

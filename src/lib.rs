@@ -1,15 +1,23 @@
-//! gdrshim: an LD_PRELOAD library that keeps an exact map from GPU virtual address to the RM
-//! memory behind it, built from the NVIDIA driver traffic of the process, and (in later stages)
-//! registers exactly that memory for GPUDirect RDMA where libcuda does not.
+//! gdrshim's core: from the NVIDIA driver traffic of the process it keeps an exact map from GPU
+//! virtual address to the RM memory behind it, and registers exactly that memory for GPUDirect
+//! RDMA where libcuda does not: by NV503C (for nvidia-peermem) or as a dma-buf, whichever route
+//! the machine supports. Built as `libgdrshim-core.so` (src/preload), which the front
+//! (`libgdrshim.so`, src/front) loads at the process's first GPU touch.
 //!
-//! Layers: [`abi`] (raw ABI), [`decode`] (ioctl → event), [`vamap`] and [`tracker`] (the pure
-//! core), [`capture`] (our capture format and replay), and the thin `extern "C"` hooks.
+//! Its modules form layers whose arrows only go down (`tests/layers.rs` holds the ranks and
+//! docs/architecture.md draws them): the ABI facts ([`abi`]) and the leaves ([`sys`], [`fd`]);
+//! the pure core, free of `unsafe` ([`config`], [`route`], [`decode`], [`vamap`], [`tracker`],
+//! [`advertise`], [`fresh`], [`registrar`], [`counters`], [`capture`], [`state`]); then the
+//! runtime: the real functions ([`real`]), the fd table ([`fdtable`]), private files ([`files`]),
+//! the log ([`log`]), whether the hooks act ([`activation`]), our own RM calls ([`rm`]), the queue
+//! and its helper thread ([`pipeline`]), the runtime itself ([`shim`]) and the `extern "C"`
+//! entry points ([`hooks`]).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
+pub mod activation;
 pub mod advertise;
-pub mod born;
 pub mod capture;
 pub use gdrshim_common::config;
 pub mod counters;
@@ -17,7 +25,7 @@ pub mod decode;
 pub mod fd;
 pub mod fdtable;
 pub mod files;
-pub mod gate;
+pub mod fresh;
 pub mod hooks;
 pub mod log;
 pub mod pipeline;

@@ -3,7 +3,7 @@
 //! thread, or by the filling thread where there is none. The only way to the core is [`Pipeline::core`]
 //! or [`Pipeline::lend`], which drain the queue first: nobody decides on a map that lacks calls.
 //! ([`Pipeline::lend_for_release`] drains it too, unless the call to decide on touches only what
-//! was created since a registration could last be made, and so needs no decision: [`Born`].)
+//! was created since a registration could last be made, and so needs no decision: [`FreshRecord`].)
 //!
 //! Why batches and a thread: applying a batch at once brings the tracker's code and tables back
 //! into the caches once per batch instead of once per call, and the helper takes that work off the
@@ -12,8 +12,8 @@
 //! over 1.02), so it stays. CLDEMOTE after each batch measured another 0.4 %; it went, since the
 //! helper holds 1.02 without it (docs/results/h200-ab6: 1.0131 / 1.0122).
 
-use crate::born::Born;
 use crate::decode;
+use crate::fresh::FreshRecord;
 use crate::registrar::Outcome;
 use crate::sys::Guard;
 use core::sync::atomic::{
@@ -54,10 +54,10 @@ struct Queue {
     /// must come out in the order of the calls.
     backlog_max: u32,
     helper: Helper,
-    /// Keep [`QueueRest::born`]: only where releases are checked (register mode).
-    record_born: bool,
+    /// Keep [`QueueRest::fresh`]: only where releases are checked (register mode).
+    record_fresh: bool,
     /// Boxed: what the hooks touch on every call (this lock, `current`) stays in one cache line
-    /// (in register mode a call that creates an object or range also writes `rest.born`).
+    /// (in register mode a call that creates an object or range also writes `rest.fresh`).
     rest: Box<QueueRest>,
 }
 struct QueueRest {
@@ -65,9 +65,9 @@ struct QueueRest {
     handed: Vec<Work>,
     /// Emptied batches, for reuse: no allocation in the hooks once there are enough.
     spare: Vec<Vec<Work>>,
-    /// What the calls pushed since a registration could last be made created (see [`Born`]):
+    /// What the calls pushed since a registration could last be made created (see [`FreshRecord`]):
     /// forgotten by [`Pipeline::core`], the only way to a registration.
-    born: Born,
+    fresh: FreshRecord,
 }
 /// The queue and its lock, in a cache line of their own. The lock is released with a plain
 /// store, not a locked instruction: that would make the hook wait until the line of the slot it
@@ -160,7 +160,7 @@ pub fn map_notice(line: &str) {
 enum Forget {
     Nothing,
     /// The record of what was created since a registration could last be made: one may now be.
-    Born,
+    FreshRecord,
 }
 
 /// The core lent out; `complete` when every queued call was applied to it first.
@@ -198,17 +198,17 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// `backlog_max`: work items that may wait (1: each is applied at once); `helper`: apply full
-    /// batches on a thread of their own; `record_born`: keep the record of what is created
-    /// ([`Born`]) for the release checks ([`lend_for_release`](Self::lend_for_release)).
-    pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool, record_born: bool) -> Pipeline {
+    /// batches on a thread of their own; `record_fresh`: keep the record of what is created
+    /// ([`FreshRecord`]) for the release checks ([`lend_for_release`](Self::lend_for_release)).
+    pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool, record_fresh: bool) -> Pipeline {
         let _ = timing;
         let helper = if helper && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
         let queue = Queue {
             current: Vec::with_capacity(backlog_max),
             backlog_max: backlog_max as u32,
             helper,
-            record_born,
-            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
+            record_fresh,
+            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), fresh: FreshRecord::default() }),
         };
         Pipeline {
             queue: QueueLine::new(queue),
@@ -235,7 +235,7 @@ impl Pipeline {
     pub fn core(&self, wait: Duration) -> Option<MutexGuard<'_, Core>> {
         let mut core = self.core.try_lock_for(wait)?;
         self.take_late(&mut core);
-        let complete = self.catch_up(&mut core, &mut map_notice, Forget::Born);
+        let complete = self.catch_up(&mut core, &mut map_notice, Forget::FreshRecord);
         complete.then_some(core)
     }
 
@@ -253,7 +253,7 @@ impl Pipeline {
     /// call `read` gives, but only when `needed` says so of the core as it is before the queue is
     /// applied (what it looks at must be something the queue can only take away: the
     /// registrations in use) and the call touches more than what was created since a
-    /// registration could last be made ([`Born`]) or the registrations themselves say it may
+    /// registration could last be made ([`FreshRecord`]) or the registrations themselves say it may
     /// touch one of them (`Registrar::may_touch`: one left behind by a release that got no
     /// decision). `None`: not needed, nothing to decide, only fresh, or the core's lock not free.
     /// The record of what is fresh stays: this decision makes no registration.
@@ -275,7 +275,7 @@ impl Pipeline {
             // as catch_up: decide on what is known rather than not at all
             return Some((Lent { core, complete: false }, call));
         };
-        let fresh = q.rest.born.fresh(&call);
+        let fresh = q.rest.fresh.fresh(&call);
         drop(q);
         // (a dropped call may have been the free of something still in the record)
         if fresh.is_some_and(|f| !core.registrar.may_touch(&call, f)) && !self.lost.load(SeqCst) {
@@ -293,10 +293,10 @@ impl Pipeline {
         }
         let (older, newer) = {
             let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else { return false };
-            if forget == Forget::Born {
+            if forget == Forget::FreshRecord {
                 // under the queue's lock, with the queue drained below: whatever is pushed after
                 // this is new to a registration made on this core
-                q.rest.born.forget();
+                q.rest.fresh.forget();
             }
             if q.rest.handed.is_empty() && q.current.is_empty() {
                 return true;
@@ -333,8 +333,8 @@ impl Pipeline {
             self.lost.fetch_or(matches!(w, Work::Event(_) | Work::ProgramRelease { .. }), SeqCst);
             return Err(w);
         };
-        if let (true, Work::Event(ref ev)) = (q.record_born, &w) {
-            q.rest.born.record(ev);
+        if let (true, Work::Event(ref ev)) = (q.record_fresh, &w) {
+            q.rest.fresh.record(ev);
         }
         q.current.push(w);
         if q.current.len() >= q.backlog_max as usize {
@@ -349,7 +349,7 @@ impl Pipeline {
     fn batch_full(&'static self, mut q: QueueGuard<'_>) {
         if q.helper == Helper::NotStarted {
             // Started holding no lock of ours (this batch is applied here): a thread start may wait for
-            // the loader's lock, held by a dlopen whose constructor's NVIDIA call needs ours (issue 29).
+            // the loader's lock, held by a dlopen whose constructor's NVIDIA call needs ours.
             q.helper = Helper::Starting;
             drop(q);
             drop(self.lend(Duration::from_secs(5), &mut map_notice));
@@ -396,7 +396,7 @@ impl Pipeline {
                     polls = 0;
                 }
             }
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = crate::sys::contained(|| {
                 let Some(mut c) = self.core.try_lock_for(Duration::from_secs(5)) else { return };
                 let batch = match self.queue.try_lock_for(Duration::from_secs(5)) {
                     Some(mut q) => {
@@ -418,7 +418,7 @@ impl Pipeline {
                 }
                 self.helper_batches.fetch_add(1, Relaxed);
                 self.give_back(batch, Vec::new());
-            }));
+            });
         }
     }
 

@@ -42,7 +42,7 @@ impl RealRm {
 
     /// One escape on `fd`; errno is preserved for the caller of the hook that got us here.
     fn ioctl_bytes(fd: i32, nr: u32, arg: *mut c_void, size: usize) -> Result<(), u32> {
-        let real = crate::gate::real_ioctl().ok_or(status::NV_ERR_GENERIC)?;
+        let real = crate::activation::real_ioctl().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::sys::errno();
         let req = abi::nv_ioctl(nr, size);
         // SAFETY: arg points to `size` bytes of a correctly laid out parameter struct for `nr`,

@@ -1,6 +1,7 @@
 //! The leaf every runtime layer stands on: the caller's errno, the mark that this thread is
-//! inside gdrshim (so that our own calls bypass our hooks), a cheap clock, and reading our own
-//! memory without faulting on a bad pointer. No other module of the crate is used here.
+//! inside gdrshim (so that our own calls bypass our hooks), the one wrapper every hook runs its
+//! own work in ([`in_hook`]), a cheap clock, and reading our own memory without faulting on a
+//! bad pointer. No other module of the crate is used here.
 
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -22,7 +23,7 @@ impl Drop for Guard {
     }
 }
 
-/// Thread cancellation held off while it lives, as it was after (issue 29). Taken around our own
+/// Thread cancellation held off while it lives, as it was after. Taken around our own
 /// calls that are cancellation points (`open`, `read`, `write`, `close` of our own files): a
 /// deferred cancellation acted on inside gdrshim would unwind through Rust frames, which aborts
 /// the process; held off, it waits for the program's own next cancellation point, as without us.
@@ -49,6 +50,36 @@ impl Drop for NoCancel {
         // setting the state is no cancellation point).
         unsafe { pthread_setcancelstate(self.0, core::ptr::null_mut()) };
     }
+}
+
+/// Why a hook's own work gave no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contained {
+    /// This thread is inside gdrshim already: our own call, or a hook inside a hook.
+    Reentered,
+    /// It panicked (the panic hook logged it); nothing unwound past the hook.
+    Panicked,
+}
+
+/// A hook's own work, as every hook runs it: with this thread marked as inside gdrshim (our own
+/// calls bypass our hooks), a panic contained (none unwinds across the C boundary), and the
+/// caller's errno as it was. The core's state after a contained panic is what it was then
+/// (parking_lot locks do not poison), and the hook goes on as without gdrshim.
+#[inline(always)]
+pub fn in_hook<R>(work: impl FnOnce() -> R) -> Result<R, Contained> {
+    let Some(_inside) = Guard::enter() else { return Err(Contained::Reentered) };
+    contained(work).ok_or(Contained::Panicked)
+}
+
+/// [`in_hook`] for code that holds the [`Guard`] itself: the `ioctl` hook (across the real call)
+/// and the helper thread (for its life). Errno as it was, a panic contained; `None` if it
+/// panicked.
+#[inline(always)]
+pub fn contained<R>(work: impl FnOnce() -> R) -> Option<R> {
+    let e = errno();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).ok();
+    set_errno(e);
+    r
 }
 
 pub fn errno() -> i32 {
@@ -168,6 +199,26 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hooks_work_keeps_errno_contains_a_panic_and_is_not_reentered() {
+        set_errno(7);
+        let r = in_hook(|| {
+            set_errno(99);
+            assert_eq!(in_hook(|| 1), Err(Contained::Reentered), "a hook inside a hook");
+            2
+        });
+        assert_eq!((r, errno()), (Ok(2), 7));
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = in_hook(|| -> i32 {
+            set_errno(98);
+            panic!("contained")
+        });
+        std::panic::set_hook(quiet);
+        assert_eq!((r, errno()), (Err(Contained::Panicked), 7));
+        assert!(Guard::enter().is_some(), "the mark is gone after a panic");
+    }
 
     #[test]
     fn guard_is_not_reentrant() {

@@ -119,7 +119,7 @@ fn test_devices() -> bool {
 /// an NVIDIA node by its usual name loads the core first and is the core's (which starts its
 /// runtime there): a program's first NVIDIA ioctl may come from a signal handler that interrupted
 /// `malloc` or the loader, where neither loading nor starting is safe; its `open` comes from
-/// CUDA's initialisation (issue 29).
+/// CUDA's initialisation.
 macro_rules! open_hook {
     ($name:ident, $i:ident, $c:literal, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]

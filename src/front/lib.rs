@@ -1,7 +1,7 @@
 //! libgdrshim.so as it ships: the front. It carries every hook the process calls, and nothing
 //! else: no std, no allocation, a few imports, so that a process that never touches a GPU (the
 //! shells, compilers and tools of a job, all preloaded) pays for loading a library about what a
-//! minimal C preload library costs (issue 16).
+//! minimal C preload library costs.
 //!
 //! When the process first does something only a GPU program does (an ioctl on an NVIDIA device
 //! node, a verbs registration, a CUDA entry point, a `dlsym` of one, a gdrshim query), the front
@@ -100,7 +100,7 @@ impl Libc {
         // SAFETY: __errno_location returns this thread's errno slot.
         let e = unsafe { *libc::__errno_location() };
         // In the loader's list first, without dlsym's lock: a hook's first use may come from a
-        // thread that a library's constructor (holding that lock in dlopen) waits for (issue 29).
+        // thread that a library's constructor (holding that lock in dlopen) waits for.
         let p = match elf::next_definition(next as *const () as usize, name.to_bytes()) {
             Some(p) => p as *mut c_void,
             // SAFETY: a valid C string.

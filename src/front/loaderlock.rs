@@ -1,5 +1,5 @@
 //! Whether another thread holds the loader's lock (glibc's `_dl_load_lock`), and waiting for it
-//! with a limit (issue 29).
+//! with a limit.
 //!
 //! `dlopen` holds that lock while it runs the constructors of what it loads. A constructor that
 //! starts a thread and waits for it, where that thread makes the process's first NVIDIA call,

@@ -1,4 +1,4 @@
-//! Where the core is, and whether the file there can be loaded (issue 29).
+//! Where the core is, and whether the file there can be loaded.
 //!
 //! The core is the `libgdrshim-core.so` beside the *file* the front was loaded from, not beside
 //! the path the front was preloaded by: a relative path (`./lib/libgdrshim.so`, or a bare name

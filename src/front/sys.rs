@@ -1,7 +1,7 @@
 //! The few system calls the front makes itself, as raw `syscall` instructions (x86-64 Linux).
 //!
 //! Not libc's: these are no cancellation points (a thread with a cancellation pending is never
-//! cancelled inside the front, issue 29), touch no errno, need no import and no lookup (which
+//! cancelled inside the front), touch no errno, need no import and no lookup (which
 //! takes the loader's lock), and pass through no hook of anyone's.
 
 use core::ffi::c_int;

@@ -12,7 +12,7 @@
 use super::slots::slotted;
 use crate::real::next_def;
 use crate::shim;
-use crate::shim::serve::Served;
+use crate::shim::registrations::Served;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering::Relaxed;
@@ -179,7 +179,7 @@ const _: () = assert!(core::mem::size_of::<CuIpcMemHandle>() == 64);
 /// pointer starts (`cuMemGetAddressRange_v2`), as `(base, size)`. Called outside gdrshim's guard
 /// (libcuda's NVIDIA calls, if it makes any, are seen), keeping errno.
 fn imported_extent(r: CUresult, dptr: *mut CUdeviceptr) -> Option<(u64, u64)> {
-    if r != CUDA_SUCCESS || dptr.is_null() || !crate::gate::active() {
+    if r != CUDA_SUCCESS || dptr.is_null() || !crate::activation::active() {
         return None;
     }
     let e = crate::sys::errno();

@@ -54,7 +54,7 @@ fn primary_active(dev: CUdevice) -> Option<bool> {
 /// unknown GPU, so every allocation), `None` nothing. Asked of libcuda outside gdrshim's guard,
 /// errno kept.
 fn ended(r: CUresult, dev: Option<CUdevice>, only_if_inactive: bool) -> Option<Option<Uuid>> {
-    if r != CUDA_SUCCESS || !crate::gate::active() {
+    if r != CUDA_SUCCESS || !crate::activation::active() {
         return None;
     }
     let e = crate::sys::errno();

@@ -7,9 +7,9 @@
 //! address still on the stack, so glibc sees exactly the call it would have seen without us.
 
 use super::{cuda, mlx5dv, verbs};
-use crate::gate::active;
+use crate::activation::active;
 use crate::real;
-use crate::sys::Guard;
+use crate::sys::in_hook;
 use core::ffi::{c_char, c_void, CStr};
 
 /// What `pick` answers: forward untouched, return NULL, or return this pointer.
@@ -36,8 +36,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i' | b'm') {
         return FORWARD;
     }
-    let Some(_g) = Guard::enter() else { return FORWARD };
-    std::panic::catch_unwind(|| {
+    in_hook(|| {
         #[cfg(feature = "knobs")]
         if let Some(s) = crate::shim::try_get() {
             s.test_panic("dlsym");

@@ -20,7 +20,7 @@ macro_rules! missing {
 use gdrshim_common::open_path;
 
 /// The runtime starts at the `open` of an NVIDIA node by its usual name, not at the node's first
-/// ioctl (issue 29): a program's first NVIDIA ioctl may come from a signal handler that
+/// ioctl: a program's first NVIDIA ioctl may come from a signal handler that
 /// interrupted `malloc`, where starting the runtime is not safe; its `open` comes from CUDA's
 /// initialisation. (A node reached by any other name still starts it at its first ioctl.)
 fn wake_at_nvidia_open(path: *const c_char) {
@@ -28,9 +28,8 @@ fn wake_at_nvidia_open(path: *const c_char) {
     if path.is_null() || !unsafe { crate::fdtable::nvidia_path(path) } {
         return;
     }
-    let Some(_g) = crate::sys::Guard::enter() else { return };
-    if crate::gate::active() {
-        let _ = std::panic::catch_unwind(crate::shim::get);
+    if crate::activation::active() {
+        let _ = crate::sys::in_hook(crate::shim::get);
     }
 }
 

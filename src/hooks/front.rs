@@ -11,7 +11,7 @@ use crate::real::{self, attach::FrontApi, attach::ATTACHED};
 use core::ffi::{c_int, CStr};
 
 /// Takes the front's `RTLD_NEXT` and its place: from now on the real functions are the ones
-/// after the front, and the front's exports are this copy's hooks (`gate::hooks_in_place`).
+/// after the front, and the front's exports are this copy's hooks (`activation::hooks_in_place`).
 /// Refuses (-1) a front of another version or layout: the two files ship together.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn gdrshim_core_attach(api: *const FrontApi) -> c_int {

@@ -1,20 +1,17 @@
 //! The `ioctl` hook: one cached-byte branch for every non-NVIDIA fd, then the real call.
 
+use crate::activation::active;
 use crate::fdtable as fd;
-use crate::gate::active;
 use crate::shim;
 #[cfg(feature = "knobs")]
 use crate::sys::Clock;
-use crate::sys::{errno, set_errno, Guard};
+use crate::sys::{contained, set_errno, Guard};
 use core::ffi::{c_int, c_ulong, c_void};
-// The core's state after a contained panic is what it was then (parking_lot locks do not
-// poison); the panic is logged and the call goes through unchanged, as before the hook.
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// `ioctl` is variadic; its one optional argument travels in the third integer register.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let Some(real) = crate::gate::real_ioctl() else {
+    let Some(real) = crate::activation::real_ioctl() else {
         set_errno(libc::ENOSYS);
         return -1;
     };
@@ -54,32 +51,20 @@ unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -
     }
     // A release holds the read side of the release gate across the driver call, so that no
     // registration can be decided over memory the driver is taking away at the same moment.
-    let _release_gate = if s.line.registering {
-        let e0 = errno();
-        let gate = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg))).ok().flatten();
-        set_errno(e0);
-        gate
-    } else {
-        None
-    };
+    // (the guard is held across the real call: the driver call is the program's, our work
+    // around it is ours)
+    let _release_gate = if s.line.registering { contained(|| s.before_ioctl(dev, request, arg)).flatten() } else { None };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
-    let e = errno();
     // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
-    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) }));
-    set_errno(e);
+    let _ = contained(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) });
     rc
 }
 
 /// The runtime, initialised on first use with errno as it was and a panic contained.
 #[inline(always)]
 fn shim_keeping_errno() -> Option<&'static shim::Shim> {
-    shim::try_get().or_else(|| {
-        let e = errno();
-        let s = catch_unwind(shim::get).ok();
-        set_errno(e);
-        s
-    })
+    shim::try_get().or_else(|| contained(shim::get))
 }
 
 #[cfg(feature = "knobs")]
@@ -97,22 +82,14 @@ unsafe fn timed(
     request: c_ulong,
     arg: *mut c_void,
 ) -> c_int {
-    let e0 = errno();
     let t0 = Clock::now();
-    let _release_gate = if s.line.registering {
-        let gate = catch_unwind(AssertUnwindSafe(|| s.before_ioctl(dev, request, arg))).ok().flatten();
-        set_errno(e0);
-        gate
-    } else {
-        None
-    };
+    let _release_gate = if s.line.registering { contained(|| s.before_ioctl(dev, request, arg)).flatten() } else { None };
     let t1 = Clock::now();
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
-    let e = errno();
     let t2 = Clock::now();
     // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
-    let _ = catch_unwind(AssertUnwindSafe(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) }));
+    let _ = contained(|| unsafe { s.after_ioctl(dev, fd, request, rc, arg) });
     use core::sync::atomic::Ordering::Relaxed;
     let ns = (t1 - t0) + (Clock::now() - t2);
     let k = &s.stats.knobs;
@@ -120,6 +97,5 @@ unsafe fn timed(
     let i = crate::shim::knob_stats::PerRequest::slot(dev, request);
     k.hook_ns_by_req[i].fetch_add(ns, Relaxed);
     k.hook_calls_by_req[i].fetch_add(1, Relaxed);
-    set_errno(e);
     rc
 }

@@ -1,10 +1,10 @@
 //! Small exported query functions (declared in `include/gdrshim.h`): version, mode and an exact
 //! lookup used by the BAR1 read-back check and by NCCL patches.
 
-use crate::gate::active;
+use crate::activation::active;
 use crate::shim;
-use crate::shim::serve::Served;
-use crate::sys::Guard;
+use crate::shim::registrations::Served;
+use crate::sys::{in_hook, Contained};
 use core::ffi::{c_char, c_int};
 
 /// `GDRSHIM_QUERY_VERSION`: bump when the layout of `GdrshimBacking` changes.
@@ -41,16 +41,24 @@ pub extern "C" fn gdrshim_mode() -> c_int {
     if let Some(s) = shim::try_get() {
         return s.cfg.mode.number();
     }
-    // (every hook catches: a panic here falls to the guarded path below)
-    if std::panic::catch_unwind(crate::gate::hooks_in_place_once).unwrap_or(false) {
+    // (a panic here falls to the path below)
+    if in_hook(crate::activation::hooks_in_place_once).unwrap_or(false) {
         // a query of ours is no GPU touch: before the shim has started, the mode it will start
         // in, without starting it (no output, no summary at exit)
-        return crate::gate::asked_mode();
+        return crate::activation::asked_mode();
     }
     // a copy loaded with dlopen sees no GPU touch ever: its first query starts it, and it says
     // why it registers nothing
-    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
-    std::panic::catch_unwind(|| shim::get().cfg.mode.number()).unwrap_or(-libc::EIO)
+    in_hook(|| shim::get().cfg.mode.number()).unwrap_or_else(failed)
+}
+
+/// A query's answer when its work gave none: `-EBUSY` asked from inside gdrshim, `-EIO` it
+/// panicked.
+fn failed(c: Contained) -> c_int {
+    match c {
+        Contained::Reentered => -libc::EBUSY,
+        Contained::Panicked => -libc::EIO,
+    }
 }
 
 /// 1 when gdrshim registers GPU memory for verbs in this process (register mode on a driver ABI
@@ -100,7 +108,7 @@ pub extern "C" fn gdrshim_export_dmabuf(va: u64, len: u64) -> c_int {
 /// process's calls (not one loaded with dlopen, whose first query starts it) that has seen no
 /// NVIDIA call yet. A query of ours is no GPU touch: it prints nothing and leaves no summary.
 fn not_started() -> bool {
-    shim::try_get().is_none() && std::panic::catch_unwind(crate::gate::hooks_in_place_once).unwrap_or(false)
+    shim::try_get().is_none() && in_hook(crate::activation::hooks_in_place_once).unwrap_or(false)
 }
 
 /// Exact lookup of `[va, va+len)`: 0 and `*out` filled on a single-object hit; `-ENOENT` on a
@@ -117,8 +125,7 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
     if not_started() {
         return -libc::ENOENT;
     }
-    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
-    let r = std::panic::catch_unwind(|| {
+    let r = in_hook(|| {
         let s = shim::get();
         if s.line.table.is_none() {
             return Err(-libc::ENOSYS);
@@ -149,7 +156,7 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
             0
         }
         Ok(Err(e)) => e,
-        Err(_) => -libc::EIO,
+        Err(c) => failed(c),
     }
 }
 
@@ -168,7 +175,7 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
     if active() && not_started() {
         // no GPU touched: nothing here is GPU memory (as gdrshim_lookup answers), without
         // starting the shim
-        let register = crate::gate::asked_mode() == crate::config::mode_word::REGISTER;
+        let register = crate::activation::asked_mode() == crate::config::mode_word::REGISTER;
         return -((if register { libc::EINVAL } else { libc::EPERM }) as i64);
     }
     shim::call_in(|s| {
@@ -257,9 +264,8 @@ pub unsafe extern "C" fn gdrshim_counters(out: *mut crate::counters::GdrshimCoun
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
     // not `active()`: a paused shim answers this one call
-    let Some(_g) = Guard::enter() else { return -libc::EBUSY };
-    let r = std::panic::catch_unwind(|| {
-        if pause != 0 && !crate::gate::active() {
+    in_hook(|| {
+        if pause != 0 && !crate::activation::active() {
             return -libc::ENOSYS;
         }
         match shim::try_get() {
@@ -267,8 +273,8 @@ pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
             Some(_) => -libc::EPERM,
             None => -libc::ENOSYS,
         }
-    });
-    r.unwrap_or(-libc::EIO)
+    })
+    .unwrap_or_else(failed)
 }
 
 /// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
@@ -280,8 +286,7 @@ pub unsafe extern "C" fn gdrshim_mark(text: *const c_char) {
     if text.is_null() || !active() {
         return;
     }
-    let Some(_g) = Guard::enter() else { return };
     // SAFETY: per the contract.
     let t = unsafe { core::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned();
-    let _ = std::panic::catch_unwind(|| shim::get().mark(&t));
+    let _ = in_hook(|| shim::get().mark(&t));
 }

@@ -77,7 +77,7 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
             )
         });
     }
-    if !a.ours || !crate::gate::active() {
+    if !a.ours || !crate::activation::active() {
         return None;
     }
     // A process whose shim never started has seen no GPU memory: nothing to look up.

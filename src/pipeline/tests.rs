@@ -8,8 +8,8 @@ fn empty_queue() -> QueueLine {
         current: Vec::new(),
         backlog_max: 1,
         helper: Helper::Inline,
-        record_born: false,
-        rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), born: Born::default() }),
+        record_fresh: false,
+        rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), fresh: FreshRecord::default() }),
     })
 }
 
@@ -45,7 +45,7 @@ fn the_queue_lock_excludes_and_gives_up_after_its_wait() {
 }
 
 /// A pipeline as register mode builds it (no helper thread), for the release check.
-fn registering_pipeline(record_born: bool) -> &'static Pipeline {
+fn registering_pipeline(record_fresh: bool) -> &'static Pipeline {
     let table = crate::abi::table_for(crate::abi::DriverVersion(580, 0, 0)).expect("a known branch");
     let core = Core {
         decoded: 0,
@@ -53,7 +53,7 @@ fn registering_pipeline(record_born: bool) -> &'static Pipeline {
         registrar: Box::new(Registrar::undecided(false)),
         rm: crate::rm::RealRm::new(table, None),
     };
-    Box::leak(Box::new(Pipeline::new(core, BACKLOG, false, false, record_born)))
+    Box::leak(Box::new(Pipeline::new(core, BACKLOG, false, false, record_fresh)))
 }
 
 #[test]

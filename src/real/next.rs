@@ -27,7 +27,7 @@ pub fn front_object() -> Option<*mut c_void> {
 /// `dlsym(RTLD_NEXT, name)` as seen from the library the process preloaded: the next definition
 /// after gdrshim, or after the front that loaded this copy. A libc function (`libc_name`) is
 /// found in the loader's list without `dlsym`, which takes the lock a `dlopen` holds while it
-/// runs constructors (issue 29: a hook's first use from a thread that a constructor waits for).
+/// runs constructors (a hook's first use from a thread that a constructor waits for).
 pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
     let front = FRONT_NEXT.load(Ordering::Acquire);
     let this_copy = in_this_copy as *const () as usize;
@@ -48,7 +48,7 @@ pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
         let p = unsafe { core::mem::transmute::<*mut c_void, attach::NextFn>(front)(name.as_ptr()) };
         // This very file preloaded itself too, after the front (LD_PRELOAD=.../lib/*.so): the
         // definitions after the front start with this copy's own hooks, and the real ones are
-        // after this copy (issue 29: no endless recursion into ourselves).
+        // after this copy (no endless recursion into ourselves).
         if p.is_null() || !in_this_copy(p) {
             return p;
         }
@@ -73,7 +73,7 @@ pub static DL_GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// A lazily resolved pointer to the next definition of one symbol. It holds no pointer until
 /// resolved (the name comes with each call): a static with a pointer in it is a relocation the
-/// loader writes in every process at start-up, and a page of it touched (issue 16).
+/// loader writes in every process at start-up, and a page of it touched.
 pub struct NextFn {
     ptr: AtomicPtr<c_void>,
     /// For symbols of libraries that can be unloaded: the [`DL_GENERATION`] `ptr` was resolved

@@ -1,4 +1,4 @@
-//! BAR1 as a budget (issue 30): without static BAR1 every dma-buf of ours takes BAR1 space for
+//! BAR1 as a budget: without static BAR1 every dma-buf of ours takes BAR1 space for
 //! as long as it lives (RM maps a buffer's pieces once for all its importers), and a GPU whose
 //! BAR1 is small (some 3090 VBIOSes: 256 MiB) runs out long before its memory does. What RM says
 //! of each GPU's BAR1 is asked once, at the GPU's first export of ours (a process that never

@@ -31,8 +31,8 @@ mod tests_owned;
 #[cfg(test)]
 mod tests_shared;
 
-use crate::born::Fresh;
 use crate::decode::Pending;
+use crate::fresh::Fresh;
 use crate::route::Route;
 use crate::tracker::{Tracker, VidmemTuple};
 use rustc_hash::FxHashMap as HashMap;

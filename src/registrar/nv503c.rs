@@ -14,8 +14,8 @@ use super::miss::RegMiss;
 use super::types::{shrink_when_sparse, Client, Decision, RegCounts, Rm, StillInUse};
 use crate::abi::p2p;
 use crate::abi::status::{self, Call};
-use crate::born::Fresh;
 use crate::decode::Pending;
+use crate::fresh::Fresh;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
 use crate::vamap::{granule, MemRef, Miss};
@@ -63,11 +63,13 @@ pub struct Nv503c {
 const GRANULE_PROBES: u64 = 64;
 
 const G: u64 = p2p::GRANULE;
-fn down(x: u64) -> u64 {
+/// The start of the granule holding `x`.
+fn granule_floor(x: u64) -> u64 {
     x & !(G - 1)
 }
-fn up(x: u64) -> Option<u64> {
-    x.checked_add(G - 1).map(down)
+/// The first granule boundary at or after `x`.
+fn granule_ceil(x: u64) -> Option<u64> {
+    x.checked_add(G - 1).map(granule_floor)
 }
 
 /// The registrar's books a decision writes in.
@@ -104,12 +106,12 @@ impl Nv503c {
         }
         // peermem rounds the MR out to 64 KiB: the whole rounded range must sit in this one
         // registration, which is this one UVM mapping.
-        let end = match addr.checked_add(len).and_then(up) {
+        let end = match addr.checked_add(len).and_then(granule_ceil) {
             Some(e) => e,
             None => return Decision::Miss(RegMiss::Lookup(Miss::Overflow)),
         };
         let map_end = tuple.address + tuple.size;
-        if down(addr) < tuple.address || end > map_end {
+        if granule_floor(addr) < tuple.address || end > map_end {
             return Decision::Miss(RegMiss::SpansMappings { mapping_end: map_end });
         }
         // The registration describes the whole mapping: all of it must still be this memory, at

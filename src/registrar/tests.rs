@@ -467,7 +467,7 @@ fn a_registration_too_wide_to_count_is_still_found_by_a_release() {
 
 #[test]
 fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
-    use crate::born::Fresh;
+    use crate::fresh::Fresh;
     let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0040_0000, 0x20_0000)]);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let va = |start: u64, len: u64| Fresh::Va { start, end: start + len };
@@ -504,7 +504,7 @@ fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
 /// another length): the release of the range there now is checked against all of it.
 #[test]
 fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
-    use crate::born::{Born, Fresh};
+    use crate::fresh::{Fresh, FreshRecord};
     const B: u64 = 0x7f00_0000_0000;
     // R_old = [B, B+64M) with a mapping of 0x10 at B+32M, registered
     let mut t = tracker_with(&[]);
@@ -517,7 +517,7 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
     r.after_reg(&mut rm, &a, 0xa);
     // (the registration forgot the record) R_old freed with no decision (locks not free in time)
-    let mut born = Born::default();
+    let mut record = FreshRecord::default();
     t.apply(&Event::UvmFree { base: B, length: None });
     // R1 = [B, B+2M) created and freed, R2 = [B, B+64M) created at the same base
     for ev in [
@@ -525,11 +525,11 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
         Event::UvmFree { base: B, length: None },
         Event::UvmCreateExternalRange { base: B, length: 0x400_0000 },
     ] {
-        born.record(&ev);
+        record.record(&ev);
         t.apply(&ev);
     }
     let call = Pending::UvmFree { base: B };
-    let fresh = born.fresh(&call);
+    let fresh = record.fresh(&call);
     assert_eq!(fresh, Some(Fresh::Va { start: B, end: B + 0x400_0000 }), "the range there now, not the one freed before");
     assert_eq!(t.uvm_free_extent(B, None), 0x400_0000, "what the decision would take down");
     assert!(r.may_touch(&call, fresh.unwrap()), "the release gets its decision: a registration lies in the range");

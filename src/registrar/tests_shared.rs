@@ -94,7 +94,7 @@ fn exported(d: Decision) -> Export {
     }
 }
 
-/// The system calls of a registration, by the route's own count (issue 30, H200 under gVisor):
+/// The system calls of a registration, by the route's own count (H200 under gVisor):
 /// a new buffer costs its export and one `fstat` (its identity), no duplicate and no close; the
 /// same buffer again costs one `fstat`, nothing else; the fd handed to the verbs call is the kept
 /// one.

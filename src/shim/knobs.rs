@@ -3,7 +3,7 @@
 
 use super::knob_stats::PerRequest;
 use super::types::Shim;
-use crate::gate::{ACTIVE, HOOK, PAUSED};
+use crate::activation::{ACTIVE, HOOK, PAUSED};
 use core::sync::atomic::Ordering::Relaxed;
 
 /// GDRSHIM_BENCH_PAUSE=1 in shadow mode: `pause` makes every hook inert (as in off mode) until

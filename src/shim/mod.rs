@@ -1,5 +1,8 @@
 //! The process-wide runtime behind the hooks: configuration, the driver ABI table, the tracker,
-//! the capture file and the counters. Initialised lazily on the first NVIDIA ioctl or CUDA call.
+//! the registrar, the capture file and the counters. It starts at the `open` of an NVIDIA node by
+//! its usual name (CUDA's initialisation), else at the first ioctl on an NVIDIA fd or the first
+//! call of a CUDA driver entry point we wrap; in a copy loaded with `dlopen` (whose hooks see no
+//! GPU touch), at its first query. A process that never touches a GPU never starts it.
 
 use crate::abi::{self, AbiTable, DriverVersion};
 use crate::capture::{self, IoctlRecord};
@@ -10,15 +13,15 @@ mod answers;
 pub mod knob_stats;
 #[cfg(feature = "knobs")]
 pub mod knobs;
+pub mod registrations;
 mod route;
-pub mod serve;
 mod summary;
 mod types;
+use crate::activation::{active, HOOK, PAUSED};
 use crate::config::{Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
-use crate::gate::{active, HOOK, PAUSED};
 use crate::registrar::Registrar;
-use crate::sys::{errno, set_errno, Guard};
+use crate::sys::{contained, in_hook};
 use crate::tracker::Tracker;
 use answers::Answers;
 use core::ffi::c_void;
@@ -27,7 +30,7 @@ use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use route::RouteChoice;
 use std::time::Duration;
-pub use types::{Shim, ShimLine, Stats};
+pub use types::{Shim, ShimHotState, Stats};
 
 /// Runs `f` on the runtime from inside a hook: only when active and already started (an NVIDIA
 /// fd's ioctl starts it; a process that never had one has no GPU memory to look up), with this
@@ -47,34 +50,24 @@ pub fn call_in_waking<R>(f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
     if !active() {
         return None;
     }
-    let s = try_get().or_else(|| {
-        let e = errno();
-        let s = std::panic::catch_unwind(get).ok();
-        set_errno(e);
-        s
-    })?;
+    let s = try_get().or_else(|| contained(get))?;
     run_in(s, f)
 }
 
 fn run_in<R>(s: &'static Shim, f: impl FnOnce(&'static Shim) -> R) -> Option<R> {
-    let e = errno();
-    let r = Guard::enter().and_then(|_g| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            #[cfg(feature = "knobs")]
-            if s.line.panic_in_hook {
-                s.test_panic("hook");
-            }
-            f(s)
-        }))
-        .ok()
-    });
-    set_errno(e);
-    r
+    in_hook(|| {
+        #[cfg(feature = "knobs")]
+        if s.line.panic_in_hook {
+            s.test_panic("hook");
+        }
+        f(s)
+    })
+    .ok()
 }
 
 static SHIM: OnceCell<Shim> = OnceCell::new();
 
-/// The runtime; call only with a [`Guard`] held (initialisation reads files through our hooks).
+/// The runtime; call only with a [`crate::sys::Guard`] held (initialisation reads files through our hooks).
 #[inline]
 pub fn get() -> &'static Shim {
     match try_get() {
@@ -154,7 +147,7 @@ impl Shim {
         }
         let capture_fd = capture_file.num().unwrap_or(-1);
         // a copy loaded with dlopen: its hooks see nothing, so it never claims to register
-        let in_place = crate::gate::hooks_in_place();
+        let in_place = crate::activation::hooks_in_place();
         if cfg.mode == Mode::Register && !in_place {
             crate::log_warn!("this copy of gdrshim was not preloaded (loaded with dlopen?): its hooks see nothing; it registers nothing and says so to NCCL");
         }
@@ -167,7 +160,7 @@ impl Shim {
         let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
         let registering = cfg.mode == Mode::Register && table.is_some() && in_place;
         let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing, registering);
-        let line = ShimLine {
+        let line = ShimHotState {
             table,
             capture_fd: AtomicI32::new(capture_fd),
             mode: cfg.mode,
@@ -233,7 +226,7 @@ impl Shim {
         let keep_only = self.cfg.knobs.settle_late;
         #[cfg(not(feature = "knobs"))]
         let keep_only = false;
-        self.pipeline.settle(o, serve::WAIT, keep_only);
+        self.pipeline.settle(o, registrations::WAIT, keep_only);
     }
 
     /// Some MR may hold a registration of ours: a deregistration must look.
@@ -401,9 +394,8 @@ impl ParamReader for LiveParams {
 }
 
 extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| {
+    let _ = in_hook(|| {
         let _no_cancel = crate::sys::NoCancel::new();
-        let Some(_g) = Guard::enter() else { return };
         // a forked child that turned inert prints nothing
         if let Some(s) = try_get().filter(|_| active() || HOOK.active.load(Relaxed) == PAUSED) {
             crate::log::summary_line(&s.snapshot(true).line());

@@ -1,4 +1,4 @@
-//! The runtime's state: what the hooks read on every call (`ShimLine`), the counts of the exit
+//! The runtime's state: what the hooks read on every call (`ShimHotState`), the counts of the exit
 //! summary (`Stats`), and the runtime itself (`Shim`), whose parts the files of this folder run.
 
 use super::answers::Answers;
@@ -36,9 +36,9 @@ pub struct Stats {
 }
 
 /// What the hooks read on every NVIDIA call (and the CUDA hooks' one count), in one cache line
-/// (see [`HookLine`]); the queue of their work follows in the next.
+/// (see [`HookHotState`]); the queue of their work follows in the next.
 #[repr(C, align(64))]
-pub struct ShimLine {
+pub struct ShimHotState {
     /// The ABI table of this driver; `None`: every call passes through undecoded.
     pub table: Option<&'static AbiTable>,
     pub(crate) capture_fd: AtomicI32,
@@ -57,14 +57,14 @@ pub struct ShimLine {
     /// Successful cuMemFree calls (the CUDA hooks' only count of their own).
     pub cuda_frees: AtomicU64,
 }
-const _: () = assert!(core::mem::size_of::<ShimLine>() == 64);
+const _: () = assert!(core::mem::size_of::<ShimHotState>() == 64);
 
 #[repr(C)]
 pub struct Shim {
-    pub line: ShimLine,
+    pub line: ShimHotState,
     /// The hooks' work on its way to the core, and the core ([`Shim::core`]).
     pub pipeline: Pipeline,
-    /// Registrations hold its write side, release-type driver calls its read side (`serve`).
+    /// Registrations hold its write side, release-type driver calls its read side (`registrations`).
     pub(crate) release_gate: parking_lot::RwLock<()>,
     /// The route decision, readable without the core's lock.
     pub(crate) route_choice: RouteChoice,
@@ -77,7 +77,7 @@ pub struct Shim {
     pub(crate) stood_aside_logged: core::sync::atomic::AtomicBool,
     /// The answers to CUDA's GPUDirect RDMA questions.
     pub(crate) answers: Answers,
-    /// Tickets of deregistrations begun by a queued outcome (`serve::verbs_dereg_begin`).
+    /// Tickets of deregistrations begun by a queued outcome (`registrations::verbs_dereg_begin`).
     pub(crate) dereg_tickets: AtomicU64,
     /// (clock ticks, nanoseconds) at start, to turn GDRSHIM_TIMING's ticks into nanoseconds.
     #[cfg(feature = "knobs")]

@@ -14,7 +14,7 @@
 #   with:    GDRSHIM_MODE unset (register, the default): zero configuration, LD_PRELOAD alone.
 #   without: GDRSHIM_MODE=shadow. Not "off": off is a pure pass-through that applies no knob, so
 #            libcuda's native dma-buf export would work (an H200 is no GeForce). In shadow gdrshim
-#            decides no route and registers nothing (src/shim/serve.rs: serve_dmabuf needs
+#            decides no route and registers nothing (src/shim/registrations.rs: serve_dmabuf needs
 #            register mode; the verbs hooks convert nothing), while the hide knobs still answer
 #            (src/advertise.rs: with no route, 116 and 124 keep the hidden 0; src/hooks/cuda.rs:
 #            the dma-buf request is answered 801): what a GeForce gives a consumer.

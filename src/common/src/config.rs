@@ -161,7 +161,7 @@ impl Knobs {
     }
 }
 
-pub const ENV_MODE: &str = "GDRSHIM_MODE"; // also read as a C string by gate::first_active
+pub const ENV_MODE: &str = "GDRSHIM_MODE"; // also read as a C string by activation::first_active
 pub const ENV_LEVEL: &str = "GDRSHIM_LOG_LEVEL";
 pub const ENV_LOG_FILE: &str = "GDRSHIM_LOG_FILE";
 pub const ENV_CAPTURE: &str = "GDRSHIM_CAPTURE";

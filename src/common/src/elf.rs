@@ -156,7 +156,7 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
 /// The address of the first default-version definition of `name` in the loader's list of
 /// objects (0: none): what `dlsym(RTLD_DEFAULT, name)` answers for the objects loaded at start
 /// (the program, the preloaded ones, their libraries, in that order), found without `dlsym`,
-/// which takes the lock a `dlopen` holds while it runs constructors (issue 29).
+/// which takes the lock a `dlopen` holds while it runs constructors.
 pub fn first_definition(name: &'static [u8]) -> usize {
     let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -234,7 +234,7 @@ pub fn loaded_before_libc(addr: usize) -> bool {
 /// The first default-version definition of `name` after the object holding `after`, in the
 /// loader's list: `dlsym(RTLD_NEXT, name)` asked from that object, for a name libc defines (every
 /// object ahead of libc in the list is in the global scope: loaded at start), found without the
-/// loader's lock (issue 29: a hook's first call from a thread that a constructor waits for).
+/// loader's lock (a hook's first call from a thread that a constructor waits for).
 /// `None` where this cannot tell: not found, or an object on the way has no GNU hash table (a
 /// definition there would be missed); the caller asks `dlsym` then.
 pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {

@@ -17,7 +17,7 @@ pub const NOT_NV: u8 = 1;
 /// go up to `RLIMIT_NOFILE`, at most 2^31).
 ///
 /// Nothing of the table is in the library's own memory: a large `.bss` is one more mapping the
-/// loader makes in every process at start-up (issue 16's per-exec cost).
+/// loader makes in every process at start-up (per-exec cost).
 const PAGE: usize = 4096;
 const PAGES: usize = (i32::MAX as usize + 1) / PAGE;
 /// Page 0 (fds below 4096); null until an fd there is classified, and a null page is all UNKNOWN.

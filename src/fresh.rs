@@ -7,7 +7,7 @@
 //! applied (`Pipeline::core`), which forgets this record. So it can only use memory and VA the
 //! map knew then. A release of an object or range created after that, or a map or unmap inside
 //! such a range, cannot touch a live registration. Such a release needs no decision, and so no
-//! catching up (issue 16: an allocation and its free with registrations live).
+//! catching up (an allocation and its free with registrations live).
 //!
 //! Kept: the last [`HANDLES`] objects and [`RANGES`] ranges. Forgetting one only sends its
 //! release the long way. So does a release that the registrations alone say touches one of them
@@ -33,7 +33,7 @@ pub enum Fresh {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct Born {
+pub struct FreshRecord {
     /// (client, object), oldest overwritten first.
     handles: [Option<(u32, u32)>; HANDLES],
     /// [start, end) of external ranges, oldest overwritten first.
@@ -44,7 +44,7 @@ pub struct Born {
     recorded: bool,
 }
 
-impl Born {
+impl FreshRecord {
     /// Notes what an accepted call created.
     pub fn record(&mut self, ev: &Event) {
         let handle = match *ev {
@@ -106,7 +106,7 @@ impl Born {
     /// A registration may now be made on what the map knows: nothing recorded so far is new to it.
     pub fn forget(&mut self) {
         if self.recorded {
-            *self = Born::default();
+            *self = FreshRecord::default();
         }
     }
 }
@@ -124,7 +124,7 @@ mod tests {
     fn map(base: u64, length: u64) -> Pending {
         Pending::UvmMap { base, length, offset: 0, h_client: 1, h_memory: 9 }
     }
-    impl Born {
+    impl FreshRecord {
         fn covers(&self, call: &Pending) -> bool {
             self.fresh(call).is_some()
         }
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn what_a_fresh_release_touches() {
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         b.record(&memory(1, 0x10));
         b.record(&range(0x20_0000, 0x40_0000));
         assert_eq!(b.fresh(&Pending::RmFree { h_client: 1, h_object: 0x10 }), Some(Fresh::Object));
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_release_of_what_was_created_since_is_covered_and_nothing_else() {
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         b.record(&memory(1, 0x10));
         b.record(&range(0x20_0000, 0x40_0000));
         assert!(b.covers(&Pending::RmFree { h_client: 1, h_object: 0x10 }));
@@ -179,7 +179,7 @@ mod tests {
             Event::P2pAlloc { h_client: 7, h_parent: 9, h_object: 13, flags: 0 },
             Event::Dup { h_client: 7, h_parent: 8, h_object: 14, h_client_src: 5, h_object_src: 6 },
         ];
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         for ev in &created {
             b.record(ev);
         }
@@ -187,7 +187,7 @@ mod tests {
             assert!(b.covers(&Pending::RmFree { h_client: 7, h_object: h }), "object {h}");
         }
         assert!(!b.covers(&Pending::RmFree { h_client: 5, h_object: 6 }), "a dup's source is not new");
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         b.record(&Event::Free { h_client: 7, h_parent: 8, h_object: 11 });
         b.record(&Event::UvmFree { base: 0x20_0000, length: Some(0x20_0000) });
         b.record(&range(0x20_0000, 0));
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_freed_range_leaves_the_record_and_its_base_may_come_back_wider() {
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         b.record(&range(0x20_0000, 0x20_0000));
         b.record(&Event::UvmFree { base: 0x20_0000, length: None });
         assert!(!b.covers(&Pending::UvmFree { base: 0x20_0000 }), "freed: whatever UVM_FREE frees there next is not new");
@@ -210,7 +210,7 @@ mod tests {
             "the range there now"
         );
         // a free the record never saw (dropped, or of a range it does not keep): the widest wins
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         b.record(&range(0x20_0000, 0x20_0000));
         b.record(&range(0x20_0000, 0x400_0000));
         b.record(&range(0x20_0000, 0x100_0000));
@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn the_oldest_are_forgotten_first() {
-        let mut b = Born::default();
+        let mut b = FreshRecord::default();
         for h in 1..=(HANDLES as u32 + 1) {
             b.record(&memory(1, h));
         }

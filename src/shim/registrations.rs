@@ -420,7 +420,7 @@ impl Shim {
         // first: Pipeline::lend_for_release), so deciding that needs no catching up; and even without the
         // queue (its lock not free in 5 s), taking down what we know of is safer than leaving it
         // registered over memory the driver is about to release. A call that touches only what
-        // was created since a registration could last be made touches no registration (Born):
+        // was created since a registration could last be made touches no registration (FreshRecord):
         // no decision, so no catching up.
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
         let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));

@@ -9,7 +9,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 /// What every hooked call reads first, in one cache line: between two NVIDIA calls the driver's
 /// own work evicts the caches, and each line a hook touches is a miss.
 #[repr(C, align(64))]
-pub struct HookLine {
+pub struct HookHotState {
     /// 0 = not read yet, [`OFF`], [`ACTIVE`], [`PAUSED`]. Read from the environment alone (and
     /// AT_SECURE), so that the off mode never initialises anything.
     pub active: AtomicU8,
@@ -18,9 +18,9 @@ pub struct HookLine {
     /// libc's `ioctl`.
     pub ioctl: crate::real::NextFn,
 }
-pub static HOOK: HookLine =
-    HookLine { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::libc() };
-const _: () = assert!(core::mem::size_of::<HookLine>() == 64);
+pub static HOOK: HookHotState =
+    HookHotState { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::libc() };
+const _: () = assert!(core::mem::size_of::<HookHotState>() == 64);
 
 /// `HOOK.active`: hooks forward only (off mode, secure execution, a forked child, another copy).
 pub const OFF: u8 = 1;
@@ -115,7 +115,7 @@ fn this_copy() -> *mut c_void {
 
 /// The loaded object `p` lies in: its base address and file name. Through the loader's list
 /// (`real::elf`), not `dladdr`: the process's first NVIDIA call may come from a thread that a
-/// library's constructor started and waits for, while `dlopen` holds the loader's lock (issue 29).
+/// library's constructor started and waits for, while `dlopen` holds the loader's lock.
 fn object_of(p: *mut c_void) -> Option<(usize, String)> {
     let (base, name) = crate::real::elf::object_holding(p as usize)?;
     let name = if name.is_null() {
