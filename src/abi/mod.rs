@@ -66,6 +66,9 @@ pub mod class {
     pub const NV01_MEMORY_LOCAL_PRIVILEGED: u32 = 0x3F;
     pub const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
     pub const NV01_MEMORY_VIRTUAL: u32 = 0x70;
+    /// Host memory the caller already has (NV_ESC_RM_ALLOC_MEMORY's pMemory), described to RM:
+    /// libcuda's pinned host memory (its own, cudaHostAlloc's, cudaHostRegister's).
+    pub const NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: u32 = 0x71;
     pub const NV01_MEMORY_LOCAL_PHYSICAL: u32 = 0xC2;
     pub const NV_MEMORY_FABRIC: u32 = 0xF8;
     pub const NV50_MEMORY_VIRTUAL: u32 = 0x50A0;
@@ -74,6 +77,10 @@ pub mod class {
 
     pub const fn is_root(c: u32) -> bool {
         matches!(c, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT)
+    }
+    /// Classes of system memory: host pages, whatever GPU VA they are also mapped at.
+    pub const fn is_sysmem(c: u32) -> bool {
+        matches!(c, NV01_MEMORY_SYSTEM | NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
     }
     /// Classes whose alloc parameters are NV_MEMORY_ALLOCATION_PARAMS.
     pub const fn uses_memory_alloc_params(c: u32) -> bool {

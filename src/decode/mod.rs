@@ -125,6 +125,7 @@ fn decode_rm(fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReade
     let r = match nr {
         esc::RM_ALLOC => decode_alloc(fd, arg, params, t),
         esc::RM_FREE => decode_free(arg),
+        esc::RM_ALLOC_MEMORY => decode_alloc_memory(arg),
         esc::RM_CONTROL => decode_control(arg, params),
         esc::RM_DUP_OBJECT => decode_dup(arg),
         esc::CHECK_VERSION_STR => decode_version(arg),
@@ -219,6 +220,23 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
         c => Event::OtherObject { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, class: c },
     };
     Ok(Outcome::Event(ev))
+}
+
+/// NV_ESC_RM_ALLOC_MEMORY: memory described to RM by the caller (libcuda's pinned host memory,
+/// class NV01_MEMORY_SYSTEM_OS_DESCRIPTOR), later mapped into GPU VA like any other.
+fn decode_alloc_memory(arg: &[u8]) -> Result<Outcome, Outcome> {
+    let a: abi::Nvos02WithFd = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS02"))?;
+    failed_or(0, a.status, || ())?;
+    Ok(Outcome::Event(Event::Memory {
+        h_client: a.h_root,
+        h_parent: a.h_object_parent,
+        h_memory: a.h_object_new,
+        class: a.h_class,
+        size: a.limit.checked_add(1),
+        attr: 0,
+        attr2: 0,
+        flags: a.flags,
+    }))
 }
 
 fn decode_export(arg: &[u8]) -> Result<Outcome, Outcome> {

@@ -95,6 +95,34 @@ fn memory_alloc_reads_size_from_class_params_not_params_size() {
     );
 }
 
+/// libcuda's pinned host memory on the H200 (580.159.04, during cuInit): NV_ESC_RM_ALLOC_MEMORY
+/// on /dev/nvidia0 describing 2 MiB of its host memory at 0x7f4376800000 to RM, as captured.
+#[test]
+fn alloc_memory_of_host_pages_is_sysmem_memory() {
+    let raw = "2200d0c10200005c7000005c71000000101000400000000000008076437f0000\
+               ffff1f00000000000000000000000000ffffffff00000000";
+    let b: Vec<u8> = (0..raw.len()).step_by(2).map(|i| u8::from_str_radix(&raw[i..i + 2], 16).unwrap()).collect();
+    let r = abi::nv_ioctl(esc::RM_ALLOC_MEMORY, 56);
+    let o = decode(DevKind::Gpu(0), 12, r, 0, &b, &NoParams, t580());
+    assert_eq!(
+        o,
+        Outcome::Event(Event::Memory {
+            h_client: 0xc1d0_0022,
+            h_parent: 0x5c00_0002,
+            h_memory: 0x5c00_0070,
+            class: class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR,
+            size: Some(2 << 20),
+            attr: 0,
+            attr2: 0,
+            flags: 0x4000_1010
+        })
+    );
+    assert!(class::is_sysmem(class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) && !class::is_sysmem(class::NV01_MEMORY_LOCAL_USER));
+    let mut failed = b.clone();
+    failed[40] = 0x1f; // a status: nothing was allocated
+    assert!(matches!(decode(DevKind::Gpu(0), 12, r, 0, &failed, &NoParams, t580()), Outcome::Failed { .. }));
+}
+
 #[test]
 fn failed_status_and_failed_rc_are_not_decoded() {
     let mut f: abi::Nvos00Free = zeroed();

@@ -147,15 +147,13 @@ impl Registrar {
         if t.incomplete {
             return Decision::Miss(RegMiss::MapIncomplete);
         }
-        match t.map.lookup(r.addr, r.len) {
-            Ok(pieces) => {
-                // sysmem mapped through UVM is host memory to the NIC
-                let sysmem = pieces.iter().all(|p| p.alloc.class() == Some(crate::abi::class::NV01_MEMORY_SYSTEM));
-                if sysmem {
-                    return Decision::Host;
-                }
-            }
-            Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
+        // pinned host memory CUDA also mapped for the GPU (its own, cudaHostAlloc's,
+        // cudaHostRegister's), whole or with plain host memory beside it: host memory to the NIC
+        if t.map.only_sysmem_in(r.addr, r.addr.saturating_add(r.len)) {
+            return Decision::Host;
+        }
+        if let Err(m) = t.map.lookup(r.addr, r.len) {
+            return Decision::Miss(RegMiss::Lookup(m));
         }
         if t.native_p2p_present() || t.native_seen {
             return Decision::StandAside;

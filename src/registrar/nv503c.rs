@@ -96,7 +96,7 @@ impl Nv503c {
         };
         match piece.alloc.class() {
             Some(crate::abi::class::NV01_MEMORY_LOCAL_USER) => {}
-            Some(class) if class == crate::abi::class::NV01_MEMORY_SYSTEM => return Decision::Host,
+            Some(class) if crate::abi::class::is_sysmem(class) => return Decision::Host,
             Some(class) => return Decision::Miss(RegMiss::NotVidmem { class }),
             None => return Decision::Miss(RegMiss::NoDevice),
         }

@@ -127,3 +127,35 @@ fn va_the_driver_takes_back_is_not_the_programs_any_more() {
     t.apply(&Event::UvmFree { base: VA, length: None });
     assert_eq!((t.map.first_unowned(VA, VA + MB2), t.map.owned_ranges()), (Some(VA), 0));
 }
+
+/// Pinned host memory (`cls` 0x3e or 0x71) `h` of `len` bytes that CUDA also mapped for the GPU at
+/// `va`, as libcuda does with its own and the program's (cudaHostAlloc, cudaHostRegister).
+fn pinned_host(t: &mut Tracker, h: u32, cls: u32, va: u64, len: u64) {
+    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: cls, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
+    t.apply(&map_on_gpu(va, len, 0, h));
+}
+
+/// NCCL registers its host buffers (cudaHostAlloc) with ibv_reg_mr_iova2: they sit in the GPU's
+/// VA too (the H200's many-hosts run refused them with EFAULT until pinned host memory was
+/// known as host memory). On both routes they, and host memory beside them, are delegated;
+/// a range reaching into GPU memory is not.
+#[test]
+fn pinned_host_memory_mapped_for_the_gpu_is_host_memory_on_both_routes() {
+    let host = VA + 4 * MB2;
+    for cls in [crate::abi::class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, crate::abi::class::NV01_MEMORY_SYSTEM] {
+        let mut t = program_then_internal();
+        pinned_host(&mut t, 0x20, cls, host, MB2);
+        let reg = |addr, len| VerbsReg { addr, len, access: 0, rereg: false };
+        let (mut rm, mut nv) = (FakeRm::default(), Registrar::new(false));
+        assert_eq!(nv.before_verbs(&t, &mut rm, reg(host + 0x1000, 0x81000)), Decision::Host, "class {cls:#x}");
+        assert_eq!(nv.before_verbs(&t, &mut rm, reg(host + MB2 / 2, MB2)), Decision::Host, "with plain host memory after it");
+        let into_gpu = nv.before_verbs(&t, &mut rm, reg(host - 0x1000, 0x2000));
+        assert!(matches!(into_gpu, Decision::Refuse(_)), "reaching into CUDA's own GPU memory: {into_gpu:?}");
+        assert!(rm.regs.is_empty(), "RM registered nothing");
+        let (mut rm, mut dmabuf) = (ExportRm::default(), Registrar::with_route(false, Ok(Route::Dmabuf)));
+        assert_eq!(dmabuf.before_verbs(&t, &mut rm, reg(host, MB2)), Decision::Host);
+        assert!(matches!(dmabuf.before_verbs(&t, &mut rm, reg(host - 0x1000, 0x2000)), Decision::Refuse(_)));
+        assert_eq!(rm.exports, 0, "nothing exported");
+    }
+}

@@ -64,6 +64,13 @@ impl VaMap {
         lookup::memory_in(&self.per_gpu, base, end)
     }
 
+    /// Whether memory is mapped in `[base, end)` and all of it is system memory (host pages that
+    /// CUDA also mapped for the GPU, as pinned host memory is): the NIC pins their CPU pages.
+    pub fn only_sysmem_in(&self, base: u64, end: u64) -> bool {
+        let mems = self.memory_in(base, end);
+        !mems.is_empty() && mems.iter().all(|&m| self.memory(m).is_some_and(|i| crate::abi::class::is_sysmem(i.class)))
+    }
+
     /// Whether some GPU maps `addr`.
     pub fn contains(&self, addr: u64) -> bool {
         lookup::contains(&self.per_gpu, addr)

@@ -75,8 +75,9 @@ hosts_clean() {
   rm -f "$B/logs/$1".*
 }
 
-sum_field() { tr ' ' '\n' <"$1" 2>/dev/null | grep "^$2=" | tail -1 | cut -d= -f2; }
-num() { local v; v=$(sum_field "$@"); echo "${v:-0}"; }
+# num FILE FIELD: FIELD summed over every summary line in FILE (each process of a host writes
+# its own: torchrun's agent, which touches no GPU, writes zeros after its worker's counts)
+num() { tr ' ' '\n' <"$1" 2>/dev/null | grep "^$2=" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'; }
 
 # hosts_verdict ROW W NRANKS: one line per rank: NCCL's inter-host channels and how many are
 # GDRDMA, lines that must not appear, gdrshim's counts, the fake wire's judgment.
@@ -88,7 +89,7 @@ hosts_verdict() {
     net=$(grep -c 'via NET/IB' "$nl")
     gdr=$(grep 'via NET/IB' "$nl" | grep -c '/GDRDMA')
     bad=$(grep -cE 'via P2P|via SHM|NET/Socket|Duplicate GPU|Could not find real path' "$nl")
-    grep -h '^gdrshim: summary' "$B/logs/$row.gdrshim.$r" 2>/dev/null | tail -1 >"$B/logs/$row.sum.$r"
+    grep -h '^gdrshim: summary' "$B/logs/$row.gdrshim.$r" 2>/dev/null >"$B/logs/$row.sum.$r"
     g="registered=$(num "$B/logs/$row.sum.$r" registered) dmabuf_mrs=$(num "$B/logs/$row.sum.$r" dmabuf_mrs)"
     g+=" pass0_misses=$(num "$B/logs/$row.sum.$r" pass0_misses) rm_errors=$(num "$B/logs/$row.sum.$r" rm_errors)"
     g+=" export_oracle_disagree=$(num "$B/logs/$row.sum.$r" export_oracle_disagree)"

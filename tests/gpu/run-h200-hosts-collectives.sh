@@ -25,7 +25,7 @@ hosts_build
 hosts_nccl_env
 export NCCL_NET_FORCE_FLUSH=1
 t0=$(date +%s)
-DEADLINE=$((t0 + 540))
+DEADLINE=$((t0 + ${HOSTS_DEADLINE_S:-540}))
 row() { # NAME W N CAP [NAME=VALUE...]
   local name=$1 w=$2 n=$3 cap=$4 left rcs
   shift 4
