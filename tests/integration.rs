@@ -19,30 +19,10 @@ fn env() -> &'static Env {
         let (root, dir) = (Path::new(env!("CARGO_MANIFEST_DIR")), e.dir.clone());
         let c = root.join("tests/c");
         let cc = |args: &[&str]| common::cc(&e, args);
-        cc(&["-shared", "-fPIC", "-O1", "-o", "libfakenv.so", c.join("fakenv.c").to_str().unwrap(), "-ldl"]);
-        // -Bsymbolic: like the real libcuda, its own function addresses are its own, not interposed.
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wl,-Bsymbolic",
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            "libcuda.so.1",
-            c.join("fakecuda.c").to_str().unwrap(),
-        ]);
-        let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            &map,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "libibverbs.so.1",
-            c.join("fakeverbs.c").to_str().unwrap(),
-            "-ldl",
-        ]);
+        let f = common::fakes::Fakes::in_dir(&dir);
+        f.fakenv();
+        f.fakecuda();
+        f.fakeverbs("libibverbs.so.1", common::fakes::NEW);
         cc(&[
             "-O1",
             "-o",

@@ -2,6 +2,7 @@
 //! once, a scratch folder of their own, and a command that must succeed.
 
 pub mod fakedev;
+pub mod fakes;
 pub mod lab;
 #[allow(dead_code)] // the tests that run programs of tests/c use it
 pub mod rig;

@@ -3,6 +3,7 @@
 //! rdma-core 34 and later and one older than 34 (each with its stand-in libmlx5), a fake
 //! libcuda, and the programs; built once per test binary into its scratch folder.
 
+use super::fakes::{self, Fakes};
 use super::Env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,33 +30,15 @@ fn src(f: &str) -> String {
 /// Builds the fake machine and `programs` (each tests/c/NAME.c) in a new scratch folder `tag`.
 pub fn build(tag: &str, programs: &[&str]) -> Env {
     let e = super::build(tag);
-    let cc = |args: &[&str]| super::cc(&e, args);
-    cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
-    for (dir, map, def) in [("verbs-new", "fakeverbs.map", "-DNEW"), ("verbs-old", "fakeverbs-old.map", "-DNO_DMABUF")] {
-        std::fs::create_dir_all(e.dir.join(dir)).unwrap();
-        let out = format!("{dir}/libibverbs.so.1");
-        let map = format!("-Wl,--version-script={}", src(map));
-        cc(&["-shared", "-fPIC", "-O1", def, &map, "-Wl,-soname,libibverbs.so.1", "-o", &out, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
-        // libmlx5 beside it (fakemlx5.c: the devx umem registrations)
-        let mlx5_map = format!("-Wl,--version-script={}", src("fakemlx5.map"));
-        let mlx5 = format!("{dir}/libmlx5.so.1");
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            &mlx5_map,
-            "-Wl,-soname,libmlx5.so.1",
-            "-o",
-            &mlx5,
-            &src("fakemlx5.c"),
-            "-ldl",
-        ]);
+    let f = Fakes::in_dir(&e.dir);
+    f.fakerm();
+    for (dir, verbs) in [("verbs-new", fakes::NEW), ("verbs-old", fakes::OLD)] {
+        f.fakeverbs(&format!("{dir}/libibverbs.so.1"), verbs);
+        f.fakemlx5(&format!("{dir}/libmlx5.so.1"));
     }
-    cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c"), "-ldl"]);
+    f.fakecuda();
     for p in programs {
-        cc(&["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"]);
+        super::cc(&e, &["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"]);
     }
     e
 }
