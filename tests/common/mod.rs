@@ -4,6 +4,8 @@
 pub mod fakedev;
 pub mod fakes;
 pub mod lab;
+#[allow(dead_code)] // tests/integration.rs and tests/interpose.rs use it
+pub mod player;
 #[allow(dead_code)] // the tests that run programs of tests/c use it
 pub mod rig;
 
