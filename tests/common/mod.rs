@@ -8,11 +8,13 @@ pub mod lab;
 pub mod player;
 #[allow(dead_code)] // the tests that run programs of tests/c use it
 pub mod rig;
+#[allow(dead_code)] // the scripts' tests use it
+pub mod scripts;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[allow(dead_code)] // tests/deploy_env.rs uses only front_pair
+#[allow(dead_code)] // the scripts' tests use only front_pair
 pub struct Env {
     pub dir: PathBuf,
     pub shim: PathBuf,
