@@ -17,7 +17,7 @@ fn env() -> &'static Env {
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
         common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"]);
-        common::cc(&e, &["-shared", "-fPIC", "-O1", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        common::fakes::Fakes::in_dir(&e.dir).fakerm();
         common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "quiet", &src("quiet.c"), "-ldl"]);
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
             std::fs::write(e.dir.join("dev").join(f), b"").unwrap();

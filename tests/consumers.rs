@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 mod common;
+use common::fakes::{self, Fakes};
 use common::Env;
 
 fn env() -> &'static Env {
@@ -19,14 +20,11 @@ fn env() -> &'static Env {
         let e = common::build("consumers");
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
-        let cc = |args: &[&str]| common::cc(&e, args);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
-        std::fs::create_dir_all(e.dir.join("verbs")).unwrap();
-        let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-        let verbs = ["-shared", "-fPIC", "-O1", "-DNEW", &map, "-Wl,-soname,libibverbs.so.1", "-o", "verbs/libibverbs.so.1"];
-        cc(&[&verbs[..], &[&src("fakeverbs.c"), "-ldl", "-lpthread"]].concat());
-        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
-        cc(&["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
+        let f = Fakes::in_dir(&e.dir);
+        f.fakerm();
+        f.fakeverbs("verbs/libibverbs.so.1", fakes::NEW);
+        f.fakecuda();
+        common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
         e
     })
 }

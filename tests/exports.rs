@@ -11,20 +11,7 @@ mod common;
 fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
     let e = common::build("exports");
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-    // -Bsymbolic: like the real libcuda, its own function addresses are its own, not interposed.
-    common::cc(
-        &e,
-        &[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wl,-Bsymbolic",
-            "-Wl,-soname,libcuda.so.1",
-            "-o",
-            "libcuda.so.1",
-            c.join("fakecuda.c").to_str().unwrap(),
-        ],
-    );
+    common::fakes::Fakes::in_dir(&e.dir).fakecuda();
     common::cc(&e, &["-O1", "-o", "cuda_export", c.join("cuda_export.c").to_str().unwrap(), "-ldl"]);
     let bin = e.dir.join("cuda_export");
     let out = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).env("LD_PRELOAD", &e.shim).env("GDRSHIM_SUMMARY", "0").output().unwrap();

@@ -18,7 +18,7 @@ fn env() -> &'static Env {
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
         let cc = |args: &[&str]| common::cc(&e, args);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+        common::fakes::Fakes::in_dir(&e.dir).fakerm();
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libparkdup.so", &src("parkdup.c"), "-ldl", "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorthread.so", &src("ctorthread.c"), "-lpthread"]);
         cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libplanted.so", &src("planted.c")]);

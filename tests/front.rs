@@ -68,7 +68,7 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let src = |f: &str| c.join(f).to_str().unwrap().to_string();
     common::cc(&e, &["-shared", "-fPIC", "-O1", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"]);
-    common::cc(&e, &["-shared", "-fPIC", "-O1", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
+    common::fakes::Fakes::in_dir(&e.dir).fakerm();
     common::cc(&e, &["-O1", "-o", "quiet", &src("quiet.c"), "-ldl"]);
     let dev = e.dir.join("dev");
     for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod common;
+use common::fakes::{self, Fakes};
 use common::Env;
 
 fn env() -> &'static Env {
@@ -20,29 +21,17 @@ fn env() -> &'static Env {
         let c = root.join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
         let cc = |args: &[&str]| common::cc(&e, args);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
-        let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            &map,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "libibverbs.so.1",
-            &src("fakeverbs.c"),
-            "-ldl",
-            "-lpthread",
-        ]);
+        let f = Fakes::in_dir(&dir);
+        f.fakerm();
+        f.fakeverbs("libibverbs.so.1", fakes::NEW);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
         // a Python wheel's copy of libibverbs as auditwheel renames it, and a plugin linked to it
         let wheel = "libibverbs-1a2b3c4d.so.1.14.0";
-        let soname = format!("-Wl,-soname,{wheel}");
-        cc(&["-shared", "-fPIC", "-O1", &map, &soname, "-o", wheel, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
+        f.fakeverbs(wheel, fakes::Verbs { soname: wheel, ..fakes::NEW });
         let wheel_lib = format!("-l:{wheel}");
         cc(&["-shared", "-fPIC", "-O1", "-o", "libplugwheel.so", &src("plug.c"), "-L.", &wheel_lib, "-Wl,-rpath,$ORIGIN"]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c")]);
+        f.fakecuda();
         cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
         // not linked against libibverbs: it must be able to unload it
         cc(&["-O1", "-Wall", "-Werror", "-o", "life", &src("life.c"), "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN"]);

@@ -2,14 +2,19 @@
 //! once, a scratch folder of their own, and a command that must succeed.
 
 pub mod fakedev;
+pub mod fakes;
 pub mod lab;
+#[allow(dead_code)] // tests/integration.rs and tests/interpose.rs use it
+pub mod player;
 #[allow(dead_code)] // the tests that run programs of tests/c use it
 pub mod rig;
+#[allow(dead_code)] // the scripts' tests use it
+pub mod scripts;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[allow(dead_code)] // tests/deploy_env.rs uses only front_pair
+#[allow(dead_code)] // the scripts' tests use only front_pair
 pub struct Env {
     pub dir: PathBuf,
     pub shim: PathBuf,

@@ -1,9 +1,11 @@
-//! The fake machine the end-to-end programs of tests/c run on (tests/routes.rs, tests/harm.rs,
+//! The fake machine the end-to-end programs of tests/c run on (tests/routes*.rs, tests/harm.rs,
 //! tests/stress.rs): the live fake driver (`libfakerm.so`), the fake NIC as a libibverbs of
 //! rdma-core 34 and later and one older than 34 (each with its stand-in libmlx5), a fake
 //! libcuda, and the programs; built once per test binary into its scratch folder.
 
+use super::fakes::{self, Fakes};
 use super::Env;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,33 +31,15 @@ fn src(f: &str) -> String {
 /// Builds the fake machine and `programs` (each tests/c/NAME.c) in a new scratch folder `tag`.
 pub fn build(tag: &str, programs: &[&str]) -> Env {
     let e = super::build(tag);
-    let cc = |args: &[&str]| super::cc(&e, args);
-    cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libfakerm.so", &src("fakerm.c"), "-ldl", "-lpthread"]);
-    for (dir, map, def) in [("verbs-new", "fakeverbs.map", "-DNEW"), ("verbs-old", "fakeverbs-old.map", "-DNO_DMABUF")] {
-        std::fs::create_dir_all(e.dir.join(dir)).unwrap();
-        let out = format!("{dir}/libibverbs.so.1");
-        let map = format!("-Wl,--version-script={}", src(map));
-        cc(&["-shared", "-fPIC", "-O1", def, &map, "-Wl,-soname,libibverbs.so.1", "-o", &out, &src("fakeverbs.c"), "-ldl", "-lpthread"]);
-        // libmlx5 beside it (fakemlx5.c: the devx umem registrations)
-        let mlx5_map = format!("-Wl,--version-script={}", src("fakemlx5.map"));
-        let mlx5 = format!("{dir}/libmlx5.so.1");
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            &mlx5_map,
-            "-Wl,-soname,libmlx5.so.1",
-            "-o",
-            &mlx5,
-            &src("fakemlx5.c"),
-            "-ldl",
-        ]);
+    let f = Fakes::in_dir(&e.dir);
+    f.fakerm();
+    for (dir, verbs) in [("verbs-new", fakes::NEW), ("verbs-old", fakes::OLD)] {
+        f.fakeverbs(&format!("{dir}/libibverbs.so.1"), verbs);
+        f.fakemlx5(&format!("{dir}/libmlx5.so.1"));
     }
-    cc(&["-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", &src("fakecuda.c"), "-ldl"]);
+    f.fakecuda();
     for p in programs {
-        cc(&["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"]);
+        super::cc(&e, &["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"]);
     }
     e
 }
@@ -85,4 +69,39 @@ pub fn run(e: &Env, program: &str, dev: &Path, rig: &Rig, args: &[&str], extra: 
         .output()
         .unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `routes ARGS` (tests/c/routes.c, built by [`build`]) on a fresh fake machine `dev-TAG`, the
+/// fake GPUs' PCI device (the fake's CARD_INFO: 0000:00:00.0) given the sysfs `resource` file if
+/// any; returns (exit code, stdout, stderr).
+pub fn routes(e: &Env, tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], resource: Option<&str>) -> (i32, String, String) {
+    let dev = dev_dir(e, tag, rig);
+    if let Some(resource) = resource {
+        let pci = dev.join("sys/bus/pci/devices/0000:00:00.0");
+        std::fs::create_dir_all(&pci).unwrap();
+        std::fs::write(pci.join("resource"), resource).unwrap();
+    }
+    run(e, "routes", &dev, rig, args, extra)
+}
+
+/// The key=value words of the summary line in `text`.
+pub fn summary(text: &str) -> HashMap<String, String> {
+    let line = text.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary in {text}"));
+    line["gdrshim: summary ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The value of `key=` among the words of `line`.
+pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+/// The line of `out` that starts with `prefix` (`err`: the run's stderr, shown when it is missing).
+pub fn find_line<'a>(out: &'a str, err: &str, prefix: &str) -> &'a str {
+    out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {out}\n{err}"))
 }

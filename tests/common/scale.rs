@@ -1,6 +1,7 @@
 //! The scale rig shared by benches/scale.rs and tests/scale.rs: tests/c/scalebench.c against the
 //! stateless fake driver (tests/c/scalefake.c) and the fake NIC, with and without the real shim.
 
+use crate::common::fakes::{self, Fakes, Verbs};
 use crate::common::{cc, Env};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,23 +12,9 @@ pub fn build(env: &Env) {
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let src = |f: &str| c.join(f).to_str().unwrap().to_string();
     cc(env, &["-O2", "-Wall", "-Werror", "-o", "scalebench", &src("scalebench.c"), "-ldl"]);
-    cc(env, &["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", "libscalefake.so", &src("scalefake.c"), "-ldl"]);
-    let map = format!("-Wl,--version-script={}", c.join("fakeverbs.map").display());
-    cc(
-        env,
-        &[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            &map,
-            "-Wl,-soname,libibverbs.so.1",
-            "-o",
-            "libibverbs.so.1",
-            &src("fakeverbs.c"),
-            "-ldl",
-            "-lpthread",
-        ],
-    );
+    let f = Fakes::in_dir(&env.dir);
+    f.scalefake();
+    f.fakeverbs("libibverbs.so.1", Verbs { opt: "-O2", ..fakes::NEW });
     crate::common::fakedev::fake_dev(&env.dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0"], true);
 }
 

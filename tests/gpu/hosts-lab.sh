@@ -10,6 +10,8 @@
 #   without: GDRSHIM_MODE=shadow: gdrshim registers nothing, the hidden answers stay 0, so NCCL
 #            stages through host memory (what a GeForce gives NCCL without gdrshim)
 # Callers set OUT and B (a scratch folder), then call hosts_build once.
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
 KNOBS=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 LAB=$B/lab
 res=$OUT/$(basename "$0" .sh).txt
@@ -21,7 +23,7 @@ hosts_build() {
   log "### $(date -u +%FT%TZ) $(python3 --version 2>&1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   [ -f "$KNOBS" ] || { log "no knobs build at $KNOBS"; exit 1; }
   CC=gcc bash tests/lab/build.sh "$LAB" >/dev/null || { log "the lab did not build"; exit 1; }
-  gcc -O1 -shared -fPIC -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl || exit 1
+  suppress503c_build "$B" || exit 1
   log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)"
 }
 

@@ -17,14 +17,14 @@ set -u -o pipefail
 OUT=${1:?outdir}
 mkdir -p "$OUT"
 SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
-B=/tmp/gdrshim-bar1; mkdir -p "$B/stub"
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
+B=/tmp/gdrshim-bar1; mkdir -p "$B"
 res="$OUT/bar1.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
-gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+stubnic "$B"
 gcc -shared -fPIC -O2 -o "$B/syscount.so" tests/gpu/syscount.c -ldl
 nvcc -O2 -arch=sm_90 -o "$B/bar1_figures" tests/gpu/bar1_figures.cu -lcuda -ldl 2>&1 | grep -i " error"
-export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 : >"$B/raw"
 ROUNDS=${BAR1_ROUNDS:-4}
 native() { # MIB ROUND

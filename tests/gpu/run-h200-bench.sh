@@ -7,12 +7,12 @@ mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
 SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
-B=/tmp/gdrshim-bench; mkdir -p "$B/stub"
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
+B=/tmp/gdrshim-bench; mkdir -p "$B"
 nvcc -O2 -arch=sm_90 -o "$B/bench" tests/gpu/bench.cu -lcuda -ldl 2>&1 | grep -i " error" 
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
-gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+stubnic "$B"
 nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/stub" -l:libibverbs.so.1 2>&1 | grep -i " error"
-export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 : >"$B/raw"
 PIN=""; command -v taskset >/dev/null && PIN="taskset -c 3"  # one core for both sides: less scheduling noise
 for _ in $(seq 15); do

@@ -16,13 +16,13 @@ mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
 SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
-B=/tmp/gdrshim-dmabuf; mkdir -p "$B/stub"
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
+B=/tmp/gdrshim-dmabuf; mkdir -p "$B"
 res="$OUT/dmabuf.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
-gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+stubnic "$B"
 nvcc -O2 -arch=sm_90 -o "$B/dmabuf" tests/gpu/dmabuf.cu -lcuda -ldl 2>&1 | grep -i error
-export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 run() { # name, mode (shadow | emulate), command...
   local name=$1 mode=$2; shift 2
   local pre="$SHIM" envs=(GDRSHIM_MODE=shadow)

@@ -51,7 +51,7 @@ W=tests/lab
 # per consumer row, so no FAKEWIRE_LAB: the wire stays inside each process, as host 0
 CC=gcc bash $W/build.sh "$B/lab" >/dev/null || exit 1
 cp -P "$B/lab/lib/"* "$B/fw/" && cp "$B/lab/fakesys.so" "$B/fakesys.so" || exit 1
-gcc -O1 -shared -fPIC -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl || exit 1
+suppress503c_build "$B" || exit 1
 # NIXL's wheel carries its own rdma-core (auditwheel names): the fake takes their place
 cp "$B/fw/libibverbs.so.1" "$L"/libibverbs-*.so.*; cp "$B/fw/libmlx5.so.1" "$L"/libmlx5-*.so.*
 for f in "$L"/ucx/*.so.0.0.0; do ln -sf "$(basename "$f")" "${f%.0.0}"; done

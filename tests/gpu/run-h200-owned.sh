@@ -12,12 +12,12 @@ set -u
 OUT=${1:?outdir}
 mkdir -p "$OUT"
 SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
-B=/tmp/gdrshim-owned; mkdir -p "$B/stub"
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
+B=/tmp/gdrshim-owned; mkdir -p "$B"
 res="$OUT/owned.txt"; : >"$res"
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
-gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+stubnic "$B"
 nvcc -O2 -arch=sm_90 -o "$B/owned" tests/gpu/owned.cu -lcuda -ldl 2>&1 | grep -i error
-export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "### libcuda alone" | tee -a "$res"
 timeout 120 "$B/owned" cases 2>&1 | grep -v '^verbs' | tee -a "$res"
 echo "### under gdrshim, GeForce emulation (DMA-BUF route)" | tee -a "$res"

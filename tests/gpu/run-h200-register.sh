@@ -7,13 +7,13 @@ mkdir -p "$OUT"
 # the test knobs (GDRSHIM_TEST_*, GDRSHIM_TIMING, GDRSHIM_BENCH_PAUSE) are in the knobs build only:
 # cargo build --release --lib --features knobs, with CARGO_TARGET_DIR=target/knobs
 SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
-B=/tmp/gdrshim-reg; mkdir -p "$B/stub"
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
+B=/tmp/gdrshim-reg; mkdir -p "$B"
 res="$OUT/register.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
-gcc -shared -fPIC -O1 -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c
+stubnic "$B"
 nvcc -O2 -arch=sm_90 -o "$B/reg_cycle" tests/gpu/reg_cycle.cu -lcuda -ldl -L"$B/stub" -l:libibverbs.so.1 2>&1 | grep -v _GNU_SOURCE | grep -i error
-export LD_LIBRARY_PATH="$B/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # the NV503C route against the real RM: no nvidia-peermem here (nothing reads the registrations),
 # so the test knob takes it as loaded; the DMA-BUF route has its own run (run-h200-dmabuf.sh)
 export GDRSHIM_ROUTE=nv503c GDRSHIM_TEST_ASSUME_PEERMEM=1

@@ -17,17 +17,18 @@ mkdir -p "$OUT"
 TOOL=$(readlink -f target/release/gdrshim-tool)
 SHIM=$(readlink -f "${GDRSHIM_H200_SHIM:-target/release/libgdrshim.so}")
 KNOBS=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}" 2>/dev/null || true)
+# shellcheck source=tests/gpu/lib-stubnic.sh
+source tests/gpu/lib-stubnic.sh
 B=/tmp/gdrshim-selftest
-rm -rf "$B"; mkdir -p "$B/stub"
+rm -rf "$B"; mkdir -p "$B"
 res="$OUT/selftest.txt"; : >"$res"
 log() { echo "$@" | tee -a "$res"; }
 nvidia-smi -L 2>&1 | head -2 | tee -a "$res"
 log "libibverbs on this machine: $(ldconfig -p 2>/dev/null | grep -c 'libibverbs.so.1 ') entries; HCAs: $(find /sys/class/infiniband -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
-if ! gcc -shared -fPIC -O1 -Wall -Werror -Wl,--version-script=tests/gpu/stubverbs.map -Wl,-soname,libibverbs.so.1 \
-  -o "$B/stub/libibverbs.so.1" tests/gpu/stubverbs.c -ldl -lpthread 2>"$B/stub.err"; then
+if ! stubnic_build "$B" 2>"$B/stub.err"; then
   log "FAILED: the stub NIC does not build"; tee -a "$res" <"$B/stub.err"; exit 1
 fi
-gcc -shared -fPIC -O1 -o "$B/suppress503c.so" tests/gpu/suppress503c.c -ldl
+suppress503c_build "$B"
 mismatches=0
 expect() { # name, expected exit code, VAR=value... command...
   local name=$1 want=$2 rc; shift 2

@@ -7,6 +7,8 @@
 mod common;
 #[path = "../../tests/common/fakedev.rs"]
 mod fakedev;
+#[path = "../../tests/common/fakes.rs"]
+mod fakes;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,7 +56,7 @@ fn env() -> &'static Env {
         };
         verbs(&c.join("selftestverbs.map"), "libibverbs.so.1", &c.join("selftestverbs.c"));
         so("libcuda.so.1", &src("selftestcuda.c"), &["-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"], &["-ldl"]);
-        so("libfakerm.so", &src("fakerm.c"), &[], &["-ldl", "-lpthread"]);
+        fakes::Fakes { c: c.clone(), dir: &dir }.fakerm();
         // the GPU machine's stub NIC (tests/gpu/stubverbs.c), in a folder of its own
         std::fs::create_dir_all(dir.join("gpustub")).unwrap();
         let gpu = root.join("tests/gpu");
