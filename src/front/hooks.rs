@@ -4,19 +4,11 @@ use crate::{
     attach, core_fn, Libc, CLOSE, CLOSEFROM, CLOSE_RANGE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2,
     OPENAT, OPENAT64, OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
 };
+use crate::{errno, fallback, set_errno};
 use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use core::mem::transmute;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use gdrshim_common::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
-
-fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-fn set_errno(e: c_int) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e }
-}
 
 macro_rules! libc_fn {
     ($name:literal, $ty:ty) => {{
@@ -451,82 +443,6 @@ fn preloaded() -> bool {
 /// fallbacks are what the core answers before its first NVIDIA call (src/hooks/query.rs).
 const ASKED_WITHOUT_A_GPU: [&[u8]; 5] =
     [b"gdrshim_mode", b"gdrshim_gdr_active", b"gdrshim_gdr_route", b"gdrshim_counters", b"gdrshim_lookup"];
-
-mod fallback {
-    use core::ffi::c_int;
-    /// The mode GDRSHIM_MODE asks for, as the core answers it before it starts; 0 where there is
-    /// no core to run it (secure execution, or loading it failed): every call is forwarded.
-    pub extern "C" fn asked_mode() -> c_int {
-        // SAFETY: getauxval has no preconditions.
-        if crate::no_core() || unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-            return crate::mode_word::OFF;
-        }
-        // SAFETY: a NUL-terminated name; getenv only reads the environment.
-        let v = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
-        // SAFETY: getenv answered null or a NUL-terminated string of the environment.
-        crate::mode_word::effective((!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()))
-    }
-    /// Whether a core would run here (not off, not secure, loadable): then the queries answer as
-    /// a core that has seen no NVIDIA call, else as no shim.
-    fn would_run() -> bool {
-        asked_mode() != crate::mode_word::OFF
-    }
-    /// `gdrshim_lookup`: nothing is mapped in a process that has touched no GPU (-ENOENT).
-    pub extern "C" fn lookup_unseen() -> c_int {
-        if would_run() {
-            -libc::ENOENT
-        } else {
-            -libc::ENOSYS
-        }
-    }
-    /// `struct gdrshim_counters`' 8-byte fields (src/counters.rs), the last two the BAR1 fields,
-    /// unknown (all ones) until an export asks.
-    const COUNTERS: usize = 22;
-    const UNKNOWN_FROM: usize = 20;
-    /// `gdrshim_counters(out, size)`: a shim that has seen nothing: zeros and the BAR1 fields
-    /// unknown, at most `size` bytes; the bytes written.
-    pub extern "C" fn counters_unseen(out: *mut u64, size: usize) -> c_int {
-        if out.is_null() {
-            return -libc::EINVAL;
-        }
-        if !would_run() {
-            return -libc::ENOSYS;
-        }
-        let n = (size / 8).min(COUNTERS);
-        for i in 0..n {
-            // SAFETY: the caller's struct has `size` writable bytes (gdrshim.h), i < size / 8.
-            unsafe { out.add(i).write_unaligned(if i >= UNKNOWN_FROM { u64::MAX } else { 0 }) };
-        }
-        (n * 8) as c_int
-    }
-    /// CUDA_ERROR_NOT_FOUND
-    pub extern "C" fn cuda_not_found() -> c_int {
-        500
-    }
-    pub extern "C" fn null_enosys() -> *mut core::ffi::c_void {
-        super::set_errno(libc::ENOSYS);
-        core::ptr::null_mut()
-    }
-    /// `ibv_dereg_mr` answers an errno value.
-    pub extern "C" fn enosys() -> c_int {
-        libc::ENOSYS
-    }
-    pub extern "C" fn minus_one_enosys() -> c_int {
-        super::set_errno(libc::ENOSYS);
-        -1
-    }
-    pub extern "C" fn zero() -> c_int {
-        0
-    }
-    /// -ENOSYS, as the `int` and the `int64_t` functions of include/gdrshim.h say "no shim".
-    pub extern "C" fn minus_enosys() -> i64 {
-        -(libc::ENOSYS as i64)
-    }
-    pub extern "C" fn minus_enoent() -> c_int {
-        -libc::ENOENT
-    }
-    pub extern "C" fn nothing() {}
-}
 
 forwarded! {
     cuCtxDestroy_v2 => fallback::cuda_not_found;

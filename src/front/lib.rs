@@ -21,6 +21,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![allow(clippy::missing_safety_doc)] // each export has exactly the contract of its C namesake
 
+mod fallback;
 mod hooks;
 mod loaderlock;
 mod locate;
@@ -324,4 +325,16 @@ fn say(parts: &[&[u8]]) {
     for part in parts {
         sys::write_all(2, part);
     }
+}
+
+/// This thread's errno.
+fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets this thread's errno (a hook's answer that fails as libc's would).
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e }
 }

@@ -14,178 +14,18 @@
 
 use crate::abi::dmabuf::ExportToDmabufFd;
 use crate::abi::{class, status};
-use crate::decode::{Event, Pending, Uuid};
-use crate::registrar::{Client as RmClient, Decision, RegMiss, Registrar, Rm};
+use crate::decode::{Event, Pending};
+use crate::registrar::{Client as RmClient, Decision, RegMiss, Rm};
 use crate::route::Route;
-use crate::state::{Core, Work};
-use crate::tracker::{Tracker, VidmemTuple};
+use crate::state::Work;
+use crate::tracker::VidmemTuple;
 use crate::vamap::MemRef;
 use std::collections::HashMap;
 
 mod strict_rm;
-use strict_rm::{FakeMem, StrictRm};
-
-const PAGE: u64 = 0x1_0000;
-const RANGE: u64 = 4 << 20;
-const RANGES: u64 = 16;
-const BASE: u64 = 0x7f00_0000_0000;
-const NPAGES: usize = (RANGE * RANGES / PAGE) as usize;
-const GPUS: [Uuid; 2] = [[0xa0; 16], [0xb1; 16]];
-
-fn down(x: u64) -> u64 {
-    x & !(PAGE - 1)
-}
-fn up(x: u64) -> u64 {
-    (x + PAGE - 1) & !(PAGE - 1)
-}
-
-/// One RM client of the process: a device and subdevice per GPU, a VA space per device.
-#[derive(Clone, Copy)]
-struct Client {
-    h: u32,
-    devices: [u32; 2],
-    subdevices: [u32; 2],
-    vaspaces: [u32; 2],
-}
-impl Client {
-    fn new(k: usize) -> Client {
-        let h = 0xc1d0_0001 + k as u32;
-        let d = |i: u32| 0x5c00_0010 + 0x100 * k as u32 + i;
-        Client { h, devices: [d(0), d(1)], subdevices: [d(0x10), d(0x11)], vaspaces: [d(0x20), d(0x21)] }
-    }
-}
-
-/// What the process really has mapped: per GPU, per 64 KiB page, the memory and its offset.
-struct Model {
-    pages: [Vec<Option<(MemRef, u64)>>; 2],
-    /// Pages in an allocation the program made through CUDA (the rest is CUDA's own memory).
-    owned: Vec<bool>,
-}
-impl Model {
-    fn page(va: u64) -> usize {
-        ((va - BASE) / PAGE) as usize
-    }
-    fn set(&mut self, g: usize, base: u64, len: u64, v: impl Fn(u64) -> Option<(MemRef, u64)>) {
-        for p in (0..len).step_by(PAGE as usize) {
-            self.pages[g][Self::page(base + p)] = v(p);
-        }
-    }
-    /// The memory every mapping GPU sees at page `va`, if they all agree and at least one maps it.
-    fn at(&self, va: u64) -> Result<Option<(MemRef, u64)>, ()> {
-        let i = Self::page(va);
-        match (self.pages[0][i], self.pages[1][i]) {
-            (Some(a), Some(b)) if a != b => Err(()),
-            (Some(a), _) | (_, Some(a)) => Ok(Some(a)),
-            (None, None) => Ok(None),
-        }
-    }
-    fn own(&mut self, base: u64, len: u64, owned: bool) {
-        for p in (0..len).step_by(PAGE as usize) {
-            self.owned[Self::page(base + p)] = owned;
-        }
-    }
-    /// Whether every page of `[addr, addr+len)` is the program's own.
-    fn owns(&self, addr: u64, len: u64) -> bool {
-        (down(addr)..up(addr + len)).step_by(PAGE as usize).all(|p| self.owned[Self::page(p)])
-    }
-    fn forget(&mut self, gone: impl Fn(MemRef) -> bool) {
-        for g in &mut self.pages {
-            for p in g.iter_mut() {
-                if p.is_some_and(|(m, _)| gone(m)) {
-                    *p = None;
-                }
-            }
-        }
-    }
-}
-
-struct World {
-    /// The pure core as the process has it, on the strict fake RM.
-    core: Core<StrictRm>,
-    model: Model,
-    clients: [Client; 2],
-    /// The client whose VA space UVM has for each GPU (one GPU VA space per GPU per process).
-    uvm_owner: [usize; 2],
-    mems: Vec<(MemRef, usize, bool, u64)>, // (memory, device index, vidmem, size)
-    next_mem: u32,
-}
-
-impl World {
-    fn new(route: Route) -> World {
-        let mut w = World {
-            core: Core {
-                decoded: 0,
-                tracker: Box::new(Tracker::new()),
-                registrar: Box::new(Registrar::with_route(false, Ok(route))),
-                rm: StrictRm::default(),
-            },
-            model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]], owned: vec![false; NPAGES] },
-            clients: [Client::new(0), Client::new(1)],
-            uvm_owner: [0, 1],
-            mems: Vec::new(),
-            next_mem: 0x100,
-        };
-        for k in 0..2 {
-            w.setup_client(k);
-        }
-        for r in 0..RANGES {
-            w.core.tracker.apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
-        }
-        w
-    }
-    fn setup_client(&mut self, k: usize) {
-        let c = self.clients[k];
-        self.core.tracker.apply(&Event::RootClient { fd: 10 + k as i32, h_client: c.h });
-        for i in 0..2 {
-            self.setup_device(k, i);
-        }
-    }
-    fn setup_device(&mut self, k: usize, i: usize) {
-        let c = self.clients[k];
-        self.core.tracker.apply(&Event::Device { h_client: c.h, h_device: c.devices[i], device_id: i as u32 });
-        self.core.tracker.apply(&Event::Subdevice { h_client: c.h, h_device: c.devices[i], h_subdevice: c.subdevices[i], subdevice_id: 0 });
-        self.core.tracker.apply(&Event::VaSpace {
-            h_client: c.h,
-            h_parent: c.devices[i],
-            h_vaspace: c.vaspaces[i],
-            class: class::FERMI_VASPACE_A,
-            flags: 0x48,
-        });
-        if self.uvm_owner[i] == k {
-            self.core.tracker.apply(&Event::UvmRegisterGpuVaSpace {
-                uuid: GPUS[i],
-                rm_ctrl_fd: 10 + k as i32,
-                h_client: c.h,
-                h_vaspace: c.vaspaces[i],
-            });
-        }
-        self.core.rm.subdevices.insert((c.h, c.subdevices[i]), c.devices[i]);
-        self.core.rm.instances.insert((c.h, c.devices[i]), i as u32);
-    }
-
-    /// The shim's order (`Shim::before_ioctl`): while registrations are live, those the call
-    /// concerns go first; then the driver runs it.
-    fn driver(&mut self, call: Pending) {
-        if self.core.registrar.in_use() {
-            self.core.registrar.before_driver_call(&self.core.tracker, &mut self.core.rm, call);
-        }
-    }
-
-    /// Every registration RM holds is, page by page, the memory the model has there.
-    fn check(&self, step: u64) {
-        for (_, reg) in &self.core.rm.regs {
-            for p in (0..reg.size).step_by(PAGE as usize) {
-                let want = Some((reg.mem, reg.offset + p));
-                let got = self.model.at(reg.address + p);
-                assert_eq!(got, Ok(want), "step {step}: RM holds {reg} but the model has {got:?} at {:#x}", reg.address + p);
-            }
-        }
-        assert_eq!(self.core.registrar.live_registrations(), self.core.rm.regs.len(), "step {step}: the registrar and RM disagree");
-        for o in &self.core.rm.p2p {
-            assert!(o.vaspaces.len() <= 1, "step {step}: a 503C with {} VA spaces", o.vaspaces.len());
-        }
-    }
-}
+mod world;
+use strict_rm::FakeMem;
+use world::{down, up, Model, World, BASE, GPUS, NPAGES, PAGE, RANGE, RANGES};
 
 #[test]
 fn model_two_clients_two_gpus_overlapping_maps() {

@@ -27,6 +27,8 @@ mod tests;
 #[cfg(test)]
 mod tests_dmabuf;
 #[cfg(test)]
+mod tests_model;
+#[cfg(test)]
 mod tests_owned;
 #[cfg(test)]
 mod tests_shared;
