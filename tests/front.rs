@@ -107,3 +107,26 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     assert!(o.contains("quiet plain ") && o.contains(" core=0"), "{o}");
     assert_eq!(err, "", "no GPU touched, nothing said");
 }
+
+/// test.sh runs the integration tests through the front a second time, leaving out the files it
+/// lists as never loading gdrshim through tests/common's `build()` (where GDRSHIM_TEST_VIA_FRONT
+/// is read): each of them must exist and name none of what reaches `build()`.
+#[test]
+fn the_second_pass_leaves_out_only_tests_that_the_front_cannot_change() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let suite = std::fs::read_to_string(root.join("scripts/dev/test.sh")).unwrap();
+    let at = suite.find("front_independent=(").expect("test.sh lists front_independent");
+    let list = &suite[at + "front_independent=(".len()..];
+    let list: Vec<&str> = list[..list.find(')').unwrap()].split_whitespace().collect();
+    assert!(list.len() > 5 && list.contains(&"release_deb"), "{list:?}");
+    let reaches_build = ["common::build", "build(\"", "rig::", "player::", "via_front", "GDRSHIM_TEST_VIA_FRONT"];
+    for t in &list {
+        let text = std::fs::read_to_string(root.join(format!("tests/{t}.rs"))).unwrap_or_else(|e| panic!("tests/{t}.rs: {e}"));
+        for r in reaches_build {
+            assert!(!text.contains(r), "tests/{t}.rs names `{r}`: it runs through the front, so test.sh must not leave it out");
+        }
+    }
+    // and the check itself sees a file that does
+    let routes = std::fs::read_to_string(root.join("tests/routes.rs")).unwrap();
+    assert!(reaches_build.iter().any(|r| routes.contains(r)), "tests/routes.rs loads gdrshim through build()");
+}

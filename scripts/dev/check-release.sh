@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The release is reproducible and is what SHA256SUMS says: builds it twice, from two copies of
-# this tree in different folders with different cargo homes, with its .deb each time
+# The release is reproducible and is what SHA256SUMS says: builds it twice, in this checkout
+# and from a copy of its tracked files in another folder with another cargo home, with its .deb
+# each time
 # (scripts/dev/build-deb.sh), and compares the two manifests and the two .debs byte for byte,
 # then the manifest with the repository's SHA256SUMS. Used by scripts/dev/test.sh (CI).
 #
@@ -39,16 +40,16 @@ home_b="$work/cargo-home-b"
 mkdir -p "$home_b"
 # the second cargo home gets the downloaded crates, not the first one's paths
 [ ! -d "$home_a/registry" ] || cp -r "$home_a/registry" "$home_b/"
-tree_a="$work/a"
+# the first build in the checkout itself (its target/release-build, warm where the suite made a
+# release already), the second from a copy at a deeper path, cold, with the other cargo home
+tree_a="$src"
 tree_b="$work/b/deeper/still"
-for t in "$tree_a" "$tree_b"; do
-  mkdir -p "$t"
-  git -C "$src" ls-files -z | (cd "$src" && xargs -0 cp --parents -t "$t")
-done
+mkdir -p "$tree_b"
+git -C "$src" ls-files -z | (cd "$src" && xargs -0 cp --parents -t "$tree_b")
 t0=$SECONDS
 # progress: one line per build (each about a minute from cold); cargo's lines stay out of the way
 step() { echo "check-release: $1 ($((SECONDS - t0)) s so far)"; }
-step "build 1 of 2, in $tree_a"
+step "build 1 of 2, in this checkout ($tree_a)"
 (cd "$tree_a" && CARGO_HOME="$home_a" bash scripts/dev/build-release.sh --out "$work/dist-a" >/dev/null 2>"$work/build-a.log") ||
   { cat "$work/build-a.log" >&2; exit 1; }
 step "build 2 of 2, in $tree_b, another cargo home"
