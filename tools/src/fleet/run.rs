@@ -68,14 +68,14 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         };
         match &n {
             Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
-            Err(e) => task.facts.push(Fact {
-                kind: Kind::Nccl,
-                rail: None,
-                blocks: false,
-                summary: format!("--nccl: {e}"),
-                evidence: vec![],
-                fix: "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
-            }),
+            Err(e) => task.facts.push(Fact::new(
+                Kind::Nccl,
+                None,
+                false,
+                format!("--nccl: {e}"),
+                vec![],
+                "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
+            )),
         }
         n.ok()
     });
@@ -89,14 +89,7 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     let mut rig = rig;
     if let Some(r) = rig.as_ref() {
         if let Err(e) = r.fill_src(seed, tag(me, gpu as usize)) {
-            task.facts.push(Fact {
-                kind: Kind::Node,
-                rail: Some(gpu as usize),
-                blocks: true,
-                summary: e,
-                evidence: vec![],
-                fix: String::new(),
-            });
+            task.facts.push(Fact::new(Kind::Node, Some(gpu as usize), true, e, vec![], String::new()));
             rig = None;
         }
     }
@@ -190,7 +183,7 @@ fn setup<'v>(
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
     let blocked = |t: &mut Task, kind: Kind, summary: String, evidence: Vec<String>, fix: String| {
-        t.facts.push(Fact { kind, rail: Some(rail_no), blocks: true, summary, evidence, fix });
+        t.facts.push(Fact::new(kind, Some(rail_no), true, summary, evidence, fix));
     };
     let (cu, v) = match (cu, v) {
         (Ok(cu), Ok(v)) => (cu, v),
@@ -206,8 +199,8 @@ fn setup<'v>(
     let mut rig_args = a.selftest_args(gpu, hca);
     rig_args.size = a.size;
     match Rig::new(&rig_args, cu, v, a.size) {
-        Err(u) => {
-            blocked(&mut t, u.kind, u.summary, u.evidence, u.fix);
+        Err(unfit) => {
+            t.facts.push(Fact { rail: Some(rail_no), ..*unfit });
             (t, None)
         }
         Ok(mut rig) => {
@@ -223,15 +216,14 @@ fn setup<'v>(
                         n("stood_aside")
                     )
                 });
-                t.facts.push(Fact {
-                    kind: Kind::DmaBuf,
-                    rail: Some(rail_no),
-                    blocks: false,
-                    summary: "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)"
-                        .into(),
-                    evidence: ev.into_iter().collect(),
-                    fix: "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
-                });
+                t.facts.push(Fact::new(
+                    Kind::DmaBuf,
+                    Some(rail_no),
+                    false,
+                    "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)".into(),
+                    ev.into_iter().collect(),
+                    "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
+                ));
             }
             t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
             if rig.open().is_ok() {
@@ -316,14 +308,14 @@ fn port_facts(nodes: &mut [Task]) {
             let (Some(g), Some(all)) = (r.port_gbps, rates.get(&r.rail)) else { continue };
             let common = *all.iter().max_by_key(|x| all.iter().filter(|y| y == x).count()).unwrap_or(&0);
             if all.len() >= 3 && (g as u64) < common {
-                add.push(Fact {
-                    kind: Kind::NicPort,
-                    rail: Some(r.rail),
-                    blocks: false,
-                    summary: format!("{} is active at {g:.0} Gb/s, {common} Gb/s on this rail's other ports", r.nic),
-                    evidence: vec![format!("ibv_query_port: active_speed × active_width = {g:.0} Gb/s")],
-                    fix: "the port trained below its rate: cable, transceiver, switch port (ibstat / ethtool: width and speed)".into(),
-                });
+                add.push(Fact::new(
+                    Kind::NicPort,
+                    Some(r.rail),
+                    false,
+                    format!("{} is active at {g:.0} Gb/s, {common} Gb/s on this rail's other ports", r.nic),
+                    vec![format!("ibv_query_port: active_speed × active_width = {g:.0} Gb/s")],
+                    "the port trained below its rate: cable, transceiver, switch port (ibstat / ethtool: width and speed)".into(),
+                ));
             }
         }
         n.facts.extend(add);

@@ -70,17 +70,17 @@ fn a_dead_link_is_the_link_and_a_dead_node_is_the_node() {
     };
     let cs = culprits(&nodes, &legs(4, 1, dead(1, 2)));
     assert_eq!(named(&cs), [one(Kind::Link, &["n1", "n2"], Some(0))].into(), "{cs:#?}");
-    assert!(cs[0].evidence.iter().any(|e| e.contains("WRITE n1→n2: error")), "{:?}", cs[0].evidence);
-    assert!(!cs[0].summary.contains("these two alone"));
+    assert!(cs[0].check.evidence.iter().any(|e| e.contains("WRITE n1→n2: error")), "{:?}", cs[0].check.evidence);
+    assert!(!cs[0].check.summary.contains("these two alone"));
     // every link of n3 fails: n3, not its three links
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 3 || d == 3 { Outcome::Error } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Node, &["n3"], None)].into(), "{cs:#?}");
-    assert!(cs[0].summary.contains("its only rail"));
+    assert!(cs[0].check.summary.contains("its only rail"));
     // two nodes alone: the link, said so
     let two: Vec<Task> = (0..2).map(|i| node(i, 1)).collect();
     let cs = culprits(&two, &legs(2, 1, |_, _, _, _| Outcome::Corrupt));
     assert_eq!(named(&cs), [one(Kind::Link, &["n0", "n1"], Some(0))].into());
-    assert!(cs[0].summary.contains("these two alone"), "{}", cs[0].summary);
+    assert!(cs[0].check.summary.contains("these two alone"), "{}", cs[0].check.summary);
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn one_rail_of_one_node_is_its_nic_and_every_rail_is_the_node() {
     let nodes: Vec<Task> = (0..5).map(|i| node(i, 3)).collect();
     let cs = culprits(&nodes, &legs(5, 3, |r, s, d, _| if r == 1 && (s == 2 || d == 2) { Outcome::Slow } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::NicPort, &["n2"], Some(1))].into(), "{cs:#?}");
-    assert!(cs[0].summary.starts_with("mlx5_1 of n2 (rail 1)"), "{}", cs[0].summary);
+    assert!(cs[0].check.summary.starts_with("mlx5_1 of n2 (rail 1)"), "{}", cs[0].check.summary);
     let cs = culprits(&nodes, &legs(5, 3, |_, s, d, _| if s == 4 || d == 4 { Outcome::Error } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Node, &["n4"], None)].into(), "{cs:#?}");
     // every link of every node: the fleet, once per rail, and no node
@@ -100,27 +100,13 @@ fn one_rail_of_one_node_is_its_nic_and_every_rail_is_the_node() {
 fn a_nodes_fact_takes_its_links_and_no_peer_is_blamed() {
     // n1 has no gdrshim: it could not register, every leg with it did not run
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[1].facts.push(Fact {
-        kind: Kind::Shim,
-        rail: None,
-        blocks: true,
-        summary: "gdrshim is not loaded on n1".into(),
-        evidence: vec![],
-        fix: "preload it".into(),
-    });
+    nodes[1].facts.push(Fact::new(Kind::Shim, None, true, "gdrshim is not loaded on n1".into(), vec![], "preload it".into()));
     nodes[1].versions[0].1 = "missing".into();
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Shim, &["n1"], None)].into(), "{cs:#?}");
     // a PCIe path fact accounts for slow links, not for corrupt ones
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[2].facts.push(Fact {
-        kind: Kind::PciePath,
-        rail: Some(0),
-        blocks: false,
-        summary: "GPU 0 ↔ mlx5_0 is SYS".into(),
-        evidence: vec![],
-        fix: String::new(),
-    });
+    nodes[2].facts.push(Fact::new(Kind::PciePath, Some(0), false, "GPU 0 ↔ mlx5_0 is SYS".into(), vec![], String::new()));
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 2 || d == 2 { Outcome::Slow } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::PciePath, &["n2"], Some(0))].into(), "{cs:#?}");
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if (s.min(d), s.max(d)) == (0, 2) { Outcome::Corrupt } else { Outcome::Ok }));
@@ -135,11 +121,11 @@ fn versions_name_the_minority_or_the_skew() {
     let cs = culprits(&nodes, &legs(4, 1, |_, _, _, _| Outcome::Ok));
     assert_eq!(named(&cs), [one(Kind::Shim, &["n3"], None), one(Kind::VersionSkew, &["n0"], None)].into(), "{cs:#?}");
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
-    assert_eq!(shim.summary, "gdrshim 0.1.9 on n3, 0.2.0 on the 3 other node(s)");
+    assert_eq!(shim.check.summary, "gdrshim 0.1.9 on n3, 0.2.0 on the 3 other node(s)");
     // two against two: no majority, so no node is named alone
     nodes[2].versions[0].1 = "0.1.9".into();
     let cs = culprits(&nodes, &legs(4, 1, |_, _, _, _| Outcome::Ok));
-    let skew = cs.iter().find(|c| c.summary.starts_with("gdrshim")).unwrap();
+    let skew = cs.iter().find(|c| c.check.summary.starts_with("gdrshim")).unwrap();
     assert_eq!((skew.kind, skew.nodes.len()), (Kind::VersionSkew, 4), "{skew:#?}");
 }
 
@@ -197,14 +183,7 @@ fn no_false_culprit_on_random_fleets() {
             .collect();
         let how = bad_kinds[rng.below(3)];
         for &x in &blocked {
-            nodes[x].facts.push(Fact {
-                kind: Kind::DmaBuf,
-                rail: None,
-                blocks: true,
-                summary: "no dma-buf".into(),
-                evidence: vec![],
-                fix: String::new(),
-            });
+            nodes[x].facts.push(Fact::new(Kind::DmaBuf, None, true, "no dma-buf".into(), vec![], String::new()));
         }
         let out = |r: usize, s: usize, d: usize| -> Outcome {
             let (a, b) = (s.min(d), s.max(d));
@@ -306,13 +285,8 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
 
 #[test]
 fn one_fault_seen_by_several_checks_is_one_culprit() {
-    let fact = |kind, rail, blocks, summary: &str| Fact {
-        kind,
-        rail,
-        blocks,
-        summary: summary.into(),
-        evidence: vec![format!("evidence of {summary}")],
-        fix: format!("fix {summary}"),
+    let fact = |kind, rail, blocks, summary: &str| {
+        Fact::new(kind, rail, blocks, summary.into(), vec![format!("evidence of {summary}")], format!("fix {summary}"))
     };
     let mut n = node(0, 2);
     n.facts = vec![
@@ -330,12 +304,12 @@ fn one_fault_seen_by_several_checks_is_one_culprit() {
     );
     // the node's fact leads, then the one that blocks; the rest are its evidence
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
-    assert_eq!((shim.summary.as_str(), shim.fix.as_str()), ("not loaded", "fix not loaded"));
-    assert!(shim.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
-    assert!(shim.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
+    assert_eq!((shim.check.summary.as_str(), shim.check.fix.as_str()), ("not loaded", "fix not loaded"));
+    assert!(shim.check.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
+    assert!(shim.check.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
     let dmabuf = cs.iter().find(|c| c.kind == Kind::DmaBuf).unwrap();
-    assert_eq!(dmabuf.summary, "registration: refused");
-    assert_eq!(dmabuf.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
+    assert_eq!(dmabuf.check.summary, "registration: refused");
+    assert_eq!(dmabuf.check.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
 }
 
 #[test]
