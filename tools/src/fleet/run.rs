@@ -10,6 +10,7 @@ use super::render::Fleet;
 use super::round::{self, gather, tag};
 use super::wire::Group;
 use super::{launch, nccl, node, verdict};
+use crate::report::COULD_NOT_CHECK;
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::Verbs;
 use crate::selftest::shim::AllCounters;
@@ -42,16 +43,7 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         1 => None,
         _ => Some(Group::join(&l.rendezvous.clone()?, l.rank, l.size, &l.job, timeout, timeout)?),
     };
-    // every task must move the same bytes, with rank 0's seed
-    let seed = crate::selftest::rdma::run_seed();
-    let cfg = gather(&mut group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
-    if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
-        return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
-    }
-    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
-        return Err("the tasks were started with and without --nccl".into());
-    }
-    let seed = u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed);
+    let seed = agree(&mut group, a)?;
     let gpu = a.gpu.unwrap_or(l.local_rank as i32);
     let mut cu = Cuda::load();
     let cu = match cu.as_mut() {
@@ -61,24 +53,7 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     let verbs = Verbs::load();
     let cuda = cu.as_ref().ok().copied();
     let (mut task, rig) = setup(a, &l, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
-    let mut nccl = nccl_log.clone().map(|log| {
-        let n = match cuda {
-            Some(cu) => nccl::Nccl::load(log, cu, a.size),
-            None => Err("no CUDA context for NCCL's buffers".into()),
-        };
-        match &n {
-            Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
-            Err(e) => task.facts.push(Fact::new(
-                Kind::Nccl,
-                None,
-                false,
-                format!("--nccl: {e}"),
-                vec![],
-                "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
-            )),
-        }
-        n.ok()
-    });
+    let mut nccl = nccl_log.clone().map(|log| load_nccl(a, log, cuda, &mut task));
     if l.rank == 0 {
         eprintln!("fleet: {} task(s) ({}), gathering each node's facts", l.size, l.launcher);
     }
@@ -124,6 +99,40 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     Ok(codes[0].parse().unwrap_or(2))
 }
 
+/// The seed every task moves its bytes with, rank 0's; every task must have been started with
+/// the same --size and --nccl.
+fn agree(group: &mut Option<Group>, a: &Args) -> Result<u64, String> {
+    let seed = crate::selftest::rdma::run_seed();
+    let cfg = gather(group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
+    if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
+        return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
+    }
+    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
+        return Err("the tasks were started with and without --nccl".into());
+    }
+    Ok(u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed))
+}
+
+/// NCCL for --nccl, its version among the task's; where it cannot be loaded, a fact.
+fn load_nccl(a: &Args, log: std::path::PathBuf, cuda: Option<&Cuda>, task: &mut Task) -> Option<nccl::Nccl> {
+    let n = match cuda {
+        Some(cu) => nccl::Nccl::load(log, cu, a.size),
+        None => Err("no CUDA context for NCCL's buffers".into()),
+    };
+    match &n {
+        Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
+        Err(e) => task.facts.push(Fact::new(
+            Kind::Nccl,
+            None,
+            false,
+            format!("--nccl: {e}"),
+            vec![],
+            "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
+        )),
+    }
+    n.ok()
+}
+
 /// This task's facts, versions and rail, and its buffers on the wire where it has them.
 fn setup<'v>(
     a: &Args,
@@ -132,67 +141,29 @@ fn setup<'v>(
     cu: Result<&'v Cuda, String>,
     v: Result<&'v Verbs, String>,
 ) -> (Task, Option<Rig<'v>>) {
-    let name = hostname();
     let rail_no = gpu.max(0) as usize;
-    let mut t = Task { rank: l.rank, node: name.clone(), ..Default::default() };
+    let mut t = Task { rank: l.rank, node: hostname(), ..Default::default() };
     let (facts, version) = node::shim_facts();
     t.facts.extend(facts);
     t.versions.push(("gdrshim".into(), version));
     t.versions.push(("driver".into(), node::driver_version()));
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     t.facts.extend(node::memlock_fact(&status, node::memlock_soft()));
-    let mut hca = a.hca.clone();
-    let mut st_args = a.selftest_args(gpu, None);
-    match node::state(a.state.as_deref(), &name) {
-        Ok((st, dir, own)) => {
-            let topo = node::topology(&st);
-            let addr = topo.get(rail_no).map(|(g, _)| g.clone());
-            if hca.is_none() {
-                hca = topo.get(rail_no).and_then(|(_, n)| n.clone());
-            }
-            t.facts.extend(node::doctor_facts(&st, &[(rail_no, addr)]));
-            st_args.state = Some(dir);
-            st_args.hca = hca.clone();
-            let (word, fact) = node::loopback(&st_args, rail_no);
-            t.rails.push(Rail {
-                rail: rail_no,
-                gpu: format!("GPU {gpu}"),
-                nic: String::new(),
-                port_gbps: None,
-                path: String::new(),
-                loopback: word,
-            });
-            t.facts.extend(fact);
-            if let Some(root) = own {
-                let _ = std::fs::remove_dir_all(root); // ours: recorded by node::state
-            }
-        }
-        Err(e) => {
-            eprintln!("fleet: rank {} on {name}: no doctor's checks: {e}", l.rank);
-            t.rails.push(Rail {
-                rail: rail_no,
-                gpu: format!("GPU {gpu}"),
-                nic: String::new(),
-                port_gbps: None,
-                path: String::new(),
-                loopback: "COULD NOT CHECK".into(),
-            });
-        }
-    }
+    let hca = doctor_and_loopback(a, gpu, &mut t);
     t.rails[0].nic = format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
-    let blocked = |t: &mut Task, kind: Kind, summary: String, evidence: Vec<String>, fix: String| {
-        t.facts.push(Fact::new(kind, Some(rail_no), true, summary, evidence, fix));
+    let blocked = |t: &mut Task, kind: Kind, summary: String, fix: &str| {
+        t.facts.push(Fact::new(kind, Some(rail_no), true, summary, vec![], fix.into()));
     };
     let (cu, v) = match (cu, v) {
         (Ok(cu), Ok(v)) => (cu, v),
         (Err(e), _) => {
-            blocked(&mut t, Kind::Node, e, vec![], "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)".into());
+            blocked(&mut t, Kind::Node, e, "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)");
             return (t, None);
         }
         (_, Err(e)) => {
-            blocked(&mut t, Kind::NicPort, e, vec![], "install rdma-core (libibverbs1, ibverbs-providers) on this node".into());
+            blocked(&mut t, Kind::NicPort, e, "install rdma-core (libibverbs1, ibverbs-providers) on this node");
             return (t, None);
         }
     };
@@ -204,35 +175,80 @@ fn setup<'v>(
             (t, None)
         }
         Ok(mut rig) => {
-            t.rails[0].path = path(&rig.registered);
-            if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
-                let ev = rig.registered.1.map(|c| {
-                    let n = |k| crate::selftest::shim::all_counter(&c, k);
-                    format!(
-                        "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
-                        n("registered"),
-                        n("registered_bytes"),
-                        n("pass0_hits"),
-                        n("stood_aside")
-                    )
-                });
-                t.facts.push(Fact::new(
-                    Kind::DmaBuf,
-                    Some(rail_no),
-                    false,
-                    "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)".into(),
-                    ev.into_iter().collect(),
-                    "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
-                ));
-            }
-            t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
-            if rig.open().is_ok() {
-                t.rails[0].port_gbps = rig.port_gbps();
-            }
-            rig.close();
+            rail_as_registered(a, &mut rig, &mut t, rail_no);
             (t, Some(rig))
         }
     }
+}
+
+/// The doctor's facts over the node's state and the self-test's loopback on this task's rail,
+/// which it adds; the HCA of the rail (--hca, else the state's nearest to the GPU).
+fn doctor_and_loopback(a: &Args, gpu: i32, t: &mut Task) -> Option<String> {
+    let rail_no = gpu.max(0) as usize;
+    let mut hca = a.hca.clone();
+    let mut st_args = a.selftest_args(gpu, None);
+    let rail = |loopback: String| Rail {
+        rail: rail_no,
+        gpu: format!("GPU {gpu}"),
+        nic: String::new(),
+        port_gbps: None,
+        path: String::new(),
+        loopback,
+    };
+    match node::state(a.state.as_deref(), &t.node) {
+        Ok((st, dir, own)) => {
+            let topo = node::topology(&st);
+            let addr = topo.get(rail_no).map(|(g, _)| g.clone());
+            if hca.is_none() {
+                hca = topo.get(rail_no).and_then(|(_, n)| n.clone());
+            }
+            t.facts.extend(node::doctor_facts(&st, &[(rail_no, addr)]));
+            st_args.state = Some(dir);
+            st_args.hca = hca.clone();
+            let (word, fact) = node::loopback(&st_args, rail_no);
+            t.rails.push(rail(word));
+            t.facts.extend(fact);
+            if let Some(root) = own {
+                let _ = std::fs::remove_dir_all(root); // ours: recorded by node::state
+            }
+        }
+        Err(e) => {
+            eprintln!("fleet: rank {} on {}: no doctor's checks: {e}", t.rank, t.node);
+            t.rails.push(rail(COULD_NOT_CHECK.into()));
+        }
+    }
+    hca
+}
+
+/// The rail as its GPU buffers were registered: the path gdrshim made (a fallback without it is a
+/// fact), the NIC's name and its port's rate.
+fn rail_as_registered(a: &Args, rig: &mut Rig, t: &mut Task, rail_no: usize) {
+    t.rails[0].path = path(&rig.registered);
+    if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
+        let ev = rig.registered.1.map(|c| {
+            let n = |k| crate::selftest::shim::all_counter(&c, k);
+            format!(
+                "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
+                n("registered"),
+                n("registered_bytes"),
+                n("pass0_hits"),
+                n("stood_aside")
+            )
+        });
+        t.facts.push(Fact::new(
+            Kind::DmaBuf,
+            Some(rail_no),
+            false,
+            "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)".into(),
+            ev.into_iter().collect(),
+            "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
+        ));
+    }
+    t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
+    if rig.open().is_ok() {
+        t.rails[0].port_gbps = rig.port_gbps();
+    }
+    rig.close();
 }
 
 /// How the GPU memory was registered, from gdrshim's counters before and after: bytes of GPU
