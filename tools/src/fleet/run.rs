@@ -43,7 +43,8 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         1 => None,
         _ => Some(Group::join(&l.rendezvous.clone()?, l.rank, l.size, &l.job, timeout, timeout)?),
     };
-    let seed = agree(&mut group, a)?;
+    let name = hostname();
+    let (seed, me) = agree(&mut group, a, &name)?;
     let gpu = a.gpu.unwrap_or(l.local_rank as i32);
     let mut cu = Cuda::load();
     let cu = match cu.as_mut() {
@@ -52,23 +53,16 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     };
     let verbs = Verbs::load();
     let cuda = cu.as_ref().ok().copied();
-    let (mut task, rig) = setup(a, &l, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
+    let (mut task, rig) = setup(a, &l, name, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
     let mut nccl = nccl_log.clone().map(|log| load_nccl(a, log, cuda, &mut task));
+    let rail = gpu.max(0) as usize;
+    let (mine, mut rig) = facts_to_send(&mut task, rig, |r| r.fill_src(seed, tag(me, rail)), rail);
     if l.rank == 0 {
         eprintln!("fleet: {} task(s) ({}), gathering each node's facts", l.size, l.launcher);
     }
-    let parts = gather(&mut group, &task.to_lines())?;
+    let parts = gather(&mut group, &mine)?;
     let tasks: Vec<Task> = parts.iter().map(|p| Task::from_lines(p)).collect::<Result<_, _>>()?;
     let nodes = merge(&tasks);
-    let me = nodes.iter().position(|n| n.node == task.node).expect("this task's node is in the list");
-    let mut rig = rig;
-    if let Some(r) = rig.as_ref() {
-        if let Err(e) = r.fill_src(seed, tag(me, gpu as usize)) {
-            task.facts.push(Fact::new(Kind::Node, Some(gpu as usize), true, e, vec![], String::new()));
-            rig = None;
-        }
-    }
-    let rail = gpu.max(0) as usize;
     if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
         if let Err(e) = n.fill(cu, seed, tag(me, rail)) {
             eprintln!("fleet: rank {}: NCCL's buffer: {e}", l.rank);
@@ -99,18 +93,57 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     Ok(codes[0].parse().unwrap_or(2))
 }
 
-/// The seed every task moves its bytes with, rank 0's; every task must have been started with
-/// the same --size and --nccl.
-fn agree(group: &mut Option<Group>, a: &Args) -> Result<u64, String> {
+/// What every task agrees on in the first exchange: the seed every task moves its bytes with,
+/// rank 0's (every task must have been started with the same --size and --nccl), and the index of
+/// this task's node `node` among the job's nodes, which tags the bytes it sends.
+fn agree(group: &mut Option<Group>, a: &Args, node: &str) -> Result<(u64, usize), String> {
     let seed = crate::selftest::rdma::run_seed();
-    let cfg = gather(group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
-    if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
-        return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
+    let cfg = gather(group, &format!("{} {seed:x} {} {node}", a.size, a.nccl as u8))?;
+    // size, seed, --nccl, and the node's name (which may hold spaces)
+    let cfg: Vec<Vec<&str>> = cfg.iter().map(|c| c.splitn(4, ' ').collect()).collect();
+    if cfg.iter().any(|c| c.first() != Some(&a.size.to_string().as_str())) {
+        let said: Vec<String> = cfg.iter().map(|c| c[..c.len().min(3)].join(" ")).collect();
+        return Err(format!("the tasks were started with different --size: {}", said.join(", ")));
     }
-    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
+    if cfg.iter().any(|c| c.get(2) != Some(&if a.nccl { "1" } else { "0" })) {
         return Err("the tasks were started with and without --nccl".into());
     }
-    Ok(u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed))
+    let seed = u64::from_str_radix(cfg[0].get(1).unwrap_or(&"0"), 16).unwrap_or(seed);
+    let names: Vec<&str> = cfg.iter().map(|c| c.get(3).copied().unwrap_or_default()).collect();
+    Ok((seed, node_index(&names, node)))
+}
+
+/// The index of node `node` among the nodes of the tasks named `names` (one a rank), in the order
+/// their first task came: as `merge` orders them.
+pub fn node_index(names: &[&str], node: &str) -> usize {
+    let mut nodes: Vec<&str> = Vec::new();
+    for n in names {
+        if !nodes.contains(n) {
+            nodes.push(n);
+        }
+    }
+    nodes.iter().position(|n| *n == node).expect("this task's node is in the list")
+}
+
+/// What this task sends rank 0 about itself (its facts, versions and rails), taken once its
+/// source buffer is filled with `fill`: a fill that fails is one of those facts, and the rig is
+/// gone (this rail moves no bytes); the rig where it was filled.
+pub fn facts_to_send<R>(task: &mut Task, rig: Option<R>, fill: impl FnOnce(&R) -> Result<(), String>, rail: usize) -> (String, Option<R>) {
+    let rig = rig.and_then(|r| match fill(&r) {
+        Ok(()) => Some(r),
+        Err(e) => {
+            task.facts.push(Fact::new(
+                Kind::Node,
+                Some(rail),
+                true,
+                format!("this rail's GPU buffer could not be filled: {e}"),
+                vec![],
+                "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)".into(),
+            ));
+            None
+        }
+    });
+    (task.to_lines(), rig)
 }
 
 /// NCCL for --nccl, its version among the task's; where it cannot be loaded, a fact.
@@ -137,12 +170,13 @@ fn load_nccl(a: &Args, log: std::path::PathBuf, cuda: Option<&Cuda>, task: &mut 
 fn setup<'v>(
     a: &Args,
     l: &launch::Launch,
+    node: String,
     gpu: i32,
     cu: Result<&'v Cuda, String>,
     v: Result<&'v Verbs, String>,
 ) -> (Task, Option<Rig<'v>>) {
     let rail_no = gpu.max(0) as usize;
-    let mut t = Task { rank: l.rank, node: hostname(), ..Default::default() };
+    let mut t = Task { rank: l.rank, node, ..Default::default() };
     let (facts, version) = node::shim_facts();
     t.facts.extend(facts);
     t.versions.push(("gdrshim".into(), version));

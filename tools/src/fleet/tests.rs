@@ -3,6 +3,7 @@
 //! fleets on every run, thousands of them).
 
 use super::model::{Culprit, Fact, Kind, Leg, Op, Outcome, Rail, Task};
+use super::run::{facts_to_send, merge, node_index};
 use super::schedule::rounds;
 use super::verdict::culprits;
 use std::collections::BTreeSet;
@@ -323,4 +324,41 @@ fn a_legs_merge_keeps_the_worst_outcomes_details() {
     assert_eq!((m[0].outcome, m[0].detail.as_str()), (Outcome::Error, "RETRY_EXC_ERR"));
     let m = super::round::merge_legs(vec![leg(Outcome::Error, "a"), leg(Outcome::Error, "b")]);
     assert_eq!(m[0].detail, "a; b");
+}
+
+#[test]
+fn a_fill_that_fails_is_among_the_facts_rank_0_receives() {
+    // n1's source buffer cannot be filled: rank 0 hears it with the node's other facts
+    let sent: Vec<String> = (0..4)
+        .map(|i| {
+            let mut t = node(i, 1);
+            let fill = |_: &()| if i == 1 { Err("cuMemcpyHtoD_v2 -> 700".to_string()) } else { Ok(()) };
+            let (sent, rig) = facts_to_send(&mut t, Some(()), fill, 0);
+            assert_eq!(rig.is_some(), i != 1);
+            sent
+        })
+        .collect();
+    let tasks: Vec<Task> = sent.iter().map(|s| Task::from_lines(s)).collect::<Result<_, _>>().unwrap();
+    let nodes = merge(&tasks);
+    assert!(nodes[0].facts.is_empty() && nodes[2].facts.is_empty(), "{nodes:#?}");
+    let f = nodes[1].facts.iter().find(|f| f.kind == Kind::Node).expect("the fill's fact");
+    assert_eq!((f.rail, f.blocks), (Some(0), true));
+    assert!(f.check.summary.contains("cuMemcpyHtoD_v2 -> 700"), "{f:#?}");
+    // without a rig n1 took part in no leg: n1 is the culprit, no peer is blamed
+    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
+    assert_eq!(named(&cs), [one(Kind::Node, &["n1"], Some(0))].into(), "{cs:#?}");
+    // a task that has no rig sends its facts as they are
+    let mut t = node(0, 1);
+    let (sent, rig) = facts_to_send(&mut t, None::<()>, |_| unreachable!(), 0);
+    assert_eq!((sent, rig), (node(0, 1).to_lines(), None));
+}
+
+#[test]
+fn a_tasks_node_index_is_its_nodes_place_in_the_merged_list() {
+    let names = ["b", "a", "b", "c c", "a"];
+    let tasks: Vec<Task> = names.iter().enumerate().map(|(i, n)| Task { rank: i, node: n.to_string(), ..Default::default() }).collect();
+    let nodes = merge(&tasks);
+    for n in names {
+        assert_eq!(node_index(&names, n), nodes.iter().position(|x| x.node == n).unwrap(), "{n}");
+    }
 }

@@ -14,7 +14,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const PROTOCOL: &str = "gdrshim-fleet-1";
+const PROTOCOL: &str = "gdrshim-fleet-2";
 const MAX_FRAME: usize = 64 << 20;
 
 fn write_frame(s: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
@@ -421,7 +421,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         // another job's task is turned away; rank 1 comes, rank 2 never does
         let foreign = Group::join(&rdv(p), 1, 3, "other", Duration::from_millis(600), Duration::from_secs(1)).err().unwrap();
-        assert!(foreign.contains("is another run (other gdrshim-fleet-1)"), "{foreign}");
+        assert!(foreign.contains(&format!("is another run (other {PROTOCOL})")), "{foreign}");
         let one = Group::join(&rdv(p), 1, 3, "job", Duration::from_millis(700), Duration::from_secs(1)).err().unwrap();
         let zero = h.join().unwrap().unwrap();
         assert!(zero.contains("rank(s) 2 did not come within 0 s") || zero.contains("rank(s) 2 sent nothing"), "{zero}");
