@@ -10,9 +10,9 @@ use crate::selftest::args::Args;
 use crate::selftest::conn::{self, Dest, Port, Qp};
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::{errno_text, IbvGid, Verbs, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE};
+use crate::selftest::findings::Findings;
 use crate::selftest::host::{fill_at, HostBuf, Region};
 use crate::selftest::rdma::{self, Hca};
-use crate::selftest::report::Report;
 use crate::selftest::shim::AllCounters;
 use std::time::Instant;
 
@@ -52,7 +52,7 @@ impl Endpoint {
 
 /// Why a rail cannot take part: a blocking fact about this node, from the self-test's last check
 /// that did not pass (its rail is the caller's to set).
-fn unfit(kind: Kind, r: &Report) -> Fact {
+fn unfit(kind: Kind, r: &Findings) -> Fact {
     let bad = r.items().iter().rev().find(|i| i.status != crate::report::Status::Pass);
     Fact::new(
         kind,
@@ -104,7 +104,7 @@ impl<'v> Rig<'v> {
     /// The buffers on the GPU and their registration on the NIC, as a job makes them; else why
     /// this rail cannot take part.
     pub fn new(a: &Args, cu: &'v Cuda, v: &'v Verbs, size: usize) -> Result<Rig<'v>, Box<Fact>> {
-        let mut r = Report::default();
+        let mut r = Findings::default();
         let Some(h) = rdma::open_hca(a, v, &mut r) else { return Err(unfit(Kind::NicPort, &r).into()) };
         let scratch = HostBuf::new(4096)
             .ok_or_else(|| Fact::new(Kind::Node, None, true, "no host memory for 4 KiB".into(), vec![], String::new()))?;
@@ -194,7 +194,7 @@ impl<'v> Rig<'v> {
     /// A QP for this round's peer, to INIT; what the peer needs to reach it.
     pub fn open(&mut self) -> Result<Endpoint, String> {
         self.close();
-        let mut r = Report::default();
+        let mut r = Findings::default();
         let (cq, qp) = (&mut self.h.cq, &mut self.h.qp);
         let Some((q, port, me)) = conn::open(&self.a, self.h.v, cq, qp, self.h.ctx, self.h.pd, &mut r) else {
             return Err(unfit(Kind::NicPort, &r).check.summary);
@@ -212,7 +212,7 @@ impl<'v> Rig<'v> {
     /// RTR to the peer's QP, then RTS.
     pub fn connect(&mut self, peer: &Endpoint, name: &str) -> Result<(), String> {
         let (q, port, me) = self.q.as_ref().ok_or("no QP")?;
-        let mut r = Report::default();
+        let mut r = Findings::default();
         conn::to_rts(&self.a, q, port, me, &peer.dest, peer.mtu, name, &mut r).map(|_| ()).ok_or_else(|| {
             let u = unfit(Kind::Link, &r);
             format!("{}; {}", u.check.summary, u.check.evidence.join("; "))

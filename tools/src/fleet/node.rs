@@ -73,7 +73,7 @@ pub fn state(flag: Option<&Path>, node: &str) -> Result<(State, PathBuf, Option<
             State::from_dir(&dir).map(|s| (s, dir.clone(), None)).map_err(|e| format!("--state {}: {e}", dir.display()))
         }
         None => {
-            let (root, saved) = selftest::machine::record()?;
+            let (root, saved) = selftest::route_doctor::record()?;
             let st = State::from_dir(&saved).map_err(|e| e.to_string())?;
             Ok((st, saved, Some(root)))
         }

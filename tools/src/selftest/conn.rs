@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use super::ffi::*;
+use super::findings::Findings;
 use super::host::{wait_completions, Region};
-use super::report::Report;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,7 @@ pub fn open(
     qp: &mut *mut IbvQpHead,
     ctx: *mut IbvContext,
     pd: *mut c_void,
-    r: &mut Report,
+    r: &mut Findings,
 ) -> Option<(Qp, Port, Dest)> {
     let (port, lid) = query_port(a, v, ctx, r)?;
     let gid = query_gid(a, v, ctx, port.roce, r)?;
@@ -94,7 +94,7 @@ pub fn open(
 }
 
 /// `--port` queried: the port as the QP uses it and its LID, if it is ACTIVE.
-fn query_port(a: &Args, v: &Verbs, ctx: *mut IbvContext, r: &mut Report) -> Option<(Port, u16)> {
+fn query_port(a: &Args, v: &Verbs, ctx: *mut IbvContext, r: &mut Findings) -> Option<(Port, u16)> {
     let mut pa = IbvPortAttr::default();
     // SAFETY: our context; pa is a zeroed ibv_port_attr, larger than the compat prefix filled.
     let rc = unsafe { (v.query_port)(ctx, a.port, &mut pa) };
@@ -134,7 +134,7 @@ fn query_port(a: &Args, v: &Verbs, ctx: *mut IbvContext, r: &mut Report) -> Opti
 }
 
 /// `--gid-index` of the port: a GID that is there (on RoCE, not all zeros).
-fn query_gid(a: &Args, v: &Verbs, ctx: *mut IbvContext, roce: bool, r: &mut Report) -> Option<IbvGid> {
+fn query_gid(a: &Args, v: &Verbs, ctx: *mut IbvContext, roce: bool, r: &mut Findings) -> Option<IbvGid> {
     let mut gid = IbvGid::default();
     // SAFETY: our context and a 16-byte GID out-buffer.
     let rc = unsafe { (v.query_gid)(ctx, a.port, a.gid_index, &mut gid) };
@@ -159,7 +159,7 @@ fn create_cq_qp(
     qp: &mut *mut IbvQpHead,
     ctx: *mut IbvContext,
     pd: *mut c_void,
-    r: &mut Report,
+    r: &mut Findings,
 ) -> Option<(u32, PostSend, PollCq)> {
     // SAFETY: our context; no completion channel.
     *cq = unsafe { (v.create_cq)(ctx, 256, core::ptr::null_mut(), core::ptr::null_mut(), 0) };
@@ -215,7 +215,7 @@ fn create_cq_qp(
 /// RTR to `to` (`whom` names it in the report: "itself", a peer's name) and RTS; the
 /// destination's text on success. `mtu`: the peer's port MTU (the path takes the smaller).
 #[allow(clippy::too_many_arguments)]
-pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Report) -> Option<String> {
+pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
     let dest = to_rtr(a, q, port, to, mtu, whom, r)?;
     let rts_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
     let mut rc = 0;
@@ -248,7 +248,7 @@ pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, who
 }
 
 /// INIT to RTR, addressed to `to`; the destination's text.
-fn to_rtr(a: &Args, q: &Qp, port: &Port, to: &Dest, mtu: u32, whom: &str, r: &mut Report) -> Option<String> {
+fn to_rtr(a: &Args, q: &Qp, port: &Port, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
     let mut ah = IbvAhAttr { dlid: to.lid, port_num: a.port, ..Default::default() };
     if port.roce || !to.gid.is_zero() && to.lid == 0 {
         ah.is_global = 1;

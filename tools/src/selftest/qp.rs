@@ -5,8 +5,8 @@ use super::args::Args;
 use super::conn::{self, Qp};
 use super::cuda::Cuda;
 use super::ffi::*;
+use super::findings::{Bw, Findings};
 use super::host::{compare, fill, HostBuf, Region, Regions};
-use super::report::{Bw, Report};
 use crate::report::Status;
 use core::ffi::c_void;
 use std::time::Instant;
@@ -20,7 +20,7 @@ pub fn connect(
     qp: &mut *mut IbvQpHead,
     ctx: *mut IbvContext,
     pd: *mut c_void,
-    r: &mut Report,
+    r: &mut Findings,
 ) -> Option<(Qp, Option<f64>)> {
     let (q, port, me) = conn::open(a, v, cq, qp, ctx, pd, r)?;
     let dest = conn::to_rts(a, &q, &port, &me, &me, port.mtu, "itself", r)?;
@@ -61,7 +61,7 @@ fn region(g: &Regions, l: Loc) -> Region {
 
 /// The four transfers, each checked byte by byte; false if any failed.
 #[allow(clippy::too_many_arguments)]
-pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, hdst: &mut HostBuf, seed: u64, r: &mut Report) -> bool {
+pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, hdst: &mut HostBuf, seed: u64, r: &mut Findings) -> bool {
     let mut want = vec![0u8; a.size];
     let mut got = vec![0u8; a.size];
     let chunk = a.size.min(4 << 20);
@@ -137,7 +137,7 @@ struct Done {
 
 /// The bytes that arrived against those sent: the transfer's PASS, or its FAIL with the first
 /// byte that differs; whether it passed.
-fn judge_bytes(a: &Args, id: &str, done: &Done, got: &[u8], want: &[u8], r: &mut Report) -> bool {
+fn judge_bytes(a: &Args, id: &str, done: &Done, got: &[u8], want: &[u8], r: &mut Findings) -> bool {
     let Done { k, chunk, dt, seed } = *done;
     match compare(got, want) {
         None => {
@@ -169,7 +169,7 @@ fn judge_bytes(a: &Args, id: &str, done: &Done, got: &[u8], want: &[u8], r: &mut
 
 /// A READ that fails while every WRITE passed, on a platform where a NIC's reads of GPU memory
 /// through the CPU are known to fail: that is named as the cause, first.
-fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
+fn explain_read_failure(r: &mut Findings, cpuinfo: &str) {
     let writes_pass = r.items().iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.status == Status::Pass);
     let cpu = crate::machine::parse_cpu(cpuinfo);
     let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else { return };
@@ -181,7 +181,7 @@ fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
 }
 
 /// Step 5: Gb/s per direction for 64 KiB … --size, against the link rate.
-pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Report) {
+pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Findings) {
     r.link_gbps = link;
     let mut sizes = Vec::new();
     let mut s = 64 << 10;
@@ -223,8 +223,8 @@ pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Repor
 mod tests {
     use super::*;
 
-    fn report(read: Status, write: Status) -> Report {
-        let mut r = Report::default();
+    fn report(read: Status, write: Status) -> Findings {
+        let mut r = Findings::default();
         for id in ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host"] {
             r.add(4, id, write, "", "", "");
         }

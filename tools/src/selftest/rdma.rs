@@ -4,9 +4,9 @@
 use super::args::Args;
 use super::cuda::Cuda;
 use super::ffi::*;
+use super::findings::Findings;
 use super::host::{HostBuf, Region, Regions};
 use super::qp;
-use super::report::Report;
 use super::shim::{counter, counters, shim_int};
 use core::ffi::{c_int, c_void, CStr};
 
@@ -90,7 +90,7 @@ pub fn reg(h: &mut Hca, addr: u64, len: usize) -> Result<*mut IbvMr, i32> {
 }
 
 /// Steps 3, 4 and 5 on the GPU buffers `gpu` (each `a.size` bytes).
-pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
+pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Findings) {
     let fd = export(a, cu, gpu[1], r);
     let v = match Verbs::load() {
         Ok(v) => v,
@@ -132,7 +132,7 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
 
 /// On the DMA-BUF route, NCCL's way: the fd of the GPU buffer at `addr` from libcuda (served by
 /// gdrshim on a GeForce). None off that route, or where the export failed (a FAIL).
-fn export(a: &Args, cu: &Cuda, addr: u64, r: &mut Report) -> Option<c_int> {
+fn export(a: &Args, cu: &Cuda, addr: u64, r: &mut Findings) -> Option<c_int> {
     if shim_int(b"gdrshim_gdr_route\0") != Some(1) {
         return None;
     }
@@ -172,7 +172,7 @@ fn close_fd(fd: Option<c_int>) {
 
 /// Both GPU buffers registered under the shim, with how the shim took part (a PASS); None when
 /// one could not be (a FAIL).
-fn reg_gpu(a: &Args, h: &mut Hca, gpu: [u64; 2], r: &mut Report) -> Option<[*mut IbvMr; 2]> {
+fn reg_gpu(a: &Args, h: &mut Hca, gpu: [u64; 2], r: &mut Findings) -> Option<[*mut IbvMr; 2]> {
     let mut gpu_mr = [core::ptr::null_mut(); 2];
     for (k, p) in gpu.iter().enumerate() {
         match reg(h, *p, a.size) {
@@ -217,7 +217,7 @@ fn shim_part() -> String {
 
 /// The exported fd `f` of the GPU buffer at `addr` registered as NCCL does, the buffer the RDMA
 /// steps then write; None where it could not be (a FAIL).
-fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Report) -> Option<Region> {
+fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Findings) -> Option<Region> {
     let Some(regd) = h.v.reg_dmabuf_mr else {
         r.fail(
             3,
@@ -253,7 +253,7 @@ fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Report) -> Opt
 }
 
 /// Both host buffers registered (a PASS); None when one could not be (a FAIL).
-fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Report) -> Option<[*mut IbvMr; 2]> {
+fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Findings) -> Option<[*mut IbvMr; 2]> {
     let mut host_mr = [core::ptr::null_mut(); 2];
     for (k, b) in host.into_iter().enumerate() {
         match reg(h, b.addr(), a.size) {
@@ -281,7 +281,7 @@ fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Report) -> Optio
 }
 
 /// Steps 4 and 5: the QP connected to itself, the data steps over `regions`, the bandwidth.
-fn transfers(a: &Args, cu: &Cuda, h: &mut Hca, regions: &Regions, [hsrc, hdst]: [&mut HostBuf; 2], r: &mut Report) {
+fn transfers(a: &Args, cu: &Cuda, h: &mut Hca, regions: &Regions, [hsrc, hdst]: [&mut HostBuf; 2], r: &mut Findings) {
     let v = h.v;
     let Some((q, link)) = qp::connect(a, v, &mut h.cq, &mut h.qp, h.ctx, h.pd, r) else {
         return;
@@ -303,7 +303,7 @@ pub fn run_seed() -> u64 {
     (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 32)
 }
 
-pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Report) -> Option<Hca<'v>> {
+pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Findings) -> Option<Hca<'v>> {
     let mut n = 0;
     // SAFETY: a valid out-pointer; the list is freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };
