@@ -362,7 +362,7 @@ const TOOL_LAYERS: &[&[&str]] = &[
     &["machine"],
     &["routes", "topology"],
     &["doctor", "verify", "dmabuf", "env", "cdi"],
-    &["selftest", "rig_report"],
+    &["selftest", "report_command"],
     &["fleet"],
 ];
 
@@ -371,7 +371,7 @@ const TOOL_LAYERS: &[&[&str]] = &[
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("doctor", &[&["software", "container"], &["platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
-    ("selftest", &[&["args", "ffi", "report", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "machine"], &["rdma"]]),
+    ("selftest", &[&["args", "ffi", "findings", "shim"], &["cuda", "host", "layout"], &["conn"], &["qp", "route_doctor"], &["rdma"]]),
     (
         "fleet",
         &[
@@ -491,7 +491,7 @@ fn the_tools_arrows_only_go_down_too() {
 fn the_tools_checker_sees_the_old_circles() {
     // issue 31's two circles, as their lines read: each is refused
     assert_eq!(super_uses("use super::rdma::{compare, fill, wait_completions, HostBuf, Region, Regions};"), ["rdma"]);
-    assert_eq!(sub_rank("selftest", "qp").unwrap(), sub_rank("selftest", "machine").unwrap());
+    assert_eq!(sub_rank("selftest", "qp").unwrap(), sub_rank("selftest", "route_doctor").unwrap());
     assert!(sub_rank("selftest", "rdma").unwrap() > sub_rank("selftest", "qp").unwrap(), "qp may not use rdma");
     assert_eq!(super_uses("use super::{errno, errno_text, Args};"), ["errno", "errno_text", "Args"]);
     assert_eq!(super_uses("let rust = super::super::ffi::layout_lines();"), ["ffi"]);

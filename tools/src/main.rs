@@ -20,7 +20,7 @@ mod env;
 mod fleet;
 mod machine;
 mod report;
-mod rig_report;
+mod report_command;
 mod routes;
 mod selftest;
 mod topology;
@@ -82,8 +82,8 @@ enum Cmd {
     #[command(after_help = fleet::AFTER_HELP, display_name = "gdrshim-tool fleet")]
     Fleet(fleet::Args),
     /// One file about this rig to attach to a question: verdict, route, prerequisites, PCIe paths, self-test figures; nothing private unless asked
-    #[command(after_help = rig_report::AFTER_HELP, display_name = "gdrshim-tool report")]
-    Report(rig_report::Args),
+    #[command(after_help = report_command::AFTER_HELP, display_name = "gdrshim-tool report")]
+    Report(report_command::Args),
     /// What the shim would do with this environment's GDRSHIM_* variables and LD_PRELOAD, checked on any machine (no GPU needed)
     #[command(after_help = env::AFTER_HELP, display_name = "gdrshim-tool env")]
     Env(env::Args),

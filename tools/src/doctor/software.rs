@@ -17,8 +17,22 @@ const HOLD: &[&str] = &[
 
 /// One driver version everywhere, the right build of it, and its modules.
 pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>) {
+    loaded(st, r, kernel_version);
+    if let Some(kv) = kernel_version {
+        versions(st, r, kv);
+    }
+    dkms(st, r);
+    if let (Some(m), Some(kv)) = (st.item("modinfo-nvidia").ok(), kernel_version) {
+        modinfo(m, r, kv);
+    }
+    if let Some(holds) = st.item("holds").ok() {
+        held(st, r, holds);
+    }
+}
+
+/// The NVIDIA kernel module is loaded, and it is the open one.
+fn loaded(st: &State, r: &mut Report, kernel_version: &Option<String>) {
     let proc_version = st.item("proc-driver-version");
-    // --- driver -----------------------------------------------------------------------------
     match (proc_version.ok(), &kernel_version) {
         (Some(t), Some(v)) => r.push(
             Check::new("driver.loaded", Status::Pass, format!("NVIDIA kernel module {v} loaded")).evidence(t.lines().next().unwrap_or("")),
@@ -51,74 +65,77 @@ pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>
             );
         }
     }
+}
 
-    // one version everywhere: kernel module, modinfo, user-space libraries, firmware, packages
-    if let Some(kv) = &kernel_version {
-        let mut differ: Vec<String> = Vec::new();
-        let mut seen: Vec<String> = Vec::new();
-        if let Some(m) = st.item("modinfo-nvidia").ok() {
-            if let Some(v) = field(m, "version") {
-                seen.push(format!("modinfo {v}"));
-                if &v != kv {
-                    differ.push(format!("modinfo nvidia says {v} (the module the next boot loads)"));
-                }
+/// One version everywhere: kernel module, modinfo, user-space libraries, firmware, packages.
+fn versions(st: &State, r: &mut Report, kv: &str) {
+    let mut differ: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    if let Some(m) = st.item("modinfo-nvidia").ok() {
+        if let Some(v) = field(m, "version") {
+            seen.push(format!("modinfo {v}"));
+            if v != kv {
+                differ.push(format!("modinfo nvidia says {v} (the module the next boot loads)"));
             }
         }
-        if let Some(u) = st.item("user-libs").any() {
-            for l in u.lines() {
-                if let Some(v) = l.rsplit(".so.").next().filter(|v| v.contains('.') && l.contains(".so.")) {
-                    if l.contains("libcuda.so") || l.contains("libnvidia-ml.so") {
-                        seen.push(format!("{} {v}", l.rsplit('/').next().unwrap_or(l).split(".so").next().unwrap_or("")));
-                        if v != kv {
-                            differ.push(l.to_string());
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(f) = st.item("firmware").any() {
-            let vs: Vec<String> = f.lines().filter_map(|l| l.trim_end_matches('/').rsplit('/').next().map(str::to_string)).collect();
-            if !vs.is_empty() {
-                seen.push(format!("firmware {}", vs.join(",")));
-                if !vs.iter().any(|v| v == kv) {
-                    differ.push(format!("firmware folders {} (none is {kv})", vs.join(", ")));
-                }
-            }
-        }
-        if let Some(p) = st.item("packages").any() {
-            let major = kv.split('.').next().unwrap_or("");
-            for l in p.lines() {
-                let t: Vec<&str> = l.split_whitespace().collect();
-                if t.len() >= 3 && l.ends_with("install ok installed") && (t[0].starts_with("nvidia-") || t[0].starts_with("libnvidia-")) {
-                    if let Some(pv) = version_token(t[1]) {
-                        if pv.split('.').next() == Some(major) && &pv != kv {
-                            differ.push(format!("package {} {}", t[0], t[1]));
-                        } else if pv.split('.').next() == Some(major) {
-                            seen.push(format!("{} {}", t[0], t[1]));
-                        }
-                    }
-                }
-            }
-        }
-        let st_ = if differ.is_empty() { Status::Pass } else { Status::Fail };
-        let mut c = Check::new(
-            "driver.versions",
-            st_,
-            if differ.is_empty() {
-                format!("kernel module, user-space driver, firmware and packages agree on {kv} ({} sources)", seen.len() + 1)
-            } else {
-                format!("{} component(s) differ from the loaded module {kv}", differ.len())
-            },
-        );
-        for d in differ.iter().take(8) {
-            c = c.evidence(d.clone());
-        }
-        if !differ.is_empty() {
-            c = c.fix(format!("install every NVIDIA component at exactly {kv} (module, libnvidia-compute, firmware); never mix branches"));
-        }
-        r.push(c);
     }
+    if let Some(u) = st.item("user-libs").any() {
+        for l in u.lines() {
+            if let Some(v) = l.rsplit(".so.").next().filter(|v| v.contains('.') && l.contains(".so.")) {
+                if l.contains("libcuda.so") || l.contains("libnvidia-ml.so") {
+                    seen.push(format!("{} {v}", l.rsplit('/').next().unwrap_or(l).split(".so").next().unwrap_or("")));
+                    if v != kv {
+                        differ.push(l.to_string());
+                    }
+                }
+            }
+        }
+    }
+    if let Some(f) = st.item("firmware").any() {
+        let vs: Vec<String> = f.lines().filter_map(|l| l.trim_end_matches('/').rsplit('/').next().map(str::to_string)).collect();
+        if !vs.is_empty() {
+            seen.push(format!("firmware {}", vs.join(",")));
+            if !vs.iter().any(|v| v == kv) {
+                differ.push(format!("firmware folders {} (none is {kv})", vs.join(", ")));
+            }
+        }
+    }
+    if let Some(p) = st.item("packages").any() {
+        let major = kv.split('.').next().unwrap_or("");
+        for l in p.lines() {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            if t.len() >= 3 && l.ends_with("install ok installed") && (t[0].starts_with("nvidia-") || t[0].starts_with("libnvidia-")) {
+                if let Some(pv) = version_token(t[1]) {
+                    if pv.split('.').next() == Some(major) && pv != kv {
+                        differ.push(format!("package {} {}", t[0], t[1]));
+                    } else if pv.split('.').next() == Some(major) {
+                        seen.push(format!("{} {}", t[0], t[1]));
+                    }
+                }
+            }
+        }
+    }
+    let st_ = if differ.is_empty() { Status::Pass } else { Status::Fail };
+    let mut c = Check::new(
+        "driver.versions",
+        st_,
+        if differ.is_empty() {
+            format!("kernel module, user-space driver, firmware and packages agree on {kv} ({} sources)", seen.len() + 1)
+        } else {
+            format!("{} component(s) differ from the loaded module {kv}", differ.len())
+        },
+    );
+    for d in differ.iter().take(8) {
+        c = c.evidence(d.clone());
+    }
+    if !differ.is_empty() {
+        c = c.fix(format!("install every NVIDIA component at exactly {kv} (module, libnvidia-compute, firmware); never mix branches"));
+    }
+    r.push(c);
+}
 
+/// One DKMS package builds nvidia.ko, and it is the P2P-patched one.
+fn dkms(st: &State, r: &mut Report) {
     let dkms = st.item("dkms-status");
     match dkms.any() {
         Some(t) => {
@@ -152,51 +169,54 @@ pub(super) fn driver(st: &State, r: &mut Report, kernel_version: &Option<String>
         }
         None => r.push(Check::new("driver.dkms", Status::Info, dkms.why_not("dkms status"))),
     }
-    if let (Some(m), Some(kv)) = (st.item("modinfo-nvidia").ok(), &kernel_version) {
-        let file = field(m, "filename").unwrap_or_default();
-        let ver = field(m, "version").unwrap_or_default();
-        if &ver == kv {
-            r.push(Check::new("driver.modinfo", Status::Pass, format!("modinfo and the loaded module agree ({ver}, {file})")));
-        } else {
-            r.push(
-                Check::new("driver.modinfo", Status::Fail, format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules"))
-                    .evidence(file)
-                    .fix("reboot into the module you installed, or reinstall the one you mean to run"),
-            );
-        }
+}
+
+/// The module the next boot loads is the one loaded.
+fn modinfo(m: &str, r: &mut Report, kv: &str) {
+    let file = field(m, "filename").unwrap_or_default();
+    let ver = field(m, "version").unwrap_or_default();
+    if ver == kv {
+        r.push(Check::new("driver.modinfo", Status::Pass, format!("modinfo and the loaded module agree ({ver}, {file})")));
+    } else {
+        r.push(
+            Check::new("driver.modinfo", Status::Fail, format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules"))
+                .evidence(file)
+                .fix("reboot into the module you installed, or reinstall the one you mean to run"),
+        );
     }
-    if let Some(holds) = st.item("holds").ok() {
-        let installed: Vec<&str> = st
-            .item("packages")
-            .any()
-            .map(|p| p.lines().filter(|l| l.ends_with("install ok installed")).filter_map(|l| l.split_whitespace().next()).collect())
-            .unwrap_or_default();
-        let unheld: Vec<&str> = HOLD.iter().copied().filter(|p| installed.contains(p) && !holds.lines().any(|h| h.trim() == *p)).collect();
-        let relevant = HOLD.iter().filter(|p| installed.contains(*p)).count();
-        if relevant == 0 {
-            r.push(Check::new(
-                "driver.holds",
-                Status::Info,
-                "none of the driver packages a patched-driver rig holds is installed (driver from another source?)",
-            ));
-        } else if unheld.is_empty() {
-            r.push(Check::new(
-                "driver.holds",
-                Status::Pass,
-                format!("all {relevant} installed driver packages a patched-driver rig holds are held"),
-            ));
-        } else {
-            r.push(
-                Check::new("driver.holds", Status::Warn, format!("installed but not held: {}", unheld.join(" ")))
-                    .fix(format!("sudo apt-mark hold {}", unheld.join(" "))),
-            );
-        }
+}
+
+/// The driver packages a patched-driver rig holds are held.
+fn held(st: &State, r: &mut Report, holds: &str) {
+    let installed: Vec<&str> = st
+        .item("packages")
+        .any()
+        .map(|p| p.lines().filter(|l| l.ends_with("install ok installed")).filter_map(|l| l.split_whitespace().next()).collect())
+        .unwrap_or_default();
+    let unheld: Vec<&str> = HOLD.iter().copied().filter(|p| installed.contains(p) && !holds.lines().any(|h| h.trim() == *p)).collect();
+    let relevant = HOLD.iter().filter(|p| installed.contains(*p)).count();
+    if relevant == 0 {
+        r.push(Check::new(
+            "driver.holds",
+            Status::Info,
+            "none of the driver packages a patched-driver rig holds is installed (driver from another source?)",
+        ));
+    } else if unheld.is_empty() {
+        r.push(Check::new(
+            "driver.holds",
+            Status::Pass,
+            format!("all {relevant} installed driver packages a patched-driver rig holds are held"),
+        ));
+    } else {
+        r.push(
+            Check::new("driver.holds", Status::Warn, format!("installed but not held: {}", unheld.join(" ")))
+                .fix(format!("sudo apt-mark hold {}", unheld.join(" "))),
+        );
     }
 }
 
 /// The GPUs: model, BAR1, whether they are busy. Returns them for the checks that follow.
 pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
-    // --- GPUs -------------------------------------------------------------------------------
     let smi = st.item("nvidia-smi-q");
     let (_, gpus) = smi.ok().map(parse_smi_q).unwrap_or_default();
     if gpus.is_empty() {

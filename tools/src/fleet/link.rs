@@ -5,14 +5,14 @@
 //! the peer's `src` into `dst`, and the check of what landed in `dst`, every byte, against the
 //! pattern regenerated here. The self-test's QP, registration and pattern code does the work.
 
-use super::model::Kind;
+use super::model::{Fact, Kind};
 use crate::selftest::args::Args;
 use crate::selftest::conn::{self, Dest, Port, Qp};
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::{errno_text, IbvGid, Verbs, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE};
+use crate::selftest::findings::Findings;
 use crate::selftest::host::{fill_at, HostBuf, Region};
 use crate::selftest::rdma::{self, Hca};
-use crate::selftest::report::Report;
 use crate::selftest::shim::AllCounters;
 use std::time::Instant;
 
@@ -50,22 +50,18 @@ impl Endpoint {
     }
 }
 
-/// Why a rail cannot take part: a fact about this node (kind, blocks, summary, evidence, fix).
-pub struct Unfit {
-    pub kind: Kind,
-    pub summary: String,
-    pub evidence: Vec<String>,
-    pub fix: String,
-}
-
-fn unfit(kind: Kind, r: &Report) -> Unfit {
+/// Why a rail cannot take part: a blocking fact about this node, from the self-test's last check
+/// that did not pass (its rail is the caller's to set).
+fn unfit(kind: Kind, r: &Findings) -> Fact {
     let bad = r.items().iter().rev().find(|i| i.status != crate::report::Status::Pass);
-    Unfit {
+    Fact::new(
         kind,
-        summary: bad.map_or("the rail could not be set up".into(), |i| format!("{}: {}", i.id, i.summary)),
-        evidence: bad.map(|i| i.evidence.clone()).unwrap_or_default(),
-        fix: bad.map_or(String::new(), |i| i.fix.clone()),
-    }
+        None,
+        true,
+        bad.map_or("the rail could not be set up".into(), |i| format!("{}: {}", i.id, i.summary)),
+        bad.map(|i| i.evidence.clone()).unwrap_or_default(),
+        bad.map_or(String::new(), |i| i.fix.clone()),
+    )
 }
 
 /// Each transfer is timed this many times (the bandwidth is the best of them).
@@ -105,16 +101,13 @@ impl Drop for Rig<'_> {
 }
 
 impl<'v> Rig<'v> {
-    /// The buffers on the GPU and their registration on the NIC, as a job makes them.
-    pub fn new(a: &Args, cu: &'v Cuda, v: &'v Verbs, size: usize) -> Result<Rig<'v>, Unfit> {
-        let mut r = Report::default();
-        let Some(h) = rdma::open_hca(a, v, &mut r) else { return Err(unfit(Kind::NicPort, &r)) };
-        let scratch = HostBuf::new(4096).ok_or_else(|| Unfit {
-            kind: Kind::Node,
-            summary: "no host memory for 4 KiB".into(),
-            evidence: vec![],
-            fix: String::new(),
-        })?;
+    /// The buffers on the GPU and their registration on the NIC, as a job makes them; else why
+    /// this rail cannot take part.
+    pub fn new(a: &Args, cu: &'v Cuda, v: &'v Verbs, size: usize) -> Result<Rig<'v>, Box<Fact>> {
+        let mut r = Findings::default();
+        let Some(h) = rdma::open_hca(a, v, &mut r) else { return Err(unfit(Kind::NicPort, &r).into()) };
+        let scratch = HostBuf::new(4096)
+            .ok_or_else(|| Fact::new(Kind::Node, None, true, "no host memory for 4 KiB".into(), vec![], String::new()))?;
         let mut rig = Rig {
             a: a.clone(),
             cu,
@@ -129,11 +122,15 @@ impl<'v> Rig<'v> {
             registered: (None, None),
         };
         for k in 0..2 {
-            rig.gpu[k] = cu.alloc(size).map_err(|(call, st)| Unfit {
-                kind: Kind::Node,
-                summary: format!("no GPU memory for 2 x {size} bytes"),
-                evidence: vec![format!("{call} -> {st}")],
-                fix: "the GPU is out of memory (other processes) or --size is too large".into(),
+            rig.gpu[k] = cu.alloc(size).map_err(|(call, st)| {
+                Fact::new(
+                    Kind::Node,
+                    None,
+                    true,
+                    format!("no GPU memory for 2 x {size} bytes"),
+                    vec![format!("{call} -> {st}")],
+                    "the GPU is out of memory (other processes) or --size is too large".into(),
+                )
             })?;
         }
         rig.registered.0 = crate::selftest::shim::all_counters();
@@ -149,11 +146,15 @@ impl<'v> Rig<'v> {
         }
         rig.registered.1 = crate::selftest::shim::all_counters();
         let s = rig._scratch.addr();
-        let m = rdma::reg(&mut rig.h, s, 4096).map_err(|e| Unfit {
-            kind: Kind::Memlock,
-            summary: "ibv_reg_mr of 4 KiB of host memory failed".into(),
-            evidence: vec![format!("ibv_reg_mr({s:#x}, 4096) -> NULL, {}", errno_text(e))],
-            fix: rdma::reg_cause(e, false).into(),
+        let m = rdma::reg(&mut rig.h, s, 4096).map_err(|e| {
+            Fact::new(
+                Kind::Memlock,
+                None,
+                true,
+                "ibv_reg_mr of 4 KiB of host memory failed".into(),
+                vec![format!("ibv_reg_mr({s:#x}, 4096) -> NULL, {}", errno_text(e))],
+                rdma::reg_cause(e, false).into(),
+            )
         })?;
         rig.scratch = rdma::mr_region(m, s);
         Ok(rig)
@@ -193,10 +194,10 @@ impl<'v> Rig<'v> {
     /// A QP for this round's peer, to INIT; what the peer needs to reach it.
     pub fn open(&mut self) -> Result<Endpoint, String> {
         self.close();
-        let mut r = Report::default();
+        let mut r = Findings::default();
         let (cq, qp) = (&mut self.h.cq, &mut self.h.qp);
         let Some((q, port, me)) = conn::open(&self.a, self.h.v, cq, qp, self.h.ctx, self.h.pd, &mut r) else {
-            return Err(unfit(Kind::NicPort, &r).summary);
+            return Err(unfit(Kind::NicPort, &r).check.summary);
         };
         let ep = Endpoint { dest: me, mtu: port.mtu, src: (self.src.addr, self.src.rkey), dst: (self.dst.addr, self.dst.rkey) };
         self.q = Some((q, port, me));
@@ -211,10 +212,10 @@ impl<'v> Rig<'v> {
     /// RTR to the peer's QP, then RTS.
     pub fn connect(&mut self, peer: &Endpoint, name: &str) -> Result<(), String> {
         let (q, port, me) = self.q.as_ref().ok_or("no QP")?;
-        let mut r = Report::default();
+        let mut r = Findings::default();
         conn::to_rts(&self.a, q, port, me, &peer.dest, peer.mtu, name, &mut r).map(|_| ()).ok_or_else(|| {
             let u = unfit(Kind::Link, &r);
-            format!("{}; {}", u.summary, u.evidence.join("; "))
+            format!("{}; {}", u.check.summary, u.check.evidence.join("; "))
         })
     }
 
@@ -323,7 +324,7 @@ fn checksum(mut h: u64, b: &[u8]) -> u64 {
 }
 
 /// A GPU registration that failed: which fact of the node it is, by errno and the shim's state.
-fn reg_unfit(addr: u64, size: usize, e: i32, before: Option<AllCounters>) -> Unfit {
+fn reg_unfit(addr: u64, size: usize, e: i32, before: Option<AllCounters>) -> Fact {
     use crate::selftest::shim::{all_counter, all_counters, route_name};
     let shim = crate::selftest::shim::shim_loaded();
     let route = crate::selftest::shim::shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
@@ -375,7 +376,7 @@ fn reg_unfit(addr: u64, size: usize, e: i32, before: Option<AllCounters>) -> Unf
             .into(),
         _ => rdma::reg_cause(e, true).to_string(),
     };
-    Unfit { kind, summary, evidence, fix }
+    Fact::new(kind, None, true, summary, evidence, fix)
 }
 
 #[cfg(test)]

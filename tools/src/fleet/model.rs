@@ -2,6 +2,8 @@
 //! each link (one direction, one operation, one rail), and the culprits. Every type travels
 //! through the rendezvous as lines of tab-separated fields (`to_line`/`from_line`).
 
+use crate::report::{Check, Status};
+
 /// What a culprit (or a node's fact) names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -59,6 +61,10 @@ impl Kind {
     pub fn from_word(w: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.word() == w)
     }
+    /// The report's check of a culprit of this kind: `culprit.KIND`, FAIL, its evidence whole.
+    pub fn check(self, summary: impl Into<String>, evidence: Vec<String>, fix: impl Into<String>) -> Check {
+        Check { evidence, ..Check::new(&format!("culprit.{}", self.word()), Status::Fail, summary).fix(fix) }
+    }
 }
 
 /// A leg's outcome, the worst last.
@@ -111,7 +117,9 @@ impl Op {
     }
 }
 
-/// Something found on one node (a failure or a warning; what passed is not a fact).
+/// Something found on one node (a failure or a warning; what passed is not a fact): the rail it
+/// concerns and whether it blocks, and the check that names the node when the verdict makes it a
+/// culprit ([`Kind::check`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fact {
     pub kind: Kind,
@@ -119,9 +127,13 @@ pub struct Fact {
     pub rail: Option<usize>,
     /// The node cannot move bytes on that rail (or any) because of it.
     pub blocks: bool,
-    pub summary: String,
-    pub evidence: Vec<String>,
-    pub fix: String,
+    pub check: Check,
+}
+
+impl Fact {
+    pub fn new(kind: Kind, rail: Option<usize>, blocks: bool, summary: String, evidence: Vec<String>, fix: String) -> Fact {
+        Fact { kind, rail, blocks, check: kind.check(summary, evidence, fix) }
+    }
 }
 
 /// One rail of one task: its GPU, its NIC port and what the self-test found there.
@@ -162,14 +174,20 @@ pub struct Leg {
     pub detail: String,
 }
 
+/// What the verdict names: a FAIL check of the report ([`Kind::check`]) and the nodes and rail it
+/// concerns.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Culprit {
     pub kind: Kind,
     pub nodes: Vec<String>,
     pub rail: Option<usize>,
-    pub summary: String,
-    pub evidence: Vec<String>,
-    pub fix: String,
+    pub check: Check,
+}
+
+impl Culprit {
+    pub fn new(kind: Kind, nodes: Vec<String>, rail: Option<usize>, summary: String, evidence: Vec<String>, fix: String) -> Culprit {
+        Culprit { kind, nodes, rail, check: kind.check(summary, evidence, fix) }
+    }
 }
 
 // ---- lines: fields split by tabs; a field escapes \ tab and newline; a list inside one field
@@ -251,9 +269,9 @@ impl Task {
                 f.kind.word().into(),
                 f.rail.map_or("-".into(), |r| r.to_string()),
                 (f.blocks as u8).to_string(),
-                f.summary.clone(),
-                list(&f.evidence),
-                f.fix.clone(),
+                f.check.summary.clone(),
+                list(&f.check.evidence),
+                f.check.fix.clone(),
             ]));
         }
         for (what, v) in &self.versions {
@@ -279,14 +297,14 @@ impl Task {
                     path: f[5].clone(),
                     loopback: f[6].clone(),
                 }),
-                ("fact", 7) => t.facts.push(Fact {
-                    kind: Kind::from_word(&f[1]).ok_or_else(|| bad("fact", l))?,
-                    rail: f[2].parse().ok(),
-                    blocks: f[3] == "1",
-                    summary: f[4].clone(),
-                    evidence: unlist(&f[5]),
-                    fix: f[6].clone(),
-                }),
+                ("fact", 7) => t.facts.push(Fact::new(
+                    Kind::from_word(&f[1]).ok_or_else(|| bad("fact", l))?,
+                    f[2].parse().ok(),
+                    f[3] == "1",
+                    f[4].clone(),
+                    unlist(&f[5]),
+                    f[6].clone(),
+                )),
                 ("version", 3) => t.versions.push((f[1].clone(), f[2].clone())),
                 _ => return Err(bad("task", l)),
             }
@@ -345,14 +363,14 @@ mod tests {
                 path: "dmabuf".into(),
                 loopback: "PASS".into(),
             }],
-            facts: vec![Fact {
-                kind: Kind::Memlock,
-                rail: None,
-                blocks: true,
-                summary: "memlock 64 KiB\nsecond line".into(),
-                evidence: vec!["getrlimit(RLIMIT_MEMLOCK) -> 65536".into(), "back\\slash".into()],
-                fix: "ulimit -l unlimited".into(),
-            }],
+            facts: vec![Fact::new(
+                Kind::Memlock,
+                None,
+                true,
+                "memlock 64 KiB\nsecond line".into(),
+                vec!["getrlimit(RLIMIT_MEMLOCK) -> 65536".into(), "back\\slash".into()],
+                "ulimit -l unlimited".into(),
+            )],
             versions: vec![("gdrshim".into(), "0.2.0".into()), ("nccl".into(), "missing".into())],
         };
         assert_eq!(Task::from_lines(&t.to_lines()).unwrap(), t);

@@ -48,7 +48,7 @@ pub fn doctor_facts(st: &State, rails: &[(usize, Option<String>)]) -> Vec<Fact> 
         };
         let mut evidence = vec![format!("doctor {} {}", c.status.word(), c.id)];
         evidence.extend(c.evidence.iter().cloned());
-        out.push(Fact { kind, rail, blocks: false, summary: c.summary.clone(), evidence, fix: c.fix.clone() });
+        out.push(Fact::new(kind, rail, false, c.summary.clone(), evidence, c.fix.clone()));
     }
     out
 }
@@ -73,7 +73,7 @@ pub fn state(flag: Option<&Path>, node: &str) -> Result<(State, PathBuf, Option<
             State::from_dir(&dir).map(|s| (s, dir.clone(), None)).map_err(|e| format!("--state {}: {e}", dir.display()))
         }
         None => {
-            let (root, saved) = selftest::machine::record()?;
+            let (root, saved) = selftest::route_doctor::record()?;
             let st = State::from_dir(&saved).map_err(|e| e.to_string())?;
             Ok((st, saved, Some(root)))
         }
@@ -83,29 +83,29 @@ pub fn state(flag: Option<&Path>, node: &str) -> Result<(State, PathBuf, Option<
 /// gdrshim in this task: a blocking fact when it is not loaded, and its version.
 pub fn shim_facts() -> (Vec<Fact>, String) {
     if !shim::shim_loaded() {
-        let fact = Fact {
-            kind: Kind::Shim,
-            rail: None,
-            blocks: true,
-            summary: "gdrshim is not loaded in this task".into(),
-            evidence: vec![format!("dlsym(gdrshim_version) -> NULL; LD_PRELOAD={}", std::env::var("LD_PRELOAD").unwrap_or_default())],
-            fix: "preload libgdrshim.so where the job starts (mpirun -x LD_PRELOAD=…, srun --export=ALL,LD_PRELOAD=…, torchrun's \
+        let fact = Fact::new(
+            Kind::Shim,
+            None,
+            true,
+            "gdrshim is not loaded in this task".into(),
+            vec![format!("dlsym(gdrshim_version) -> NULL; LD_PRELOAD={}", std::env::var("LD_PRELOAD").unwrap_or_default())],
+            "preload libgdrshim.so where the job starts (mpirun -x LD_PRELOAD=…, srun --export=ALL,LD_PRELOAD=…, torchrun's \
                   environment), or give --shim PATH"
                 .into(),
-        };
+        );
         return (vec![fact], "missing".into());
     }
     let mut facts = Vec::new();
     let mode = shim::shim_int(b"gdrshim_mode\0").unwrap_or(0);
     if mode != 3 {
-        facts.push(Fact {
-            kind: Kind::Shim,
-            rail: None,
-            blocks: true,
-            summary: format!("gdrshim runs in mode {mode}, not register (3)"),
-            evidence: vec![format!("gdrshim_mode() = {mode}; GDRSHIM_MODE={}", std::env::var("GDRSHIM_MODE").unwrap_or_default())],
-            fix: "unset GDRSHIM_MODE or set it to register in the job's environment".into(),
-        });
+        facts.push(Fact::new(
+            Kind::Shim,
+            None,
+            true,
+            format!("gdrshim runs in mode {mode}, not register (3)"),
+            vec![format!("gdrshim_mode() = {mode}; GDRSHIM_MODE={}", std::env::var("GDRSHIM_MODE").unwrap_or_default())],
+            "unset GDRSHIM_MODE or set it to register in the job's environment".into(),
+        ));
     }
     (facts, shim::shim_version())
 }
@@ -120,15 +120,17 @@ pub fn memlock_fact(status: &str, soft: Option<u64>) -> Option<Fact> {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
         .is_some_and(|c| c & (1 << CAP_IPC_LOCK) != 0);
-    (soft < need && !cap).then(|| Fact {
-        kind: Kind::Memlock,
-        rail: None,
-        blocks: false,
-        summary: format!("this task may lock {} KiB of memory, and has no CAP_IPC_LOCK", soft >> 10),
-        evidence: vec![format!("getrlimit(RLIMIT_MEMLOCK) -> soft {soft} bytes; CapEff lacks CAP_IPC_LOCK")],
-        fix: "ulimit -l unlimited where the job starts (limits.conf: * - memlock unlimited; docker run --ulimit memlock=-1; \
+    (soft < need && !cap).then(|| {
+        Fact::new(
+            Kind::Memlock,
+            None,
+            false,
+            format!("this task may lock {} KiB of memory, and has no CAP_IPC_LOCK", soft >> 10),
+            vec![format!("getrlimit(RLIMIT_MEMLOCK) -> soft {soft} bytes; CapEff lacks CAP_IPC_LOCK")],
+            "ulimit -l unlimited where the job starts (limits.conf: * - memlock unlimited; docker run --ulimit memlock=-1; \
               slurm: PropagateResourceLimits)"
-            .into(),
+                .into(),
+        )
     })
 }
 
@@ -156,14 +158,14 @@ pub fn loopback(a: &selftest::Args, rail: usize) -> (String, Option<Fact>) {
         id if id.starts_with("gpu.") || id.starts_with("shim.") => Kind::Node,
         _ => Kind::NicPort,
     };
-    let fact = Fact {
+    let fact = Fact::new(
         kind,
-        rail: Some(rail),
-        blocks: false,
-        summary: format!("the self-test's loopback on rail {rail} failed at {}: {}", bad.id, bad.summary),
-        evidence: bad.evidence.clone(),
-        fix: bad.fix.clone(),
-    };
+        Some(rail),
+        false,
+        format!("the self-test's loopback on rail {rail} failed at {}: {}", bad.id, bad.summary),
+        bad.evidence.clone(),
+        bad.fix.clone(),
+    );
     (word, Some(fact))
 }
 
@@ -208,8 +210,8 @@ mod tests {
         let f = doctor_facts(&st, &[(1, Some(topo[1].0.clone()))]);
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!((f[0].kind, f[0].rail, f[0].blocks), (Kind::PciePath, Some(1), false));
-        assert!(f[0].summary.contains("SYS (across the link between CPU sockets)"), "{}", f[0].summary);
-        assert!(f[0].evidence[0].starts_with("doctor WARN topo.0000:41:00.0"));
+        assert!(f[0].check.summary.contains("SYS (across the link between CPU sockets)"), "{}", f[0].check.summary);
+        assert!(f[0].check.evidence[0].starts_with("doctor WARN topo.0000:41:00.0"));
         let bad = doctor_facts(&fixture("rig-4090-bad"), &[(0, None)]);
         assert!(bad.iter().any(|f| f.kind == Kind::Memlock), "{bad:#?}");
     }
@@ -219,7 +221,7 @@ mod tests {
         let without = "Name:\tx\nCapEff:\t0000000000000000\n";
         let with = "Name:\tx\nCapEff:\t000001ffffffffff\n";
         let f = memlock_fact(without, Some(64 << 10)).unwrap();
-        assert_eq!(f.summary, "this task may lock 64 KiB of memory, and has no CAP_IPC_LOCK");
+        assert_eq!(f.check.summary, "this task may lock 64 KiB of memory, and has no CAP_IPC_LOCK");
         assert!(memlock_fact(with, Some(64 << 10)).is_none());
         assert!(memlock_fact(without, None).is_none(), "unlimited");
         assert!(memlock_fact(without, Some(1 << 40)).is_none());

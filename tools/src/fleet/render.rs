@@ -1,9 +1,10 @@
 //! What a user reads: the summary (culprits first, each with its evidence and fix), an N×N
 //! matrix per rail and operation, the closing RESULT line; and the same in the tools' one JSON
-//! object (`report::json_object`: each culprit a FAIL check, then the fleet's own keys).
+//! object (the tools' one report, [`Fleet::checks`]: each culprit a FAIL check, then the fleet's own
+//! keys).
 
 use super::model::{Culprit, Leg, Op, Outcome, Task};
-use crate::report::{json_object, json_str, result_word};
+use crate::report::{json_str, result_word, Check, Report, Status};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -26,14 +27,15 @@ impl Fleet {
         let r: BTreeSet<usize> = self.legs.iter().filter(|l| l.op != Op::Nccl).map(|l| l.rail).collect();
         r.into_iter().collect()
     }
+    /// The fleet's checks in the tools' one report: each culprit a FAIL, then what was checked;
+    /// what could not be checked only where nothing failed.
+    pub fn checks(&self) -> Report {
+        let mut checks: Vec<Check> = self.culprits.iter().map(|c| c.check.clone()).collect();
+        checks.extend(self.passes());
+        Report { checks, unchecked: if self.culprits.is_empty() { self.unchecked.clone() } else { None } }
+    }
     pub fn exit_code(&self) -> u8 {
-        if !self.culprits.is_empty() {
-            1
-        } else if self.unchecked.is_some() {
-            2
-        } else {
-            0
-        }
+        self.checks().exit_code()
     }
     fn pairs(&self, op: Option<Op>) -> (usize, usize) {
         let mut all: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
@@ -48,29 +50,26 @@ impl Fleet {
         (all.len(), all.len() - bad.len())
     }
     /// What was checked: PASS where all of it held, else INFO with the count (the culprits say why).
-    fn passes(&self) -> Vec<(&'static str, String, String)> {
+    fn passes(&self) -> Vec<Check> {
         let mut v = Vec::new();
-        let word = |all: bool| if all { "PASS" } else { "INFO" };
+        let status = |all: bool| if all { Status::Pass } else { Status::Info };
         let n = self.nodes.len();
         let rails: usize = self.nodes.iter().map(|t| t.rails.len()).sum();
         let fine = self.nodes.iter().filter(|t| t.facts.is_empty()).count();
         let what = format!("{fine} of {n} nodes without a finding ({rails} GPU↔NIC rails, loopback self-tested)");
-        v.push((word(fine == n), "nodes".into(), what));
+        v.push(Check::new("nodes", status(fine == n), what));
         let (all, ok) = self.pairs(None);
         if all > 0 {
             let what = format!(
                 "{ok} of {all} links pass both ways, RDMA WRITE and READ GPU→GPU, {} per transfer, every byte checked",
                 size(self.bytes)
             );
-            v.push((word(ok == all), "links".into(), what));
+            v.push(Check::new("links", status(ok == all), what));
         }
         let (all, ok) = self.pairs(Some(Op::Nccl));
         if all > 0 {
-            v.push((
-                word(ok == all),
-                "nccl".into(),
-                format!("{ok} of {all} pairs: every inter-node channel of NCCL's send/recv via NET/…/GDRDMA"),
-            ));
+            let what = format!("{ok} of {all} pairs: every inter-node channel of NCCL's send/recv via NET/…/GDRDMA");
+            v.push(Check::new("nccl", status(ok == all), what));
         }
         v
     }
@@ -89,20 +88,10 @@ impl Fleet {
             self.secs
         );
         for c in &self.culprits {
-            let rail = c.rail.map_or(String::new(), |r| format!(" rail {r}"));
-            let _ = writeln!(s, "FAIL {:<12} {}{rail}: {}", c.kind.word(), c.nodes.join(" ↔ "), c.summary);
-            for e in c.evidence.iter().take(8) {
-                let _ = writeln!(s, "     {:<12} | {e}", "");
-            }
-            if c.evidence.len() > 8 {
-                let _ = writeln!(s, "     {:<12} | … {} more (--json has them all)", "", c.evidence.len() - 8);
-            }
-            if !c.fix.is_empty() {
-                let _ = writeln!(s, "     {:<12} fix: {}", "", c.fix);
-            }
+            s.push_str(&culprit_lines(c));
         }
-        for (word, id, summary) in self.passes() {
-            let _ = writeln!(s, "{word} {id:<12} {summary}");
+        for c in self.passes() {
+            let _ = writeln!(s, "{} {:<12} {}", c.status.word(), c.id, c.summary);
         }
         if matrices {
             for &r in &rails {
@@ -173,39 +162,19 @@ impl Fleet {
     }
 
     pub fn json(&self) -> String {
-        let mut checks: Vec<String> = self
-            .culprits
-            .iter()
-            .map(|c| {
-                let ev: Vec<String> = c.evidence.iter().map(|e| json_str(e)).collect();
+        let culprit = |i: usize| match self.culprits.get(i) {
+            Some(c) => {
                 let nodes: Vec<String> = c.nodes.iter().map(|n| json_str(n)).collect();
                 format!(
-                    "{{\"id\":{},\"status\":\"FAIL\",\"summary\":{},\"evidence\":[{}],\"fix\":{},\"kind\":{},\"nodes\":[{}],\"rail\":{}}}",
-                    json_str(&format!("culprit.{}", c.kind.word())),
-                    json_str(&c.summary),
-                    ev.join(","),
-                    json_str(&c.fix),
+                    ",\"kind\":{},\"nodes\":[{}],\"rail\":{}",
                     json_str(c.kind.word()),
                     nodes.join(","),
                     c.rail.map_or("null".into(), |r| r.to_string())
                 )
-            })
-            .collect();
-        for (word, id, summary) in self.passes() {
-            checks.push(format!(
-                "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[],\"fix\":\"\"}}",
-                json_str(&id),
-                json_str(word),
-                json_str(&summary)
-            ));
-        }
-        json_object(
-            "fleet",
-            &checks,
-            if self.culprits.is_empty() { self.unchecked.as_deref() } else { None },
-            self.exit_code(),
-            &self.json_extra(),
-        )
+            }
+            None => String::new(),
+        };
+        self.checks().json_with("fleet", culprit, &self.json_extra())
     }
 
     fn json_extra(&self) -> String {
@@ -275,6 +244,24 @@ impl Fleet {
             matrices.join(",")
         )
     }
+}
+
+/// A culprit's lines: `FAIL KIND NODES[ rail R]: summary`, its first 8 lines of evidence, its fix.
+fn culprit_lines(c: &Culprit) -> String {
+    let mut s = String::new();
+    let rail = c.rail.map_or(String::new(), |r| format!(" rail {r}"));
+    let ev = &c.check.evidence;
+    let _ = writeln!(s, "{} {:<12} {}{rail}: {}", c.check.status.word(), c.kind.word(), c.nodes.join(" ↔ "), c.check.summary);
+    for e in ev.iter().take(8) {
+        let _ = writeln!(s, "     {:<12} | {e}", "");
+    }
+    if ev.len() > 8 {
+        let _ = writeln!(s, "     {:<12} | … {} more (--json has them all)", "", ev.len() - 8);
+    }
+    if !c.check.fix.is_empty() {
+        let _ = writeln!(s, "     {:<12} fix: {}", "", c.check.fix);
+    }
+    s
 }
 
 /// 1 GiB, 16 MiB, 4 KiB, 100 bytes.

@@ -50,42 +50,8 @@ pub fn run(
             let r = tasks.iter().find(|t| t.node == nodes[p].node && t.rails.iter().any(|x| x.rail == rail))?.rank;
             Some((p, r))
         });
-        let mut ep = Err("no rig".to_string());
-        if let (Some(r), Some(_)) = (rig.as_deref_mut(), peer) {
-            ep = r.open();
-        }
-        let eps = gather(g, &ep.as_ref().map_or_else(|e| format!("no {e}"), |x| x.to_line()))?;
-        let got = |rk: usize| Endpoint::from_line(&eps[rk]).ok_or_else(|| eps[rk].strip_prefix("no ").unwrap_or(&eps[rk]).to_string());
-        let mine = match (&ep, peer) {
-            (Ok(_), Some((p, prank))) => match (got(prank), rig.as_deref_mut()) {
-                (Ok(theirs), Some(r)) => {
-                    let name = nodes[p].node.clone();
-                    let ok = r.connect(&theirs, &name).and_then(|()| r.poison_dst(seed));
-                    Some((p, theirs, ok))
-                }
-                (Err(why), _) => {
-                    not_run(&mut legs, rail, me, p, &format!("{} could not take part: {why}", nodes[p].node));
-                    None
-                }
-                (_, None) => None,
-            },
-            (Err(why), Some((p, _))) => {
-                not_run(&mut legs, rail, me, p, &format!("{} could not take part: {why}", nodes[me].node));
-                None
-            }
-            _ => None,
-        };
-        let ready = gather(g, if mine.as_ref().is_some_and(|m| m.2.is_ok()) { "ok" } else { "no" })?;
-        let both = |m: &(usize, Endpoint, Result<(), String>)| m.2.is_ok() && peer.is_some_and(|(_, pr)| ready[pr] == "ok");
-        let live = mine.as_ref().filter(|m| both(m));
-        match (&mine, peer) {
-            (Some((p, _, Err(e))), _) => error(&mut legs, rail, me, *p, &format!("connecting to {}: {e}", nodes[*p].node)),
-            (Some((p, _, Ok(()))), Some((_, pr))) if ready[pr] != "ok" => {
-                not_run(&mut legs, rail, me, *p, &format!("{} could not connect to {}", nodes[*p].node, nodes[me].node))
-            }
-            _ => {}
-        }
-        phases(g, rig.as_deref_mut(), live, rail, me, seed, &mut legs)?;
+        let live = connect(g, rig.as_deref_mut(), peer, nodes, (me, rail), seed, &mut legs)?;
+        phases(g, rig.as_deref_mut(), live.as_ref(), rail, me, seed, &mut legs)?;
         if let Some(n) = nccl.as_mut() {
             let n = n.as_mut().map(|(n, cu)| (&mut **n, *cu));
             nccl_phase(g, n, peer, (me, rail), seed, &mut legs)?;
@@ -108,11 +74,63 @@ pub fn run(
     Ok((merge_legs(seen), secs))
 }
 
+/// A round's pair as this task sees it: the partner node, its endpoint, how connecting to it went.
+type Pair = (usize, Endpoint, Result<(), String>);
+
+/// This round's pair, as far as it gets: each end's QP opened and its endpoint exchanged, then
+/// connected and its `dst` poisoned. The pair when both ends are ready; a pair that is not has its
+/// legs in `legs` (not run, or the error that stopped it).
+fn connect(
+    g: &mut Option<Group>,
+    mut rig: Option<&mut Rig>,
+    peer: Option<(usize, usize)>,
+    nodes: &[Task],
+    (me, rail): (usize, usize),
+    seed: u64,
+    legs: &mut Vec<Leg>,
+) -> Result<Option<Pair>, String> {
+    let mut ep = Err("no rig".to_string());
+    if let (Some(r), Some(_)) = (rig.as_deref_mut(), peer) {
+        ep = r.open();
+    }
+    let eps = gather(g, &ep.as_ref().map_or_else(|e| format!("no {e}"), |x| x.to_line()))?;
+    let got = |rk: usize| Endpoint::from_line(&eps[rk]).ok_or_else(|| eps[rk].strip_prefix("no ").unwrap_or(&eps[rk]).to_string());
+    let mine = match (&ep, peer) {
+        (Ok(_), Some((p, prank))) => match (got(prank), rig) {
+            (Ok(theirs), Some(r)) => {
+                let name = nodes[p].node.clone();
+                let ok = r.connect(&theirs, &name).and_then(|()| r.poison_dst(seed));
+                Some((p, theirs, ok))
+            }
+            (Err(why), _) => {
+                not_run(legs, rail, me, p, &format!("{} could not take part: {why}", nodes[p].node));
+                None
+            }
+            (_, None) => None,
+        },
+        (Err(why), Some((p, _))) => {
+            not_run(legs, rail, me, p, &format!("{} could not take part: {why}", nodes[me].node));
+            None
+        }
+        _ => None,
+    };
+    let ready = gather(g, if mine.as_ref().is_some_and(|m| m.2.is_ok()) { "ok" } else { "no" })?;
+    let both = |m: &Pair| m.2.is_ok() && peer.is_some_and(|(_, pr)| ready[pr] == "ok");
+    match (&mine, peer) {
+        (Some((p, _, Err(e))), _) => error(legs, rail, me, *p, &format!("connecting to {}: {e}", nodes[*p].node)),
+        (Some((p, _, Ok(()))), Some((_, pr))) if ready[pr] != "ok" => {
+            not_run(legs, rail, me, *p, &format!("{} could not connect to {}", nodes[*p].node, nodes[me].node))
+        }
+        _ => {}
+    }
+    Ok(mine.filter(both))
+}
+
 /// WRITE, verify, READ, flush, verify: with a live pair, else only the exchanges.
 fn phases(
     g: &mut Option<Group>,
     rig: Option<&mut Rig>,
-    live: Option<&(usize, Endpoint, Result<(), String>)>,
+    live: Option<&Pair>,
     rail: usize,
     me: usize,
     seed: u64,

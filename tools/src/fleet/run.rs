@@ -10,6 +10,7 @@ use super::render::Fleet;
 use super::round::{self, gather, tag};
 use super::wire::Group;
 use super::{launch, nccl, node, verdict};
+use crate::report::COULD_NOT_CHECK;
 use crate::selftest::cuda::Cuda;
 use crate::selftest::ffi::Verbs;
 use crate::selftest::shim::AllCounters;
@@ -42,16 +43,8 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         1 => None,
         _ => Some(Group::join(&l.rendezvous.clone()?, l.rank, l.size, &l.job, timeout, timeout)?),
     };
-    // every task must move the same bytes, with rank 0's seed
-    let seed = crate::selftest::rdma::run_seed();
-    let cfg = gather(&mut group, &format!("{} {seed:x} {}", a.size, a.nccl as u8))?;
-    if cfg.iter().any(|c| c.split(' ').next() != Some(&a.size.to_string())) {
-        return Err(format!("the tasks were started with different --size: {}", cfg.join(", ")));
-    }
-    if cfg.iter().any(|c| c.split(' ').nth(2) != Some(if a.nccl { "1" } else { "0" })) {
-        return Err("the tasks were started with and without --nccl".into());
-    }
-    let seed = u64::from_str_radix(cfg[0].split(' ').nth(1).unwrap_or("0"), 16).unwrap_or(seed);
+    let name = hostname();
+    let (seed, me) = agree(&mut group, a, &name)?;
     let gpu = a.gpu.unwrap_or(l.local_rank as i32);
     let mut cu = Cuda::load();
     let cu = match cu.as_mut() {
@@ -60,47 +53,16 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     };
     let verbs = Verbs::load();
     let cuda = cu.as_ref().ok().copied();
-    let (mut task, rig) = setup(a, &l, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
-    let mut nccl = nccl_log.clone().map(|log| {
-        let n = match cuda {
-            Some(cu) => nccl::Nccl::load(log, cu, a.size),
-            None => Err("no CUDA context for NCCL's buffers".into()),
-        };
-        match &n {
-            Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
-            Err(e) => task.facts.push(Fact {
-                kind: Kind::Nccl,
-                rail: None,
-                blocks: false,
-                summary: format!("--nccl: {e}"),
-                evidence: vec![],
-                fix: "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
-            }),
-        }
-        n.ok()
-    });
+    let (mut task, rig) = setup(a, &l, name, gpu, cu, verbs.as_ref().map_err(|e| e.clone()));
+    let mut nccl = nccl_log.clone().map(|log| load_nccl(a, log, cuda, &mut task));
+    let rail = gpu.max(0) as usize;
+    let (mine, mut rig) = facts_to_send(&mut task, rig, |r| r.fill_src(seed, tag(me, rail)), rail);
     if l.rank == 0 {
         eprintln!("fleet: {} task(s) ({}), gathering each node's facts", l.size, l.launcher);
     }
-    let parts = gather(&mut group, &task.to_lines())?;
+    let parts = gather(&mut group, &mine)?;
     let tasks: Vec<Task> = parts.iter().map(|p| Task::from_lines(p)).collect::<Result<_, _>>()?;
     let nodes = merge(&tasks);
-    let me = nodes.iter().position(|n| n.node == task.node).expect("this task's node is in the list");
-    let mut rig = rig;
-    if let Some(r) = rig.as_ref() {
-        if let Err(e) = r.fill_src(seed, tag(me, gpu as usize)) {
-            task.facts.push(Fact {
-                kind: Kind::Node,
-                rail: Some(gpu as usize),
-                blocks: true,
-                summary: e,
-                evidence: vec![],
-                fix: String::new(),
-            });
-            rig = None;
-        }
-    }
-    let rail = gpu.max(0) as usize;
     if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
         if let Err(e) = n.fill(cu, seed, tag(me, rail)) {
             eprintln!("fleet: rank {}: NCCL's buffer: {e}", l.rank);
@@ -131,26 +93,143 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     Ok(codes[0].parse().unwrap_or(2))
 }
 
+/// What every task agrees on in the first exchange: the seed every task moves its bytes with,
+/// rank 0's (every task must have been started with the same --size and --nccl), and the index of
+/// this task's node `node` among the job's nodes, which tags the bytes it sends.
+fn agree(group: &mut Option<Group>, a: &Args, node: &str) -> Result<(u64, usize), String> {
+    let seed = crate::selftest::rdma::run_seed();
+    let cfg = gather(group, &format!("{} {seed:x} {} {node}", a.size, a.nccl as u8))?;
+    // size, seed, --nccl, and the node's name (which may hold spaces)
+    let cfg: Vec<Vec<&str>> = cfg.iter().map(|c| c.splitn(4, ' ').collect()).collect();
+    if cfg.iter().any(|c| c.first() != Some(&a.size.to_string().as_str())) {
+        let said: Vec<String> = cfg.iter().map(|c| c[..c.len().min(3)].join(" ")).collect();
+        return Err(format!("the tasks were started with different --size: {}", said.join(", ")));
+    }
+    if cfg.iter().any(|c| c.get(2) != Some(&if a.nccl { "1" } else { "0" })) {
+        return Err("the tasks were started with and without --nccl".into());
+    }
+    let seed = u64::from_str_radix(cfg[0].get(1).unwrap_or(&"0"), 16).unwrap_or(seed);
+    let names: Vec<&str> = cfg.iter().map(|c| c.get(3).copied().unwrap_or_default()).collect();
+    Ok((seed, node_index(&names, node)))
+}
+
+/// The index of node `node` among the nodes of the tasks named `names` (one a rank), in the order
+/// their first task came: as `merge` orders them.
+pub fn node_index(names: &[&str], node: &str) -> usize {
+    let mut nodes: Vec<&str> = Vec::new();
+    for n in names {
+        if !nodes.contains(n) {
+            nodes.push(n);
+        }
+    }
+    nodes.iter().position(|n| *n == node).expect("this task's node is in the list")
+}
+
+/// What this task sends rank 0 about itself (its facts, versions and rails), taken once its
+/// source buffer is filled with `fill`: a fill that fails is one of those facts, and the rig is
+/// gone (this rail moves no bytes); the rig where it was filled.
+pub fn facts_to_send<R>(task: &mut Task, rig: Option<R>, fill: impl FnOnce(&R) -> Result<(), String>, rail: usize) -> (String, Option<R>) {
+    let rig = rig.and_then(|r| match fill(&r) {
+        Ok(()) => Some(r),
+        Err(e) => {
+            task.facts.push(Fact::new(
+                Kind::Node,
+                Some(rail),
+                true,
+                format!("this rail's GPU buffer could not be filled: {e}"),
+                vec![],
+                "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)".into(),
+            ));
+            None
+        }
+    });
+    (task.to_lines(), rig)
+}
+
+/// NCCL for --nccl, its version among the task's; where it cannot be loaded, a fact.
+fn load_nccl(a: &Args, log: std::path::PathBuf, cuda: Option<&Cuda>, task: &mut Task) -> Option<nccl::Nccl> {
+    let n = match cuda {
+        Some(cu) => nccl::Nccl::load(log, cu, a.size),
+        None => Err("no CUDA context for NCCL's buffers".into()),
+    };
+    match &n {
+        Ok(n) => task.versions.push(("nccl".into(), n.version.clone())),
+        Err(e) => task.facts.push(Fact::new(
+            Kind::Nccl,
+            None,
+            false,
+            format!("--nccl: {e}"),
+            vec![],
+            "install NCCL on this node (libnccl2), or name it: GDRSHIM_FLEET_NCCL=/path/libnccl.so.2".into(),
+        )),
+    }
+    n.ok()
+}
+
 /// This task's facts, versions and rail, and its buffers on the wire where it has them.
 fn setup<'v>(
     a: &Args,
     l: &launch::Launch,
+    node: String,
     gpu: i32,
     cu: Result<&'v Cuda, String>,
     v: Result<&'v Verbs, String>,
 ) -> (Task, Option<Rig<'v>>) {
-    let name = hostname();
     let rail_no = gpu.max(0) as usize;
-    let mut t = Task { rank: l.rank, node: name.clone(), ..Default::default() };
+    let mut t = Task { rank: l.rank, node, ..Default::default() };
     let (facts, version) = node::shim_facts();
     t.facts.extend(facts);
     t.versions.push(("gdrshim".into(), version));
     t.versions.push(("driver".into(), node::driver_version()));
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     t.facts.extend(node::memlock_fact(&status, node::memlock_soft()));
+    let hca = doctor_and_loopback(a, gpu, &mut t);
+    t.rails[0].nic = format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
+    let blocked = |t: &mut Task, kind: Kind, summary: String, fix: &str| {
+        t.facts.push(Fact::new(kind, Some(rail_no), true, summary, vec![], fix.into()));
+    };
+    let (cu, v) = match (cu, v) {
+        (Ok(cu), Ok(v)) => (cu, v),
+        (Err(e), _) => {
+            blocked(&mut t, Kind::Node, e, "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)");
+            return (t, None);
+        }
+        (_, Err(e)) => {
+            blocked(&mut t, Kind::NicPort, e, "install rdma-core (libibverbs1, ibverbs-providers) on this node");
+            return (t, None);
+        }
+    };
+    let mut rig_args = a.selftest_args(gpu, hca);
+    rig_args.size = a.size;
+    match Rig::new(&rig_args, cu, v, a.size) {
+        Err(unfit) => {
+            t.facts.push(Fact { rail: Some(rail_no), ..*unfit });
+            (t, None)
+        }
+        Ok(mut rig) => {
+            rail_as_registered(a, &mut rig, &mut t, rail_no);
+            (t, Some(rig))
+        }
+    }
+}
+
+/// The doctor's facts over the node's state and the self-test's loopback on this task's rail,
+/// which it adds; the HCA of the rail (--hca, else the state's nearest to the GPU).
+fn doctor_and_loopback(a: &Args, gpu: i32, t: &mut Task) -> Option<String> {
+    let rail_no = gpu.max(0) as usize;
     let mut hca = a.hca.clone();
     let mut st_args = a.selftest_args(gpu, None);
-    match node::state(a.state.as_deref(), &name) {
+    let rail = |loopback: String| Rail {
+        rail: rail_no,
+        gpu: format!("GPU {gpu}"),
+        nic: String::new(),
+        port_gbps: None,
+        path: String::new(),
+        loopback,
+    };
+    match node::state(a.state.as_deref(), &t.node) {
         Ok((st, dir, own)) => {
             let topo = node::topology(&st);
             let addr = topo.get(rail_no).map(|(g, _)| g.clone());
@@ -161,86 +240,49 @@ fn setup<'v>(
             st_args.state = Some(dir);
             st_args.hca = hca.clone();
             let (word, fact) = node::loopback(&st_args, rail_no);
-            t.rails.push(Rail {
-                rail: rail_no,
-                gpu: format!("GPU {gpu}"),
-                nic: String::new(),
-                port_gbps: None,
-                path: String::new(),
-                loopback: word,
-            });
+            t.rails.push(rail(word));
             t.facts.extend(fact);
             if let Some(root) = own {
                 let _ = std::fs::remove_dir_all(root); // ours: recorded by node::state
             }
         }
         Err(e) => {
-            eprintln!("fleet: rank {} on {name}: no doctor's checks: {e}", l.rank);
-            t.rails.push(Rail {
-                rail: rail_no,
-                gpu: format!("GPU {gpu}"),
-                nic: String::new(),
-                port_gbps: None,
-                path: String::new(),
-                loopback: "COULD NOT CHECK".into(),
-            });
+            eprintln!("fleet: rank {} on {}: no doctor's checks: {e}", t.rank, t.node);
+            t.rails.push(rail(COULD_NOT_CHECK.into()));
         }
     }
-    t.rails[0].nic = format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
-    let blocked = |t: &mut Task, kind: Kind, summary: String, evidence: Vec<String>, fix: String| {
-        t.facts.push(Fact { kind, rail: Some(rail_no), blocks: true, summary, evidence, fix });
-    };
-    let (cu, v) = match (cu, v) {
-        (Ok(cu), Ok(v)) => (cu, v),
-        (Err(e), _) => {
-            blocked(&mut t, Kind::Node, e, vec![], "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)".into());
-            return (t, None);
-        }
-        (_, Err(e)) => {
-            blocked(&mut t, Kind::NicPort, e, vec![], "install rdma-core (libibverbs1, ibverbs-providers) on this node".into());
-            return (t, None);
-        }
-    };
-    let mut rig_args = a.selftest_args(gpu, hca);
-    rig_args.size = a.size;
-    match Rig::new(&rig_args, cu, v, a.size) {
-        Err(u) => {
-            blocked(&mut t, u.kind, u.summary, u.evidence, u.fix);
-            (t, None)
-        }
-        Ok(mut rig) => {
-            t.rails[0].path = path(&rig.registered);
-            if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
-                let ev = rig.registered.1.map(|c| {
-                    let n = |k| crate::selftest::shim::all_counter(&c, k);
-                    format!(
-                        "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
-                        n("registered"),
-                        n("registered_bytes"),
-                        n("pass0_hits"),
-                        n("stood_aside")
-                    )
-                });
-                t.facts.push(Fact {
-                    kind: Kind::DmaBuf,
-                    rail: Some(rail_no),
-                    blocks: false,
-                    summary: "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)"
-                        .into(),
-                    evidence: ev.into_iter().collect(),
-                    fix: "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
-                });
-            }
-            t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
-            if rig.open().is_ok() {
-                t.rails[0].port_gbps = rig.port_gbps();
-            }
-            rig.close();
-            (t, Some(rig))
-        }
+    hca
+}
+
+/// The rail as its GPU buffers were registered: the path gdrshim made (a fallback without it is a
+/// fact), the NIC's name and its port's rate.
+fn rail_as_registered(a: &Args, rig: &mut Rig, t: &mut Task, rail_no: usize) {
+    t.rails[0].path = path(&rig.registered);
+    if t.rails[0].path == "none" && crate::selftest::shim::shim_loaded() {
+        let ev = rig.registered.1.map(|c| {
+            let n = |k| crate::selftest::shim::all_counter(&c, k);
+            format!(
+                "gdrshim_counters(): registered={} registered_bytes={} pass0_hits={} stood_aside={}",
+                n("registered"),
+                n("registered_bytes"),
+                n("pass0_hits"),
+                n("stood_aside")
+            )
+        });
+        t.facts.push(Fact::new(
+            Kind::DmaBuf,
+            Some(rail_no),
+            false,
+            "the NIC took this rail's GPU buffers, but not through gdrshim: no GDR registration was made (a fallback)".into(),
+            ev.into_iter().collect(),
+            "the shim's log says why it delegated (GDRSHIM_LOG_LEVEL=info): a dma-buf the HCA refused, no route".into(),
+        ));
     }
+    t.rails[0].nic = format!("{} port {}", rig.nic(), a.port);
+    if rig.open().is_ok() {
+        t.rails[0].port_gbps = rig.port_gbps();
+    }
+    rig.close();
 }
 
 /// How the GPU memory was registered, from gdrshim's counters before and after: bytes of GPU
@@ -316,14 +358,14 @@ fn port_facts(nodes: &mut [Task]) {
             let (Some(g), Some(all)) = (r.port_gbps, rates.get(&r.rail)) else { continue };
             let common = *all.iter().max_by_key(|x| all.iter().filter(|y| y == x).count()).unwrap_or(&0);
             if all.len() >= 3 && (g as u64) < common {
-                add.push(Fact {
-                    kind: Kind::NicPort,
-                    rail: Some(r.rail),
-                    blocks: false,
-                    summary: format!("{} is active at {g:.0} Gb/s, {common} Gb/s on this rail's other ports", r.nic),
-                    evidence: vec![format!("ibv_query_port: active_speed × active_width = {g:.0} Gb/s")],
-                    fix: "the port trained below its rate: cable, transceiver, switch port (ibstat / ethtool: width and speed)".into(),
-                });
+                add.push(Fact::new(
+                    Kind::NicPort,
+                    Some(r.rail),
+                    false,
+                    format!("{} is active at {g:.0} Gb/s, {common} Gb/s on this rail's other ports", r.nic),
+                    vec![format!("ibv_query_port: active_speed × active_width = {g:.0} Gb/s")],
+                    "the port trained below its rate: cable, transceiver, switch port (ibstat / ethtool: width and speed)".into(),
+                ));
             }
         }
         n.facts.extend(add);

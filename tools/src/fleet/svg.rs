@@ -48,54 +48,69 @@ pub fn svg(f: &Fleet) -> String {
         super::render::size(f.bytes)
     );
     for (k, &(rail, op)) in panels.iter().enumerate() {
-        let x0 = 10 + k * panel;
-        let y0 = 40;
-        let _ = writeln!(s, r#"<text x="{x0}" y="{}" font-size="12">rail {rail} {} (row: from, column: to)</text>"#, y0, op.word());
-        let gx = x0 + label_w;
-        let gy = y0 + label_w;
-        for (i, t) in f.nodes.iter().enumerate() {
-            let name = esc(&t.node.chars().take(24).collect::<String>());
-            let y = gy + i * CELL + CELL / 2 + 4;
-            let _ = writeln!(s, r#"<text x="{}" y="{y}" text-anchor="end">{name}</text>"#, gx - 4);
-            let cx = gx + i * CELL + CELL / 2 + 4;
-            let _ = writeln!(s, r#"<text x="{cx}" y="{}" transform="rotate(-90 {cx} {})">{name}</text>"#, gy - 4, gy - 4);
-        }
-        for i in 0..n {
-            for j in 0..n {
-                let (x, y) = (gx + j * CELL, gy + i * CELL);
-                if i == j {
-                    let _ = writeln!(s, r##"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#eeeeee"/>"##);
-                    continue;
-                }
-                let Some(l) = f.leg(rail, op, i, j) else { continue };
-                let rate = [i, j]
-                    .iter()
-                    .filter_map(|&x| f.nodes[x].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps))
-                    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))));
-                let share = l.gbps.zip(rate).map(|(g, r)| g / r);
-                let (fill, mark) = look(l.outcome, share);
-                let tip = format!(
-                    "{} → {} rail {rail} {}: {}{}{}",
-                    f.nodes[i].node,
-                    f.nodes[j].node,
-                    op.word(),
-                    l.outcome.word(),
-                    l.gbps.map_or(String::new(), |g| format!(", {g:.2} Gb/s")),
-                    if l.detail.is_empty() { String::new() } else { format!(": {}", l.detail) }
-                );
-                let _ = writeln!(
-                    s,
-                    r#"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="{fill}" stroke="white"><title>{}</title></rect>"#,
-                    esc(&tip)
-                );
-                if !mark.is_empty() {
-                    let _ =
-                        writeln!(s, r#"<text x="{}" y="{}" fill="white" text-anchor="middle">{mark}</text>"#, x + CELL / 2, y + CELL - 5);
-                }
+        panel_at(&mut s, f, rail, op, (10 + k * panel, label_w));
+    }
+    legend(&mut s, height - 16);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// One panel, its left edge at `x0`: its title, the nodes' names along both sides, the cells.
+fn panel_at(s: &mut String, f: &Fleet, rail: usize, op: Op, (x0, label_w): (usize, usize)) {
+    let n = f.nodes.len();
+    let y0 = 40;
+    let _ = writeln!(s, r#"<text x="{x0}" y="{}" font-size="12">rail {rail} {} (row: from, column: to)</text>"#, y0, op.word());
+    let gx = x0 + label_w;
+    let gy = y0 + label_w;
+    for (i, t) in f.nodes.iter().enumerate() {
+        let name = esc(&t.node.chars().take(24).collect::<String>());
+        let y = gy + i * CELL + CELL / 2 + 4;
+        let _ = writeln!(s, r#"<text x="{}" y="{y}" text-anchor="end">{name}</text>"#, gx - 4);
+        let cx = gx + i * CELL + CELL / 2 + 4;
+        let _ = writeln!(s, r#"<text x="{cx}" y="{}" transform="rotate(-90 {cx} {})">{name}</text>"#, gy - 4, gy - 4);
+    }
+    for i in 0..n {
+        for j in 0..n {
+            let (x, y) = (gx + j * CELL, gy + i * CELL);
+            if i == j {
+                let _ = writeln!(s, r##"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#eeeeee"/>"##);
+                continue;
             }
+            cell(s, f, rail, op, (i, j), (x, y));
         }
     }
-    let ly = height - 16;
+}
+
+/// The cell of the leg from node `i` to node `j`, at (`x`, `y`): its fill, mark and tooltip.
+fn cell(s: &mut String, f: &Fleet, rail: usize, op: Op, (i, j): (usize, usize), (x, y): (usize, usize)) {
+    let Some(l) = f.leg(rail, op, i, j) else { return };
+    let rate = [i, j]
+        .iter()
+        .filter_map(|&x| f.nodes[x].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps))
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.min(v))));
+    let share = l.gbps.zip(rate).map(|(g, r)| g / r);
+    let (fill, mark) = look(l.outcome, share);
+    let tip = format!(
+        "{} → {} rail {rail} {}: {}{}{}",
+        f.nodes[i].node,
+        f.nodes[j].node,
+        op.word(),
+        l.outcome.word(),
+        l.gbps.map_or(String::new(), |g| format!(", {g:.2} Gb/s")),
+        if l.detail.is_empty() { String::new() } else { format!(": {}", l.detail) }
+    );
+    let _ = writeln!(
+        s,
+        r#"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="{fill}" stroke="white"><title>{}</title></rect>"#,
+        esc(&tip)
+    );
+    if !mark.is_empty() {
+        let _ = writeln!(s, r#"<text x="{}" y="{}" fill="white" text-anchor="middle">{mark}</text>"#, x + CELL / 2, y + CELL - 5);
+    }
+}
+
+/// The colours' legend along the bottom, its text's baseline at `ly`.
+fn legend(s: &mut String, ly: usize) {
     let legend = [
         ("#2e7d32", "≥ 50% of port rate"),
         ("#f9a825", "25–50%"),
@@ -109,6 +124,4 @@ pub fn svg(f: &Fleet) -> String {
         let _ = writeln!(s, r#"<rect x="{x}" y="{}" width="12" height="12" fill="{fill}"/>"#, ly - 10);
         let _ = writeln!(s, r#"<text x="{}" y="{ly}">{}</text>"#, x + 16, esc(text));
     }
-    s.push_str("</svg>\n");
-    s
 }

@@ -3,6 +3,7 @@
 //! fleets on every run, thousands of them).
 
 use super::model::{Culprit, Fact, Kind, Leg, Op, Outcome, Rail, Task};
+use super::run::{facts_to_send, merge, node_index};
 use super::schedule::rounds;
 use super::verdict::culprits;
 use std::collections::BTreeSet;
@@ -70,17 +71,17 @@ fn a_dead_link_is_the_link_and_a_dead_node_is_the_node() {
     };
     let cs = culprits(&nodes, &legs(4, 1, dead(1, 2)));
     assert_eq!(named(&cs), [one(Kind::Link, &["n1", "n2"], Some(0))].into(), "{cs:#?}");
-    assert!(cs[0].evidence.iter().any(|e| e.contains("WRITE n1→n2: error")), "{:?}", cs[0].evidence);
-    assert!(!cs[0].summary.contains("these two alone"));
+    assert!(cs[0].check.evidence.iter().any(|e| e.contains("WRITE n1→n2: error")), "{:?}", cs[0].check.evidence);
+    assert!(!cs[0].check.summary.contains("these two alone"));
     // every link of n3 fails: n3, not its three links
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 3 || d == 3 { Outcome::Error } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Node, &["n3"], None)].into(), "{cs:#?}");
-    assert!(cs[0].summary.contains("its only rail"));
+    assert!(cs[0].check.summary.contains("its only rail"));
     // two nodes alone: the link, said so
     let two: Vec<Task> = (0..2).map(|i| node(i, 1)).collect();
     let cs = culprits(&two, &legs(2, 1, |_, _, _, _| Outcome::Corrupt));
     assert_eq!(named(&cs), [one(Kind::Link, &["n0", "n1"], Some(0))].into());
-    assert!(cs[0].summary.contains("these two alone"), "{}", cs[0].summary);
+    assert!(cs[0].check.summary.contains("these two alone"), "{}", cs[0].check.summary);
 }
 
 #[test]
@@ -88,7 +89,7 @@ fn one_rail_of_one_node_is_its_nic_and_every_rail_is_the_node() {
     let nodes: Vec<Task> = (0..5).map(|i| node(i, 3)).collect();
     let cs = culprits(&nodes, &legs(5, 3, |r, s, d, _| if r == 1 && (s == 2 || d == 2) { Outcome::Slow } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::NicPort, &["n2"], Some(1))].into(), "{cs:#?}");
-    assert!(cs[0].summary.starts_with("mlx5_1 of n2 (rail 1)"), "{}", cs[0].summary);
+    assert!(cs[0].check.summary.starts_with("mlx5_1 of n2 (rail 1)"), "{}", cs[0].check.summary);
     let cs = culprits(&nodes, &legs(5, 3, |_, s, d, _| if s == 4 || d == 4 { Outcome::Error } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Node, &["n4"], None)].into(), "{cs:#?}");
     // every link of every node: the fleet, once per rail, and no node
@@ -100,27 +101,13 @@ fn one_rail_of_one_node_is_its_nic_and_every_rail_is_the_node() {
 fn a_nodes_fact_takes_its_links_and_no_peer_is_blamed() {
     // n1 has no gdrshim: it could not register, every leg with it did not run
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[1].facts.push(Fact {
-        kind: Kind::Shim,
-        rail: None,
-        blocks: true,
-        summary: "gdrshim is not loaded on n1".into(),
-        evidence: vec![],
-        fix: "preload it".into(),
-    });
+    nodes[1].facts.push(Fact::new(Kind::Shim, None, true, "gdrshim is not loaded on n1".into(), vec![], "preload it".into()));
     nodes[1].versions[0].1 = "missing".into();
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::Shim, &["n1"], None)].into(), "{cs:#?}");
     // a PCIe path fact accounts for slow links, not for corrupt ones
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[2].facts.push(Fact {
-        kind: Kind::PciePath,
-        rail: Some(0),
-        blocks: false,
-        summary: "GPU 0 ↔ mlx5_0 is SYS".into(),
-        evidence: vec![],
-        fix: String::new(),
-    });
+    nodes[2].facts.push(Fact::new(Kind::PciePath, Some(0), false, "GPU 0 ↔ mlx5_0 is SYS".into(), vec![], String::new()));
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 2 || d == 2 { Outcome::Slow } else { Outcome::Ok }));
     assert_eq!(named(&cs), [one(Kind::PciePath, &["n2"], Some(0))].into(), "{cs:#?}");
     let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if (s.min(d), s.max(d)) == (0, 2) { Outcome::Corrupt } else { Outcome::Ok }));
@@ -135,11 +122,11 @@ fn versions_name_the_minority_or_the_skew() {
     let cs = culprits(&nodes, &legs(4, 1, |_, _, _, _| Outcome::Ok));
     assert_eq!(named(&cs), [one(Kind::Shim, &["n3"], None), one(Kind::VersionSkew, &["n0"], None)].into(), "{cs:#?}");
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
-    assert_eq!(shim.summary, "gdrshim 0.1.9 on n3, 0.2.0 on the 3 other node(s)");
+    assert_eq!(shim.check.summary, "gdrshim 0.1.9 on n3, 0.2.0 on the 3 other node(s)");
     // two against two: no majority, so no node is named alone
     nodes[2].versions[0].1 = "0.1.9".into();
     let cs = culprits(&nodes, &legs(4, 1, |_, _, _, _| Outcome::Ok));
-    let skew = cs.iter().find(|c| c.summary.starts_with("gdrshim")).unwrap();
+    let skew = cs.iter().find(|c| c.check.summary.starts_with("gdrshim")).unwrap();
     assert_eq!((skew.kind, skew.nodes.len()), (Kind::VersionSkew, 4), "{skew:#?}");
 }
 
@@ -197,14 +184,7 @@ fn no_false_culprit_on_random_fleets() {
             .collect();
         let how = bad_kinds[rng.below(3)];
         for &x in &blocked {
-            nodes[x].facts.push(Fact {
-                kind: Kind::DmaBuf,
-                rail: None,
-                blocks: true,
-                summary: "no dma-buf".into(),
-                evidence: vec![],
-                fix: String::new(),
-            });
+            nodes[x].facts.push(Fact::new(Kind::DmaBuf, None, true, "no dma-buf".into(), vec![], String::new()));
         }
         let out = |r: usize, s: usize, d: usize| -> Outcome {
             let (a, b) = (s.min(d), s.max(d));
@@ -306,13 +286,8 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
 
 #[test]
 fn one_fault_seen_by_several_checks_is_one_culprit() {
-    let fact = |kind, rail, blocks, summary: &str| Fact {
-        kind,
-        rail,
-        blocks,
-        summary: summary.into(),
-        evidence: vec![format!("evidence of {summary}")],
-        fix: format!("fix {summary}"),
+    let fact = |kind, rail, blocks, summary: &str| {
+        Fact::new(kind, rail, blocks, summary.into(), vec![format!("evidence of {summary}")], format!("fix {summary}"))
     };
     let mut n = node(0, 2);
     n.facts = vec![
@@ -330,12 +305,12 @@ fn one_fault_seen_by_several_checks_is_one_culprit() {
     );
     // the node's fact leads, then the one that blocks; the rest are its evidence
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
-    assert_eq!((shim.summary.as_str(), shim.fix.as_str()), ("not loaded", "fix not loaded"));
-    assert!(shim.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
-    assert!(shim.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
+    assert_eq!((shim.check.summary.as_str(), shim.check.fix.as_str()), ("not loaded", "fix not loaded"));
+    assert!(shim.check.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
+    assert!(shim.check.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
     let dmabuf = cs.iter().find(|c| c.kind == Kind::DmaBuf).unwrap();
-    assert_eq!(dmabuf.summary, "registration: refused");
-    assert_eq!(dmabuf.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
+    assert_eq!(dmabuf.check.summary, "registration: refused");
+    assert_eq!(dmabuf.check.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
 }
 
 #[test]
@@ -349,4 +324,41 @@ fn a_legs_merge_keeps_the_worst_outcomes_details() {
     assert_eq!((m[0].outcome, m[0].detail.as_str()), (Outcome::Error, "RETRY_EXC_ERR"));
     let m = super::round::merge_legs(vec![leg(Outcome::Error, "a"), leg(Outcome::Error, "b")]);
     assert_eq!(m[0].detail, "a; b");
+}
+
+#[test]
+fn a_fill_that_fails_is_among_the_facts_rank_0_receives() {
+    // n1's source buffer cannot be filled: rank 0 hears it with the node's other facts
+    let sent: Vec<String> = (0..4)
+        .map(|i| {
+            let mut t = node(i, 1);
+            let fill = |_: &()| if i == 1 { Err("cuMemcpyHtoD_v2 -> 700".to_string()) } else { Ok(()) };
+            let (sent, rig) = facts_to_send(&mut t, Some(()), fill, 0);
+            assert_eq!(rig.is_some(), i != 1);
+            sent
+        })
+        .collect();
+    let tasks: Vec<Task> = sent.iter().map(|s| Task::from_lines(s)).collect::<Result<_, _>>().unwrap();
+    let nodes = merge(&tasks);
+    assert!(nodes[0].facts.is_empty() && nodes[2].facts.is_empty(), "{nodes:#?}");
+    let f = nodes[1].facts.iter().find(|f| f.kind == Kind::Node).expect("the fill's fact");
+    assert_eq!((f.rail, f.blocks), (Some(0), true));
+    assert!(f.check.summary.contains("cuMemcpyHtoD_v2 -> 700"), "{f:#?}");
+    // without a rig n1 took part in no leg: n1 is the culprit, no peer is blamed
+    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
+    assert_eq!(named(&cs), [one(Kind::Node, &["n1"], Some(0))].into(), "{cs:#?}");
+    // a task that has no rig sends its facts as they are
+    let mut t = node(0, 1);
+    let (sent, rig) = facts_to_send(&mut t, None::<()>, |_| unreachable!(), 0);
+    assert_eq!((sent, rig), (node(0, 1).to_lines(), None));
+}
+
+#[test]
+fn a_tasks_node_index_is_its_nodes_place_in_the_merged_list() {
+    let names = ["b", "a", "b", "c c", "a"];
+    let tasks: Vec<Task> = names.iter().enumerate().map(|(i, n)| Task { rank: i, node: n.to_string(), ..Default::default() }).collect();
+    let nodes = merge(&tasks);
+    for n in names {
+        assert_eq!(node_index(&names, n), nodes.iter().position(|x| x.node == n).unwrap(), "{n}");
+    }
 }

@@ -93,26 +93,25 @@ pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
         let ev = evidence(nodes, legs, |l| bad.contains(&l.rail) && (nodes[l.src].node == name || nodes[l.dst].node == name));
         if has.iter().all(|r| bad.contains(r)) {
             let one = if has.len() == 1 { " (its only rail: the node or that rail's NIC)" } else { "" };
-            out.push(Culprit {
-                kind: Kind::Node,
-                nodes: vec![name.clone()],
-                rail: None,
-                summary: format!("every link of {name} failed, on every rail, while its peers pass with each other{one}"),
-                evidence: ev,
-                fix: "the node: its NIC(s), cables and switch ports, its driver state (dmesg for Xid and mlx5 errors); the facts above"
-                    .into(),
-            });
+            out.push(Culprit::new(
+                Kind::Node,
+                vec![name.clone()],
+                None,
+                format!("every link of {name} failed, on every rail, while its peers pass with each other{one}"),
+                ev,
+                "the node: its NIC(s), cables and switch ports, its driver state (dmesg for Xid and mlx5 errors); the facts above".into(),
+            ));
         } else {
             for r in bad {
                 let nic = n.rails.iter().find(|x| x.rail == r).map_or("?".into(), |x| x.nic.clone());
-                out.push(Culprit {
-                    kind: Kind::NicPort,
-                    nodes: vec![name.clone()],
-                    rail: Some(r),
-                    summary: format!("{nic} of {name} (rail {r}) fails with every peer while the node's other rails pass"),
-                    evidence: evidence(nodes, legs, |l| l.rail == r && (nodes[l.src].node == name || nodes[l.dst].node == name)),
-                    fix: "that NIC: its port state and width (ibstat, ethtool), its cable and switch port, its firmware".into(),
-                });
+                out.push(Culprit::new(
+                    Kind::NicPort,
+                    vec![name.clone()],
+                    Some(r),
+                    format!("{nic} of {name} (rail {r}) fails with every peer while the node's other rails pass"),
+                    evidence(nodes, legs, |l| l.rail == r && (nodes[l.src].node == name || nodes[l.dst].node == name)),
+                    "that NIC: its port state and width (ibstat, ethtool), its cable and switch port, its firmware".into(),
+                ));
             }
         }
     }
@@ -120,16 +119,16 @@ pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
         let (bad_nodes, rest) = links(nodes, legs, 0, true, &mut out);
         for x in bad_nodes {
             let name = &nodes[x].node;
-            out.push(Culprit {
-                kind: Kind::Nccl,
-                nodes: vec![name.clone()],
-                rail: None,
-                summary: format!("NCCL takes no GDRDMA on any channel of {name} with any peer"),
-                evidence: evidence(nodes, legs, |l| l.op == Op::Nccl && (l.src == x || l.dst == x)),
-                fix: "NCCL on that node stages through host memory: is gdrshim preloaded there, and does NCCL's log say GDR off \
+            out.push(Culprit::new(
+                Kind::Nccl,
+                vec![name.clone()],
+                None,
+                format!("NCCL takes no GDRDMA on any channel of {name} with any peer"),
+                evidence(nodes, legs, |l| l.op == Op::Nccl && (l.src == x || l.dst == x)),
+                "NCCL on that node stages through host memory: is gdrshim preloaded there, and does NCCL's log say GDR off \
                       (NCCL_DEBUG=INFO, NET/IB : GPU Direct RDMA Disabled)?"
                     .into(),
-            });
+            ));
         }
         out.extend(rest);
     }
@@ -147,21 +146,14 @@ fn node_culprits(n: &Task) -> Vec<Culprit> {
     for f in facts {
         match out.iter_mut().find(|c| c.kind == f.kind && (c.rail.is_none() || c.rail == f.rail)) {
             Some(c) => {
-                let also = format!("also: {}", f.summary);
-                for e in std::iter::once(&also).chain(&f.evidence) {
-                    if *e != format!("also: {}", c.summary) && !c.evidence.contains(e) {
-                        c.evidence.push(e.clone());
+                let also = format!("also: {}", f.check.summary);
+                for e in std::iter::once(&also).chain(&f.check.evidence) {
+                    if *e != format!("also: {}", c.check.summary) && !c.check.evidence.contains(e) {
+                        c.check.evidence.push(e.clone());
                     }
                 }
             }
-            None => out.push(Culprit {
-                kind: f.kind,
-                nodes: vec![n.node.clone()],
-                rail: f.rail,
-                summary: f.summary.clone(),
-                evidence: f.evidence.clone(),
-                fix: f.fix.clone(),
-            }),
+            None => out.push(Culprit { kind: f.kind, nodes: vec![n.node.clone()], rail: f.rail, check: f.check.clone() }),
         }
     }
     out
@@ -205,16 +197,16 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
     let players: BTreeSet<usize> = pair.keys().flat_map(|&(a, b)| [a, b]).collect();
     let every = at_fault.len() >= 3 && at_fault.len() == players.len();
     if every {
-        out.push(Culprit {
-            kind: Kind::Fleet,
-            nodes: players.iter().map(|&x| nodes[x].node.clone()).collect(),
-            rail: (!nccl).then_some(rail),
-            summary: format!("every link of every node failed{}", if nccl { " to use GDRDMA in NCCL" } else { "" }),
-            evidence: evidence(nodes, legs, |l| mine(&l)).into_iter().take(6).collect(),
-            fix: "what every node shares: the switch or fabric, the RoCE GID index and VLAN, the subnet manager (IB), the network \
+        out.push(Culprit::new(
+            Kind::Fleet,
+            players.iter().map(|&x| nodes[x].node.clone()).collect(),
+            (!nccl).then_some(rail),
+            format!("every link of every node failed{}", if nccl { " to use GDRDMA in NCCL" } else { "" }),
+            evidence(nodes, legs, |l| mine(&l)).into_iter().take(6).collect(),
+            "what every node shares: the switch or fabric, the RoCE GID index and VLAN, the subnet manager (IB), the network \
                   the NICs' addresses are in"
                 .into(),
-        });
+        ));
         return (Vec::new(), Vec::new());
     }
     let mut rest = Vec::new();
@@ -227,17 +219,17 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
         let alone = |x: usize, y: usize| !pair.keys().any(|&(p, q)| (p == x || q == x) && p != y && q != y);
         let note =
             if alone(a, b) && alone(b, a) { " (these two alone: the link, or either end; a third node tells them apart)" } else { "" };
-        rest.push(Culprit {
-            kind: if nccl { Kind::Nccl } else { Kind::Link },
-            nodes: vec![na.clone(), nb.clone()],
-            rail: (!nccl).then_some(rail),
-            summary: if nccl {
+        rest.push(Culprit::new(
+            if nccl { Kind::Nccl } else { Kind::Link },
+            vec![na.clone(), nb.clone()],
+            (!nccl).then_some(rail),
+            if nccl {
                 format!("NCCL between {na} and {nb} takes a channel without GDRDMA{note}")
             } else {
                 format!("the link {na} ↔ {nb} on rail {rail}: {}{note}", c.word())
             },
-            evidence: evidence(nodes, legs, |l| mine(&l) && (l.src.min(l.dst), l.src.max(l.dst)) == (a, b)),
-            fix: if nccl {
+            evidence(nodes, legs, |l| mine(&l) && (l.src.min(l.dst), l.src.max(l.dst)) == (a, b)),
+            if nccl {
                 "NCCL's log of that pair (NCCL_DEBUG=INFO): the channel line and GDR's reason".into()
             } else {
                 match c {
@@ -249,7 +241,7 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
                 }
                 .into()
             },
-        });
+        ));
     }
     (at_fault, rest)
 }
@@ -279,24 +271,24 @@ fn versions(nodes: &[Task]) -> Vec<Culprit> {
         if leaders.len() == 1 {
             let lead = leaders[0];
             for (v, ns) in groups.iter().filter(|(v, _)| **v != lead) {
-                out.push(Culprit {
+                out.push(Culprit::new(
                     kind,
-                    nodes: ns.iter().map(|s| s.to_string()).collect(),
-                    rail: None,
-                    summary: format!("{what} {v} on {}, {lead} on the {} other node(s)", ns.join(", "), groups[lead].len()),
-                    evidence: all.clone(),
-                    fix: format!("install {what} {lead} there (one version across the fleet)"),
-                });
+                    ns.iter().map(|s| s.to_string()).collect(),
+                    None,
+                    format!("{what} {v} on {}, {lead} on the {} other node(s)", ns.join(", "), groups[lead].len()),
+                    all.clone(),
+                    format!("install {what} {lead} there (one version across the fleet)"),
+                ));
             }
         } else {
-            out.push(Culprit {
-                kind: Kind::VersionSkew,
-                nodes: groups.values().flatten().map(|s| s.to_string()).collect(),
-                rail: None,
-                summary: format!("{what} differs across the fleet with no version on most nodes"),
-                evidence: all,
-                fix: format!("pick one {what} version for every node"),
-            });
+            out.push(Culprit::new(
+                Kind::VersionSkew,
+                groups.values().flatten().map(|s| s.to_string()).collect(),
+                None,
+                format!("{what} differs across the fleet with no version on most nodes"),
+                all,
+                format!("pick one {what} version for every node"),
+            ));
         }
     }
     out

@@ -14,7 +14,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const PROTOCOL: &str = "gdrshim-fleet-1";
+const PROTOCOL: &str = "gdrshim-fleet-2";
 const MAX_FRAME: usize = 64 << 20;
 
 fn write_frame(s: &mut TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
@@ -137,7 +137,7 @@ fn split(body: &[u8]) -> Option<Vec<String>> {
 }
 
 /// Ends the run on every connected task with `msg`; returns it as the server's error.
-fn abort(conns: &mut [Option<TcpStream>], msg: String) -> Result<(), String> {
+fn abort<T>(conns: &mut [Option<TcpStream>], msg: String) -> Result<T, String> {
     for c in conns.iter_mut().flatten() {
         let _ = write_frame(c, b'X', msg.as_bytes());
         // what the task sent and nobody read would make the close a reset, which can overtake the word
@@ -151,6 +151,18 @@ fn abort(conns: &mut [Option<TcpStream>], msg: String) -> Result<(), String> {
 
 /// Rank 0's server: `size` hellos within `join`, then all-gathers until the tasks leave.
 fn serve(l: TcpListener, size: usize, job: &str, join: Duration, step: Duration) -> Result<(), String> {
+    let mut conns = hellos(l, size, job, join)?;
+    let mut wait = join;
+    loop {
+        if all_gather(&mut conns, Instant::now() + wait, step)? {
+            return Ok(());
+        }
+        wait = step;
+    }
+}
+
+/// Each rank's connection, from its hello, all `size` within `join`.
+fn hellos(l: TcpListener, size: usize, job: &str, join: Duration) -> Result<Vec<Option<TcpStream>>, String> {
     let until = Instant::now() + join;
     let mut conns: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -171,80 +183,101 @@ fn serve(l: TcpListener, size: usize, job: &str, join: Duration, step: Duration)
         };
         let _ = c.set_nonblocking(false);
         let _ = c.set_nodelay(true);
-        let hello = match read_frame(&mut c, Instant::now() + Duration::from_secs(10)) {
-            Ok((b'H', b)) => String::from_utf8_lossy(&b).into_owned(),
-            _ => continue, // not one of ours: ignored
-        };
-        let f: Vec<&str> = hello.split('\t').collect();
-        let (r, s) = match (f.first().and_then(|x| x.parse::<usize>().ok()), f.get(1).and_then(|x| x.parse::<usize>().ok())) {
-            (Some(r), Some(s)) if f.len() == 4 => (r, s),
-            _ => continue,
-        };
-        if f[3] != PROTOCOL || f[2] != job {
-            let _ = write_frame(&mut c, b'X', format!("rendezvous: {peer} is another run ({} {}), not this one", f[2], f[3]).as_bytes());
-            continue;
-        }
-        let wrong = if s != size || r >= size {
-            Some(format!("rendezvous: rank {r} from {peer} says the job has {s} tasks, rank 0 says {size}"))
-        } else if conns[r].is_some() {
-            Some(format!("rendezvous: two tasks say they are rank {r} (the second from {peer})"))
-        } else {
-            None
-        };
-        if let Some(msg) = wrong {
-            let _ = write_frame(&mut c, b'X', msg.as_bytes());
-            return abort(&mut conns, msg);
-        }
-        conns[r] = Some(c);
-        have += 1;
-    }
-    let mut first = true;
-    loop {
-        let until = Instant::now() + if first { join } else { step };
-        first = false;
-        let mut parts: Vec<Option<Vec<u8>>> = (0..size).map(|_| None).collect();
-        let mut byes = 0;
-        while parts.iter().any(Option::is_none) {
-            let r = match ready(&conns, &parts, until) {
-                Ok(Some(r)) => r,
-                Ok(None) => {
-                    let late: Vec<String> = (0..size).filter(|&r| parts[r].is_none()).map(|r| r.to_string()).collect();
-                    let msg = format!("rendezvous: rank(s) {} sent nothing within {} s", late.join(", "), step.as_secs());
-                    return abort(&mut conns, msg);
-                }
-                Err(e) => return abort(&mut conns, format!("rendezvous: poll: {e}")),
-            };
-            let c = conns[r].as_mut().expect("every rank joined");
-            match read_frame(c, Instant::now() + Duration::from_secs(10)) {
-                Ok((b'D', b)) => parts[r] = Some(b),
-                // a task that is done: every task says so after the last exchange
-                Ok((b'B', _)) => {
-                    byes += 1;
-                    parts[r] = Some(Vec::new());
-                    conns[r] = None;
-                }
-                Err(e) => {
-                    conns[r] = None;
-                    return abort(&mut conns, format!("rendezvous: rank {r} is gone: {}", why(&e)));
-                }
-                Ok((k, _)) => return abort(&mut conns, format!("rendezvous: rank {r} sent a frame of kind {k}")),
+        match hello(&mut c, peer, size, job, &conns) {
+            Ok(Some(r)) => {
+                conns[r] = Some(c);
+                have += 1;
             }
-        }
-        if byes == size {
-            return Ok(());
-        }
-        if byes > 0 {
-            return abort(&mut conns, "rendezvous: some tasks finished while others went on".into());
-        }
-        let mut all = Vec::new();
-        for p in parts.into_iter().flatten() {
-            all.extend_from_slice(&(p.len() as u32).to_le_bytes());
-            all.extend_from_slice(&p);
-        }
-        for c in conns.iter_mut().flatten() {
-            let _ = write_frame(c, b'A', &all);
+            Ok(None) => {} // not one of ours, or another run's: ignored
+            Err(msg) => return abort(&mut conns, msg),
         }
     }
+    Ok(conns)
+}
+
+/// A hello read from `c`: the rank it joins as; None for a connection that is not one of this
+/// run's tasks (told so); an error that ends the rendezvous (a wrong job size, a rank twice).
+fn hello(
+    c: &mut TcpStream,
+    peer: std::net::SocketAddr,
+    size: usize,
+    job: &str,
+    conns: &[Option<TcpStream>],
+) -> Result<Option<usize>, String> {
+    let hello = match read_frame(c, Instant::now() + Duration::from_secs(10)) {
+        Ok((b'H', b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => return Ok(None), // not one of ours: ignored
+    };
+    let f: Vec<&str> = hello.split('\t').collect();
+    let (r, s) = match (f.first().and_then(|x| x.parse::<usize>().ok()), f.get(1).and_then(|x| x.parse::<usize>().ok())) {
+        (Some(r), Some(s)) if f.len() == 4 => (r, s),
+        _ => return Ok(None),
+    };
+    if f[3] != PROTOCOL || f[2] != job {
+        let _ = write_frame(c, b'X', format!("rendezvous: {peer} is another run ({} {}), not this one", f[2], f[3]).as_bytes());
+        return Ok(None);
+    }
+    let wrong = if s != size || r >= size {
+        Some(format!("rendezvous: rank {r} from {peer} says the job has {s} tasks, rank 0 says {size}"))
+    } else if conns[r].is_some() {
+        Some(format!("rendezvous: two tasks say they are rank {r} (the second from {peer})"))
+    } else {
+        None
+    };
+    if let Some(msg) = wrong {
+        let _ = write_frame(c, b'X', msg.as_bytes());
+        return Err(msg);
+    }
+    Ok(Some(r))
+}
+
+/// One all-gather: every rank's part, then all of them to every rank; true when every task said
+/// it is done instead.
+fn all_gather(conns: &mut [Option<TcpStream>], until: Instant, step: Duration) -> Result<bool, String> {
+    let size = conns.len();
+    let mut parts: Vec<Option<Vec<u8>>> = (0..size).map(|_| None).collect();
+    let mut byes = 0;
+    while parts.iter().any(Option::is_none) {
+        let r = match ready(conns, &parts, until) {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                let late: Vec<String> = (0..size).filter(|&r| parts[r].is_none()).map(|r| r.to_string()).collect();
+                let msg = format!("rendezvous: rank(s) {} sent nothing within {} s", late.join(", "), step.as_secs());
+                return abort(conns, msg);
+            }
+            Err(e) => return abort(conns, format!("rendezvous: poll: {e}")),
+        };
+        let c = conns[r].as_mut().expect("every rank joined");
+        match read_frame(c, Instant::now() + Duration::from_secs(10)) {
+            Ok((b'D', b)) => parts[r] = Some(b),
+            // a task that is done: every task says so after the last exchange
+            Ok((b'B', _)) => {
+                byes += 1;
+                parts[r] = Some(Vec::new());
+                conns[r] = None;
+            }
+            Err(e) => {
+                conns[r] = None;
+                return abort(conns, format!("rendezvous: rank {r} is gone: {}", why(&e)));
+            }
+            Ok((k, _)) => return abort(conns, format!("rendezvous: rank {r} sent a frame of kind {k}")),
+        }
+    }
+    if byes == size {
+        return Ok(true);
+    }
+    if byes > 0 {
+        return abort(conns, "rendezvous: some tasks finished while others went on".into());
+    }
+    let mut all = Vec::new();
+    for p in parts.into_iter().flatten() {
+        all.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        all.extend_from_slice(&p);
+    }
+    for c in conns.iter_mut().flatten() {
+        let _ = write_frame(c, b'A', &all);
+    }
+    Ok(false)
 }
 
 /// A rank whose connection has something to read (a frame or its end), among those that have
@@ -388,7 +421,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         // another job's task is turned away; rank 1 comes, rank 2 never does
         let foreign = Group::join(&rdv(p), 1, 3, "other", Duration::from_millis(600), Duration::from_secs(1)).err().unwrap();
-        assert!(foreign.contains("is another run (other gdrshim-fleet-1)"), "{foreign}");
+        assert!(foreign.contains(&format!("is another run (other {PROTOCOL})")), "{foreign}");
         let one = Group::join(&rdv(p), 1, 3, "job", Duration::from_millis(700), Duration::from_secs(1)).err().unwrap();
         let zero = h.join().unwrap().unwrap();
         assert!(zero.contains("rank(s) 2 did not come within 0 s") || zero.contains("rank(s) 2 sent nothing"), "{zero}");

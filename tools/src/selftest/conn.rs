@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use super::ffi::*;
+use super::findings::Findings;
 use super::host::{wait_completions, Region};
-use super::report::Report;
 use core::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
@@ -71,8 +71,30 @@ pub fn open(
     qp: &mut *mut IbvQpHead,
     ctx: *mut IbvContext,
     pd: *mut c_void,
-    r: &mut Report,
+    r: &mut Findings,
 ) -> Option<(Qp, Port, Dest)> {
+    let (port, lid) = query_port(a, v, ctx, r)?;
+    let gid = query_gid(a, v, ctx, port.roce, r)?;
+    let (qpn, post_send, poll_cq) = create_cq_qp(v, cq, qp, ctx, pd, r)?;
+    let q = Qp { qp: *qp, cq: *cq, post_send, poll_cq, modify_qp: v.modify_qp };
+    let mut at = IbvQpAttr { qp_state: IBV_QPS_INIT, port_num: a.port, qp_access_flags: 7, ..Default::default() };
+    let rc = q.modify(&mut at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if rc != 0 {
+        r.fail(
+            4,
+            "rdma.connect",
+            "QP RESET→INIT failed",
+            format!("ibv_modify_qp(INIT, port {}) -> {}", a.port, errno_text(rc)),
+            "the port number or the pkey table (IB)",
+        );
+        return None;
+    }
+    let me = Dest { qpn, psn: 0x1234, lid, gid };
+    Some((q, port, me))
+}
+
+/// `--port` queried: the port as the QP uses it and its LID, if it is ACTIVE.
+fn query_port(a: &Args, v: &Verbs, ctx: *mut IbvContext, r: &mut Findings) -> Option<(Port, u16)> {
     let mut pa = IbvPortAttr::default();
     // SAFETY: our context; pa is a zeroed ibv_port_attr, larger than the compat prefix filled.
     let rc = unsafe { (v.query_port)(ctx, a.port, &mut pa) };
@@ -108,6 +130,11 @@ pub fn open(
         );
         return None;
     }
+    Some((Port { link, roce, mtu: pa.active_mtu, call: port_call }, pa.lid))
+}
+
+/// `--gid-index` of the port: a GID that is there (on RoCE, not all zeros).
+fn query_gid(a: &Args, v: &Verbs, ctx: *mut IbvContext, roce: bool, r: &mut Findings) -> Option<IbvGid> {
     let mut gid = IbvGid::default();
     // SAFETY: our context and a 16-byte GID out-buffer.
     let rc = unsafe { (v.query_gid)(ctx, a.port, a.gid_index, &mut gid) };
@@ -121,6 +148,19 @@ pub fn open(
         );
         return None;
     }
+    Some(gid)
+}
+
+/// The CQ and the RC QP (stored in `cq`/`qp`), and the provider's post_send and poll_cq for it:
+/// (its QP number, post_send, poll_cq).
+fn create_cq_qp(
+    v: &Verbs,
+    cq: &mut *mut IbvCqHead,
+    qp: &mut *mut IbvQpHead,
+    ctx: *mut IbvContext,
+    pd: *mut c_void,
+    r: &mut Findings,
+) -> Option<(u32, PostSend, PollCq)> {
     // SAFETY: our context; no completion channel.
     *cq = unsafe { (v.create_cq)(ctx, 256, core::ptr::null_mut(), core::ptr::null_mut(), 0) };
     if cq.is_null() {
@@ -169,40 +209,46 @@ pub fn open(
         );
         return None;
     };
-    let psn = 0x1234;
-    let mut at = IbvQpAttr { qp_state: IBV_QPS_INIT, port_num: a.port, qp_access_flags: 7, ..Default::default() };
-    let modify = |at: &mut IbvQpAttr, mask: c_int| -> c_int {
-        // SAFETY: our QP and a filled ibv_qp_attr; the mask names the fields set.
-        unsafe { (v.modify_qp)(*qp, at, mask) }
-    };
-    let rc = modify(&mut at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if rc != 0 {
-        r.fail(
-            4,
-            "rdma.connect",
-            "QP RESET→INIT failed",
-            format!("ibv_modify_qp(INIT, port {}) -> {}", a.port, errno_text(rc)),
-            "the port number or the pkey table (IB)",
-        );
-        return None;
-    }
-    let me = Dest { qpn, psn, lid: pa.lid, gid };
-    Some((
-        Qp { qp: *qp, cq: *cq, post_send, poll_cq, modify_qp: v.modify_qp },
-        Port { link, roce, mtu: pa.active_mtu, call: port_call },
-        me,
-    ))
+    Some((qpn, post_send, poll_cq))
 }
 
 /// RTR to `to` (`whom` names it in the report: "itself", a peer's name) and RTS; the
 /// destination's text on success. `mtu`: the peer's port MTU (the path takes the smaller).
 #[allow(clippy::too_many_arguments)]
-pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Report) -> Option<String> {
-    let mut at;
-    let modify = |at: &mut IbvQpAttr, mask: c_int| -> c_int {
-        // SAFETY: our QP and a filled ibv_qp_attr; the mask names the fields set.
-        unsafe { (q.modify_qp)(q.qp, at, mask) }
-    };
+pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
+    let dest = to_rtr(a, q, port, to, mtu, whom, r)?;
+    let rts_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+    let mut rc = 0;
+    for rd in [16u8, 1] {
+        let mut at = IbvQpAttr {
+            qp_state: IBV_QPS_RTS,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            sq_psn: me.psn,
+            max_rd_atomic: rd,
+            ..Default::default()
+        };
+        rc = q.modify(&mut at, rts_mask);
+        if rc == 0 {
+            break;
+        }
+    }
+    if rc != 0 {
+        r.fail(
+            4,
+            "rdma.connect",
+            "QP RTR→RTS failed",
+            format!("ibv_modify_qp(RTS) -> {}", errno_text(rc)),
+            "the HCA driver refused the QP's send parameters (dmesg)",
+        );
+        return None;
+    }
+    Some(dest)
+}
+
+/// INIT to RTR, addressed to `to`; the destination's text.
+fn to_rtr(a: &Args, q: &Qp, port: &Port, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
     let mut ah = IbvAhAttr { dlid: to.lid, port_num: a.port, ..Default::default() };
     if port.roce || !to.gid.is_zero() && to.lid == 0 {
         ah.is_global = 1;
@@ -212,7 +258,7 @@ pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, who
         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     let mut rc = 0;
     for rd in [16u8, 1] {
-        at = IbvQpAttr {
+        let mut at = IbvQpAttr {
             qp_state: IBV_QPS_RTR,
             path_mtu: port.mtu.min(mtu),
             dest_qp_num: to.qpn,
@@ -222,7 +268,7 @@ pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, who
             ah_attr: ah,
             ..Default::default()
         };
-        rc = modify(&mut at, rtr_mask);
+        rc = q.modify(&mut at, rtr_mask);
         if rc == 0 {
             break;
         }
@@ -242,36 +288,16 @@ pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, who
         );
         return None;
     }
-    let mut rc = 0;
-    for rd in [16u8, 1] {
-        at = IbvQpAttr {
-            qp_state: IBV_QPS_RTS,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            sq_psn: me.psn,
-            max_rd_atomic: rd,
-            ..Default::default()
-        };
-        rc = modify(&mut at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-        if rc == 0 {
-            break;
-        }
-    }
-    if rc != 0 {
-        r.fail(
-            4,
-            "rdma.connect",
-            "QP RTR→RTS failed",
-            format!("ibv_modify_qp(RTS) -> {}", errno_text(rc)),
-            "the HCA driver refused the QP's send parameters (dmesg)",
-        );
-        return None;
-    }
     Some(dest)
 }
 
 impl Qp {
+    /// ibv_modify_qp on this QP: `mask` names the fields of `at` that are set.
+    fn modify(&self, at: &mut IbvQpAttr, mask: c_int) -> c_int {
+        // SAFETY: our QP and a filled ibv_qp_attr; the mask names the fields set.
+        unsafe { (self.modify_qp)(self.qp, at, mask) }
+    }
+
     /// After a failed transfer: the QP to ERR, which flushes every work request still queued, and
     /// its completions drained, so that nothing the NIC still had in flight lands in a buffer a
     /// later step fills and compares.

@@ -18,19 +18,19 @@ pub mod args;
 pub mod conn;
 pub mod cuda;
 pub mod ffi;
+pub mod findings;
 pub mod host;
 #[cfg(test)]
 mod layout;
-pub mod machine;
 mod qp;
 pub mod rdma;
-pub mod report;
+pub mod route_doctor;
 pub mod shim;
 
 pub use args::Args;
 use shim::{counter, counters, route_name, shim_int, shim_loaded, shim_version, COUNTER_NAMES};
 
-use report::Report;
+use findings::Findings;
 use std::path::PathBuf;
 
 pub const AFTER_HELP: &str = "Runs under libgdrshim.so in register mode (re-executes itself with LD_PRELOAD when the shim is not
@@ -109,8 +109,8 @@ impl Args {
     }
 }
 
-pub fn selftest(a: &Args) -> Report {
-    let mut r = Report::default();
+pub fn selftest(a: &Args) -> Findings {
+    let mut r = Findings::default();
     let mut cu = match cuda::Cuda::load() {
         Ok(c) => c,
         Err(e) => {
@@ -157,7 +157,7 @@ pub fn selftest(a: &Args) -> Report {
     r
 }
 
-fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
+fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Findings) {
     let Some(mode) = shim_int(b"gdrshim_mode\0") else {
         r.fail(
             1,
@@ -166,7 +166,7 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
             format!("LD_PRELOAD={}", std::env::var("LD_PRELOAD").unwrap_or_default()),
             "the dynamic linker ignored LD_PRELOAD (setuid/secure execution, a 32-bit or foreign-arch library, a wrong path), or --shim named another file",
         );
-        machine::route_checks(a.state.as_deref(), None, r);
+        route_doctor::route_checks(a.state.as_deref(), None, r);
         return;
     };
     let route = shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
@@ -190,11 +190,11 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Report) {
             call,
         );
     }
-    machine::route_checks(a.state.as_deref(), (mode == 3 && route != 0 && active != 0).then(|| route_name(route)), r);
+    route_doctor::route_checks(a.state.as_deref(), (mode == 3 && route != 0 && active != 0).then(|| route_name(route)), r);
 }
 
 /// Step 6: the shim's counters; a miss on our own allocations, an RM error or a mismatch fails.
-fn shim_counters(r: &mut Report) {
+fn shim_counters(r: &mut Findings) {
     let Some(c) = counters() else {
         r.not_checked(6, "shim.counters", "the shim is not loaded: no counters", "");
         return;
@@ -245,7 +245,7 @@ mod tests {
             for id in first.split('`').skip(1).step_by(2) {
                 match id.strip_suffix('*') {
                     Some(prefix) => {
-                        out.extend(super::report::CHECKS.iter().filter(|(_, c)| c.starts_with(prefix)).map(|(s, c)| (*s, c.to_string())))
+                        out.extend(super::findings::CHECKS.iter().filter(|(_, c)| c.starts_with(prefix)).map(|(s, c)| (*s, c.to_string())))
                     }
                     None => {
                         out.insert((step, id.to_string()));
@@ -283,13 +283,13 @@ mod tests {
 
     #[test]
     fn the_readme_the_list_and_the_code_name_the_same_checks() {
-        let list: BTreeSet<(u8, String)> = super::report::CHECKS.iter().map(|(s, c)| (*s, c.to_string())).collect();
-        assert_eq!(list.len(), super::report::CHECKS.len(), "a check listed twice");
-        assert_eq!(readme_checks(), list, "the README's table of steps and report::CHECKS");
+        let list: BTreeSet<(u8, String)> = super::findings::CHECKS.iter().map(|(s, c)| (*s, c.to_string())).collect();
+        assert_eq!(list.len(), super::findings::CHECKS.len(), "a check listed twice");
+        assert_eq!(readme_checks(), list, "the README's table of steps and findings::CHECKS");
         let listed: BTreeSet<String> = list.iter().map(|(_, c)| c.clone()).collect();
         let code = ids_in_the_code();
         let unlisted: Vec<&String> = code.difference(&listed).collect();
-        assert!(unlisted.is_empty(), "checks the code makes that report::CHECKS lacks: {unlisted:?}");
+        assert!(unlisted.is_empty(), "checks the code makes that findings::CHECKS lacks: {unlisted:?}");
         // the doctor's route checks come from the doctor; every other listed id is the code's
         let never: Vec<&String> =
             listed.difference(&code).filter(|c| !["route.dmabuf", "route.nv503c", "route.choice"].contains(&c.as_str())).collect();

@@ -5,8 +5,8 @@ use super::args::Args;
 use super::conn::{self, Qp};
 use super::cuda::Cuda;
 use super::ffi::*;
+use super::findings::{Bw, Findings};
 use super::host::{compare, fill, HostBuf, Region, Regions};
-use super::report::{Bw, Report};
 use crate::report::Status;
 use core::ffi::c_void;
 use std::time::Instant;
@@ -20,7 +20,7 @@ pub fn connect(
     qp: &mut *mut IbvQpHead,
     ctx: *mut IbvContext,
     pd: *mut c_void,
-    r: &mut Report,
+    r: &mut Findings,
 ) -> Option<(Qp, Option<f64>)> {
     let (q, port, me) = conn::open(a, v, cq, qp, ctx, pd, r)?;
     let dest = conn::to_rts(a, &q, &port, &me, &me, port.mtu, "itself", r)?;
@@ -61,7 +61,7 @@ fn region(g: &Regions, l: Loc) -> Region {
 
 /// The four transfers, each checked byte by byte; false if any failed.
 #[allow(clippy::too_many_arguments)]
-pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, hdst: &mut HostBuf, seed: u64, r: &mut Report) -> bool {
+pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, hdst: &mut HostBuf, seed: u64, r: &mut Findings) -> bool {
     let mut want = vec![0u8; a.size];
     let mut got = vec![0u8; a.size];
     let chunk = a.size.min(4 << 20);
@@ -72,21 +72,8 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
         let (src, dst) = if op == IBV_WR_RDMA_READ { (remote, local) } else { (local, remote) };
         fill(&mut want, seed, 2 * k as u64 + 1);
         fill(&mut got, seed, 2 * k as u64 + 2); // poison: a transfer that moves nothing is seen
-        let put = |l: Loc, data: &[u8], hs: &mut HostBuf, hd: &mut HostBuf| -> Result<(), (String, String)> {
-            match l {
-                Loc::GpuSrc => cu.htod(region(g, l).addr, data),
-                Loc::GpuDst => cu.htod(region(g, l).addr, data),
-                Loc::HostSrc => {
-                    hs.bytes_mut().copy_from_slice(data);
-                    Ok(())
-                }
-                Loc::HostDst => {
-                    hd.bytes_mut().copy_from_slice(data);
-                    Ok(())
-                }
-            }
-        };
-        if let Err((call, st)) = put(src, &want, hsrc, hdst).and_then(|()| put(dst, &got, hsrc, hdst)) {
+        let filled = put(cu, g, src, &want, hsrc, hdst).and_then(|()| put(cu, g, dst, &got, hsrc, hdst));
+        if let Err((call, st)) = filled {
             r.fail(4, &id, "cannot fill the buffers", format!("{call} -> {st}"), "the GPU copy engine failed (dmesg for an Xid)");
             return false;
         }
@@ -98,25 +85,65 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
             continue;
         }
         let dt = t0.elapsed();
-        let read = match dst {
-            Loc::GpuDst | Loc::GpuSrc => cu.dtoh(&mut got, region(g, dst).addr),
-            Loc::HostDst => {
-                got.copy_from_slice(hdst.bytes());
-                Ok(())
-            }
-            Loc::HostSrc => {
-                got.copy_from_slice(hsrc.bytes());
-                Ok(())
-            }
-        };
-        if let Err((call, st)) = read {
+        if let Err((call, st)) = read_back(cu, g, dst, &mut got, hsrc, hdst) {
             r.fail(4, &id, "cannot read the destination back", format!("{call} -> {st}"), "the GPU copy engine failed (dmesg for an Xid)");
             return false;
         }
-        match compare(&got, &want) {
-            None => r.pass(
+        let done = Done { k, chunk, dt, seed };
+        ok &= judge_bytes(a, &id, &done, &got, &want, r);
+    }
+    explain_read_failure(r, &std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default());
+    ok
+}
+
+/// Writes `data` into buffer `l`.
+fn put(cu: &Cuda, g: &Regions, l: Loc, data: &[u8], hs: &mut HostBuf, hd: &mut HostBuf) -> Result<(), (String, String)> {
+    match l {
+        Loc::GpuSrc => cu.htod(region(g, l).addr, data),
+        Loc::GpuDst => cu.htod(region(g, l).addr, data),
+        Loc::HostSrc => {
+            hs.bytes_mut().copy_from_slice(data);
+            Ok(())
+        }
+        Loc::HostDst => {
+            hd.bytes_mut().copy_from_slice(data);
+            Ok(())
+        }
+    }
+}
+
+/// Reads buffer `l` into `got`.
+fn read_back(cu: &Cuda, g: &Regions, l: Loc, got: &mut [u8], hs: &HostBuf, hd: &HostBuf) -> Result<(), (String, String)> {
+    match l {
+        Loc::GpuDst | Loc::GpuSrc => cu.dtoh(got, region(g, l).addr),
+        Loc::HostDst => {
+            got.copy_from_slice(hd.bytes());
+            Ok(())
+        }
+        Loc::HostSrc => {
+            got.copy_from_slice(hs.bytes());
+            Ok(())
+        }
+    }
+}
+
+/// A transfer that completed: its number, work-request size, time and the run's seed.
+struct Done {
+    k: usize,
+    chunk: usize,
+    dt: std::time::Duration,
+    seed: u64,
+}
+
+/// The bytes that arrived against those sent: the transfer's PASS, or its FAIL with the first
+/// byte that differs; whether it passed.
+fn judge_bytes(a: &Args, id: &str, done: &Done, got: &[u8], want: &[u8], r: &mut Findings) -> bool {
+    let Done { k, chunk, dt, seed } = *done;
+    match compare(got, want) {
+        None => {
+            r.pass(
                 4,
-                &id,
+                id,
                 format!(
                     "{} bytes, every byte as sent ({} WRs, completions IBV_WC_SUCCESS, {:.1} ms)",
                     a.size,
@@ -124,26 +151,25 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
                     dt.as_secs_f64() * 1e3
                 ),
                 format!("seed {seed:#018x} pattern {}", 2 * k + 1),
-            ),
-            Some((at, n)) => {
-                r.fail(
-                    4,
-                    &id,
-                    format!("{n} of {} bytes differ; the first at offset {at:#x} (4 KiB page {}): {:#04x} where {:#04x} was sent", a.size, at / 4096, got[at], want[at]),
-                    format!("compare after cuMemcpyDtoH/host read, seed {seed:#018x}"),
-                    "the NIC's DMA reached other memory than the registered pages (a wrong MR: report it with the shim log), or the write was not flushed before the read-back (sm_89 needs NCCL's flush); the pattern changes per run, so run it again to see whether it moves",
-                );
-                ok = false;
-            }
+            );
+            true
+        }
+        Some((at, n)) => {
+            r.fail(
+                4,
+                id,
+                format!("{n} of {} bytes differ; the first at offset {at:#x} (4 KiB page {}): {:#04x} where {:#04x} was sent", a.size, at / 4096, got[at], want[at]),
+                format!("compare after cuMemcpyDtoH/host read, seed {seed:#018x}"),
+                "the NIC's DMA reached other memory than the registered pages (a wrong MR: report it with the shim log), or the write was not flushed before the read-back (sm_89 needs NCCL's flush); the pattern changes per run, so run it again to see whether it moves",
+            );
+            false
         }
     }
-    explain_read_failure(r, &std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default());
-    ok
 }
 
 /// A READ that fails while every WRITE passed, on a platform where a NIC's reads of GPU memory
 /// through the CPU are known to fail: that is named as the cause, first.
-fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
+fn explain_read_failure(r: &mut Findings, cpuinfo: &str) {
     let writes_pass = r.items().iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.status == Status::Pass);
     let cpu = crate::machine::parse_cpu(cpuinfo);
     let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else { return };
@@ -155,7 +181,7 @@ fn explain_read_failure(r: &mut Report, cpuinfo: &str) {
 }
 
 /// Step 5: Gb/s per direction for 64 KiB … --size, against the link rate.
-pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Report) {
+pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Findings) {
     r.link_gbps = link;
     let mut sizes = Vec::new();
     let mut s = 64 << 10;
@@ -197,8 +223,8 @@ pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Repor
 mod tests {
     use super::*;
 
-    fn report(read: Status, write: Status) -> Report {
-        let mut r = Report::default();
+    fn report(read: Status, write: Status) -> Findings {
+        let mut r = Findings::default();
         for id in ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host"] {
             r.add(4, id, write, "", "", "");
         }

@@ -4,9 +4,9 @@
 use super::args::Args;
 use super::cuda::Cuda;
 use super::ffi::*;
+use super::findings::Findings;
 use super::host::{HostBuf, Region, Regions};
 use super::qp;
-use super::report::Report;
 use super::shim::{counter, counters, shim_int};
 use core::ffi::{c_int, c_void, CStr};
 
@@ -90,26 +90,8 @@ pub fn reg(h: &mut Hca, addr: u64, len: usize) -> Result<*mut IbvMr, i32> {
 }
 
 /// Steps 3, 4 and 5 on the GPU buffers `gpu` (each `a.size` bytes).
-pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
-    let dmabuf_route = shim_int(b"gdrshim_gdr_route\0") == Some(1);
-    // NCCL's way on the DMA-BUF route: the fd from libcuda (served by gdrshim on a GeForce)
-    let mut fd: Option<c_int> = None;
-    if dmabuf_route {
-        match cu.export_dmabuf(gpu[1], a.size) {
-            Some(Ok(f)) => {
-                r.pass(3, "reg.export", format!("DMA-BUF fd {f} for {} bytes of GPU memory", a.size), "cuMemGetHandleForAddressRange(DMA_BUF_FD) -> CUDA_SUCCESS");
-                fd = Some(f);
-            }
-            Some(Err((call, st))) => r.fail(3, "reg.export", "no DMA-BUF of the GPU memory", format!("{call} -> {st}"), "801 (NOT_SUPPORTED): the shim did not serve it (not an exact hit, or not the DMA-BUF route: see step 1 and the shim log); other: the driver refused the export (open module 570+, kernel with CONFIG_DMA_SHARED_BUFFER)"),
-            None => r.fail(3, "reg.export", "libcuda lacks cuMemGetHandleForAddressRange", "dlsym(libcuda, cuMemGetHandleForAddressRange) -> NULL", "a driver older than CUDA 11.7"),
-        }
-    }
-    let close_fd = |fd: Option<c_int>| {
-        if let Some(f) = fd {
-            // SAFETY: our fd from cuMemGetHandleForAddressRange, closed once.
-            unsafe { libc::close(f) };
-        }
-    };
+pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Findings) {
+    let fd = export(a, cu, gpu[1], r);
     let v = match Verbs::load() {
         Ok(v) => v,
         Err(e) => {
@@ -129,9 +111,71 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
         close_fd(fd);
         return;
     };
+    let Some(gpu_mr) = reg_gpu(a, &mut h, gpu, r) else {
+        close_fd(fd);
+        return;
+    };
+    let dst = match fd {
+        Some(f) => reg_dmabuf(a, &mut h, gpu[1], f, r).unwrap_or_else(|| mr_region(gpu_mr[1], gpu[1])),
+        None => mr_region(gpu_mr[1], gpu[1]),
+    };
+    close_fd(fd);
+    let Some(host_mr) = reg_host(a, &mut h, [&hsrc, &hdst], r) else { return };
+    let regions = Regions {
+        gsrc: mr_region(gpu_mr[0], gpu[0]),
+        gdst: dst,
+        hsrc: mr_region(host_mr[0], hsrc.addr()),
+        hdst: mr_region(host_mr[1], hdst.addr()),
+    };
+    transfers(a, cu, &mut h, &regions, [&mut hsrc, &mut hdst], r);
+}
+
+/// On the DMA-BUF route, NCCL's way: the fd of the GPU buffer at `addr` from libcuda (served by
+/// gdrshim on a GeForce). None off that route, or where the export failed (a FAIL).
+fn export(a: &Args, cu: &Cuda, addr: u64, r: &mut Findings) -> Option<c_int> {
+    if shim_int(b"gdrshim_gdr_route\0") != Some(1) {
+        return None;
+    }
+    match cu.export_dmabuf(addr, a.size) {
+        Some(Ok(f)) => {
+            r.pass(
+                3,
+                "reg.export",
+                format!("DMA-BUF fd {f} for {} bytes of GPU memory", a.size),
+                "cuMemGetHandleForAddressRange(DMA_BUF_FD) -> CUDA_SUCCESS",
+            );
+            Some(f)
+        }
+        Some(Err((call, st))) => {
+            r.fail(3, "reg.export", "no DMA-BUF of the GPU memory", format!("{call} -> {st}"), "801 (NOT_SUPPORTED): the shim did not serve it (not an exact hit, or not the DMA-BUF route: see step 1 and the shim log); other: the driver refused the export (open module 570+, kernel with CONFIG_DMA_SHARED_BUFFER)");
+            None
+        }
+        None => {
+            r.fail(
+                3,
+                "reg.export",
+                "libcuda lacks cuMemGetHandleForAddressRange",
+                "dlsym(libcuda, cuMemGetHandleForAddressRange) -> NULL",
+                "a driver older than CUDA 11.7",
+            );
+            None
+        }
+    }
+}
+
+fn close_fd(fd: Option<c_int>) {
+    if let Some(f) = fd {
+        // SAFETY: our fd from cuMemGetHandleForAddressRange, closed once.
+        unsafe { libc::close(f) };
+    }
+}
+
+/// Both GPU buffers registered under the shim, with how the shim took part (a PASS); None when
+/// one could not be (a FAIL).
+fn reg_gpu(a: &Args, h: &mut Hca, gpu: [u64; 2], r: &mut Findings) -> Option<[*mut IbvMr; 2]> {
     let mut gpu_mr = [core::ptr::null_mut(); 2];
     for (k, p) in gpu.iter().enumerate() {
-        match reg(&mut h, *p, a.size) {
+        match reg(h, *p, a.size) {
             Ok(m) => gpu_mr[k] = m,
             Err(e) => {
                 r.fail(
@@ -142,14 +186,24 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
                     reg_cause(e, true),
                 );
                 r.not_checked(4, "rdma.loopback", "GPU memory is not registered: no transfer", "");
-                close_fd(fd);
-                return;
+                return None;
             }
         }
     }
+    r.pass(
+        3,
+        "reg.gpu",
+        format!("ibv_reg_mr of 2 GPU buffers under the shim ({})", shim_part()),
+        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", gpu[0], a.size, mr_region(gpu_mr[0], gpu[0]).lkey),
+    );
+    Some(gpu_mr)
+}
+
+/// How the shim took part in the GPU registrations, from its counters.
+fn shim_part() -> String {
     let c = counters();
     let aside = c.map_or(0, |c| counter(&c, "stood_aside"));
-    let how = match c {
+    match c {
         _ if aside > 0 => {
             format!("stood_aside={aside}: libcuda registers GPU memory natively here (a datacenter GPU), the shim stood aside")
         }
@@ -158,52 +212,51 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
         }
         Some(c) => format!("pass0_hits={}: the shim made exactly this memory reachable", counter(&c, "pass0_hits")),
         None => "no shim counters".to_string(),
+    }
+}
+
+/// The exported fd `f` of the GPU buffer at `addr` registered as NCCL does, the buffer the RDMA
+/// steps then write; None where it could not be (a FAIL).
+fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Findings) -> Option<Region> {
+    let Some(regd) = h.v.reg_dmabuf_mr else {
+        r.fail(
+            3,
+            "reg.dmabuf",
+            "libibverbs lacks ibv_reg_dmabuf_mr",
+            "dlsym(libibverbs, ibv_reg_dmabuf_mr) -> NULL",
+            "rdma-core older than 34",
+        );
+        return None;
     };
+    // SAFETY: our pd and fd; iova = the GPU address, as NCCL registers it.
+    let m = unsafe { regd(h.pd, 0, a.size, addr, f, ACCESS) };
+    if m.is_null() {
+        let e = errno();
+        r.fail(
+            3,
+            "reg.dmabuf",
+            "ibv_reg_dmabuf_mr of the exported fd failed",
+            format!("ibv_reg_dmabuf_mr(fd {f}, 0, {}, iova {addr:#x}) -> NULL, {}", a.size, errno_text(e)),
+            reg_cause(e, true),
+        );
+        return None;
+    }
+    h.mrs.push(m);
+    let dst = mr_region(m, addr);
     r.pass(
         3,
-        "reg.gpu",
-        format!("ibv_reg_mr of 2 GPU buffers under the shim ({how})"),
-        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", gpu[0], a.size, mr_region(gpu_mr[0], gpu[0]).lkey),
+        "reg.dmabuf",
+        "ibv_reg_dmabuf_mr of the DMA-BUF (the RDMA steps write the GPU through this MR)",
+        format!("ibv_reg_dmabuf_mr(fd {f}) -> lkey {:#x}", dst.lkey),
     );
-    let mut dst = mr_region(gpu_mr[1], gpu[1]);
-    if let Some(f) = fd {
-        match v.reg_dmabuf_mr {
-            None => r.fail(
-                3,
-                "reg.dmabuf",
-                "libibverbs lacks ibv_reg_dmabuf_mr",
-                "dlsym(libibverbs, ibv_reg_dmabuf_mr) -> NULL",
-                "rdma-core older than 34",
-            ),
-            Some(regd) => {
-                // SAFETY: our pd and fd; iova = the GPU address, as NCCL registers it.
-                let m = unsafe { regd(h.pd, 0, a.size, gpu[1], f, ACCESS) };
-                if m.is_null() {
-                    let e = errno();
-                    r.fail(
-                        3,
-                        "reg.dmabuf",
-                        "ibv_reg_dmabuf_mr of the exported fd failed",
-                        format!("ibv_reg_dmabuf_mr(fd {f}, 0, {}, iova {:#x}) -> NULL, {}", a.size, gpu[1], errno_text(e)),
-                        reg_cause(e, true),
-                    );
-                } else {
-                    h.mrs.push(m);
-                    dst = mr_region(m, gpu[1]);
-                    r.pass(
-                        3,
-                        "reg.dmabuf",
-                        "ibv_reg_dmabuf_mr of the DMA-BUF (the RDMA steps write the GPU through this MR)",
-                        format!("ibv_reg_dmabuf_mr(fd {f}) -> lkey {:#x}", dst.lkey),
-                    );
-                }
-            }
-        }
-        close_fd(fd);
-    }
+    Some(dst)
+}
+
+/// Both host buffers registered (a PASS); None when one could not be (a FAIL).
+fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Findings) -> Option<[*mut IbvMr; 2]> {
     let mut host_mr = [core::ptr::null_mut(); 2];
-    for (k, b) in [&hsrc, &hdst].into_iter().enumerate() {
-        match reg(&mut h, b.addr(), a.size) {
+    for (k, b) in host.into_iter().enumerate() {
+        match reg(h, b.addr(), a.size) {
             Ok(m) => host_mr[k] = m,
             Err(e) => {
                 r.fail(
@@ -214,7 +267,7 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
                     reg_cause(e, false),
                 );
                 r.not_checked(4, "rdma.loopback", "host memory is not registered: no transfer", "");
-                return;
+                return None;
             }
         }
     }
@@ -222,26 +275,26 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Report) {
         3,
         "reg.host",
         "ibv_reg_mr of 2 host buffers",
-        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", hsrc.addr(), a.size, mr_region(host_mr[0], hsrc.addr()).lkey),
+        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", host[0].addr(), a.size, mr_region(host_mr[0], host[0].addr()).lkey),
     );
-    let regions = Regions {
-        gsrc: mr_region(gpu_mr[0], gpu[0]),
-        gdst: dst,
-        hsrc: mr_region(host_mr[0], hsrc.addr()),
-        hdst: mr_region(host_mr[1], hdst.addr()),
-    };
-    let Some((q, link)) = qp::connect(a, &v, &mut h.cq, &mut h.qp, h.ctx, h.pd, r) else {
+    Some(host_mr)
+}
+
+/// Steps 4 and 5: the QP connected to itself, the data steps over `regions`, the bandwidth.
+fn transfers(a: &Args, cu: &Cuda, h: &mut Hca, regions: &Regions, [hsrc, hdst]: [&mut HostBuf; 2], r: &mut Findings) {
+    let v = h.v;
+    let Some((q, link)) = qp::connect(a, v, &mut h.cq, &mut h.qp, h.ctx, h.pd, r) else {
         return;
     };
     let seed = run_seed();
-    if !qp::data_steps(a, cu, &q, &regions, &mut hsrc, &mut hdst, seed, r) {
+    if !qp::data_steps(a, cu, &q, regions, hsrc, hdst, seed, r) {
         r.not_checked(5, "bandwidth", "the data steps failed: no bandwidth figures", "");
         return;
     }
     if a.no_bandwidth {
         r.not_checked(5, "bandwidth", "skipped (--no-bandwidth)", "");
     } else {
-        qp::bandwidth(a, &q, &regions, link, r);
+        qp::bandwidth(a, &q, regions, link, r);
     }
 }
 
@@ -250,7 +303,7 @@ pub fn run_seed() -> u64 {
     (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 32)
 }
 
-pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Report) -> Option<Hca<'v>> {
+pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Findings) -> Option<Hca<'v>> {
     let mut n = 0;
     // SAFETY: a valid out-pointer; the list is freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };

@@ -139,8 +139,28 @@ pub fn net_connections(log: &str) -> (Vec<&str>, Vec<&str>) {
 pub fn verify(inp: &Inputs) -> Report {
     let mut r = Report::default();
     let log = inp.nccl_log.as_str();
+    run_finished(log, inp.exit_code, &mut r);
+    every_size(log, &mut r);
+    if inp.expect_gdr {
+        gdr_connections(log, &mut r);
+    }
+    receive_flush(log, inp.gpu_sm, &mut r);
+    if inp.expect_p2p {
+        p2p_connections(log, &mut r);
+    }
+    shim_account(log, inp, &mut r);
+    forbidden_lines(log, inp, &mut r);
+    if let Some(k) = &inp.kernel_log {
+        kernel_xid(k, &mut r);
+    }
+    if let Some(p) = &inp.perftest_log {
+        perftest(p, &mut r);
+    }
+    r
+}
 
-    // the run finished
+/// The run finished: NCCL Tests' closing summary and its exit status.
+fn run_finished(log: &str, exit_code: Option<i32>, r: &mut Report) {
     match first(log, |l| l.starts_with("# Collective test concluded")) {
         Some(l) => r.push(Check::new("nccl.finished", Status::Pass, "NCCL Tests printed its closing summary").evidence(l)),
         None => r.push(
@@ -149,7 +169,7 @@ pub fn verify(inp: &Inputs) -> Report {
                 .fix("look at the end of the log and the job's exit status; rerun to completion"),
         ),
     }
-    match inp.exit_code {
+    match exit_code {
         Some(0) => r.push(Check::new("nccl.exit", Status::Pass, "exit status 0")),
         Some(7) => r.push(Check::new(
             "nccl.exit",
@@ -159,8 +179,11 @@ pub fn verify(inp: &Inputs) -> Report {
         Some(c) => r.push(exit_check(c)),
         None => r.push(Check::new("nccl.exit", Status::Info, "exit status not given (--exit-code): not judged")),
     }
+}
 
-    // every size, in place and out of place
+/// Every size, in place and out of place: `#wrong` 0, no rank's wrong elements, no out-of-bounds
+/// values.
+fn every_size(log: &str, r: &mut Report) {
     let rows = data_rows(log);
     if rows.is_empty() {
         r.push(
@@ -194,45 +217,49 @@ pub fn verify(inp: &Inputs) -> Report {
         Some(l) => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "out-of-bounds values reported").evidence(l)),
         None => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "no 'Out of bounds values' line (truncated log?)")),
     }
+}
 
-    // GDR proof: per connection
-    if inp.expect_gdr {
-        let (gdr, without) = net_connections(log);
-        let net: Vec<&str> = gdr.iter().chain(&without).copied().collect();
-        let without = without.first();
-        if gdr.is_empty() {
-            let mut c = Check::new(
-                "nccl.gdr",
-                Status::Fail,
-                if net.is_empty() {
-                    "no network connection at all: this run cannot show GDR (one node? NCCL_IB_DISABLE?)"
-                } else {
-                    "network connections without GDRDMA"
-                },
+/// GDR's proof: every network connection via GDRDMA.
+fn gdr_connections(log: &str, r: &mut Report) {
+    let (gdr, without) = net_connections(log);
+    let net: Vec<&str> = gdr.iter().chain(&without).copied().collect();
+    let without = without.first();
+    if gdr.is_empty() {
+        let mut c = Check::new(
+            "nccl.gdr",
+            Status::Fail,
+            if net.is_empty() {
+                "no network connection at all: this run cannot show GDR (one node? NCCL_IB_DISABLE?)"
+            } else {
+                "network connections without GDRDMA"
+            },
+        );
+        // the line that decided it: a connection without GDRDMA; only when there is none, the
+        // misleading 'GDR 1'
+        if let Some(l) = net.first() {
+            c = c.evidence(*l).fix(
+                "check the patched NCCL's 'GPU Direct RDMA enabled … through gdrshim' line, GDRSHIM_MODE=register and NCCL_NET_GDR_LEVEL",
             );
-            // the line that decided it: a connection without GDRDMA; only when there is none, the
-            // misleading 'GDR 1'
-            if let Some(l) = net.first() {
-                c = c.evidence(*l).fix("check the patched NCCL's 'GPU Direct RDMA enabled … through gdrshim' line, GDRSHIM_MODE=register and NCCL_NET_GDR_LEVEL");
-            } else if let Some(l) = first(log, |l| l.contains("GDR 1")) {
-                c = c
-                    .evidence(l)
-                    .fix("'GDR 1' is printed even when no network connection exists; the proof is 'Channel … via NET/IB/…/GDRDMA'");
-            }
-            r.push(c);
-        } else if let Some(l) = without {
-            r.push(
-                Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len()))
-                    .evidence(*l)
-                    .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
-            );
-        } else {
-            r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(gdr[0]));
+        } else if let Some(l) = first(log, |l| l.contains("GDR 1")) {
+            c = c
+                .evidence(l)
+                .fix("'GDR 1' is printed even when no network connection exists; the proof is 'Channel … via NET/IB/…/GDRDMA'");
         }
+        r.push(c);
+    } else if let Some(l) = without {
+        r.push(
+            Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len()))
+                .evidence(*l)
+                .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
+        );
+    } else {
+        r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(gdr[0]));
     }
+}
 
-    // the receive-side flush: GPUs before sm_90 need it
-    let sm = inp.gpu_sm.or_else(|| {
+/// The receive-side flush: GPUs before sm_90 need it.
+fn receive_flush(log: &str, gpu_sm: Option<u32>, r: &mut Report) {
+    let sm = gpu_sm.or_else(|| {
         log.lines().filter(|l| l.starts_with("#  Rank")).filter_map(|l| l.split(']').nth(1)).filter_map(|n| sm_of_gpu_name(n.trim())).min()
     });
     let flush_off = first(log, |l| {
@@ -258,49 +285,47 @@ pub fn verify(inp: &Inputs) -> Report {
             .fix("unset NCCL_GDR_FLUSH_DISABLE"),
         ),
     }
+}
 
-    // P2P proof (single node, several GPUs)
-    if inp.expect_p2p {
-        let flag = |name: &str| -> Option<(String, bool)> {
-            let l = first(log, |l| l.contains(&format!("{name} ")))?;
-            let v = l.split(&format!("{name} ")).nth(1)?.split_whitespace().next()?;
-            Some((l.to_string(), v == "1"))
-        };
-        for name in ["isAllCudaP2p", "isAllDirectP2p"] {
-            match flag(name) {
-                Some((l, true)) => r.push(Check::new(&format!("p2p.{name}"), Status::Pass, format!("{name} 1")).evidence(l)),
-                Some((l, false)) => r.push(
-                    Check::new(
-                        &format!("p2p.{name}"),
-                        Status::Fail,
-                        format!("{name} is not 1: not every GPU pair reaches the other directly"),
-                    )
+/// P2P's proof (one node, several GPUs): NCCL's P2P flags and a direct path.
+fn p2p_connections(log: &str, r: &mut Report) {
+    let flag = |name: &str| -> Option<(String, bool)> {
+        let l = first(log, |l| l.contains(&format!("{name} ")))?;
+        let v = l.split(&format!("{name} ")).nth(1)?.split_whitespace().next()?;
+        Some((l.to_string(), v == "1"))
+    };
+    for name in ["isAllCudaP2p", "isAllDirectP2p"] {
+        match flag(name) {
+            Some((l, true)) => r.push(Check::new(&format!("p2p.{name}"), Status::Pass, format!("{name} 1")).evidence(l)),
+            Some((l, false)) => r.push(
+                Check::new(&format!("p2p.{name}"), Status::Fail, format!("{name} is not 1: not every GPU pair reaches the other directly"))
                     .evidence(l)
                     .fix("check `nvidia-smi topo -p2p r` (doctor's p2p.matrix) and that the P2P-patched module is loaded"),
-                ),
-                None => r.push(Check::new(
-                    &format!("p2p.{name}"),
-                    Status::Fail,
-                    format!("no '{name}' in the log (NCCL_DEBUG=INFO with INIT; NCCL < 2.30 does not print isAllCudaP2p)"),
-                )),
-            }
-        }
-        let direct = first(log, |l| l.contains("via P2P/direct pointer"));
-        let shm = first(log, |l| l.contains("via SHM/"));
-        match (direct, shm) {
-            (Some(d), None) => r.push(Check::new("p2p.path", Status::Pass, "connections via P2P/direct pointer").evidence(d)),
-            (_, Some(s)) => r.push(
-                Check::new("p2p.path", Status::Fail, "a connection went via shared host memory (SHM), not P2P")
-                    .evidence(s)
-                    .fix("set NCCL_P2P_LEVEL=SYS (GPUs under different host bridges) and check the P2P matrix"),
             ),
-            (None, None) => {
-                r.push(Check::new("p2p.path", Status::Fail, "no 'via P2P/direct pointer' connection line (NCCL_DEBUG_SUBSYS=INIT,P2P?)"))
-            }
+            None => r.push(Check::new(
+                &format!("p2p.{name}"),
+                Status::Fail,
+                format!("no '{name}' in the log (NCCL_DEBUG=INFO with INIT; NCCL < 2.30 does not print isAllCudaP2p)"),
+            )),
         }
     }
+    let direct = first(log, |l| l.contains("via P2P/direct pointer"));
+    let shm = first(log, |l| l.contains("via SHM/"));
+    match (direct, shm) {
+        (Some(d), None) => r.push(Check::new("p2p.path", Status::Pass, "connections via P2P/direct pointer").evidence(d)),
+        (_, Some(s)) => r.push(
+            Check::new("p2p.path", Status::Fail, "a connection went via shared host memory (SHM), not P2P")
+                .evidence(s)
+                .fix("set NCCL_P2P_LEVEL=SYS (GPUs under different host bridges) and check the P2P matrix"),
+        ),
+        (None, None) => {
+            r.push(Check::new("p2p.path", Status::Fail, "no 'via P2P/direct pointer' connection line (NCCL_DEBUG_SUBSYS=INIT,P2P?)"))
+        }
+    }
+}
 
-    // the shim's own account
+/// The shim's own account: its summary lines, and that it registered in register mode.
+fn shim_account(log: &str, inp: &Inputs, r: &mut Report) {
     let mut summaries = shim_summaries(log);
     for s in &inp.shim_logs {
         summaries.extend(shim_summaries(s));
@@ -369,8 +394,10 @@ pub fn verify(inp: &Inputs) -> Report {
             }
         }
     }
+}
 
-    // lines that fail a run wherever they are
+/// Lines that fail a run wherever they are, in any log given.
+fn forbidden_lines(log: &str, inp: &Inputs, r: &mut Report) {
     let mut texts: Vec<(&str, &str)> = vec![("NCCL log", log)];
     texts.extend(inp.shim_logs.iter().map(|s| ("shim log", s.as_str())));
     if let Some(p) = &inp.perftest_log {
@@ -400,43 +427,43 @@ pub fn verify(inp: &Inputs) -> Report {
             "none of NCCL WARN, illegal memory access, EFAULT, NV_ERR_STATE_IN_USE, failed ibv_reg calls",
         ));
     }
+}
 
-    if let Some(k) = &inp.kernel_log {
-        let xid: Vec<&str> = k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
-        // journalctl's own lines ("-- No entries --", "-- Logs begin at …") are no kernel messages
-        let entries = k.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("-- ")).count();
-        match xid.first() {
-            None if entries == 0 => {
-                let why = "the kernel log given has no entries (journalctl printed none: another boot, no permission to read it?)";
-                let mut c = Check::new("kernel.xid", Status::CouldNotCheck, why)
-                    .fix("give the kernel log of the boot the run was in: journalctl -k -b, as root or in group systemd-journal");
-                if let Some(l) = k.lines().find(|l| !l.trim().is_empty()) {
-                    c = c.evidence(l);
-                }
-                r.push(c);
+/// No Xid (nor a GPU fallen off the bus) in the kernel log, which must have entries.
+fn kernel_xid(k: &str, r: &mut Report) {
+    let xid: Vec<&str> = k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
+    // journalctl's own lines ("-- No entries --", "-- Logs begin at …") are no kernel messages
+    let entries = k.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("-- ")).count();
+    match xid.first() {
+        None if entries == 0 => {
+            let why = "the kernel log given has no entries (journalctl printed none: another boot, no permission to read it?)";
+            let mut c = Check::new("kernel.xid", Status::CouldNotCheck, why)
+                .fix("give the kernel log of the boot the run was in: journalctl -k -b, as root or in group systemd-journal");
+            if let Some(l) = k.lines().find(|l| !l.trim().is_empty()) {
+                c = c.evidence(l);
             }
-            Some(l) => r.push(
-                Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len()))
-                    .evidence(*l)
-                    .fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table"),
-            ),
-            None => r.push(Check::new("kernel.xid", Status::Pass, format!("no Xid in {} kernel log lines", k.lines().count()))),
+            r.push(c);
         }
+        Some(l) => r.push(
+            Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len()))
+                .evidence(*l)
+                .fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table"),
+        ),
+        None => r.push(Check::new("kernel.xid", Status::Pass, format!("no Xid in {} kernel log lines", k.lines().count()))),
     }
+}
 
-    if let Some(p) = &inp.perftest_log {
-        let header = p.lines().position(|l| l.contains("#bytes") && l.contains("BW"));
-        let row =
-            header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
-        let err = first(p, |l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("couldn't") || l.contains("failed") || l.contains("error") || l.contains("timeout") || l.contains("retry exceeded")
-        });
-        match (row, err) {
-            (_, Some(e)) => r.push(Check::new("perftest", Status::Fail, "perftest reported an error").evidence(e)),
-            (Some(row), None) => r.push(Check::new("perftest", Status::Pass, "perftest completed its measurement").evidence(row)),
-            (None, None) => r.push(Check::new("perftest", Status::Fail, "no perftest result row (#bytes … BW): the test did not complete")),
-        }
+/// perftest completed its measurement without an error.
+fn perftest(p: &str, r: &mut Report) {
+    let header = p.lines().position(|l| l.contains("#bytes") && l.contains("BW"));
+    let row = header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
+    let err = first(p, |l| {
+        let l = l.to_ascii_lowercase();
+        l.contains("couldn't") || l.contains("failed") || l.contains("error") || l.contains("timeout") || l.contains("retry exceeded")
+    });
+    match (row, err) {
+        (_, Some(e)) => r.push(Check::new("perftest", Status::Fail, "perftest reported an error").evidence(e)),
+        (Some(row), None) => r.push(Check::new("perftest", Status::Pass, "perftest completed its measurement").evidence(row)),
+        (None, None) => r.push(Check::new("perftest", Status::Fail, "no perftest result row (#bytes … BW): the test did not complete")),
     }
-    r
 }

@@ -1,8 +1,8 @@
-//! Step 1's machine side: the doctor's checks of the route the shim took (`route.dmabuf` or
+//! Step 1's doctor: the doctor's checks of the route the shim took (`route.dmabuf` or
 //! `route.nv503c`, and `route.choice`), over this machine's state as `scripts/gdr-state-record`
-//! records it, or over a state saved earlier (`--state DIR`).
+//! records it now (`record`), or over a state saved earlier (`--state DIR`).
 
-use super::report::Report;
+use super::findings::Findings;
 use crate::doctor;
 use crate::machine::State;
 use crate::report::{Check, Status};
@@ -48,7 +48,7 @@ fn line(c: &Check) -> String {
 }
 
 /// The doctor's verdict on `route` (the one the shim took; None: it took none).
-pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Report) {
+pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Findings) {
     let (own, dir) = match state {
         Some(d) => (None, d.to_path_buf()),
         None => match record() {

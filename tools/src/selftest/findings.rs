@@ -1,9 +1,9 @@
-//! The self-test's report: the tools' one form (`crate::report`), each check with its step (1 to
-//! 6) and the call that decided it as its evidence (with its errno, CUDA status or completion
-//! status), the advice in `fix`; then the bandwidth table and the shim's counters. The exit code:
-//! 0 all passed, 1 a step failed, 2 could not check here.
+//! What the self-test found: its checks in the tools' one report form (`crate::report`), each
+//! with its step (1 to 6) and the call that decided it as its evidence (with its errno, CUDA status
+//! or completion status), the advice in `fix`; then the bandwidth table and the shim's counters.
+//! The exit code: 0 all passed, 1 a step failed, 2 could not check here.
 
-use crate::report::{json_str, Check, Report as Checks, Status};
+use crate::report::{json_str, Check, Report, Status};
 use std::fmt::Write as _;
 
 /// Every check the self-test can report, by step: the README's table of steps lists the same
@@ -46,8 +46,8 @@ pub struct Bw {
 }
 
 #[derive(Default, Debug)]
-pub struct Report {
-    pub checks: Checks,
+pub struct Findings {
+    pub checks: Report,
     /// The step of each check, in the order of `checks.checks`.
     pub steps: Vec<u8>,
     pub counters: Vec<(&'static str, String)>,
@@ -55,7 +55,7 @@ pub struct Report {
     pub link_gbps: Option<f64>,
 }
 
-impl Report {
+impl Findings {
     pub fn add(&mut self, step: u8, id: &str, status: Status, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
         debug_assert!(CHECKS.contains(&(step, id)), "step {step} {id} is not in CHECKS");
         let call: String = call.into();

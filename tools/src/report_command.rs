@@ -1,7 +1,8 @@
-//! `report`: one file about a rig that a user can attach to a question or a bug: the doctor's
-//! verdict, the route and its prerequisites, the PCIe paths, what the machine is (driver, kernel,
-//! GPUs, HCAs, CPU) and the self-test's figures when given. Nothing that names the machine or its
-//! network (host name, IP addresses and GIDs, GUIDs, serial numbers, UUIDs) unless `--private`.
+//! The `report` command: one file about a rig that a user can attach to a question or a bug: the
+//! doctor's verdict, the route and its prerequisites, the PCIe paths, what the machine is (driver,
+//! kernel, GPUs, HCAs, CPU) and the self-test's figures when given. Nothing that names the machine
+//! or its network (host name, IP addresses and GIDs, GUIDs, serial numbers, UUIDs) unless
+//! `--private`.
 
 use crate::doctor;
 use crate::machine::{kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State};
