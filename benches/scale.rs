@@ -13,18 +13,29 @@ mod scale;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let samples = args.first().cloned().unwrap_or_else(|| "2000".into());
-    let ns: Vec<String> =
-        if args.len() > 1 { args[1..].to_vec() } else { ["1000", "10000", "100000", "1000000"].map(String::from).to_vec() };
+    let ns: Vec<String> = if args.len() > 1 {
+        args[1..].to_vec()
+    } else {
+        ["1000", "10000", "100000", "1000000"].map(String::from).to_vec()
+    };
     let env = common::build("scale-bench");
     scale::build(&env);
     let mut heap_args = vec!["heap".to_string()];
     heap_args.extend(ns.iter().cloned());
-    let (hw, hwo) = (scale::heap(&scale::run(&env, true, &heap_args)), scale::heap(&scale::run(&env, false, &heap_args)));
+    let (hw, hwo) = (
+        scale::heap(&scale::run(&env, true, &heap_args)),
+        scale::heap(&scale::run(&env, false, &heap_args)),
+    );
     let mut ops_args = vec!["ops".to_string(), samples.clone()];
     ops_args.extend(ns.iter().cloned());
-    let (with, without) = (scale::times(&scale::run(&env, true, &ops_args)), scale::times(&scale::run(&env, false, &ops_args)));
+    let (with, without) = (
+        scale::times(&scale::run(&env, true, &ops_args)),
+        scale::times(&scale::run(&env, false, &ops_args)),
+    );
 
-    println!("gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route");
+    println!(
+        "gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route"
+    );
     println!();
     println!("| live allocations | operation | without p50 / p99 (ns) | with p50 / p99 (ns) | added p50 / p99 (ns) | with/without p50 |");
     println!("|---:|---|---:|---:|---:|---:|");
@@ -43,7 +54,9 @@ fn main() {
     let mut prev: Option<(u64, u64)> = None;
     for (n, h) in &hw {
         let ours = h.saturating_sub(hwo.get(n).copied().unwrap_or(0));
-        let marginal = prev.map_or("".to_string(), |(pn, ph)| format!("{:.1}", ours.saturating_sub(ph) as f64 / (n - pn) as f64));
+        let marginal = prev.map_or("".to_string(), |(pn, ph)| {
+            format!("{:.1}", ours.saturating_sub(ph) as f64 / (n - pn) as f64)
+        });
         println!("| {n} | {:.1} | {marginal} |", ours as f64 / *n as f64);
         prev = Some((*n, ours));
     }

@@ -26,11 +26,23 @@ fn main() {
     let env = common::Env { dir, shim: common::front_pair(&core, false) };
     let c = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     common::cc(&env, &["-O2", "-o", "spawnbench", c.join("spawnbench.c").to_str().unwrap()]);
-    common::cc(&env, &["-shared", "-fPIC", "-O2", "-o", "libminimal.so", c.join("minimal_preload.c").to_str().unwrap(), "-ldl"]);
+    common::cc(
+        &env,
+        &[
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            "libminimal.so",
+            c.join("minimal_preload.c").to_str().unwrap(),
+            "-ldl",
+        ],
+    );
     let floor = build_floor(&env.dir);
-    for (what, lib) in
-        [("libgdrshim.so as it ships (the front)", &env.shim), ("the core preloaded itself (target/release/libgdrshim.so)", &core)]
-    {
+    for (what, lib) in [
+        ("libgdrshim.so as it ships (the front)", &env.shim),
+        ("the core preloaded itself (target/release/libgdrshim.so)", &core),
+    ] {
         println!("gdrshim = {what}:");
         let out = std::process::Command::new(env.dir.join("spawnbench"))
             .args([
@@ -69,7 +81,11 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
     let mut counts = Vec::new();
     for (name, lib) in libs {
         let mut c = std::process::Command::new("valgrind");
-        c.args(["--tool=callgrind", &format!("--callgrind-out-file={}", out.display()), "/bin/true"]);
+        c.args([
+            "--tool=callgrind",
+            &format!("--callgrind-out-file={}", out.display()),
+            "/bin/true",
+        ]);
         if let Some(l) = lib {
             c.env("LD_PRELOAD", l);
         }
@@ -78,7 +94,10 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
             return;
         };
         let err = String::from_utf8_lossy(&o.stderr);
-        let n = err.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().parse::<u64>().ok());
+        let n = err
+            .lines()
+            .find_map(|l| l.split("Collected :").nth(1))
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let Some(n) = n else { panic!("callgrind gave no count for {name}: {err}") };
         counts.push((*name, n));
     }
@@ -99,12 +118,17 @@ fn instructions(dir: &std::path::Path, libs: &[(&str, Option<std::path::PathBuf>
 
 /// tests/rust/nostd_preload.rs: no std, so panics abort (there is no unwinder to catch them with).
 fn build_nostd(dir: &std::path::Path) -> std::path::PathBuf {
-    rustc_cdylib("nostd_preload", &dir.join("libnostd.so"), &["-C", "opt-level=3", "-C", "panic=abort"])
+    rustc_cdylib(
+        "nostd_preload",
+        &dir.join("libnostd.so"),
+        &["-C", "opt-level=3", "-C", "panic=abort"],
+    )
 }
 
 /// Builds tests/rust/NAME.rs with rustc alone (no crates) as the cdylib `so`.
 fn rustc_cdylib(name: &str, so: &std::path::Path, flags: &[&str]) -> std::path::PathBuf {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/rust/{name}.rs"));
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/rust/{name}.rs"));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let st = std::process::Command::new(rustc)
         .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", name])
@@ -125,12 +149,26 @@ fn build_floor(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::create_dir_all(&unwind).unwrap();
     let eh = std::process::Command::new("cc").arg("-print-file-name=libgcc_eh.a").output().unwrap();
     let eh = std::path::PathBuf::from(String::from_utf8_lossy(&eh.stdout).trim());
-    assert!(eh.is_absolute() && eh.is_file(), "no libgcc_eh.a: the floor would load libgcc_s.so.1, which libgdrshim.so does not");
+    assert!(
+        eh.is_absolute() && eh.is_file(),
+        "no libgcc_eh.a: the floor would load libgcc_s.so.1, which libgdrshim.so does not"
+    );
     std::fs::copy(&eh, unwind.join("libgcc_s.a")).unwrap();
     let native = format!("native={}", unwind.display());
     rustc_cdylib(
         "floor_preload",
         &dir.join("libfloor.so"),
-        &["-C", "opt-level=3", "-C", "codegen-units=1", "-C", "lto=fat", "-C", "panic=unwind", "-L", &native],
+        &[
+            "-C",
+            "opt-level=3",
+            "-C",
+            "codegen-units=1",
+            "-C",
+            "lto=fat",
+            "-C",
+            "panic=unwind",
+            "-L",
+            &native,
+        ],
     )
 }

@@ -18,8 +18,11 @@ pub struct HookHotState {
     /// libc's `ioctl`.
     pub ioctl: crate::real::NextFn,
 }
-pub static HOOK: HookHotState =
-    HookHotState { active: AtomicU8::new(0), shim: AtomicPtr::new(core::ptr::null_mut()), ioctl: crate::real::NextFn::libc() };
+pub static HOOK: HookHotState = HookHotState {
+    active: AtomicU8::new(0),
+    shim: AtomicPtr::new(core::ptr::null_mut()),
+    ioctl: crate::real::NextFn::libc(),
+};
 const _: () = assert!(core::mem::size_of::<HookHotState>() == 64);
 
 /// `HOOK.active`: hooks forward only (off mode, secure execution, a forked child, another copy).
@@ -95,14 +98,22 @@ fn another_copy_first() -> bool {
     // (our own exported names may resolve to the other copy even from inside this one: the
     // object is told by the address of a function nobody can interpose)
     let global = crate::real::elf::first_definition(b"gdrshim_version");
-    let (Some(theirs), Some(ours)) = (object_of(global as *mut c_void), object_of(this_copy())) else { return false };
+    let (Some(theirs), Some(ours)) = (object_of(global as *mut c_void), object_of(this_copy()))
+    else {
+        return false;
+    };
     // (a dlopened copy's RTLD_DEFAULT sees its own scope: this library itself is no other copy)
-    if theirs.0 == ours.0 || object_of(another_copy_first as *mut c_void).is_some_and(|me| me.0 == theirs.0) {
+    if theirs.0 == ours.0
+        || object_of(another_copy_first as *mut c_void).is_some_and(|me| me.0 == theirs.0)
+    {
         return false;
     }
     crate::log::raw_line(
         "WARN",
-        &format!("another copy of gdrshim ({}) is loaded before this one ({}): this copy stays inert", theirs.1, ours.1),
+        &format!(
+            "another copy of gdrshim ({}) is loaded before this one ({}): this copy stays inert",
+            theirs.1, ours.1
+        ),
     );
     true
 }
@@ -172,7 +183,9 @@ fn install_fork_handler() {
         match AT_FORK.compare_exchange(0, me, Relaxed, Relaxed) {
             Ok(_) => {
                 // SAFETY: extern "C" fns without arguments, as pthread_atfork requires.
-                unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+                unsafe {
+                    libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child))
+                };
                 AT_FORK.store(DONE, core::sync::atomic::Ordering::Release);
                 return;
             }
@@ -212,10 +225,14 @@ extern "C" fn fork_child() {
 
 /// libc's `ioctl` (its cache sits in the hooks' hot line).
 #[inline(always)]
-pub fn real_ioctl() -> Option<unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int> {
+pub fn real_ioctl(
+) -> Option<unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int> {
     let p = HOOK.ioctl.get(c"ioctl", None);
     // SAFETY: p is the next definition of libc's ioctl, which has exactly this C signature.
     (!p.is_null()).then(|| unsafe {
-        core::mem::transmute::<*mut c_void, unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int>(p)
+        core::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(libc::c_int, libc::c_ulong, *mut c_void) -> libc::c_int,
+        >(p)
     })
 }

@@ -23,13 +23,19 @@ use crate::route::Route;
 use std::fmt;
 
 pub use crate::abi::cuda::attr::{
-    DMA_BUF_SUPPORTED as ATTR_DMA_BUF_SUPPORTED, GPU_DIRECT_RDMA_SUPPORTED as ATTR_GPU_DIRECT_RDMA_SUPPORTED,
+    DMA_BUF_SUPPORTED as ATTR_DMA_BUF_SUPPORTED,
+    GPU_DIRECT_RDMA_SUPPORTED as ATTR_GPU_DIRECT_RDMA_SUPPORTED,
     GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED as ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
 };
 
 /// The attributes gdrshim may answer (every other passes untouched, without a look).
 pub fn answers(attrib: i32) -> bool {
-    matches!(attrib, ATTR_GPU_DIRECT_RDMA_SUPPORTED | ATTR_DMA_BUF_SUPPORTED | ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
+    matches!(
+        attrib,
+        ATTR_GPU_DIRECT_RDMA_SUPPORTED
+            | ATTR_DMA_BUF_SUPPORTED
+            | ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+    )
 }
 
 /// The attribute's short name, for the log.
@@ -223,7 +229,11 @@ impl Policy {
     fn gdr_attribute(&self, real: i32, gpu: &GpuFacts) -> Answer {
         let driver = if self.hide_gdr_for_test { 0 } else { real };
         if driver != 0 || !self.advertise {
-            return if driver != real { Answer::Replaced(driver, "GDRSHIM_TEST_HIDE_GDR=1 (test only)") } else { Answer::Unchanged };
+            return if driver != real {
+                Answer::Replaced(driver, "GDRSHIM_TEST_HIDE_GDR=1 (test only)")
+            } else {
+                Answer::Unchanged
+            };
         }
         match self.refusal(gpu) {
             None => Answer::Replaced(1, "gdrshim registers GPU memory for verbs here (GDRSHIM_ADVERTISE_GDR=0 turns this answer off)"),
@@ -241,7 +251,10 @@ impl Policy {
             return Answer::Unchanged;
         }
         if self.route == Some(Route::Dmabuf) {
-            return Answer::Replaced(1, "gdrshim exports dma-bufs of this process's GPU memory (route dmabuf)");
+            return Answer::Replaced(
+                1,
+                "gdrshim exports dma-bufs of this process's GPU memory (route dmabuf)",
+            );
         }
         if driver != real {
             Answer::Replaced(0, "GDRSHIM_TEST_HIDE_DMABUF=1 (test only)")
@@ -257,7 +270,11 @@ impl Policy {
             return Answer::Unchanged;
         }
         if self.route.is_none() {
-            return if driver != real { Answer::Replaced(0, "GDRSHIM_TEST_HIDE_GDR=1 (test only)") } else { Answer::Unchanged };
+            return if driver != real {
+                Answer::Replaced(0, "GDRSHIM_TEST_HIDE_GDR=1 (test only)")
+            } else {
+                Answer::Unchanged
+            };
         }
         Answer::Replaced(
             1,
@@ -308,18 +325,45 @@ mod tests {
         force_flush: false,
     };
     /// An RTX 4090 as its libcuda describes it: sm_89, no native ordering, no flush option.
-    const SM89: GpuFacts = GpuFacts { compute_capability: Some((8, 9)), writes_ordering: Some(0), flush_options: Some(0) };
+    const SM89: GpuFacts = GpuFacts {
+        compute_capability: Some((8, 9)),
+        writes_ordering: Some(0),
+        flush_options: Some(0),
+    };
     /// An RTX 5090 whose libcuda reports no ordering.
-    const SM120: GpuFacts = GpuFacts { compute_capability: Some((12, 0)), writes_ordering: Some(0), flush_options: Some(0) };
+    const SM120: GpuFacts = GpuFacts {
+        compute_capability: Some((12, 0)),
+        writes_ordering: Some(0),
+        flush_options: Some(0),
+    };
 
     #[test]
     fn advertised_by_default_while_registering() {
-        assert_eq!(Policy::default().device_attribute(116, 0, &SM89), Answer::Unchanged, "no route: untouched, silently");
+        assert_eq!(
+            Policy::default().device_attribute(116, 0, &SM89),
+            Answer::Unchanged,
+            "no route: untouched, silently"
+        );
         assert!(matches!(ON.device_attribute(116, 0, &SM89), Answer::Replaced(1, _)));
-        assert!(matches!(Policy { route: Some(Route::Dmabuf), ..ON }.device_attribute(116, 0, &SM89), Answer::Replaced(1, _)));
-        assert_eq!(ON.device_attribute(116, 1, &SM89), Answer::Unchanged, "native support is left alone");
-        assert_eq!(ON.device_attribute(117, 0, &SM89), Answer::Unchanged, "only the GDR, VMM and DMA-BUF attributes");
-        assert_eq!(Policy { advertise: false, ..ON }.device_attribute(116, 0, &SM89), Answer::Unchanged, "GDRSHIM_ADVERTISE_GDR=0");
+        assert!(matches!(
+            Policy { route: Some(Route::Dmabuf), ..ON }.device_attribute(116, 0, &SM89),
+            Answer::Replaced(1, _)
+        ));
+        assert_eq!(
+            ON.device_attribute(116, 1, &SM89),
+            Answer::Unchanged,
+            "native support is left alone"
+        );
+        assert_eq!(
+            ON.device_attribute(117, 0, &SM89),
+            Answer::Unchanged,
+            "only the GDR, VMM and DMA-BUF attributes"
+        );
+        assert_eq!(
+            Policy { advertise: false, ..ON }.device_attribute(116, 0, &SM89),
+            Answer::Unchanged,
+            "GDRSHIM_ADVERTISE_GDR=0"
+        );
         let asked_none = Policy { route: None, advertise_asked: true, ..ON };
         assert_eq!(asked_none.device_attribute(116, 0, &SM89), Answer::Refused(Refusal::NoRoute));
         assert!(Refusal::NoRoute.to_string().contains("GDRSHIM_MODE"));
@@ -330,7 +374,10 @@ mod tests {
     fn never_with_the_flush_disabled() {
         let p = Policy { flush_disabled: true, ..ON };
         assert_eq!(p.device_attribute(116, 0, &SM89), Answer::Refused(Refusal::FlushDisabled));
-        assert_eq!(Policy { force_flush: true, ..p }.device_attribute(116, 0, &SM89), Answer::Refused(Refusal::FlushDisabled));
+        assert_eq!(
+            Policy { force_flush: true, ..p }.device_attribute(116, 0, &SM89),
+            Answer::Refused(Refusal::FlushDisabled)
+        );
         assert!(Refusal::FlushDisabled.to_string().contains("unset NCCL_GDR_FLUSH_DISABLE"));
         assert!(!p.needs_gpu_facts(116, 0));
     }
@@ -344,9 +391,17 @@ mod tests {
         assert_eq!(r, Answer::Refused(Refusal::Ordering(SM120)));
         let Answer::Refused(why) = r else { unreachable!() };
         let line = why.to_string();
-        assert!(line.contains("sm_120") && line.contains("ORDERING 0 (NONE)") && line.contains("NCCL_NET_FORCE_FLUSH=1"), "{line}");
+        assert!(
+            line.contains("sm_120")
+                && line.contains("ORDERING 0 (NONE)")
+                && line.contains("NCCL_NET_FORCE_FLUSH=1"),
+            "{line}"
+        );
         // ... unless the job forces NCCL's flush
-        assert!(matches!(Policy { force_flush: true, ..ON }.device_attribute(116, 0, &SM120), Answer::Replaced(1, _)));
+        assert!(matches!(
+            Policy { force_flush: true, ..ON }.device_attribute(116, 0, &SM120),
+            Answer::Replaced(1, _)
+        ));
         // OWNER (100) or ALL_DEVICES (200): the GPU orders the writes itself
         for o in [100, 200] {
             let g = GpuFacts { writes_ordering: Some(o), ..SM120 };
@@ -363,7 +418,11 @@ mod tests {
         assert!(matches!(ON.device_attribute(116, 0, &unknown_order), Answer::Refused(_)));
         // facts are read only where they decide
         assert!(ON.needs_gpu_facts(116, 0));
-        assert!(!ON.needs_gpu_facts(116, 1) && !ON.needs_gpu_facts(110, 0) && !ON.needs_gpu_facts(124, 0));
+        assert!(
+            !ON.needs_gpu_facts(116, 1)
+                && !ON.needs_gpu_facts(110, 0)
+                && !ON.needs_gpu_facts(124, 0)
+        );
         assert!(!Policy { force_flush: true, ..ON }.needs_gpu_facts(116, 0));
         assert!(!Policy { route: None, ..ON }.needs_gpu_facts(116, 0));
     }
@@ -377,7 +436,14 @@ mod tests {
             117 => Some(3),
             _ => None,
         });
-        assert_eq!(g, GpuFacts { compute_capability: Some((12, 0)), writes_ordering: Some(100), flush_options: Some(3) });
+        assert_eq!(
+            g,
+            GpuFacts {
+                compute_capability: Some((12, 0)),
+                writes_ordering: Some(100),
+                flush_options: Some(3)
+            }
+        );
         assert_eq!(g.to_string(), "sm_120, GPU_DIRECT_RDMA_WRITES_ORDERING 100 (OWNER), FLUSH_WRITES_OPTIONS 0x3 HOST MEMOPS");
         let half = GpuFacts::read(|a| (a == 75).then_some(9));
         assert_eq!(half.compute_capability, None, "a major without a minor is not a capability");
@@ -387,14 +453,24 @@ mod tests {
     fn vmm_gdr_only_while_a_route_registers() {
         for route in [Route::Nv503c, Route::Dmabuf] {
             let p = Policy { route: Some(route), advertise: false, ..ON };
-            assert!(matches!(p.device_attribute(110, 0, &SM89), Answer::Replaced(1, _)), "{route:?}");
-            assert_eq!(p.device_attribute(110, 1, &SM89), Answer::Unchanged, "libcuda's own yes stays");
+            assert!(
+                matches!(p.device_attribute(110, 0, &SM89), Answer::Replaced(1, _)),
+                "{route:?}"
+            );
+            assert_eq!(
+                p.device_attribute(110, 1, &SM89),
+                Answer::Unchanged,
+                "libcuda's own yes stays"
+            );
         }
         assert_eq!(Policy { route: None, ..ON }.device_attribute(110, 0, &SM89), Answer::Unchanged);
         // the GeForce emulation hides libcuda's 1 (the H200's) and answers as on a GeForce
         let hidden = Policy { hide_gdr_for_test: true, ..ON };
         assert!(matches!(hidden.device_attribute(110, 1, &SM89), Answer::Replaced(1, _)));
-        assert!(matches!(Policy { route: None, ..hidden }.device_attribute(110, 1, &SM89), Answer::Replaced(0, _)));
+        assert!(matches!(
+            Policy { route: None, ..hidden }.device_attribute(110, 1, &SM89),
+            Answer::Replaced(0, _)
+        ));
         // the ordering rule is the GDR gate's alone
         assert!(matches!(ON.device_attribute(110, 0, &SM120), Answer::Replaced(1, _)));
     }
@@ -416,25 +492,49 @@ mod tests {
     fn dmabuf_supported_only_while_gdrshim_serves_dmabufs() {
         let dmabuf = Policy { advertise: false, route: Some(Route::Dmabuf), ..ON };
         assert!(matches!(dmabuf.device_attribute(124, 0, &SM89), Answer::Replaced(1, _)));
-        assert_eq!(dmabuf.device_attribute(124, 1, &SM89), Answer::Unchanged, "libcuda's own yes stays");
-        assert_eq!(ON.device_attribute(124, 0, &SM89), Answer::Unchanged, "the NV503C route serves no dma-buf");
-        assert_eq!(Policy { route: None, ..dmabuf }.device_attribute(124, 0, &SM89), Answer::Unchanged);
+        assert_eq!(
+            dmabuf.device_attribute(124, 1, &SM89),
+            Answer::Unchanged,
+            "libcuda's own yes stays"
+        );
+        assert_eq!(
+            ON.device_attribute(124, 0, &SM89),
+            Answer::Unchanged,
+            "the NV503C route serves no dma-buf"
+        );
+        assert_eq!(
+            Policy { route: None, ..dmabuf }.device_attribute(124, 0, &SM89),
+            Answer::Unchanged
+        );
         // GeForce emulation: libcuda's yes hidden; gdrshim's own answer decides
         let hide = Policy { hide_dmabuf_for_test: true, ..dmabuf };
         assert!(matches!(hide.device_attribute(124, 1, &SM89), Answer::Replaced(1, _)));
-        assert!(matches!(Policy { route: None, ..hide }.device_attribute(124, 1, &SM89), Answer::Replaced(0, _)));
+        assert!(matches!(
+            Policy { route: None, ..hide }.device_attribute(124, 1, &SM89),
+            Answer::Replaced(0, _)
+        ));
     }
 
     #[test]
     fn test_hiding() {
         let hide = Policy { hide_gdr_for_test: true, advertise: false, ..ON };
         assert!(matches!(hide.device_attribute(116, 1, &SM89), Answer::Replaced(0, _)));
-        assert!(matches!(Policy { hide_gdr_for_test: true, ..ON }.device_attribute(116, 1, &SM89), Answer::Replaced(1, _)));
+        assert!(matches!(
+            Policy { hide_gdr_for_test: true, ..ON }.device_attribute(116, 1, &SM89),
+            Answer::Replaced(1, _)
+        ));
         let hide_shadow = Policy { hide_gdr_for_test: true, route: None, ..ON };
         assert!(matches!(hide_shadow.device_attribute(116, 1, &SM89), Answer::Replaced(0, _)));
         // an H200 (sm_90, OWNER) seen as a GeForce: advertised on the ordering it has
-        let h200 = GpuFacts { compute_capability: Some((9, 0)), writes_ordering: Some(100), flush_options: Some(1) };
-        assert!(matches!(Policy { hide_gdr_for_test: true, ..ON }.device_attribute(116, 1, &h200), Answer::Replaced(1, _)));
+        let h200 = GpuFacts {
+            compute_capability: Some((9, 0)),
+            writes_ordering: Some(100),
+            flush_options: Some(1),
+        };
+        assert!(matches!(
+            Policy { hide_gdr_for_test: true, ..ON }.device_attribute(116, 1, &h200),
+            Answer::Replaced(1, _)
+        ));
         assert!(Policy { hide_gdr_for_test: true, ..ON }.needs_gpu_facts(116, 1));
     }
 }

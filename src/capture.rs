@@ -47,7 +47,14 @@ pub struct IoctlRecord {
 
 impl IoctlRecord {
     pub fn line(&self) -> String {
-        let mut s = format!("I {} {} {:x} {} {}", self.dev.tag(), self.fd, self.request, self.rc, hex(&self.arg));
+        let mut s = format!(
+            "I {} {} {:x} {} {}",
+            self.dev.tag(),
+            self.fd,
+            self.request,
+            self.rc,
+            hex(&self.arg)
+        );
         if let Some((off, p)) = &self.params {
             let _ = write!(s, " P {off} {}", hex(p));
         }
@@ -103,11 +110,17 @@ pub fn params_spec(dev: DevKind, request: u64, arg: &[u8], t: &AbiTable) -> Opti
     match abi::ioc_nr(request) {
         abi::esc::RM_ALLOC if arg.len() == size_of::<abi::Nvos21Alloc>() => {
             let a = abi::read_pod::<abi::Nvos21Alloc>(arg)?;
-            Some((offset_of!(abi::Nvos21Alloc, p_alloc_parms), decode::alloc_params_len(a.h_class, t)?))
+            Some((
+                offset_of!(abi::Nvos21Alloc, p_alloc_parms),
+                decode::alloc_params_len(a.h_class, t)?,
+            ))
         }
         abi::esc::RM_ALLOC if arg.len() == size_of::<abi::Nvos64Alloc>() => {
             let a = abi::read_pod::<abi::Nvos64Alloc>(arg)?;
-            Some((offset_of!(abi::Nvos64Alloc, p_alloc_parms), decode::alloc_params_len(a.h_class, t)?))
+            Some((
+                offset_of!(abi::Nvos64Alloc, p_alloc_parms),
+                decode::alloc_params_len(a.h_class, t)?,
+            ))
         }
         abi::esc::RM_CONTROL if arg.len() == size_of::<abi::Nvos54Control>() => {
             let c = abi::read_pod::<abi::Nvos54Control>(arg)?;
@@ -141,8 +154,16 @@ pub struct Replay {
 /// Replays capture text. The driver version comes from the `V` line; without one (or for a branch
 /// with no table) nothing is decoded, exactly as in the live shim.
 pub fn replay(text: &str) -> Replay {
-    let mut r =
-        Replay { tracker: Tracker::new(), version: None, ioctls: 0, decoded: 0, failed: 0, malformed: 0, bad_lines: 0, report: Vec::new() };
+    let mut r = Replay {
+        tracker: Tracker::new(),
+        version: None,
+        ioctls: 0,
+        decoded: 0,
+        failed: 0,
+        malformed: 0,
+        bad_lines: 0,
+        report: Vec::new(),
+    };
     let mut table: Option<&'static AbiTable> = None;
     // A program writes its mark after the step it names: the lines since the last mark are held
     // and reported after the mark that labels them.
@@ -208,8 +229,13 @@ pub const AFTER_THE_LAST_MARK: &str = "# (after the last mark)";
 
 pub fn notice_line(n: &Notice) -> String {
     match n {
-        Notice::NativeRegistrationPresent => "libcuda registers third-party P2P natively on this GPU (its own 503C traffic seen)".into(),
-        Notice::Unpredicted(t) => format!("unpredicted native registration {t}: no user allocation covered it"),
+        Notice::NativeRegistrationPresent => {
+            "libcuda registers third-party P2P natively on this GPU (its own 503C traffic seen)"
+                .into()
+        }
+        Notice::Unpredicted(t) => {
+            format!("unpredicted native registration {t}: no user allocation covered it")
+        }
         Notice::DmabufMismatch { ptr, size, native, predicted } => {
             format!("dma-buf of [{ptr:#x}, +{size:#x}): libcuda exported {native}, the map predicts {predicted}")
         }
@@ -242,9 +268,14 @@ pub fn verdict_line(api: &str, ptr: u64, len: u64, v: &Verdict) -> String {
 /// The summary counters of a replay, in the same `key=value` form as the live shim's exit line.
 pub fn summary(r: &Replay) -> Snapshot {
     let mut s = Snapshot::new();
-    s.counts([("ioctls", r.ioctls), ("decoded", r.decoded), ("failed", r.failed), ("malformed", r.malformed)])
-        .counts(r.tracker.counts.pairs())
-        .add("map_entries", r.tracker.map.entries() as u64);
+    s.counts([
+        ("ioctls", r.ioctls),
+        ("decoded", r.decoded),
+        ("failed", r.failed),
+        ("malformed", r.malformed),
+    ])
+    .counts(r.tracker.counts.pairs())
+    .add("map_entries", r.tracker.map.entries() as u64);
     s
 }
 
@@ -271,7 +302,9 @@ pub fn bench_decode_apply(text: &str, rounds: u32) -> Option<(u64, f64)> {
         let mut tr = Tracker::new();
         for io in &recs {
             let params = Recorded(io.params.as_ref().map(|(_, b)| b.as_slice()));
-            if let Outcome::Event(ev) = decode::decode(io.dev, io.fd, io.request, io.rc, &io.arg, &params, t) {
+            if let Outcome::Event(ev) =
+                decode::decode(io.dev, io.fd, io.request, io.rc, &io.arg, &params, t)
+            {
                 std::hint::black_box(tr.apply(&ev));
             }
         }
@@ -287,12 +320,21 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let io =
-            IoctlRecord { dev: DevKind::Gpu(3), fd: 12, request: 0xc030462b, rc: 0, arg: vec![1, 2, 255], params: Some((16, vec![0xab])) };
+        let io = IoctlRecord {
+            dev: DevKind::Gpu(3),
+            fd: 12,
+            request: 0xc030462b,
+            rc: 0,
+            arg: vec![1, 2, 255],
+            params: Some((16, vec![0xab])),
+        };
         assert_eq!(parse_line(&io.line()), Some(Record::Ioctl(io.clone())));
         let io2 = IoctlRecord { params: None, dev: DevKind::Uvm, ..io };
         assert_eq!(parse_line(&io2.line()), Some(Record::Ioctl(io2)));
-        assert_eq!(parse_line("A cuMemAlloc_v2 7f00 1000"), Some(Record::Alloc { api: "cuMemAlloc_v2".into(), ptr: 0x7f00, len: 0x1000 }));
+        assert_eq!(
+            parse_line("A cuMemAlloc_v2 7f00 1000"),
+            Some(Record::Alloc { api: "cuMemAlloc_v2".into(), ptr: 0x7f00, len: 0x1000 })
+        );
         assert_eq!(parse_line("I c 8 zz 0 00"), None);
         assert_eq!(parse_line("I c 8 c0 0 0"), None);
         assert_eq!(parse_line("X"), None);

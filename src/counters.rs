@@ -53,7 +53,10 @@ impl Snapshot {
         self
     }
 
-    pub fn counts(&mut self, pairs: impl IntoIterator<Item = (&'static str, u64)>) -> &mut Snapshot {
+    pub fn counts(
+        &mut self,
+        pairs: impl IntoIterator<Item = (&'static str, u64)>,
+    ) -> &mut Snapshot {
         for (n, v) in pairs {
             self.add(n, v);
         }
@@ -199,7 +202,11 @@ mod tests {
         assert_eq!(&c.to_bytes()[8..16], &2u64.to_ne_bytes());
         s.counts([("exported_peak_bytes", 0x40_0000)]);
         let c = GdrshimCounters::from_snapshot(&s);
-        assert_eq!(&c.to_bytes()[19 * 8..20 * 8], &0x40_0000u64.to_ne_bytes(), "exported_peak_bytes, after the older fields");
+        assert_eq!(
+            &c.to_bytes()[19 * 8..20 * 8],
+            &0x40_0000u64.to_ne_bytes(),
+            "exported_peak_bytes, after the older fields"
+        );
         s.counts([("bar1_bytes", 256 << 20), ("bar1_static", 0)]);
         let c = GdrshimCounters::from_snapshot(&s);
         assert_eq!(

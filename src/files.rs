@@ -74,14 +74,24 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
     let mut parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     let file = parts.pop().ok_or(Refused::Empty)?;
     let start = if path.starts_with('/') { "/" } else { "." };
-    let mut dir = openat(libc::AT_FDCWD, &CString::new(start).expect("no NUL"), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
-        .map_err(|e| Refused::Os(start.into(), e))?;
+    let mut dir = openat(
+        libc::AT_FDCWD,
+        &CString::new(start).expect("no NUL"),
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(|e| Refused::Os(start.into(), e))?;
     let mut walked = String::from(if start == "/" { "" } else { "." });
     for c in parts {
         walked.push('/');
         walked.push_str(c);
         let name = CString::new(c).map_err(|_| Refused::NulByte)?;
-        let next = openat(dir.num(), &name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
+        let next = openat(
+            dir.num(),
+            &name,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        );
         close(dir);
         dir = match next {
             Ok(d) => d,
@@ -91,7 +101,8 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
         };
     }
     let name = CString::new(file).map_err(|_| Refused::NulByte)?;
-    let base = libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
+    let base =
+        libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
     let r = match openat(dir.num(), &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
         Ok(fd) => Ok(fd),
         // look before opening for writing: a FIFO or a device could block or act on an open
@@ -195,7 +206,9 @@ mod tests {
         std::fs::create_dir(d.join("real")).unwrap();
         std::os::unix::fs::symlink(d.join("real"), d.join("via")).unwrap();
         let via = d.join("via/log");
-        assert!(matches!(open_private(via.to_str().unwrap()), Err(Refused::Link(c)) if c.ends_with("/via")));
+        assert!(
+            matches!(open_private(via.to_str().unwrap()), Err(Refused::Link(c)) if c.ends_with("/via"))
+        );
         assert!(!d.join("real/log").exists(), "nothing created through the link");
         std::fs::write(d.join("target"), "keep").unwrap();
         std::os::unix::fs::symlink(d.join("target"), d.join("flink")).unwrap();
@@ -207,7 +220,9 @@ mod tests {
         // SAFETY: a valid C string.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         assert_eq!(open_private(d.join("fifo").to_str().unwrap()), Err(Refused::NotRegular));
-        assert!(matches!(open_private(d.join("no/such/log").to_str().unwrap()), Err(Refused::Missing(c)) if c.ends_with("/no")));
+        assert!(
+            matches!(open_private(d.join("no/such/log").to_str().unwrap()), Err(Refused::Missing(c)) if c.ends_with("/no"))
+        );
         assert_eq!(open_private(""), Err(Refused::Empty));
     }
 }

@@ -84,7 +84,9 @@ impl FreshRecord {
     /// last forgotten: what it touches.
     pub fn fresh(&self, call: &Pending) -> Option<Fresh> {
         match *call {
-            Pending::RmFree { h_client, h_object } => self.handles.contains(&Some((h_client, h_object))).then_some(Fresh::Object),
+            Pending::RmFree { h_client, h_object } => {
+                self.handles.contains(&Some((h_client, h_object))).then_some(Fresh::Object)
+            }
             // the whole range that starts at `base`
             Pending::UvmFree { base } => {
                 // every record at base (one dropped free can leave two): the widest, on the safe side
@@ -98,7 +100,11 @@ impl FreshRecord {
             }
             Pending::UvmMap { base, length, .. } | Pending::UvmUnmap { base, length } => {
                 let end = base.checked_add(length).filter(|_| length > 0)?;
-                self.ranges.iter().flatten().any(|&(start, stop)| start <= base && end <= stop).then_some(Fresh::Va { start: base, end })
+                self.ranges
+                    .iter()
+                    .flatten()
+                    .any(|&(start, stop)| start <= base && end <= stop)
+                    .then_some(Fresh::Va { start: base, end })
             }
         }
     }
@@ -116,7 +122,16 @@ mod tests {
     use super::*;
 
     fn memory(h_client: u32, h_memory: u32) -> Event {
-        Event::Memory { h_client, h_parent: 2, h_memory, class: 0x40, size: Some(1 << 21), attr: 0, attr2: 0, flags: 0 }
+        Event::Memory {
+            h_client,
+            h_parent: 2,
+            h_memory,
+            class: 0x40,
+            size: Some(1 << 21),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        }
     }
     fn range(base: u64, length: u64) -> Event {
         Event::UvmCreateExternalRange { base, length }
@@ -136,8 +151,16 @@ mod tests {
         b.record(&memory(1, 0x10));
         b.record(&range(0x20_0000, 0x40_0000));
         assert_eq!(b.fresh(&Pending::RmFree { h_client: 1, h_object: 0x10 }), Some(Fresh::Object));
-        assert_eq!(b.fresh(&Pending::UvmFree { base: 0x20_0000 }), Some(Fresh::Va { start: 0x20_0000, end: 0x60_0000 }), "the whole range");
-        assert_eq!(b.fresh(&map(0x30_0000, 0x1000)), Some(Fresh::Va { start: 0x30_0000, end: 0x30_1000 }), "what the map call covers");
+        assert_eq!(
+            b.fresh(&Pending::UvmFree { base: 0x20_0000 }),
+            Some(Fresh::Va { start: 0x20_0000, end: 0x60_0000 }),
+            "the whole range"
+        );
+        assert_eq!(
+            b.fresh(&map(0x30_0000, 0x1000)),
+            Some(Fresh::Va { start: 0x30_0000, end: 0x30_1000 }),
+            "what the map call covers"
+        );
         assert_eq!(
             b.fresh(&Pending::UvmUnmap { base: 0x40_0000, length: 0x20_0000 }),
             Some(Fresh::Va { start: 0x40_0000, end: 0x60_0000 })
@@ -151,9 +174,15 @@ mod tests {
         b.record(&range(0x20_0000, 0x40_0000));
         assert!(b.covers(&Pending::RmFree { h_client: 1, h_object: 0x10 }));
         assert!(!b.covers(&Pending::RmFree { h_client: 1, h_object: 0x11 }), "another object");
-        assert!(!b.covers(&Pending::RmFree { h_client: 2, h_object: 0x10 }), "the same handle in another client");
+        assert!(
+            !b.covers(&Pending::RmFree { h_client: 2, h_object: 0x10 }),
+            "the same handle in another client"
+        );
         assert!(b.covers(&Pending::UvmFree { base: 0x20_0000 }));
-        assert!(!b.covers(&Pending::UvmFree { base: 0x40_0000 }), "a range that starts inside it is another range");
+        assert!(
+            !b.covers(&Pending::UvmFree { base: 0x40_0000 }),
+            "a range that starts inside it is another range"
+        );
         assert!(b.covers(&map(0x20_0000, 0x40_0000)), "the whole range");
         assert!(b.covers(&map(0x40_0000, 0x1000)), "inside it");
         assert!(b.covers(&Pending::UvmUnmap { base: 0x30_0000, length: 0x10_0000 }));
@@ -162,7 +191,11 @@ mod tests {
         assert!(!b.covers(&map(0x20_0000, 0)), "empty");
         assert!(!b.covers(&map(u64::MAX - 0xfff, 0x2000)), "wraps");
         b.forget();
-        for p in [Pending::RmFree { h_client: 1, h_object: 0x10 }, Pending::UvmFree { base: 0x20_0000 }, map(0x20_0000, 0x1000)] {
+        for p in [
+            Pending::RmFree { h_client: 1, h_object: 0x10 },
+            Pending::UvmFree { base: 0x20_0000 },
+            map(0x20_0000, 0x1000),
+        ] {
             assert!(!b.covers(&p), "{p:?} after forget");
         }
     }
@@ -186,7 +219,10 @@ mod tests {
         for h in [7, 8, 9, 10, 11, 12, 13, 14] {
             assert!(b.covers(&Pending::RmFree { h_client: 7, h_object: h }), "object {h}");
         }
-        assert!(!b.covers(&Pending::RmFree { h_client: 5, h_object: 6 }), "a dup's source is not new");
+        assert!(
+            !b.covers(&Pending::RmFree { h_client: 5, h_object: 6 }),
+            "a dup's source is not new"
+        );
         let mut b = FreshRecord::default();
         b.record(&Event::Free { h_client: 7, h_parent: 8, h_object: 11 });
         b.record(&Event::UvmFree { base: 0x20_0000, length: Some(0x20_0000) });
@@ -194,7 +230,10 @@ mod tests {
         b.record(&range(u64::MAX - 0xfff, 0x2000));
         assert!(!b.covers(&Pending::RmFree { h_client: 7, h_object: 11 }));
         assert!(!b.covers(&Pending::UvmFree { base: 0x20_0000 }));
-        assert!(!b.covers(&Pending::UvmFree { base: u64::MAX - 0xfff }), "a range that would wrap is not kept");
+        assert!(
+            !b.covers(&Pending::UvmFree { base: u64::MAX - 0xfff }),
+            "a range that would wrap is not kept"
+        );
     }
 
     #[test]
@@ -202,7 +241,10 @@ mod tests {
         let mut b = FreshRecord::default();
         b.record(&range(0x20_0000, 0x20_0000));
         b.record(&Event::UvmFree { base: 0x20_0000, length: None });
-        assert!(!b.covers(&Pending::UvmFree { base: 0x20_0000 }), "freed: whatever UVM_FREE frees there next is not new");
+        assert!(
+            !b.covers(&Pending::UvmFree { base: 0x20_0000 }),
+            "freed: whatever UVM_FREE frees there next is not new"
+        );
         b.record(&range(0x20_0000, 0x400_0000));
         assert_eq!(
             b.fresh(&Pending::UvmFree { base: 0x20_0000 }),
@@ -214,7 +256,10 @@ mod tests {
         b.record(&range(0x20_0000, 0x20_0000));
         b.record(&range(0x20_0000, 0x400_0000));
         b.record(&range(0x20_0000, 0x100_0000));
-        assert_eq!(b.fresh(&Pending::UvmFree { base: 0x20_0000 }), Some(Fresh::Va { start: 0x20_0000, end: 0x420_0000 }));
+        assert_eq!(
+            b.fresh(&Pending::UvmFree { base: 0x20_0000 }),
+            Some(Fresh::Va { start: 0x20_0000, end: 0x420_0000 })
+        );
     }
 
     #[test]

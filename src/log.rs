@@ -154,7 +154,9 @@ fn write_fd(fd: i32, bytes: &[u8]) {
     let mut off = 0;
     while off < bytes.len() {
         // SAFETY: the slice is valid for reads of len - off bytes.
-        let n = unsafe { libc::write(fd, bytes[off..].as_ptr() as *const libc::c_void, bytes.len() - off) };
+        let n = unsafe {
+            libc::write(fd, bytes[off..].as_ptr() as *const libc::c_void, bytes.len() - off)
+        };
         if n <= 0 {
             break;
         }
@@ -217,7 +219,9 @@ pub fn init(cfg: &Config) -> Vec<String> {
         let path = expand_path(tpl, &host, unsafe { libc::getpid() } as u32);
         match crate::files::open_private(&path) {
             Ok(fd) => LOG_FILE.keep(fd),
-            Err(e) => warnings.push(format!("GDRSHIM_LOG_FILE={path:?} refused: {e}; logging to stderr")),
+            Err(e) => {
+                warnings.push(format!("GDRSHIM_LOG_FILE={path:?} refused: {e}; logging to stderr"))
+            }
         }
     }
     let max = match cfg.level {
@@ -258,6 +262,9 @@ pub fn contain_panic_messages() {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        raw_line("ERROR", &format!("internal error at {loc}: {msg}; the call was passed through unchanged"));
+        raw_line(
+            "ERROR",
+            &format!("internal error at {loc}: {msg}; the call was passed through unchanged"),
+        );
     }));
 }

@@ -86,7 +86,10 @@ struct QueueGuard<'a>(&'a QueueLine);
 
 impl QueueLine {
     fn new(q: Queue) -> QueueLine {
-        QueueLine { locked: core::sync::atomic::AtomicBool::new(false), queue: core::cell::UnsafeCell::new(q) }
+        QueueLine {
+            locked: core::sync::atomic::AtomicBool::new(false),
+            queue: core::cell::UnsafeCell::new(q),
+        }
     }
 
     #[inline]
@@ -104,7 +107,9 @@ impl QueueLine {
         use core::sync::atomic::Ordering::Acquire;
         let deadline = std::time::Instant::now() + wait;
         for spin in 1u32.. {
-            if !self.locked.load(Relaxed) && self.locked.compare_exchange_weak(false, true, Acquire, Relaxed).is_ok() {
+            if !self.locked.load(Relaxed)
+                && self.locked.compare_exchange_weak(false, true, Acquire, Relaxed).is_ok()
+            {
                 return Some(QueueGuard(self));
             }
             if spin < 128 {
@@ -200,7 +205,13 @@ impl Pipeline {
     /// `backlog_max`: work items that may wait (1: each is applied at once); `helper`: apply full
     /// batches on a thread of their own; `record_fresh`: keep the record of what is created
     /// ([`FreshRecord`]) for the release checks ([`lend_for_release`](Self::lend_for_release)).
-    pub fn new(core: Core, backlog_max: usize, helper: bool, timing: bool, record_fresh: bool) -> Pipeline {
+    pub fn new(
+        core: Core,
+        backlog_max: usize,
+        helper: bool,
+        timing: bool,
+        record_fresh: bool,
+    ) -> Pipeline {
         let _ = timing;
         let helper = if helper && backlog_max > 1 { Helper::NotStarted } else { Helper::Inline };
         let queue = Queue {
@@ -208,7 +219,11 @@ impl Pipeline {
             backlog_max: backlog_max as u32,
             helper,
             record_fresh,
-            rest: Box::new(QueueRest { handed: Vec::new(), spare: Vec::new(), fresh: FreshRecord::default() }),
+            rest: Box::new(QueueRest {
+                handed: Vec::new(),
+                spare: Vec::new(),
+                fresh: FreshRecord::default(),
+            }),
         };
         Pipeline {
             queue: QueueLine::new(queue),
@@ -428,16 +443,20 @@ impl Pipeline {
         // SAFETY: plain signal-set operations on local sets; pthread_sigmask changes only this
         // thread's mask, restored below, and the new thread inherits the full mask.
         let old = unsafe {
-            let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = (core::mem::zeroed(), core::mem::zeroed());
+            let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+                (core::mem::zeroed(), core::mem::zeroed());
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             old
         };
-        let r = std::thread::Builder::new().name("gdrshim-apply".into()).stack_size(256 << 10).spawn(|| {
-            // our own calls in this thread (the log file) bypass our hooks
-            let _inside = Guard::enter();
-            self.helper_loop()
-        });
+        let r = std::thread::Builder::new()
+            .name("gdrshim-apply".into())
+            .stack_size(256 << 10)
+            .spawn(|| {
+                // our own calls in this thread (the log file) bypass our hooks
+                let _inside = Guard::enter();
+                self.helper_loop()
+            });
         // SAFETY: restores this thread's mask as it was.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
         let _ = self.helper.set(r?.thread().clone());

@@ -4,10 +4,13 @@
 //! memory's GPU that this object opens and owns (RM refuses an export on another GPU's node with
 //! NV_ERR_INVALID_OBJECT_PARENT, so a wrong node can never give wrong pages).
 
-use crate::abi::dmabuf::{self, CardInfo, ExportToDmabufFd, GpuIdInfoV2, StaticBar1Info, CARD_INFO_ENTRIES};
+use crate::abi::dmabuf::{
+    self, CardInfo, ExportToDmabufFd, GpuIdInfoV2, StaticBar1Info, CARD_INFO_ENTRIES,
+};
 use crate::abi::{self, esc, p2p, status, zeroed, AbiTable};
 use crate::abi::{
-    Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem, Nvos00Free, Nvos21Alloc, Nvos54Control,
+    Nv503cAllocParams, Nv503cRegisterVaSpace, Nv503cRegisterVidmem, Nv503cUnregisterVidmem,
+    Nvos00Free, Nvos21Alloc, Nvos54Control,
 };
 use crate::decode::DevKind;
 use crate::fd::OwnedFd;
@@ -96,7 +99,12 @@ impl RealRm {
             return Ok(m);
         }
         let mut cards = [zeroed::<CardInfo>(); CARD_INFO_ENTRIES];
-        Self::ioctl_bytes(c.ctl_fd, esc::CARD_INFO, cards.as_mut_ptr() as *mut c_void, core::mem::size_of_val(&cards))?;
+        Self::ioctl_bytes(
+            c.ctl_fd,
+            esc::CARD_INFO,
+            cards.as_mut_ptr() as *mut c_void,
+            core::mem::size_of_val(&cards),
+        )?;
         for card in cards.iter().filter(|k| k.valid != 0) {
             let mut id: GpuIdInfoV2 = zeroed();
             id.gpu_id = card.gpu_id;
@@ -104,7 +112,11 @@ impl RealRm {
                 self.minors.push((id.device_instance, card.minor_number));
             }
         }
-        self.minors.iter().find(|(i, _)| *i == instance).map(|&(_, m)| m).ok_or(status::NV_ERR_INVALID_DEVICE)
+        self.minors
+            .iter()
+            .find(|(i, _)| *i == instance)
+            .map(|&(_, m)| m)
+            .ok_or(status::NV_ERR_INVALID_DEVICE)
     }
 
     /// Our /dev/nvidiaN fd of `minor`, opened once, checked to be still ours and that node before
@@ -114,13 +126,16 @@ impl RealRm {
     fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
         if let Some(i) = self.gpu_fds.iter().position(|(m, _)| *m == minor) {
             let (_, fd) = &self.gpu_fds[i];
-            if own::is_ours(fd) && crate::fdtable::classify_fstat(fd.num()) == Some(DevKind::Gpu(minor)) {
+            if own::is_ours(fd)
+                && crate::fdtable::classify_fstat(fd.num()) == Some(DevKind::Gpu(minor))
+            {
                 return Ok(fd.num());
             }
             let (_, fd) = self.gpu_fds.swap_remove(i);
             Self::let_go(fd, "its /dev/nvidia node fd");
         }
-        let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir)).map_err(|_| status::NV_ERR_GENERIC)?;
+        let path = std::ffi::CString::new(format!("{}/nvidia{minor}", self.dev_dir))
+            .map_err(|_| status::NV_ERR_GENERIC)?;
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::sys::errno();
         let no_cancel = crate::sys::NoCancel::new();
@@ -131,7 +146,10 @@ impl RealRm {
         let err = crate::sys::errno();
         crate::sys::set_errno(e);
         if fd < 0 {
-            crate::log_warn!("cannot open {} for a dma-buf export: errno {err}", path.to_string_lossy());
+            crate::log_warn!(
+                "cannot open {} for a dma-buf export: errno {err}",
+                path.to_string_lossy()
+            );
             return Err(status::NV_ERR_GENERIC);
         }
         let fd = own::adopt(fd);
@@ -162,9 +180,11 @@ impl RealRm {
         let size = self.table.fb_info_v2_size?;
         let mut p = vec![0u8; size];
         p[dmabuf::GPU_INFO_LIST_SIZE..][..4].copy_from_slice(&1u32.to_le_bytes());
-        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4].copy_from_slice(&dmabuf::FB_INFO_INDEX_BAR1_SIZE.to_le_bytes());
+        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4]
+            .copy_from_slice(&dmabuf::FB_INFO_INDEX_BAR1_SIZE.to_le_bytes());
         Self::control_bytes(c, subdevice, dmabuf::FB_GET_INFO_V2, &mut p).ok()?;
-        let kib = u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
+        let kib =
+            u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
         (kib > 0).then_some(u64::from(kib) << 10)
     }
 
@@ -172,7 +192,13 @@ impl RealRm {
     fn sysfs_bar1_bytes(&mut self, c: Client, instance: u32) -> Option<u64> {
         let minor = self.minor_of(c, instance).ok()?;
         let mut cards = [zeroed::<CardInfo>(); CARD_INFO_ENTRIES];
-        Self::ioctl_bytes(c.ctl_fd, esc::CARD_INFO, cards.as_mut_ptr() as *mut c_void, core::mem::size_of_val(&cards)).ok()?;
+        Self::ioctl_bytes(
+            c.ctl_fd,
+            esc::CARD_INFO,
+            cards.as_mut_ptr() as *mut c_void,
+            core::mem::size_of_val(&cards),
+        )
+        .ok()?;
         let k = cards.iter().find(|k| k.valid != 0 && k.minor_number == minor)?;
         let path = format!(
             "{}/bus/pci/devices/{:04x}:{:02x}:{:02x}.{:x}/resource",
@@ -200,7 +226,9 @@ impl RealRm {
         let mut len = 0;
         while len < buf.len() && own::is_ours(&fd) {
             // SAFETY: writes at most buf.len() - len bytes into buf from len on.
-            let n = unsafe { libc::read(fd.num(), buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len) };
+            let n = unsafe {
+                libc::read(fd.num(), buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len)
+            };
             if n <= 0 {
                 break;
             }
@@ -263,7 +291,13 @@ impl Rm for RealRm {
     }
 
     fn register_vidmem(&mut self, c: Client, p2p_obj: u32, t: &VidmemTuple) -> Result<(), u32> {
-        let mut p = Nv503cRegisterVidmem { h_memory: t.mem.memory, _pad0: 0, address: t.address, size: t.size, offset: t.offset };
+        let mut p = Nv503cRegisterVidmem {
+            h_memory: t.mem.memory,
+            _pad0: 0,
+            address: t.address,
+            size: t.size,
+            offset: t.offset,
+        };
         Self::control(c, p2p_obj, p2p::REGISTER_VIDMEM, &mut p)
     }
 
@@ -273,7 +307,8 @@ impl Rm for RealRm {
     }
 
     fn free(&mut self, c: Client, parent: u32, h: u32) -> Result<(), u32> {
-        let mut f = Nvos00Free { h_root: c.handle, h_object_parent: parent, h_object_old: h, status: 0 };
+        let mut f =
+            Nvos00Free { h_root: c.handle, h_object_parent: parent, h_object_old: h, status: 0 };
         Self::ioctl(c.ctl_fd, esc::RM_FREE, &mut f)?;
         if f.status != status::NV_OK {
             return Err(f.status);
@@ -285,13 +320,20 @@ impl Rm for RealRm {
         let size = self.table.gpu_info_v2_size.ok_or(status::NV_ERR_INVALID_PARAM_STRUCT)?;
         let mut p = vec![0u8; size];
         p[dmabuf::GPU_INFO_LIST_SIZE..][..4].copy_from_slice(&1u32.to_le_bytes());
-        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4].copy_from_slice(&dmabuf::GPU_INFO_INDEX_DMABUF_CAPABILITY.to_le_bytes());
+        p[dmabuf::GPU_INFO_FIRST_INDEX..][..4]
+            .copy_from_slice(&dmabuf::GPU_INFO_INDEX_DMABUF_CAPABILITY.to_le_bytes());
         Self::control_bytes(c, subdevice, dmabuf::GPU_GET_INFO_V2, &mut p)?;
-        let data = u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
+        let data =
+            u32::from_le_bytes(p[dmabuf::GPU_INFO_FIRST_DATA..][..4].try_into().expect("4 bytes"));
         Ok(data == dmabuf::GPU_INFO_DMABUF_CAPABILITY_YES)
     }
 
-    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
+    fn export_dmabuf(
+        &mut self,
+        c: Client,
+        device_instance: u32,
+        params: &mut ExportToDmabufFd,
+    ) -> Result<Option<OwnedFd>, u32> {
         if !self.table.dmabuf_export {
             return Err(status::NV_ERR_NOT_SUPPORTED);
         }
@@ -321,7 +363,9 @@ impl Rm for RealRm {
 
     fn bar1(&mut self, c: Client, subdevice: u32, device_instance: u32) -> Bar1 {
         let mut s: StaticBar1Info = zeroed();
-        let is_static = Self::control(c, subdevice, dmabuf::FB_GET_STATIC_BAR1_INFO, &mut s).ok().map(|_| s.enabled != 0);
+        let is_static = Self::control(c, subdevice, dmabuf::FB_GET_STATIC_BAR1_INFO, &mut s)
+            .ok()
+            .map(|_| s.enabled != 0);
         let (bytes, source) = match self.rm_bar1_bytes(c, subdevice) {
             Some(b) => (Some(b), "RM"),
             None => match self.sysfs_bar1_bytes(c, device_instance) {

@@ -84,7 +84,9 @@ impl<R: Rm> Core<R> {
                 Work::ProgramRelease { ptr, len: None } => {
                     tracker.map.disown_at(ptr);
                 }
-                Work::ProgramRelease { ptr, len: Some(len) } => tracker.map.disown(ptr, ptr.saturating_add(len)),
+                Work::ProgramRelease { ptr, len: Some(len) } => {
+                    tracker.map.disown(ptr, ptr.saturating_add(len))
+                }
                 Work::DmabufRequest { ptr, size, fd } => {
                     if let Some(n) = tracker.dmabuf_request(ptr, size, fd) {
                         warn(&capture::notice_line(&n));

@@ -138,7 +138,9 @@ pub fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> 
         return None;
     }
     let mut buf = vec![0u8; total];
-    if pieces.iter().all(|&(off, len)| addr.checked_add(off as u64).is_some_and(|a| in_callers_frames(a, len as u64))) {
+    if pieces.iter().all(|&(off, len)| {
+        addr.checked_add(off as u64).is_some_and(|a| in_callers_frames(a, len as u64))
+    }) {
         let mut at = 0;
         for &(off, len) in pieces {
             // SAFETY: in_callers_frames: these bytes are in our callers' stack frames, mapped and
@@ -156,7 +158,16 @@ pub fn read_own_pieces(addr: u64, pieces: &[(usize, usize)]) -> Option<Vec<u8>> 
     }
     // SAFETY: the kernel copies between our own address ranges and reports bad ones as errors;
     // `local` is our buffer of `total` bytes.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), pieces.len() as libc::c_ulong, 0) };
+    let n = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            &local,
+            1,
+            remote.as_ptr(),
+            pieces.len() as libc::c_ulong,
+            0,
+        )
+    };
     (n == total as isize).then_some(buf)
 }
 

@@ -16,7 +16,20 @@ fn env() -> &'static Env {
         let e = common::build("asleep");
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
-        common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"]);
+        common::cc(
+            &e,
+            &[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-Wall",
+                "-Werror",
+                "-o",
+                "libcountstat.so",
+                &src("countstat.c"),
+                "-ldl",
+            ],
+        );
         common::fakes::Fakes::in_dir(&e.dir).fakerm();
         common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "quiet", &src("quiet.c"), "-ldl"]);
         for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
@@ -38,8 +51,14 @@ fn quiet(e: &Env, args: &[&str], more: &[&str], envs: &[(&str, &OsStr)]) -> (Str
     for lib in more {
         preload = format!("{preload}:{}", e.dir.join(lib).display());
     }
-    let out = Command::new(e.dir.join("quiet")).args(args).env("LD_PRELOAD", preload).envs(envs.iter().copied()).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(e.dir.join("quiet"))
+        .args(args)
+        .env("LD_PRELOAD", preload)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
     (stdout.lines().next().unwrap_or_default().to_string(), stderr.into_owned())
 }
@@ -94,7 +113,10 @@ fn a_dup_keeps_errno_when_the_table_cannot_grow() {
         let mut c = Command::new(e.dir.join("quiet"));
         c.arg("errno").env("LD_PRELOAD", e.dir.join("libcountstat.so"));
         if shim {
-            c.env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()));
+            c.env(
+                "LD_PRELOAD",
+                format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()),
+            );
         }
         let out = c.output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -118,9 +140,16 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
     // one fstat, at its first ioctl, whatever its number; never again (through the front, the fd
     // that wakes the core is looked at by both)
     assert!(field(&line, "stat_5000") <= if common::via_front() { 2 } else { 1 }, "{line}");
-    let summary = stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("the shim woke: {stderr}"));
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("gdrshim: summary"))
+        .unwrap_or_else(|| panic!("the shim woke: {stderr}"));
     assert_eq!(field(summary, "nv_ioctls"), 1000, "{summary}");
-    assert_eq!(field(&line, "core"), common::via_front() as i64, "the front loaded the core: {line}");
+    assert_eq!(
+        field(&line, "core"),
+        common::via_front() as i64,
+        "the front loaded the core: {line}"
+    );
     assert_eq!(field(&line, "errno_kept"), 1000, "{line}");
 }
 
@@ -131,17 +160,27 @@ fn an_nvidia_fd_far_up_the_table_is_looked_at_once_and_wakes_the_shim() {
 fn a_query_of_ours_is_not_a_gpu_touch() {
     let e = env();
     // (None: unset, the zero-configuration default)
-    let cases: [(Option<&str>, i64); 6] =
-        [(None, 3), (Some("register"), 3), (Some(" Shadow "), 2), (Some("trace"), 1), (Some("off"), 0), (Some("loud!"), 2)];
+    let cases: [(Option<&str>, i64); 6] = [
+        (None, 3),
+        (Some("register"), 3),
+        (Some(" Shadow "), 2),
+        (Some("trace"), 1),
+        (Some("off"), 0),
+        (Some("loud!"), 2),
+    ];
     for (mode, want) in cases {
         let mut c = Command::new(e.dir.join("quiet"));
-        c.arg("query").env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()));
+        c.arg("query").env(
+            "LD_PRELOAD",
+            format!("{}:{}", e.shim.display(), e.dir.join("libcountstat.so").display()),
+        );
         c.env("GDRSHIM_LOG_LEVEL", "debug").env_remove("GDRSHIM_MODE");
         if let Some(m) = mode {
             c.env("GDRSHIM_MODE", m);
         }
         let out = c.output().unwrap();
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "{stdout}{stderr}");
         let line = stdout.lines().next().unwrap_or_default();
         assert_eq!(stderr, "", "GDRSHIM_MODE={mode:?}: nothing printed, not even the summary");
@@ -152,7 +191,14 @@ fn a_query_of_ours_is_not_a_gpu_touch() {
         let (counters, lookup) = if want == 0 { (-38, -38) } else { (176, -2) };
         assert_eq!((field(line, "active"), field(line, "route")), (0, 0), "{line}");
         assert_eq!((field(line, "counters"), field(line, "lookup")), (counters, lookup), "{line}");
-        assert!(line.ends_with(if want == 0 { " unknown=-" } else { " unknown=20,21" }), "zeros, BAR1 unknown: {line}");
-        assert_eq!((field(line, "errno_kept"), field(line, "threads"), field(line, "core")), (1, 1, 0), "{line}");
+        assert!(
+            line.ends_with(if want == 0 { " unknown=-" } else { " unknown=20,21" }),
+            "zeros, BAR1 unknown: {line}"
+        );
+        assert_eq!(
+            (field(line, "errno_kept"), field(line, "threads"), field(line, "core")),
+            (1, 1, 0),
+            "{line}"
+        );
     }
 }

@@ -20,10 +20,14 @@ fn docs_paths(text: &str) -> Vec<&str> {
     while let Some(at) = rest.find("docs/") {
         let before = rest[..at].chars().last();
         let tail = &rest[at..];
-        let len = tail.find(|c: char| !(c.is_ascii_alphanumeric() || "_./+-".contains(c))).unwrap_or(tail.len());
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "_./+-".contains(c)))
+            .unwrap_or(tail.len());
         let p = tail[..len].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
         // not a folder of another project's (…/docs/), nor a word that ends in docs
-        if before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-')) && p.len() > "docs/".len() {
+        if before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-'))
+            && p.len() > "docs/".len()
+        {
             v.push(p);
         }
         rest = &tail[len.max(5)..];
@@ -44,7 +48,10 @@ fn nothing_points_outside_the_clone() {
         for (n, line) in text.lines().enumerate() {
             // (the patterns in pieces, so that this file does not name them)
             let shared = ["shared", "/"].concat();
-            if [format!("../{shared}"), format!("{shared}docs"), format!("{shared}seeds")].iter().any(|p| line.contains(p.as_str())) {
+            if [format!("../{shared}"), format!("{shared}docs"), format!("{shared}seeds")]
+                .iter()
+                .any(|p| line.contains(p.as_str()))
+            {
                 wrong.push(format!("{f}:{}: points into the shared folder: {line}", n + 1));
             }
             for p in docs_paths(line) {
@@ -59,6 +66,9 @@ fn nothing_points_outside_the_clone() {
 
 #[test]
 fn the_checker_sees_paths_in_prose() {
-    assert_eq!(docs_paths("see `docs/nvidia-abi.md`, S10; (docs/results/h200-run7)."), ["docs/nvidia-abi.md", "docs/results/h200-run7"]);
+    assert_eq!(
+        docs_paths("see `docs/nvidia-abi.md`, S10; (docs/results/h200-run7)."),
+        ["docs/nvidia-abi.md", "docs/results/h200-run7"]
+    );
     assert_eq!(docs_paths("kernel/Documentation/docs/x and mydocs/y"), Vec::<&str>::new());
 }

@@ -43,7 +43,11 @@ fn run(tag: &str, m: Machine, args: &[&str], vars: &[(&str, &str)]) -> (String, 
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     let _ = std::fs::remove_dir_all(&dev);
-    common::fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], matches!(m, Machine::Nv503c));
+    common::fakedev::fake_dev(
+        &dev,
+        &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"],
+        matches!(m, Machine::Nv503c),
+    );
     let mut c = Command::new(e.dir.join("routes"));
     c.args(args)
         .env_clear()
@@ -59,9 +63,16 @@ fn run(tag: &str, m: Machine, args: &[&str], vars: &[(&str, &str)]) -> (String, 
         c.env("GDRSHIM_TEST_VIA_FRONT", "1");
     }
     let out = c.output().unwrap();
-    let (o, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    let (o, err) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
     assert_eq!(out.status.code(), Some(0), "{o}\n{err}");
-    let line = o.lines().find(|l| l.starts_with("routes ")).unwrap_or_else(|| panic!("{o}\n{err}")).to_string();
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("routes "))
+        .unwrap_or_else(|| panic!("{o}\n{err}"))
+        .to_string();
     (line, err)
 }
 
@@ -83,7 +94,10 @@ fn t(a: &str, b: &str, c: &str) -> (String, String, String) {
 }
 
 fn summary(text: &str) -> HashMap<String, String> {
-    let line = text.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary in {text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gdrshim: summary "))
+        .unwrap_or_else(|| panic!("no summary in {text}"));
     line["gdrshim: summary ".len()..]
         .split_whitespace()
         .filter_map(|kv| kv.split_once('='))
@@ -96,8 +110,18 @@ fn ld_preload_alone_gives_stock_nccl_gdr() {
     let (a, err) = attrs("zero-dmabuf", Machine::Dmabuf, &[]);
     assert_eq!(a, t("1", "1", "1"), "{err}");
     assert_eq!(summary(&err)["mode"], "register", "{err}");
-    assert!(err.contains("cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device 0): driver says 0, answered 1"), "{err}");
-    assert!(err.contains("GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device 0): driver says 0, answered 1"), "{err}");
+    assert!(
+        err.contains(
+            "cuDeviceGetAttribute(GPU_DIRECT_RDMA_SUPPORTED, device 0): driver says 0, answered 1"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, device 0): driver says 0, answered 1"
+        ),
+        "{err}"
+    );
     // NV503C: no dma-buf to serve, GDR still
     let (a, err) = attrs("zero-nv503c", Machine::Nv503c, &[]);
     assert_eq!(a, t("1", "1", "0"), "{err}");
@@ -109,10 +133,17 @@ fn each_switch_turns_it_down() {
     for mode in ["shadow", "trace", "off"] {
         let (a, err) = attrs(&format!("mode-{mode}"), Machine::Dmabuf, &[("GDRSHIM_MODE", mode)]);
         assert_eq!(a, t("0", "0", "0"), "GDRSHIM_MODE={mode}: {err}");
-        assert!(!err.contains("not advertised"), "a mode that registers nothing was chosen, no line: {err}");
+        assert!(
+            !err.contains("not advertised"),
+            "a mode that registers nothing was chosen, no line: {err}"
+        );
     }
     // asked for explicitly in a mode that cannot: one line says why
-    let (a, err) = attrs("shadow-asked", Machine::Dmabuf, &[("GDRSHIM_MODE", "shadow"), ("GDRSHIM_ADVERTISE_GDR", "1")]);
+    let (a, err) = attrs(
+        "shadow-asked",
+        Machine::Dmabuf,
+        &[("GDRSHIM_MODE", "shadow"), ("GDRSHIM_ADVERTISE_GDR", "1")],
+    );
     assert_eq!(a, t("0", "0", "0"), "{err}");
     assert_eq!(err.matches("not advertised: gdrshim registers nothing here").count(), 1, "{err}");
     // the GDR gate alone is turned down; dma-bufs and VMM memory are still served
@@ -123,9 +154,17 @@ fn each_switch_turns_it_down() {
 
 #[test]
 fn a_disabled_nccl_flush_is_refused_with_the_fix() {
-    let (a, err) = attrs("noflush", Machine::Dmabuf, &[("NCCL_GDR_FLUSH_DISABLE", "1"), ("NCCL_NET_FORCE_FLUSH", "1")]);
+    let (a, err) = attrs(
+        "noflush",
+        Machine::Dmabuf,
+        &[("NCCL_GDR_FLUSH_DISABLE", "1"), ("NCCL_NET_FORCE_FLUSH", "1")],
+    );
     assert_eq!(a.0, "0", "{err}");
-    assert_eq!(err.matches("unset NCCL_GDR_FLUSH_DISABLE").count(), 1, "one line naming the fix: {err}");
+    assert_eq!(
+        err.matches("unset NCCL_GDR_FLUSH_DISABLE").count(),
+        1,
+        "one line naming the fix: {err}"
+    );
     // NCCL's own reading of 0 is "not disabled"
     let (a, err) = attrs("flush0", Machine::Dmabuf, &[("NCCL_GDR_FLUSH_DISABLE", "0")]);
     assert_eq!(a.0, "1", "{err}");
@@ -155,9 +194,12 @@ fn sm90_and_later_need_native_ordering_or_a_forced_flush() {
     // RTX 5090 class (sm_120) without native ordering: refused, one line with the fix
     let (v, err) = case("o-120-0", "75=12,76=0,118=0,117=1", None);
     assert_eq!(v, "0", "{err}");
-    let line = err.lines().find(|l| l.contains("not advertised")).unwrap_or_else(|| panic!("{err}"));
+    let line =
+        err.lines().find(|l| l.contains("not advertised")).unwrap_or_else(|| panic!("{err}"));
     assert!(
-        line.contains("sm_120") && line.contains("GPU_DIRECT_RDMA_WRITES_ORDERING 0 (NONE)") && line.contains("NCCL_NET_FORCE_FLUSH=1"),
+        line.contains("sm_120")
+            && line.contains("GPU_DIRECT_RDMA_WRITES_ORDERING 0 (NONE)")
+            && line.contains("NCCL_NET_FORCE_FLUSH=1"),
         "{line}"
     );
     assert_eq!(err.matches("not advertised").count(), 1, "{err}");
@@ -176,12 +218,22 @@ fn sm90_and_later_need_native_ordering_or_a_forced_flush() {
 }
 
 /// `(r, calls, flag_after, prop_same, handle, errno)` of one cuMemCreate with the flag.
-fn vmm(tag: &str, create: &str, ask: bool, vars: &[(&str, &str)]) -> (HashMap<String, String>, String) {
+fn vmm(
+    tag: &str,
+    create: &str,
+    ask: bool,
+    vars: &[(&str, &str)],
+) -> (HashMap<String, String>, String) {
     let args: &[&str] = if ask { &["vmm", "ask"] } else { &["vmm"] };
     vmm_args(tag, create, args, vars)
 }
 
-fn vmm_args(tag: &str, create: &str, args: &[&str], vars: &[(&str, &str)]) -> (HashMap<String, String>, String) {
+fn vmm_args(
+    tag: &str,
+    create: &str,
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> (HashMap<String, String>, String) {
     let mut v = vec![("FAKECUDA_CREATE", create)];
     v.extend_from_slice(vars);
     let (line, err) = run(tag, Machine::Dmabuf, args, &v);
@@ -197,7 +249,11 @@ fn cumemcreate_is_retried_without_the_flag_only_when_libcuda_refuses_only_that()
     let get = |m: &HashMap<String, String>, k: &str| m[k].clone();
     // libcuda accepts: one call, unchanged
     let (m, err) = vmm("vmm-accept", "accept", true, &[]);
-    assert_eq!((get(&m, "a110"), get(&m, "r"), get(&m, "calls")), ("1".into(), "0".into(), "1".into()), "{err}");
+    assert_eq!(
+        (get(&m, "a110"), get(&m, "r"), get(&m, "calls")),
+        ("1".into(), "0".into(), "1".into()),
+        "{err}"
+    );
     // libcuda refuses the flag alone: one retry without it, the memory made; the caller's struct untouched
     let (m, err) = vmm("vmm-flag", "flag", true, &[]);
     assert_eq!(
@@ -207,21 +263,41 @@ fn cumemcreate_is_retried_without_the_flag_only_when_libcuda_refuses_only_that()
     );
     assert_eq!(get(&m, "handle"), "0x204000", "{err}");
     assert_eq!(get(&m, "errno"), "4242", "errno kept: {err}");
-    assert!(err.contains("libcuda refused gpuDirectRDMACapable (801)") && err.contains("created without it"), "{err}");
+    assert!(
+        err.contains("libcuda refused gpuDirectRDMACapable (801)")
+            && err.contains("created without it"),
+        "{err}"
+    );
     // refused for another reason: no retry, the original error
     let (m, err) = vmm("vmm-oom", "oom", true, &[]);
     assert_eq!((get(&m, "r"), get(&m, "calls")), ("2".into(), "1".into()), "{err}");
     // refused with and without the flag: the retry fails, the original error stands
     let (m, err) = vmm("vmm-all", "all", true, &[]);
-    assert_eq!((get(&m, "r"), get(&m, "calls"), get(&m, "handle")), ("801".into(), "2".into(), "0".into()), "{err}");
+    assert_eq!(
+        (get(&m, "r"), get(&m, "calls"), get(&m, "handle")),
+        ("801".into(), "2".into(), "0".into()),
+        "{err}"
+    );
     assert!(err.contains("the original error 801 stands"), "{err}");
     // 110 never answered 1 in this process (not asked; or shadow mode): never retried
     let (m, err) = vmm("vmm-noask", "flag", false, &[]);
     assert_eq!((get(&m, "r"), get(&m, "calls")), ("801".into(), "1".into()), "{err}");
     // a flag value gdrshim does not know: untouched, one line naming it
     let (m, err) = vmm_args("vmm-flag2", "flag", &["vmm", "ask", "2"], &[]);
-    assert_eq!((get(&m, "r"), get(&m, "calls"), get(&m, "flag_after")), ("801".into(), "1".into(), "2".into()), "{err}");
-    assert_eq!(err.matches("gpuDirectRDMACapable=2, a value gdrshim does not know").count(), 1, "{err}");
+    assert_eq!(
+        (get(&m, "r"), get(&m, "calls"), get(&m, "flag_after")),
+        ("801".into(), "1".into(), "2".into()),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("gpuDirectRDMACapable=2, a value gdrshim does not know").count(),
+        1,
+        "{err}"
+    );
     let (m, err) = vmm("vmm-shadow", "flag", true, &[("GDRSHIM_MODE", "shadow")]);
-    assert_eq!((get(&m, "a110"), get(&m, "r"), get(&m, "calls")), ("0".into(), "801".into(), "1".into()), "{err}");
+    assert_eq!(
+        (get(&m, "a110"), get(&m, "r"), get(&m, "calls")),
+        ("0".into(), "801".into(), "1".into()),
+        "{err}"
+    );
 }

@@ -18,7 +18,10 @@ fn deploy_installs_switches_and_rolls_back() {
     assert_eq!(rc, 0, "{out}");
     let first = link(&prefix.join("current"));
     assert!(first.starts_with("releases/1.0.0-"), "{first}");
-    assert_eq!(std::fs::read_to_string(prefix.join("current/lib/libgdrshim.so")).unwrap(), "shim 1.0.0\n");
+    assert_eq!(
+        std::fs::read_to_string(prefix.join("current/lib/libgdrshim.so")).unwrap(),
+        "shim 1.0.0\n"
+    );
     assert!(!prefix.join("previous").exists());
     let old_lib = prefix.join(&first).join("lib/libgdrshim.so");
     let old_inode = std::fs::metadata(&old_lib).unwrap().ino();
@@ -34,10 +37,16 @@ fn deploy_installs_switches_and_rolls_back() {
 
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--rollback"], &[]);
     assert_eq!(rc, 0, "{out}");
-    assert_eq!((link(&prefix.join("current")), link(&prefix.join("previous"))), (first.clone(), second.clone()));
+    assert_eq!(
+        (link(&prefix.join("current")), link(&prefix.join("previous"))),
+        (first.clone(), second.clone())
+    );
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--status"], &[]);
     assert_eq!(rc, 0);
-    assert!(out.contains(&format!("current: {first}")) && out.contains(&format!("previous: {second}")), "{out}");
+    assert!(
+        out.contains(&format!("current: {first}")) && out.contains(&format!("previous: {second}")),
+        "{out}"
+    );
     // installing what is already there switches without copying
     let (rc, out) = sh("deploy.sh", &["--prefix", p, dist(&s, "1.1.0").to_str().unwrap()], &[]);
     assert_eq!(rc, 0, "{out}");
@@ -58,7 +67,10 @@ fn deploy_refuses_a_bad_release_and_leaves_the_prefix_as_it_was() {
     std::fs::write(&lib, bytes).unwrap();
     let (rc, out) = sh("deploy.sh", &["--prefix", p, flipped.to_str().unwrap()], &[]);
     assert_eq!(rc, 1, "{out}");
-    assert!(out.contains("does not match its SHA256SUMS") && out.contains("lib/libgdrshim.so: FAILED"), "{out}");
+    assert!(
+        out.contains("does not match its SHA256SUMS") && out.contains("lib/libgdrshim.so: FAILED"),
+        "{out}"
+    );
     assert!(!prefix.exists(), "nothing created");
 
     // with a release installed, every kind of bad release leaves it byte for byte
@@ -87,7 +99,8 @@ fn deploy_refuses_a_bad_release_and_leaves_the_prefix_as_it_was() {
     assert_eq!(sh("deploy.sh", &["--prefix", p, no_manifest.to_str().unwrap()], &[]).0, 1);
     assert_eq!(snapshot(&prefix), before);
 
-    let (rc, out) = sh("deploy.sh", &["--prefix", "/usr", dist(&s, "3.0.0").to_str().unwrap()], &[]);
+    let (rc, out) =
+        sh("deploy.sh", &["--prefix", "/usr", dist(&s, "3.0.0").to_str().unwrap()], &[]);
     assert_eq!(rc, 1);
     assert!(out.contains("system folder"), "{out}");
     // rollback with nothing to roll back to
@@ -133,7 +146,10 @@ fn deploy_refuses_ambiguous_arguments_with_exit_2_and_changes_nothing() {
         let (rc, out) = sh("deploy.sh", &args, &[]);
         assert_eq!(rc, 2, "{args:?}: {out}");
         assert!(out.contains("--prefix needs a folder"), "{args:?}: {out}");
-        assert!(!out.contains("parameter null") && !out.contains("unbound variable"), "no bash error: {out}");
+        assert!(
+            !out.contains("parameter null") && !out.contains("unbound variable"),
+            "no bash error: {out}"
+        );
     }
 }
 
@@ -148,7 +164,13 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     // name, a release of ours that someone added a file to, a file, a file beside releases/
     std::fs::create_dir_all(rel.join("mine")).unwrap();
     std::fs::write(rel.join("mine/notes.txt"), "keep\n").unwrap();
-    assert!(Command::new("cp").arg("-a").arg(rel.join(&r10)).arg(rel.join("1.0.0-000000000000")).status().unwrap().success());
+    assert!(Command::new("cp")
+        .arg("-a")
+        .arg(rel.join(&r10))
+        .arg(rel.join("1.0.0-000000000000"))
+        .status()
+        .unwrap()
+        .success());
     std::fs::write(rel.join(&r11).join("lib/extra.so"), "user's\n").unwrap();
     std::fs::write(rel.join("README"), "ours\n").unwrap();
     std::fs::write(prefix.join("site.conf"), "x=1\n").unwrap();
@@ -158,7 +180,10 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &[]);
     assert_eq!(rc, 0, "{out}");
     let row = |n: &str| {
-        out.lines().find(|l| l.trim_start().starts_with(&format!("{n} "))).unwrap_or_else(|| panic!("{n} listed: {out}")).to_owned()
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{n} ")))
+            .unwrap_or_else(|| panic!("{n} listed: {out}"))
+            .to_owned()
     };
     assert!(row(&r14).ends_with("current") && row(&r13).ends_with("previous"), "{out}");
     assert_eq!(row(&r10).trim(), r10, "an old release of ours: no tag");
@@ -168,8 +193,13 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
 
     a_release_in_use_is_kept(&prefix, &r10, &r12);
     // current and previous stay, links untouched; everything foreign byte for byte
-    assert_eq!((link(&prefix.join("current")), link(&prefix.join("previous"))), (format!("releases/{r14}"), format!("releases/{r13}")));
-    assert!(rel.join(&r13).join("SHA256SUMS").exists() && rel.join(&r14).join("SHA256SUMS").exists());
+    assert_eq!(
+        (link(&prefix.join("current")), link(&prefix.join("previous"))),
+        (format!("releases/{r14}"), format!("releases/{r13}"))
+    );
+    assert!(
+        rel.join(&r13).join("SHA256SUMS").exists() && rel.join(&r14).join("SHA256SUMS").exists()
+    );
     assert_eq!(foreign_now(&rel, &foreign), foreign_before);
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert!(rc == 0 && out.contains("no release to remove"), "{out}");
@@ -178,10 +208,17 @@ fn deploy_lists_prunes_and_uninstalls_only_what_it_installed() {
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &[]);
     assert_eq!(rc, 0, "{out}");
     assert!(
-        !prefix.join("current").exists() && !prefix.join("previous").exists() && !rel.join(&r13).exists() && !rel.join(&r14).exists(),
+        !prefix.join("current").exists()
+            && !prefix.join("previous").exists()
+            && !rel.join(&r13).exists()
+            && !rel.join(&r14).exists(),
         "{out}"
     );
-    assert_eq!(foreign_now(&rel, &foreign), foreign_before, "uninstall leaves what it did not install");
+    assert_eq!(
+        foreign_now(&rel, &foreign),
+        foreign_before,
+        "uninstall leaves what it did not install"
+    );
     assert_eq!(std::fs::read_to_string(prefix.join("site.conf")).unwrap(), "x=1\n");
     assert!(out.contains("stays"), "{out}");
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--status"], &[]);
@@ -243,16 +280,27 @@ fn a_release_in_use_is_kept(prefix: &Path, r10: &str, r12: &str) {
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains(&format!("removed releases/{r10}")), "{out}");
-    assert!(out.contains(&format!("left in place: releases/{r12}: in use by pid {}", user.id())), "{out}");
+    assert!(
+        out.contains(&format!("left in place: releases/{r12}: in use by pid {}", user.id())),
+        "{out}"
+    );
     assert!(!rel.join(r10).exists() && rel.join(r12).exists());
     user.kill().unwrap();
     user.wait().unwrap();
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert_eq!(rc, 0, "{out}");
-    assert!(out.contains(&format!("removed releases/{r12}")) && out.contains("left in place: releases/mine"), "{out}");
+    assert!(
+        out.contains(&format!("removed releases/{r12}"))
+            && out.contains("left in place: releases/mine"),
+        "{out}"
+    );
 }
 
-fn prune_finishes_a_cut_short_removal_and_keeps_an_absolute_current(s: &Path, prefix: &Path, r14: &str) {
+fn prune_finishes_a_cut_short_removal_and_keeps_an_absolute_current(
+    s: &Path,
+    prefix: &Path,
+    r14: &str,
+) {
     let (p, rel) = (prefix.to_str().unwrap(), prefix.join("releases"));
     // a removal cut short after its rename is finished by the next --prune; a user's folder
     // named like it but holding a link is not touched
@@ -261,7 +309,11 @@ fn prune_finishes_a_cut_short_removal_and_keeps_an_absolute_current(s: &Path, pr
     std::os::unix::fs::symlink(s, rel.join(".removing.link")).unwrap();
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
     assert!(rc == 0 && out.contains("finished removing releases/9.9.9-0123456789ab"), "{out}");
-    assert!(!rel.join(".removing.9.9.9-0123456789ab").exists() && rel.join(".removing.link").is_symlink() && s.is_dir());
+    assert!(
+        !rel.join(".removing.9.9.9-0123456789ab").exists()
+            && rel.join(".removing.link").is_symlink()
+            && s.is_dir()
+    );
     std::fs::remove_file(rel.join(".removing.link")).unwrap();
     // current written as an absolute link (by hand, or another tool) names the same release:
     // listed as current, never pruned
@@ -270,9 +322,18 @@ fn prune_finishes_a_cut_short_removal_and_keeps_an_absolute_current(s: &Path, pr
     std::os::unix::fs::symlink(rel.join(r14), &cur).unwrap();
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &[]);
     assert!(rc == 0 && !out.contains("missing"), "{out}");
-    assert!(out.lines().any(|l| l.trim_start().starts_with(&format!("{r14} ")) && l.ends_with("current")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{r14} ")) && l.ends_with("current")),
+        "{out}"
+    );
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &[]);
-    assert!(rc == 0 && out.contains("no release to remove") && rel.join(r14).join("SHA256SUMS").exists(), "{out}");
+    assert!(
+        rc == 0
+            && out.contains("no release to remove")
+            && rel.join(r14).join("SHA256SUMS").exists(),
+        "{out}"
+    );
 }
 
 /// A prefix that holds only what deploy.sh made is gone after --uninstall.
@@ -296,9 +357,17 @@ fn deploy_leaves_releases_of_the_deb_package_to_dpkg() {
     let prefix = s.join("prefix");
     let p = prefix.to_str().unwrap();
     for v in ["1.0.0", "1.1.0", "1.2.0"] {
-        assert_eq!(sh("deploy.sh", &["--prefix", p, dist(&s, v).to_str().unwrap()], &[]).0, 0, "{v}");
+        assert_eq!(
+            sh("deploy.sh", &["--prefix", p, dist(&s, v).to_str().unwrap()], &[]).0,
+            0,
+            "{v}"
+        );
     }
-    let (r10, r11, r12) = (release_named(&prefix, "1.0.0"), release_named(&prefix, "1.1.0"), release_named(&prefix, "1.2.0"));
+    let (r10, r11, r12) = (
+        release_named(&prefix, "1.0.0"),
+        release_named(&prefix, "1.1.0"),
+        release_named(&prefix, "1.2.0"),
+    );
     let stub = s.join("bin");
     std::fs::create_dir_all(&stub).unwrap();
     let q = stub.join("dpkg-query");
@@ -314,14 +383,38 @@ fn deploy_leaves_releases_of_the_deb_package_to_dpkg() {
     let env = [("PATH", path.as_str()), ("OWNED", owned.as_str())];
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--list"], &env);
     assert_eq!(rc, 0, "{out}");
-    assert!(out.lines().any(|l| l.contains(&r10) && l.contains("installed by the package gdrshim")), "{out}");
-    let packaged = (snapshot(&prefix.join("releases").join(&r10)), snapshot(&prefix.join("releases").join(&r12)));
+    assert!(
+        out.lines().any(|l| l.contains(&r10) && l.contains("installed by the package gdrshim")),
+        "{out}"
+    );
+    let packaged = (
+        snapshot(&prefix.join("releases").join(&r10)),
+        snapshot(&prefix.join("releases").join(&r12)),
+    );
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--prune"], &env);
     assert_eq!(rc, 0, "{out}");
-    assert!(out.contains("no release to remove") && out.contains(&format!("left in place: releases/{r10}")), "{out}");
+    assert!(
+        out.contains("no release to remove")
+            && out.contains(&format!("left in place: releases/{r10}")),
+        "{out}"
+    );
     let (rc, out) = sh("deploy.sh", &["--prefix", p, "--uninstall"], &env);
     assert_eq!(rc, 0, "{out}");
-    assert!(out.contains(&format!("removed releases/{r11}")) && out.contains(&format!("removed previous -> releases/{r11}")), "{out}");
-    assert_eq!(link(&prefix.join("current")), format!("releases/{r12}"), "the package's current stays: {out}");
-    assert_eq!((snapshot(&prefix.join("releases").join(&r10)), snapshot(&prefix.join("releases").join(&r12))), packaged);
+    assert!(
+        out.contains(&format!("removed releases/{r11}"))
+            && out.contains(&format!("removed previous -> releases/{r11}")),
+        "{out}"
+    );
+    assert_eq!(
+        link(&prefix.join("current")),
+        format!("releases/{r12}"),
+        "the package's current stays: {out}"
+    );
+    assert_eq!(
+        (
+            snapshot(&prefix.join("releases").join(&r10)),
+            snapshot(&prefix.join("releases").join(&r12))
+        ),
+        packaged
+    );
 }

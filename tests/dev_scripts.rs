@@ -68,17 +68,37 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
     // CI's list to install: the same names
     let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);
-    assert_eq!((r.rc, r.out.as_str()), (0, "git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd\n"), "{}", r.err);
+    assert_eq!(
+        (r.rc, r.out.as_str()),
+        (0, "git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd\n"),
+        "{}",
+        r.err
+    );
     // Rust's own parts are named with their own command
     let s = scratch("prereq-rust");
-    let mut fakes = vec![("cc", "exit 0"), ("c++", "exit 0"), ("git", "exit 0"), ("objdump", "exit 0"), ("shellcheck", "exit 0")];
+    let mut fakes = vec![
+        ("cc", "exit 0"),
+        ("c++", "exit 0"),
+        ("git", "exit 0"),
+        ("objdump", "exit 0"),
+        ("shellcheck", "exit 0"),
+    ];
     for lab in ["ibv_rc_pingpong", "mpirun", "slurmctld", "slurmd", "srun"] {
         fakes.push((lab, "exit 0"));
     }
-    fakes.extend([("dpkg-deb", "exit 0"), ("cargo", "[ \"$1\" = fmt ] && exit 0; exit 1"), ("rustc", "exit 0")]);
+    fakes.extend([
+        ("dpkg-deb", "exit 0"),
+        ("cargo", "[ \"$1\" = fmt ] && exit 0; exit 1"),
+        ("rustc", "exit 0"),
+    ]);
     let bin = path_of(&s, SHELL_TOOLS, &fakes);
     let r = run(&script("scripts/dev/test.sh"), &[], &[("PATH", bin.to_str().unwrap())]);
-    assert_eq!((r.rc, r.err.as_str()), (2, "test.sh: missing: clippy (rustup component add clippy); nothing run\n"), "{}", r.out);
+    assert_eq!(
+        (r.rc, r.err.as_str()),
+        (2, "test.sh: missing: clippy (rustup component add clippy); nothing run\n"),
+        "{}",
+        r.out
+    );
 }
 
 /// Every prerequisite there, and a cargo that fails as `cargo test` does (101) at `fmt`.
@@ -112,7 +132,12 @@ fn a_failing_phase_exits_1_as_the_help_says_not_with_cargos_101() {
     let r = run(&script("scripts/dev/test.sh"), &[], &[("PATH", bin.to_str().unwrap())]);
     assert_eq!(r.rc, 1, "{}{}", r.out, r.err);
     assert!(r.out.contains("test.sh: phase format\n"), "{}", r.out);
-    assert!(r.err.contains("test.sh: phase format FAILED after ") && r.err.contains("(its command exited 101)"), "{}", r.err);
+    assert!(
+        r.err.contains("test.sh: phase format FAILED after ")
+            && r.err.contains("(its command exited 101)"),
+        "{}",
+        r.err
+    );
     let help = run(&script("scripts/dev/test.sh"), &["--help"], &[]).out;
     assert!(help.contains("1 a phase failed"), "{help}");
 }
@@ -121,13 +146,23 @@ fn a_failing_phase_exits_1_as_the_help_says_not_with_cargos_101() {
 fn a_failed_release_build_exits_1_and_says_so() {
     // issue 31: cargo's 101 came through, with only cargo's output
     let s = scratch("release101");
-    let mut path = failing_toolchain(&s, "echo 'error[E0308]: mismatched types' >&2; exit 101").display().to_string();
+    let mut path = failing_toolchain(&s, "echo 'error[E0308]: mismatched types' >&2; exit 101")
+        .display()
+        .to_string();
     path.push(':');
     path.push_str(&std::env::var("PATH").unwrap());
     let out = s.join("dist");
-    let r = run(&script("scripts/dev/build-release.sh"), &["--out", out.to_str().unwrap()], &[("PATH", path.as_str())]);
+    let r = run(
+        &script("scripts/dev/build-release.sh"),
+        &["--out", out.to_str().unwrap()],
+        &[("PATH", path.as_str())],
+    );
     assert_eq!(r.rc, 1, "{}{}", r.out, r.err);
-    assert!(r.err.contains("build-release: building the library and the tools\n"), "progress first: {}", r.err);
+    assert!(
+        r.err.contains("build-release: building the library and the tools\n"),
+        "progress first: {}",
+        r.err
+    );
     assert!(
         r.err.contains(
             "build-release: building the library and the tools failed (cargo exited 101; its messages are above): nothing written"

@@ -12,12 +12,24 @@ fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
     let e = common::build("exports");
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     common::fakes::Fakes::in_dir(&e.dir).fakecuda();
-    common::cc(&e, &["-O1", "-o", "cuda_export", c.join("cuda_export.c").to_str().unwrap(), "-ldl"]);
+    common::cc(
+        &e,
+        &["-O1", "-o", "cuda_export", c.join("cuda_export.c").to_str().unwrap(), "-ldl"],
+    );
     let bin = e.dir.join("cuda_export");
-    let out = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).env("LD_PRELOAD", &e.shim).env("GDRSHIM_SUMMARY", "0").output().unwrap();
+    let out = Command::new(&bin)
+        .arg(e.dir.join("libcuda.so.1"))
+        .env("LD_PRELOAD", &e.shim)
+        .env("GDRSHIM_SUMMARY", "0")
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=0 ptr=0x1234000\n");
     let without = Command::new(&bin).arg(e.dir.join("libcuda.so.1")).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&without.stdout), "rc=-1 ptr=0\n", "without the shim nothing exports cuMemAlloc_v2 globally");
+    assert_eq!(
+        String::from_utf8_lossy(&without.stdout),
+        "rc=-1 ptr=0\n",
+        "without the shim nothing exports cuMemAlloc_v2 globally"
+    );
 }
 
 /// The library as it ships has none of the tests' and benchmarks' knobs: no `gdrshim_bench_pause`,
@@ -25,13 +37,20 @@ fn exported_cuda_entry_points_reach_a_locally_loaded_libcuda() {
 #[test]
 fn the_shipped_library_has_no_knobs() {
     let lib = common::shipped();
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("nm (binutils)");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils)");
     let syms = String::from_utf8_lossy(&out.stdout);
     assert!(syms.contains(" gdrshim_counters") && syms.contains(" ioctl"), "{syms}");
     assert!(!syms.contains("gdrshim_bench_pause"), "a release build exports the benchmark pause");
     let knobs = common::build("exports-knobs");
     let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&knobs.shim).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("gdrshim_bench_pause"), "the knobs build has it");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("gdrshim_bench_pause"),
+        "the knobs build has it"
+    );
 }
 
 /// What the loader does for libgdrshim.so in every process of a job, GPU or not (issue 16's
@@ -42,7 +61,8 @@ fn the_shipped_library_has_no_knobs() {
 fn the_shipped_library_is_cheap_to_load() {
     let lib = common::shipped();
     let readelf = |flags: &str| {
-        let out = Command::new("readelf").arg(flags).arg(&lib).output().expect("readelf (binutils)");
+        let out =
+            Command::new("readelf").arg(flags).arg(&lib).output().expect("readelf (binutils)");
         assert!(out.status.success());
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -58,12 +78,23 @@ fn the_shipped_library_is_cheap_to_load() {
     let loads: Vec<Vec<u64>> = readelf("-lW")
         .lines()
         .filter(|l| l.trim_start().starts_with("LOAD") && l.contains("RW"))
-        .map(|l| l.split_whitespace().skip(1).take(5).map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap()).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .take(5)
+                .map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap())
+                .collect()
+        })
         .collect();
     // each writable segment starts on a page of its own (src/preload/build.rs): the pages the
     // loader's relocations dirty are as few as their bytes allow
     for l in &loads {
-        assert_eq!(l[1] % 4096, 0, "a writable segment at {:#x}, inside a page: -z separate-loadable-segments?", l[1]);
+        assert_eq!(
+            l[1] % 4096,
+            0,
+            "a writable segment at {:#x}, inside a page: -z separate-loadable-segments?",
+            l[1]
+        );
     }
     let last = loads.last().expect("a writable LOAD segment");
     let (vaddr, filesz, memsz) = (last[1], last[3], last[4]);
@@ -84,7 +115,12 @@ fn the_replay_tool_answers_help_version_and_unknown_options() {
     for h in [run(&["--help"]), run(&["-h"])] {
         assert_eq!(h.status.code(), Some(0));
         let out = String::from_utf8_lossy(&h.stdout);
-        assert!(out.contains("Usage: gdrshim-replay") && out.contains("Exit codes:") && out.contains("not a capture"), "{out}");
+        assert!(
+            out.contains("Usage: gdrshim-replay")
+                && out.contains("Exit codes:")
+                && out.contains("not a capture"),
+            "{out}"
+        );
     }
     let v = run(&["--version"]);
     assert_eq!(
@@ -93,7 +129,11 @@ fn the_replay_tool_answers_help_version_and_unknown_options() {
     );
     let u = run(&["--frobnicate", "x.cap"]);
     assert_eq!(u.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&u.stderr).contains("unexpected argument '--frobnicate'"), "{}", String::from_utf8_lossy(&u.stderr));
+    assert!(
+        String::from_utf8_lossy(&u.stderr).contains("unexpected argument '--frobnicate'"),
+        "{}",
+        String::from_utf8_lossy(&u.stderr)
+    );
     assert!(u.stdout.is_empty());
     let none = run(&["--quiet"]);
     assert_eq!(none.status.code(), Some(2), "no capture named");
@@ -104,14 +144,23 @@ fn the_replay_tool_answers_help_version_and_unknown_options() {
 /// body has one), read from the source, so a new hook is covered without editing this test.
 fn hook_names() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hooks");
-    let ident =
-        |s: &str| s.trim().trim_start_matches("super::").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let ident = |s: &str| {
+        s.trim()
+            .trim_start_matches("super::")
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<String>()
+    };
     let mut names = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap() {
         let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         // written out: `fn NAME(` within the two lines after `no_mangle`
-        for (i, _) in lines.iter().enumerate().filter(|(_, l)| l.contains("no_mangle)") || l.trim() == "#[no_mangle]") {
+        for (i, _) in lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.contains("no_mangle)") || l.trim() == "#[no_mangle]")
+        {
             for next in &lines[i + 1..(i + 3).min(lines.len())] {
                 if let Some(rest) = next.split_once(" fn ").map(|(_, r)| r) {
                     let n = ident(rest);
@@ -137,7 +186,10 @@ fn hook_names() -> Vec<String> {
                 None => continue,
             };
             let matcher = &body[body.find('(').unwrap() + 1..];
-            let Some(pos) = matcher.split(',').position(|a| a.trim() == format!("${var}:ident")) else { continue };
+            let Some(pos) = matcher.split(',').position(|a| a.trim() == format!("${var}:ident"))
+            else {
+                continue;
+            };
             for (at, _) in text.match_indices(&format!("\n{name}!(")) {
                 let args = &text[at + name.len() + 3..];
                 names.push(ident(args.split(',').nth(pos).unwrap()));
@@ -162,8 +214,17 @@ fn hook_names() -> Vec<String> {
 
 /// `nm -D --defined-only FILE`: the names of its defined dynamic symbols.
 fn dynamic_exports(file: &Path) -> Vec<String> {
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(file).output().expect("nm (binutils)");
-    assert!(out.status.success(), "nm {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(file)
+        .output()
+        .expect("nm (binutils)");
+    assert!(
+        out.status.success(),
+        "nm {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2))
@@ -190,7 +251,10 @@ fn only_the_library_exports_the_hooks() {
         "cuGetProcAddress_v2",
         "gdrshim_version",
     ] {
-        assert!(hooks.iter().any(|h| h == must), "the hook list read from src/hooks lacks {must}: {hooks:?}");
+        assert!(
+            hooks.iter().any(|h| h == must),
+            "the hook list read from src/hooks lacks {must}: {hooks:?}"
+        );
     }
     assert!(hooks.len() >= 40, "{hooks:?}");
     let lib = common::shipped();
@@ -202,10 +266,21 @@ fn only_the_library_exports_the_hooks() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     common::sh(
         Command::new(env!("CARGO"))
-            .args(["build", "--release", "--locked", "-p", "gdrshim-tools", "--bin", "gdrshim-tool"])
+            .args([
+                "build",
+                "--release",
+                "--locked",
+                "-p",
+                "gdrshim-tools",
+                "--bin",
+                "gdrshim-tool",
+            ])
             .current_dir(root),
     );
-    for bin in [Path::new(env!("CARGO_BIN_EXE_gdrshim-replay")).to_path_buf(), root.join("target/release/gdrshim-tool")] {
+    for bin in [
+        Path::new(env!("CARGO_BIN_EXE_gdrshim-replay")).to_path_buf(),
+        root.join("target/release/gdrshim-tool"),
+    ] {
         let syms = dynamic_exports(&bin);
         let leaked: Vec<&String> = hooks.iter().filter(|h| syms.contains(h)).collect();
         assert!(leaked.is_empty(), "{} exports the shim's hooks {leaked:?}", bin.display());

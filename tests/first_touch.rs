@@ -19,14 +19,77 @@ fn env() -> &'static Env {
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
         let cc = |args: &[&str]| common::cc(&e, args);
         common::fakes::Fakes::in_dir(&e.dir).fakerm();
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libparkdup.so", &src("parkdup.c"), "-ldl", "-lpthread"]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorthread.so", &src("ctorthread.c"), "-lpthread"]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libplanted.so", &src("planted.c")]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorself.so", &src("ctorself.c")]);
-        cc(&["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "libctorbatch.so", &src("ctorbatch.c"), "-ldl"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "libparkdup.so",
+            &src("parkdup.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "libctorthread.so",
+            &src("ctorthread.c"),
+            "-lpthread",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "libplanted.so",
+            &src("planted.c"),
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "libctorself.so",
+            &src("ctorself.c"),
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "libctorbatch.so",
+            &src("ctorbatch.c"),
+            "-ldl",
+        ]);
         // -rdynamic: the constructor of libctorbatch.so finds the program's firsttouch_batch_kick
-        cc(&["-O1", "-Wall", "-Werror", "-rdynamic", "-o", "firsttouch", &src("firsttouch.c"), "-ldl", "-lpthread"]);
-        common::fakedev::fake_dev(&e.dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0"], false);
+        cc(&[
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-rdynamic",
+            "-o",
+            "firsttouch",
+            &src("firsttouch.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
+        common::fakedev::fake_dev(
+            &e.dir.join("dev"),
+            &["nvidiactl", "nvidia-uvm", "nvidia0"],
+            false,
+        );
         e
     })
 }
@@ -63,14 +126,21 @@ fn run(preload: &[&str], args: &[&str], cwd: &Path, vars: &[(&str, &str)]) -> Ru
         if t0.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!("firsttouch {args:?} hung (30 s): {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "firsttouch {args:?} hung (30 s): {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
     // (the core's summary at exit is no message of the hand-off)
-    let err =
-        String::from_utf8_lossy(&out.stderr).lines().filter(|l| !l.starts_with("gdrshim: summary ")).map(|l| format!("{l}\n")).collect();
+    let err = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("gdrshim: summary "))
+        .map(|l| format!("{l}\n"))
+        .collect();
     Run { code: out.status.code(), out: String::from_utf8_lossy(&out.stdout).into_owned(), err }
 }
 
@@ -129,10 +199,20 @@ fn a_constructors_thread_making_the_first_call_does_not_hang_the_core() {
 fn a_constructors_thread_making_the_first_call_through_the_front_fails_open() {
     let lib = env().dir.join("libctorthread.so");
     let front = common::front_pair(&common::knobs_core(), true);
-    let r = run(&[front.to_str().unwrap()], &["ctor", lib.to_str().unwrap()], &env().dir, &[("GDRSHIM_TEST_LOADER_WAIT_MS", "300")]);
+    let r = run(
+        &[front.to_str().unwrap()],
+        &["ctor", lib.to_str().unwrap()],
+        &env().dir,
+        &[("GDRSHIM_TEST_LOADER_WAIT_MS", "300")],
+    );
     ok(&r, "ctor loaded=1 result=1 seen=-1");
     assert_eq!(r.err.lines().count(), 1, "{}", r.err);
-    assert!(r.err.contains("the loader's lock stayed held by another thread") && r.err.contains("its hooks only forward"), "{}", r.err);
+    assert!(
+        r.err.contains("the loader's lock stayed held by another thread")
+            && r.err.contains("its hooks only forward"),
+        "{}",
+        r.err
+    );
 }
 
 /// The other side of defect 5 (a): a constructor's own first NVIDIA call (this thread holds the
@@ -214,7 +294,10 @@ fn a_relative_front_path_never_loads_a_core_from_another_folder() {
     std::fs::copy(e.dir.join("libplanted.so"), elsewhere.join("lib/libgdrshim-core.so")).unwrap();
     let mark = e.dir.join("planted-ran");
     let _ = std::fs::remove_file(&mark);
-    let vars = [("FIRSTTOUCH_CHDIR", elsewhere.to_str().unwrap()), ("PLANTED_MARK", mark.to_str().unwrap())];
+    let vars = [
+        ("FIRSTTOUCH_CHDIR", elsewhere.to_str().unwrap()),
+        ("PLANTED_MARK", mark.to_str().unwrap()),
+    ];
     let r = run(&["./lib/libgdrshim.so"], &["plain"], &home, &vars);
     assert!(!mark.exists(), "the planted library ran: {}{}", r.out, r.err);
     ok(&r, "plain driver=10 seen=10");
@@ -263,8 +346,17 @@ fn a_truncated_core_is_refused_not_a_crash() {
         std::fs::write(lib.join("libgdrshim-core.so"), &core[..cut]).unwrap();
         let r = run(&[lib.join("libgdrshim.so").to_str().unwrap()], &["plain"], &env().dir, &[]);
         assert_eq!(r.code, Some(0), "cut at {cut}: {}{}", r.out, r.err);
-        assert!(r.out.contains("plain driver=10 seen=-1"), "cut at {cut}: forwarded, no core: {}{}", r.out, r.err);
+        assert!(
+            r.out.contains("plain driver=10 seen=-1"),
+            "cut at {cut}: forwarded, no core: {}{}",
+            r.out,
+            r.err
+        );
         assert_eq!(r.err.lines().count(), 1, "cut at {cut}: {}", r.err);
-        assert!(r.err.contains("cannot load") && r.err.contains("not a whole"), "cut at {cut}: {}", r.err);
+        assert!(
+            r.err.contains("cannot load") && r.err.contains("not a whole"),
+            "cut at {cut}: {}",
+            r.err
+        );
     }
 }

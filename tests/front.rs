@@ -32,7 +32,12 @@ fn the_front_exports_every_hook_of_the_core_and_nothing_else() {
     assert!(want.remove("gdrshim_core_attach"), "the core exports its attach function");
     let have = dynamic_symbols(&front, true);
     assert_eq!(have, want, "the front's exports against the core's");
-    assert!(have.contains("ioctl") && have.contains("ibv_reg_mr") && have.contains("cuGetProcAddress_v2") && have.contains("dlsym"));
+    assert!(
+        have.contains("ioctl")
+            && have.contains("ibv_reg_mr")
+            && have.contains("cuGetProcAddress_v2")
+            && have.contains("dlsym")
+    );
 }
 
 /// What every process of a job pays for the front (issue 16's start-up): libc only, and a handful
@@ -45,9 +50,15 @@ fn the_front_is_small_and_needs_only_libc() {
     assert_eq!(needed.len(), 1, "{dynamic}");
     assert!(needed[0].contains("[libc.so.6]"), "{dynamic}");
     let imports = dynamic_symbols(&front, false);
-    let strong: Vec<_> = imports.iter().filter(|s| !s.starts_with("_ITM") && *s != "__gmon_start__" && *s != "__cxa_finalize").collect();
+    let strong: Vec<_> = imports
+        .iter()
+        .filter(|s| !s.starts_with("_ITM") && *s != "__gmon_start__" && *s != "__cxa_finalize")
+        .collect();
     assert!(strong.len() <= 16, "{} imports: {strong:?}", strong.len());
-    assert!(!imports.iter().any(|s| s.contains("pthread") || s.starts_with("_Unwind")), "no std runtime: {imports:?}");
+    assert!(
+        !imports.iter().any(|s| s.contains("pthread") || s.starts_with("_Unwind")),
+        "no std runtime: {imports:?}"
+    );
     let size = std::fs::metadata(&front).unwrap().len();
     assert!(size < 100_000, "{size} bytes");
 }
@@ -57,7 +68,11 @@ fn the_front_and_the_core_are_one_version() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let front = std::fs::read_to_string(root.join("src/front/Cargo.toml")).unwrap();
     let line = front.lines().find(|l| l.starts_with("version = ")).unwrap();
-    assert_eq!(line, format!("version = \"{}\"", env!("CARGO_PKG_VERSION")), "src/front/Cargo.toml");
+    assert_eq!(
+        line,
+        format!("version = \"{}\"", env!("CARGO_PKG_VERSION")),
+        "src/front/Cargo.toml"
+    );
 }
 
 /// A front whose core is missing (a partial copy) forwards every call, says so once on stderr
@@ -67,7 +82,10 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     let e = common::build("front-alone");
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let src = |f: &str| c.join(f).to_str().unwrap().to_string();
-    common::cc(&e, &["-shared", "-fPIC", "-O1", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"]);
+    common::cc(
+        &e,
+        &["-shared", "-fPIC", "-O1", "-o", "libcountstat.so", &src("countstat.c"), "-ldl"],
+    );
     common::fakes::Fakes::in_dir(&e.dir).fakerm();
     common::cc(&e, &["-O1", "-o", "quiet", &src("quiet.c"), "-ldl"]);
     let dev = e.dir.join("dev");
@@ -76,7 +94,8 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
     }
     let alone = e.dir.join("alone");
     std::fs::create_dir_all(&alone).unwrap();
-    std::fs::copy(common::front_pair(&common::knobs_core(), true), alone.join("libgdrshim.so")).unwrap();
+    std::fs::copy(common::front_pair(&common::knobs_core(), true), alone.join("libgdrshim.so"))
+        .unwrap();
     let run = |args: &[&str]| {
         let preload = format!(
             "{}:{}:{}",
@@ -91,16 +110,27 @@ fn without_its_core_the_front_forwards_and_says_so_once() {
             .env("GDRSHIM_MODE", "register")
             .output()
             .unwrap();
-        let (o, err) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        let (o, err) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
         assert!(out.status.success(), "{o}{err}");
         (o, err)
     };
     let (o, err) = run(&["nvidia", dev.to_str().unwrap()]);
-    assert!(o.contains("quiet nvidia ok=1000 ") && o.contains(" core=0"), "every ioctl forwarded to the driver: {o}");
-    assert!(o.contains(" errno_kept=1000"), "the failed load of the core left errno as it was: {o}");
+    assert!(
+        o.contains("quiet nvidia ok=1000 ") && o.contains(" core=0"),
+        "every ioctl forwarded to the driver: {o}"
+    );
+    assert!(
+        o.contains(" errno_kept=1000"),
+        "the failed load of the core left errno as it was: {o}"
+    );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(
-        err.starts_with("gdrshim: cannot load ") && err.contains("libgdrshim-core.so") && err.contains("its hooks only forward"),
+        err.starts_with("gdrshim: cannot load ")
+            && err.contains("libgdrshim-core.so")
+            && err.contains("its hooks only forward"),
         "{err}"
     );
     let (o, err) = run(&["plain"]);
@@ -119,14 +149,19 @@ fn the_second_pass_leaves_out_only_tests_that_the_front_cannot_change() {
     let list = &suite[at + "front_independent=(".len()..];
     let list: Vec<&str> = list[..list.find(')').unwrap()].split_whitespace().collect();
     assert!(list.len() > 5 && list.contains(&"release_deb"), "{list:?}");
-    let reaches_build = ["common::build", "build(\"", "rig::", "player::", "via_front", "GDRSHIM_TEST_VIA_FRONT"];
+    let reaches_build =
+        ["common::build", "build(\"", "rig::", "player::", "via_front", "GDRSHIM_TEST_VIA_FRONT"];
     for t in &list {
-        let text = std::fs::read_to_string(root.join(format!("tests/{t}.rs"))).unwrap_or_else(|e| panic!("tests/{t}.rs: {e}"));
+        let text = std::fs::read_to_string(root.join(format!("tests/{t}.rs")))
+            .unwrap_or_else(|e| panic!("tests/{t}.rs: {e}"));
         for r in reaches_build {
             assert!(!text.contains(r), "tests/{t}.rs names `{r}`: it runs through the front, so test.sh must not leave it out");
         }
     }
     // and the check itself sees a file that does
     let routes = std::fs::read_to_string(root.join("tests/routes.rs")).unwrap();
-    assert!(reaches_build.iter().any(|r| routes.contains(r)), "tests/routes.rs loads gdrshim through build()");
+    assert!(
+        reaches_build.iter().any(|r| routes.contains(r)),
+        "tests/routes.rs loads gdrshim through build()"
+    );
 }

@@ -46,7 +46,9 @@ fn seeds() -> Vec<gdrshim::capture::IoctlRecord> {
     let mut out = Vec::new();
     for name in ["alloc-probe.cap.gz", "torch-nccl.cap.gz"] {
         let mut s = String::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(dir.join(name)).unwrap()).read_to_string(&mut s).unwrap();
+        flate2::read::GzDecoder::new(std::fs::File::open(dir.join(name)).unwrap())
+            .read_to_string(&mut s)
+            .unwrap();
         out.extend(s.lines().filter_map(|l| match parse_line(l) {
             Some(Record::Ioctl(io)) => Some(io),
             _ => None,
@@ -57,8 +59,10 @@ fn seeds() -> Vec<gdrshim::capture::IoctlRecord> {
 
 #[test]
 fn decoders_and_tracker_survive_random_and_mutated_input() {
-    let iters: u64 = std::env::var("GDRSHIM_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
-    let table = gdrshim::abi::table_for(gdrshim::abi::DriverVersion::parse("580.159.04").unwrap()).unwrap();
+    let iters: u64 =
+        std::env::var("GDRSHIM_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let table =
+        gdrshim::abi::table_for(gdrshim::abi::DriverVersion::parse("580.159.04").unwrap()).unwrap();
     let seeds = seeds();
     assert!(seeds.len() > 1000, "seeds from the captures");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -69,7 +73,10 @@ fn decoders_and_tracker_survive_random_and_mutated_input() {
         let s = &seeds[rng.below(seeds.len() as u64) as usize];
         let (dev, request) = match rng.below(16) {
             // a request word nobody sent: random number, size and direction bits
-            0 => ([DevKind::Ctl, DevKind::Uvm, DevKind::Gpu(0)][rng.below(3) as usize], rng.next() & 0xffff_ffff),
+            0 => (
+                [DevKind::Ctl, DevKind::Uvm, DevKind::Gpu(0)][rng.below(3) as usize],
+                rng.next() & 0xffff_ffff,
+            ),
             _ => (s.dev, s.request),
         };
         let want = decode::arg_len(dev, request, table);
@@ -84,7 +91,8 @@ fn decoders_and_tracker_survive_random_and_mutated_input() {
         }
         if buf.len() >= 4 && rng.below(2) == 0 {
             let at = rng.below(buf.len() as u64 - 3) as usize & !3;
-            let w = [0u32, 1, u32::MAX, 0x503c, 0x80, 0x2000, rng.next() as u32][rng.below(7) as usize];
+            let w =
+                [0u32, 1, u32::MAX, 0x503c, 0x80, 0x2000, rng.next() as u32][rng.below(7) as usize];
             buf[at..at + 4].copy_from_slice(&w.to_le_bytes());
         }
         // the length: usually what the request encodes, sometimes not (the hook never does that,
@@ -95,7 +103,10 @@ fn decoders_and_tracker_survive_random_and_mutated_input() {
             (None, _) => rng.below(512) as usize,
         };
         buf.resize(len, 0);
-        let params = RandomParams { seed: std::cell::Cell::new(rng.next()), recorded: s.params.as_ref().map(|p| p.1.clone()) };
+        let params = RandomParams {
+            seed: std::cell::Cell::new(rng.next()),
+            recorded: s.params.as_ref().map(|p| p.1.clone()),
+        };
         let rc = if rng.below(32) == 0 { -1 } else { 0 };
         match decode::decode(dev, s.fd, request, rc, &buf, &params, table) {
             Outcome::Event(ev) => {
@@ -119,7 +130,8 @@ fn decoders_and_tracker_survive_random_and_mutated_input() {
 #[test]
 fn capture_lines_and_env_values_of_any_bytes() {
     let mut rng = Rng(42);
-    let alphabet: Vec<char> = " IVAMucg0123456789abcdefxP\t\n%=-+.:\u{1b}\u{0}é😀/".chars().collect();
+    let alphabet: Vec<char> =
+        " IVAMucg0123456789abcdefxP\t\n%=-+.:\u{1b}\u{0}é😀/".chars().collect();
     let vars = [
         "GDRSHIM_MODE",
         "GDRSHIM_LOG_LEVEL",
@@ -135,7 +147,8 @@ fn capture_lines_and_env_values_of_any_bytes() {
     ];
     for _ in 0..200_000 {
         let n = rng.below(80) as usize;
-        let s: String = (0..n).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
+        let s: String =
+            (0..n).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize]).collect();
         let _ = parse_line(&s);
         let _ = parse_line(&format!("I ctl 3 c020462a 0 {}", s));
         let var = vars[(n % vars.len()).min(vars.len() - 1)];

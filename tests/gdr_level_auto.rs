@@ -19,7 +19,15 @@ fn tool() -> &'static Path {
     T.get_or_init(|| {
         common::sh(
             Command::new(env!("CARGO"))
-                .args(["build", "--release", "--locked", "-p", "gdrshim-tools", "--bin", "gdrshim-tool"])
+                .args([
+                    "build",
+                    "--release",
+                    "--locked",
+                    "-p",
+                    "gdrshim-tools",
+                    "--bin",
+                    "gdrshim-tool",
+                ])
                 .current_dir(root()),
         );
         root().join("target/release/gdrshim-tool")
@@ -37,14 +45,21 @@ fn scratch(tag: &str) -> PathBuf {
 /// its manifest checked) and a fake /sys/class/infiniband with mlx5_0 and mlx5_1; returns the
 /// exit code, the NCCL_NET_GDR_LEVEL line printed (if any) and stderr.
 fn gdr_env(tag: &str, args: &[&str], tool: Option<&Path>) -> (i32, Option<String>, String) {
-    let (code, out, err) = gdr_env_on(tag, &["mlx5_0", "mlx5_1"], &[&["--hca", "mlx5"], args].concat(), tool);
-    let level = out.lines().find_map(|l| l.strip_prefix("export NCCL_NET_GDR_LEVEL=")).map(str::to_string);
+    let (code, out, err) =
+        gdr_env_on(tag, &["mlx5_0", "mlx5_1"], &[&["--hca", "mlx5"], args].concat(), tool);
+    let level =
+        out.lines().find_map(|l| l.strip_prefix("export NCCL_NET_GDR_LEVEL=")).map(str::to_string);
     (code, level, err)
 }
 
 /// `gdr-env.sh --mode gdr --print --prefix P ARGS` with these HCAs in its /sys/class/infiniband:
 /// the exit code, stdout and stderr.
-fn gdr_env_on(tag: &str, hcas: &[&str], args: &[&str], tool: Option<&Path>) -> (i32, String, String) {
+fn gdr_env_on(
+    tag: &str,
+    hcas: &[&str],
+    args: &[&str],
+    tool: Option<&Path>,
+) -> (i32, String, String) {
     let d = scratch(tag);
     let prefix = d.join("prefix");
     for f in ["lib/libgdrshim.so", "lib/libgdrshim-core.so"] {
@@ -84,17 +99,29 @@ fn fixture(name: &str) -> String {
 fn auto_takes_the_level_of_each_gpus_nearest_nic_from_the_doctors_record() {
     let t = Some(tool());
     for (rig, want) in [("rig-4090-pix", "PXB"), ("rig-4090-phb", "PHB"), ("rig-4090-sys", "SYS")] {
-        let (code, level, err) = gdr_env(rig, &["--gdr-level", "auto", "--state", &fixture(rig)], t);
+        let (code, level, err) =
+            gdr_env(rig, &["--gdr-level", "auto", "--state", &fixture(rig)], t);
         assert_eq!((code, level.as_deref()), (0, Some(want)), "{rig}: {err}");
-        assert!(err.contains(&format!("NCCL_NET_GDR_LEVEL={want} lets GDR on for every GPU with its nearest NIC")), "{rig}: {err}");
+        assert!(
+            err.contains(&format!(
+                "NCCL_NET_GDR_LEVEL={want} lets GDR on for every GPU with its nearest NIC"
+            )),
+            "{rig}: {err}"
+        );
         // each pair it covers is named
         assert_eq!(err.matches("gdr-env:   GPU ").count(), 2, "{rig}: {err}");
         assert!(!err.contains("differ"), "{rig}: {err}");
     }
     // the switch rig: each GPU's own NIC, at NCCL's default level (never below it)
-    let (_, _, err) = gdr_env("pix-pairs", &["--gdr-level", "auto", "--state", &fixture("rig-4090-pix")], t);
-    assert!(err.contains("GPU 0000:43:00.0 ↔ mlx5_1: PIX") && err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX"), "{err}");
-    let (_, _, err) = gdr_env("sys-cost", &["--gdr-level", "auto", "--state", &fixture("rig-4090-sys")], t);
+    let (_, _, err) =
+        gdr_env("pix-pairs", &["--gdr-level", "auto", "--state", &fixture("rig-4090-pix")], t);
+    assert!(
+        err.contains("GPU 0000:43:00.0 ↔ mlx5_1: PIX")
+            && err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX"),
+        "{err}"
+    );
+    let (_, _, err) =
+        gdr_env("sys-cost", &["--gdr-level", "auto", "--state", &fixture("rig-4090-sys")], t);
     assert!(err.contains("SYS: across the link between sockets"), "{err}");
 }
 
@@ -104,27 +131,46 @@ fn auto_with_paths_that_differ_per_gpu_takes_the_level_that_covers_them_all_and_
     // either NIC: the first of equals, as NCCL ranks them) for the other
     let d = scratch("mixed-state");
     let state = d.join("state");
-    let st = Command::new("cp").args(["-r", &fixture("rig-4090-pix"), state.to_str().unwrap()]).status().unwrap();
+    let st = Command::new("cp")
+        .args(["-r", &fixture("rig-4090-pix"), state.to_str().unwrap()])
+        .status()
+        .unwrap();
     assert!(st.success());
     let paths = std::fs::read_to_string(state.join("pci-paths.txt")).unwrap();
-    let moved = paths.replace("pci0000:40/0000:40:01.1/0000:41:00.0/0000:42:00.0/0000:43:00.0", "pci0000:40/0000:40:03.1/0000:43:00.0");
+    let moved = paths.replace(
+        "pci0000:40/0000:40:01.1/0000:41:00.0/0000:42:00.0/0000:43:00.0",
+        "pci0000:40/0000:40:03.1/0000:43:00.0",
+    );
     assert_ne!(moved, paths);
     std::fs::write(state.join("pci-paths.txt"), moved).unwrap();
-    let (code, level, err) = gdr_env("mixed", &["--gdr-level", "auto", "--state", state.to_str().unwrap()], Some(tool()));
+    let (code, level, err) = gdr_env(
+        "mixed",
+        &["--gdr-level", "auto", "--state", state.to_str().unwrap()],
+        Some(tool()),
+    );
     let _ = std::fs::remove_dir_all(&d);
     assert_eq!((code, level.as_deref()), (0, Some("PHB")), "{err}");
     assert!(err.contains("the paths differ per GPU (PHB PIX): NCCL_NET_GDR_LEVEL=PHB"), "{err}");
-    assert!(err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX") && err.contains("GPU 0000:43:00.0 ↔ mlx5_0: PHB"), "{err}");
+    assert!(
+        err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX")
+            && err.contains("GPU 0000:43:00.0 ↔ mlx5_0: PHB"),
+        "{err}"
+    );
 }
 
 #[test]
 fn auto_without_a_record_or_a_tool_sets_nothing_and_says_why() {
     // a record from before the paths were recorded
-    let (code, level, err) = gdr_env("old-record", &["--gdr-level", "auto", "--state", &fixture("rig-4090-ok")], Some(tool()));
+    let (code, level, err) = gdr_env(
+        "old-record",
+        &["--gdr-level", "auto", "--state", &fixture("rig-4090-ok")],
+        Some(tool()),
+    );
     assert_eq!((code, level), (0, None), "{err}");
     assert!(err.contains("no GPU↔NIC PCIe path in the doctor's record: NCCL_NET_GDR_LEVEL not set (NCCL's default PXB applies)"), "{err}");
     // no doctor to ask
-    let (code, level, err) = gdr_env("no-tool", &["--gdr-level", "auto", "--state", &fixture("rig-4090-pix")], None);
+    let (code, level, err) =
+        gdr_env("no-tool", &["--gdr-level", "auto", "--state", &fixture("rig-4090-pix")], None);
     assert_eq!((code, level), (0, None), "{err}");
     assert!(err.contains("no gdrshim-tool") && err.contains("NCCL_NET_GDR_LEVEL not set"), "{err}");
     // only when asked: the default stays SYS and reads no record
@@ -134,23 +180,44 @@ fn auto_without_a_record_or_a_tool_sets_nothing_and_says_why() {
     // --state belongs to auto, and must be a folder
     let (code, _, err) = gdr_env("state-alone", &["--state", &fixture("rig-4090-pix")], None);
     assert_eq!(code, 2, "{err}");
-    let (code, _, err) = gdr_env("state-missing", &["--gdr-level", "auto", "--state", "/nonexistent-state"], None);
+    let (code, _, err) =
+        gdr_env("state-missing", &["--gdr-level", "auto", "--state", "/nonexistent-state"], None);
     assert_eq!(code, 2, "{err}");
     // --help explains it
-    let out = Command::new("bash").arg(root().join("scripts/gdr-env.sh")).arg("--help").output().unwrap();
+    let out =
+        Command::new("bash").arg(root().join("scripts/gdr-env.sh")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("auto: from the doctor's record") && help.contains("--state DIR"), "{help}");
+    assert!(
+        help.contains("auto: from the doctor's record") && help.contains("--state DIR"),
+        "{help}"
+    );
 }
 
 #[test]
 fn without_hca_the_one_nearest_each_gpu_or_the_only_one_or_a_clear_refusal() {
-    let hca = |out: &str| out.lines().find_map(|l| l.strip_prefix("export NCCL_IB_HCA=")).map(str::to_string);
+    let hca = |out: &str| {
+        out.lines().find_map(|l| l.strip_prefix("export NCCL_IB_HCA=")).map(str::to_string)
+    };
     // the switch rig: each GPU's own NIC, in NCCL's exact form (a prefix mlx5_1 would take mlx5_10 too)
-    let (code, out, err) = gdr_env_on("hca-pix", &["mlx5_0", "mlx5_1"], &["--state", &fixture("rig-4090-pix")], Some(tool()));
+    let (code, out, err) = gdr_env_on(
+        "hca-pix",
+        &["mlx5_0", "mlx5_1"],
+        &["--state", &fixture("rig-4090-pix")],
+        Some(tool()),
+    );
     assert_eq!((code, hca(&out).as_deref()), (0, Some("'=mlx5_0,mlx5_1'")), "{err}");
-    assert!(err.contains("no --hca given: the HCA nearest each GPU") && err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX"), "{err}");
+    assert!(
+        err.contains("no --hca given: the HCA nearest each GPU")
+            && err.contains("GPU 0000:03:00.0 ↔ mlx5_0: PIX"),
+        "{err}"
+    );
     // the root-port rig: both GPUs nearest mlx5_0, so only it
-    let (code, out, err) = gdr_env_on("hca-phb", &["mlx5_0", "mlx5_1"], &["--state", &fixture("rig-4090-phb")], Some(tool()));
+    let (code, out, err) = gdr_env_on(
+        "hca-phb",
+        &["mlx5_0", "mlx5_1"],
+        &["--state", &fixture("rig-4090-phb")],
+        Some(tool()),
+    );
     assert_eq!((code, hca(&out).as_deref()), (0, Some("'=mlx5_0'")), "{err}");
     // one HCA: that one, no record needed
     let (code, out, err) = gdr_env_on("hca-one", &["mlx5_3"], &[], None);
@@ -168,9 +235,17 @@ fn without_hca_the_one_nearest_each_gpu_or_the_only_one_or_a_clear_refusal() {
     // no HCA at all
     let (code, _, err) = gdr_env_on("hca-zero", &[], &[], None);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("no --hca given and no HCA in ") && err.trim_end().ends_with("(try --help)"), "{err}");
+    assert!(
+        err.contains("no --hca given and no HCA in ") && err.trim_end().ends_with("(try --help)"),
+        "{err}"
+    );
     // --state is read without --hca too, never with --hca and no auto level
-    let (code, _, err) = gdr_env_on("hca-state", &["mlx5_0"], &["--hca", "mlx5_0", "--state", &fixture("rig-4090-pix")], None);
+    let (code, _, err) = gdr_env_on(
+        "hca-state",
+        &["mlx5_0"],
+        &["--hca", "mlx5_0", "--state", &fixture("rig-4090-pix")],
+        None,
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--state is read only with --gdr-level auto or without --hca"), "{err}");
 }

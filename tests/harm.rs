@@ -21,10 +21,44 @@ fn env() -> &'static Env {
         std::fs::create_dir_all(e.dir.join("copies")).unwrap();
         let map = format!("-Wl,--version-script={}", src("twoverbs.map"));
         for (copy, soname) in [(1, "libibverbs.so.1"), (2, "libibverbs-1a2b3c4d.so.1")] {
-            let (def, so, out) = (format!("-DCOPY={copy}"), format!("-Wl,-soname,{soname}"), format!("copies/{soname}"));
-            common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", &def, &map, &so, "-o", &out, &src("twoverbs.c"), "-ldl"]);
+            let (def, so, out) = (
+                format!("-DCOPY={copy}"),
+                format!("-Wl,-soname,{soname}"),
+                format!("copies/{soname}"),
+            );
+            common::cc(
+                &e,
+                &[
+                    "-shared",
+                    "-fPIC",
+                    "-O1",
+                    "-Wall",
+                    "-Werror",
+                    &def,
+                    &map,
+                    &so,
+                    "-o",
+                    &out,
+                    &src("twoverbs.c"),
+                    "-ldl",
+                ],
+            );
             let (user, lib) = (format!("copies/libuser{copy}.so"), format!("-l:{soname}"));
-            common::cc(&e, &["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", &user, &src("twouser.c"), "-Lcopies", &lib]);
+            common::cc(
+                &e,
+                &[
+                    "-shared",
+                    "-fPIC",
+                    "-O1",
+                    "-Wall",
+                    "-Werror",
+                    "-o",
+                    &user,
+                    &src("twouser.c"),
+                    "-Lcopies",
+                    &lib,
+                ],
+            );
         }
         e
     })
@@ -48,7 +82,10 @@ fn harm(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (String,
 fn a_kept_fd_the_program_closed_is_never_closed_or_used_again() {
     for how in ["close", "close_range", "closefrom", "dup2"] {
         let (line, err) = harm(&format!("closed-{how}"), &rig::DMABUF, &["closed", how], &[]);
-        assert!(line.contains("new_exports=1"), "{how}: the next MR of the memory is a new export: {line}");
+        assert!(
+            line.contains("new_exports=1"),
+            "{how}: the next MR of the memory is a new export: {line}"
+        );
         assert!(err.contains("was closed by the program"), "{how}: the loss is said: {err}");
     }
 }
@@ -66,11 +103,18 @@ fn the_log_file_closed_by_the_program_gets_no_line_and_logging_goes_to_stderr() 
     let e = env();
     let log = e.dir.join(format!("harm-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let (_, err) = harm("logfile", &rig::DMABUF, &["logfile"], &[("GDRSHIM_LOG_FILE", log.to_str().unwrap())]);
-    assert!(err.contains("the log file's fd") && err.contains("gdrshim logs to stderr from now on"), "{err}");
+    let (_, err) =
+        harm("logfile", &rig::DMABUF, &["logfile"], &[("GDRSHIM_LOG_FILE", log.to_str().unwrap())]);
+    assert!(
+        err.contains("the log file's fd") && err.contains("gdrshim logs to stderr from now on"),
+        "{err}"
+    );
     assert!(err.contains("pass0 miss"), "the lines after that on stderr: {err}");
     let before = std::fs::read_to_string(&log).unwrap();
-    assert!(!before.contains("pass0 miss"), "the file had lines only until the program closed it: {before}");
+    assert!(
+        !before.contains("pass0 miss"),
+        "the file had lines only until the program closed it: {before}"
+    );
 }
 
 #[test]
@@ -84,7 +128,8 @@ fn a_forked_child_holds_no_fd_of_gdrshims() {
 /// must not meet a close of ours halfway (found by tests/stress.rs).
 #[test]
 fn a_child_forked_during_a_dereg_holds_no_dma_buf() {
-    let (line, _) = harm("fork-race", &rig::DMABUF, &["fork-race"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    let (line, _) =
+        harm("fork-race", &rig::DMABUF, &["fork-race"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
     assert!(line.contains("forks=2000 leaks=0"), "{line}");
 }
 
@@ -94,7 +139,8 @@ fn a_child_forked_during_a_dereg_holds_no_dma_buf() {
 /// large part of a registration; a fork now waits for exports in flight.
 #[test]
 fn a_child_forked_during_an_export_holds_no_dma_buf() {
-    let (line, _) = harm("fork-export", &rig::DMABUF, &["fork-export"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    let (line, _) =
+        harm("fork-export", &rig::DMABUF, &["fork-export"], &[("GDRSHIM_LOG_LEVEL", "warn")]);
     assert!(line.contains("forks=2000 leaks=0"), "{line}");
 }
 
@@ -141,9 +187,19 @@ fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
         let (code, out, err) = {
             let e = env();
             let dev = rig::dev_dir(e, &format!("copies-{order}"), &rig::DMABUF);
-            rig::run(e, "twocopies", &dev, &rig::DMABUF, &[order], &[("LD_LIBRARY_PATH", copies.to_str().unwrap())])
+            rig::run(
+                e,
+                "twocopies",
+                &dev,
+                &rig::DMABUF,
+                &[order],
+                &[("LD_LIBRARY_PATH", copies.to_str().unwrap())],
+            )
         };
-        assert!(code == 0 && out.contains(&format!("twocopies {order} ok")), "order {order}: {out}\n{err}");
+        assert!(
+            code == 0 && out.contains(&format!("twocopies {order} ok")),
+            "order {order}: {out}\n{err}"
+        );
         assert!(!err.contains("MIXED"), "order {order}: {err}");
     }
 }
@@ -156,8 +212,12 @@ fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
 fn a_dereg_without_the_lock_is_settled_by_its_next_holder() {
     let knobs = [("GDRSHIM_TEST_DEREG_QUEUED", "1"), ("GDRSHIM_TEST_SETTLE_LATE", "1")];
     let (line, err) = harm("dereg-queued", &rig::DMABUF, &["dereg-queued"], &knobs);
-    assert!(line.contains("owed=1 after=1"), "the first buffer open until taken in, then only the next one: {line}");
-    let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains("owed=1 after=1"),
+        "the first buffer open until taken in, then only the next one: {line}"
+    );
+    let summary =
+        err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
     for kv in ["dmabuf_live=0", "dmabuf_buffers=0", "registered_bytes=0"] {
         assert!(summary.split_whitespace().any(|x| x == kv), "{kv} in {summary}");
     }

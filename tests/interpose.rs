@@ -22,7 +22,11 @@ fn rtld_next_answers_for_the_real_caller() {
         String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
     };
     assert_eq!(run(None), "next=B\n");
-    assert_eq!(run(Some(&e.shim)), "next=B\n", "the shim's dlsym must not change whom RTLD_NEXT is relative to");
+    assert_eq!(
+        run(Some(&e.shim)),
+        "next=B\n",
+        "the shim's dlsym must not change whom RTLD_NEXT is relative to"
+    );
 }
 
 #[test]
@@ -66,7 +70,12 @@ fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shi
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let bound = |sym: &str| {
-        err.lines().any(|l| l.contains("binding file") && l.contains("player") && l.contains("libgdrshim.so") && l.contains(sym))
+        err.lines().any(|l| {
+            l.contains("binding file")
+                && l.contains("player")
+                && l.contains("libgdrshim.so")
+                && l.contains(sym)
+        })
     };
     assert!(bound("`ibv_reg_mr' [IBVERBS_1.1]"), "ibv_reg_mr@IBVERBS_1.1 not bound to the shim");
 }
@@ -76,13 +85,19 @@ fn the_c_header_compiles_and_works_with_and_without_the_shim() {
     let e = env();
     let bin = e.dir.join("header_use");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/header_use.c");
-    sh(Command::new("cc").args(["-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE", "-o"]).arg(&bin).arg(&src).arg("-ldl"));
+    sh(Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-ldl"));
     sh(Command::new("c++")
         .args(["-x", "c++", "-fsyntax-only", "-Wall", "-Werror"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/gdrshim.h")));
     let run = |preload: bool, mode: &str| {
         let mut c = Command::new(&bin);
-        c.env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev-header")).env("GDRSHIM_MODE", mode).env("GDRSHIM_SUMMARY", "0");
+        c.env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev-header"))
+            .env("GDRSHIM_MODE", mode)
+            .env("GDRSHIM_SUMMARY", "0");
         c.env("GDRSHIM_ROUTE", "nv503c");
         if preload {
             c.env("LD_PRELOAD", &e.shim);
@@ -130,20 +145,30 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let fakenv = e.dir.join("libfakenv.so").display().to_string();
     let with = format!("{}:{fakenv}", e.shim.display());
     let (want, _) = run(fakenv.clone(), &[]);
     assert_eq!(want.lines().count(), 27, "{want}");
-    assert!(want.contains(&format!("close bad              rc=-1 errno={}", libc::EBADF)), "{want}");
+    assert!(
+        want.contains(&format!("close bad              rc=-1 errno={}", libc::EBADF)),
+        "{want}"
+    );
     assert!(want.contains("access ok              rc=0 errno=12345"), "{want}");
     let (got, err) = run(with.clone(), &[]);
     assert_eq!(got, want, "with the shim\n{err}");
     for site in ["ioctl", "hook", "dlsym"] {
-        let (got, err) = run(with.clone(), &[("GDRSHIM_TEST_PANIC", site), ("GDRSHIM_LOG_LEVEL", "warn")]);
+        let (got, err) =
+            run(with.clone(), &[("GDRSHIM_TEST_PANIC", site), ("GDRSHIM_LOG_LEVEL", "warn")]);
         assert_eq!(got, want, "panics injected at {site}\n{err}");
-        assert!(err.contains("GDRSHIM_TEST_PANIC") || site == "dlsym", "{site}: the contained panic is reported: {err}");
+        assert!(
+            err.contains("GDRSHIM_TEST_PANIC") || site == "dlsym",
+            "{site}: the contained panic is reported: {err}"
+        );
     }
 }
 
@@ -168,9 +193,16 @@ fn hostile_log_and_capture_paths() {
     ] {
         let (out, err) = run_player_env(&text, "shadow", tag, &[(var, path.to_str().unwrap())]);
         assert!(out.contains("rc_mismatch=0"), "{tag}: {out}");
-        assert!(err.contains(var) && err.contains(why), "{tag}: one warning naming the variable and why: {err}");
+        assert!(
+            err.contains(var) && err.contains(why),
+            "{tag}: one warning naming the variable and why: {err}"
+        );
         assert!(summary(&err).is_some(), "{tag}: logging fell back to stderr");
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n", "{tag}: the symlink's target is untouched");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "keep\n",
+            "{tag}: the symlink's target is untouched"
+        );
     }
 }
 
@@ -204,8 +236,15 @@ fn fork_while_other_threads_hold_the_shims_locks() {
         let status = child.wait().unwrap();
         let mut out = String::new();
         child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        assert_eq!(status.code(), Some(0), "run {run}: no child may hang (timeout exits 124): {out}");
-        assert_eq!(out, "forks=300 children_ok=300 parent_counters=176 parent_lookup=-2\n", "run {run}");
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "run {run}: no child may hang (timeout exits 124): {out}"
+        );
+        assert_eq!(
+            out, "forks=300 children_ok=300 parent_counters=176 parent_lookup=-2\n",
+            "run {run}"
+        );
     }
 }
 

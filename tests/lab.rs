@@ -14,9 +14,16 @@ use common::lab::{field, lab};
 fn run(bin: &str, mode: &str, envs: &[(&str, &str)]) -> (String, String) {
     let report = lab().join(format!("report-{bin}-{mode}-{}", envs.len()));
     let _ = std::fs::remove_file(&report);
-    let out =
-        Command::new(lab().join("bin").join(bin)).arg(mode).env("FAKEWIRE_REPORT", &report).envs(envs.iter().copied()).output().unwrap();
-    let (so, se) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+    let out = Command::new(lab().join("bin").join(bin))
+        .arg(mode)
+        .env("FAKEWIRE_REPORT", &report)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
     assert!(out.status.success(), "{bin} {mode}: {so}{se}");
     (so, std::fs::read_to_string(&report).unwrap_or_default())
 }
@@ -54,7 +61,11 @@ fn a_plain_mr_over_gpu_memory_is_refused_without_peermem() {
 fn with_peermem_played_gpu_memory_moves_through_libcuda() {
     let (out, sum) = run("wireclient-gpu", "gpu", &[("FAKEWIRE_PEERMEM", "1")]);
     assert!(out.contains("13 checks passed"), "{out}");
-    assert_eq!((field(&sum, "gpu_peermem_mr"), field(&sum, "bytes_h2g"), field(&sum, "wire_errors")), (1, 65536, 0), "{sum}");
+    assert_eq!(
+        (field(&sum, "gpu_peermem_mr"), field(&sum, "bytes_h2g"), field(&sum, "wire_errors")),
+        (1, 65536, 0),
+        "{sum}"
+    );
 }
 
 #[test]
@@ -71,6 +82,14 @@ fn the_sysfs_tree_shows_a_roce_v2_port() {
         .env("FAKEWIRE_SYSFS", &root)
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "RoCE v2\nfwnet0\n0x020000\n16\n", "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!root.join("sys/kernel/mm/memory_peers").exists(), "no peermem unless FAKEWIRE_PEERMEM=1");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "RoCE v2\nfwnet0\n0x020000\n16\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !root.join("sys/kernel/mm/memory_peers").exists(),
+        "no peermem unless FAKEWIRE_PEERMEM=1"
+    );
 }

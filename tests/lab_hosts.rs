@@ -40,7 +40,9 @@ struct Net {
 
 impl Net {
     fn new(tag: &str, faults: &str, shim: Shim) -> Net {
-        let state = lab().join("labs").join(format!("{tag}-{}", if shim == Shim::With { "with" } else { "without" }));
+        let state = lab()
+            .join("labs")
+            .join(format!("{tag}-{}", if shim == Shim::With { "with" } else { "without" }));
         let _ = std::fs::remove_dir_all(&state);
         let rdv = state.join("rdv");
         std::fs::create_dir_all(&rdv).unwrap();
@@ -51,7 +53,11 @@ impl Net {
     /// `DIR/host N ARGS...` in this lab.
     fn host(&self, n: usize, args: &[&str]) -> Command {
         let mut c = Command::new(lab().join("host"));
-        c.arg(n.to_string()).args(args).env("FAKEWIRE_LAB", &self.state).env_remove("LD_PRELOAD").env_remove("FAKEWIRE_REPORT");
+        c.arg(n.to_string())
+            .args(args)
+            .env("FAKEWIRE_LAB", &self.state)
+            .env_remove("LD_PRELOAD")
+            .env_remove("FAKEWIRE_REPORT");
         if self.shim == Shim::With {
             let (lib, dev) = shim();
             c.env("LD_PRELOAD", lib).env("GDRSHIM_TEST_DEV_DIR", dev);
@@ -68,7 +74,14 @@ impl Net {
         let rdv = self.rdv.to_str().unwrap();
         let kids: Vec<Child> = (0..n)
             .map(|i| {
-                let args = [bin.to_str().unwrap(), scenario, rdv, &i.to_string(), &n.to_string(), if gpu { "gpu" } else { "host" }];
+                let args = [
+                    bin.to_str().unwrap(),
+                    scenario,
+                    rdv,
+                    &i.to_string(),
+                    &n.to_string(),
+                    if gpu { "gpu" } else { "host" },
+                ];
                 spawn(self.host(i, &args))
             })
             .collect();
@@ -86,10 +99,16 @@ struct Out {
 impl Out {
     /// The fake wire's summary line of this process.
     fn wire(&self) -> &str {
-        self.stderr.lines().find(|l| l.starts_with("fakewire: summary")).unwrap_or_else(|| panic!("no summary in {}", self.stderr))
+        self.stderr
+            .lines()
+            .find(|l| l.starts_with("fakewire: summary"))
+            .unwrap_or_else(|| panic!("no summary in {}", self.stderr))
     }
     fn line(&self, prefix: &str) -> &str {
-        self.stdout.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no '{prefix}' in {}{}", self.stdout, self.stderr))
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' in {}{}", self.stdout, self.stderr))
     }
 }
 
@@ -158,7 +177,8 @@ fn pingpong(net: &Net, prog: &[&str], port: u16) -> (Out, Out) {
         assert!(Instant::now() < end, "{prog:?} never listened on {port}");
         std::thread::sleep(Duration::from_millis(2));
     }
-    let client = finish(spawn(net.host(1, &[prog, &["-n", "200", "-p", &p, "127.0.0.1"]].concat())));
+    let client =
+        finish(spawn(net.host(1, &[prog, &["-n", "200", "-p", &p, "127.0.0.1"]].concat())));
     (finish(server), client)
 }
 
@@ -175,17 +195,38 @@ fn rdma_core_programs(shim: Shim, port: u16) {
     ] {
         assert!(info.stdout.contains(want), "{want:?} in {}", info.stdout);
     }
-    for (i, prog) in
-        [&["ibv_rc_pingpong", "-g", "3", "-c"][..], &["ibv_ud_pingpong", "-g", "3"], &["ibv_srq_pingpong", "-g", "3"]].iter().enumerate()
+    for (i, prog) in [
+        &["ibv_rc_pingpong", "-g", "3", "-c"][..],
+        &["ibv_ud_pingpong", "-g", "3"],
+        &["ibv_srq_pingpong", "-g", "3"],
+    ]
+    .iter()
+    .enumerate()
     {
         let (s, c) = pingpong(&net, prog, port + i as u16);
         for (who, o) in [("server", &s), ("client", &c)] {
-            assert!(o.ok && o.stdout.contains("200 iters in"), "{prog:?} {who}: {} {}{}", o.status, o.stdout, o.stderr);
+            assert!(
+                o.ok && o.stdout.contains("200 iters in"),
+                "{prog:?} {who}: {} {}{}",
+                o.status,
+                o.stdout,
+                o.stderr
+            );
             assert_eq!(field(o.wire(), "gdrshim"), (shim == Shim::With) as u64, "{}", o.wire());
-            assert_eq!(field(o.wire(), "wire_errors") + field(o.wire(), "timeouts"), 0, "{}", o.wire());
+            assert_eq!(
+                field(o.wire(), "wire_errors") + field(o.wire(), "timeouts"),
+                0,
+                "{}",
+                o.wire()
+            );
         }
         // each side names the other's GID: a host of its own
-        assert!(s.stdout.contains("remote address: LID 0x0000") && s.stdout.contains("GID ::ffff:10.0.0.2"), "{}", s.stdout);
+        assert!(
+            s.stdout.contains("remote address: LID 0x0000")
+                && s.stdout.contains("GID ::ffff:10.0.0.2"),
+            "{}",
+            s.stdout
+        );
         assert!(c.stdout.contains("GID ::ffff:10.0.0.1"), "{}", c.stdout);
     }
 }
@@ -209,12 +250,20 @@ fn mesh(n: usize, gpu: bool, shim: Shim) {
         let w = o.wire();
         let (g2g, h2h) = (field(w, "bytes_g2g"), field(w, "bytes_h2h"));
         assert_eq!((g2g, h2h), if gpu { (rc, ud) } else { (0, rc + ud) }, "{w}");
-        assert_eq!((field(w, "gpu_dmabuf_mr"), field(w, "gpu_plain_refused")), (gpu as u64, 0), "{w}");
+        assert_eq!(
+            (field(w, "gpu_dmabuf_mr"), field(w, "gpu_plain_refused")),
+            (gpu as u64, 0),
+            "{w}"
+        );
         assert_eq!(field(w, "wire_errors") + field(w, "dropped") + field(w, "timeouts"), 0, "{w}");
         assert_eq!(field(w, "gdrshim"), (shim == Shim::With) as u64, "{w}");
         if shim == Shim::With && gpu {
             // gdrshim (started by the program's first CUDA call) saw its dma-buf MR on the way
-            let g = o.stderr.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{}", o.stderr));
+            let g = o
+                .stderr
+                .lines()
+                .find(|l| l.starts_with("gdrshim: summary"))
+                .unwrap_or_else(|| panic!("{}", o.stderr));
             assert_eq!((field(g, "dmabuf_mrs"), field(g, "rm_errors")), (gpu as u64, 0), "{g}");
             assert!(g.contains(" host=labhost"), "{g}");
         }
@@ -252,7 +301,11 @@ fn retry_elapsed(outs: &[Out]) -> u64 {
 
 #[test]
 fn a_peer_gone_or_cut_off_completes_retry_exc_err_in_the_retry_time() {
-    for (tag, faults, scenario) in [("gone", "", "retry"), ("link", "down 0-1\n", "retry-alive"), ("port", "down 1\n", "retry-alive")] {
+    for (tag, faults, scenario) in [
+        ("gone", "", "retry"),
+        ("link", "down 0-1\n", "retry-alive"),
+        ("port", "down 1\n", "retry-alive"),
+    ] {
         let outs = Net::new(tag, faults, Shim::Without).labpair(scenario, 2, false);
         all_pass(&outs, scenario);
         let t = retry_elapsed(&outs);
@@ -262,9 +315,18 @@ fn a_peer_gone_or_cut_off_completes_retry_exc_err_in_the_retry_time() {
     // the port that is down says so, where a link fault leaves both ports up
     let net = Net::new("port-state", "down 1\n", Shim::Without);
     let regs: Vec<Out> = (0..2)
-        .map(|i| finish(spawn(net.host(i, &[lab().join("bin/labpair").to_str().unwrap(), "regs", "-", &i.to_string(), "1"]))))
+        .map(|i| {
+            finish(spawn(net.host(
+                i,
+                &[lab().join("bin/labpair").to_str().unwrap(), "regs", "-", &i.to_string(), "1"],
+            )))
+        })
         .collect();
-    assert!(regs[0].line("labpair regs host 0:").contains("port=PORT_ACTIVE"), "{}", regs[0].stdout);
+    assert!(
+        regs[0].line("labpair regs host 0:").contains("port=PORT_ACTIVE"),
+        "{}",
+        regs[0].stdout
+    );
     assert!(regs[1].line("labpair regs host 1:").contains("port=PORT_DOWN"), "{}", regs[1].stdout);
 }
 
@@ -297,7 +359,9 @@ fn regs(faults: &str, hosts: usize) -> Vec<String> {
     let bin = lab().join("bin/labpair-gpu");
     (0..hosts)
         .map(|i| {
-            let o = finish(spawn(net.host(i, &[bin.to_str().unwrap(), "regs", "-", &i.to_string(), "1", "gpu"])));
+            let o = finish(spawn(
+                net.host(i, &[bin.to_str().unwrap(), "regs", "-", &i.to_string(), "1", "gpu"]),
+            ));
             assert!(o.ok, "{}{}", o.stdout, o.stderr);
             o.line(&format!("labpair regs host {i}:")).to_string()
         })
@@ -314,11 +378,22 @@ fn a_host_without_dmabuf_and_a_host_with_peermem() {
         r[0]
     );
     // host 1: nvidia-peermem loaded: a plain MR over GPU memory pins, its sysfs file is there
-    assert!(r[1].contains("dmabuf_probe=Bad file descriptor dmabuf_mr=ok plain_gpu_mr=ok peermem_sysfs=1"), "{}", r[1]);
+    assert!(
+        r[1].contains(
+            "dmabuf_probe=Bad file descriptor dmabuf_mr=ok plain_gpu_mr=ok peermem_sysfs=1"
+        ),
+        "{}",
+        r[1]
+    );
     // host 2: an inbox kernel: dma-buf MRs only
     assert!(r[2].contains("dmabuf_probe=Bad file descriptor dmabuf_mr=ok plain_gpu_mr=Bad address peermem_sysfs=0"), "{}", r[2]);
     for (i, l) in r.iter().enumerate() {
-        assert!(l.contains(&format!("uname=labhost{i} gethostname=labhost{i} device=fwroce_{i} port=PORT_ACTIVE")), "{l}");
+        assert!(
+            l.contains(&format!(
+                "uname=labhost{i} gethostname=labhost{i} device=fwroce_{i} port=PORT_ACTIVE"
+            )),
+            "{l}"
+        );
     }
 }
 
@@ -329,5 +404,8 @@ fn each_host_has_its_own_sysfs_and_name() {
                   /sys/bus/pci/devices/0000:42:00.0/class; ls /sys/class/infiniband; ls /sys/class/infiniband/fwroce_2/device/net; uname -n";
     let o = finish(spawn(net.host(2, &["sh", "-c", script])));
     assert!(o.ok, "{}", o.stderr);
-    assert_eq!(o.stdout, "fwnet2\n0000:0000:0000:0000:0000:ffff:0a00:0003\n0x020000\nfwroce_2\nfwnet2\nlabhost2\n");
+    assert_eq!(
+        o.stdout,
+        "fwnet2\n0000:0000:0000:0000:0000:ffff:0a00:0003\n0x020000\nfwroce_2\nfwnet2\nlabhost2\n"
+    );
 }

@@ -24,19 +24,53 @@ fn env() -> &'static Env {
         let f = Fakes::in_dir(&dir);
         f.fakerm();
         f.fakeverbs("libibverbs.so.1", fakes::NEW);
-        cc(&["-shared", "-fPIC", "-O1", "-o", "libplug.so", &src("plug.c"), "-L.", "-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            "libplug.so",
+            &src("plug.c"),
+            "-L.",
+            "-l:libibverbs.so.1",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
         // a Python wheel's copy of libibverbs as auditwheel renames it, and a plugin linked to it
         let wheel = "libibverbs-1a2b3c4d.so.1.14.0";
         f.fakeverbs(wheel, fakes::Verbs { soname: wheel, ..fakes::NEW });
         let wheel_lib = format!("-l:{wheel}");
-        cc(&["-shared", "-fPIC", "-O1", "-o", "libplugwheel.so", &src("plug.c"), "-L.", &wheel_lib, "-Wl,-rpath,$ORIGIN"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            "libplugwheel.so",
+            &src("plug.c"),
+            "-L.",
+            &wheel_lib,
+            "-Wl,-rpath,$ORIGIN",
+        ]);
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
         f.fakecuda();
         cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
         // not linked against libibverbs: it must be able to unload it
-        cc(&["-O1", "-Wall", "-Werror", "-o", "life", &src("life.c"), "-ldl", "-lpthread", "-Wl,-rpath,$ORIGIN"]);
+        cc(&[
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            "life",
+            &src("life.c"),
+            "-ldl",
+            "-lpthread",
+            "-Wl,-rpath,$ORIGIN",
+        ]);
         // the fake NIC (fakeverbs.c) plays nvidia-peermem too: its module is "loaded"
-        common::fakedev::fake_dev(&dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], true);
+        common::fakedev::fake_dev(
+            &dir.join("dev"),
+            &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"],
+            true,
+        );
         e
     })
 }
@@ -55,7 +89,12 @@ fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
 }
 
 /// [`life`] with more environment (which overrides the defaults).
-fn life_with(args: &[&str], extra_preload: Option<&str>, vars: &[(&str, &str)], deadline: Duration) -> Run {
+fn life_with(
+    args: &[&str],
+    extra_preload: Option<&str>,
+    vars: &[(&str, &str)],
+    deadline: Duration,
+) -> Run {
     let e = env();
     let mut preload = vec![e.shim.display().to_string()];
     if let Some(x) = extra_preload {
@@ -90,7 +129,12 @@ fn life_with(args: &[&str], extra_preload: Option<&str>, vars: &[(&str, &str)], 
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    Run { code: status.code(), out: o.join().unwrap(), err: r.join().unwrap(), secs: t0.elapsed().as_secs_f64() }
+    Run {
+        code: status.code(),
+        out: o.join().unwrap(),
+        err: r.join().unwrap(),
+        secs: t0.elapsed().as_secs_f64(),
+    }
 }
 
 fn assert_ok(r: &Run, mode: &str) {
@@ -120,12 +164,20 @@ fn capture_reads_nothing_rm_refused() {
         .unwrap();
     let (o, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{o}\n{err}");
-    assert!(o.contains("life badparams ok control rc=0 status=0x1e alloc rc=0 status=0x1e"), "{o}\n{err}");
+    assert!(
+        o.contains("life badparams ok control rc=0 status=0x1e alloc rc=0 status=0x1e"),
+        "{o}\n{err}"
+    );
     let text = std::fs::read_to_string(&cap).unwrap();
-    let refused: Vec<&str> =
-        text.lines().filter(|l| l.starts_with("I c ") && (l.contains(" c020462a ") || l.contains(" c030462b "))).collect();
+    let refused: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("I c ") && (l.contains(" c020462a ") || l.contains(" c030462b ")))
+        .collect();
     assert!(refused.len() >= 2, "{text}");
-    assert!(refused.iter().rev().take(2).all(|l| !l.contains(" P ")), "no parameters recorded for refused calls: {refused:?}");
+    assert!(
+        refused.iter().rev().take(2).all(|l| !l.contains(" P ")),
+        "no parameters recorded for refused calls: {refused:?}"
+    );
 }
 
 #[test]
@@ -138,7 +190,11 @@ fn many_threads_register_and_release_at_once() {
     let (reg, unreg) = (num(&r.out, "registered"), num(&r.out, "unregistered"));
     assert!(reg > 1000 && reg == unreg, "{}", r.out);
     assert_eq!(num(&r.out, "kernel_registrations"), 0);
-    eprintln!("{threads} threads × {iters}: {} ({:.2} s)", r.out.lines().next().unwrap_or(""), r.secs);
+    eprintln!(
+        "{threads} threads × {iters}: {} ({:.2} s)",
+        r.out.lines().next().unwrap_or(""),
+        r.secs
+    );
 }
 
 /// A free holds the release gate across its driver call: a registration on another thread waits
@@ -147,11 +203,19 @@ fn many_threads_register_and_release_at_once() {
 #[test]
 fn no_registration_of_memory_the_driver_is_freeing() {
     for route in ["nv503c", "dmabuf"] {
-        let r =
-            life_with(&["racefree", "30"], None, &[("GDRSHIM_ROUTE", route), ("FAKERM_FREE_DELAY_US", "3000")], Duration::from_secs(120));
+        let r = life_with(
+            &["racefree", "30"],
+            None,
+            &[("GDRSHIM_ROUTE", route), ("FAKERM_FREE_DELAY_US", "3000")],
+            Duration::from_secs(120),
+        );
         assert_ok(&r, "racefree");
         assert_eq!(num(&r.out, "race_violations"), 0, "{route}: {}", r.out);
-        assert!(num(&r.out, "mrs") >= 30, "{route}: the racer registered before each free: {}", r.out);
+        assert!(
+            num(&r.out, "mrs") >= 30,
+            "{route}: the racer registered before each free: {}",
+            r.out
+        );
         assert!(r.err.contains(&format!("route={route}")), "{route}: {}", r.err);
     }
 }
@@ -176,7 +240,12 @@ fn repeated_misses_are_rate_limited() {
     assert_eq!(num(&r.out, "pass0_misses"), n, "{}", r.out);
     let lines = r.err.lines().filter(|l| l.contains("pass0 miss")).count() as u64;
     let allowed = gdrshim::log::LIMIT_FIRST + r.secs.ceil() as u64 + 1;
-    assert!(lines >= gdrshim::log::LIMIT_FIRST && lines <= allowed, "{lines} miss lines in {:.2} s: {}", r.secs, r.err);
+    assert!(
+        lines >= gdrshim::log::LIMIT_FIRST && lines <= allowed,
+        "{lines} miss lines in {:.2} s: {}",
+        r.secs,
+        r.err
+    );
     let summary = r.err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap();
     assert!(num(summary, "lines_held") >= n - allowed, "{summary}");
 }
@@ -192,7 +261,11 @@ fn signals_arriving_inside_the_hooks() {
 fn fork_and_exec_while_registered() {
     let r = life(&["forkexec"], None, Duration::from_secs(60));
     assert_ok(&r, "forkexec");
-    assert!(r.out.contains("life child ok registered=1"), "the exec'd child has a shim of its own: {}", r.out);
+    assert!(
+        r.out.contains("life child ok registered=1"),
+        "the exec'd child has a shim of its own: {}",
+        r.out
+    );
     assert_eq!(r.err.matches("gdrshim: summary").count(), 2, "one summary each: {}", r.err);
 }
 
@@ -202,7 +275,11 @@ fn exit_with_live_registrations_and_a_thread_in_the_hooks() {
     assert_eq!(r.code, Some(3), "the program's own exit code: {}\n{}", r.out, r.err);
     assert!(r.out.contains("life exitlive ok registered=3"), "{}", r.out);
     // the summary still comes, naming what is live; RM frees it with libcuda's client at exit
-    let line = r.err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{}", r.err));
+    let line = r
+        .err
+        .lines()
+        .find(|l| l.starts_with("gdrshim: summary"))
+        .unwrap_or_else(|| panic!("{}", r.err));
     assert!(num(line, "live_registrations") >= 3, "{line}");
 }
 
@@ -249,23 +326,34 @@ fn the_benchmark_pause_hides_exactly_the_paused_batches() {
     let run = |mode: &str| {
         let out = Command::new(e.dir.join("allocbench"))
             .args([e.dir.join("libcuda.so.1").to_str().unwrap(), "200", "ab"])
-            .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+            .env(
+                "LD_PRELOAD",
+                format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()),
+            )
             .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
             .env("GDRSHIM_MODE", mode)
             .env("GDRSHIM_BENCH_PAUSE", "1")
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (out, err) = run("shadow");
     assert!(out.starts_with("allocbench ab shim_ns_per_iter="), "{out}\n{err}");
-    let line = err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{err}"));
+    let line =
+        err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{err}"));
     // 200 warm-up iterations and 5 working batches of 200; 5 paused batches unseen
     assert_eq!(num(line, "native"), 1200, "{line}");
     assert_eq!(num(line, "matched"), 1200, "{line}");
     assert_eq!(num(line, "user_allocs"), 1200, "{line}");
-    assert_eq!(num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"), 0, "{line}");
+    assert_eq!(
+        num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"),
+        0,
+        "{line}"
+    );
     assert_eq!(num(line, "bench_pauses"), 5, "{line}");
     assert_eq!(num(line, "map_entries"), 0, "{line}");
     let (out, err) = run("register");
@@ -286,7 +374,10 @@ fn the_helper_thread_applies_full_batches_and_changes_nothing() {
     let run = |apply_thread: &str| {
         let out = Command::new(e.dir.join("allocbench"))
             .args([e.dir.join("libcuda.so.1").to_str().unwrap(), "300"])
-            .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+            .env(
+                "LD_PRELOAD",
+                format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()),
+            )
             .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
             .env("GDRSHIM_MODE", "shadow")
             .env("GDRSHIM_APPLY_THREAD", apply_thread)
@@ -295,15 +386,31 @@ fn the_helper_thread_applies_full_batches_and_changes_nothing() {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        err.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("{err}")).to_string()
+        err.lines()
+            .find(|l| l.starts_with("gdrshim: summary"))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_string()
     };
     let (threaded, inline) = (run("1"), run("0"));
     for line in [&threaded, &inline] {
         assert_eq!(num(line, "native"), 3000, "{line}");
         assert_eq!(num(line, "matched"), 3000, "{line}");
-        assert_eq!(num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"), 0, "{line}");
+        assert_eq!(
+            num(line, "mismatched") + num(line, "unpredicted") + num(line, "uncovered"),
+            0,
+            "{line}"
+        );
     }
-    for key in ["nv_ioctls", "decoded", "native", "matched", "user_allocs", "map_entries", "rm_objects", "cuda_frees"] {
+    for key in [
+        "nv_ioctls",
+        "decoded",
+        "native",
+        "matched",
+        "user_allocs",
+        "map_entries",
+        "rm_objects",
+        "cuda_frees",
+    ] {
         assert_eq!(num(&threaded, key), num(&inline, key), "{key}:\n{threaded}\n{inline}");
     }
     // the batches were applied on the helper thread, and only there

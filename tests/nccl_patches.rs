@@ -11,15 +11,21 @@ fn root() -> &'static Path {
 }
 
 fn series_dirs() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        std::fs::read_dir(root().join("nccl-patches")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("nccl-patches"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
     v.sort();
     v
 }
 
 fn patches(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "patch")).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "patch"))
+        .collect();
     v.sort();
     v
 }
@@ -30,12 +36,27 @@ fn check_patch(path: &Path, index: usize, total: usize) -> BTreeSet<String> {
     let text = std::fs::read_to_string(path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(name.starts_with(&format!("{index:04}-")), "{name}: numbered {index}");
-    assert!(lines[0].starts_with("From ") && lines[0].ends_with(" Mon Sep 17 00:00:00 2001"), "{name}: mbox From line");
-    assert!(lines.iter().any(|l| l.starts_with("From: gdrshim developers")), "{name}: our authorship");
-    let subject = lines.iter().find(|l| l.starts_with("Subject: ")).unwrap_or_else(|| panic!("{name}: no Subject"));
-    assert!(subject.starts_with(&format!("Subject: [PATCH {index}/{total}] ")), "{name}: {subject}");
+    assert!(
+        lines[0].starts_with("From ") && lines[0].ends_with(" Mon Sep 17 00:00:00 2001"),
+        "{name}: mbox From line"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("From: gdrshim developers")),
+        "{name}: our authorship"
+    );
+    let subject = lines
+        .iter()
+        .find(|l| l.starts_with("Subject: "))
+        .unwrap_or_else(|| panic!("{name}: no Subject"));
+    assert!(
+        subject.starts_with(&format!("Subject: [PATCH {index}/{total}] ")),
+        "{name}: {subject}"
+    );
     // the diffstat between "---" and the blank line before the first diff
-    let sep = lines.iter().position(|l| *l == "---").unwrap_or_else(|| panic!("{name}: no --- separator"));
+    let sep = lines
+        .iter()
+        .position(|l| *l == "---")
+        .unwrap_or_else(|| panic!("{name}: no --- separator"));
     let mut claimed = BTreeSet::new();
     let mut i = sep + 1;
     while i < lines.len() && lines[i].contains('|') {
@@ -57,9 +78,19 @@ fn check_patch(path: &Path, index: usize, total: usize) -> BTreeSet<String> {
             continue;
         }
         if let Some(h) = l.strip_prefix("@@ -") {
-            let nums: Vec<&str> = h.split(" @@").next().unwrap().split([' ', '+', ',']).filter(|s| !s.is_empty()).collect();
+            let nums: Vec<&str> = h
+                .split(" @@")
+                .next()
+                .unwrap()
+                .split([' ', '+', ','])
+                .filter(|s| !s.is_empty())
+                .collect();
             let count = |k: usize| nums.get(k).map_or(1, |s| s.parse::<usize>().unwrap());
-            let (old, new) = if nums.len() == 4 { (count(1), count(3)) } else { panic!("{name}: hunk header {l}") };
+            let (old, new) = if nums.len() == 4 {
+                (count(1), count(3))
+            } else {
+                panic!("{name}: hunk header {l}")
+            };
             let (mut o, mut n) = (0, 0);
             j += 1;
             while o < old || n < new {
@@ -91,7 +122,8 @@ fn check_patch(path: &Path, index: usize, total: usize) -> BTreeSet<String> {
 #[test]
 fn every_series_is_well_formed_and_touches_only_what_it_claims() {
     let dirs = series_dirs();
-    let names: Vec<String> = dirs.iter().map(|d| d.file_name().unwrap().to_string_lossy().to_string()).collect();
+    let names: Vec<String> =
+        dirs.iter().map(|d| d.file_name().unwrap().to_string_lossy().to_string()).collect();
     for want in ["2.28.3", "2.30.7", "2.31.0a7"] {
         assert!(names.iter().any(|n| n == want), "a series for NCCL {want}: {names:?}");
     }
@@ -108,15 +140,23 @@ fn every_series_is_well_formed_and_touches_only_what_it_claims() {
             assert!(text.contains(&format!("\"{sym}\"")), "{d:?} asks for {sym}");
             assert!(
                 root().join("src/hooks/query.rs").exists()
-                    && std::fs::read_to_string(root().join("src/hooks/query.rs")).unwrap().contains(&format!("fn {sym}()")),
+                    && std::fs::read_to_string(root().join("src/hooks/query.rs"))
+                        .unwrap()
+                        .contains(&format!("fn {sym}()")),
                 "the shim exports {sym}"
             );
         }
-        assert!(text.contains("NCCL_GDR_FLUSH_DISABLE") && text.contains("major < 9"), "{d:?}: the flush refusal");
+        assert!(
+            text.contains("NCCL_GDR_FLUSH_DISABLE") && text.contains("major < 9"),
+            "{d:?}: the flush refusal"
+        );
         assert!(all.contains("src/plugin/net.cc"), "{d:?}: the GPU-side gate");
         // the NIC side is NCCL's own (peer memory or DMA-BUF): no patch may claim a peer-memory
         // client the kernel does not have
-        assert!(!all.iter().any(|f| f.starts_with("src/transport/net_ib")), "{d:?} touches the NIC-side gate");
+        assert!(
+            !all.iter().any(|f| f.starts_with("src/transport/net_ib")),
+            "{d:?} touches the NIC-side gate"
+        );
         assert!(!text.contains("ncclIbGdrModuleLoaded = 1"), "{d:?} claims a peer-memory module");
         assert!(text.contains("route %s"), "{d:?}: the INFO line names the route");
     }
@@ -126,7 +166,16 @@ fn every_series_is_well_formed_and_touches_only_what_it_claims() {
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
@@ -157,7 +206,10 @@ fn scratch(tag: &str, suffix: &str) -> (PathBuf, PathBuf) {
     git(&tree, &["commit", "-q", "-m", "upstream"]);
     let work = base.join("work");
     git(&base, &["clone", "-q", tree.to_str().unwrap(), work.to_str().unwrap()]);
-    write(&work.join("src/gate.cc"), "int gate() {\n  int attr = 0;\n  if (attr == 0) attr = 1;\n  return attr;\n}\n");
+    write(
+        &work.join("src/gate.cc"),
+        "int gate() {\n  int attr = 0;\n  if (attr == 0) attr = 1;\n  return attr;\n}\n",
+    );
     git(&work, &["commit", "-q", "-am", "gate"]);
     write(&work.join("src/ib.cc"), "int ib() {\n  return 1;\n}\n");
     write(&work.join("src/new.h"), "#define SHIM 1\n");
@@ -178,7 +230,10 @@ fn apply(tree: &Path, patches: &Path, extra: &[&str]) -> (i32, String) {
         .arg(tree)
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 fn snapshot(tree: &Path) -> String {
@@ -213,7 +268,11 @@ fn apply_script_refuses_and_leaves_the_tree_untouched() {
     let (rc, out) = apply(&tree, &patches, &[]);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("does not apply cleanly") && out.contains("tree left untouched"), "{out}");
-    assert_eq!(snapshot(&tree), before, "nothing written, not even the files the first patch touches");
+    assert_eq!(
+        snapshot(&tree),
+        before,
+        "nothing written, not even the files the first patch touches"
+    );
     assert!(!tree.join("src/new.h").exists());
 
     // a partly patched tree (first patch only) is neither applicable nor already patched
@@ -231,7 +290,10 @@ fn apply_script_refuses_and_leaves_the_tree_untouched() {
 
     // an unknown version
     let (tree, patches) = scratch("unknown", "");
-    write(&tree.join("makefiles/version.mk"), "NCCL_MAJOR   := 2\nNCCL_MINOR   := 98\nNCCL_PATCH   := 0\nNCCL_SUFFIX  :=\n");
+    write(
+        &tree.join("makefiles/version.mk"),
+        "NCCL_MAJOR   := 2\nNCCL_MINOR   := 98\nNCCL_PATCH   := 0\nNCCL_SUFFIX  :=\n",
+    );
     let before = snapshot(&tree);
     let (rc, out) = apply(&tree, &patches, &[]);
     assert_eq!(rc, 1, "{out}");
@@ -251,5 +313,8 @@ fn apply_script_knows_the_shipped_series() {
     let (rc, out) = apply(&tree, &root().join("nccl-patches"), &[]);
     assert_eq!(rc, 1);
     // (issue 31: "(series for: 2.28.3 2.30.7 2.31.0a7 )")
-    assert!(out.contains("(there are series for 2.28.3, 2.30.7, 2.31.0a7); tree left untouched"), "{out}");
+    assert!(
+        out.contains("(there are series for 2.28.3, 2.30.7, 2.31.0a7); tree left untouched"),
+        "{out}"
+    );
 }

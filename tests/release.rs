@@ -20,7 +20,8 @@ fn scratch(tag: &str) -> PathBuf {
 /// `bash scripts/dev/NAME ARGS`: exit code, stdout, stderr. `cargo` on its PATH is a stub that
 /// says so and exits 97: a case that reached the build shows it instead of building.
 fn run(name: &str, args: &[&str]) -> (i32, String, String) {
-    let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("release-stub-cargo-{}", std::process::id()));
+    let stub = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("release-stub-cargo-{}", std::process::id()));
     std::fs::create_dir_all(&stub).unwrap();
     let cargo = stub.join("cargo");
     if !cargo.exists() {
@@ -30,14 +31,27 @@ fn run(name: &str, args: &[&str]) -> (i32, String, String) {
         std::fs::rename(&tmp, &cargo).unwrap();
     }
     let path = format!("{}:{}", stub.display(), std::env::var("PATH").unwrap_or_default());
-    let o = Command::new("bash").arg(root().join("scripts/dev").join(name)).args(args).env("PATH", path).output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+    let o = Command::new("bash")
+        .arg(root().join("scripts/dev").join(name))
+        .args(args)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
 }
 
 #[test]
 fn release_scripts_answer_help_version_and_refuse_bad_arguments() {
     let version = env!("CARGO_PKG_VERSION");
-    for (name, word) in [("build-release.sh", "--out DIR"), ("build-deb.sh", "--dist DIR"), ("check-release.sh", "two .debs")] {
+    for (name, word) in [
+        ("build-release.sh", "--out DIR"),
+        ("build-deb.sh", "--dist DIR"),
+        ("check-release.sh", "two .debs"),
+    ] {
         for h in ["-h", "--help"] {
             let (rc, out, err) = run(name, &[h]);
             assert_eq!((rc, err.as_str()), (0, ""), "{name} {h}");
@@ -48,12 +62,23 @@ fn release_scripts_answer_help_version_and_refuse_bad_arguments() {
         let (rc, out, err) = run(name, &["--frobnicate"]);
         assert_eq!((rc, out.as_str()), (2, ""), "{name}: {err}");
         // the one problem and a pointer to --help (issue 31: not the help again)
-        assert_eq!(err, "".to_string() + name.trim_end_matches(".sh") + ": unknown argument --frobnicate (try --help)\n", "{name}");
+        assert_eq!(
+            err,
+            "".to_string()
+                + name.trim_end_matches(".sh")
+                + ": unknown argument --frobnicate (try --help)\n",
+            "{name}"
+        );
     }
-    for (name, opt) in [("build-release.sh", "--out"), ("build-deb.sh", "--dist"), ("build-deb.sh", "--out")] {
+    for (name, opt) in
+        [("build-release.sh", "--out"), ("build-deb.sh", "--dist"), ("build-deb.sh", "--out")]
+    {
         let (rc, out, err) = run(name, &[opt]);
         assert_eq!((rc, out.as_str()), (2, ""), "{name} {opt}: {err}");
-        assert!(err.contains(&format!("{opt} needs a folder")) && !err.contains("unbound variable"), "{name} {opt}: {err}");
+        assert!(
+            err.contains(&format!("{opt} needs a folder")) && !err.contains("unbound variable"),
+            "{name} {opt}: {err}"
+        );
     }
 }
 
@@ -68,7 +93,10 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     std::fs::write(keep.join("sub/also"), "precious too\n").unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", keep.to_str().unwrap()]);
     assert_eq!(rc, 1, "{err}");
-    assert!(err.contains("not a release this script built") && err.contains("left untouched"), "{err}");
+    assert!(
+        err.contains("not a release this script built") && err.contains("left untouched"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(keep.join("keepme")).unwrap(), "precious\n");
     assert_eq!(std::fs::read_to_string(keep.join("sub/also")).unwrap(), "precious too\n");
 
@@ -77,12 +105,20 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     std::fs::create_dir_all(old.join("lib")).unwrap();
     std::fs::write(old.join("BUILD-INFO"), "gdrshim 0.0.1\n").unwrap();
     std::fs::write(old.join("lib/libgdrshim.so"), "x").unwrap();
-    let sums = Command::new("sha256sum").args(["BUILD-INFO", "lib/libgdrshim.so"]).current_dir(&old).output().unwrap();
+    let sums = Command::new("sha256sum")
+        .args(["BUILD-INFO", "lib/libgdrshim.so"])
+        .current_dir(&old)
+        .output()
+        .unwrap();
     std::fs::write(old.join("SHA256SUMS"), &sums.stdout).unwrap();
     std::fs::write(old.join("notes.txt"), "mine\n").unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
     assert_eq!(rc, 1, "{err}");
-    assert!(old.join("notes.txt").is_file() && old.join("lib/libgdrshim.so").is_file() && old.join("SHA256SUMS").is_file());
+    assert!(
+        old.join("notes.txt").is_file()
+            && old.join("lib/libgdrshim.so").is_file()
+            && old.join("SHA256SUMS").is_file()
+    );
     // an empty folder it does not list is not the script's either
     std::fs::remove_file(old.join("notes.txt")).unwrap();
     std::fs::create_dir(old.join("mine")).unwrap();
@@ -95,7 +131,10 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     // (a failed build is exit 1, whatever cargo's own status: issue 31)
     let (rc, _, err) = run("build-release.sh", &["--out", old.to_str().unwrap()]);
     assert_eq!(rc, 1, "{err}");
-    assert!(err.contains("stub cargo: build --release --locked") && err.contains("(cargo exited 97;"), "{err}");
+    assert!(
+        err.contains("stub cargo: build --release --locked") && err.contains("(cargo exited 97;"),
+        "{err}"
+    );
     assert!(old.join("lib/libgdrshim.so").is_file() && old.join("SHA256SUMS").is_file());
     // so is an empty folder, and one that does not exist yet
     for fresh in [s.join("empty"), s.join("new/deeper")] {
@@ -117,8 +156,11 @@ fn build_release_refuses_an_out_folder_it_did_not_build() {
     std::fs::create_dir_all(&planted).unwrap();
     std::fs::write(planted.join("BUILD-INFO"), "gdrshim 0.0.1\n").unwrap();
     std::os::unix::fs::symlink(&victim, planted.join("lib")).unwrap();
-    let sums =
-        Command::new("sh").args(["-c", "sha256sum BUILD-INFO ../keep.txt lib/libgdrshim.so"]).current_dir(&planted).output().unwrap();
+    let sums = Command::new("sh")
+        .args(["-c", "sha256sum BUILD-INFO ../keep.txt lib/libgdrshim.so"])
+        .current_dir(&planted)
+        .output()
+        .unwrap();
     std::fs::write(planted.join("SHA256SUMS"), &sums.stdout).unwrap();
     let (rc, _, err) = run("build-release.sh", &["--out", planted.to_str().unwrap()]);
     assert_eq!(rc, 1, "a manifest reaching outside, through a link: {err}");

@@ -18,7 +18,10 @@ fn root() -> &'static Path {
 /// Runs `cmd`: exit code and stdout+stderr.
 fn run(cmd: &mut Command) -> (i32, String) {
     let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    (o.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    (
+        o.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+    )
 }
 
 fn ok(cmd: &mut Command) -> String {
@@ -29,7 +32,11 @@ fn ok(cmd: &mut Command) -> String {
 
 /// dpkg acting on the scratch root `r` only: its database, its files, its log.
 fn dpkg(r: &Path) -> Command {
-    assert!(r.starts_with(std::env::temp_dir()) && r.join("var/lib/dpkg/status").is_file(), "not a scratch root: {}", r.display());
+    assert!(
+        r.starts_with(std::env::temp_dir()) && r.join("var/lib/dpkg/status").is_file(),
+        "not a scratch root: {}",
+        r.display()
+    );
     let mut c = Command::new("dpkg");
     c.arg(format!("--root={}", r.display()))
         .arg(format!("--log={}", r.join("dpkg.log").display()))
@@ -55,7 +62,11 @@ fn link(p: &Path) -> Option<String> {
 fn other_release(dist: &Path, at: &Path) -> PathBuf {
     ok(Command::new("cp").arg("-a").arg(dist).arg(at));
     let info = std::fs::read_to_string(at.join("BUILD-INFO")).unwrap();
-    std::fs::write(at.join("BUILD-INFO"), info.replacen(&format!("gdrshim {}", env!("CARGO_PKG_VERSION")), "gdrshim 0.0.1", 1)).unwrap();
+    std::fs::write(
+        at.join("BUILD-INFO"),
+        info.replacen(&format!("gdrshim {}", env!("CARGO_PKG_VERSION")), "gdrshim 0.0.1", 1),
+    )
+    .unwrap();
     ok(Command::new("sh")
         .arg("-c")
         .arg("find . -type f ! -name SHA256SUMS -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum > SHA256SUMS")
@@ -65,15 +76,23 @@ fn other_release(dist: &Path, at: &Path) -> PathBuf {
 
 #[test]
 fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
-    assert!(Command::new("dpkg-deb").arg("--version").output().is_ok(), "dpkg-deb is needed (Ubuntu: the dpkg package)");
+    assert!(
+        Command::new("dpkg-deb").arg("--version").output().is_ok(),
+        "dpkg-deb is needed (Ubuntu: the dpkg package)"
+    );
     let s = std::env::temp_dir().join(format!("gdrshim-release-deb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&s);
     std::fs::create_dir_all(&s).unwrap();
     let dist = s.join("dist");
-    ok(Command::new("bash").arg(root().join("scripts/dev/build-release.sh")).arg("--out").arg(&dist));
+    ok(Command::new("bash")
+        .arg(root().join("scripts/dev/build-release.sh"))
+        .arg("--out")
+        .arg(&dist));
 
     // what the release holds, each file listed and intact
-    ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(&dist));
+    ok(Command::new("sha256sum")
+        .args(["-c", "--strict", "--quiet", "SHA256SUMS"])
+        .current_dir(&dist));
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
     let listed: Vec<&str> = sums.lines().map(|l| &l[66..]).collect();
     for f in [
@@ -96,7 +115,10 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         .env("LD_PRELOAD", dist.join("lib/libgdrshim.so"))
         .env("GDRSHIM_MODE", "register")
         .env("GDRSHIM_SUMMARY", "0"));
-    assert!(out.starts_with("secure=0 loaded=1 mode=3\n"), "the front answered without its core: {out}");
+    assert!(
+        out.starts_with("secure=0 loaded=1 mode=3\n"),
+        "the front answered without its core: {out}"
+    );
     for (f, text) in [
         ("LICENSE-MIT", "Copyright (c) the gdrshim developers"),
         ("LICENSE-APACHE", "Apache License"),
@@ -106,9 +128,18 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         assert!(std::fs::read_to_string(dist.join(f)).unwrap().contains(text), "{f}");
     }
     let readme = std::fs::read_to_string(dist.join("README.md")).unwrap();
-    assert!(readme.contains(&format!("gdrshim_{}_amd64.deb", env!("CARGO_PKG_VERSION"))) && !readme.contains("@VERSION@"), "{readme}");
-    let (rc, out) = run(Command::new(dist.join("bin/gdrshim-replay")).arg("--quiet").arg(root().join("tests/fixtures/alloc-probe.cap.gz")));
-    assert!(rc == 0 && out.contains("mismatched=0"), "the shipped replay tool reads a shipped capture: {out}");
+    assert!(
+        readme.contains(&format!("gdrshim_{}_amd64.deb", env!("CARGO_PKG_VERSION")))
+            && !readme.contains("@VERSION@"),
+        "{readme}"
+    );
+    let (rc, out) = run(Command::new(dist.join("bin/gdrshim-replay"))
+        .arg("--quiet")
+        .arg(root().join("tests/fixtures/alloc-probe.cap.gz")));
+    assert!(
+        rc == 0 && out.contains("mismatched=0"),
+        "the shipped replay tool reads a shipped capture: {out}"
+    );
     for bin in ["bin/gdrshim-replay", "bin/gdrshim-tool"] {
         let syms = ok(Command::new("nm").args(["-D", "--defined-only"]).arg(dist.join(bin)));
         for hook in [" ioctl", " open64", " dlsym", " close"] {
@@ -118,18 +149,29 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
 
     // built again into the same folder: the old release is replaced, nothing else touched
     std::fs::write(s.join("neighbour"), "mine\n").unwrap();
-    ok(Command::new("bash").arg(root().join("scripts/dev/build-release.sh")).arg("--out").arg(&dist));
+    ok(Command::new("bash")
+        .arg(root().join("scripts/dev/build-release.sh"))
+        .arg("--out")
+        .arg(&dist));
     assert_eq!(std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap(), sums, "reproducible");
     assert_eq!(std::fs::read_to_string(s.join("neighbour")).unwrap(), "mine\n");
 
     // the .deb, twice: the same bytes
     let build_deb = |out: &Path| {
-        ok(Command::new("bash").arg(root().join("scripts/dev/build-deb.sh")).arg("--dist").arg(&dist).arg("--out").arg(out));
+        ok(Command::new("bash")
+            .arg(root().join("scripts/dev/build-deb.sh"))
+            .arg("--dist")
+            .arg(&dist)
+            .arg("--out")
+            .arg(out));
         out.join(format!("gdrshim_{}_amd64.deb", env!("CARGO_PKG_VERSION")))
     };
     let deb = build_deb(&s.join("deb-a"));
     let again = build_deb(&s.join("deb-b"));
-    assert!(std::fs::read(&deb).unwrap() == std::fs::read(&again).unwrap(), "two .debs of one release differ");
+    assert!(
+        std::fs::read(&deb).unwrap() == std::fs::read(&again).unwrap(),
+        "two .debs of one release differ"
+    );
     let (_, contents) = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
     assert!(contents.lines().all(|l| l.contains(" root/root ")), "{contents}");
     // the maintainer scripts are clean POSIX sh
@@ -146,13 +188,29 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     // deploy.sh names the same release the same way
     let p2 = s.join("deployed");
     let cdi = s.join("cdi");
-    let out = ok(Command::new("bash").arg(root().join("scripts/deploy.sh")).arg("--prefix").arg(&p2).arg("--cdi-dir").arg(&cdi).arg(&dist));
+    let out = ok(Command::new("bash")
+        .arg(root().join("scripts/deploy.sh"))
+        .arg("--prefix")
+        .arg(&p2)
+        .arg("--cdi-dir")
+        .arg(&cdi)
+        .arg(&dist));
     let name = link(&p2.join("current")).expect("deploy.sh made current");
     assert!(name.starts_with(&format!("releases/{}-", env!("CARGO_PKG_VERSION"))), "{name}");
     // and the CDI spec of it, by the release's own tool (issue 41)
     let spec = |at: &Path| std::fs::read_to_string(at.join("gdrshim.json")).unwrap_or_default();
-    assert!(out.contains(&format!("deploy: {}/gdrshim.json written for containers", cdi.display())), "{out}");
-    assert!(spec(&cdi).contains(&format!("\"hostPath\": \"{}/{name}\"", p2.canonicalize().unwrap().display())), "{}", spec(&cdi));
+    assert!(
+        out.contains(&format!("deploy: {}/gdrshim.json written for containers", cdi.display())),
+        "{out}"
+    );
+    assert!(
+        spec(&cdi).contains(&format!(
+            "\"hostPath\": \"{}/{name}\"",
+            p2.canonicalize().unwrap().display()
+        )),
+        "{}",
+        spec(&cdi)
+    );
     let out = ok(Command::new("bash")
         .arg(root().join("scripts/deploy.sh"))
         .arg("--prefix")
@@ -180,10 +238,16 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     assert!(out.contains("Setting up gdrshim"), "{out}");
     assert_eq!(link(&prefix.join("current")).as_deref(), Some(name.as_str()), "{out}");
     assert_eq!(link(&prefix.join("previous")).as_deref(), Some(old_name.as_str()));
-    let in_spec = |rel: &str| format!("\"hostPath\": \"{}/{rel}\"", prefix.canonicalize().unwrap().display());
-    assert!(spec(&r.join("etc/cdi")).contains(&in_spec(&name)), "the package's release in the CDI spec: {out}");
+    let in_spec =
+        |rel: &str| format!("\"hostPath\": \"{}/{rel}\"", prefix.canonicalize().unwrap().display());
+    assert!(
+        spec(&r.join("etc/cdi")).contains(&in_spec(&name)),
+        "the package's release in the CDI spec: {out}"
+    );
     let installed = prefix.join(&name);
-    ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(&installed));
+    ok(Command::new("sha256sum")
+        .args(["-c", "--strict", "--quiet", "SHA256SUMS"])
+        .current_dir(&installed));
     let (rc, diff) = run(Command::new("diff").arg("-r").arg(&dist).arg(&installed));
     assert_eq!(rc, 0, "the installed release is the release folder: {diff}");
     let lib = format!("/opt/rtx4090-gdr/{name}/lib/libgdrshim.so");
@@ -213,21 +277,34 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
         std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"gdrshim hold\n").unwrap();
         assert!(child.wait().unwrap().success());
     }
-    assert_eq!(ok(dpkg(&r).args(["--get-selections", "gdrshim"])).split_whitespace().collect::<Vec<_>>(), ["gdrshim", "hold"]);
+    assert_eq!(
+        ok(dpkg(&r).args(["--get-selections", "gdrshim"])).split_whitespace().collect::<Vec<_>>(),
+        ["gdrshim", "hold"]
+    );
 
     // removed: current back to the older release, the package's release gone, nothing else
     let out = ok(dpkg(&r).args(["-r", "gdrshim"]));
     assert_eq!(link(&prefix.join("current")).as_deref(), Some(old_name.as_str()), "{out}");
     assert!(link(&prefix.join("previous")).is_none(), "{out}");
     assert!(!installed.exists(), "{out}");
-    assert!(spec(&r.join("etc/cdi")).contains(&in_spec(&old_name)), "the spec follows current back: {out}");
-    ok(Command::new("sha256sum").args(["-c", "--strict", "--quiet", "SHA256SUMS"]).current_dir(prefix.join(&old_name)));
+    assert!(
+        spec(&r.join("etc/cdi")).contains(&in_spec(&old_name)),
+        "the spec follows current back: {out}"
+    );
+    ok(Command::new("sha256sum")
+        .args(["-c", "--strict", "--quiet", "SHA256SUMS"])
+        .current_dir(prefix.join(&old_name)));
     assert_ne!(run(dpkg(&r).args(["-S", &lib])).0, 0, "dpkg no longer knows the file");
 
     // alone in a fresh root, as an upgrade of an older .deb: current follows the package, the
     // older release goes with it (dpkg removes its files), no link is left naming it; purged,
     // the whole tree is gone
-    ok(Command::new("bash").arg(root().join("scripts/dev/build-deb.sh")).arg("--dist").arg(&old).arg("--out").arg(s.join("deb-old")));
+    ok(Command::new("bash")
+        .arg(root().join("scripts/dev/build-deb.sh"))
+        .arg("--dist")
+        .arg(&old)
+        .arg("--out")
+        .arg(s.join("deb-old")));
     let old_deb = s.join("deb-old/gdrshim_0.0.1_amd64.deb");
     let r2 = scratch_root(&s.join("root2"));
     ok(dpkg(&r2).arg("--force-depends").arg("-i").arg(&old_deb));
@@ -235,7 +312,10 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     // unpacked, not yet configured (the moment the older release's files are gone): current
     // already names the new release, never a removed one
     let out = ok(dpkg(&r2).arg("--force-depends").arg("--unpack").arg(&deb));
-    assert!(out.contains(&format!("Unpacking gdrshim ({}) over (0.0.1)", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(
+        out.contains(&format!("Unpacking gdrshim ({}) over (0.0.1)", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
     assert!(!r2.join("opt/rtx4090-gdr").join(&old_name).exists(), "{out}");
     assert_eq!(link(&r2.join("opt/rtx4090-gdr/current")).as_deref(), Some(name.as_str()), "{out}");
     let out = ok(dpkg(&r2).args(["--force-depends", "--configure", "gdrshim"]));

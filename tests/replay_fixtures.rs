@@ -24,7 +24,15 @@ fn events(text: &str) -> Vec<Event> {
     let mut v = Vec::new();
     for l in text.lines() {
         if let Some(Record::Ioctl(io)) = parse_line(l) {
-            match decode(io.dev, io.fd, io.request, io.rc, &io.arg, &Bytes(io.params.map(|p| p.1)), t) {
+            match decode(
+                io.dev,
+                io.fd,
+                io.request,
+                io.rc,
+                &io.arg,
+                &Bytes(io.params.map(|p| p.1)),
+                t,
+            ) {
                 Outcome::Event(e) => v.push(e),
                 Outcome::Malformed(why) => panic!("malformed on real traffic: {why}: {l:.120}"),
                 _ => {}
@@ -40,14 +48,18 @@ fn native_registration_sequence_decodes_as_the_fact_sheet_says() {
     let p2p = ev.iter().filter(|e| matches!(e, Event::P2pAlloc { .. })).collect::<Vec<_>>();
     assert_eq!(p2p.len(), 1, "one 503C per context");
     assert!(matches!(p2p[0], Event::P2pAlloc { flags: 1, .. }), "TYPE_BAR1");
-    assert!(ev.iter().any(|e| matches!(e, Event::P2pControl { ctrl: P2pCtrl::RegisterVaSpace { token: 0xfe00, .. }, .. })));
+    assert!(ev.iter().any(|e| matches!(
+        e,
+        Event::P2pControl { ctrl: P2pCtrl::RegisterVaSpace { token: 0xfe00, .. }, .. }
+    )));
     // cudaMalloc(64 MiB): REGISTER_VIDMEM of a 64 MiB vidmem object, then its UVM map at the same VA.
     let (h, addr) = ev
         .iter()
         .find_map(|e| match e {
-            Event::P2pControl { ctrl: P2pCtrl::RegisterVidmem { h_memory, address, size: 0x400_0000, offset: 0 }, .. } => {
-                Some((*h_memory, *address))
-            }
+            Event::P2pControl {
+                ctrl: P2pCtrl::RegisterVidmem { h_memory, address, size: 0x400_0000, offset: 0 },
+                ..
+            } => Some((*h_memory, *address)),
             _ => None,
         })
         .expect("64 MiB registration");
@@ -59,7 +71,13 @@ fn native_registration_sequence_decodes_as_the_fact_sheet_says() {
 
 #[test]
 fn every_fixture_replays_without_malformed_or_mismatched() {
-    for f in ["alloc-probe.cap.gz", "torch-alloc.cap.gz", "torch-exp.cap.gz", "torch-nccl.cap.gz", "bar1-readback.cap.gz"] {
+    for f in [
+        "alloc-probe.cap.gz",
+        "torch-alloc.cap.gz",
+        "torch-exp.cap.gz",
+        "torch-nccl.cap.gz",
+        "bar1-readback.cap.gz",
+    ] {
         let r = replay(&fixture(f));
         assert_eq!((r.malformed, r.bad_lines), (0, 0), "{f}");
         assert!(r.decoded > 100, "{f}: decoded {}", r.decoded);
@@ -70,8 +88,15 @@ fn every_fixture_replays_without_malformed_or_mismatched() {
 
 /// The replay tool on `args`: exit code, stdout, stderr.
 fn replay_tool(args: &[&std::path::Path]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gdrshim-replay")).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gdrshim-replay"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn fixtures_dir() -> std::path::PathBuf {
@@ -80,7 +105,10 @@ fn fixtures_dir() -> std::path::PathBuf {
 
 /// The summary fields of a replay's output, without the `replay=FILE` that names the file.
 fn summary_of(stdout: &str) -> String {
-    let l = stdout.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary: {stdout}"));
+    let l = stdout
+        .lines()
+        .find(|l| l.starts_with("gdrshim: summary "))
+        .unwrap_or_else(|| panic!("no summary: {stdout}"));
     l.split_whitespace().filter(|f| !f.starts_with("replay=")).collect::<Vec<_>>().join(" ")
 }
 
@@ -89,7 +117,8 @@ fn summary_of(stdout: &str) -> String {
 /// predicted, exit 0.
 #[test]
 fn the_replay_tool_reads_each_shipped_capture_gz_and_cap() {
-    let scratch = std::env::temp_dir().join(format!("gdrshim-replay-fixtures-{}", std::process::id()));
+    let scratch =
+        std::env::temp_dir().join(format!("gdrshim-replay-fixtures-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).unwrap();
     let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
         .unwrap()
@@ -102,11 +131,27 @@ fn the_replay_tool_reads_each_shipped_capture_gz_and_cap() {
         let gz = fixtures_dir().join(n);
         let (rc, out, err) = replay_tool(&[&gz]);
         assert_eq!(rc, 0, "{n}: {err}\n{out}");
-        assert!(out.starts_with(&format!("== {} (driver 580.159.04)", gz.display())), "{n}: {out:.200}");
+        assert!(
+            out.starts_with(&format!("== {} (driver 580.159.04)", gz.display())),
+            "{n}: {out:.200}"
+        );
         let s = summary_of(&out);
-        assert!(s.contains(" malformed=0 ") && s.contains(" mismatched=0 ") && s.contains(" uncovered=0 "), "{n}: {s}");
-        let field = |k: &str| s.split_whitespace().find_map(|f| f.strip_prefix(k)).and_then(|v| v.parse::<u64>().ok()).unwrap();
-        assert!(field("ioctls=") > 400 && field("native=") > 0 && field("native=") == field("matched="), "{n}: {s}");
+        assert!(
+            s.contains(" malformed=0 ")
+                && s.contains(" mismatched=0 ")
+                && s.contains(" uncovered=0 "),
+            "{n}: {s}"
+        );
+        let field = |k: &str| {
+            s.split_whitespace()
+                .find_map(|f| f.strip_prefix(k))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap()
+        };
+        assert!(
+            field("ioctls=") > 400 && field("native=") > 0 && field("native=") == field("matched="),
+            "{n}: {s}"
+        );
         let plain = scratch.join(n.trim_end_matches(".gz"));
         std::fs::write(&plain, fixture(n)).unwrap();
         let (rc, out2, err) = replay_tool(&[&plain]);
@@ -125,7 +170,8 @@ fn the_replay_tool_rejects_garbage_and_says_why() {
     let gz = std::fs::read(fixtures_dir().join("alloc-probe.cap.gz")).unwrap();
     // the 200th line cut after its first ten characters: `I c 10 c0…`, no rc, no argument
     let cut: usize = text.lines().take(199).map(|l| l.len() + 1).sum::<usize>() + 10;
-    let mut noise: Vec<u8> = (0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut noise: Vec<u8> =
+        (0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     noise[0] = 0xff;
     let cases: Vec<(&str, Vec<u8>, String)> = vec![
         ("noise.cap", noise, "not a capture: binary data (not UTF-8 text) at byte 0".into()),
@@ -135,9 +181,21 @@ fn the_replay_tool_rejects_garbage_and_says_why() {
             "not a capture: bad magic: the first line is \"hello world\"".into(),
         ),
         ("empty.cap", Vec::new(), "not a capture: the file is empty".into()),
-        ("plain.cap.gz", text.as_bytes().to_vec(), "not gzip: bad magic [56 20] where a .gz file starts 1f 8b".into()),
-        ("half.cap.gz", gz[..gz.len() / 2].to_vec(), "truncated: the gzip stream ends early, at record ".into()),
-        ("cut.cap", text.as_bytes()[..cut].to_vec(), "truncated at record 200: its line has no end".into()),
+        (
+            "plain.cap.gz",
+            text.as_bytes().to_vec(),
+            "not gzip: bad magic [56 20] where a .gz file starts 1f 8b".into(),
+        ),
+        (
+            "half.cap.gz",
+            gz[..gz.len() / 2].to_vec(),
+            "truncated: the gzip stream ends early, at record ".into(),
+        ),
+        (
+            "cut.cap",
+            text.as_bytes()[..cut].to_vec(),
+            "truncated at record 200: its line has no end".into(),
+        ),
     ];
     for (name, bytes, why) in &cases {
         let f = d.join(name);
@@ -153,7 +211,12 @@ fn the_replay_tool_rejects_garbage_and_says_why() {
     let (rc, out, err) = replay_tool(&[&bad]);
     assert_eq!(rc, 1, "{out}{err}");
     assert!(summary_of(&out).contains(" malformed=0 "));
-    assert!(err.contains("1 line(s) are no capture record, the first is line 2: \"Z this is no record\""), "{err}");
+    assert!(
+        err.contains(
+            "1 line(s) are no capture record, the first is line 2: \"Z this is no record\""
+        ),
+        "{err}"
+    );
     // every file is tried; the exit code is the worst
     let good = fixtures_dir().join("torch-alloc.cap.gz");
     let (rc, out, err) = replay_tool(&[&good, &d.join("hello.cap"), &bad]);
@@ -167,7 +230,12 @@ fn each_mark_comes_before_the_lines_of_the_step_it_names() {
     // issue 31: a program writes its mark after its step; the replay printed "# cudaMalloc 64M"
     // after the 64 MiB allocation's line, under the one before it
     let r = replay(&fixture("alloc-probe.cap.gz"));
-    let at = |prefix: &str| r.report.iter().position(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}: {:#?}", r.report));
+    let at = |prefix: &str| {
+        r.report
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{prefix}: {:#?}", r.report))
+    };
     let alloc_64m = at("cuMemAlloc_v2 [0x7f63d6000000, +0x4000000)");
     assert_eq!(r.report[alloc_64m - 1], "# cudaMalloc 64M", "{:#?}", r.report);
     let alloc_3m = at("cuMemAlloc_v2 [0x7f63f8800000, +0x300000)");

@@ -17,7 +17,18 @@ fn env() -> &'static Env {
     E.get_or_init(|| {
         let e = rig::build("routes", &["routes"]);
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-        common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "dlopened", c.join("dlopened.c").to_str().unwrap(), "-ldl"]);
+        common::cc(
+            &e,
+            &[
+                "-O1",
+                "-Wall",
+                "-Werror",
+                "-o",
+                "dlopened",
+                c.join("dlopened.c").to_str().unwrap(),
+                "-ldl",
+            ],
+        );
         // the same library under another name: a second copy
         // (the core's own check: a second front is never called, so it has nothing to say)
         std::fs::copy(common::knobs_core(), e.dir.join("libgdrshim-copy.so")).unwrap();
@@ -46,15 +57,34 @@ fn the_route_matrix() {
                 if capable && new_verbs {
                     assert_eq!((route, reg, s["route"].as_str()), ("1", "yes", "dmabuf"), "{what}");
                     assert_eq!(s["dmabuf_exports"], "1", "{what}");
-                    assert_eq!(s["registered"], "0", "no NV503C registration on the DMA-BUF route: {what}");
+                    assert_eq!(
+                        s["registered"], "0",
+                        "no NV503C registration on the DMA-BUF route: {what}"
+                    );
                 } else if peermem {
                     assert_eq!((route, reg, s["route"].as_str()), ("2", "yes", "nv503c"), "{what}");
-                    assert_eq!((s["registered"].as_str(), s["dmabuf_exports"].as_str()), ("1", "0"), "{what}");
+                    assert_eq!(
+                        (s["registered"].as_str(), s["dmabuf_exports"].as_str()),
+                        ("1", "0"),
+                        "{what}"
+                    );
                 } else {
                     // no route: the call fails exactly as without gdrshim, and the log says why
-                    assert_eq!((route, reg, field(line, "errno"), field(line, "active")), ("0", "no", "14", "0"), "{what}");
-                    assert!(err.contains("no registration route works here") && err.contains("NV503C lacks nvidia-peermem"), "{what}");
-                    assert_eq!(err.contains("ibv_reg_dmabuf_mr in libibverbs"), !new_verbs, "{what}");
+                    assert_eq!(
+                        (route, reg, field(line, "errno"), field(line, "active")),
+                        ("0", "no", "14", "0"),
+                        "{what}"
+                    );
+                    assert!(
+                        err.contains("no registration route works here")
+                            && err.contains("NV503C lacks nvidia-peermem"),
+                        "{what}"
+                    );
+                    assert_eq!(
+                        err.contains("ibv_reg_dmabuf_mr in libibverbs"),
+                        !new_verbs,
+                        "{what}"
+                    );
                     assert_eq!(err.contains("dma-buf capability (RM says no"), !capable, "{what}");
                     assert_eq!(s["route"], "none", "{what}");
                 }
@@ -72,7 +102,11 @@ fn a_route_asked_too_early_is_decided_later() {
     let (code, out, err) = routes("early", &rig, &["early"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let line = find_line(&out, &err, "routes early ok");
-    assert_eq!((field(line, "before"), field(line, "route"), field(line, "registered")), ("0", "1", "yes"), "{line}\n{err}");
+    assert_eq!(
+        (field(line, "before"), field(line, "route"), field(line, "registered")),
+        ("0", "1", "yes"),
+        "{line}\n{err}"
+    );
     assert_eq!(summary(&err)["route"], "dmabuf", "{err}");
 }
 
@@ -94,17 +128,26 @@ fn the_dmabuf_route_gives_the_nic_exactly_the_mapped_memory() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("dmabuf", &rig, &["dmabuf", "10000"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("routes dmabuf ok cycles=10000 buffers_left=0 failures=0"), "{out}\n{err}");
+    assert!(
+        out.contains("routes dmabuf ok cycles=10000 buffers_left=0 failures=0"),
+        "{out}\n{err}"
+    );
     let s = summary(&err);
     assert_eq!(s["route"], "dmabuf");
     // 6 MRs and 10 000 cycles, each one export; the two-GPU, ODP and unmapped ones are misses
     assert_eq!(s["dmabuf_exports"], "10006", "{err}");
-    assert_eq!((s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()), ("0", "0", "0"));
+    assert_eq!(
+        (s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()),
+        ("0", "0", "0")
+    );
     assert!(s["odp_mrs"] != "0", "{err}");
     assert!(err.contains("addr=0x7f00005f0000 len=0x20000 pass0 miss"), "across two GPUs: {err}");
     assert!(err.contains("IBV_ACCESS_ON_DEMAND on GPU memory"), "{err}");
     // the memory freed under a live MR is named: the dma-buf keeps it until the dereg
-    assert!(err.contains("verbs MR(s) still use it") && err.contains("the dma-buf holds it"), "{err}");
+    assert!(
+        err.contains("verbs MR(s) still use it") && err.contains("the dma-buf holds it"),
+        "{err}"
+    );
     assert!(err.contains("exported 2 piece(s)"), "an MR over two memory objects: {err}");
 }
 
@@ -114,7 +157,10 @@ fn cuda_callers_get_a_dmabuf_where_libcuda_refuses() {
     let (code, out, err) = routes("cuda", &rig, &["cuda"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let line = find_line(&out, &err, "routes cuda");
-    assert_eq!(line, "routes cuda ok attr124=1 r=0 size=524288 r_unaligned=1 r_unmapped=1 export=fd", "{err}");
+    assert_eq!(
+        line, "routes cuda ok attr124=1 r=0 size=524288 r_unaligned=1 r_unmapped=1 export=fd",
+        "{err}"
+    );
     let s = summary(&err);
     // one for CUDA's caller, one for gdrshim_export_dmabuf
     assert_eq!((s["dmabuf_served"].as_str(), s["dmabuf_exports"].as_str()), ("2", "2"), "{err}");
@@ -134,7 +180,11 @@ fn only_the_programs_own_memory_is_registered_or_exported() {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("routes owned ok route=1 both=mr r_both=0 r_cuda=1 r_past=1 export_cuda=-13 export_both=fd"), "{out}\n{err}");
     let s = summary(&err);
-    assert_eq!((s["pass0_hits"].as_str(), s["pass0_misses"].as_str(), s["dmabuf_served"].as_str()), ("1", "2", "2"), "{err}");
+    assert_eq!(
+        (s["pass0_hits"].as_str(), s["pass0_misses"].as_str(), s["dmabuf_served"].as_str()),
+        ("1", "2", "2"),
+        "{err}"
+    );
     assert!(err.contains("is not in any allocation this program made through CUDA"), "{err}");
     assert!(err.contains("answering CUDA_ERROR_INVALID_VALUE"), "{err}");
     // the NV503C route: the same MRs, and nothing of CUDA's memory registered with RM
@@ -153,11 +203,16 @@ fn only_the_programs_own_memory_is_registered_or_exported() {
 #[test]
 fn a_refused_export_leaves_the_call_as_it_was() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
-    let (code, out, err) = routes("refused", &rig, &["refused"], &[("FAKEVERBS_DMABUF_FAIL", "95")]);
+    let (code, out, err) =
+        routes("refused", &rig, &["refused"], &[("FAKEVERBS_DMABUF_FAIL", "95")]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("routes refused ok buffers_left=0"), "{out}\n{err}");
     assert_eq!(summary(&err)["dmabuf_refused"], "1");
-    assert!(err.contains("ibv_reg_dmabuf_mr refused the export") && err.contains("delegating the original call"), "{err}");
+    assert!(
+        err.contains("ibv_reg_dmabuf_mr refused the export")
+            && err.contains("delegating the original call"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -175,8 +230,14 @@ fn two_copies_make_one_registration_one_warning_one_summary() {
     let e = env();
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let copy = e.dir.join("libgdrshim-copy.so");
-    let preload = format!("{}:{}:{}", common::knobs_core().display(), copy.display(), e.dir.join("libfakerm.so").display());
-    let (code, out, err) = routes("twocopies", &rig, &["matrix"], &[("LD_PRELOAD", preload.as_str())]);
+    let preload = format!(
+        "{}:{}:{}",
+        common::knobs_core().display(),
+        copy.display(),
+        e.dir.join("libfakerm.so").display()
+    );
+    let (code, out, err) =
+        routes("twocopies", &rig, &["matrix"], &[("LD_PRELOAD", preload.as_str())]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("route=1 active=1 registered=yes"), "{out}\n{err}");
     assert_eq!(err.matches("gdrshim: summary").count(), 1, "one summary: {err}");
@@ -192,7 +253,10 @@ fn a_dlopened_copy_never_claims_to_register() {
     common::fakedev::fake_dev(&dev, &[], true);
     for global in [false, true] {
         let mut c = Command::new(e.dir.join("dlopened"));
-        c.arg(&e.shim).env("GDRSHIM_TEST_DEV_DIR", &dev).env("GDRSHIM_MODE", "register").env("GDRSHIM_ROUTE", "nv503c");
+        c.arg(&e.shim)
+            .env("GDRSHIM_TEST_DEV_DIR", &dev)
+            .env("GDRSHIM_MODE", "register")
+            .env("GDRSHIM_ROUTE", "nv503c");
         if global {
             c.arg("global");
         }

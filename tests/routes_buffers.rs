@@ -36,13 +36,23 @@ fn mrs_over_one_buffer_share_one_export_closed_with_the_last() {
     let s = summary(&err);
     // 4 + twin over one buffer (one export, four reuses), the caller's, old and new memory
     assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()), ("4", "4"), "{err}");
-    assert_eq!((s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()), ("0", "0", "0"), "{err}");
+    assert_eq!(
+        (s["rm_errors"].as_str(), s["dmabuf_refused"].as_str(), s["dmabuf_live"].as_str()),
+        ("0", "0", "0"),
+        "{err}"
+    );
     // 5 MRs of 4 MiB at once over one buffer; later the old memory's buffer (held by its MR) and
     // the new one's: two buffers at once
-    let bytes: Vec<&str> = ["registered_bytes", "registered_peak_bytes", "exported_bytes", "exported_peak_bytes", "dmabuf_buffers"]
-        .iter()
-        .map(|k| s[*k].as_str())
-        .collect();
+    let bytes: Vec<&str> = [
+        "registered_bytes",
+        "registered_peak_bytes",
+        "exported_bytes",
+        "exported_peak_bytes",
+        "dmabuf_buffers",
+    ]
+    .iter()
+    .map(|k| s[*k].as_str())
+    .collect();
     assert_eq!(bytes, ["0", "20971520", "0", "8388608", "0"], "{err}");
 }
 
@@ -84,18 +94,28 @@ fn outcomes_the_core_had_no_time_for_are_taken_in_by_its_next_holder() {
         "{err}"
     );
     let s = summary(&err);
-    let counts: Vec<&str> =
-        ["dmabuf_exports", "dmabuf_reused", "dmabuf_live", "dmabuf_buffers", "registered_bytes", "registered_peak_bytes"]
-            .iter()
-            .map(|k| s[*k].as_str())
-            .collect();
+    let counts: Vec<&str> = [
+        "dmabuf_exports",
+        "dmabuf_reused",
+        "dmabuf_live",
+        "dmabuf_buffers",
+        "registered_bytes",
+        "registered_peak_bytes",
+    ]
+    .iter()
+    .map(|k| s[*k].as_str())
+    .collect();
     assert_eq!(counts, ["4", "4", "0", "0", "0", "20971520"], "{err}");
     // a dereg right after its registration finds the MR whose outcome is still kept; a release
     // sees an MR whose outcome is still kept (its warning); both settle by the end
     for knob in [&late[..], &[]] {
         let (code, out, err) = routes("quick-late", &rig, &["quick"], knob);
         let line = find_line(&out, &err, "routes quick");
-        assert_eq!((code, line), (0, "routes quick ok left=0 dmabuf_buffers=0 registered_bytes=0 exports=2"), "{knob:?}\n{err}");
+        assert_eq!(
+            (code, line),
+            (0, "routes quick ok left=0 dmabuf_buffers=0 registered_bytes=0 exports=2"),
+            "{knob:?}\n{err}"
+        );
         assert!(err.contains("still use it"), "the release saw the MR ({knob:?}): {err}");
     }
     for peermem in [false, true] {
@@ -120,17 +140,31 @@ fn bar1_is_asked_at_the_first_export_and_warned_of_once_when_not_static() {
         let (code, out, err) = rig::routes(env(), tag, &rig, &["bar1"], &extra, resource);
         assert_eq!(code, 0, "{out}\n{err}");
         // none before the first export, two (static BAR1, BAR1 size) at it, none after
-        assert_eq!(out.lines().find(|l| l.starts_with("routes bar1")), Some("routes bar1 ok queries=0002,2"), "{out}\n{err}");
+        assert_eq!(
+            out.lines().find(|l| l.starts_with("routes bar1")),
+            Some("routes bar1 ok queries=0002,2"),
+            "{out}\n{err}"
+        );
         let s = summary(&err);
         // 6 buffers (12 MRs) of 64 MiB at once: exports 6, reused 6 + 1 later
-        assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()), ("7", "6"), "{err}");
+        assert_eq!(
+            (s["dmabuf_exports"].as_str(), s["dmabuf_reused"].as_str()),
+            ("7", "6"),
+            "{err}"
+        );
         (err.matches(WARNING).count(), s["bar1_bytes"].clone(), s["bar1_static"].clone(), err)
     };
     let mib256 = (256u64 << 20).to_string();
     let (warnings, bytes, is_static, err) = run("bar1-small", "256", "0", None);
     assert_eq!((warnings, bytes.as_str(), is_static.as_str()), (1, mib256.as_str(), "0"), "{err}");
     let w = err.lines().find(|l| l.contains(WARNING)).unwrap();
-    for part in ["BAR1 256 MiB (RM, not static)", "live 256 MiB", "this buffer 64 MiB", "Resizable BAR", "shares one dma-buf"] {
+    for part in [
+        "BAR1 256 MiB (RM, not static)",
+        "live 256 MiB",
+        "this buffer 64 MiB",
+        "Resizable BAR",
+        "shares one dma-buf",
+    ] {
         assert!(w.contains(part), "{part}: {w}");
     }
     assert!(err.contains("BAR1 256 MiB (RM), not static"), "the answer is logged: {err}");

@@ -34,16 +34,37 @@ fn devx_umems_on_the_dmabuf_route_are_dmabuf_umems_of_exactly_the_memory() {
         "{what}"
     );
     assert_eq!(find_line(&out, &err, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
-    assert_eq!(find_line(&out, &err, "umem2"), "umem2 ok=1 errno=4242 mask=0x1 pgsz=0xffffffffffff0000 regs=0 caller_mask=0", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem2"),
+        "umem2 ok=1 errno=4242 mask=0x1 pgsz=0xffffffffffff0000 regs=0 caller_mask=0",
+        "{what}"
+    );
     assert_eq!(find_line(&out, &err, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
     assert_eq!(find_line(&out, &err, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
-    assert_eq!(find_line(&out, &err, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem unknown"),
+        "umem unknown ok=0 errno=95 mask=0x20",
+        "{what}"
+    );
     assert_eq!(find_line(&out, &err, "umem own"), "umem own ok=0 errno=9", "{what}");
     assert!(out.contains("routes umem ok buffers_left=0 failures=0"), "{what}");
-    assert!(err.contains("mlx5dv_devx_umem_reg addr=0x7f0000010000 len=0x40000 pass0 hit: exported 1 piece(s)"), "{what}");
-    assert_eq!(err.matches("comp_mask bits 0x20 unknown to gdrshim").count(), 1, "one line names it: {what}");
+    assert!(
+        err.contains(
+            "mlx5dv_devx_umem_reg addr=0x7f0000010000 len=0x40000 pass0 hit: exported 1 piece(s)"
+        ),
+        "{what}"
+    );
+    assert_eq!(
+        err.matches("comp_mask bits 0x20 unknown to gdrshim").count(),
+        1,
+        "one line names it: {what}"
+    );
     let s = summary(&err);
-    assert_eq!((s["dmabuf_exports"].as_str(), s["dmabuf_live"].as_str(), s["rm_errors"].as_str()), ("2", "0", "0"), "{what}");
+    assert_eq!(
+        (s["dmabuf_exports"].as_str(), s["dmabuf_live"].as_str(), s["rm_errors"].as_str()),
+        ("2", "0", "0"),
+        "{what}"
+    );
 }
 
 /// The same calls on the NV503C route: the memory is registered with RM before the provider's
@@ -54,15 +75,31 @@ fn devx_umems_on_the_nv503c_route_hold_a_registration_until_dereg() {
     let (code, out, err) = routes("umem-nv", &rig, &["umem"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let what = format!("{out}\n{err}");
-    assert_eq!(find_line(&out, &err, "umem1 ok"), "umem1 ok=1 errno=4242 legacy=1 ex=0 mask=0 pgsz=0 regs=1 bufs=0", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem1 ok"),
+        "umem1 ok=1 errno=4242 legacy=1 ex=0 mask=0 pgsz=0 regs=1 bufs=0",
+        "{what}"
+    );
     assert_eq!(find_line(&out, &err, "umem1 after"), "umem1 after regs=0 bufs=0", "{what}");
-    assert_eq!(find_line(&out, &err, "umem2"), "umem2 ok=1 errno=4242 mask=0 pgsz=0xffffffffffff0000 regs=1 caller_mask=0", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem2"),
+        "umem2 ok=1 errno=4242 mask=0 pgsz=0xffffffffffff0000 regs=1 caller_mask=0",
+        "{what}"
+    );
     assert_eq!(find_line(&out, &err, "umem host"), "umem host ok=1 legacy=1 ex=0", "{what}");
     assert_eq!(find_line(&out, &err, "umem miss"), "umem miss ok=0 errno=14 ex=0 regs=0", "{what}");
-    assert_eq!(find_line(&out, &err, "umem unknown"), "umem unknown ok=0 errno=95 mask=0x20", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "umem unknown"),
+        "umem unknown ok=0 errno=95 mask=0x20",
+        "{what}"
+    );
     assert!(out.contains("routes umem ok buffers_left=0 failures=0"), "{what}");
     let s = summary(&err);
-    assert_eq!((s["registered"].as_str(), s["unregistered"].as_str(), s["live_registrations"].as_str()), ("2", "2", "0"), "{what}");
+    assert_eq!(
+        (s["registered"].as_str(), s["unregistered"].as_str(), s["live_registrations"].as_str()),
+        ("2", "2", "0"),
+        "{what}"
+    );
 }
 
 /// A provider that refuses the dma-buf umem: the original call is delegated untouched and fails
@@ -70,7 +107,8 @@ fn devx_umems_on_the_nv503c_route_hold_a_registration_until_dereg() {
 #[test]
 fn a_refused_dmabuf_umem_leaves_the_call_as_it_was() {
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
-    let (code, out, err) = routes("umem-refused", &rig, &["umem"], &[("FAKEMLX5_DMABUF_FAIL", "95")]);
+    let (code, out, err) =
+        routes("umem-refused", &rig, &["umem"], &[("FAKEMLX5_DMABUF_FAIL", "95")]);
     let what = format!("{out}\n{err}");
     assert_eq!(code, 0, "{what}");
     assert_eq!(
@@ -79,7 +117,11 @@ fn a_refused_dmabuf_umem_leaves_the_call_as_it_was() {
         "{what}"
     );
     assert!(out.contains("routes umem ok buffers_left=0"), "{what}");
-    assert!(err.contains("mlx5dv_devx_umem_reg_ex refused the export") && err.contains("delegating the original call"), "{what}");
+    assert!(
+        err.contains("mlx5dv_devx_umem_reg_ex refused the export")
+            && err.contains("delegating the original call"),
+        "{what}"
+    );
 }
 
 /// ibv_reg_mr_ex of GPU memory on the DMA-BUF route stays ibv_reg_mr_ex: the address becomes the
@@ -91,8 +133,16 @@ fn reg_mr_ex_keeps_every_mask_bit_it_does_not_convert() {
     let (code, out, err) = routes("mrex", &rig, &["mrex"], &[]);
     let what = format!("{out}\n{err}");
     assert_eq!(code, 0, "{what}");
-    assert_eq!(find_line(&out, &err, "mrex dmah"), "mrex dmah ok=1 errno=4242 addr_shown=1 mask=0x1d dmah=0xd0a4", "{what}");
-    assert_eq!(find_line(&out, &err, "mrex unknown"), "mrex unknown ok=0 errno=95 mask=0x42", "{what}");
+    assert_eq!(
+        find_line(&out, &err, "mrex dmah"),
+        "mrex dmah ok=1 errno=4242 addr_shown=1 mask=0x1d dmah=0xd0a4",
+        "{what}"
+    );
+    assert_eq!(
+        find_line(&out, &err, "mrex unknown"),
+        "mrex unknown ok=0 errno=95 mask=0x42",
+        "{what}"
+    );
     assert!(out.contains("routes mrex ok buffers_left=0 failures=0"), "{what}");
     assert_eq!(err.matches("comp_mask bits 0x40 unknown to gdrshim").count(), 1, "{what}");
 }

@@ -12,7 +12,8 @@ fn heap_per_live_allocation_is_at_most_128_bytes() {
     let env = common::build("scale-heap");
     scale::build(&env);
     let args: Vec<String> = ["heap", "1000", "100000"].map(String::from).to_vec();
-    let (with, without) = (scale::heap(&scale::run(&env, true, &args)), scale::heap(&scale::run(&env, false, &args)));
+    let (with, without) =
+        (scale::heap(&scale::run(&env, true, &args)), scale::heap(&scale::run(&env, false, &args)));
     let ours = |n: u64| with[&n] - without[&n];
     let per = (ours(100_000) - ours(1000)) as f64 / 99_000.0;
     eprintln!("heap per live allocation: {per:.1} B");
@@ -26,14 +27,24 @@ fn operations_cost_the_same_at_a_hundred_times_the_allocations() {
     let args: Vec<String> = ["ops", "1000", "1000", "100000"].map(String::from).to_vec();
     let t = scale::times(&scale::run(&env, true, &args));
     let p50 = |n: u64, op: &str| t[&(n, op.to_string())].0.max(1) as f64;
-    for (op, at_small) in [("alloc", 1000), ("free", 1000), ("reg_host", 1000), ("reg_gpu", 1000), ("reg_gpu_again", 1000)] {
+    for (op, at_small) in [
+        ("alloc", 1000),
+        ("free", 1000),
+        ("reg_host", 1000),
+        ("reg_gpu", 1000),
+        ("reg_gpu_again", 1000),
+    ] {
         let ratio = p50(100_000, op) / p50(at_small, op);
         eprintln!("{op}: p50 at 10^5 / at 10^3 = {ratio:.2}");
         assert!(ratio <= 4.0, "{op}: {ratio:.2}× at 10^5 live allocations");
     }
     for what in ["free", "alloc"] {
-        let ratio = p50(100_000, &format!("{what}_with_100000_regs")) / p50(1000, &format!("{what}_with_1000_regs"));
+        let ratio = p50(100_000, &format!("{what}_with_100000_regs"))
+            / p50(1000, &format!("{what}_with_1000_regs"));
         eprintln!("{what} with registrations live: p50 at 10^5 / at 10^3 = {ratio:.2}");
-        assert!(ratio <= 4.0, "{what}: with 10^5 registrations live {ratio:.2}× the cost with 10^3");
+        assert!(
+            ratio <= 4.0,
+            "{what}: with 10^5 registrations live {ratio:.2}× the cost with 10^3"
+        );
     }
 }

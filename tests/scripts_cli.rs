@@ -46,8 +46,18 @@ fn state_record_usage_errors_exit_2_with_a_message() {
     let r = run(&p, &["compare", "A"], &[]);
     assert_eq!(r.rc, 2, "{}", r.err);
     assert!(r.err.contains("compare needs two saved folders"), "{}", r.err);
-    assert!(!r.err.contains("parameter null or not set") && !r.err.contains("line "), "no bash error: {}", r.err);
-    for args in [vec!["compare"], vec!["compare", "A", "B", "C"], vec!["save", "a", "b"], vec![], vec!["frobnicate"]] {
+    assert!(
+        !r.err.contains("parameter null or not set") && !r.err.contains("line "),
+        "no bash error: {}",
+        r.err
+    );
+    for args in [
+        vec!["compare"],
+        vec!["compare", "A", "B", "C"],
+        vec!["save", "a", "b"],
+        vec![],
+        vec!["frobnicate"],
+    ] {
         let r = run(&p, &args, &[]);
         assert_eq!(r.rc, 2, "{args:?}: {}", r.err);
         assert!(r.err.contains("gdr-state-record:"), "{args:?}: {}", r.err);
@@ -60,10 +70,18 @@ fn state_record_saves_every_item_and_compares_what_matters() {
     let (rc, out) = sh("gdr-state-record", &["save", s.to_str().unwrap()], &[]);
     assert_eq!(rc, 0, "{out}");
     let a = PathBuf::from(out.trim());
-    for item in
-        ["nvidia-smi-q", "nvidia-smi-topo-p2p-r", "packages", "holds", "dkms-status", "kernel", "modinfo-nvidia", "proc-driver-version"]
-    {
-        let t = std::fs::read_to_string(a.join(format!("{item}.txt"))).unwrap_or_else(|_| panic!("{item} not saved"));
+    for item in [
+        "nvidia-smi-q",
+        "nvidia-smi-topo-p2p-r",
+        "packages",
+        "holds",
+        "dkms-status",
+        "kernel",
+        "modinfo-nvidia",
+        "proc-driver-version",
+    ] {
+        let t = std::fs::read_to_string(a.join(format!("{item}.txt")))
+            .unwrap_or_else(|_| panic!("{item} not saved"));
         // a tool that is missing here says so instead of leaving an empty file
         assert!(!t.is_empty() || item == "holds", "{item}: empty");
     }
@@ -71,19 +89,37 @@ fn state_record_saves_every_item_and_compares_what_matters() {
     let b = s.join("copy");
     assert!(Command::new("cp").arg("-a").arg(&a).arg(&b).status().unwrap().success());
     // live readings of nvidia-smi -q are not a difference
-    std::fs::write(a.join("nvidia-smi-q.txt"), "Timestamp : Mon\nDriver Version : 595.71.05\n    GPU Current Temp : 40 C\n").unwrap();
-    std::fs::write(b.join("nvidia-smi-q.txt"), "Timestamp : Tue\nDriver Version : 595.71.05\n    GPU Current Temp : 55 C\n").unwrap();
-    let (rc, out) = sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
+    std::fs::write(
+        a.join("nvidia-smi-q.txt"),
+        "Timestamp : Mon\nDriver Version : 595.71.05\n    GPU Current Temp : 40 C\n",
+    )
+    .unwrap();
+    std::fs::write(
+        b.join("nvidia-smi-q.txt"),
+        "Timestamp : Tue\nDriver Version : 595.71.05\n    GPU Current Temp : 55 C\n",
+    )
+    .unwrap();
+    let (rc, out) =
+        sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("no difference"), "{out}");
     // a driver change is
-    std::fs::write(b.join("nvidia-smi-q.txt"), "Timestamp : Tue\nDriver Version : 595.58.03\n").unwrap();
+    std::fs::write(b.join("nvidia-smi-q.txt"), "Timestamp : Tue\nDriver Version : 595.58.03\n")
+        .unwrap();
     std::fs::remove_file(b.join("holds.txt")).unwrap();
-    let (rc, out) = sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
+    let (rc, out) =
+        sh("gdr-state-record", &["compare", a.to_str().unwrap(), b.to_str().unwrap()], &[]);
     assert_eq!(rc, 1, "{out}");
-    assert!(out.contains("== nvidia-smi-q changed:") && out.contains("> Driver Version : 595.58.03"), "{out}");
+    assert!(
+        out.contains("== nvidia-smi-q changed:") && out.contains("> Driver Version : 595.58.03"),
+        "{out}"
+    );
     assert!(out.contains("== holds: only in"), "{out}");
-    assert_eq!(sh("gdr-state-record", &["compare", a.to_str().unwrap(), s.to_str().unwrap()], &[]).0, 2, "not a save");
+    assert_eq!(
+        sh("gdr-state-record", &["compare", a.to_str().unwrap(), s.to_str().unwrap()], &[]).0,
+        2,
+        "not a save"
+    );
 }
 
 /// A release tree of our own making (scripts/ of the repository, a stub gdr-state-record and a
@@ -103,7 +139,10 @@ fn doctor_tree(at: &Path, tool_rc: i32) -> PathBuf {
             log = log.display()
         ),
     );
-    write_exe(&t.join("bin/gdrshim-tool"), &format!("#!/bin/sh\necho \"tool $*\" >> {}\nexit {tool_rc}\n", log.display()));
+    write_exe(
+        &t.join("bin/gdrshim-tool"),
+        &format!("#!/bin/sh\necho \"tool $*\" >> {}\nexit {tool_rc}\n", log.display()),
+    );
     t
 }
 
@@ -132,12 +171,22 @@ fn doctor_checks_arguments_before_recording_and_passes_the_exit_code_through() {
     let doctor = t.join("scripts/doctor");
     // version of the release it belongs to
     assert_eq!(run(&doctor, &["--version"], &[]).out, "doctor (gdrshim) 9.8.7\n");
-    for args in
-        [vec!["--help"], vec!["-h"], vec!["--version"], vec!["--bogus"], vec!["--json", "extra"], vec!["--from"], vec!["--keep", "--from"]]
-    {
+    for args in [
+        vec!["--help"],
+        vec!["-h"],
+        vec!["--version"],
+        vec!["--bogus"],
+        vec!["--json", "extra"],
+        vec!["--from"],
+        vec!["--keep", "--from"],
+    ] {
         let r = run(&doctor, &args, &[]);
         assert!(r.rc == 0 || r.rc == 2, "{args:?}: {}", r.rc);
-        assert_eq!(r.rc == 0, args[0].starts_with("-h") || args[0] == "--help" || args[0] == "--version", "{args:?}");
+        assert_eq!(
+            r.rc == 0,
+            args[0].starts_with("-h") || args[0] == "--help" || args[0] == "--version",
+            "{args:?}"
+        );
         assert_eq!(calls(&s), "", "{args:?}: nothing recorded, the tool not run");
     }
     let r = run(&doctor, &["--from"], &[]);
@@ -153,7 +202,8 @@ fn demo(args: &[&str], replay: &Path) -> Run {
     run(&script("scripts/dev/demo.sh"), args, &[("GDRSHIM_DEMO_REPLAY", replay.to_str().unwrap())])
 }
 
-const WORKLOADS: [&str; 5] = ["alloc-probe", "bar1-readback", "torch-alloc", "torch-exp", "torch-nccl"];
+const WORKLOADS: [&str; 5] =
+    ["alloc-probe", "bar1-readback", "torch-alloc", "torch-exp", "torch-nccl"];
 
 #[test]
 fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
@@ -163,7 +213,8 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
     let o = &r.out;
     for w in WORKLOADS {
         assert_eq!(
-            o.matches(&format!("\n== {w}: ")).count() + usize::from(o.starts_with(&format!("== {w}: "))),
+            o.matches(&format!("\n== {w}: ")).count()
+                + usize::from(o.starts_with(&format!("== {w}: "))),
             1,
             "one section for {w}:\n{o}"
         );
@@ -173,7 +224,10 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
     let lines: Vec<&str> = o.lines().collect();
     let head = lines.iter().position(|l| l.starts_with("workload ")).expect("a verdict table");
     let cols: Vec<&str> = lines[head].split('|').map(str::trim).collect();
-    assert_eq!(cols, ["workload", "allocations", "libcuda registrations", "predicted", "mismatched"]);
+    assert_eq!(
+        cols,
+        ["workload", "allocations", "libcuda registrations", "predicted", "mismatched"]
+    );
     let mut rows = 0;
     for l in &lines[head + 2..] {
         let c: Vec<&str> = l.split('|').map(str::trim).collect();
@@ -182,12 +236,19 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
         }
         let n: Vec<u64> = c[1..].iter().map(|x| x.parse().unwrap()).collect();
         assert!(n[0] > 0 && n[1] > 0, "{l}");
-        assert_eq!((n[2], n[3]), (n[1], 0), "every registration libcuda made predicted, none different: {l}");
+        assert_eq!(
+            (n[2], n[3]),
+            (n[1], 0),
+            "every registration libcuda made predicted, none different: {l}"
+        );
         rows += 1;
     }
     assert_eq!(rows, WORKLOADS.len() + 1, "a row per workload and the total:\n{o}");
     assert!(o.contains("allocation by allocation") && o.contains("H200"), "what it proves: {o}");
-    assert!(o.contains("\"= native\"") && o.contains("is exactly the one libcuda made"), "what = native means: {o}");
+    assert!(
+        o.contains("\"= native\"") && o.contains("is exactly the one libcuda made"),
+        "what = native means: {o}"
+    );
 
     // --verbose: the lines of today, each program step's label before its lines
     let v = demo(&["--verbose"], &replay);
@@ -222,7 +283,10 @@ fn demo_says_fail_when_a_prediction_differs_or_the_replay_breaks() {
     assert_eq!(r.rc, 1, "{}", r.out);
     assert!(r.out.contains("FAIL: torch-exp"), "{}", r.out);
     assert!(
-        r.out.lines().any(|l| l.starts_with("torch-exp ") && l.split('|').map(str::trim).next_back() == Some("1")),
+        r.out
+            .lines()
+            .any(|l| l.starts_with("torch-exp ")
+                && l.split('|').map(str::trim).next_back() == Some("1")),
         "the table shows it: {}",
         r.out
     );
@@ -232,5 +296,9 @@ fn demo_says_fail_when_a_prediction_differs_or_the_replay_breaks() {
     write_exe(&dead, "#!/bin/sh\necho 'gdrshim-replay: rejected: not a capture' >&2\nexit 2\n");
     let r = demo(&[], &dead);
     assert_eq!(r.rc, 1);
-    assert!(r.out.contains("the replay gave no summary (exit 2)") && r.out.contains("not a capture"), "{}", r.out);
+    assert!(
+        r.out.contains("the replay gave no summary (exit 2)") && r.out.contains("not a capture"),
+        "{}",
+        r.out
+    );
 }

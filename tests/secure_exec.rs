@@ -16,9 +16,17 @@ fn inert_under_secure_execution() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "run as root");
     let s = scratch("secure");
-    let built = Command::new(env!("CARGO")).args(["build", "--release", "--lib", "-q"]).current_dir(root()).status().unwrap();
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--lib", "-q"])
+        .current_dir(root())
+        .status()
+        .unwrap();
     assert!(built.success());
-    let lib_dir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"].into_iter().map(Path::new).find(|p| p.is_dir()).unwrap();
+    let lib_dir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_dir())
+        .unwrap();
     struct Cleanup(PathBuf);
     impl Drop for Cleanup {
         fn drop(&mut self) {
@@ -43,9 +51,16 @@ fn inert_under_secure_execution() {
         names.push(name);
     }
     // a setgid bit only counts on a file system mounted without nosuid: the build tree's, not /tmp's
-    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("secure_probe-{}", std::process::id()));
+    let bin =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("secure_probe-{}", std::process::id()));
     let _bin_cleanup = Cleanup(bin.clone());
-    assert!(Command::new("cc").arg("-o").arg(&bin).arg(root().join("tests/c/secure_probe.c")).status().unwrap().success());
+    assert!(Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(root().join("tests/c/secure_probe.c"))
+        .status()
+        .unwrap()
+        .success());
     // setgid to a group the caller is not in: AT_SECURE even for root
     assert!(Command::new("chown").arg("root:65534").arg(&bin).status().unwrap().success());
     assert!(Command::new("chmod").arg("2755").arg(&bin).status().unwrap().success());
@@ -60,13 +75,19 @@ fn inert_under_secure_execution() {
             .env("GDRSHIM_CAPTURE", &cap)
             .output()
             .unwrap();
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     for name in &names {
         let (out, err) = run(name);
         assert_eq!(out, "secure=1 loaded=1 mode=0\n", "{name}: {err}");
         assert!(!err.contains("gdrshim"), "{name}: nothing said: {err}");
-        assert!(!log.exists() && !cap.exists(), "{name}: no file named by the environment was created");
+        assert!(
+            !log.exists() && !cap.exists(),
+            "{name}: no file named by the environment was created"
+        );
     }
     // the same program made ordinary: the shim is live (the control of the experiment)
     assert!(Command::new("chmod").arg("0755").arg(&bin).status().unwrap().success());

@@ -31,13 +31,18 @@ fn knob(name: &str, default: u64) -> u64 {
 
 /// This run's seed: `GDRSHIM_STRESS_SEED`, else one from the clock (printed with every failure).
 fn seed(route: &str) -> u64 {
-    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
     knob("GDRSHIM_STRESS_SEED", clock ^ route.len() as u64)
 }
 
 /// `key=value` pairs of a line.
 fn pairs(line: &str) -> HashMap<String, String> {
-    line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn num(p: &HashMap<String, String>, key: &str, what: &str) -> u64 {
@@ -46,7 +51,14 @@ fn num(p: &HashMap<String, String>, key: &str, what: &str) -> u64 {
 
 /// `stress SEED THREADS SECONDS ROUTE ARGS` on a fresh fake machine `rig`: exit code, its last
 /// line's counts, stdout and stderr.
-fn stress(rig: &Rig, route: &str, seed: u64, threads: u64, seconds: u64, args: &[&str]) -> (i32, HashMap<String, String>, String, String) {
+fn stress(
+    rig: &Rig,
+    route: &str,
+    seed: u64,
+    threads: u64,
+    seconds: u64,
+    args: &[&str],
+) -> (i32, HashMap<String, String>, String, String) {
     let e = env();
     let tag = format!("{route}-{seed}-{}", args.join("-"));
     let dev = rig::dev_dir(e, &tag, rig);
@@ -56,24 +68,33 @@ fn stress(rig: &Rig, route: &str, seed: u64, threads: u64, seconds: u64, args: &
     let knobs = [("GDRSHIM_LOG_LEVEL", "warn"), ("FAKERM_FD_CACHE", "0")];
     let (code, out, err) = rig::run(e, "stress", &dev, rig, &argv, &knobs);
     let _ = std::fs::remove_dir_all(&dev);
-    let last = out.lines().find(|l| l.starts_with("stress ") && !l.starts_with("stress seed=")).unwrap_or_default();
+    let last = out
+        .lines()
+        .find(|l| l.starts_with("stress ") && !l.starts_with("stress seed="))
+        .unwrap_or_default();
     (code, pairs(last), out, err)
 }
 
 /// A whole run on `route`: it passes, the oracle was asked at every kind of event the route has,
 /// every entry point worked, and gdrshim's exit summary balances.
 fn run_route(rig: &Rig, route: &str) {
-    let (threads, seconds) = (knob("GDRSHIM_STRESS_THREADS", 6), knob("GDRSHIM_STRESS_SECONDS", 15));
+    let (threads, seconds) =
+        (knob("GDRSHIM_STRESS_THREADS", 6), knob("GDRSHIM_STRESS_SECONDS", 15));
     let seed = seed(route);
     let args = std::env::var("GDRSHIM_STRESS_ARGS").unwrap_or_default();
     let args: Vec<&str> = args.split_whitespace().collect();
     let (code, c, out, err) = stress(rig, route, seed, threads, seconds, &args);
-    let shown = |e: &str| e.lines().filter(|l| !l.contains("[gdrshim] WARN")).take(80).collect::<Vec<_>>().join("\n");
+    let shown = |e: &str| {
+        e.lines().filter(|l| !l.contains("[gdrshim] WARN")).take(80).collect::<Vec<_>>().join("\n")
+    };
     let what = format!(
         "stress {seed} {threads} {seconds} {route} {args:?} (replay: GDRSHIM_STRESS_SEED={seed}) exited {code}\n{out}\n{}",
         shown(&err)
     );
-    assert!(code == 0 && out.contains(&format!("stress {seed} {threads} {seconds} {route} ok ")), "{what}");
+    assert!(
+        code == 0 && out.contains(&format!("stress {seed} {threads} {seconds} {route} ok ")),
+        "{what}"
+    );
     assert!(!err.contains("VIOLATION"), "{what}");
     eprintln!("{}", out.lines().last().unwrap_or_default());
     let n = |k: &str| num(&c, k, &what);
@@ -92,10 +113,20 @@ fn run_route(rig: &Rig, route: &str) {
     assert!(n("rereg") > 0 && (dmabuf || n("rereg_ok") > 0), "{what}");
     // calls that must work did (a few may meet the hooks' 5 s lock wait on a loaded machine)
     assert!(n("failures") * 1000 <= n("reg"), "{what}");
-    let s = pairs(err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary: {what}")));
+    let s = pairs(
+        err.lines()
+            .find(|l| l.starts_with("gdrshim: summary "))
+            .unwrap_or_else(|| panic!("no summary: {what}")),
+    );
     let sn = |k: &str| num(&s, k, &what);
     assert_eq!(s.get("route").map(String::as_str), Some(route), "{what}");
-    for k in ["live_registrations", "dmabuf_live", "dmabuf_buffers", "registered_bytes", "exported_bytes"] {
+    for k in [
+        "live_registrations",
+        "dmabuf_live",
+        "dmabuf_buffers",
+        "registered_bytes",
+        "exported_bytes",
+    ] {
         assert_eq!(sn(k), 0, "{k} at exit: {what}");
     }
     assert_eq!(sn("registered"), sn("unregistered"), "{what}");

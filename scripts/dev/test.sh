@@ -130,20 +130,20 @@ cargo test --release --locked -p gdrshim --lib --features knobs
 # what the front, the core and the tools share (the configuration with and without the knobs)
 cargo test --release --locked -p gdrshim-common --features std
 cargo test --release --locked -p gdrshim-common --features std,knobs
-cargo test --release --locked --test layers
+cargo test --release --locked --test layers --test layers_tools
 
 phase integration
 # Twice: the core preloaded itself, then through the front as a release ships the two
 # (GDRSHIM_TEST_VIA_FRONT, read only by tests/common's build()). The second pass leaves out the
 # files that never load gdrshim through build(): they would run the same way again
-# (tests/front.rs checks this list). The library's unit tests and tests/layers.rs ran in
+# (tests/front.rs checks this list). The library's unit tests and the layering tests ran in
 # the unit phase.
-front_independent=(citations deploy dev_scripts fuzz gdr_env gdr_level_auto lab layers nccl_patches release
+front_independent=(citations deploy dev_scripts fuzz gdr_env gdr_level_auto lab layers layers_tools nccl_patches release
   release_deb replay_fixtures scripts_cli secure_exec)
 all_tests=() through_front=()
 for f in tests/*.rs; do
   t=$(basename "$f" .rs)
-  [ "$t" = layers ] || all_tests+=(--test "$t")
+  [ "$t" = layers ] || [ "$t" = layers_tools ] || all_tests+=(--test "$t")
   [[ " ${front_independent[*]} " == *" $t "* ]] || through_front+=(--test "$t")
 done
 ignored=()

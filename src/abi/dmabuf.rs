@@ -82,7 +82,10 @@ mod tests {
     fn request_words() {
         // as libcuda issued them on the H200 (nvidia-abi.md §1, S10)
         assert_eq!(nv_ioctl(esc::EXPORT_TO_DMABUF_FD, size_of::<ExportToDmabufFd>()), 0xCA30_46D9);
-        assert_eq!(nv_ioctl(esc::CARD_INFO, CARD_INFO_ENTRIES * size_of::<CardInfo>()), 0xC900_46C8);
+        assert_eq!(
+            nv_ioctl(esc::CARD_INFO, CARD_INFO_ENTRIES * size_of::<CardInfo>()),
+            0xC900_46C8
+        );
     }
 
     #[test]

@@ -214,12 +214,22 @@ const V535: AbiTable = AbiTable {
     gpu_info_v2_size: Some(516),
     fb_info_v2_size: Some(4 + 8 * 0x36),
 };
-const V545: AbiTable =
-    AbiTable { since: "545.23.06", memory_alloc_params_size: 128, gpu_info_v2_size: None, fb_info_v2_size: Some(4 + 8 * 0x37), ..V535 };
+const V545: AbiTable = AbiTable {
+    since: "545.23.06",
+    memory_alloc_params_size: 128,
+    gpu_info_v2_size: None,
+    fb_info_v2_size: Some(4 + 8 * 0x37),
+    ..V535
+};
 const V550_40: AbiTable = AbiTable { since: "550.40.07", gpu_info_v2_size: Some(524), ..V545 };
 const V550_54: AbiTable = AbiTable { since: "550.54.14", uvm_max_gpus: 256, ..V550_40 };
 const V555: AbiTable = AbiTable { since: "555.42.02", ..V550_54 };
-const V570: AbiTable = AbiTable { since: "570.86.15", dmabuf_export: true, fb_info_v2_size: Some(4 + 8 * 0x39), ..V555 };
+const V570: AbiTable = AbiTable {
+    since: "570.86.15",
+    dmabuf_export: true,
+    fb_info_v2_size: Some(4 + 8 * 0x39),
+    ..V555
+};
 const V575: AbiTable = AbiTable { since: "575.51.02", gpu_info_v2_size: Some(532), ..V570 };
 const V580: AbiTable = AbiTable {
     since: "580.65.06",
@@ -320,7 +330,13 @@ mod tests {
 
     #[test]
     fn pod_round_trip() {
-        let r = Nv503cRegisterVidmem { h_memory: 0x5c00_0096, _pad0: 0, address: 0x7f43_5200_0000, size: 64 << 20, offset: 0 };
+        let r = Nv503cRegisterVidmem {
+            h_memory: 0x5c00_0096,
+            _pad0: 0,
+            address: 0x7f43_5200_0000,
+            size: 64 << 20,
+            offset: 0,
+        };
         let b = pod_bytes(&r);
         // Bytes as the H200 trace shows them for cudaMalloc(64 MiB).
         assert_eq!(hex(b), "9600005c0000000000000052437f000000000004000000000000000000000000");

@@ -17,11 +17,12 @@ pub use types::*;
 /// so it must not fault); only the fields named here are read.
 pub fn pending(dev: DevKind, request: u64, t: &AbiTable, read: &ReadPieces) -> Option<Pending> {
     match (dev, request) {
-        (DevKind::Uvm, uvm::FREE) => read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_at(&b, 0) }),
-        // a sparse map first unmaps what that GPU had mapped in its range
-        (DevKind::Uvm, uvm::UNMAP_EXTERNAL | uvm::MAP_EXTERNAL_SPARSE) => {
-            read(&[(0, 16)]).map(|b| Pending::UvmUnmap { base: u64_at(&b, 0), length: u64_at(&b, 8) })
+        (DevKind::Uvm, uvm::FREE) => {
+            read(&[(0, 8)]).map(|b| Pending::UvmFree { base: u64_at(&b, 0) })
         }
+        // a sparse map first unmaps what that GPU had mapped in its range
+        (DevKind::Uvm, uvm::UNMAP_EXTERNAL | uvm::MAP_EXTERNAL_SPARSE) => read(&[(0, 16)])
+            .map(|b| Pending::UvmUnmap { base: u64_at(&b, 0), length: u64_at(&b, 8) }),
         (DevKind::Uvm, uvm::MAP_EXTERNAL_ALLOCATION) => {
             let l = t.uvm_map_external();
             // base, length, offset; then hClient and hMemory behind the GPU attribute array
@@ -103,14 +104,29 @@ pub fn control_params_len(cmd: u32) -> Option<usize> {
 
 /// Decodes one finished ioctl. `arg` holds the argument bytes after the call (as many as
 /// [`arg_len`] asked for); `rc` is what the real ioctl returned.
-pub fn decode(dev: DevKind, fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Outcome {
+pub fn decode(
+    dev: DevKind,
+    fd: i32,
+    request: u64,
+    rc: i32,
+    arg: &[u8],
+    params: &dyn ParamReader,
+    t: &AbiTable,
+) -> Outcome {
     match dev {
         DevKind::Ctl | DevKind::Gpu(_) => decode_rm(fd, request, rc, arg, params, t),
         DevKind::Uvm => decode_uvm(request, rc, arg, t),
     }
 }
 
-fn decode_rm(fd: i32, request: u64, rc: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Outcome {
+fn decode_rm(
+    fd: i32,
+    request: u64,
+    rc: i32,
+    arg: &[u8],
+    params: &dyn ParamReader,
+    t: &AbiTable,
+) -> Outcome {
     if abi::ioc_type(request) != abi::NV_IOCTL_MAGIC {
         return Outcome::Ignored;
     }
@@ -144,7 +160,12 @@ struct AllocCall {
     status: u32,
 }
 
-fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> Result<Outcome, Outcome> {
+fn decode_alloc(
+    fd: i32,
+    arg: &[u8],
+    params: &dyn ParamReader,
+    t: &AbiTable,
+) -> Result<Outcome, Outcome> {
     let a = match arg.len() {
         32 => {
             let a: abi::Nvos21Alloc = abi::read_pod(arg).ok_or(Outcome::Malformed("NVOS21"))?;
@@ -183,29 +204,48 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
         class::NV01_DEVICE_0 => {
             // No parameters means device instance 0, as RM assumes.
             let device_id = match read_params(size_of::<abi::Nv0080AllocParams>()) {
-                Some(b) => abi::read_pod::<abi::Nv0080AllocParams>(&b).map(|p| p.device_id).unwrap_or(0),
+                Some(b) => {
+                    abi::read_pod::<abi::Nv0080AllocParams>(&b).map(|p| p.device_id).unwrap_or(0)
+                }
                 None => 0,
             };
             Event::Device { h_client: a.h_root, h_device: a.h_new, device_id }
         }
         class::NV20_SUBDEVICE_0 => {
-            let subdevice_id =
-                read_params(4).and_then(|b| abi::read_pod::<abi::Nv2080AllocParams>(&b)).map(|p| p.sub_device_id).unwrap_or(0);
-            Event::Subdevice { h_client: a.h_root, h_device: a.h_parent, h_subdevice: a.h_new, subdevice_id }
+            let subdevice_id = read_params(4)
+                .and_then(|b| abi::read_pod::<abi::Nv2080AllocParams>(&b))
+                .map(|p| p.sub_device_id)
+                .unwrap_or(0);
+            Event::Subdevice {
+                h_client: a.h_root,
+                h_device: a.h_parent,
+                h_subdevice: a.h_new,
+                subdevice_id,
+            }
         }
         class::FERMI_VASPACE_A => {
             let flags = read_params(t.vaspace_alloc_params_size)
                 .and_then(|b| abi::read_pod::<abi::VaSpaceAllocParamsV580>(b.padded(56)))
                 .map(|p| p.flags)
                 .unwrap_or(0);
-            Event::VaSpace { h_client: a.h_root, h_parent: a.h_parent, h_vaspace: a.h_new, class: a.h_class, flags }
+            Event::VaSpace {
+                h_client: a.h_root,
+                h_parent: a.h_parent,
+                h_vaspace: a.h_new,
+                class: a.h_class,
+                flags,
+            }
         }
         class::NV50_THIRD_PARTY_P2P => {
-            let flags = read_params(4).and_then(|b| abi::read_pod::<abi::Nv503cAllocParams>(&b)).map(|p| p.flags).unwrap_or(0);
+            let flags = read_params(4)
+                .and_then(|b| abi::read_pod::<abi::Nv503cAllocParams>(&b))
+                .map(|p| p.flags)
+                .unwrap_or(0);
             Event::P2pAlloc { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, flags }
         }
         c if class::uses_memory_alloc_params(c) => {
-            let p = read_params(t.memory_alloc_params_size).and_then(|b| abi::read_pod::<abi::MemoryAllocationParamsV545>(b.padded(128)));
+            let p = read_params(t.memory_alloc_params_size)
+                .and_then(|b| abi::read_pod::<abi::MemoryAllocationParamsV545>(b.padded(128)));
             Event::Memory {
                 h_client: a.h_root,
                 h_parent: a.h_parent,
@@ -217,7 +257,12 @@ fn decode_alloc(fd: i32, arg: &[u8], params: &dyn ParamReader, t: &AbiTable) -> 
                 flags: p.map_or(0, |p| p.flags),
             }
         }
-        c => Event::OtherObject { h_client: a.h_root, h_parent: a.h_parent, h_object: a.h_new, class: c },
+        c => Event::OtherObject {
+            h_client: a.h_root,
+            h_parent: a.h_parent,
+            h_object: a.h_new,
+            class: c,
+        },
     };
     Ok(Outcome::Event(ev))
 }
@@ -241,8 +286,9 @@ fn decode_alloc_memory(arg: &[u8]) -> Result<Outcome, Outcome> {
 
 fn decode_export(arg: &[u8]) -> Result<Outcome, Outcome> {
     use abi::dmabuf::{ExportToDmabufFd, EXPORT_MAX_HANDLES};
-    let e: ExportToDmabufFd =
-        abi::read_pod(arg).filter(|_| arg.len() == size_of::<ExportToDmabufFd>()).ok_or(Outcome::Malformed("export struct"))?;
+    let e: ExportToDmabufFd = abi::read_pod(arg)
+        .filter(|_| arg.len() == size_of::<ExportToDmabufFd>())
+        .ok_or(Outcome::Malformed("export struct"))?;
     failed_or(0, e.status, || ())?;
     let n = e.num_objects as usize;
     if n == 0 || n > EXPORT_MAX_HANDLES {
@@ -261,12 +307,20 @@ fn decode_export(arg: &[u8]) -> Result<Outcome, Outcome> {
 }
 
 fn decode_free(arg: &[u8]) -> Result<Outcome, Outcome> {
-    let f: abi::Nvos00Free = abi::read_pod(arg).filter(|_| arg.len() == 16).ok_or(Outcome::Malformed("NVOS00"))?;
-    failed_or(0, f.status, || Outcome::Event(Event::Free { h_client: f.h_root, h_parent: f.h_object_parent, h_object: f.h_object_old }))
+    let f: abi::Nvos00Free =
+        abi::read_pod(arg).filter(|_| arg.len() == 16).ok_or(Outcome::Malformed("NVOS00"))?;
+    failed_or(0, f.status, || {
+        Outcome::Event(Event::Free {
+            h_client: f.h_root,
+            h_parent: f.h_object_parent,
+            h_object: f.h_object_old,
+        })
+    })
 }
 
 fn decode_dup(arg: &[u8]) -> Result<Outcome, Outcome> {
-    let d: abi::Nvos55Dup = abi::read_pod(arg).filter(|_| arg.len() == 28).ok_or(Outcome::Malformed("NVOS55"))?;
+    let d: abi::Nvos55Dup =
+        abi::read_pod(arg).filter(|_| arg.len() == 28).ok_or(Outcome::Malformed("NVOS55"))?;
     failed_or(0, d.status, || {
         Outcome::Event(Event::Dup {
             h_client: d.h_client,
@@ -279,7 +333,9 @@ fn decode_dup(arg: &[u8]) -> Result<Outcome, Outcome> {
 }
 
 fn decode_version(arg: &[u8]) -> Result<Outcome, Outcome> {
-    let v: abi::RmApiVersion = abi::read_pod(arg).filter(|_| arg.len() == 72).ok_or(Outcome::Malformed("rm_api_version"))?;
+    let v: abi::RmApiVersion = abi::read_pod(arg)
+        .filter(|_| arg.len() == 72)
+        .ok_or(Outcome::Malformed("rm_api_version"))?;
     let end = v.version_string.iter().position(|&b| b == 0).unwrap_or(64);
     match core::str::from_utf8(&v.version_string[..end]) {
         Ok(s) if !s.is_empty() => Ok(Outcome::Event(Event::Version(s.to_string()))),
@@ -288,7 +344,8 @@ fn decode_version(arg: &[u8]) -> Result<Outcome, Outcome> {
 }
 
 fn decode_control(arg: &[u8], params: &dyn ParamReader) -> Result<Outcome, Outcome> {
-    let c: abi::Nvos54Control = abi::read_pod(arg).filter(|_| arg.len() == 32).ok_or(Outcome::Malformed("NVOS54"))?;
+    let c: abi::Nvos54Control =
+        abi::read_pod(arg).filter(|_| arg.len() == 32).ok_or(Outcome::Malformed("NVOS54"))?;
     failed_or(0, c.status, || ())?;
     if c.cmd >> 16 != p2p::CTRL_CLASS {
         return Ok(Outcome::Ignored);
@@ -304,13 +361,20 @@ fn decode_control(arg: &[u8], params: &dyn ParamReader) -> Result<Outcome, Outco
     let b = b.ok_or(Outcome::Malformed("503C control params unreadable"))?;
     let ctrl = match c.cmd {
         p2p::REGISTER_VA_SPACE => {
-            let p: abi::Nv503cRegisterVaSpace = abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
+            let p: abi::Nv503cRegisterVaSpace =
+                abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
             P2pCtrl::RegisterVaSpace { h_vaspace: p.h_va_space, token: p.va_space_token }
         }
         p2p::UNREGISTER_VA_SPACE => P2pCtrl::UnregisterVaSpace { h_vaspace: u32_at(&b, 0) },
         p2p::REGISTER_VIDMEM => {
-            let p: abi::Nv503cRegisterVidmem = abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
-            P2pCtrl::RegisterVidmem { h_memory: p.h_memory, address: p.address, size: p.size, offset: p.offset }
+            let p: abi::Nv503cRegisterVidmem =
+                abi::read_pod(&b).ok_or(Outcome::Malformed("503C params"))?;
+            P2pCtrl::RegisterVidmem {
+                h_memory: p.h_memory,
+                address: p.address,
+                size: p.size,
+                offset: p.offset,
+            }
         }
         p2p::UNREGISTER_VIDMEM => P2pCtrl::UnregisterVidmem { h_memory: u32_at(&b, 0) },
         _ => P2pCtrl::RegisterPid { h_client: u32_at(&b, 0) },

@@ -46,10 +46,19 @@ fn pending_releases_read_only_the_fields_they_need() {
         free.h_root = 7;
         free.h_object_old = 9;
         let req = abi::nv_ioctl(esc::RM_FREE, 16);
-        assert_eq!(pending(DevKind::Ctl, req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
-        assert_eq!(pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)), Some(Pending::RmFree { h_client: 7, h_object: 9 }));
+        assert_eq!(
+            pending(DevKind::Ctl, req, t, &|p| read(pod_bytes(&free), p)),
+            Some(Pending::RmFree { h_client: 7, h_object: 9 })
+        );
+        assert_eq!(
+            pending(DevKind::Gpu(0), req, t, &|p| read(pod_bytes(&free), p)),
+            Some(Pending::RmFree { h_client: 7, h_object: 9 })
+        );
         // calls that release nothing read nothing; an unreadable argument is no release
-        assert_eq!(pending(DevKind::Ctl, abi::nv_ioctl(esc::RM_ALLOC, 48), t, &|_| panic!("read")), None);
+        assert_eq!(
+            pending(DevKind::Ctl, abi::nv_ioctl(esc::RM_ALLOC, 48), t, &|_| panic!("read")),
+            None
+        );
         assert_eq!(pending(DevKind::Uvm, uvm::FREE, t, &|_| None), None);
     }
 }
@@ -101,7 +110,10 @@ fn memory_alloc_reads_size_from_class_params_not_params_size() {
 fn alloc_memory_of_host_pages_is_sysmem_memory() {
     let raw = "2200d0c10200005c7000005c71000000101000400000000000008076437f0000\
                ffff1f00000000000000000000000000ffffffff00000000";
-    let b: Vec<u8> = (0..raw.len()).step_by(2).map(|i| u8::from_str_radix(&raw[i..i + 2], 16).unwrap()).collect();
+    let b: Vec<u8> = (0..raw.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&raw[i..i + 2], 16).unwrap())
+        .collect();
     let r = abi::nv_ioctl(esc::RM_ALLOC_MEMORY, 56);
     let o = decode(DevKind::Gpu(0), 12, r, 0, &b, &NoParams, t580());
     assert_eq!(
@@ -117,10 +129,16 @@ fn alloc_memory_of_host_pages_is_sysmem_memory() {
             flags: 0x4000_1010
         })
     );
-    assert!(class::is_sysmem(class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR) && !class::is_sysmem(class::NV01_MEMORY_LOCAL_USER));
+    assert!(
+        class::is_sysmem(class::NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)
+            && !class::is_sysmem(class::NV01_MEMORY_LOCAL_USER)
+    );
     let mut failed = b.clone();
     failed[40] = 0x1f; // a status: nothing was allocated
-    assert!(matches!(decode(DevKind::Gpu(0), 12, r, 0, &failed, &NoParams, t580()), Outcome::Failed { .. }));
+    assert!(matches!(
+        decode(DevKind::Gpu(0), 12, r, 0, &failed, &NoParams, t580()),
+        Outcome::Failed { .. }
+    ));
 }
 
 #[test]
@@ -128,9 +146,15 @@ fn failed_status_and_failed_rc_are_not_decoded() {
     let mut f: abi::Nvos00Free = zeroed();
     f.status = status::NV_ERR_OBJECT_NOT_FOUND;
     let r = abi::nv_ioctl(esc::RM_FREE, 16);
-    assert_eq!(decode(DevKind::Ctl, 3, r, 0, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: 0, status: 0x57 });
+    assert_eq!(
+        decode(DevKind::Ctl, 3, r, 0, pod_bytes(&f), &NoParams, t580()),
+        Outcome::Failed { rc: 0, status: 0x57 }
+    );
     f.status = 0;
-    assert_eq!(decode(DevKind::Ctl, 3, r, -1, pod_bytes(&f), &NoParams, t580()), Outcome::Failed { rc: -1, status: 0 });
+    assert_eq!(
+        decode(DevKind::Ctl, 3, r, -1, pod_bytes(&f), &NoParams, t580()),
+        Outcome::Failed { rc: -1, status: 0 }
+    );
 }
 
 #[test]
@@ -147,7 +171,8 @@ fn size_mismatch_is_malformed() {
 
 #[test]
 fn uvm_map_external_uses_the_branch_layout() {
-    for (t, max) in [(abi::table_for(DriverVersion(535, 288, 1)).unwrap(), 32usize), (t580(), 256)] {
+    for (t, max) in [(abi::table_for(DriverVersion(535, 288, 1)).unwrap(), 32usize), (t580(), 256)]
+    {
         let l = t.uvm_map_external();
         let mut b = vec![0u8; l.size()];
         b[0..8].copy_from_slice(&0x7f43_5200_0000u64.to_le_bytes());
@@ -173,7 +198,10 @@ fn uvm_map_external_uses_the_branch_layout() {
         );
         // rmStatus set: not decoded
         b[l.rm_status()] = 0x1f;
-        assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t), Outcome::Failed { .. }));
+        assert!(matches!(
+            decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_ALLOCATION, 0, &b, &NoParams, t),
+            Outcome::Failed { .. }
+        ));
     }
 }
 
@@ -182,9 +210,15 @@ fn uvm_free_layout_changes_in_590() {
     let t590 = abi::table_for(DriverVersion(590, 48, 1)).unwrap();
     let mut b = vec![0u8; 16];
     b[0..8].copy_from_slice(&0x2000u64.to_le_bytes());
-    assert_eq!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590), Outcome::Event(Event::UvmFree { base: 0x2000, length: None }));
+    assert_eq!(
+        decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t590),
+        Outcome::Event(Event::UvmFree { base: 0x2000, length: None })
+    );
     // 16 bytes on a 580 driver is not the struct the kernel copies: refused.
-    assert!(matches!(decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()), Outcome::Malformed(_)));
+    assert!(matches!(
+        decode(DevKind::Uvm, 9, uvm::FREE, 0, &b, &NoParams, t580()),
+        Outcome::Malformed(_)
+    ));
 }
 
 /// UVM_MAP_EXTERNAL_SPARSE unmaps what the GPU had mapped in its range first: to the map it is an
@@ -194,14 +228,20 @@ fn a_sparse_map_is_an_unmap_on_its_gpu() {
     let mut p: abi::UvmMapExternalSparseParams = zeroed();
     (p.base, p.length, p.gpu_uuid) = (0x7f00_0020_0000, 0x20_0000, [9; 16]);
     let ev = Event::UvmUnmapExternal { base: 0x7f00_0020_0000, length: 0x20_0000, gpu: [9; 16] };
-    assert_eq!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, pod_bytes(&p), &NoParams, t580()), Outcome::Event(ev.clone()));
+    assert_eq!(
+        decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, pod_bytes(&p), &NoParams, t580()),
+        Outcome::Event(ev.clone())
+    );
     p.rm_status = 0x51;
     assert_eq!(
         decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, pod_bytes(&p), &NoParams, t580()),
         Outcome::Event(ev.clone()),
         "refused after the unmap: still unmapped"
     );
-    assert!(matches!(decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, &[0; 16], &NoParams, t580()), Outcome::Malformed(_)));
+    assert!(matches!(
+        decode(DevKind::Uvm, 9, uvm::MAP_EXTERNAL_SPARSE, 0, &[0; 16], &NoParams, t580()),
+        Outcome::Malformed(_)
+    ));
 }
 
 #[test]
@@ -214,16 +254,30 @@ fn only_503c_controls_are_decoded() {
     assert_eq!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &NoParams, t580()), Outcome::Ignored);
     c.cmd = p2p::REGISTER_VIDMEM;
     c.params_size = 32;
-    let rv = abi::Nv503cRegisterVidmem { h_memory: 5, _pad0: 0, address: 0x10000, size: 0x20000, offset: 0 };
+    let rv = abi::Nv503cRegisterVidmem {
+        h_memory: 5,
+        _pad0: 0,
+        address: 0x10000,
+        size: 0x20000,
+        offset: 0,
+    };
     let p = Params([(0x10, pod_bytes(&rv).to_vec())].into());
     assert_eq!(
         decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()),
         Outcome::Event(Event::P2pControl {
             h_client: 0,
             h_object: 0,
-            ctrl: P2pCtrl::RegisterVidmem { h_memory: 5, address: 0x10000, size: 0x20000, offset: 0 }
+            ctrl: P2pCtrl::RegisterVidmem {
+                h_memory: 5,
+                address: 0x10000,
+                size: 0x20000,
+                offset: 0
+            }
         })
     );
     c.params_size = 31;
-    assert!(matches!(decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()), Outcome::Malformed(_)));
+    assert!(matches!(
+        decode(DevKind::Ctl, 8, r, 0, pod_bytes(&c), &p, t580()),
+        Outcome::Malformed(_)
+    ));
 }

@@ -48,14 +48,22 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
         return Outcome::Malformed("captured bytes differ from the UVM struct size");
     }
     use abi::UvmUnmapExternalParams as Unmap;
-    use abi::{read_pod, UvmCreateExternalRangeParams as Create, UvmFreeParamsV535 as FreeV535, UvmFreeParamsV590 as FreeV590};
-    use abi::{UvmMapExternalSparseParams as Sparse, UvmRegisterGpuParams as RegGpu, UvmRegisterGpuVaspaceParams as RegVa};
+    use abi::{
+        read_pod, UvmCreateExternalRangeParams as Create, UvmFreeParamsV535 as FreeV535,
+        UvmFreeParamsV590 as FreeV590,
+    };
+    use abi::{
+        UvmMapExternalSparseParams as Sparse, UvmRegisterGpuParams as RegGpu,
+        UvmRegisterGpuVaspaceParams as RegVa,
+    };
     // (the size was checked against the struct above: every read_pod below succeeds)
     let r = match cmd {
         uvm::REGISTER_GPU => match read_pod::<RegGpu>(arg) {
-            Some(p) => {
-                failed_or(rc, p.rm_status, || Event::UvmRegisterGpu { uuid: p.gpu_uuid, rm_ctrl_fd: p.rm_ctrl_fd, h_client: p.h_client })
-            }
+            Some(p) => failed_or(rc, p.rm_status, || Event::UvmRegisterGpu {
+                uuid: p.gpu_uuid,
+                rm_ctrl_fd: p.rm_ctrl_fd,
+                h_client: p.h_client,
+            }),
             None => return Outcome::Malformed("UVM_REGISTER_GPU too short"),
         },
         uvm::REGISTER_GPU_VASPACE => match read_pod::<RegVa>(arg) {
@@ -68,7 +76,10 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
             None => return Outcome::Malformed("UVM_REGISTER_GPU_VASPACE too short"),
         },
         uvm::CREATE_EXTERNAL_RANGE => match read_pod::<Create>(arg) {
-            Some(p) => failed_or(rc, p.rm_status, || Event::UvmCreateExternalRange { base: p.base, length: p.length }),
+            Some(p) => failed_or(rc, p.rm_status, || Event::UvmCreateExternalRange {
+                base: p.base,
+                length: p.length,
+            }),
             None => return Outcome::Malformed("UVM_CREATE_EXTERNAL_RANGE too short"),
         },
         uvm::MAP_EXTERNAL_ALLOCATION => {
@@ -76,7 +87,9 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
             let l = t.uvm_map_external();
             let count = u64_at(arg, l.count());
             if count == 0 || count as usize > l.max_gpus {
-                return Outcome::Malformed("UVM_MAP_EXTERNAL_ALLOCATION gpuAttributesCount out of range");
+                return Outcome::Malformed(
+                    "UVM_MAP_EXTERNAL_ALLOCATION gpuAttributesCount out of range",
+                );
             }
             failed_or(rc, u32_at(arg, l.rm_status()), || Event::UvmMapExternal {
                 base: u64_at(arg, abi::UvmMapExternalLayout::BASE),
@@ -89,18 +102,29 @@ pub(super) fn decode_uvm(cmd: u64, rc: i32, arg: &[u8], t: &AbiTable) -> Outcome
             })
         }
         uvm::UNMAP_EXTERNAL => match read_pod::<Unmap>(arg) {
-            Some(p) => failed_or(rc, p.rm_status, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
+            Some(p) => failed_or(rc, p.rm_status, || Event::UvmUnmapExternal {
+                base: p.base,
+                length: p.length,
+                gpu: p.gpu_uuid,
+            }),
             None => return Outcome::Malformed("UVM_UNMAP_EXTERNAL too short"),
         },
         // to the map, a sparse mapping is no memory: what the GPU had mapped there is gone
         // (UVM unmaps before anything that can fail: a refusal after it leaves the range unmapped,
         // and dropping a mapping from the map is the safe direction whatever rmStatus says)
         uvm::MAP_EXTERNAL_SPARSE => match read_pod::<Sparse>(arg) {
-            Some(p) => failed_or(rc, 0, || Event::UvmUnmapExternal { base: p.base, length: p.length, gpu: p.gpu_uuid }),
+            Some(p) => failed_or(rc, 0, || Event::UvmUnmapExternal {
+                base: p.base,
+                length: p.length,
+                gpu: p.gpu_uuid,
+            }),
             None => return Outcome::Malformed("UVM_MAP_EXTERNAL_SPARSE too short"),
         },
         _ if t.uvm_free_has_length => match read_pod::<FreeV535>(arg) {
-            Some(p) => failed_or(rc, p.rm_status, || Event::UvmFree { base: p.base, length: Some(p.length) }),
+            Some(p) => failed_or(rc, p.rm_status, || Event::UvmFree {
+                base: p.base,
+                length: Some(p.length),
+            }),
             None => return Outcome::Malformed("UVM_FREE too short"),
         },
         _ => match read_pod::<FreeV590>(arg) {

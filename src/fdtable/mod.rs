@@ -72,7 +72,9 @@ fn nodes() -> &'static Nodes {
         #[cfg(not(feature = "knobs"))]
         let dir: *const core::ffi::c_char = core::ptr::null();
         // SAFETY: getenv returned a NUL-terminated string of the environment, or null.
-        let test_dir = (!dir.is_null()).then(|| unsafe { CStr::from_ptr(dir) }.to_string_lossy().into_owned()).filter(|s| !s.is_empty());
+        let test_dir = (!dir.is_null())
+            .then(|| unsafe { CStr::from_ptr(dir) }.to_string_lossy().into_owned())
+            .filter(|s| !s.is_empty());
         let mut test = Vec::new();
         if let Some(d) = &test_dir {
             let mut add = |name: String, k: DevKind| {
@@ -87,7 +89,9 @@ fn nodes() -> &'static Nodes {
             }
         }
         // nvidia-uvm has a dynamic major: its node says which (the only path CUDA opens it by)
-        let uvm_rdev = stat_path("/dev/nvidia-uvm").filter(|s| s.st_mode & libc::S_IFMT == libc::S_IFCHR).map(|s| s.st_rdev);
+        let uvm_rdev = stat_path("/dev/nvidia-uvm")
+            .filter(|s| s.st_mode & libc::S_IFMT == libc::S_IFCHR)
+            .map(|s| s.st_rdev);
         Nodes { uvm_rdev, test }
     })
 }

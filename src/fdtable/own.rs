@@ -206,7 +206,9 @@ impl Kept {
         let mut off = 0;
         while off < bytes.len() {
             // SAFETY: the slice is valid for reads of len - off bytes; a raw write system call.
-            let w = unsafe { libc::syscall(libc::SYS_write, n, bytes[off..].as_ptr(), bytes.len() - off) };
+            let w = unsafe {
+                libc::syscall(libc::SYS_write, n, bytes[off..].as_ptr(), bytes.len() - off)
+            };
             if w <= 0 {
                 break;
             }
@@ -252,7 +254,8 @@ pub fn close_all_in_child() {
     HOLDER.store(0, Relaxed);
     forkgate::after_fork_in_child();
     pages::each_own(|fd| {
-        let same = idents::get(fd).is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
+        let same = idents::get(fd)
+            .is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
         if same {
             raw_close(fd);
         }
@@ -280,7 +283,14 @@ mod idents {
         // SAFETY: an anonymous private zeroed mapping of `bytes`; checked below.
         let m = unsafe {
             let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-            libc::mmap64(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+            libc::mmap64(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
         };
         crate::sys::set_errno(e);
         if m == libc::MAP_FAILED {

@@ -13,7 +13,9 @@ pub extern "C" fn asked_mode() -> c_int {
     // SAFETY: a NUL-terminated name; getenv only reads the environment.
     let v = unsafe { libc::getenv(c"GDRSHIM_MODE".as_ptr()) };
     // SAFETY: getenv answered null or a NUL-terminated string of the environment.
-    crate::mode_word::effective((!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()))
+    crate::mode_word::effective(
+        (!v.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(v) }.to_bytes()),
+    )
 }
 /// Whether a core would run here (not off, not secure, loadable): then the queries answer as
 /// a core that has seen no NVIDIA call, else as no shim.

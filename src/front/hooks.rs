@@ -1,13 +1,16 @@
 //! The front's exports: the same names as the core's hooks (tests/front.rs compares the lists).
 
 use crate::{
-    attach, core_fn, Libc, CLOSE, CLOSEFROM, CLOSE_RANGE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3, FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2,
-    OPENAT, OPENAT64, OPENAT64_2, OPENAT_2, OPEN_2, OPEN_BY_HANDLE_AT,
+    attach, core_fn, Libc, CLOSE, CLOSEFROM, CLOSE_RANGE, DLCLOSE, DLSYM, DLVSYM, DUP, DUP2, DUP3,
+    FCNTL, IOCTL, OPEN, OPEN64, OPEN64_2, OPENAT, OPENAT64, OPENAT64_2, OPENAT_2, OPEN_2,
+    OPEN_BY_HANDLE_AT,
 };
 use crate::{errno, fallback, set_errno};
 use core::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use core::mem::transmute;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use core::sync::atomic::{
+    AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use gdrshim_common::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
 
 macro_rules! libc_fn {
@@ -62,7 +65,8 @@ fn classify(fd: c_int) -> bool {
     let kind = st.st_mode & libc::S_IFMT;
     let nv = ok
         && ((kind == libc::S_IFCHR
-            && (crate::nodes::node(libc::major(st.st_rdev), libc::minor(st.st_rdev)).is_some() || Some(st.st_rdev) == uvm_rdev()))
+            && (crate::nodes::node(libc::major(st.st_rdev), libc::minor(st.st_rdev)).is_some()
+                || Some(st.st_rdev) == uvm_rdev()))
             || (kind == libc::S_IFREG && test_devices()));
     set_errno(e);
     // An fd that may be an NVIDIA node stays unknown: the table is the core's too once it is
@@ -216,7 +220,10 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     // SAFETY: forwarded unchanged.
     let r = unsafe { f(first, last, flags) };
     if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        forget_range(c_int::try_from(first).unwrap_or(c_int::MAX), c_int::try_from(last).unwrap_or(c_int::MAX));
+        forget_range(
+            c_int::try_from(first).unwrap_or(c_int::MAX),
+            c_int::try_from(last).unwrap_or(c_int::MAX),
+        );
     }
     r
 }
@@ -280,7 +287,12 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 // `dlsym` and `dlvsym`: glibc answers `RTLD_NEXT` from the return address of the call, so these
 // are assembly stubs that ask [`pick`] and then jump (never call) on, with the caller's return
 // address still on the stack: to libc's, or to the core's own stub, which does the same.
-gdrshim_common::dl_stubs!(pick = pick, dlsym = crate::REAL_DLSYM, dlvsym = crate::REAL_DLVSYM, found = "jmp rax");
+gdrshim_common::dl_stubs!(
+    pick = pick,
+    dlsym = crate::REAL_DLSYM,
+    dlvsym = crate::REAL_DLVSYM,
+    found = "jmp rax"
+);
 
 /// 0: on to libc's; 1: answer NULL (no libc `dlsym` found); else the core's stub to jump to.
 /// A name the core may wrap (`ibv_…`, `cuX…`) attaches the core first.
@@ -297,8 +309,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     }
     // SAFETY: a non-null name is the caller's C string; its first bytes are read, up to the NUL.
     let n = unsafe { CStr::from_ptr(name) }.to_bytes();
-    let ours =
-        n.starts_with(b"ibv_") || n.starts_with(b"mlx5dv_") || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
+    let ours = n.starts_with(b"ibv_")
+        || n.starts_with(b"mlx5dv_")
+        || (n.starts_with(b"cu") && n.get(2).is_some_and(u8::is_ascii_uppercase));
     if ours && attach() {
         if let Some(c) = core_fn(which) {
             return c as usize;
@@ -391,10 +404,17 @@ unsafe extern "C" fn slow() {
 /// The core's `name` (kept in `slot`); without a core, the next definition (looked up each time:
 /// a library after the front may be unloaded) or, for gdrshim's own names and where there is
 /// none, `fallback`, which answers as the header says a process without gdrshim does.
-extern "C" fn resolve(slot: &AtomicPtr<c_void>, name: *const c_char, fallback: *mut c_void) -> *mut c_void {
+extern "C" fn resolve(
+    slot: &AtomicPtr<c_void>,
+    name: *const c_char,
+    fallback: *mut c_void,
+) -> *mut c_void {
     let Some(dlsym) = crate::real_dlsym() else { return fallback };
     // SAFETY: name is one of the stubs' NUL-terminated names.
-    if crate::core_handle().is_null() && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes()) && preloaded() {
+    if crate::core_handle().is_null()
+        && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes())
+        && preloaded()
+    {
         // a query of ours is no GPU touch: answered as the core answers before its first NVIDIA
         // call, without loading it (a launcher, a tool, a script asks these). A front loaded with
         // dlopen sees no GPU touch ever: its core is loaded at the query, and says why it
@@ -432,7 +452,8 @@ fn preloaded() -> bool {
         _ => {
             let ours = gdrshim_version as *const () as usize;
             // (the loader's list holds objects loaded with dlopen too, after libc)
-            let yes = crate::elf::loaded_before_libc(ours) && crate::elf::first_definition(b"gdrshim_version") == ours;
+            let yes = crate::elf::loaded_before_libc(ours)
+                && crate::elf::first_definition(b"gdrshim_version") == ours;
             PRELOADED.store(if yes { 1 } else { 2 }, Relaxed);
             yes
         }
@@ -441,8 +462,13 @@ fn preloaded() -> bool {
 
 /// gdrshim's queries that tools and launchers ask in processes that never touch a GPU: their
 /// fallbacks are what the core answers before its first NVIDIA call (src/hooks/query.rs).
-const ASKED_WITHOUT_A_GPU: [&[u8]; 5] =
-    [b"gdrshim_mode", b"gdrshim_gdr_active", b"gdrshim_gdr_route", b"gdrshim_counters", b"gdrshim_lookup"];
+const ASKED_WITHOUT_A_GPU: [&[u8]; 5] = [
+    b"gdrshim_mode",
+    b"gdrshim_gdr_active",
+    b"gdrshim_gdr_route",
+    b"gdrshim_counters",
+    b"gdrshim_lookup",
+];
 
 forwarded! {
     cuCtxDestroy_v2 => fallback::cuda_not_found;

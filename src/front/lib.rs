@@ -116,7 +116,8 @@ impl Libc {
 
 /// The core's functions that the front's own hooks hand their calls to, once it is attached
 /// (null before: the front's path). In the order of [`CORE_NAMES`].
-pub(crate) static CORE: [AtomicPtr<c_void>; CORE_NAMES.len()] = [const { AtomicPtr::new(core::ptr::null_mut()) }; CORE_NAMES.len()];
+pub(crate) static CORE: [AtomicPtr<c_void>; CORE_NAMES.len()] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; CORE_NAMES.len()];
 const CORE_NAMES: [&CStr; 20] = [
     c"ioctl",
     c"open",
@@ -237,7 +238,9 @@ fn load_core() -> bool {
         return false;
     }
     // SAFETY: path is NUL-terminated. NODELETE: the hooks keep pointers into it.
-    let h = unsafe { libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE) };
+    let h = unsafe {
+        libc::dlopen(path.as_ptr().cast(), libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE)
+    };
     if h.is_null() {
         // SAFETY: dlerror has no preconditions.
         let e = unsafe { libc::dlerror() };
@@ -245,7 +248,11 @@ fn load_core() -> bool {
             say(&[b"cannot load ", shown, ONLY_FORWARD]);
         } else {
             // SAFETY: dlerror answered a C string of the loader's (which names the file).
-            say(&[b"cannot load its core: ", unsafe { CStr::from_ptr(e) }.to_bytes(), ONLY_FORWARD]);
+            say(&[
+                b"cannot load its core: ",
+                unsafe { CStr::from_ptr(e) }.to_bytes(),
+                ONLY_FORWARD,
+            ]);
         }
         return false;
     }

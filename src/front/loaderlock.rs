@@ -45,12 +45,21 @@ struct Find {
     found: usize,
 }
 
-unsafe extern "C" fn inside(_info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+unsafe extern "C" fn inside(
+    _info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
     // SAFETY: our own Find pointer.
     let f = unsafe { &mut *(data as *mut Find) };
     // (here this thread holds _dl_load_write_lock)
     let mut at = f.start + MUTEX;
-    let owned = |m: usize| m + MUTEX <= f.start + f.size && word(m + 8) == f.me && word(m + 4) >= 1 && recursive_mutex(m);
+    let owned = |m: usize| {
+        m + MUTEX <= f.start + f.size
+            && word(m + 8) == f.me
+            && word(m + 4) >= 1
+            && recursive_mutex(m)
+    };
     while at + MUTEX <= f.start + f.size {
         if owned(at) {
             // the first mutex of ours: the write lock, or the load lock itself where this thread

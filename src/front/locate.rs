@@ -28,7 +28,11 @@ struct Own {
     name: *const core::ffi::c_char,
 }
 
-unsafe extern "C" fn each_own(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+unsafe extern "C" fn each_own(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
     // SAFETY: dl_iterate_phdr passes a valid info and our own Own pointer.
     let (info, own) = unsafe { (&*info, &mut *(data as *mut Own)) };
     let base = info.dlpi_addr as usize;
@@ -36,7 +40,10 @@ unsafe extern "C" fn each_own(info: *mut libc::dl_phdr_info, _size: libc::size_t
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
         let ph = unsafe { &*info.dlpi_phdr.add(i) };
         let start = base.wrapping_add(ph.p_vaddr as usize);
-        if ph.p_type == libc::PT_LOAD && own.addr >= start && own.addr < start.wrapping_add(ph.p_memsz as usize) {
+        if ph.p_type == libc::PT_LOAD
+            && own.addr >= start
+            && own.addr < start.wrapping_add(ph.p_memsz as usize)
+        {
             // SAFETY: getauxval has no preconditions.
             let page = (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096);
             own.start = start & !(page - 1);
@@ -52,7 +59,8 @@ unsafe extern "C" fn each_own(info: *mut libc::dl_phdr_info, _size: libc::size_t
 pub fn core_path(out: &mut [u8; 4096]) -> Result<usize, Refusal> {
     // dl_iterate_phdr, not dladdr: it takes only the loader's list lock, never the lock a
     // `dlopen` holds while it runs constructors
-    let mut own = Own { addr: core_path as *const () as usize, start: 0, end: 0, name: core::ptr::null() };
+    let mut own =
+        Own { addr: core_path as *const () as usize, start: 0, end: 0, name: core::ptr::null() };
     // SAFETY: the callback only reads what ld.so describes and writes into `own`.
     unsafe { libc::dl_iterate_phdr(Some(each_own), &mut own as *mut Own as *mut c_void) };
     if own.end == 0 {
@@ -89,9 +97,12 @@ pub fn core_path(out: &mut [u8; 4096]) -> Result<usize, Refusal> {
             name.len()
         }
     };
-    let folder = out.get(..file_len).and_then(|f| f.iter().rposition(|&c| c == b'/')).map_or(0, |i| i + 1);
+    let folder =
+        out.get(..file_len).and_then(|f| f.iter().rposition(|&c| c == b'/')).map_or(0, |i| i + 1);
     let core = crate::attach::CORE_FILE;
-    let Some(dst) = out.get_mut(folder..folder + core.len() + 1) else { return Err(b"has a path too long for its core's") };
+    let Some(dst) = out.get_mut(folder..folder + core.len() + 1) else {
+        return Err(b"has a path too long for its core's");
+    };
     let (name, nul) = dst.split_at_mut(core.len());
     name.copy_from_slice(core);
     nul.fill(0);
@@ -160,7 +171,12 @@ fn check_elf(fd: c_int) -> Result<(), Refusal> {
     let (phoff, phentsize, phnum) = (u64_at(&eh, 32), u16_at(&eh, 54), u16_at(&eh, 56));
     let (shoff, shentsize, shnum) = (u64_at(&eh, 40), u16_at(&eh, 58), u16_at(&eh, 60));
     let inside = |off: u64, len: u64| off.checked_add(len).is_some_and(|end| end <= size);
-    if phentsize != 56 || phnum == 0 || phnum > 64 || !inside(phoff, phnum * 56) || !inside(shoff, shnum * shentsize) {
+    if phentsize != 56
+        || phnum == 0
+        || phnum > 64
+        || !inside(phoff, phnum * 56)
+        || !inside(shoff, shnum * shentsize)
+    {
         return Err(BAD);
     }
     let mut ph = [0u8; 56 * 64];
@@ -185,7 +201,11 @@ pub fn comes_first(a: usize, b: usize) -> bool {
         b: usize,
         first: u8,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Order pointer.
         let (info, o) = unsafe { (&*info, &mut *(data as *mut Order)) };
         let base = info.dlpi_addr as usize;

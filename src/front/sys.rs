@@ -44,7 +44,15 @@ pub fn readlink(path: &[u8], out: &mut [u8]) -> Option<usize> {
         return None;
     }
     // SAFETY: a NUL-terminated path and a buffer of out.len() bytes the kernel may write.
-    let n = unsafe { syscall4(SYS_READLINKAT, AT_FDCWD as usize, path.as_ptr() as usize, out.as_mut_ptr() as usize, out.len()) };
+    let n = unsafe {
+        syscall4(
+            SYS_READLINKAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            out.as_mut_ptr() as usize,
+            out.len(),
+        )
+    };
     usize::try_from(n).ok()
 }
 
@@ -68,7 +76,8 @@ pub fn fstat(fd: c_int) -> Option<libc::stat64> {
     // SAFETY: a zeroed stat is a valid out-buffer.
     let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
     // SAFETY: the kernel writes one struct stat (stat64 on x86-64) into st.
-    let r = unsafe { syscall4(SYS_FSTAT, fd as usize, &mut st as *mut libc::stat64 as usize, 0, 0) };
+    let r =
+        unsafe { syscall4(SYS_FSTAT, fd as usize, &mut st as *mut libc::stat64 as usize, 0, 0) };
     (r == 0).then_some(st)
 }
 
@@ -77,7 +86,15 @@ pub fn pread_exact(fd: c_int, out: &mut [u8], offset: u64) -> bool {
     let mut done = 0;
     while let Some(rest) = out.get_mut(done..).filter(|r| !r.is_empty()) {
         // SAFETY: a buffer of rest.len() bytes the kernel may write.
-        let n = unsafe { syscall4(SYS_PREAD64, fd as usize, rest.as_mut_ptr() as usize, rest.len(), offset as usize + done) };
+        let n = unsafe {
+            syscall4(
+                SYS_PREAD64,
+                fd as usize,
+                rest.as_mut_ptr() as usize,
+                rest.len(),
+                offset as usize + done,
+            )
+        };
         match usize::try_from(n) {
             Ok(0) => return false,
             Ok(n) => done += n,

@@ -22,8 +22,8 @@ use crate::abi::cuda::mem_range::{
     HANDLE_TYPE_DMA_BUF_FD as CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
 };
 use crate::abi::cuda::result::{
-    INVALID_VALUE as CUDA_ERROR_INVALID_VALUE, NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, NOT_SUPPORTED as CUDA_ERROR_NOT_SUPPORTED,
-    SUCCESS as CUDA_SUCCESS,
+    INVALID_VALUE as CUDA_ERROR_INVALID_VALUE, NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED,
+    NOT_SUPPORTED as CUDA_ERROR_NOT_SUPPORTED, SUCCESS as CUDA_SUCCESS,
 };
 use crate::abi::cuda::CUresult;
 type CUdeviceptr = u64;
@@ -218,7 +218,14 @@ pub mod handle_range {
     }
     slotted!(install, REAL, super::cuMemGetHandleForAddressRange, call, (handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult);
 
-    pub unsafe fn call(real: *mut c_void, handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult {
+    pub unsafe fn call(
+        real: *mut c_void,
+        handle: *mut c_void,
+        dptr: CUdeviceptr,
+        size: usize,
+        kind: c_int,
+        flags: u64,
+    ) -> CUresult {
         if real.is_null() {
             return CUDA_ERROR_NOT_INITIALIZED;
         }
@@ -251,8 +258,14 @@ pub mod handle_range {
             // the oracle gdrshim's own answer is compared with
             r = CUDA_ERROR_NOT_SUPPORTED;
         }
-        if r == CUDA_ERROR_NOT_SUPPORTED && flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 0 {
-            let mapping = if flags != 0 { crate::abi::dmabuf::MAPPING_FORCE_PCIE } else { crate::abi::dmabuf::MAPPING_DEFAULT };
+        if r == CUDA_ERROR_NOT_SUPPORTED
+            && flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE == 0
+        {
+            let mapping = if flags != 0 {
+                crate::abi::dmabuf::MAPPING_FORCE_PCIE
+            } else {
+                crate::abi::dmabuf::MAPPING_DEFAULT
+            };
             match shim::call_in_waking(|s| s.serve_dmabuf(dptr, size as u64, mapping)) {
                 Some(Served::Fd(fd)) => {
                     // SAFETY: the caller's out-parameter, an int, as for the driver.
@@ -278,7 +291,9 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
     kind: c_int,
     flags: u64,
 ) -> CUresult {
-    let real = Some(handle_range::next()).filter(|&p| p != cuMemGetHandleForAddressRange as *mut c_void).unwrap_or(null_mut());
+    let real = Some(handle_range::next())
+        .filter(|&p| p != cuMemGetHandleForAddressRange as *mut c_void)
+        .unwrap_or(null_mut());
     // SAFETY: libcuda's definition of this symbol, with this signature.
     unsafe { handle_range::call(real, handle, dptr, size, kind, flags) }
 }
@@ -308,7 +323,9 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuMemUnmap" => mem_unmap::install,
         b"cuMemRelease" => mem_release::install,
         b"cuMemAllocAsync" | b"cuMemAllocAsync_ptsz" => mem_alloc_async::install,
-        b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => mem_alloc_pool_async::install,
+        b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => {
+            mem_alloc_pool_async::install
+        }
         b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => mem_free_async::install,
         b"cuDeviceGetAttribute" => device_get_attribute::install,
         b"cuMemGetHandleForAddressRange" => handle_range::install,
@@ -382,8 +399,14 @@ mod tests {
         assert!(by_proc_name(b"cuMemAlloc", 3010).is_none());
         assert!(by_proc_name(b"cuMemAlloc", 13000).is_some());
         assert!(by_proc_name(b"cuMemMap", 10010).is_none());
-        assert_eq!(by_proc_name(b"cuGetProcAddress", 12000).map(|f| f as usize), Some(get_proc_v2::install as *const () as usize));
-        assert_eq!(by_proc_name(b"cuGetProcAddress", 11040).map(|f| f as usize), Some(get_proc_v1::install as *const () as usize));
+        assert_eq!(
+            by_proc_name(b"cuGetProcAddress", 12000).map(|f| f as usize),
+            Some(get_proc_v2::install as *const () as usize)
+        );
+        assert_eq!(
+            by_proc_name(b"cuGetProcAddress", 11040).map(|f| f as usize),
+            Some(get_proc_v1::install as *const () as usize)
+        );
         assert!(by_proc_name(b"cuMemAlloc_v2", 13000).is_none());
         assert!(by_symbol_name(b"cuMemAlloc").is_none(), "the v1 ABI is never wrapped");
     }
@@ -405,7 +428,9 @@ mod tests {
         assert_eq!(mem_alloc::install(a), a, "a wrapper is never wrapped again");
         type F = unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult;
         // SAFETY: a and b are wrappers of exactly this signature.
-        let (fa, fb): (F, F) = unsafe { (core::mem::transmute::<*mut c_void, F>(a), core::mem::transmute::<*mut c_void, F>(b)) };
+        let (fa, fb): (F, F) = unsafe {
+            (core::mem::transmute::<*mut c_void, F>(a), core::mem::transmute::<*mut c_void, F>(b))
+        };
         let mut p = 0;
         // SAFETY: the wrappers forward to the fakes above.
         unsafe {

@@ -8,7 +8,9 @@
 #![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
-use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};
+use crate::abi::cuda::result::{
+    NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS,
+};
 use crate::abi::cuda::CUresult;
 use crate::abi::Uuid;
 use crate::real::next_def;
@@ -47,7 +49,9 @@ fn primary_active(dev: CUdevice) -> Option<bool> {
     }
     let (mut flags, mut active) = (0, 0);
     // SAFETY: libcuda's function of this signature, with out-pointers of ours.
-    (unsafe { core::mem::transmute::<*mut c_void, F>(p)(dev, &mut flags, &mut active) } == CUDA_SUCCESS).then_some(active != 0)
+    (unsafe { core::mem::transmute::<*mut c_void, F>(p)(dev, &mut flags, &mut active) }
+        == CUDA_SUCCESS)
+        .then_some(active != 0)
 }
 
 /// What ended after a call that answered `r`: `Some(gpu)` a context of that GPU (`None`: of an

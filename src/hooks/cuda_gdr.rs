@@ -5,7 +5,9 @@
 #![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
-use crate::abi::cuda::result::{NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS};
+use crate::abi::cuda::result::{
+    NOT_INITIALIZED as CUDA_ERROR_NOT_INITIALIZED, SUCCESS as CUDA_SUCCESS,
+};
 use crate::abi::cuda::CUresult;
 use crate::abi::cuda::MemAllocationProp;
 use crate::real::next_def;
@@ -34,14 +36,20 @@ pub mod device_get_attribute {
                 (unsafe { f(&mut v, a, dev) } == CUDA_SUCCESS).then_some(v)
             };
             // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
-            shim::call_in_waking(|sh| sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi }, &ask));
+            shim::call_in_waking(|sh| {
+                sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi }, &ask)
+            });
         }
         r
     }
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_int) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: c_int,
+    dev: c_int,
+) -> CUresult {
     let real = Some(next_def!(c"cuDeviceGetAttribute" in b"libcuda.so"))
         .filter(|&p| p != cuDeviceGetAttribute as *mut c_void)
         .unwrap_or(null_mut());
@@ -54,7 +62,13 @@ pub mod mem_create {
     type F = unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> CUresult;
     slotted!(install, REAL, super::cuMemCreate, call, (handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> CUresult);
 
-    pub unsafe fn call(real: *mut c_void, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> CUresult {
+    pub unsafe fn call(
+        real: *mut c_void,
+        handle: *mut u64,
+        size: usize,
+        prop: *const c_void,
+        flags: u64,
+    ) -> CUresult {
         if real.is_null() {
             return CUDA_ERROR_NOT_INITIALIZED;
         }
@@ -69,15 +83,21 @@ pub mod mem_create {
         // a copy of the caller's CUmemAllocationProp (cuda.h's layout, abi::cuda), read without
         // faulting on a bad pointer, and only for a failed call
         let retry_with = shim::call_in_waking(|sh| {
-            let bytes = crate::sys::read_own_pieces(prop as u64, &[(0, core::mem::size_of::<MemAllocationProp>())]);
+            let bytes = crate::sys::read_own_pieces(
+                prop as u64,
+                &[(0, core::mem::size_of::<MemAllocationProp>())],
+            );
             let copy = bytes.and_then(|b| crate::abi::read_pod::<MemAllocationProp>(&b))?;
-            (sh.vmm_flag_retry(first, copy.gpu_direct_rdma_capable) == crate::advertise::FlagRetry::WithoutFlag).then_some(copy)
+            (sh.vmm_flag_retry(first, copy.gpu_direct_rdma_capable)
+                == crate::advertise::FlagRetry::WithoutFlag)
+                .then_some(copy)
         });
         let Some(Some(mut copy)) = retry_with else { return first };
         // the copy without the flag; the caller's struct is never written
         copy.gpu_direct_rdma_capable = 0;
         // SAFETY: forwarded with a valid properties struct of ours in place of the caller's.
-        let again = unsafe { f(handle, size, &copy as *const MemAllocationProp as *const c_void, flags) };
+        let again =
+            unsafe { f(handle, size, &copy as *const MemAllocationProp as *const c_void, flags) };
         shim::call_in_waking(|sh| sh.vmm_flag_retried(size as u64, first, again));
         if again == CUDA_SUCCESS {
             again
@@ -88,8 +108,15 @@ pub mod mem_create {
 }
 
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> CUresult {
-    let real = Some(next_def!(c"cuMemCreate" in b"libcuda.so")).filter(|&p| p != cuMemCreate as *mut c_void).unwrap_or(null_mut());
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut u64,
+    size: usize,
+    prop: *const c_void,
+    flags: u64,
+) -> CUresult {
+    let real = Some(next_def!(c"cuMemCreate" in b"libcuda.so"))
+        .filter(|&p| p != cuMemCreate as *mut c_void)
+        .unwrap_or(null_mut());
     // SAFETY: libcuda's definition of this symbol, with this signature.
     unsafe { mem_create::call(real, handle, size, prop, flags) }
 }

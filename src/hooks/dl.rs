@@ -33,7 +33,10 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     // answer it. (An interposer of its own finding its next ibv_reg_mr/cuMemAlloc must get
     // exactly that, or it calls itself through us forever.)
     // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
-    if handle == libc::RTLD_NEXT || name.is_null() || !matches!(unsafe { *name } as u8, b'c' | b'i' | b'm') {
+    if handle == libc::RTLD_NEXT
+        || name.is_null()
+        || !matches!(unsafe { *name } as u8, b'c' | b'i' | b'm')
+    {
         return FORWARD;
     }
     in_hook(|| {
@@ -66,7 +69,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         let w = install(found);
         let named = |p: &[u8]| n.to_bytes().starts_with(p);
         if w != found && (named(b"ibv_") || named(b"mlx5dv_")) && crate::shim::try_get().is_some() {
-            let v = ver.map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "default".into());
+            let v = ver
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_else(|| "default".into());
             crate::log_info!(
                 "{}({}, {v}) resolved to gdrshim's wrapper",
                 if version.is_null() { "dlsym" } else { "dlvsym" },
@@ -98,8 +103,17 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> core::ffi::c_int {
 mod tests {
     #[test]
     fn pick_forwards_names_that_are_not_ours() {
-        assert_eq!(super::pick(libc::RTLD_DEFAULT, c"printf".as_ptr(), core::ptr::null()), super::FORWARD);
-        assert_eq!(super::pick(libc::RTLD_DEFAULT, c"cuInit".as_ptr(), core::ptr::null()), super::FORWARD);
-        assert_eq!(super::pick(libc::RTLD_DEFAULT, core::ptr::null(), core::ptr::null()), super::FORWARD);
+        assert_eq!(
+            super::pick(libc::RTLD_DEFAULT, c"printf".as_ptr(), core::ptr::null()),
+            super::FORWARD
+        );
+        assert_eq!(
+            super::pick(libc::RTLD_DEFAULT, c"cuInit".as_ptr(), core::ptr::null()),
+            super::FORWARD
+        );
+        assert_eq!(
+            super::pick(libc::RTLD_DEFAULT, core::ptr::null(), core::ptr::null()),
+            super::FORWARD
+        );
     }
 }

@@ -109,7 +109,11 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// `close_range` (glibc 2.34): every number in the range is forgotten; those of ours are ours
 /// no longer. With `CLOSE_RANGE_CLOEXEC` nothing is closed.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn close_range(first: libc::c_uint, last: libc::c_uint, flags: c_int) -> c_int {
+pub unsafe extern "C" fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: c_int,
+) -> c_int {
     let Some(f) = real::close_range() else { missing!() };
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
         // SAFETY: forwarded unchanged.

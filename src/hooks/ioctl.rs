@@ -53,7 +53,11 @@ unsafe fn nvidia(real: IoctlFn, fd: c_int, request: c_ulong, arg: *mut c_void) -
     // registration can be decided over memory the driver is taking away at the same moment.
     // (the guard is held across the real call: the driver call is the program's, our work
     // around it is ours)
-    let _release_gate = if s.line.registering { contained(|| s.before_ioctl(dev, request, arg)).flatten() } else { None };
+    let _release_gate = if s.line.registering {
+        contained(|| s.before_ioctl(dev, request, arg)).flatten()
+    } else {
+        None
+    };
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };
     // SAFETY: arg is the caller's pointer; after_ioctl reads it only when rc == 0.
@@ -83,7 +87,11 @@ unsafe fn timed(
     arg: *mut c_void,
 ) -> c_int {
     let t0 = Clock::now();
-    let _release_gate = if s.line.registering { contained(|| s.before_ioctl(dev, request, arg)).flatten() } else { None };
+    let _release_gate = if s.line.registering {
+        contained(|| s.before_ioctl(dev, request, arg)).flatten()
+    } else {
+        None
+    };
     let t1 = Clock::now();
     // SAFETY: forwarded unchanged.
     let rc = unsafe { real(fd, request, arg) };

@@ -34,7 +34,13 @@ const UMEM_IN_READ: usize = 40;
 
 /// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory).
 /// `None`: the provider refused (logged), or has no `_reg_ex`.
-fn register_export(api: &str, a: &RegArgs, e: &Export, reg_ex: *mut c_void, mut input: DevxUmemIn) -> Option<Umem> {
+fn register_export(
+    api: &str,
+    a: &RegArgs,
+    e: &Export,
+    reg_ex: *mut c_void,
+    mut input: DevxUmemIn,
+) -> Option<Umem> {
     let e0 = errno();
     // the outcome must reach the registrar (see `verbs::outcome_owed`)
     let _no_cancel = crate::sys::NoCancel::new();
@@ -66,7 +72,13 @@ fn reg_ex_beside(reg: *mut c_void) -> *mut c_void {
     scope::beside(&BESIDE, reg, c"mlx5dv_devx_umem_reg_ex")
 }
 
-unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem {
+unsafe fn reg_call(
+    real: *mut c_void,
+    ctx: Ctx,
+    addr: *mut c_void,
+    size: usize,
+    access: u32,
+) -> Umem {
     if real.is_null() {
         set_errno(libc::ENOSYS);
         return null_mut();
@@ -102,7 +114,13 @@ unsafe fn reg_call(real: *mut c_void, ctx: Ctx, addr: *mut c_void, size: usize, 
 slotted!(reg_install, REG_REAL, mlx5dv_devx_umem_reg, reg_call, (ctx: Ctx, addr: *mut c_void, size: usize, access: u32) -> Umem);
 
 /// The exported hooks' bodies: the copy of libmlx5 the caller reaches (`real::scope`).
-unsafe extern "C" fn reg_exported(ctx: Ctx, addr: *mut c_void, size: usize, access: u32, caller: usize) -> Umem {
+unsafe extern "C" fn reg_exported(
+    ctx: Ctx,
+    addr: *mut c_void,
+    size: usize,
+    access: u32,
+    caller: usize,
+) -> Umem {
     static CALLERS: Callers = Callers::new();
     let real = scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_reg", b"libmlx5.so");
     // SAFETY: that copy's function of this signature.
@@ -153,7 +171,12 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
         return null_mut();
     }
     if let (Some(Decision::Exported(e)), Some(i)) = (&d, caller) {
-        let converted = DevxUmemIn { addr: e.offset, comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF, dmabuf_fd: e.fd, ..i };
+        let converted = DevxUmemIn {
+            addr: e.offset,
+            comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF,
+            dmabuf_fd: e.fd,
+            ..i
+        };
         if let Some(u) = register_export(API, &a, e, real, converted) {
             return u;
         }
@@ -203,7 +226,12 @@ slotted!(dereg_install, DEREG_REAL, mlx5dv_devx_umem_dereg, dereg_call, (umem: U
 unsafe extern "C" fn dereg_exported(umem: Umem, caller: usize) -> c_int {
     static CALLERS: Callers = Callers::new();
     // SAFETY: that copy's function of this signature.
-    unsafe { dereg_call(scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_dereg", b"libmlx5.so"), umem) }
+    unsafe {
+        dereg_call(
+            scope::for_caller(&CALLERS, caller, c"mlx5dv_devx_umem_dereg", b"libmlx5.so"),
+            umem,
+        )
+    }
 }
 with_caller!(mlx5dv_devx_umem_dereg, dereg_exported, 1);
 
@@ -222,22 +250,35 @@ pub fn by_symbol(name: &[u8], version: Option<&[u8]>) -> Option<Install> {
 }
 
 /// Every (name, version) [`by_symbol`] wraps (docs/registration-entry-points.md lists them).
-pub const HOOKED: &[(&str, &str)] =
-    &[("mlx5dv_devx_umem_reg", "MLX5_1.7"), ("mlx5dv_devx_umem_reg_ex", "MLX5_1.19"), ("mlx5dv_devx_umem_dereg", "MLX5_1.7")];
+pub const HOOKED: &[(&str, &str)] = &[
+    ("mlx5dv_devx_umem_reg", "MLX5_1.7"),
+    ("mlx5dv_devx_umem_reg_ex", "MLX5_1.19"),
+    ("mlx5dv_devx_umem_dereg", "MLX5_1.7"),
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn umem_in(mask: u64) -> DevxUmemIn {
-        DevxUmemIn { addr: 0x7f00_0000_0000, size: 0x2000, access: 7, pgsz_bitmap: !0xffff, comp_mask: mask, dmabuf_fd: -1 }
+        DevxUmemIn {
+            addr: 0x7f00_0000_0000,
+            size: 0x2000,
+            access: 7,
+            pgsz_bitmap: !0xffff,
+            comp_mask: mask,
+            dmabuf_fd: -1,
+        }
     }
 
     #[test]
     fn a_umem_by_address_is_ours_a_dmabuf_or_an_unknown_bit_is_not() {
         let a = umem_in_args(null_mut(), Some(umem_in(0)));
         assert!(a.is_ours() && a.addr() == 0x7f00_0000_0000);
-        assert!(!umem_in_args(null_mut(), Some(umem_in(m::UMEM_MASK_DMABUF))).is_ours(), "the program's own dma-buf");
+        assert!(
+            !umem_in_args(null_mut(), Some(umem_in(m::UMEM_MASK_DMABUF))).is_ours(),
+            "the program's own dma-buf"
+        );
         let u = umem_in_args(null_mut(), Some(umem_in(0x20)));
         assert!(!u.is_ours() && u.unknown() == 0x20, "an unknown bit is named and left alone");
         assert!(!umem_in_args(null_mut(), None).is_ours());

@@ -30,7 +30,8 @@ mod tests {
         for l in doc.lines().filter(|l| l.starts_with("| `")) {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
             let (name, version, status) = (cells[1].trim_matches('`'), cells[2], cells[4]);
-            let wrapped = super::verbs::by_symbol(name.as_bytes(), Some(version.as_bytes())).is_some()
+            let wrapped = super::verbs::by_symbol(name.as_bytes(), Some(version.as_bytes()))
+                .is_some()
                 || super::mlx5dv::by_symbol(name.as_bytes(), Some(version.as_bytes())).is_some();
             match status {
                 "hooked" => {
@@ -43,7 +44,8 @@ mod tests {
             rows += 1;
         }
         assert!(rows > 30, "the table was read: {rows} rows");
-        let mut code: Vec<(&str, &str)> = super::verbs::HOOKED.iter().chain(super::mlx5dv::HOOKED).copied().collect();
+        let mut code: Vec<(&str, &str)> =
+            super::verbs::HOOKED.iter().chain(super::mlx5dv::HOOKED).copied().collect();
         hooked.sort();
         code.sort();
         assert_eq!(hooked, code, "the documented hooked entry points and the code's");

@@ -130,10 +130,11 @@ pub unsafe extern "C" fn gdrshim_lookup(va: u64, len: u64, out: *mut GdrshimBack
         if s.line.table.is_none() {
             return Err(-libc::ENOSYS);
         }
-        let (p, device, ctl_fd) = s.backing_of(va, len).ok_or(-libc::EBUSY)?.map_err(|m| match m {
-            crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
-            _ => -libc::ENOENT,
-        })?;
+        let (p, device, ctl_fd) =
+            s.backing_of(va, len).ok_or(-libc::EBUSY)?.map_err(|m| match m {
+                crate::vamap::Miss::SpansMemoryObjects { .. } => -libc::EXDEV,
+                _ => -libc::ENOENT,
+            })?;
         let (h_device, device_id) = device.unwrap_or((0, u32::MAX));
         Ok(GdrshimBacking {
             struct_version: QUERY_ABI,
@@ -195,7 +196,12 @@ pub extern "C" fn gdrshim_register(va: u64, len: u64) -> i64 {
             Some(crate::registrar::Decision::Host) => -(libc::EINVAL as i64),
             Some(crate::registrar::Decision::StandAside) => 0,
             Some(crate::registrar::Decision::Miss(m) | crate::registrar::Decision::Refuse(m)) => {
-                if matches!(m, crate::registrar::RegMiss::Lookup(crate::vamap::Miss::SpansMemoryObjects { .. })) {
+                if matches!(
+                    m,
+                    crate::registrar::RegMiss::Lookup(
+                        crate::vamap::Miss::SpansMemoryObjects { .. }
+                    )
+                ) {
                     -(libc::EXDEV as i64)
                 } else {
                     -(libc::ENOENT as i64)
@@ -243,15 +249,24 @@ pub extern "C" fn gdrshim_unregister(handle: i64) -> c_int {
 /// # Safety
 /// `out` points to `size` writable bytes.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn gdrshim_counters(out: *mut crate::counters::GdrshimCounters, size: usize) -> c_int {
+pub unsafe extern "C" fn gdrshim_counters(
+    out: *mut crate::counters::GdrshimCounters,
+    size: usize,
+) -> c_int {
     if out.is_null() {
         return -libc::EINVAL;
     }
     let unseen = || {
-        let c = crate::counters::GdrshimCounters { bar1_bytes: u64::MAX, bar1_static: u64::MAX, ..Default::default() };
+        let c = crate::counters::GdrshimCounters {
+            bar1_bytes: u64::MAX,
+            bar1_static: u64::MAX,
+            ..Default::default()
+        };
         (active() && not_started()).then(|| c.to_bytes())
     };
-    let Some(v) = shim::call_in(|s| s.counters().to_bytes()).or_else(unseen) else { return -libc::ENOSYS };
+    let Some(v) = shim::call_in(|s| s.counters().to_bytes()).or_else(unseen) else {
+        return -libc::ENOSYS;
+    };
     let n = size.min(v.len()) / 8 * 8;
     // SAFETY: v holds at least n bytes; out has `size` ≥ n writable bytes.
     unsafe { core::ptr::copy_nonoverlapping(v.as_ptr(), out as *mut u8, n) };

@@ -36,7 +36,9 @@ pub fn install_into(
     if let Some(sh) = shim::try_get() {
         sh.stats.unwrapped.fetch_add(1, Relaxed);
     }
-    crate::log_warn!("more than {SLOTS} distinct CUDA entry points for one function: returned unwrapped");
+    crate::log_warn!(
+        "more than {SLOTS} distinct CUDA entry points for one function: returned unwrapped"
+    );
     real
 }
 

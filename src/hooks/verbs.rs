@@ -82,7 +82,10 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     }
     // A process whose shim never started has seen no GPU memory: nothing to look up.
     shim::try_get()?;
-    shim::call_in(|s| s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })).flatten()
+    shim::call_in(|s| {
+        s.verbs_before(api, VerbsReg { addr: a.addr, len: a.len, access: a.access, rereg })
+    })
+    .flatten()
 }
 
 /// Whether the registration must fail without reaching the provider (`Decision::Refuse`): then
@@ -127,7 +130,10 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             let mut attr = v::MrInitAttr {
                 length: a.len,
                 access: a.access as i32,
-                comp_mask: (mask & !v::REG_MR_MASK_ADDR) | v::REG_MR_MASK_FD | v::REG_MR_MASK_FD_OFFSET | v::REG_MR_MASK_IOVA,
+                comp_mask: (mask & !v::REG_MR_MASK_ADDR)
+                    | v::REG_MR_MASK_FD
+                    | v::REG_MR_MASK_FD_OFFSET
+                    | v::REG_MR_MASK_IOVA,
                 iova: a.iova,
                 fd: e.fd,
                 fd_offset: e.offset,
@@ -150,7 +156,9 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
                 // SAFETY: the provider's ibv_reg_dmabuf_mr, of this signature (IBVERBS_1.12).
                 let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
                 // SAFETY: the caller's PD and access, our buffer's fd and the offset of the MR in it.
-                ("ibv_reg_dmabuf_mr", unsafe { f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int) })
+                ("ibv_reg_dmabuf_mr", unsafe {
+                    f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int)
+                })
             }
         }
     };
@@ -259,7 +267,9 @@ fn mr_ex_args(pd: Pd, attr: *mut c_void) -> RegArgs {
     if mask & !v::REG_MR_MASK_KNOWN != 0 {
         return RegArgs::untouched(pd, addr, mask & !v::REG_MR_MASK_KNOWN);
     }
-    if mask & v::REG_MR_MASK_ADDR == 0 || mask & (v::REG_MR_MASK_FD | v::REG_MR_MASK_FD_OFFSET | v::REG_MR_MASK_BUF) != 0 {
+    if mask & v::REG_MR_MASK_ADDR == 0
+        || mask & (v::REG_MR_MASK_FD | v::REG_MR_MASK_FD_OFFSET | v::REG_MR_MASK_BUF) != 0
+    {
         return RegArgs::untouched(pd, addr, 0);
     }
     let dmah = if mask & v::REG_MR_MASK_DMAH != 0 {
@@ -270,7 +280,11 @@ fn mr_ex_args(pd: Pd, attr: *mut c_void) -> RegArgs {
     };
     let iova = if mask & v::REG_MR_MASK_IOVA != 0 { u64_at(v::MR_INIT_ATTR_IOVA) } else { addr };
     let access = u32::from_le_bytes(b[v::MR_INIT_ATTR_ACCESS..][..4].try_into().unwrap_or([0; 4]));
-    RegArgs { iova, ex: Some((mask, dmah)), ..RegArgs::of(pd, addr, u64_at(v::MR_INIT_ATTR_LENGTH), access) }
+    RegArgs {
+        iova,
+        ex: Some((mask, dmah)),
+        ..RegArgs::of(pd, addr, u64_at(v::MR_INIT_ATTR_LENGTH), access)
+    }
 }
 
 type DeregF = unsafe extern "C" fn(Mr) -> c_int;
@@ -333,7 +347,9 @@ slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int)
 unsafe extern "C" fn dereg_exported(mr: Mr, caller: usize) -> c_int {
     static CALLERS: Callers = Callers::new();
     // SAFETY: that copy's ibv_dereg_mr.
-    unsafe { dereg_call(scope::for_caller(&CALLERS, caller, c"ibv_dereg_mr", b"libibverbs.so"), mr) }
+    unsafe {
+        dereg_call(scope::for_caller(&CALLERS, caller, c"ibv_dereg_mr", b"libibverbs.so"), mr)
+    }
 }
 with_caller!(ibv_dereg_mr, dereg_exported, 1);
 
@@ -341,12 +357,24 @@ type ReregF = unsafe extern "C" fn(Mr, c_int, Pd, *mut c_void, usize, c_int) -> 
 
 /// A re-registration that moves the MR to `[addr, addr+length)` is a registration of the new range
 /// and a deregistration of the old one, in that order, once the provider accepted it.
-unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int {
+unsafe fn rereg_call(
+    real: *mut c_void,
+    mr: Mr,
+    flags: c_int,
+    pd: Pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
-    let d = if moves { before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true) } else { None };
+    let d = if moves {
+        before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true)
+    } else {
+        None
+    };
     if refused(&d) {
         // the MR stays as it was, as when the kernel refuses the command
         return v::IBV_REREG_MR_ERR_CMD;
@@ -372,7 +400,15 @@ unsafe fn rereg_call(real: *mut c_void, mr: Mr, flags: c_int, pd: Pd, addr: *mut
 slotted!(rereg_install, REREG_REAL, ibv_rereg_mr, rereg_call, (mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int) -> c_int);
 
 /// The exported `ibv_rereg_mr`'s body: the copy of libibverbs the caller reaches.
-unsafe extern "C" fn rereg_exported(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_void, length: usize, access: c_int, caller: usize) -> c_int {
+unsafe extern "C" fn rereg_exported(
+    mr: Mr,
+    flags: c_int,
+    pd: Pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+    caller: usize,
+) -> c_int {
     static CALLERS: Callers = Callers::new();
     let real = scope::for_caller(&CALLERS, caller, c"ibv_rereg_mr", b"libibverbs.so");
     // SAFETY: that copy's ibv_rereg_mr.
@@ -380,7 +416,15 @@ unsafe extern "C" fn rereg_exported(mr: Mr, flags: c_int, pd: Pd, addr: *mut c_v
 }
 with_caller!(ibv_rereg_mr, rereg_exported, 6);
 
-unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr {
+unsafe fn dmabuf_call(
+    real: *mut c_void,
+    pd: Pd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> Mr {
     if real.is_null() {
         set_errno(libc::ENOSYS);
         return null_mut();
@@ -396,7 +440,15 @@ unsafe fn dmabuf_call(real: *mut c_void, pd: Pd, offset: u64, length: usize, iov
 slotted!(dmabuf_install, DMABUF_REAL, ibv_reg_dmabuf_mr, dmabuf_call, (pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> Mr);
 
 /// The exported `ibv_reg_dmabuf_mr`'s body: the copy of libibverbs the caller reaches.
-unsafe extern "C" fn dmabuf_exported(pd: Pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int, caller: usize) -> Mr {
+unsafe extern "C" fn dmabuf_exported(
+    pd: Pd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+    caller: usize,
+) -> Mr {
     static CALLERS: Callers = Callers::new();
     let real = scope::for_caller(&CALLERS, caller, c"ibv_reg_dmabuf_mr", b"libibverbs.so");
     // SAFETY: that copy's ibv_reg_dmabuf_mr.
@@ -438,7 +490,10 @@ mod tests {
     #[test]
     fn only_the_abi_versions_we_implement_are_wrapped() {
         assert!(super::by_symbol(b"ibv_reg_mr", Some(b"IBVERBS_1.1")).is_some());
-        assert!(super::by_symbol(b"ibv_reg_mr", Some(b"IBVERBS_1.0")).is_none(), "the 1.0 compat ABI differs");
+        assert!(
+            super::by_symbol(b"ibv_reg_mr", Some(b"IBVERBS_1.0")).is_none(),
+            "the 1.0 compat ABI differs"
+        );
         assert!(super::by_symbol(b"ibv_reg_mr", None).is_some());
         assert!(super::by_symbol(b"ibv_reg_mr_iova2", Some(b"IBVERBS_1.8")).is_some());
         assert!(super::by_symbol(b"ibv_open_device", Some(b"IBVERBS_1.1")).is_none());
@@ -464,11 +519,20 @@ mod tests {
         attr[7] = 0xd0a4; // dmah
         attr[2] = super::v::REG_MR_MASK_ADDR | super::v::REG_MR_MASK_DMAH;
         let a = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
-        assert!(a.ours && a.ex == Some((attr[2], 0xd0a4)), "the DMA handle goes with the converted call");
+        assert!(
+            a.ours && a.ex == Some((attr[2], 0xd0a4)),
+            "the DMA handle goes with the converted call"
+        );
         attr[2] = super::v::REG_MR_MASK_ADDR | super::v::REG_MR_MASK_BUF;
-        assert!(!super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast()).ours, "the provider's own buffer");
+        assert!(
+            !super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast()).ours,
+            "the provider's own buffer"
+        );
         attr[2] = super::v::REG_MR_MASK_ADDR | 0x40;
         let u = super::mr_ex_args(core::ptr::null_mut(), attr.as_mut_ptr().cast());
-        assert!(!u.ours && u.unknown == 0x40 && u.addr == attr[4], "an unknown bit: untouched, named");
+        assert!(
+            !u.ours && u.unknown == 0x40 && u.addr == attr[4],
+            "an unknown bit: untouched, named"
+        );
     }
 }

@@ -57,7 +57,8 @@ fn run_model(route: Route) {
                 let c = w.clients[k];
                 let m = MemRef { client: c.h, memory: w.next_mem };
                 w.next_mem += 1;
-                let class = if vidmem { class::NV01_MEMORY_LOCAL_USER } else { class::NV01_MEMORY_SYSTEM };
+                let class =
+                    if vidmem { class::NV01_MEMORY_LOCAL_USER } else { class::NV01_MEMORY_SYSTEM };
                 w.core.tracker.apply(&Event::Memory {
                     h_client: c.h,
                     h_parent: c.devices[i],
@@ -77,13 +78,20 @@ fn run_model(route: Route) {
                 let range = BASE + rnd(RANGES) * RANGE;
                 let base = range + rnd(RANGE / PAGE) * PAGE;
                 let offset = rnd(size / PAGE) * PAGE;
-                let len = (1 + rnd(((size - offset) / PAGE).min((range + RANGE - base) / PAGE))) * PAGE;
+                let len =
+                    (1 + rnd(((size - offset) / PAGE).min((range + RANGE - base) / PAGE))) * PAGE;
                 let gpus: Vec<usize> = match rnd(4) {
                     0 => vec![0, 1],
                     1 | 2 => vec![0],
                     _ => vec![1],
                 };
-                w.driver(Pending::UvmMap { base, length: len, offset, h_client: m.client, h_memory: m.memory });
+                w.driver(Pending::UvmMap {
+                    base,
+                    length: len,
+                    offset,
+                    h_client: m.client,
+                    h_memory: m.memory,
+                });
                 w.core.tracker.apply(&Event::UvmMapExternal {
                     base,
                     length: len,
@@ -109,8 +117,17 @@ fn run_model(route: Route) {
                 let va = BASE + rnd(NPAGES as u64) * PAGE;
                 if let Some((m, off)) = w.model.pages[g][Model::page(va)] {
                     let len = PAGE * (1 + rnd(4)).min((BASE + RANGE * RANGES - va) / PAGE);
-                    if (0..len).step_by(PAGE as usize).all(|p| w.model.pages[g][Model::page(va + p)] == Some((m, off + p))) {
-                        w.driver(Pending::UvmMap { base: va, length: len, offset: off, h_client: m.client, h_memory: m.memory });
+                    if (0..len)
+                        .step_by(PAGE as usize)
+                        .all(|p| w.model.pages[g][Model::page(va + p)] == Some((m, off + p)))
+                    {
+                        w.driver(Pending::UvmMap {
+                            base: va,
+                            length: len,
+                            offset: off,
+                            h_client: m.client,
+                            h_memory: m.memory,
+                        });
                         w.core.tracker.apply(&Event::UvmMapExternal {
                             base: va,
                             length: len,
@@ -151,11 +168,19 @@ fn run_model(route: Route) {
             }
             420..=449 if !w.mems.is_empty() => {
                 let (m, _, _, _) = w.mems.swap_remove(rnd(w.mems.len() as u64) as usize);
-                let parent = w.clients.iter().find(|c| c.h == m.client).map(|c| c.devices[0]).unwrap_or(0);
+                let parent =
+                    w.clients.iter().find(|c| c.h == m.client).map(|c| c.devices[0]).unwrap_or(0);
                 w.driver(Pending::RmFree { h_client: m.client, h_object: m.memory });
                 w.core.rm.free_mem(m);
                 // the free as the process applies it (the registrar forgets what RM freed with it)
-                w.core.apply(&[Work::Event(Event::Free { h_client: m.client, h_parent: parent, h_object: m.memory })], &mut |_| {});
+                w.core.apply(
+                    &[Work::Event(Event::Free {
+                        h_client: m.client,
+                        h_parent: parent,
+                        h_object: m.memory,
+                    })],
+                    &mut |_| {},
+                );
                 // UVM keeps its own reference, but the handle is gone: nothing there may be registered
                 w.model.forget(|x| x == m);
                 count("mem_frees");
@@ -174,8 +199,16 @@ fn run_model(route: Route) {
                 let c = w.clients[k];
                 w.driver(Pending::RmFree { h_client: c.h, h_object: c.devices[i] });
                 w.core.rm.free_device(c.h, c.devices[i]);
-                w.core.apply(&[Work::Event(Event::Free { h_client: c.h, h_parent: c.h, h_object: c.devices[i] })], &mut |_| {});
-                let gone: Vec<MemRef> = w.mems.iter().filter(|x| x.0.client == c.h && x.1 == i).map(|x| x.0).collect();
+                w.core.apply(
+                    &[Work::Event(Event::Free {
+                        h_client: c.h,
+                        h_parent: c.h,
+                        h_object: c.devices[i],
+                    })],
+                    &mut |_| {},
+                );
+                let gone: Vec<MemRef> =
+                    w.mems.iter().filter(|x| x.0.client == c.h && x.1 == i).map(|x| x.0).collect();
                 w.mems.retain(|x| !(x.0.client == c.h && x.1 == i));
                 w.model.forget(|x| gone.contains(&x));
                 w.setup_device(k, i);
@@ -187,7 +220,10 @@ fn run_model(route: Route) {
                 let c = w.clients[k];
                 w.driver(Pending::RmFree { h_client: c.h, h_object: c.h });
                 w.core.rm.free_client(c.h);
-                w.core.apply(&[Work::Event(Event::Free { h_client: c.h, h_parent: c.h, h_object: c.h })], &mut |_| {});
+                w.core.apply(
+                    &[Work::Event(Event::Free { h_client: c.h, h_parent: c.h, h_object: c.h })],
+                    &mut |_| {},
+                );
                 w.mems.retain(|x| x.0.client != c.h);
                 w.model.forget(|x| x.client == c.h);
                 w.setup_client(k);
@@ -195,11 +231,15 @@ fn run_model(route: Route) {
             }
             453..=749 => {
                 // a verbs registration: mostly small, page-aligned or not, sometimes large
-                let mut addr = BASE + rnd(RANGE * RANGES / 0x1000) * 0x1000 + if rnd(8) == 0 { rnd(0x1000) } else { 0 };
+                let mut addr = BASE
+                    + rnd(RANGE * RANGES / 0x1000) * 0x1000
+                    + if rnd(8) == 0 { rnd(0x1000) } else { 0 };
                 if rnd(4) != 0 {
                     // mostly where something is mapped: the next mapped page from there
                     let from = Model::page(down(addr));
-                    if let Some(i) = (from..NPAGES).chain(0..from).find(|&i| w.model.pages[0][i].is_some() || w.model.pages[1][i].is_some())
+                    if let Some(i) = (from..NPAGES)
+                        .chain(0..from)
+                        .find(|&i| w.model.pages[0][i].is_some() || w.model.pages[1][i].is_some())
                     {
                         addr = BASE + i as u64 * PAGE + (addr & (PAGE - 1));
                     }
@@ -213,11 +253,19 @@ fn run_model(route: Route) {
                         assert!(w.model.owns(addr, len), "step {step}: MR {addr:#x}+{len:#x} over memory the program did not allocate");
                         // what the NIC gets is what the process sees, for every page of the MR
                         let got = w.core.rm.get_pages(addr, len);
-                        let Ok((gm, goff)) = got else { panic!("step {step}: hit at {addr:#x}+{len:#x} but peermem says {got:?}") };
+                        let Ok((gm, goff)) = got else {
+                            panic!(
+                                "step {step}: hit at {addr:#x}+{len:#x} but peermem says {got:?}"
+                            )
+                        };
                         assert_eq!(gm, *mem, "step {step}");
                         for p in (down(addr)..up(addr + len)).step_by(PAGE as usize) {
                             let want = Some((gm, down(goff) + (p - down(addr))));
-                            assert_eq!(w.model.at(p), Ok(want), "step {step}: MR {addr:#x}+{len:#x} page {p:#x}");
+                            assert_eq!(
+                                w.model.at(p),
+                                Ok(want),
+                                "step {step}: MR {addr:#x}+{len:#x} page {p:#x}"
+                            );
                         }
                         count("hits");
                         let mr = if rnd(10) == 0 { 0 } else { next_mr };
@@ -230,15 +278,23 @@ fn run_model(route: Route) {
                     Decision::Host => {
                         // never GPU memory that the model has mapped as vidmem
                         if let Ok(Some((m, _))) = w.model.at(down(addr)) {
-                            assert!(w.mems.iter().any(|x| x.0 == m && !x.2), "step {step}: vidmem at {addr:#x} taken for host memory");
+                            assert!(
+                                w.mems.iter().any(|x| x.0 == m && !x.2),
+                                "step {step}: vidmem at {addr:#x} taken for host memory"
+                            );
                         }
                         count("host");
                     }
                     Decision::Exported(e) => {
                         assert!(w.model.owns(addr, len), "step {step}: export {addr:#x}+{len:#x} of memory the program did not allocate");
                         // the buffer, 4 KiB page by page, is what the process has there now
-                        let (total, slots) =
-                            w.core.rm.exports.get(&e.fd).cloned().expect("an fd of ours RM handed out, open while the call uses it");
+                        let (total, slots) = w
+                            .core
+                            .rm
+                            .exports
+                            .get(&e.fd)
+                            .cloned()
+                            .expect("an fd of ours RM handed out, open while the call uses it");
                         let base = addr & !0xfff;
                         assert_eq!(addr - base, e.offset, "step {step}");
                         assert!(
@@ -249,8 +305,17 @@ fn run_model(route: Route) {
                         for (m, off, size) in slots.into_iter().map(|s| s.expect("complete")) {
                             for q in (0..size).step_by(0x1000) {
                                 let va = base + at + q;
-                                let want = w.model.at(va & !(PAGE - 1)).ok().flatten().map(|(mm, o)| (mm, o + (va & (PAGE - 1))));
-                                assert_eq!(want, Some((m, off + q)), "step {step}: export of {addr:#x}+{len:#x} at {va:#x}");
+                                let want = w
+                                    .model
+                                    .at(va & !(PAGE - 1))
+                                    .ok()
+                                    .flatten()
+                                    .map(|(mm, o)| (mm, o + (va & (PAGE - 1))));
+                                assert_eq!(
+                                    want,
+                                    Some((m, off + q)),
+                                    "step {step}: export of {addr:#x}+{len:#x} at {va:#x}"
+                                );
                             }
                             at += size;
                         }
@@ -261,7 +326,9 @@ fn run_model(route: Route) {
                         w.core.registrar.after_dmabuf_reg(&mut w.core.rm, mr, e, 0, addr);
                         mrs.push(mr);
                     }
-                    Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => panic!("step {step}: {d:?}"),
+                    Decision::StandAside | Decision::WouldExport { .. } | Decision::Odp => {
+                        panic!("step {step}: {d:?}")
+                    }
                     Decision::Miss(m) | Decision::Refuse(m) => {
                         count(match m {
                             RegMiss::Lookup(_) => "miss_lookup",
@@ -275,7 +342,10 @@ fn run_model(route: Route) {
                             // hold less: CUDA's own memory mapped over an allocation takes its
                             // mark, so hits and exports are checked against it, not refusals)
                             RegMiss::NotProgramMemory { at } => {
-                                assert!(*at >= addr && *at < addr + len, "step {step}: {at:#x} outside {addr:#x}+{len:#x}");
+                                assert!(
+                                    *at >= addr && *at < addr + len,
+                                    "step {step}: {at:#x} outside {addr:#x}+{len:#x}"
+                                );
                                 "miss_not_program_memory"
                             }
                             _ => "miss_other",
@@ -299,11 +369,19 @@ fn run_model(route: Route) {
     assert_eq!(w.core.registrar.live_registrations(), 0);
     assert_eq!(w.core.registrar.counts.registered, w.core.registrar.counts.unregistered);
     // gdrshim never made a call RM refused: every refusal would be a wrong guess about RM's rules
-    assert_eq!((w.core.rm.refused, w.core.registrar.counts.rm_errors), (0, 0), "{:?}", w.core.registrar.counts);
+    assert_eq!(
+        (w.core.rm.refused, w.core.registrar.counts.rm_errors),
+        (0, 0),
+        "{:?}",
+        w.core.registrar.counts
+    );
     let g = |k: &str| n.get(k).copied().unwrap_or(0);
     let mut keys: Vec<_> = n.iter().collect();
     keys.sort();
-    eprintln!("model (2 clients, 2 GPUs, {route:?}): {ops} operations, {keys:?}, registered={}", w.core.registrar.counts.registered);
+    eprintln!(
+        "model (2 clients, 2 GPUs, {route:?}): {ops} operations, {keys:?}, registered={}",
+        w.core.registrar.counts.registered
+    );
     assert_eq!(w.core.registrar.dmabuf_mrs(), 0, "every dma-buf MR deregistered");
     assert!(w.core.rm.exports.is_empty(), "every export was taken by an MR");
     if ops >= 100_000 && route == Route::Dmabuf {

@@ -49,14 +49,29 @@ impl StrictRm {
     }
     /// RM frees a device: its memory, its subdevice and the 503C under that.
     pub(super) fn free_device(&mut self, client: u32, device: u32) {
-        let gone: Vec<MemRef> = self.mems.iter().filter(|(m, f)| m.client == client && f.device == device).map(|(m, _)| *m).collect();
+        let gone: Vec<MemRef> = self
+            .mems
+            .iter()
+            .filter(|(m, f)| m.client == client && f.device == device)
+            .map(|(m, _)| *m)
+            .collect();
         for m in gone {
             self.free_mem(m);
         }
-        let subs: Vec<u32> = self.subdevices.iter().filter(|(k, d)| k.0 == client && **d == device).map(|(k, _)| k.1).collect();
+        let subs: Vec<u32> = self
+            .subdevices
+            .iter()
+            .filter(|(k, d)| k.0 == client && **d == device)
+            .map(|(k, _)| k.1)
+            .collect();
         for s in subs {
             self.subdevices.remove(&(client, s));
-            let objs: Vec<u32> = self.p2p.iter().filter(|o| o.client == client && o.subdevice == s).map(|o| o.h).collect();
+            let objs: Vec<u32> = self
+                .p2p
+                .iter()
+                .filter(|o| o.client == client && o.subdevice == s)
+                .map(|o| o.h)
+                .collect();
             for h in objs {
                 self.drop_p2p(client, h);
             }
@@ -130,23 +145,33 @@ impl Rm for StrictRm {
     }
     fn register_vidmem(&mut self, c: RmClient, p2p: u32, t: &VidmemTuple) -> Result<(), u32> {
         let client = c.handle;
-        let Some(o) = self.obj(client, p2p).cloned() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
+        let Some(o) = self.obj(client, p2p).cloned() else {
+            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
+        };
         // same client, then same device as the 503C's subdevice, then FBMEM, then alignment
         if t.mem.client != client {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         }
-        let Some(m) = self.mems.get(&t.mem).copied() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
+        let Some(m) = self.mems.get(&t.mem).copied() else {
+            return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
+        };
         if self.subdevices.get(&(client, o.subdevice)) != Some(&m.device) {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         }
         if !m.vidmem {
             return self.refuse(status::NV_ERR_NOT_SUPPORTED);
         }
-        if t.size == 0 || !(t.size | t.address | t.offset).is_multiple_of(PAGE) || t.offset.checked_add(t.size).is_none_or(|e| e > m.size) {
+        if t.size == 0
+            || !(t.size | t.address | t.offset).is_multiple_of(PAGE)
+            || t.offset.checked_add(t.size).is_none_or(|e| e > m.size)
+        {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
         let clash = self.regs.iter().any(|(p, r)| {
-            *p == p2p && r.mem.client == client && (r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size))
+            *p == p2p
+                && r.mem.client == client
+                && (r.mem == t.mem
+                    || (t.address < r.address + r.size && r.address < t.address + t.size))
         });
         if clash {
             return self.refuse(status::NV_ERR_INSERT_DUPLICATE_NAME);
@@ -157,7 +182,8 @@ impl Rm for StrictRm {
     fn unregister_vidmem(&mut self, c: RmClient, p2p: u32, h_memory: u32) -> Result<(), u32> {
         let client = c.handle;
         let n = self.regs.len();
-        self.regs.retain(|(p, t)| !(*p == p2p && t.mem.client == client && t.mem.memory == h_memory));
+        self.regs
+            .retain(|(p, t)| !(*p == p2p && t.mem.client == client && t.mem.memory == h_memory));
         if self.regs.len() == n {
             return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
         }
@@ -179,15 +205,29 @@ impl Rm for StrictRm {
     }
     /// RM's rules of nv-dmabuf.c / RmDmabufVerifyMemHandle: the memory of the fd's GPU, video
     /// memory, page-aligned pieces inside it, slots filled once, sizes adding up to the total.
-    fn export_dmabuf(&mut self, c: RmClient, instance: u32, p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
-        let (n, index, total_objects) = (p.num_objects as usize, p.index as usize, p.total_objects as usize);
-        if p.total_size == 0 || n == 0 || total_objects == 0 || n > 128 || n > total_objects || index + n > total_objects {
+    fn export_dmabuf(
+        &mut self,
+        c: RmClient,
+        instance: u32,
+        p: &mut ExportToDmabufFd,
+    ) -> Result<Option<OwnedFd>, u32> {
+        let (n, index, total_objects) =
+            (p.num_objects as usize, p.index as usize, p.total_objects as usize);
+        if p.total_size == 0
+            || n == 0
+            || total_objects == 0
+            || n > 128
+            || n > total_objects
+            || index + n > total_objects
+        {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
         let mut pieces = Vec::new();
         for i in 0..n {
             let m = MemRef { client: c.handle, memory: p.handles[i] };
-            let Some(f) = self.mems.get(&m).copied() else { return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND) };
+            let Some(f) = self.mems.get(&m).copied() else {
+                return self.refuse(status::NV_ERR_OBJECT_NOT_FOUND);
+            };
             if self.instances.get(&(c.handle, f.device)) != Some(&instance) {
                 return self.refuse(status::NV_ERR_INVALID_OBJECT_PARENT);
             }
@@ -205,13 +245,17 @@ impl Rm for StrictRm {
         } else {
             p.fd
         };
-        let Some((total, slots)) = self.exports.get_mut(&fd) else { return self.refuse(status::NV_ERR_INVALID_ARGUMENT) };
+        let Some((total, slots)) = self.exports.get_mut(&fd) else {
+            return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
+        };
         for (i, piece) in pieces.into_iter().enumerate() {
             if slots[index + i].replace(piece).is_some() {
                 return self.refuse(status::NV_ERR_IN_USE);
             }
         }
-        if slots.iter().all(Option::is_some) && slots.iter().map(|s| s.expect("filled").2).sum::<u64>() != *total {
+        if slots.iter().all(Option::is_some)
+            && slots.iter().map(|s| s.expect("filled").2).sum::<u64>() != *total
+        {
             return self.refuse(status::NV_ERR_INVALID_ARGUMENT);
         }
         p.fd = fd;

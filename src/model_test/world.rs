@@ -38,7 +38,12 @@ impl Client {
     pub(super) fn new(k: usize) -> Client {
         let h = 0xc1d0_0001 + k as u32;
         let d = |i: u32| 0x5c00_0010 + 0x100 * k as u32 + i;
-        Client { h, devices: [d(0), d(1)], subdevices: [d(0x10), d(0x11)], vaspaces: [d(0x20), d(0x21)] }
+        Client {
+            h,
+            devices: [d(0), d(1)],
+            subdevices: [d(0x10), d(0x11)],
+            vaspaces: [d(0x20), d(0x21)],
+        }
     }
 }
 
@@ -52,7 +57,13 @@ impl Model {
     pub(super) fn page(va: u64) -> usize {
         ((va - BASE) / PAGE) as usize
     }
-    pub(super) fn set(&mut self, g: usize, base: u64, len: u64, v: impl Fn(u64) -> Option<(MemRef, u64)>) {
+    pub(super) fn set(
+        &mut self,
+        g: usize,
+        base: u64,
+        len: u64,
+        v: impl Fn(u64) -> Option<(MemRef, u64)>,
+    ) {
         for p in (0..len).step_by(PAGE as usize) {
             self.pages[g][Self::page(base + p)] = v(p);
         }
@@ -106,7 +117,10 @@ impl World {
                 registrar: Box::new(Registrar::with_route(false, Ok(route))),
                 rm: StrictRm::default(),
             },
-            model: Model { pages: [vec![None; NPAGES], vec![None; NPAGES]], owned: vec![false; NPAGES] },
+            model: Model {
+                pages: [vec![None; NPAGES], vec![None; NPAGES]],
+                owned: vec![false; NPAGES],
+            },
             clients: [Client::new(0), Client::new(1)],
             uvm_owner: [0, 1],
             mems: Vec::new(),
@@ -116,7 +130,9 @@ impl World {
             w.setup_client(k);
         }
         for r in 0..RANGES {
-            w.core.tracker.apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
+            w.core
+                .tracker
+                .apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
         }
         w
     }
@@ -129,8 +145,17 @@ impl World {
     }
     pub(super) fn setup_device(&mut self, k: usize, i: usize) {
         let c = self.clients[k];
-        self.core.tracker.apply(&Event::Device { h_client: c.h, h_device: c.devices[i], device_id: i as u32 });
-        self.core.tracker.apply(&Event::Subdevice { h_client: c.h, h_device: c.devices[i], h_subdevice: c.subdevices[i], subdevice_id: 0 });
+        self.core.tracker.apply(&Event::Device {
+            h_client: c.h,
+            h_device: c.devices[i],
+            device_id: i as u32,
+        });
+        self.core.tracker.apply(&Event::Subdevice {
+            h_client: c.h,
+            h_device: c.devices[i],
+            h_subdevice: c.subdevices[i],
+            subdevice_id: 0,
+        });
         self.core.tracker.apply(&Event::VaSpace {
             h_client: c.h,
             h_parent: c.devices[i],
@@ -164,12 +189,25 @@ impl World {
             for p in (0..reg.size).step_by(PAGE as usize) {
                 let want = Some((reg.mem, reg.offset + p));
                 let got = self.model.at(reg.address + p);
-                assert_eq!(got, Ok(want), "step {step}: RM holds {reg} but the model has {got:?} at {:#x}", reg.address + p);
+                assert_eq!(
+                    got,
+                    Ok(want),
+                    "step {step}: RM holds {reg} but the model has {got:?} at {:#x}",
+                    reg.address + p
+                );
             }
         }
-        assert_eq!(self.core.registrar.live_registrations(), self.core.rm.regs.len(), "step {step}: the registrar and RM disagree");
+        assert_eq!(
+            self.core.registrar.live_registrations(),
+            self.core.rm.regs.len(),
+            "step {step}: the registrar and RM disagree"
+        );
         for o in &self.core.rm.p2p {
-            assert!(o.vaspaces.len() <= 1, "step {step}: a 503C with {} VA spaces", o.vaspaces.len());
+            assert!(
+                o.vaspaces.len() <= 1,
+                "step {step}: a 503C with {} VA spaces",
+                o.vaspaces.len()
+            );
         }
     }
 }

@@ -14,7 +14,9 @@ pub static GDRSHIM_REAL_DLVSYM: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::nu
 
 /// Finds the real `dlsym`/`dlvsym`. Idempotent; cheap after the first call.
 pub fn resolve_dl() -> bool {
-    if !GDRSHIM_REAL_DLSYM.load(Ordering::Acquire).is_null() && !GDRSHIM_REAL_DLVSYM.load(Ordering::Acquire).is_null() {
+    if !GDRSHIM_REAL_DLSYM.load(Ordering::Acquire).is_null()
+        && !GDRSHIM_REAL_DLVSYM.load(Ordering::Acquire).is_null()
+    {
         return true;
     }
     let [dlsym, dlvsym] = elf::libc_dlsym_dlvsym();

@@ -11,7 +11,9 @@ pub use gdrshim_common::{attach, elf};
 pub mod scope;
 
 mod dl;
-pub use dl::{real_dlsym, real_dlvsym, resolve_dl, DlsymFn, DlvsymFn, GDRSHIM_REAL_DLSYM, GDRSHIM_REAL_DLVSYM};
+pub use dl::{
+    real_dlsym, real_dlvsym, resolve_dl, DlsymFn, DlvsymFn, GDRSHIM_REAL_DLSYM, GDRSHIM_REAL_DLVSYM,
+};
 mod next;
 pub(crate) use next::next_def;
 pub use next::{dlclose, front_object, in_loaded_library, next, set_front, NextFn, DL_GENERATION};
@@ -58,9 +60,17 @@ mod tests {
     #[test]
     fn a_wheels_renamed_copy_is_the_library() {
         let lib = |f: &[u8]| super::next::is_library(f, b"libibverbs.so");
-        assert!(lib(b"libibverbs.so.1") && lib(b"libibverbs.so.1.14.50.0") && lib(b"libibverbs-1a2b3c4d.so.1.14.0"));
+        assert!(
+            lib(b"libibverbs.so.1")
+                && lib(b"libibverbs.so.1.14.50.0")
+                && lib(b"libibverbs-1a2b3c4d.so.1.14.0")
+        );
         // another library that only starts alike, and a provider plugin (libmlx5-rdmav34.so) shape
-        assert!(!lib(b"libibverbs-extra.so") && !lib(b"libibverbsx.so.1") && !lib(b"libibverbs-1a2b3c4.so.1"));
+        assert!(
+            !lib(b"libibverbs-extra.so")
+                && !lib(b"libibverbsx.so.1")
+                && !lib(b"libibverbs-1a2b3c4.so.1")
+        );
         assert!(
             !super::next::is_library(b"libmlx5-rdmav34.so", b"libmlx5.so")
                 && super::next::is_library(b"libmlx5-0badf00d.so.1", b"libmlx5.so")

@@ -32,7 +32,8 @@ pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
     let front = FRONT_NEXT.load(Ordering::Acquire);
     let this_copy = in_this_copy as *const () as usize;
     if libc_name {
-        let after = if front.is_null() { this_copy } else { FRONT_OBJECT.load(Ordering::Acquire) as usize };
+        let after =
+            if front.is_null() { this_copy } else { FRONT_OBJECT.load(Ordering::Acquire) as usize };
         if let Some(p) = elf::next_definition(after, name.to_bytes()) {
             // after the front, this very file preloaded too (see below): the ones after it
             if front.is_null() || !in_this_copy(p as *mut c_void) {
@@ -45,7 +46,8 @@ pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
     }
     if !front.is_null() {
         // SAFETY: set_front stored an attach::NextFn; name is a valid C string.
-        let p = unsafe { core::mem::transmute::<*mut c_void, attach::NextFn>(front)(name.as_ptr()) };
+        let p =
+            unsafe { core::mem::transmute::<*mut c_void, attach::NextFn>(front)(name.as_ptr()) };
         // This very file preloaded itself too, after the front (LD_PRELOAD=.../lib/*.so): the
         // definitions after the front start with this copy's own hooks, and the real ones are
         // after this copy (no endless recursion into ourselves).
@@ -98,7 +100,8 @@ impl NextFn {
     pub fn get(&self, name: &'static CStr, library: Option<&'static [u8]>) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         let seen = self.resolved_in.load(Ordering::Acquire);
-        let now = if seen == u64::MAX { u64::MAX } else { DL_GENERATION.load(Ordering::Acquire) + 1 };
+        let now =
+            if seen == u64::MAX { u64::MAX } else { DL_GENERATION.load(Ordering::Acquire) + 1 };
         if !p.is_null() && seen == now {
             return p;
         }
@@ -107,7 +110,13 @@ impl NextFn {
 
     #[cold]
     #[inline(never)]
-    fn resolve(&self, name: &'static CStr, library: Option<&'static [u8]>, seen: u64, now: u64) -> *mut c_void {
+    fn resolve(
+        &self,
+        name: &'static CStr,
+        library: Option<&'static [u8]>,
+        seen: u64,
+        now: u64,
+    ) -> *mut c_void {
         // the hook's caller never sees what the loader left in errno (a call that works keeps it)
         // SAFETY: __errno_location returns this thread's errno slot.
         let e = unsafe { *libc::__errno_location() };
@@ -153,7 +162,9 @@ pub(super) fn is_library(file: &[u8], prefix: &[u8]) -> bool {
         return true;
     }
     let Some(stem) = prefix.strip_suffix(b".so") else { return false };
-    let Some(rest) = file.strip_prefix(stem).and_then(|r| r.strip_prefix(b"-")) else { return false };
+    let Some(rest) = file.strip_prefix(stem).and_then(|r| r.strip_prefix(b"-")) else {
+        return false;
+    };
     // the hash auditwheel inserts: 8 hex digits, then the original ".so…"
     rest.len() > 8 && rest[..8].iter().all(u8::is_ascii_hexdigit) && rest[8..].starts_with(b".so")
 }
@@ -170,7 +181,11 @@ pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
         renamed: Option<std::ffi::CString>,
         renamed_more: bool,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
         if info.dlpi_name.is_null() {
@@ -198,7 +213,9 @@ pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
     let path = f.exact.or(if f.renamed_more { None } else { f.renamed });
     let Some(path) = path else { return core::ptr::null_mut() };
     // SAFETY: RTLD_NOLOAD only finds an object that is loaded already (and counts a reference).
-    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    let h = unsafe {
+        libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY | libc::RTLD_LOCAL)
+    };
     if h.is_null() {
         return core::ptr::null_mut();
     }
@@ -218,5 +235,7 @@ pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
 pub fn dlclose() -> Option<unsafe extern "C" fn(*mut c_void) -> c_int> {
     let p = next_def!(c"dlclose");
     // SAFETY: p is the next definition of libc's dlclose, which has exactly this C signature.
-    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(p) })
+    (!p.is_null()).then(|| unsafe {
+        core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> c_int>(p)
+    })
 }

@@ -34,7 +34,10 @@ pub struct Callers {
 
 impl Callers {
     pub const fn new() -> Callers {
-        Callers { answers: [const { AtomicPtr::new(core::ptr::null_mut()) }; 4], next: AtomicUsize::new(0) }
+        Callers {
+            answers: [const { AtomicPtr::new(core::ptr::null_mut()) }; 4],
+            next: AtomicUsize::new(0),
+        }
     }
 
     fn find(&self, caller: usize, generation: u64) -> Option<*mut c_void> {
@@ -60,7 +63,12 @@ impl Default for Callers {
 
 /// `name` of the library `lib` (a file-name prefix, `libibverbs.so`) as the caller at `caller`
 /// (an address in its code) reaches it without gdrshim; null where there is none.
-pub fn for_caller(callers: &Callers, caller: usize, name: &'static CStr, lib: &'static [u8]) -> *mut c_void {
+pub fn for_caller(
+    callers: &Callers,
+    caller: usize,
+    name: &'static CStr,
+    lib: &'static [u8],
+) -> *mut c_void {
     let generation = next::DL_GENERATION.load(Acquire);
     if let Some(f) = callers.find(caller, generation) {
         return f;
@@ -73,7 +81,8 @@ pub fn for_caller(callers: &Callers, caller: usize, name: &'static CStr, lib: &'
     } else {
         match object_of(caller) {
             Some(o) => {
-                let f = in_dependencies(&o, name, lib).unwrap_or_else(|| next::in_loaded_library(lib, name));
+                let f = in_dependencies(&o, name, lib)
+                    .unwrap_or_else(|| next::in_loaded_library(lib, name));
                 (Answer { start: o.segment.0, end: o.segment.1, generation, f }, f)
             }
             None => {
@@ -99,7 +108,8 @@ pub fn beside(callers: &Callers, f: *mut c_void, name: &'static CStr) -> *mut c_
         return p;
     }
     let e = crate::sys::errno();
-    let p = elf::object_holding(at).map_or(0, |(base, _)| elf::definition_at(base, name.to_bytes())) as *mut c_void;
+    let p = elf::object_holding(at).map_or(0, |(base, _)| elf::definition_at(base, name.to_bytes()))
+        as *mut c_void;
     crate::sys::set_errno(e);
     if !p.is_null() {
         callers.publish(Answer { start: at, end: at + 1, generation, f: p });
@@ -151,16 +161,22 @@ unsafe fn describe(info: &libc::dl_phdr_info, addr: usize) -> Object {
             DT_NEEDED => needed_at.push(val as usize),
             DT_SONAME => soname_at = Some(val as usize),
             // ld.so relocates this entry in place on x86-64; an unrelocated one is base-relative
-            DT_STRTAB => strtab = if (val as usize) < base { val as usize + base } else { val as usize },
+            DT_STRTAB => {
+                strtab = if (val as usize) < base { val as usize + base } else { val as usize }
+            }
             _ => {}
         }
         // SAFETY: still inside the array (DT_NULL not reached).
         d = unsafe { d.add(1) };
     }
     // SAFETY: offsets into the object's NUL-terminated string table.
-    let string = |off: usize| unsafe { CStr::from_ptr((strtab + off) as *const c_char) }.to_bytes().to_vec();
-    let (needed, soname) =
-        if strtab == 0 { (Vec::new(), None) } else { (needed_at.into_iter().map(string).collect(), soname_at.map(string)) };
+    let string =
+        |off: usize| unsafe { CStr::from_ptr((strtab + off) as *const c_char) }.to_bytes().to_vec();
+    let (needed, soname) = if strtab == 0 {
+        (Vec::new(), None)
+    } else {
+        (needed_at.into_iter().map(string).collect(), soname_at.map(string))
+    };
     let file = if info.dlpi_name.is_null() {
         Vec::new()
     } else {
@@ -177,7 +193,11 @@ fn objects(addr: usize) -> Vec<Object> {
         addr: usize,
         out: Vec<Object>,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own All pointer.
         let (info, all) = unsafe { (&*info, &mut *(data as *mut All)) };
         // SAFETY: info comes from dl_iterate_phdr.

@@ -86,8 +86,18 @@ impl Budget {
         if self.gpus.is_empty() {
             return (None, None);
         }
-        let bytes = self.gpus.values().map(|g| g.bar1.bytes).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().min());
-        let all_static = self.gpus.values().map(|g| g.bar1.is_static).collect::<Option<Vec<bool>>>().map(|v| v.iter().all(|&s| s));
+        let bytes = self
+            .gpus
+            .values()
+            .map(|g| g.bar1.bytes)
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|v| v.into_iter().min());
+        let all_static = self
+            .gpus
+            .values()
+            .map(|g| g.bar1.is_static)
+            .collect::<Option<Vec<bool>>>()
+            .map(|v| v.iter().all(|&s| s));
         (bytes, all_static)
     }
 }
@@ -109,7 +119,8 @@ pub fn mib(bytes: u64) -> String {
 /// not that.
 pub fn sysfs_bar_len(resource: &str, index: usize) -> Option<u64> {
     let line = resource.lines().nth(index)?;
-    let mut it = line.split_whitespace().map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
+    let mut it =
+        line.split_whitespace().map(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
     let (start, end) = (it.next()??, it.next()??);
     (end > start).then(|| end - start + 1)
 }
@@ -134,7 +145,12 @@ mod tests {
             b.buffer_added(0, 64 * MIB);
         }
         let w = b.before_new_buffer(0, 64 * MIB).expect("the fifth does not fit");
-        assert!(w.contains("BAR1 256 MiB (RM, not static)") && w.contains("live 256 MiB") && w.contains("this buffer 64 MiB"), "{w}");
+        assert!(
+            w.contains("BAR1 256 MiB (RM, not static)")
+                && w.contains("live 256 MiB")
+                && w.contains("this buffer 64 MiB"),
+            "{w}"
+        );
         assert!(w.contains("Resizable BAR") && w.contains("goes ahead"), "{w}");
         b.buffer_added(0, 64 * MIB);
         assert_eq!(b.before_new_buffer(0, 64 * MIB), None, "once per GPU");

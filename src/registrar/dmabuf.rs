@@ -62,8 +62,18 @@ struct PieceSet {
 
 impl PieceSet {
     fn of(plan: &Plan, mapping_type: u8) -> PieceSet {
-        let pieces = plan.spans.iter().zip(&plan.serials).map(|(s, &serial)| (s.memory, serial, s.offset, s.size)).collect();
-        PieceSet { client: plan.client, device_instance: plan.device_instance, mapping_type, pieces }
+        let pieces = plan
+            .spans
+            .iter()
+            .zip(&plan.serials)
+            .map(|(s, &serial)| (s.memory, serial, s.offset, s.size))
+            .collect();
+        PieceSet {
+            client: plan.client,
+            device_instance: plan.device_instance,
+            mapping_type,
+            pieces,
+        }
     }
 }
 
@@ -84,14 +94,22 @@ struct Shared {
 }
 
 impl Dmabuf {
-    fn capability(&mut self, t: &Tracker, rm: &mut dyn Rm, client: u32, device: u32) -> Result<bool, u32> {
+    fn capability(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        client: u32,
+        device: u32,
+    ) -> Result<bool, u32> {
         if let Some(&r) = self.capable.get(&(client, device)) {
             return Ok(r);
         }
         // only RM's answer is kept: a question asked before the device has its subdevice, or one
         // RM refused, is asked again next time
         let r = match (t.client_fd(client), t.subdevice_of(client, device)) {
-            (Some(ctl_fd), Some(sub)) => rm.gpu_dmabuf_capable(Client { handle: client, ctl_fd }, sub),
+            (Some(ctl_fd), Some(sub)) => {
+                rm.gpu_dmabuf_capable(Client { handle: client, ctl_fd }, sub)
+            }
             _ => Err(status::NV_ERR_INVALID_OBJECT_PARENT),
         };
         if let Ok(answer) = r {
@@ -107,13 +125,20 @@ impl Dmabuf {
     }
 
     /// A new buffer of `plan`'s pieces: its fd, ours, or why not.
-    fn export_new(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, mapping_type: u8) -> Result<OwnedFd, RegMiss> {
+    fn export_new(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        plan: &Plan,
+        mapping_type: u8,
+    ) -> Result<OwnedFd, RegMiss> {
         match self.capability(t, rm, plan.client, plan.device) {
             Ok(true) => {}
             Ok(false) => return Err(RegMiss::GpuNotCapable),
             Err(st) => return Err(RegMiss::Rm { call: Call::GpuQuery, status: st }),
         }
-        let ctl_fd = t.client_fd(plan.client).ok_or(RegMiss::UnknownClient { client: plan.client })?;
+        let ctl_fd =
+            t.client_fd(plan.client).ok_or(RegMiss::UnknownClient { client: plan.client })?;
         let c = Client { handle: plan.client, ctl_fd };
         let mut fd: Option<OwnedFd> = None;
         for k in 0..plan.calls() {
@@ -139,7 +164,14 @@ impl Dmabuf {
 
     /// Exports `plan` (for `cuMemGetHandleForAddressRange` of a range starting at `addr`): the
     /// new buffer's fd is the caller's.
-    pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
+    pub fn export(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        plan: &Plan,
+        addr: u64,
+        mapping_type: u8,
+    ) -> Result<Export, RegMiss> {
         let fd = self.export_new(t, rm, plan, mapping_type)?;
         let fd = rm.hand_out(fd);
         Ok(Export {
@@ -156,7 +188,14 @@ impl Dmabuf {
     /// The buffer of `plan` for a verbs MR: the one MRs over the same pieces already use, else a
     /// new export kept for the next. The fd returned is the kept one, open at least until
     /// [`settle`](Self::settle) follows with the call's outcome.
-    pub fn export_shared(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, addr: u64, mapping_type: u8) -> Result<Export, RegMiss> {
+    pub fn export_shared(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        plan: &Plan,
+        addr: u64,
+        mapping_type: u8,
+    ) -> Result<Export, RegMiss> {
         let key = PieceSet::of(plan, mapping_type);
         if let Some(&id) = self.by_pieces.get(&key) {
             let sh = self.shared.get_mut(&id).expect("indexed buffers exist");
@@ -164,7 +203,15 @@ impl Dmabuf {
                 let fd = fd.num();
                 sh.pending += 1;
                 let (bytes, mems) = (sh.bytes, sh.mems.clone());
-                return Ok(Export { fd, offset: addr - plan.base, pieces: plan.spans.len(), bytes, mems, buf: Some(id), reused: true });
+                return Ok(Export {
+                    fd,
+                    offset: addr - plan.base,
+                    pieces: plan.spans.len(),
+                    bytes,
+                    mems,
+                    buf: Some(id),
+                    reused: true,
+                });
             }
             // our fd is not that buffer any more (the program closed it): the number is never
             // closed or used by us again, and a new export follows
@@ -194,7 +241,15 @@ impl Dmabuf {
         self.by_pieces.insert(key, id);
         self.exported_bytes += plan.total;
         self.exported_peak = self.exported_peak.max(self.exported_bytes);
-        Ok(Export { fd: num, offset: addr - plan.base, pieces: plan.spans.len(), bytes: plan.total, mems, buf: Some(id), reused: false })
+        Ok(Export {
+            fd: num,
+            offset: addr - plan.base,
+            pieces: plan.spans.len(),
+            bytes: plan.total,
+            mems,
+            buf: Some(id),
+            reused: false,
+        })
     }
 
     /// A new buffer of ours on `plan`'s GPU: its BAR1 asked the first time (here, not at start:
@@ -202,8 +257,11 @@ impl Dmabuf {
     fn bar1_before(&mut self, t: &Tracker, rm: &mut dyn Rm, plan: &Plan, bytes: u64) {
         let dev = plan.device_instance;
         if !self.budget.known(dev) {
-            let answer = match (t.client_fd(plan.client), t.subdevice_of(plan.client, plan.device)) {
-                (Some(ctl_fd), Some(sub)) => rm.bar1(Client { handle: plan.client, ctl_fd }, sub, dev),
+            let answer = match (t.client_fd(plan.client), t.subdevice_of(plan.client, plan.device))
+            {
+                (Some(ctl_fd), Some(sub)) => {
+                    rm.bar1(Client { handle: plan.client, ctl_fd }, sub, dev)
+                }
                 _ => Default::default(),
             };
             self.budget.learn(dev, answer);
@@ -273,11 +331,18 @@ impl Dmabuf {
         if self.shared.is_empty() {
             return;
         }
-        let gone = released(t, call, || self.shared.values().flat_map(|s| s.mems.iter().copied()).collect());
+        let gone = released(t, call, || {
+            self.shared.values().flat_map(|s| s.mems.iter().copied()).collect()
+        });
         if gone.is_empty() {
             return;
         }
-        let hit: Vec<u64> = self.shared.iter().filter(|(_, s)| s.mems.iter().any(|m| gone.contains(m))).map(|(&id, _)| id).collect();
+        let hit: Vec<u64> = self
+            .shared
+            .iter()
+            .filter(|(_, s)| s.mems.iter().any(|m| gone.contains(m)))
+            .map(|(&id, _)| id)
+            .collect();
         for id in hit {
             self.unindex(id);
             if let Some(sh) = self.shared.get_mut(&id) {
@@ -331,7 +396,8 @@ impl Dmabuf {
 
 /// The memory objects of a plan's pieces, each once.
 fn mems_of(plan: &Plan) -> Vec<MemRef> {
-    let mut mems: Vec<MemRef> = plan.spans.iter().map(|s| MemRef { client: plan.client, memory: s.memory }).collect();
+    let mut mems: Vec<MemRef> =
+        plan.spans.iter().map(|s| MemRef { client: plan.client, memory: s.memory }).collect();
     mems.sort_unstable();
     mems.dedup();
     mems
@@ -341,18 +407,29 @@ fn mems_of(plan: &Plan) -> Vec<MemRef> {
 /// an RM free of a parent object is checked against).
 fn released(t: &Tracker, call: &Pending, candidates: impl FnOnce() -> Vec<MemRef>) -> Vec<MemRef> {
     match *call {
-        Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
-            Some(ObjKind::Memory { .. }) => vec![MemRef { client: h_client, memory: h_object }],
-            // RM frees what lies under the object (a device's memory, a client's everything)
-            Some(_) => candidates().into_iter().filter(|m| m.client == h_client && lies_under(t, *m, h_object)).collect(),
-            None => Vec::new(),
-        },
-        Pending::UvmFree { base } => t.map.memory_in(base, base.saturating_add(t.uvm_free_extent(base, None))),
+        Pending::RmFree { h_client, h_object } => {
+            match t.object(h_client, h_object).map(|o| o.kind) {
+                Some(ObjKind::Memory { .. }) => vec![MemRef { client: h_client, memory: h_object }],
+                // RM frees what lies under the object (a device's memory, a client's everything)
+                Some(_) => candidates()
+                    .into_iter()
+                    .filter(|m| m.client == h_client && lies_under(t, *m, h_object))
+                    .collect(),
+                None => Vec::new(),
+            }
+        }
+        Pending::UvmFree { base } => {
+            t.map.memory_in(base, base.saturating_add(t.uvm_free_extent(base, None)))
+        }
         Pending::UvmUnmap { base, length } => t.map.memory_in(base, base.saturating_add(length)),
         // mapping the same memory again (cuMemSetAccess) leaves the MRs describing what is there
         Pending::UvmMap { base, length, h_client, h_memory, .. } => {
             let same = MemRef { client: h_client, memory: h_memory };
-            t.map.memory_in(base, base.saturating_add(length)).into_iter().filter(|m| *m != same).collect()
+            t.map
+                .memory_in(base, base.saturating_add(length))
+                .into_iter()
+                .filter(|m| *m != same)
+                .collect()
         }
     }
 }
@@ -395,8 +472,16 @@ mod tests {
         };
         let key = PieceSet::of(&plan(0xc1d0_0001, 7), 0);
         assert_eq!(key, PieceSet::of(&plan(0xc1d0_0001, 7), 0), "the same pieces: one buffer");
-        assert_ne!(key, PieceSet::of(&plan(0xc1d0_0002, 7), 0), "another client's handle of the same number");
+        assert_ne!(
+            key,
+            PieceSet::of(&plan(0xc1d0_0002, 7), 0),
+            "another client's handle of the same number"
+        );
         assert_ne!(key, PieceSet::of(&plan(0xc1d0_0001, 8), 0), "the handle allocated again");
-        assert_ne!(key, PieceSet::of(&plan(0xc1d0_0001, 7), 1), "another mapping type (forced PCIe)");
+        assert_ne!(
+            key,
+            PieceSet::of(&plan(0xc1d0_0001, 7), 1),
+            "another mapping type (forced PCIe)"
+        );
     }
 }

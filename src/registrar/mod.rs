@@ -119,14 +119,20 @@ impl Registrar {
     /// Before a verbs registration: what to do, with every RM call it needs made.
     pub fn before_verbs(&mut self, t: &Tracker, rm: &mut dyn Rm, r: VerbsReg) -> Decision {
         let d = match self.decide(t, rm, r) {
-            Decision::Miss(m) if !self.dry_run && !matches!(m, RegMiss::NoRoute(_)) && t.is_gpu_va(r.addr) => Decision::Refuse(m),
+            Decision::Miss(m)
+                if !self.dry_run && !matches!(m, RegMiss::NoRoute(_)) && t.is_gpu_va(r.addr) =>
+            {
+                Decision::Refuse(m)
+            }
             d => d,
         };
         match &d {
             Decision::Host => self.counts.host += 1,
             Decision::Odp => self.counts.odp += 1,
             Decision::StandAside => self.counts.stood_aside += 1,
-            Decision::Hit { .. } | Decision::Exported(_) | Decision::WouldExport { .. } => self.counts.pass0_hits += 1,
+            Decision::Hit { .. } | Decision::Exported(_) | Decision::WouldExport { .. } => {
+                self.counts.pass0_hits += 1
+            }
             Decision::Miss(m) | Decision::Refuse(m) => {
                 self.counts.pass0_misses += 1;
                 if matches!(m, RegMiss::Rm { .. }) {
@@ -167,10 +173,23 @@ impl Registrar {
         match self.route.clone() {
             Some(Ok(Route::Nv503c)) => {
                 let next_id = &mut self.next_id;
-                self.nv.decide(t, rm, (r.addr, r.len), self.dry_run, nv503c::Book { counts: &mut self.counts, next_id })
+                self.nv.decide(
+                    t,
+                    rm,
+                    (r.addr, r.len),
+                    self.dry_run,
+                    nv503c::Book { counts: &mut self.counts, next_id },
+                )
             }
             Some(Ok(Route::Dmabuf)) if r.rereg => Decision::Miss(RegMiss::Rereg),
-            Some(Ok(Route::Dmabuf)) => match self.export_as(t, rm, r.addr, r.len, crate::abi::dmabuf::MAPPING_DEFAULT, true) {
+            Some(Ok(Route::Dmabuf)) => match self.export_as(
+                t,
+                rm,
+                r.addr,
+                r.len,
+                crate::abi::dmabuf::MAPPING_DEFAULT,
+                true,
+            ) {
                 Ok(Some(e)) => Decision::Exported(e),
                 Ok(None) => {
                     let p = t.dmabuf_plan(r.addr, r.len).expect("planned once already");
@@ -186,7 +205,14 @@ impl Registrar {
     /// The dma-buf of `[addr, addr+len)` (rounded out to host pages) for CUDA's callers
     /// (`cuMemGetHandleForAddressRange`): a new export whose fd is the caller's alone, never kept.
     /// `Ok(None)` in shadow mode.
-    pub fn export(&mut self, t: &Tracker, rm: &mut dyn Rm, addr: u64, len: u64, mapping_type: u8) -> Result<Option<Export>, RegMiss> {
+    pub fn export(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        addr: u64,
+        len: u64,
+        mapping_type: u8,
+    ) -> Result<Option<Export>, RegMiss> {
         self.export_as(t, rm, addr, len, mapping_type, false)
     }
 
@@ -240,7 +266,12 @@ impl Registrar {
     /// Bytes of GPU memory in our dma-buf MRs and in our buffers under them: live, and the most
     /// at once (`(registered, registered_peak, exported, exported_peak)`).
     pub fn dmabuf_bytes(&self) -> (u64, u64, u64, u64) {
-        (self.registered_bytes, self.registered_peak, self.dmabuf.exported_bytes, self.dmabuf.exported_peak)
+        (
+            self.registered_bytes,
+            self.registered_peak,
+            self.dmabuf.exported_bytes,
+            self.dmabuf.exported_peak,
+        )
     }
 
     /// The smallest BAR1 of the GPUs we exported on and whether all are static (`None`: unknown).
@@ -271,8 +302,16 @@ impl Registrar {
 
     /// After `ibv_reg_dmabuf_mr` of an [`Export`] produced `mr`; `provider_addr` is what the
     /// provider put in `ibv_mr.addr` (gdrshim shows the caller its VA instead).
-    pub fn after_dmabuf_reg(&mut self, rm: &mut dyn Rm, mr: u64, e: &Export, provider_addr: u64, va: u64) {
-        let held = HeldRef::Dmabuf { provider_addr, va, mems: e.mems.clone(), buf: e.buf, bytes: e.bytes };
+    pub fn after_dmabuf_reg(
+        &mut self,
+        rm: &mut dyn Rm,
+        mr: u64,
+        e: &Export,
+        provider_addr: u64,
+        va: u64,
+    ) {
+        let held =
+            HeldRef::Dmabuf { provider_addr, va, mems: e.mems.clone(), buf: e.buf, bytes: e.bytes };
         self.dmabuf.mr_added(&e.mems);
         if let Some(id) = e.buf {
             self.dmabuf.settle(rm, id, true);
@@ -349,7 +388,12 @@ impl Registrar {
         self.nv.may_touch(call, fresh)
     }
 
-    pub fn before_driver_call(&mut self, t: &Tracker, rm: &mut dyn Rm, call: Pending) -> (Vec<VidmemTuple>, Vec<StillInUse>) {
+    pub fn before_driver_call(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        call: Pending,
+    ) -> (Vec<VidmemTuple>, Vec<StillInUse>) {
         let mut in_use = self.dmabuf.in_use_by(t, &call);
         self.dmabuf.forget_released(t, rm, &call);
         let gone = self.nv.before_driver_call(t, rm, call, &mut self.counts, &mut in_use);
@@ -373,9 +417,13 @@ impl Registrar {
     pub fn take_outcome(&mut self, rm: &mut dyn Rm, o: Outcome) {
         match o {
             Outcome::Nv503c { d, mr } => self.after_reg(rm, &d, mr),
-            Outcome::DmabufMr { e, mr, provider_addr, va } => self.after_dmabuf_reg(rm, mr, &e, provider_addr, va),
+            Outcome::DmabufMr { e, mr, provider_addr, va } => {
+                self.after_dmabuf_reg(rm, mr, &e, provider_addr, va)
+            }
             Outcome::DmabufUnused(e) => self.dmabuf_not_used(rm, &e),
-            Outcome::DeregEnd { mr, held, deregistered } => self.finish_dereg(rm, mr, held, deregistered),
+            Outcome::DeregEnd { mr, held, deregistered } => {
+                self.finish_dereg(rm, mr, held, deregistered)
+            }
             Outcome::Dereg { mr } => self.after_dereg(rm, mr),
             Outcome::DeregQueuedBegin { ticket, mr, shown_addr } => {
                 if let Some(held) = self.take_mr(rm, mr, shown_addr) {

@@ -88,7 +88,14 @@ impl Nv503c {
 
     /// The registration for a verbs registration of `[addr, addr+len)`, made if needed; `book`
     /// gets the counts and hands out registration ids.
-    pub fn decide(&mut self, t: &Tracker, rm: &mut dyn Rm, (addr, len): (u64, u64), dry_run: bool, book: Book<'_>) -> Decision {
+    pub fn decide(
+        &mut self,
+        t: &Tracker,
+        rm: &mut dyn Rm,
+        (addr, len): (u64, u64),
+        dry_run: bool,
+        book: Book<'_>,
+    ) -> Decision {
         let Book { counts, next_id } = book;
         let piece = match t.map.lookup_single(addr, len) {
             Ok(p) => p,
@@ -101,7 +108,11 @@ impl Nv503c {
             None => return Decision::Miss(RegMiss::NoDevice),
         }
         let tuple = Tracker::predict(&piece);
-        if !tuple.address.is_multiple_of(G) || !tuple.size.is_multiple_of(G) || !tuple.offset.is_multiple_of(G) || tuple.size == 0 {
+        if !tuple.address.is_multiple_of(G)
+            || !tuple.size.is_multiple_of(G)
+            || !tuple.offset.is_multiple_of(G)
+            || tuple.size == 0
+        {
             return Decision::Miss(RegMiss::Unaligned(tuple));
         }
         // peermem rounds the MR out to 64 KiB: the whole rounded range must sit in this one
@@ -131,25 +142,38 @@ impl Nv503c {
         if dry_run {
             return Decision::Hit { mem: piece.mem, offset, tuple, fresh: true, id: 0 };
         }
-        let Some((h_device, _)) = t.piece_device(&piece) else { return Decision::Miss(RegMiss::NoDevice) };
+        let Some((h_device, _)) = t.piece_device(&piece) else {
+            return Decision::Miss(RegMiss::NoDevice);
+        };
         let client = piece.mem.client;
-        let Some(ctl_fd) = t.client_fd(client) else { return Decision::Miss(RegMiss::UnknownClient { client }) };
+        let Some(ctl_fd) = t.client_fd(client) else {
+            return Decision::Miss(RegMiss::UnknownClient { client });
+        };
         let c = Client { handle: client, ctl_fd };
         let g = match self.gpus.get(&(client, h_device)) {
             Some(g) => *g,
             None => {
-                let Some(subdevice) = t.subdevice_of(client, h_device) else { return Decision::Miss(RegMiss::NoSubdevice) };
-                let Some(vaspace) = t.uvm_vaspace_of(client, h_device) else { return Decision::Miss(RegMiss::NoVaSpace) };
+                let Some(subdevice) = t.subdevice_of(client, h_device) else {
+                    return Decision::Miss(RegMiss::NoSubdevice);
+                };
+                let Some(vaspace) = t.uvm_vaspace_of(client, h_device) else {
+                    return Decision::Miss(RegMiss::NoVaSpace);
+                };
                 let p2p = match rm.alloc_p2p(c, subdevice) {
                     Ok(h) => h,
-                    Err(st) => return Decision::Miss(RegMiss::Rm { call: Call::P2pAlloc, status: st }),
+                    Err(st) => {
+                        return Decision::Miss(RegMiss::Rm { call: Call::P2pAlloc, status: st })
+                    }
                 };
                 let token = match rm.register_va_space(c, p2p, vaspace) {
                     Ok(tk) => tk,
                     Err(st) => {
                         // Never leave a half-made object behind.
                         let _ = rm.free(c, subdevice, p2p);
-                        return Decision::Miss(RegMiss::Rm { call: Call::RegisterVaSpace, status: st });
+                        return Decision::Miss(RegMiss::Rm {
+                            call: Call::RegisterVaSpace,
+                            status: st,
+                        });
                     }
                 };
                 let g = GpuReg { p2p, subdevice, vaspace, token, ctl_fd };
@@ -235,13 +259,23 @@ impl Nv503c {
 
     /// Takes the registrations of `mems` down, whatever MRs still reference them (those keep a
     /// dangling entry, released as a no-op at dereg); MRs still using one are reported.
-    fn take_down(&mut self, rm: &mut dyn Rm, mems: Vec<MemRef>, counts: &mut RegCounts, in_use: &mut Vec<StillInUse>) -> Vec<VidmemTuple> {
+    fn take_down(
+        &mut self,
+        rm: &mut dyn Rm,
+        mems: Vec<MemRef>,
+        counts: &mut RegCounts,
+        in_use: &mut Vec<StillInUse>,
+    ) -> Vec<VidmemTuple> {
         let mut out = Vec::new();
         for m in mems {
             let Some(r) = self.remove(m) else { continue };
             Self::unregister(rm, &r, counts);
             if r.refs > 0 {
-                in_use.push(StillInUse { route: Route::Nv503c, what: r.tuple.to_string(), mrs: r.refs });
+                in_use.push(StillInUse {
+                    route: Route::Nv503c,
+                    what: r.tuple.to_string(),
+                    mrs: r.refs,
+                });
             }
             out.push(r.tuple);
         }
@@ -272,7 +306,10 @@ impl Nv503c {
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
         // (an empty range still asks the tree: the registration around base, on the safe side)
         let span = granule::touched(base, end.saturating_sub(base));
-        if self.uncounted == 0 && span.end() - span.start() < GRANULE_PROBES && span.clone().all(|g| !self.granules.contains_key(&g)) {
+        if self.uncounted == 0
+            && span.end() - span.start() < GRANULE_PROBES
+            && span.clone().all(|g| !self.granules.contains_key(&g))
+        {
             return Vec::new();
         }
         let before = self.by_address.range(..base).next_back().map(|(_, m)| *m).filter(|m| {
@@ -311,42 +348,59 @@ impl Nv503c {
                 // where the new mapping says the same thing: same memory at the same offsets
                 // (cuMemSetAccess maps a range again exactly so).
                 let mem = MemRef { client: h_client, memory: h_memory };
-                let same = |x: &VidmemTuple| x.mem == mem && (x.offset as i128 - x.address as i128) == (offset as i128 - base as i128);
-                let hit: Vec<MemRef> =
-                    self.overlapping(base, base.saturating_add(length)).into_iter().filter(|m| !same(&self.regs[m].tuple)).collect();
+                let same = |x: &VidmemTuple| {
+                    x.mem == mem
+                        && (x.offset as i128 - x.address as i128) == (offset as i128 - base as i128)
+                };
+                let hit: Vec<MemRef> = self
+                    .overlapping(base, base.saturating_add(length))
+                    .into_iter()
+                    .filter(|m| !same(&self.regs[m].tuple))
+                    .collect();
                 self.take_down(rm, hit, counts, in_use)
             }
-            Pending::RmFree { h_client, h_object } => match t.object(h_client, h_object).map(|o| o.kind) {
-                Some(ObjKind::Memory { .. }) => {
-                    let m = MemRef { client: h_client, memory: h_object };
-                    let hit = if self.regs.contains_key(&m) { vec![m] } else { Vec::new() };
-                    self.take_down(rm, hit, counts, in_use)
-                }
-                Some(ObjKind::Client { .. }) => {
-                    let hit: Vec<MemRef> = self.regs.keys().filter(|m| m.client == h_client).copied().collect();
-                    self.take_down(rm, hit, counts, in_use)
-                }
-                Some(_) => {
-                    // A device, subdevice or VA space: RM frees our 503C with it (a child of the
-                    // subdevice, dependent on the VA space). Take it down first, cleanly.
-                    let mut out = Vec::new();
-                    for (key, g) in self.p2p_freed_with(h_client, h_object) {
-                        let hit: Vec<MemRef> =
-                            self.regs.iter().filter(|(m, r)| m.client == h_client && r.p2p == g.p2p).map(|(m, _)| *m).collect();
-                        out.extend(self.take_down(rm, hit, counts, in_use));
-                        self.gpus.remove(&key);
-                        let c = Client { handle: h_client, ctl_fd: g.ctl_fd };
-                        if let Err(st) = rm.free(c, g.subdevice, g.p2p) {
-                            rm.refused(
-                                "free refused",
-                                format!("freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}", g.p2p, status::name(st)),
-                            );
-                        }
+            Pending::RmFree { h_client, h_object } => {
+                match t.object(h_client, h_object).map(|o| o.kind) {
+                    Some(ObjKind::Memory { .. }) => {
+                        let m = MemRef { client: h_client, memory: h_object };
+                        let hit = if self.regs.contains_key(&m) { vec![m] } else { Vec::new() };
+                        self.take_down(rm, hit, counts, in_use)
                     }
-                    out
+                    Some(ObjKind::Client { .. }) => {
+                        let hit: Vec<MemRef> =
+                            self.regs.keys().filter(|m| m.client == h_client).copied().collect();
+                        self.take_down(rm, hit, counts, in_use)
+                    }
+                    Some(_) => {
+                        // A device, subdevice or VA space: RM frees our 503C with it (a child of the
+                        // subdevice, dependent on the VA space). Take it down first, cleanly.
+                        let mut out = Vec::new();
+                        for (key, g) in self.p2p_freed_with(h_client, h_object) {
+                            let hit: Vec<MemRef> = self
+                                .regs
+                                .iter()
+                                .filter(|(m, r)| m.client == h_client && r.p2p == g.p2p)
+                                .map(|(m, _)| *m)
+                                .collect();
+                            out.extend(self.take_down(rm, hit, counts, in_use));
+                            self.gpus.remove(&key);
+                            let c = Client { handle: h_client, ctl_fd: g.ctl_fd };
+                            if let Err(st) = rm.free(c, g.subdevice, g.p2p) {
+                                rm.refused(
+                                    "free refused",
+                                    format!(
+                                        "freeing gdrshim's NV503C {:#010x} refused: {st:#x} {}",
+                                        g.p2p,
+                                        status::name(st)
+                                    ),
+                                );
+                            }
+                        }
+                        out
+                    }
+                    None => Vec::new(),
                 }
-                None => Vec::new(),
-            },
+            }
         }
     }
 
@@ -355,7 +409,12 @@ impl Nv503c {
     /// dependent on the VA space) and every registration on it.
     pub fn forget_freed(&mut self, client: u32, h: u32) {
         for (key, g) in self.p2p_freed_with(client, h) {
-            let gone: Vec<MemRef> = self.regs.iter().filter(|(m, r)| m.client == client && r.p2p == g.p2p).map(|(m, _)| *m).collect();
+            let gone: Vec<MemRef> = self
+                .regs
+                .iter()
+                .filter(|(m, r)| m.client == client && r.p2p == g.p2p)
+                .map(|(m, _)| *m)
+                .collect();
             for m in gone {
                 self.remove(m);
             }
@@ -368,7 +427,9 @@ impl Nv503c {
     fn p2p_freed_with(&self, client: u32, h: u32) -> Vec<((u32, u32), GpuReg)> {
         self.gpus
             .iter()
-            .filter(|((c, dev), g)| *c == client && (*dev == h || g.subdevice == h || g.vaspace == h))
+            .filter(|((c, dev), g)| {
+                *c == client && (*dev == h || g.subdevice == h || g.vaspace == h)
+            })
             .map(|(k, g)| (*k, *g))
             .collect()
     }

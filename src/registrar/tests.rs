@@ -48,7 +48,9 @@ impl Rm for FakeRm {
         Ok(0xfe00)
     }
     fn register_vidmem(&mut self, _c: Client, _p: u32, t: &VidmemTuple) -> Result<(), u32> {
-        if self.regs.iter().any(|r| r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)) {
+        if self.regs.iter().any(|r| {
+            r.mem == t.mem || (t.address < r.address + r.size && r.address < t.address + t.size)
+        }) {
             return Err(status::NV_ERR_INSERT_DUPLICATE_NAME);
         }
         self.regs.push(*t);
@@ -72,7 +74,12 @@ impl Rm for FakeRm {
         self.capability_asked += 1;
         Ok(self.dmabuf_capable.expect("the NV503C route asks no dma-buf question"))
     }
-    fn export_dmabuf(&mut self, _c: Client, _d: u32, _p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
+    fn export_dmabuf(
+        &mut self,
+        _c: Client,
+        _d: u32,
+        _p: &mut ExportToDmabufFd,
+    ) -> Result<Option<OwnedFd>, u32> {
         panic!("the NV503C route exports nothing")
     }
     fn close_fd(&mut self, _fd: OwnedFd) {
@@ -85,7 +92,15 @@ impl Rm for FakeRm {
 
 /// UVM_MAP_EXTERNAL_ALLOCATION of memory `h` of client C at `[base, base+length)` on GPU.
 pub(super) fn map_on_gpu(base: u64, length: u64, offset: u64, h: u32) -> Event {
-    Event::UvmMapExternal { base, length, offset, gpus: smallvec::smallvec![GPU], rm_ctrl_fd: 8, h_client: C, h_memory: h }
+    Event::UvmMapExternal {
+        base,
+        length,
+        offset,
+        gpus: smallvec::smallvec![GPU],
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_memory: h,
+    }
 }
 
 pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
@@ -93,10 +108,30 @@ pub(super) fn tracker_with(maps: &[(u32, u64, u64)]) -> Tracker {
     t.apply(&Event::RootClient { fd: 8, h_client: C });
     t.apply(&Event::Device { h_client: C, h_device: DEV, device_id: 0 });
     t.apply(&Event::Subdevice { h_client: C, h_device: DEV, h_subdevice: SUB, subdevice_id: 0 });
-    t.apply(&Event::VaSpace { h_client: C, h_parent: DEV, h_vaspace: VAS, class: 0x90f1, flags: 0x48 });
-    t.apply(&Event::UvmRegisterGpuVaSpace { uuid: GPU, rm_ctrl_fd: 8, h_client: C, h_vaspace: VAS });
+    t.apply(&Event::VaSpace {
+        h_client: C,
+        h_parent: DEV,
+        h_vaspace: VAS,
+        class: 0x90f1,
+        flags: 0x48,
+    });
+    t.apply(&Event::UvmRegisterGpuVaSpace {
+        uuid: GPU,
+        rm_ctrl_fd: 8,
+        h_client: C,
+        h_vaspace: VAS,
+    });
     for &(h, va, len) in maps {
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: h,
+            class: 0x40,
+            size: Some(len),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
         t.apply(&Event::UvmCreateExternalRange { base: va, length: len });
         t.apply(&map_on_gpu(va, len, 0, h));
         // each is an allocation the program made (cuMemAlloc)
@@ -118,7 +153,12 @@ fn registers_the_backing_mapping_once_and_refcounts_mrs() {
     r.after_reg(&mut rm, &b, 0xb);
     assert_eq!(
         rm.regs,
-        vec![VidmemTuple { mem: MemRef { client: C, memory: 0x10 }, address: 0x7f00_0000_0000, size: 0x20_0000, offset: 0 }]
+        vec![VidmemTuple {
+            mem: MemRef { client: C, memory: 0x10 },
+            address: 0x7f00_0000_0000,
+            size: 0x20_0000,
+            offset: 0
+        }]
     );
     assert_eq!((rm.p2p.len(), rm.vaspaces), (1, 1), "one 503C with exactly one VA space");
     r.after_dereg(&mut rm, 0xa);
@@ -140,13 +180,17 @@ fn a_failed_verbs_call_drops_its_reference() {
 
 #[test]
 fn misses_register_nothing() {
-    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0020_0000, 0x20_0000)]);
+    let t =
+        tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0020_0000, 0x20_0000)]);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     assert!(matches!(
         r.before_reg(&t, &mut rm, 0x7f00_001f_f000, 0x2000),
         Decision::Refuse(RegMiss::Lookup(Miss::SpansMemoryObjects { count: 2 }))
     ));
-    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000), Decision::Refuse(RegMiss::Lookup(Miss::Unmapped { .. }))));
+    assert!(matches!(
+        r.before_reg(&t, &mut rm, 0x7f00_003f_f000, 0x2000),
+        Decision::Refuse(RegMiss::Lookup(Miss::Unmapped { .. }))
+    ));
     assert_eq!(r.before_reg(&t, &mut rm, 0x1000, 0x1000), Decision::Host);
     assert!(rm.regs.is_empty() && rm.p2p.is_empty());
     assert_eq!(r.counts.pass0_misses, 2);
@@ -155,11 +199,23 @@ fn misses_register_nothing() {
 #[test]
 fn unaligned_mapping_is_a_miss_not_a_guess() {
     let mut t = tracker_with(&[]);
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x20, class: 0x40, size: Some(0x10_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 0x20,
+        class: 0x40,
+        size: Some(0x10_0000),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&map_on_gpu(0x7f00_0000_1000, 0x8000, 0x1000, 0x20));
     t.map.own(0x7f00_0000_1000, 0x8000);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
-    assert!(matches!(r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000), Decision::Refuse(RegMiss::Unaligned(_))));
+    assert!(matches!(
+        r.before_reg(&t, &mut rm, 0x7f00_0000_1000, 0x1000),
+        Decision::Refuse(RegMiss::Unaligned(_))
+    ));
     assert!(rm.p2p.is_empty());
 }
 
@@ -184,7 +240,11 @@ fn refused_va_space_leaves_no_half_made_object() {
 fn native_registration_means_stand_aside() {
     let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000)]);
     t.apply(&Event::P2pAlloc { h_client: C, h_parent: SUB, h_object: 0x5c00_000d, flags: 1 });
-    t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 } });
+    t.apply(&Event::P2pControl {
+        h_client: C,
+        h_object: 0x5c00_000d,
+        ctrl: P2pCtrl::RegisterVaSpace { h_vaspace: VAS, token: 0xfe00 },
+    });
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     assert_eq!(r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000), Decision::StandAside);
     assert!(rm.p2p.is_empty());
@@ -197,8 +257,13 @@ fn release_before_free_and_the_same_memory_at_a_new_va() {
     let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
     r.after_reg(&mut rm, &a, 0xa);
     // VMM unmap of the VA while the MR is live: unregistered first
-    let (gone, in_use) = r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: 0x7f00_0000_0000 });
-    assert_eq!(in_use.len(), 1, "the live MR is named: the NIC keeps the old memory until its dereg");
+    let (gone, in_use) =
+        r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: 0x7f00_0000_0000 });
+    assert_eq!(
+        in_use.len(),
+        1,
+        "the live MR is named: the NIC keeps the old memory until its dereg"
+    );
     assert_eq!(gone.len(), 1);
     assert!(rm.regs.is_empty());
     t.apply(&Event::UvmFree { base: 0x7f00_0000_0000, length: Some(0x20_0000) });
@@ -218,22 +283,49 @@ fn release_before_free_and_the_same_memory_at_a_new_va() {
 #[test]
 fn a_remap_to_other_memory_unregisters_first_an_identical_one_does_not() {
     let mut t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x40_0000)]);
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x11, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 0x11,
+        class: 0x40,
+        size: Some(0x40_0000),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
     r.after_reg(&mut rm, &a, 0xa);
     // cuMemSetAccess maps the first half again, same memory, same offsets: kept
-    let same = Pending::UvmMap { base: 0x7f00_0000_0000, length: 0x20_0000, offset: 0, h_client: C, h_memory: 0x10 };
+    let same = Pending::UvmMap {
+        base: 0x7f00_0000_0000,
+        length: 0x20_0000,
+        offset: 0,
+        h_client: C,
+        h_memory: 0x10,
+    };
     assert!(r.before_driver_call(&t, &mut rm, same).0.is_empty());
     // the second half now at another offset of the same memory: the registration would lie
-    let shifted = Pending::UvmMap { base: 0x7f00_0020_0000, length: 0x10_0000, offset: 0, h_client: C, h_memory: 0x10 };
+    let shifted = Pending::UvmMap {
+        base: 0x7f00_0020_0000,
+        length: 0x10_0000,
+        offset: 0,
+        h_client: C,
+        h_memory: 0x10,
+    };
     assert_eq!(r.before_driver_call(&t, &mut rm, shifted).0.len(), 1);
     assert!(rm.regs.is_empty());
     r.after_dereg(&mut rm, 0xa);
     let b = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
     r.after_reg(&mut rm, &b, 0xb);
     // other memory over part of it: unregistered before UVM replaces it
-    let other = Pending::UvmMap { base: 0x7f00_0030_0000, length: 0x1_0000, offset: 0, h_client: C, h_memory: 0x11 };
+    let other = Pending::UvmMap {
+        base: 0x7f00_0030_0000,
+        length: 0x1_0000,
+        offset: 0,
+        h_client: C,
+        h_memory: 0x11,
+    };
     assert_eq!(r.before_driver_call(&t, &mut rm, other).0.len(), 1);
     t.apply(&map_on_gpu(0x7f00_0030_0000, 0x1_0000, 0, 0x11));
     // and the mapping it cut is no longer registrable as a whole
@@ -272,9 +364,13 @@ fn freeing_the_va_space_or_device_takes_our_503c_down_first() {
         let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
         r.after_reg(&mut rm, &a, 0xa);
         assert_eq!(r.p2p_objects(), 1);
-        let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
+        let (gone, _) =
+            r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: h });
         assert_eq!(gone.len(), 1, "freeing {h:#x}");
-        assert!(rm.regs.is_empty() && rm.p2p.is_empty(), "freeing {h:#x}: our 503C and its registration are gone");
+        assert!(
+            rm.regs.is_empty() && rm.p2p.is_empty(),
+            "freeing {h:#x}: our 503C and its registration are gone"
+        );
         assert_eq!(r.p2p_objects(), 0);
         assert_eq!(r.counts.rm_errors, 0);
     }
@@ -308,14 +404,18 @@ fn a_release_of_any_granule_of_a_registration_takes_it_down() {
     // touches (the granule index answers "nothing" only where nothing is registered).
     const BASE: u64 = 0x7f00_0010_0000;
     const LEN: u64 = 0x60_0000;
-    for (at, len, hits) in
-        [(BASE, 0x1000, true), (BASE + LEN - 0x1000, 0x1000, true), (BASE + LEN, 0x20_0000, false), (BASE - 0x1000, 0x1000, false)]
-    {
+    for (at, len, hits) in [
+        (BASE, 0x1000, true),
+        (BASE + LEN - 0x1000, 0x1000, true),
+        (BASE + LEN, 0x20_0000, false),
+        (BASE - 0x1000, 0x1000, false),
+    ] {
         let t = tracker_with(&[(0x10, BASE, LEN)]);
         let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
         let a = r.before_reg(&t, &mut rm, BASE + 0x1000, 0x1000);
         assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
-        let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::UvmUnmap { base: at, length: len });
+        let (gone, _) =
+            r.before_driver_call(&t, &mut rm, Pending::UvmUnmap { base: at, length: len });
         assert_eq!(gone.len(), usize::from(hits), "release {at:#x}+{len:#x}");
         assert_eq!(rm.regs.is_empty(), hits, "release {at:#x}+{len:#x}");
     }
@@ -331,7 +431,11 @@ fn a_registration_too_wide_to_count_is_still_found_by_a_release() {
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let a = r.before_reg(&t, &mut rm, BASE, 0x1000);
     assert!(matches!(a, Decision::Hit { fresh: true, .. }), "{a:?}");
-    let (gone, _) = r.before_driver_call(&t, &mut rm, Pending::UvmUnmap { base: BASE + LEN - 0x1000, length: 0x1000 });
+    let (gone, _) = r.before_driver_call(
+        &t,
+        &mut rm,
+        Pending::UvmUnmap { base: BASE + LEN - 0x1000, length: 0x1000 },
+    );
     assert_eq!(gone.len(), 1);
     assert!(rm.regs.is_empty());
 }
@@ -339,10 +443,17 @@ fn a_registration_too_wide_to_count_is_still_found_by_a_release() {
 #[test]
 fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
     use crate::fresh::Fresh;
-    let t = tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0040_0000, 0x20_0000)]);
+    let t =
+        tracker_with(&[(0x10, 0x7f00_0000_0000, 0x20_0000), (0x11, 0x7f00_0040_0000, 0x20_0000)]);
     let (mut rm, mut r) = (FakeRm::default(), Registrar::new(false));
     let va = |start: u64, len: u64| Fresh::Va { start, end: start + len };
-    let map = |base: u64, length: u64| Pending::UvmMap { base, length, offset: 0, h_client: C, h_memory: 0x12 };
+    let map = |base: u64, length: u64| Pending::UvmMap {
+        base,
+        length,
+        offset: 0,
+        h_client: C,
+        h_memory: 0x12,
+    };
     // nothing registered: nothing to touch
     assert!(!r.may_touch(&map(0x7f00_0000_0000, 0x20_0000), va(0x7f00_0000_0000, 0x20_0000)));
     let a = r.before_reg(&t, &mut rm, 0x7f00_0000_0000, 0x1000);
@@ -352,14 +463,19 @@ fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
     for (call, fresh) in [
         (map(0x7f00_0000_0000, 0x20_0000), va(0x7f00_0000_0000, 0x20_0000)),
         (map(0x7f00_001f_f000, 0x2000), va(0x7f00_001f_f000, 0x2000)),
-        (Pending::UvmUnmap { base: 0x7f00_0010_0000, length: 0x1000 }, va(0x7f00_0010_0000, 0x1000)),
+        (
+            Pending::UvmUnmap { base: 0x7f00_0010_0000, length: 0x1000 },
+            va(0x7f00_0010_0000, 0x1000),
+        ),
         (Pending::UvmFree { base: 0x7f00_0000_0000 }, va(0x7f00_0000_0000, 0x20_0000)),
     ] {
         assert!(r.may_touch(&call, fresh), "{call:?}");
     }
     // VA beside it, and the other memory's range, touch nothing registered
     assert!(!r.may_touch(&map(0x7f00_0020_0000, 0x20_0000), va(0x7f00_0020_0000, 0x20_0000)));
-    assert!(!r.may_touch(&Pending::UvmFree { base: 0x7f00_0040_0000 }, va(0x7f00_0040_0000, 0x20_0000)));
+    assert!(
+        !r.may_touch(&Pending::UvmFree { base: 0x7f00_0040_0000 }, va(0x7f00_0040_0000, 0x20_0000))
+    );
     // objects: the registered memory's handle, its client, and the parents of our 503C are
     // decided; another memory object is not
     let free = |h_object: u32| Pending::RmFree { h_client: C, h_object };
@@ -367,7 +483,10 @@ fn a_fresh_release_over_a_registration_left_behind_still_needs_a_decision() {
         assert!(r.may_touch(&free(h), Fresh::Object), "object {h:#x}");
     }
     assert!(!r.may_touch(&free(0x11), Fresh::Object));
-    assert!(!r.may_touch(&Pending::RmFree { h_client: C + 1, h_object: 0x10 }, Fresh::Object), "another client");
+    assert!(
+        !r.may_touch(&Pending::RmFree { h_client: C + 1, h_object: 0x10 }, Fresh::Object),
+        "another client"
+    );
 }
 
 /// A registration left behind by a release that got no decision is still taken down at the
@@ -379,7 +498,16 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     const B: u64 = 0x7f00_0000_0000;
     // R_old = [B, B+64M) with a mapping of 0x10 at B+32M, registered
     let mut t = tracker_with(&[]);
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 0x10,
+        class: 0x40,
+        size: Some(0x20_0000),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&Event::UvmCreateExternalRange { base: B, length: 0x400_0000 });
     t.apply(&map_on_gpu(B + 0x200_0000, 0x20_0000, 0, 0x10));
     t.map.own(B + 0x200_0000, 0x20_0000);
@@ -401,8 +529,15 @@ fn a_free_of_a_recreated_base_is_checked_against_the_range_there_now() {
     }
     let call = Pending::UvmFree { base: B };
     let fresh = record.fresh(&call);
-    assert_eq!(fresh, Some(Fresh::Va { start: B, end: B + 0x400_0000 }), "the range there now, not the one freed before");
+    assert_eq!(
+        fresh,
+        Some(Fresh::Va { start: B, end: B + 0x400_0000 }),
+        "the range there now, not the one freed before"
+    );
     assert_eq!(t.uvm_free_extent(B, None), 0x400_0000, "what the decision would take down");
-    assert!(r.may_touch(&call, fresh.unwrap()), "the release gets its decision: a registration lies in the range");
+    assert!(
+        r.may_touch(&call, fresh.unwrap()),
+        "the release gets its decision: a registration lies in the range"
+    );
     assert_eq!(rm.regs.len(), 1);
 }

@@ -76,7 +76,8 @@ fn model_based_random_operations() {
                 // a verbs registration: mostly inside a mapping, sometimes anywhere
                 let (addr, len) = match (maps.is_empty(), rnd(5)) {
                     (false, 0..=3) => {
-                        let (&slot, &(mlen, _, _)) = maps.iter().nth(rnd(maps.len() as u64) as usize).unwrap();
+                        let (&slot, &(mlen, _, _)) =
+                            maps.iter().nth(rnd(maps.len() as u64) as usize).unwrap();
                         let a = slot + (rnd(mlen >> 12) << 12);
                         (a, (1 + rnd(64)) << 12)
                     }
@@ -85,13 +86,18 @@ fn model_based_random_operations() {
                 let d = r.before_reg(&t, &mut rm, addr, len);
                 if let Decision::Hit { tuple, .. } = &d {
                     // exactly the model's mapping at that address, and the MR inside it
-                    let (&slot, &(mlen, h, off)) = maps.range(..=addr).next_back().expect("a hit lies in a live mapping");
+                    let (&slot, &(mlen, h, off)) =
+                        maps.range(..=addr).next_back().expect("a hit lies in a live mapping");
                     assert_eq!(
                         (tuple.address, tuple.size, tuple.mem.memory, tuple.offset),
                         (slot, mlen, h, off),
                         "step {step}: hit at {addr:#x}+{len:#x}"
                     );
-                    assert!(addr >= slot && addr + len <= slot + mlen.div_ceil(0x10000) * 0x10000 + 0x10000, "step {step}");
+                    assert!(
+                        addr >= slot
+                            && addr + len <= slot + mlen.div_ceil(0x10000) * 0x10000 + 0x10000,
+                        "step {step}"
+                    );
                     hits += 1;
                     let mr = if rnd(10) == 0 { 0 } else { next_mr };
                     next_mr += 1;
@@ -127,7 +133,10 @@ fn model_based_random_operations() {
     assert!(rm.regs.is_empty(), "{:?}", rm.regs);
     assert_eq!(r.live_registrations(), 0);
     assert_eq!(r.counts.registered, r.counts.unregistered);
-    assert!(hits > ops / 10 && misses > 0 && frees > 0 && unmaps > 0, "hits={hits} misses={misses} frees={frees} unmaps={unmaps}");
+    assert!(
+        hits > ops / 10 && misses > 0 && frees > 0 && unmaps > 0,
+        "hits={hits} misses={misses} frees={frees} unmaps={unmaps}"
+    );
     eprintln!(
         "model: {ops} operations, {hits} hits, {misses} misses, {unmaps} unmaps, {frees} frees, {} registered, rm_errors={}",
         r.counts.registered, r.counts.rm_errors

@@ -64,7 +64,12 @@ impl Rm for BufRm {
     fn gpu_dmabuf_capable(&mut self, _: Client, _: u32) -> Result<bool, u32> {
         Ok(true)
     }
-    fn export_dmabuf(&mut self, _: Client, _: u32, p: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
+    fn export_dmabuf(
+        &mut self,
+        _: Client,
+        _: u32,
+        p: &mut ExportToDmabufFd,
+    ) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
         let n = p.num_objects as usize;
         self.pieces.push((0..n).map(|i| (p.handles[i], p.offsets[i], p.sizes[i])).collect());
@@ -80,7 +85,11 @@ impl Rm for BufRm {
             return;
         }
         self.closes += 1;
-        assert!(self.open.remove(&fd.num()).is_some(), "closed fd {} twice or never had it", fd.num());
+        assert!(
+            self.open.remove(&fd.num()).is_some(),
+            "closed fd {} twice or never had it",
+            fd.num()
+        );
     }
     fn still_ours(&mut self, fd: &OwnedFd) -> bool {
         self.is_file(fd)
@@ -103,11 +112,22 @@ fn a_registration_makes_no_system_call_it_does_not_need() {
     let t = tracker_with(&[(0x10, VA, MB2)]);
     let (mut rm, mut r) = (BufRm::default(), Registrar::with_route(false, Ok(Route::Dmabuf)));
     let first = register(&mut r, &t, &mut rm, VA, MB2, 0xa);
-    assert_eq!((rm.exports, rm.fstats, rm.closes, rm.next_fd), (1, 1, 0, 1), "first: the export and its identity only");
+    assert_eq!(
+        (rm.exports, rm.fstats, rm.closes, rm.next_fd),
+        (1, 1, 0, 1),
+        "first: the export and its identity only"
+    );
     let again = register(&mut r, &t, &mut rm, VA, MB2, 0xb);
-    assert_eq!((rm.exports, rm.fstats, rm.closes, rm.next_fd), (1, 2, 0, 1), "repeat: one identity check only");
+    assert_eq!(
+        (rm.exports, rm.fstats, rm.closes, rm.next_fd),
+        (1, 2, 0, 1),
+        "repeat: one identity check only"
+    );
     assert_eq!(first.fd, again.fd, "the kept fd itself");
-    assert!(first.buf.is_some() && again.buf.is_some(), "gdrshim's kept fd: the hook closes nothing");
+    assert!(
+        first.buf.is_some() && again.buf.is_some(),
+        "gdrshim's kept fd: the hook closes nothing"
+    );
     dereg(&mut r, &mut rm, 0xa, VA);
     dereg(&mut r, &mut rm, 0xb, VA);
     assert_eq!((rm.closes, rm.open.len()), (1, 0), "closed once, with the last MR");
@@ -125,7 +145,10 @@ fn a_buffer_released_while_its_verbs_call_runs_keeps_its_fd_until_the_outcome() 
     r.before_driver_call(&t, &mut rm, Pending::UvmFree { base: VA });
     assert!(rm.open.contains_key(&twin.fd), "in use by a verbs call: still open");
     r.after_dmabuf_reg(&mut rm, 0xb, &twin, 0, VA);
-    assert!(rm.open.is_empty(), "the call returned: closed (the MRs hold the buffer in the kernel)");
+    assert!(
+        rm.open.is_empty(),
+        "the call returned: closed (the MRs hold the buffer in the kernel)"
+    );
     let fresh = exported(r.before_reg(&t, &mut rm, VA, MB2));
     assert!(!fresh.reused, "a released buffer is never used again");
     // a refused call's outcome closes it the same way
@@ -200,9 +223,21 @@ fn memory_freed_and_allocated_again_under_its_handle_gets_a_new_export() {
     t.apply(&Event::UvmFree { base: VA, length: None });
     r.before_driver_call(&t, &mut rm, Pending::RmFree { h_client: C, h_object: 0x10 });
     t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 0x10 });
-    assert!(rm.open.is_empty(), "our fd closed at the release; the MR keeps its buffer in the kernel");
+    assert!(
+        rm.open.is_empty(),
+        "our fd closed at the release; the MR keeps its buffer in the kernel"
+    );
     let t2 = {
-        t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(MB2), attr: 0, attr2: 0, flags: 0 });
+        t.apply(&Event::Memory {
+            h_client: C,
+            h_parent: DEV,
+            h_memory: 0x10,
+            class: 0x40,
+            size: Some(MB2),
+            attr: 0,
+            attr2: 0,
+            flags: 0,
+        });
         t.apply(&Event::UvmCreateExternalRange { base: VA, length: MB2 });
         t.apply(&super::tests::map_on_gpu(VA, MB2, 0, 0x10));
         t.map.own(VA, MB2);
@@ -227,7 +262,16 @@ fn a_handle_allocated_again_without_a_seen_release_is_not_the_old_buffer() {
     register(&mut r, &t, &mut rm, VA, MB2, 0xa);
     t.apply(&Event::UvmFree { base: VA, length: None });
     t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 0x10 });
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 0x10, class: 0x40, size: Some(MB2), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 0x10,
+        class: 0x40,
+        size: Some(MB2),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&Event::UvmCreateExternalRange { base: VA, length: MB2 });
     t.apply(&super::tests::map_on_gpu(VA, MB2, 0, 0x10));
     t.map.own(VA, MB2);
@@ -313,5 +357,9 @@ fn outcomes_taken_in_late_keep_and_then_give_back_the_buffer() {
     assert_eq!((r.live_mrs(), r.dmabuf_bytes().0), (1, MB2));
     let held = r.take_mr(&mut rm, 0xa, VA).expect("the MR taken in late is found");
     r.take_outcome(&mut rm, Outcome::DeregEnd { mr: 0xa, held, deregistered: true });
-    assert_eq!((rm.open.len(), r.dmabuf_buffers(), r.live_mrs()), (0, (0, 0), 0), "closed with the last");
+    assert_eq!(
+        (rm.open.len(), r.dmabuf_buffers(), r.live_mrs()),
+        (0, (0, 0), 0),
+        "closed with the last"
+    );
 }

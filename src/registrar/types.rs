@@ -32,7 +32,12 @@ pub trait Rm {
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on a /dev/nvidiaN fd of the GPU with RM device instance
     /// `device_instance`. The first call of a buffer (`params.fd` -1) makes it: its fd, ours
     /// (`Some`); a later one adds pieces to `params.fd`, an fd of ours (`None`).
-    fn export_dmabuf(&mut self, c: Client, device_instance: u32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32>;
+    fn export_dmabuf(
+        &mut self,
+        c: Client,
+        device_instance: u32,
+        params: &mut ExportToDmabufFd,
+    ) -> Result<Option<OwnedFd>, u32>;
     /// Closes an fd of ours where its number is still that file; one the program closed (the
     /// number is another file now, or none) is let go unclosed, and said.
     fn close_fd(&mut self, fd: OwnedFd);

@@ -2,7 +2,10 @@
 //! attributes NCCL reads (GDR, DMA-BUF, VMM GDR), each first answer per device logged once, and
 //! whether a `cuMemCreate` refused for `gpuDirectRDMACapable` alone may be retried without it.
 
-use crate::advertise::{Answer, FlagRetry, GpuFacts, Policy, ATTR_DMA_BUF_SUPPORTED, ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED};
+use crate::advertise::{
+    Answer, FlagRetry, GpuFacts, Policy, ATTR_DMA_BUF_SUPPORTED,
+    ATTR_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+};
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 #[derive(Default)]
@@ -19,7 +22,14 @@ impl Answers {
     /// `dev`: replace it where the policy says so. `ask` reads another attribute of `dev` from
     /// libcuda (the GPU's facts, read only where they decide). The first answer per device and
     /// attribute is logged (info; a refusal: a warning, once). Whether it was replaced.
-    pub fn device_attribute(&self, policy: &Policy, attrib: i32, dev: i32, value: &mut i32, ask: &dyn Fn(i32) -> Option<i32>) -> bool {
+    pub fn device_attribute(
+        &self,
+        policy: &Policy,
+        attrib: i32,
+        dev: i32,
+        value: &mut i32,
+        ask: &dyn Fn(i32) -> Option<i32>,
+    ) -> bool {
         let name = crate::advertise::name(attrib);
         // (no lock of ours is held here: libcuda is asked freely)
         let read = policy.needs_gpu_facts(attrib, *value);

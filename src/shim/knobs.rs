@@ -39,24 +39,42 @@ impl Shim {
     /// (`kind:nr:ns_per_call*calls`), the CUDA allocation hooks and the helper thread's batches.
     pub(crate) fn timing_pairs(&self, nv_ioctls: u64) -> Vec<(&'static str, String)> {
         let s = &self.stats.knobs;
-        let mut top: Vec<(u64, usize, u64)> =
-            (0..768).map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed))).filter(|t| t.2 > 0).collect();
+        let mut top: Vec<(u64, usize, u64)> = (0..768)
+            .map(|i| (s.hook_ns_by_req[i].load(Relaxed), i, s.hook_calls_by_req[i].load(Relaxed)))
+            .filter(|t| t.2 > 0)
+            .collect();
         top.sort_unstable_by_key(|t| core::cmp::Reverse(t.0));
         // the counters hold clock ticks: nanoseconds per tick over this run
         let k = crate::sys::Clock::ns_per_tick(self.clock_mark);
-        let top: Vec<String> =
-            top.iter().take(5).map(|&(ticks, i, n)| format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)).collect();
+        let top: Vec<String> = top
+            .iter()
+            .take(5)
+            .map(|&(ticks, i, n)| {
+                format!("{}:{:.0}*{n}", PerRequest::label(i), ticks as f64 * k / n as f64)
+            })
+            .collect();
         let p = &self.pipeline;
         vec![
-            ("hook_ns_per_nv_ioctl", format!("{:.0}", s.hook_ns.load(Relaxed) as f64 * k / nv_ioctls.max(1) as f64)),
+            (
+                "hook_ns_per_nv_ioctl",
+                format!("{:.0}", s.hook_ns.load(Relaxed) as f64 * k / nv_ioctls.max(1) as f64),
+            ),
             ("hook_top", top.join(",")),
             (
                 "alloc_hook_ns_per_call",
-                format!("{:.0}", s.alloc_hook_ns.load(Relaxed) as f64 * k / s.alloc_hook_calls.load(Relaxed).max(1) as f64),
+                format!(
+                    "{:.0}",
+                    s.alloc_hook_ns.load(Relaxed) as f64 * k
+                        / s.alloc_hook_calls.load(Relaxed).max(1) as f64
+                ),
             ),
             (
                 "helper_ns_per_batch",
-                format!("{:.0}", p.helper_ticks.load(Relaxed) as f64 * k / p.helper_batches.load(Relaxed).max(1) as f64),
+                format!(
+                    "{:.0}",
+                    p.helper_ticks.load(Relaxed) as f64 * k
+                        / p.helper_batches.load(Relaxed).max(1) as f64
+                ),
             ),
         ]
     }

@@ -138,7 +138,12 @@ impl Shim {
         let capture_file = crate::fdtable::own::Kept::none();
         if let Some(tpl) = &cfg.capture_file {
             // SAFETY: getpid has no preconditions.
-            let path = crate::config::expand_path(tpl, &crate::log::host_name(), unsafe { libc::getpid() } as u32);
+            let path =
+                crate::config::expand_path(
+                    tpl,
+                    &crate::log::host_name(),
+                    unsafe { libc::getpid() } as u32,
+                );
             // like the log file: never through a link, never somebody else's file
             match crate::files::open_private(&path) {
                 Ok(fd) => capture_file.keep(fd),
@@ -152,14 +157,30 @@ impl Shim {
             crate::log_warn!("this copy of gdrshim was not preloaded (loaded with dlopen?): its hooks see nothing; it registers nothing and says so to NCCL");
         }
         let dry_run = cfg.mode != Mode::Register || !in_place;
-        let backlog_max = if cfg.mode == Mode::Trace || crate::log::enabled(crate::config::Level::Debug) { 1 } else { BACKLOG };
+        let backlog_max =
+            if cfg.mode == Mode::Trace || crate::log::enabled(crate::config::Level::Debug) {
+                1
+            } else {
+                BACKLOG
+            };
         let rm = crate::rm::RealRm::new(
             table.unwrap_or(abi::table_for(DriverVersion(580, 0, 0)).expect("a known branch")),
             cfg.knobs.dev_dir.as_deref(),
         );
-        let core = Core { tracker: Box::new(Tracker::new()), registrar: Box::new(Registrar::undecided(dry_run)), decoded: 0, rm };
+        let core = Core {
+            tracker: Box::new(Tracker::new()),
+            registrar: Box::new(Registrar::undecided(dry_run)),
+            decoded: 0,
+            rm,
+        };
         let registering = cfg.mode == Mode::Register && table.is_some() && in_place;
-        let pipeline = Pipeline::new(core, backlog_max, !cfg.knobs.no_apply_thread, cfg.knobs.timing, registering);
+        let pipeline = Pipeline::new(
+            core,
+            backlog_max,
+            !cfg.knobs.no_apply_thread,
+            cfg.knobs.timing,
+            registering,
+        );
         let line = ShimHotState {
             table,
             capture_fd: AtomicI32::new(capture_fd),
@@ -211,7 +232,9 @@ impl Shim {
         if !self.capture_file.write_all(s.as_bytes()) {
             // the program closed our capture file's fd: capturing ends here
             self.line.capture_fd.store(-1, Relaxed);
-            crate::log_warn!("the capture file's fd {fd} was closed by the program: capturing stopped");
+            crate::log_warn!(
+                "the capture file's fd {fd} was closed by the program: capturing stopped"
+            );
         }
     }
 
@@ -253,7 +276,14 @@ impl Shim {
     /// # Safety
     /// `arg` is the pointer the caller passed to `ioctl`; it is only read when `rc == 0`, which
     /// means the kernel just copied the encoded number of bytes to and from it.
-    pub unsafe fn after_ioctl(&'static self, dev: DevKind, fd: i32, request: u64, rc: i32, arg: *mut c_void) {
+    pub unsafe fn after_ioctl(
+        &'static self,
+        dev: DevKind,
+        fd: i32,
+        request: u64,
+        rc: i32,
+        arg: *mut c_void,
+    ) {
         // The usual call is decoded and queued; everything else leaves this path at once (out
         // of line, so that the path stays a few cache lines of code).
         #[cfg(feature = "knobs")]
@@ -295,7 +325,11 @@ impl Shim {
         if rc != 0 {
             self.stats.failed.fetch_add(1, Relaxed);
             if self.line.mode == Mode::Trace {
-                crate::log_info!("{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)", dev.tag(), crate::sys::errno());
+                crate::log_info!(
+                    "{} fd={fd} request={request:#x} rc={rc} errno={} (failed, not decoded)",
+                    dev.tag(),
+                    crate::sys::errno()
+                );
             }
         } else {
             self.stats.not_decoded.fetch_add(1, Relaxed);
@@ -313,17 +347,29 @@ impl Shim {
             Outcome::Failed { status, .. } => {
                 self.stats.failed.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
-                    crate::log_info!("{} fd={fd} request={request:#x} status={status:#x} {}", dev.tag(), abi::status::name(status));
+                    crate::log_info!(
+                        "{} fd={fd} request={request:#x} status={status:#x} {}",
+                        dev.tag(),
+                        abi::status::name(status)
+                    );
                 }
             }
             Outcome::Malformed(why) => {
                 self.stats.malformed.fetch_add(1, Relaxed);
-                crate::log_debug!("{} fd={fd} request={request:#x}: {why}; passed through, not decoded", dev.tag());
+                crate::log_debug!(
+                    "{} fd={fd} request={request:#x}: {why}; passed through, not decoded",
+                    dev.tag()
+                );
             }
             Outcome::Ignored => {
                 self.stats.not_decoded.fetch_add(1, Relaxed);
                 if self.line.mode == Mode::Trace {
-                    crate::log_info!("{} fd={fd} nr={:#x} size={} (not decoded)", dev.tag(), abi::ioc_nr(request), abi::ioc_size(request));
+                    crate::log_info!(
+                        "{} fd={fd} nr={:#x} size={} (not decoded)",
+                        dev.tag(),
+                        abi::ioc_nr(request),
+                        abi::ioc_size(request)
+                    );
                 }
             }
         }
@@ -341,11 +387,20 @@ impl Shim {
 
     #[cold]
     #[inline(never)]
-    fn capture_call(&self, dev: DevKind, fd: i32, request: u64, rc: i32, bytes: &[u8], t: &AbiTable) {
+    fn capture_call(
+        &self,
+        dev: DevKind,
+        fd: i32,
+        request: u64,
+        rc: i32,
+        bytes: &[u8],
+        t: &AbiTable,
+    ) {
         // The embedded parameters only where RM accepted the call (then it copied exactly these
         // bytes from the pointer); a refused call's pointer may not even be readable.
-        let params =
-            capture::params_spec(dev, request, bytes, t).filter(|_| decode::rm_accepted(request, bytes)).and_then(|(off, plen)| {
+        let params = capture::params_spec(dev, request, bytes, t)
+            .filter(|_| decode::rm_accepted(request, bytes))
+            .and_then(|(off, plen)| {
                 let ptr = u64::from_le_bytes(bytes[off..off + 8].try_into().ok()?);
                 LiveParams.read(ptr, plen).map(|p| (off, p))
             });
@@ -411,7 +466,10 @@ mod tests {
     fn proc_version_line() {
         let t = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Nov 20 2025\nGCC version:  gcc version 13.3.0\n";
         assert_eq!(parse_proc_version(t), Some(DriverVersion(580, 159, 4)));
-        assert_eq!(parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.288.01  Tue"), Some(DriverVersion(535, 288, 1)));
+        assert_eq!(
+            parse_proc_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.288.01  Tue"),
+            Some(DriverVersion(535, 288, 1))
+        );
         assert_eq!(parse_proc_version("garbage"), None);
     }
 }

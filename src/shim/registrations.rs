@@ -83,7 +83,13 @@ impl Shim {
 
     /// `cuDeviceGetAttribute` answered `*value` for `attrib` on `dev`: replaced where the policy
     /// says so ([`Answers::device_attribute`]).
-    pub fn answer_device_attribute(&self, attrib: i32, dev: i32, value: &mut i32, ask: &dyn Fn(i32) -> Option<i32>) {
+    pub fn answer_device_attribute(
+        &self,
+        attrib: i32,
+        dev: i32,
+        value: &mut i32,
+        ask: &dyn Fn(i32) -> Option<i32>,
+    ) {
         if self.answers.device_attribute(&self.advertise_policy(), attrib, dev, value, ask) {
             self.stats.gdr_answers.fetch_add(1, Relaxed);
         }
@@ -130,13 +136,18 @@ impl Shim {
                 for (t, _) in pieces {
                     // the part of this UVM mapping the allocation holds: only the program's own
                     // memory is asked for, and the registration is the whole mapping's
-                    let (from, to) = (t.address.max(ptr), (t.address + t.size).min(ptr.saturating_add(len)));
+                    let (from, to) =
+                        (t.address.max(ptr), (t.address + t.size).min(ptr.saturating_add(len)));
                     if from >= to {
                         continue;
                     }
                     match registrar.before_reg(tracker, rm, from, to - from) {
-                        Decision::Miss(m) | Decision::Refuse(m) => crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}"),
-                        Decision::Hit { tuple, .. } => crate::log_debug!("eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"),
+                        Decision::Miss(m) | Decision::Refuse(m) => {
+                            crate::log_warn!("eager {api} [{ptr:#x}, +{len:#x}) pass0 miss: {m}")
+                        }
+                        Decision::Hit { tuple, .. } => crate::log_debug!(
+                            "eager {api} [{ptr:#x}, +{len:#x}) registered {tuple}"
+                        ),
                         _ => {}
                     }
                 }
@@ -145,8 +156,12 @@ impl Shim {
         drop(c);
         // The line is only formatted when it will be written: this runs on every allocation.
         match &v {
-            Verdict::Uncovered(_) => crate::log_warn!("{}", capture::verdict_line(api, ptr, len, &v)),
-            Verdict::Covered(p) if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) => {
+            Verdict::Uncovered(_) => {
+                crate::log_warn!("{}", capture::verdict_line(api, ptr, len, &v))
+            }
+            Verdict::Covered(p)
+                if p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))) =>
+            {
                 crate::log_warn!("{}", capture::verdict_line(api, ptr, len, &v))
             }
             _ => crate::log_debug!("{}", capture::verdict_line(api, ptr, len, &v)),
@@ -160,7 +175,8 @@ impl Shim {
             return None;
         }
         let (addr, len) = (r.addr, r.len);
-        let _gate = if self.registering() { Some(self.release_gate.try_write_for(WAIT)?) } else { None };
+        let _gate =
+            if self.registering() { Some(self.release_gate.try_write_for(WAIT)?) } else { None };
         let loader = self.route_choice.loader_facts(&self.cfg);
         let mut c = self.core(WAIT)?;
         if c.tracker.is_gpu_va(addr) && r.access & IBV_ACCESS_ON_DEMAND == 0 {
@@ -234,7 +250,15 @@ impl Shim {
 
     /// An export the verbs call did not take (`with`: the provider's call that refused it): its
     /// hold is given back as for [`dmabuf_not_wanted`](Self::dmabuf_not_wanted); counted and said.
-    pub fn dmabuf_refused(&self, api: &str, with: &str, e: &Export, addr: u64, len: u64, errno: i32) {
+    pub fn dmabuf_refused(
+        &self,
+        api: &str,
+        with: &str,
+        e: &Export,
+        addr: u64,
+        len: u64,
+        errno: i32,
+    ) {
         self.stats.dmabuf_refused.fetch_add(1, Relaxed);
         self.settle(Outcome::DmabufUnused(e.clone()));
         crate::log_limited!(
@@ -269,7 +293,9 @@ impl Shim {
     pub fn verbs_dereg_end(&self, mr: u64, start: DeregStart, deregistered: bool) {
         match start {
             DeregStart::Taken(held) => self.settle(Outcome::DeregEnd { mr, held, deregistered }),
-            DeregStart::Queued(ticket) => self.settle(Outcome::DeregQueuedEnd { ticket, mr, deregistered }),
+            DeregStart::Queued(ticket) => {
+                self.settle(Outcome::DeregQueuedEnd { ticket, mr, deregistered })
+            }
         }
     }
 
@@ -297,7 +323,11 @@ impl Shim {
     pub fn backing_of(&self, va: u64, len: u64) -> Option<Result<Backing, Miss>> {
         let c = self.core(WAIT)?;
         let t = &c.tracker;
-        Some(t.map.lookup_single(va, len).map(|p| (p, t.memory_device(p.mem), t.client_fd(p.mem.client))))
+        Some(
+            t.map
+                .lookup_single(va, len)
+                .map(|p| (p, t.memory_device(p.mem), t.client_fd(p.mem.client))),
+        )
     }
 
     /// `cuMemGetHandleForAddressRange(DMA_BUF_FD)` that libcuda refused (801, as on GeForce):
@@ -306,7 +336,9 @@ impl Shim {
         if !self.registering() || self.route() != Some(Route::Dmabuf) {
             return Served::NotServed;
         }
-        if !ptr.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) || !size.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE) {
+        if !ptr.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE)
+            || !size.is_multiple_of(crate::tracker::dmabuf::HOST_PAGE)
+        {
             crate::log_limited!(
                 crate::config::Level::Warn,
                 "dma-buf not served",
@@ -328,7 +360,9 @@ impl Shim {
                 Served::Fd(e.fd)
             }
             Ok(None) => Served::NotServed,
-            Err(m @ (RegMiss::NotProgramMemory { .. } | RegMiss::Export(_) | RegMiss::Lookup(_))) => {
+            Err(
+                m @ (RegMiss::NotProgramMemory { .. } | RegMiss::Export(_) | RegMiss::Lookup(_)),
+            ) => {
                 crate::log_limited!(
                     crate::config::Level::Warn,
                     "dma-buf refused",
@@ -397,7 +431,12 @@ impl Shim {
     /// registration in progress (the returned guard is held across the driver call), then takes
     /// down the NV503C registrations it would leave describing memory that is no longer there,
     /// and warns when verbs MRs still use that memory.
-    pub fn before_ioctl(&self, dev: DevKind, request: u64, arg: *mut c_void) -> Option<ReleaseGuard<'_>> {
+    pub fn before_ioctl(
+        &self,
+        dev: DevKind,
+        request: u64,
+        arg: *mut c_void,
+    ) -> Option<ReleaseGuard<'_>> {
         if !self.registering() || arg.is_null() {
             return None;
         }
@@ -406,7 +445,10 @@ impl Shim {
         let releases = match dev {
             DevKind::Uvm => matches!(
                 request,
-                abi::uvm::FREE | abi::uvm::UNMAP_EXTERNAL | abi::uvm::MAP_EXTERNAL_ALLOCATION | abi::uvm::MAP_EXTERNAL_SPARSE
+                abi::uvm::FREE
+                    | abi::uvm::UNMAP_EXTERNAL
+                    | abi::uvm::MAP_EXTERNAL_ALLOCATION
+                    | abi::uvm::MAP_EXTERNAL_SPARSE
             ),
             _ => abi::ioc_nr(request) == abi::esc::RM_FREE,
         };
@@ -423,16 +465,23 @@ impl Shim {
         // was created since a registration could last be made touches no registration (FreshRecord):
         // no decision, so no catching up.
         // The caller's buffer has not been vetted by the kernel yet: read it without faulting.
-        let read = || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
-        let Some((mut lent, call)) = self.pipeline.lend_for_release(WAIT, |c| c.registrar.in_use(), read, &mut crate::pipeline::map_notice)
-        else {
+        let read =
+            || decode::pending(dev, request, t, &|pieces| read_own_pieces(arg as u64, pieces));
+        let Some((mut lent, call)) = self.pipeline.lend_for_release(
+            WAIT,
+            |c| c.registrar.in_use(),
+            read,
+            &mut crate::pipeline::map_notice,
+        ) else {
             return gate;
         };
         let c: &mut Core = &mut lent.core;
         let Core { tracker, registrar, rm, .. } = c;
         let (gone, in_use) = registrar.before_driver_call(tracker, rm, call);
         for x in gone {
-            crate::log_info!("unregistered {x} before the driver releases or remaps its memory or VA");
+            crate::log_info!(
+                "unregistered {x} before the driver releases or remaps its memory or VA"
+            );
         }
         for u in in_use {
             crate::log_limited!(

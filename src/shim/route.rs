@@ -67,14 +67,21 @@ impl RouteChoice {
         let gpu_dmabuf = if may_dmabuf { registrar.probe_gpu_dmabuf(tracker, rm) } else { None };
         // asked before the program has a GPU whose capability RM can tell (a device attribute
         // read before CUDA made its context): nothing is known yet, so nothing is decided
-        if may_dmabuf && gpu_dmabuf.is_none() && !tracker.devices().iter().any(|&(c, d)| tracker.subdevice_of(c, d).is_some()) {
+        if may_dmabuf
+            && gpu_dmabuf.is_none()
+            && !tracker.devices().iter().any(|&(c, d)| tracker.subdevice_of(c, d).is_some())
+        {
             return None;
         }
         let verbs_dmabuf = may_dmabuf && verbs_dmabuf == Some(true);
         let facts = Facts { gpu_dmabuf, export_abi, verbs_dmabuf, peermem: peermem_loaded(cfg) };
         let (state, r) = match route::choose(cfg.route, &facts) {
             route::Choice::Use(r) => {
-                crate::log_info!("registration route {} (GDRSHIM_ROUTE={}; {facts:?})", r.name(), cfg.route.name());
+                crate::log_info!(
+                    "registration route {} (GDRSHIM_ROUTE={}; {facts:?})",
+                    r.name(),
+                    cfg.route.name()
+                );
                 (if r == Route::Dmabuf { DMABUF } else { NV503C }, Ok(r))
             }
             route::Choice::None(lacks) => {
@@ -96,15 +103,18 @@ fn peermem_loaded(cfg: &Config) -> bool {
     if cfg.knobs.assume_peermem {
         return true;
     }
-    let root = cfg.knobs.dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
-    ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"].iter().any(|p| {
-        let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };
-        let e = crate::sys::errno();
-        // SAFETY: a valid C string; access has no other preconditions.
-        let ok = unsafe { libc::access(c.as_ptr(), libc::F_OK) } == 0;
-        crate::sys::set_errno(e);
-        ok
-    })
+    let root =
+        cfg.knobs.dev_dir.as_deref().map(|d| format!("{d}/sys")).unwrap_or_else(|| "/sys".into());
+    ["module/nvidia_peermem", "kernel/mm/memory_peers/nv_mem", "kernel/mm/memory_peers/nv_mem_nc"]
+        .iter()
+        .any(|p| {
+            let Ok(c) = std::ffi::CString::new(format!("{root}/{p}")) else { return false };
+            let e = crate::sys::errno();
+            // SAFETY: a valid C string; access has no other preconditions.
+            let ok = unsafe { libc::access(c.as_ptr(), libc::F_OK) } == 0;
+            crate::sys::set_errno(e);
+            ok
+        })
 }
 
 /// libibverbs (loaded in any scope, or loadable) has `ibv_reg_dmabuf_mr` (IBVERBS_1.12).
@@ -115,13 +125,15 @@ fn verbs_has_dmabuf() -> bool {
     }
     // not loaded yet: look without keeping it
     // SAFETY: dlopen of a library by name with lazy binding; the handle is closed below.
-    let h = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    let h =
+        unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if h.is_null() {
         return false;
     }
     // SAFETY: a lookup on the handle just obtained, with valid C strings.
-    let p = crate::real::real_dlvsym()
-        .map_or(core::ptr::null_mut(), |f| unsafe { f(h, c"ibv_reg_dmabuf_mr".as_ptr(), c"IBVERBS_1.12".as_ptr()) });
+    let p = crate::real::real_dlvsym().map_or(core::ptr::null_mut(), |f| unsafe {
+        f(h, c"ibv_reg_dmabuf_mr".as_ptr(), c"IBVERBS_1.12".as_ptr())
+    });
     if let Some(close) = crate::real::dlclose() {
         // SAFETY: the handle dlopen gave above.
         unsafe { close(h) };

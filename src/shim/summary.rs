@@ -10,7 +10,11 @@ impl Shim {
     /// Every NVIDIA call seen: each ends in exactly one of these counts.
     fn nv_ioctls(&self, decoded: u64) -> u64 {
         let s = &self.stats;
-        [&s.passthrough, &s.failed, &s.not_decoded, &s.malformed, &s.dropped].iter().map(|c| c.load(Relaxed)).sum::<u64>() + decoded
+        [&s.passthrough, &s.failed, &s.not_decoded, &s.malformed, &s.dropped]
+            .iter()
+            .map(|c| c.load(Relaxed))
+            .sum::<u64>()
+            + decoded
     }
 
     /// All counts now. `at_exit`: the core's lock is waited for only briefly and warnings are
@@ -21,7 +25,9 @@ impl Shim {
         let lent = if at_exit {
             self.pipeline.lend(Duration::from_millis(200), &mut raw)
         } else {
-            self.pipeline.lend(Duration::from_secs(1), &mut crate::pipeline::map_notice).filter(|l| l.complete)
+            self.pipeline
+                .lend(Duration::from_secs(1), &mut crate::pipeline::map_notice)
+                .filter(|l| l.complete)
         };
         let mut core_counts = Snapshot::new();
         let mut decoded = 0;
@@ -33,11 +39,17 @@ impl Shim {
             decoded = c.decoded;
             if at_exit {
                 for left in c.tracker.finish() {
-                    crate::log::raw_line("INFO", &format!("native registration never predicted, still live at exit: {left}"));
+                    crate::log::raw_line(
+                        "INFO",
+                        &format!("native registration never predicted, still live at exit: {left}"),
+                    );
                 }
             }
             core_counts.counts(c.tracker.counts.pairs());
-            core_counts.counts([("map_entries", c.tracker.map.entries() as u64), ("rm_objects", c.tracker.objects() as u64)]);
+            core_counts.counts([
+                ("map_entries", c.tracker.map.entries() as u64),
+                ("rm_objects", c.tracker.objects() as u64),
+            ]);
             core_counts.counts(c.registrar.counts.pairs());
             live = c.registrar.live_registrations() as u64;
             p2p_live = c.registrar.p2p_objects() as u64;
@@ -48,7 +60,9 @@ impl Shim {
             bar1 = [size.unwrap_or(u64::MAX), is_static.map_or(u64::MAX, u64::from)];
         } else {
             // the core's lock was not had: every count of it is unknown, not zero
-            let unknown = |pairs: &[(&'static str, u64)]| pairs.iter().map(|&(n, _)| (n, u64::MAX)).collect::<Vec<_>>();
+            let unknown = |pairs: &[(&'static str, u64)]| {
+                pairs.iter().map(|&(n, _)| (n, u64::MAX)).collect::<Vec<_>>()
+            };
             core_counts.counts(unknown(&crate::tracker::ShadowCounts::default().pairs()));
             core_counts.counts([("map_entries", u64::MAX), ("rm_objects", u64::MAX)]);
             core_counts.counts(unknown(&crate::registrar::RegCounts::default().pairs()));

@@ -64,13 +64,19 @@ impl fmt::Display for PlanMiss {
         match self {
             PlanMiss::Lookup(m) => write!(f, "{m}"),
             PlanMiss::NotVidmem { class } => write!(f, "memory class {class:#x} is not vidmem"),
-            PlanMiss::UnknownMemory { memory } => write!(f, "memory {memory:#010x} was never seen allocated"),
+            PlanMiss::UnknownMemory { memory } => {
+                write!(f, "memory {memory:#010x} was never seen allocated")
+            }
             PlanMiss::ForeignClient { client } => {
                 write!(f, "the memory's RM client {client:#010x} is not one this process allocated (gdrshim exports only its own)")
             }
             PlanMiss::SpansClients => write!(f, "the range spans memory of two RM clients"),
-            PlanMiss::SpansGpus => write!(f, "the range spans memory of two GPUs (one dma-buf is one GPU's)"),
-            PlanMiss::Unaligned { at } => write!(f, "a piece at {at:#x} is not host-page aligned in its memory"),
+            PlanMiss::SpansGpus => {
+                write!(f, "the range spans memory of two GPUs (one dma-buf is one GPU's)")
+            }
+            PlanMiss::Unaligned { at } => {
+                write!(f, "a piece at {at:#x} is not host-page aligned in its memory")
+            }
         }
     }
 }
@@ -89,7 +95,8 @@ impl Plan {
     /// pieces to `fd` at their index.
     pub fn call(&self, k: usize, fd: i32, mapping_type: u8) -> ExportToDmabufFd {
         let mut p: ExportToDmabufFd = zeroed();
-        let chunk = &self.spans[k * EXPORT_MAX_HANDLES..((k + 1) * EXPORT_MAX_HANDLES).min(self.spans.len())];
+        let chunk = &self.spans
+            [k * EXPORT_MAX_HANDLES..((k + 1) * EXPORT_MAX_HANDLES).min(self.spans.len())];
         p.fd = if k == 0 { -1 } else { fd };
         p.h_client = self.client;
         p.total_objects = self.spans.len() as u32;
@@ -140,7 +147,11 @@ pub trait PlanFacts {
 /// The dma-buf of `[addr, addr+len)`, rounded out to host pages: every byte covered exactly by
 /// this process's own video memory on one GPU, or why not.
 pub fn plan(map: &VaMap, facts: &dyn PlanFacts, addr: u64, len: u64) -> Result<Plan, PlanMiss> {
-    let end = addr.checked_add(len).and_then(|e| e.checked_add(HOST_PAGE - 1)).map(page_down).ok_or(PlanMiss::Lookup(Miss::Overflow))?;
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(HOST_PAGE - 1))
+        .map(page_down)
+        .ok_or(PlanMiss::Lookup(Miss::Overflow))?;
     let base = page_down(addr);
     if len == 0 {
         return Err(PlanMiss::Lookup(Miss::Empty));
@@ -169,8 +180,12 @@ pub fn plan(map: &VaMap, facts: &dyn PlanFacts, addr: u64, len: u64) -> Result<P
         return Err(PlanMiss::ForeignClient { client });
     }
     let (device, device_instance) = device.expect("at least one piece");
-    let spans = merged(pieces.iter().map(|p| Span { memory: p.mem.memory, offset: p.offset, size: p.len }));
-    let serials = spans.iter().map(|s| map.memory(MemRef { client, memory: s.memory }).map_or(0, |i| i.serial)).collect();
+    let spans =
+        merged(pieces.iter().map(|p| Span { memory: p.mem.memory, offset: p.offset, size: p.len }));
+    let serials = spans
+        .iter()
+        .map(|s| map.memory(MemRef { client, memory: s.memory }).map_or(0, |i| i.serial))
+        .collect();
     Ok(Plan { client, device, device_instance, base, spans, total: end - base, serials })
 }
 
@@ -184,13 +199,20 @@ pub struct NativeExports {
 impl NativeExports {
     /// A native export call (decoded): gathered under its fd.
     pub fn record(&mut self, e: &ExportCall) {
-        let fresh = |e: &ExportCall| NativeExport { client: e.h_client, total: e.total_size, slots: vec![None; e.total_objects as usize] };
+        let fresh = |e: &ExportCall| NativeExport {
+            client: e.h_client,
+            total: e.total_size,
+            slots: vec![None; e.total_objects as usize],
+        };
         if self.by_fd.len() >= NATIVE_WAITING && !self.by_fd.contains_key(&e.fd) {
             self.by_fd.clear();
         }
         let entry = self.by_fd.entry(e.fd).or_insert_with(|| fresh(e));
         let fits = entry.slots.len() == e.total_objects as usize
-            && entry.slots.get(e.index as usize..e.index as usize + e.pieces.len()).is_some_and(|s| s.iter().all(Option::is_none));
+            && entry
+                .slots
+                .get(e.index as usize..e.index as usize + e.pieces.len())
+                .is_some_and(|s| s.iter().all(Option::is_none));
         if !fits {
             // an fd number used again for another buffer
             *entry = fresh(e);
@@ -212,7 +234,9 @@ impl NativeExport {
     /// Whether this export is exactly `plan`'s buffer.
     pub fn equals(&self, plan: &Plan) -> bool {
         let complete: Option<Vec<Span>> = self.slots.iter().copied().collect();
-        complete.is_some_and(|n| plan.client == self.client && plan.total == self.total && plan.spans == merged(n))
+        complete.is_some_and(|n| {
+            plan.client == self.client && plan.total == self.total && plan.spans == merged(n)
+        })
     }
 
     /// The export's pieces, for a line.
@@ -281,7 +305,10 @@ mod tests {
             h_client: 0xc1d0_0999,
             h_memory: 0x21,
         });
-        assert_eq!(t.dmabuf_plan(0x2000_0000, 0x1000), Err(PlanMiss::UnknownMemory { memory: 0x21 }));
+        assert_eq!(
+            t.dmabuf_plan(0x2000_0000, 0x1000),
+            Err(PlanMiss::UnknownMemory { memory: 0x21 })
+        );
     }
 
     #[test]
@@ -293,10 +320,19 @@ mod tests {
         let p = t.dmabuf_plan(0x7f00_0000_0000, 130 * 0x1_0000).unwrap();
         assert_eq!((p.spans.len(), p.calls()), (130, 2));
         let first = p.call(0, -1, 0);
-        assert_eq!((first.fd, first.total_objects, first.num_objects, first.index, first.total_size), (-1, 130, 128, 0, 130 * 0x1_0000));
-        assert_eq!((first.handles[127], first.offsets[127], first.sizes[127]), (0x100 + 127, 0, 0x1_0000));
+        assert_eq!(
+            (first.fd, first.total_objects, first.num_objects, first.index, first.total_size),
+            (-1, 130, 128, 0, 130 * 0x1_0000)
+        );
+        assert_eq!(
+            (first.handles[127], first.offsets[127], first.sizes[127]),
+            (0x100 + 127, 0, 0x1_0000)
+        );
         let second = p.call(1, 9, 0);
-        assert_eq!((second.fd, second.num_objects, second.index, second.handles[1]), (9, 2, 128, 0x100 + 129));
+        assert_eq!(
+            (second.fd, second.num_objects, second.index, second.handles[1]),
+            (9, 2, 128, 0x100 + 129)
+        );
         assert_eq!(second.handles[2], 0, "nothing past num_objects");
     }
 
@@ -316,9 +352,15 @@ mod tests {
         t.apply(&Event::DmabufExport(Box::new(native(40, 0x20_0000, 0x40_0000))));
         assert_eq!(t.dmabuf_request(0x7f00_0020_0000, 0x40_0000, 40), None);
         t.apply(&Event::DmabufExport(Box::new(native(41, 0, 0x40_0000))));
-        assert!(matches!(t.dmabuf_request(0x7f00_0020_0000, 0x40_0000, 41), Some(Notice::DmabufMismatch { .. })));
+        assert!(matches!(
+            t.dmabuf_request(0x7f00_0020_0000, 0x40_0000, 41),
+            Some(Notice::DmabufMismatch { .. })
+        ));
         // a request without a native export seen (the shim's own exports) is not compared
         assert_eq!(t.dmabuf_request(0x7f00_0020_0000, 0x40_0000, 42), None);
-        assert_eq!((t.counts.dmabuf_native, t.counts.dmabuf_matched, t.counts.dmabuf_mismatched), (2, 1, 1));
+        assert_eq!(
+            (t.counts.dmabuf_native, t.counts.dmabuf_matched, t.counts.dmabuf_mismatched),
+            (2, 1, 1)
+        );
     }
 }

@@ -85,7 +85,9 @@ impl Tracker {
         let mut v: Vec<(u32, u32)> = self
             .objects
             .iter()
-            .filter(|(&(c, _), o)| matches!(o.kind, ObjKind::Device { .. }) && self.client_fd(c).is_some())
+            .filter(|(&(c, _), o)| {
+                matches!(o.kind, ObjKind::Device { .. }) && self.client_fd(c).is_some()
+            })
             .map(|(&(c, h), _)| (c, h))
             .collect();
         v.sort_unstable();
@@ -95,7 +97,9 @@ impl Tracker {
     /// The subdevice under a device (the parent a 503C object needs).
     pub fn subdevice_of(&self, client: u32, h_device: u32) -> Option<u32> {
         let kids = self.children.get(&(client, h_device))?;
-        let mut subs = kids.iter().filter(|&&k| matches!(self.objects.get(&(client, k)).map(|o| o.kind), Some(ObjKind::Subdevice)));
+        let mut subs = kids.iter().filter(|&&k| {
+            matches!(self.objects.get(&(client, k)).map(|o| o.kind), Some(ObjKind::Subdevice))
+        });
         let first = *subs.next()?;
         // SLI-style devices with several subdevices are not handled: refuse rather than guess.
         subs.next().is_none().then_some(first)
@@ -190,7 +194,8 @@ impl Tracker {
                 }
                 ObjKind::P2p => {
                     self.native_p2p.remove(&(client, x));
-                    let gone: Vec<MemRef> = self.native_regs.keys().filter(|m| m.client == client).copied().collect();
+                    let gone: Vec<MemRef> =
+                        self.native_regs.keys().filter(|m| m.client == client).copied().collect();
                     for m in gone {
                         notes.extend(self.drop_native(m));
                     }
@@ -215,9 +220,15 @@ impl Tracker {
     pub fn apply(&mut self, ev: &Event) -> Vec<Notice> {
         let mut notes = Vec::new();
         match *ev {
-            Event::RootClient { fd, h_client } => self.insert(h_client, h_client, h_client, ObjKind::Client { fd }),
-            Event::Device { h_client, h_device, device_id } => self.insert(h_client, h_device, h_client, ObjKind::Device { device_id }),
-            Event::Subdevice { h_client, h_device, h_subdevice, .. } => self.insert(h_client, h_subdevice, h_device, ObjKind::Subdevice),
+            Event::RootClient { fd, h_client } => {
+                self.insert(h_client, h_client, h_client, ObjKind::Client { fd })
+            }
+            Event::Device { h_client, h_device, device_id } => {
+                self.insert(h_client, h_device, h_client, ObjKind::Device { device_id })
+            }
+            Event::Subdevice { h_client, h_device, h_subdevice, .. } => {
+                self.insert(h_client, h_subdevice, h_device, ObjKind::Subdevice)
+            }
             Event::VaSpace { h_client, h_parent, h_vaspace, flags, .. } => {
                 self.insert(h_client, h_vaspace, h_parent, ObjKind::VaSpace { flags })
             }
@@ -244,20 +255,29 @@ impl Tracker {
                         notes.push(Notice::NativeRegistrationPresent);
                     }
                     let tuple = VidmemTuple { mem, address, size, offset };
-                    if let Some(old) = self.native_regs.insert(mem, NativeReg { tuple, matched: false }) {
+                    if let Some(old) =
+                        self.native_regs.insert(mem, NativeReg { tuple, matched: false })
+                    {
                         if !old.matched {
                             self.counts.unpredicted += 1;
                             notes.push(Notice::Unpredicted(old.tuple));
                         }
                     }
                 }
-                P2pCtrl::UnregisterVidmem { h_memory } => notes.extend(self.drop_native(MemRef { client: h_client, memory: h_memory })),
+                P2pCtrl::UnregisterVidmem { h_memory } => {
+                    notes.extend(self.drop_native(MemRef { client: h_client, memory: h_memory }))
+                }
                 _ => {}
             },
             Event::Free { h_client, h_object, .. } => {
                 if h_object == h_client {
                     // Freeing a client frees everything in it.
-                    let all: Vec<u32> = self.objects.keys().filter(|(c, _)| *c == h_client).map(|&(_, h)| h).collect();
+                    let all: Vec<u32> = self
+                        .objects
+                        .keys()
+                        .filter(|(c, _)| *c == h_client)
+                        .map(|&(_, h)| h)
+                        .collect();
                     for h in all {
                         notes.extend(self.remove_tree(h_client, h));
                     }
@@ -292,7 +312,9 @@ impl Tracker {
                 self.uvm_vaspaces.insert((h_client, h_vaspace));
             }
             Event::UvmCreateExternalRange { base, length } => self.map.create_range(base, length),
-            Event::UvmMapExternal { base, length, offset, ref gpus, h_client, h_memory, .. } => {
+            Event::UvmMapExternal {
+                base, length, offset, ref gpus, h_client, h_memory, ..
+            } => {
                 let mem = MemRef { client: h_client, memory: h_memory };
                 for g in gpus {
                     self.map.map(*g, base, length, mem, offset);
@@ -347,7 +369,12 @@ impl Tracker {
 
     /// Predicted REGISTER_VIDMEM for a piece: libcuda registers the whole UVM mapping it made.
     pub fn predict(piece: &Piece) -> VidmemTuple {
-        VidmemTuple { mem: piece.mem, address: piece.origin.base, size: piece.origin.length, offset: piece.origin.offset }
+        VidmemTuple {
+            mem: piece.mem,
+            address: piece.origin.base,
+            size: piece.origin.length,
+            offset: piece.origin.offset,
+        }
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point: check its coverage and
@@ -374,7 +401,9 @@ impl Tracker {
             let v = self.user_allocation(ptr, len);
             let worth = match &v {
                 Verdict::Uncovered(_) => true,
-                Verdict::Covered(p) => p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_))),
+                Verdict::Covered(p) => {
+                    p.iter().any(|(_, a)| matches!(a, NativeAnswer::Mismatched(_)))
+                }
             };
             return worth.then_some(v);
         };
@@ -411,7 +440,8 @@ impl Tracker {
 
     /// Native registrations still live and never predicted, counted as unpredicted (at exit).
     pub fn finish(&mut self) -> Vec<VidmemTuple> {
-        let left: Vec<VidmemTuple> = self.native_regs.values().filter(|r| !r.matched).map(|r| r.tuple).collect();
+        let left: Vec<VidmemTuple> =
+            self.native_regs.values().filter(|r| !r.matched).map(|r| r.tuple).collect();
         self.counts.unpredicted += left.len() as u64;
         for r in self.native_regs.values_mut() {
             r.matched = true;

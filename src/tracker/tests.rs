@@ -20,7 +20,16 @@ pub(crate) fn base_tracker() -> Tracker {
 }
 
 pub(crate) fn alloc(t: &mut Tracker, h: u32, va: u64, len: u64, native: bool) {
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: h, class: 0x40, size: Some(len), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: h,
+        class: 0x40,
+        size: Some(len),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     if native {
         t.apply(&Event::P2pControl {
             h_client: C,
@@ -46,27 +55,53 @@ fn shadow_matches_native_sequence() {
     alloc(&mut t, 0x5c00_0096, 0x7f43_5200_0000, 64 << 20, true);
     alloc(&mut t, 0x5c00_009a, 0x7f43_6fe0_0000, 2 << 20, true);
     assert_eq!(t.memory_device(MemRef { client: C, memory: 0x5c00_0096 }), Some((DEV, 0)));
-    assert!(matches!(t.user_allocation(0x7f43_5200_0000, 64 << 20), Verdict::Covered(v) if v[0].1 == NativeAnswer::Matched));
+    assert!(
+        matches!(t.user_allocation(0x7f43_5200_0000, 64 << 20), Verdict::Covered(v) if v[0].1 == NativeAnswer::Matched)
+    );
     // Two sub-allocations of one 2 MiB chunk match one native registration once.
     t.user_allocation(0x7f43_6fe0_0000, 4096);
     t.user_allocation(0x7f43_6fe0_1000, 4096);
-    assert_eq!(t.counts, ShadowCounts { native: 2, matched: 2, user_allocs: 3, ..Default::default() });
+    assert_eq!(
+        t.counts,
+        ShadowCounts { native: 2, matched: 2, user_allocs: 3, ..Default::default() }
+    );
     // cuMemFree: UNREGISTER_VIDMEM, UVM_FREE, RM_FREE.
-    t.apply(&Event::P2pControl { h_client: C, h_object: 0x5c00_000d, ctrl: P2pCtrl::UnregisterVidmem { h_memory: 0x5c00_0096 } });
+    t.apply(&Event::P2pControl {
+        h_client: C,
+        h_object: 0x5c00_000d,
+        ctrl: P2pCtrl::UnregisterVidmem { h_memory: 0x5c00_0096 },
+    });
     t.apply(&Event::UvmFree { base: 0x7f43_5200_0000, length: Some(64 << 20) });
     t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 0x5c00_0096 });
-    assert_eq!(t.user_allocation(0x7f43_5200_0000, 4096), Verdict::Uncovered(Miss::Freed { at: 0x7f43_5200_0000 }));
+    assert_eq!(
+        t.user_allocation(0x7f43_5200_0000, 4096),
+        Verdict::Uncovered(Miss::Freed { at: 0x7f43_5200_0000 })
+    );
     assert_eq!(t.counts.unpredicted, 0);
 }
 
 #[test]
 fn mismatch_and_unpredicted_are_counted() {
     let mut t = base_tracker();
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: Some(0x40_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 1,
+        class: 0x40,
+        size: Some(0x40_0000),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&Event::P2pControl {
         h_client: C,
         h_object: 9,
-        ctrl: P2pCtrl::RegisterVidmem { h_memory: 1, address: 0x1000_0000, size: 0x40_0000, offset: 0 },
+        ctrl: P2pCtrl::RegisterVidmem {
+            h_memory: 1,
+            address: 0x1000_0000,
+            size: 0x40_0000,
+            offset: 0,
+        },
     });
     // libcuda maps it elsewhere than it registered: our prediction differs.
     t.apply(&Event::UvmMapExternal {
@@ -82,11 +117,25 @@ fn mismatch_and_unpredicted_are_counted() {
     assert!(matches!(v, Verdict::Covered(ref p) if matches!(p[0].1, NativeAnswer::Mismatched(_))));
     assert_eq!(t.counts.mismatched, 1);
     // a native registration nobody predicted
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 2, class: 0x40, size: Some(0x20_0000), attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 2,
+        class: 0x40,
+        size: Some(0x20_0000),
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&Event::P2pControl {
         h_client: C,
         h_object: 9,
-        ctrl: P2pCtrl::RegisterVidmem { h_memory: 2, address: 0x3000_0000, size: 0x20_0000, offset: 0 },
+        ctrl: P2pCtrl::RegisterVidmem {
+            h_memory: 2,
+            address: 0x3000_0000,
+            size: 0x20_0000,
+            offset: 0,
+        },
     });
     let notes = t.apply(&Event::Free { h_client: C, h_parent: DEV, h_object: 2 });
     assert!(matches!(notes[..], [Notice::Unpredicted(_)]));
@@ -112,7 +161,16 @@ fn freeing_the_device_or_client_drops_memory_and_mappings() {
 #[test]
 fn uvm_free_of_unknown_range_drops_what_continues_from_base() {
     let mut t = base_tracker();
-    t.apply(&Event::Memory { h_client: C, h_parent: DEV, h_memory: 1, class: 0x40, size: None, attr: 0, attr2: 0, flags: 0 });
+    t.apply(&Event::Memory {
+        h_client: C,
+        h_parent: DEV,
+        h_memory: 1,
+        class: 0x40,
+        size: None,
+        attr: 0,
+        attr2: 0,
+        flags: 0,
+    });
     t.apply(&Event::UvmMapExternal {
         base: 0x1000_0000,
         length: 0x20_0000,
@@ -178,9 +236,18 @@ fn dup_keeps_the_root_memory() {
     alloc(&mut t, 0x10, 0x100_0000, 0x20_0000, false);
     t.apply(&Event::RootClient { fd: 20, h_client: 0xc1d0_0099 });
     t.apply(&Event::Device { h_client: 0xc1d0_0099, h_device: 1, device_id: 0 });
-    t.apply(&Event::Dup { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2, h_client_src: C, h_object_src: 0x10 });
+    t.apply(&Event::Dup {
+        h_client: 0xc1d0_0099,
+        h_parent: 1,
+        h_object: 2,
+        h_client_src: C,
+        h_object_src: 0x10,
+    });
     assert!(matches!(t.object(0xc1d0_0099, 2).unwrap().kind, ObjKind::Memory { .. }));
-    assert_eq!(t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }), Some(MemRef { client: C, memory: 0x10 }));
+    assert_eq!(
+        t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }),
+        Some(MemRef { client: C, memory: 0x10 })
+    );
     t.apply(&Event::Free { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2 });
     assert_eq!(t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }), None);
     assert_eq!(t.client_fd(0xc1d0_0099), Some(20));

@@ -97,7 +97,11 @@ pub struct Cells {
 fn place(granule: u64) -> Option<(usize, usize, usize)> {
     let leaf = granule >> LEAF_BITS;
     let top = (leaf >> MID_BITS) as usize;
-    (top < TOP_LEN).then_some((top, (leaf as usize) & (MID_LEN - 1), (granule as usize) & (LEAF_LEN - 1)))
+    (top < TOP_LEN).then_some((
+        top,
+        (leaf as usize) & (MID_LEN - 1),
+        (granule as usize) & (LEAF_LEN - 1),
+    ))
 }
 
 impl Cells {
@@ -145,7 +149,8 @@ impl Cells {
         if self.top.is_empty() {
             self.top.resize_with(TOP_LEN, || None);
         }
-        let mid = self.top[t].get_or_insert_with(|| Box::new(Mid { leaves: [0; MID_LEN], used: 0 }));
+        let mid =
+            self.top[t].get_or_insert_with(|| Box::new(Mid { leaves: [0; MID_LEN], used: 0 }));
         if mid.leaves[m] == 0 {
             let l = match self.free_leaves.pop() {
                 Some(l) => l,
@@ -188,7 +193,11 @@ impl Cells {
                 }
             }
         }
-        assert_eq!(in_use + self.free_leaves.len(), self.leaves.len(), "every leaf is in use or free");
+        assert_eq!(
+            in_use + self.free_leaves.len(),
+            self.leaves.len(),
+            "every leaf is in use or free"
+        );
         assert!(self.free_leaves.iter().all(|&f| self.leaves[f as usize].used == 0));
         out
     }

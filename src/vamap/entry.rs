@@ -26,7 +26,12 @@ pub struct Entry {
 
 impl Entry {
     /// What an empty or hint cell holds: no entry ends at 0.
-    pub const NONE: Entry = Entry { end: 0, offset_bits: 0, mem: MemRef { client: 0, memory: 0 }, alloc: Allocation::UNSEEN };
+    pub const NONE: Entry = Entry {
+        end: 0,
+        offset_bits: 0,
+        mem: MemRef { client: 0, memory: 0 },
+        alloc: Allocation::UNSEEN,
+    };
 
     pub fn new(end: u64, offset: u64, mem: MemRef, alloc: Allocation) -> Entry {
         debug_assert!(offset < OFFSET_LIMIT);
@@ -45,7 +50,10 @@ impl Entry {
     }
 
     pub fn with_owned(self, owned: bool) -> Entry {
-        Entry { offset_bits: if owned { self.offset_bits | OWNED } else { self.offset_bits & !OWNED }, ..self }
+        Entry {
+            offset_bits: if owned { self.offset_bits | OWNED } else { self.offset_bits & !OWNED },
+            ..self
+        }
     }
 
     pub fn claims_range(&self) -> bool {
@@ -59,7 +67,8 @@ impl Entry {
     /// The same memory, cut to `[start, end)` of an entry that began at `was`: a cut never
     /// claims its range, and its bytes stay the program's if they were.
     pub fn cut(&self, was: u64, start: u64, end: u64) -> Entry {
-        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc).with_owned(self.owned())
+        Entry::new(end, self.offset() + (start - was), self.mem, self.alloc)
+            .with_owned(self.owned())
     }
 
     /// The map call of an entry that is one whole call.

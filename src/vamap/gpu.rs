@@ -122,7 +122,9 @@ impl GpuMap {
                 self.wide += usize::from(is_wide(start, e.end));
                 if loc == IN_CELL {
                     self.set_cell(home, Cell::home(start, e));
-                } else if let Some(held) = self.overflow.get_mut(loc as usize).filter(|(s, _)| *s == start) {
+                } else if let Some(held) =
+                    self.overflow.get_mut(loc as usize).filter(|(s, _)| *s == start)
+                {
                     *held = (start, e);
                 }
             }
@@ -197,7 +199,10 @@ impl GpuMap {
             return;
         }
         let Some((&s, &loc)) = self.tree.range(..lo).next_back() else { return };
-        if self.entry_of(s, loc).is_some_and(|e| e.end > lo && granules(s, e.end).contains(&granule)) {
+        if self
+            .entry_of(s, loc)
+            .is_some_and(|e| e.end > lo && granules(s, e.end).contains(&granule))
+        {
             self.set_cell(granule, Cell::hint(s));
         }
     }
@@ -242,7 +247,10 @@ impl GpuMap {
     }
 
     /// The entries whose start lies in `r`, in order.
-    pub fn range<R: std::ops::RangeBounds<u64>>(&self, r: R) -> impl DoubleEndedIterator<Item = (u64, &Entry)> {
+    pub fn range<R: std::ops::RangeBounds<u64>>(
+        &self,
+        r: R,
+    ) -> impl DoubleEndedIterator<Item = (u64, &Entry)> {
         self.tree.range(r).filter_map(|(&s, &loc)| self.entry_of(s, loc).map(|e| (s, e)))
     }
 
@@ -283,18 +291,28 @@ impl GpuMap {
                 View::Home(s, e) => {
                     homes += 1;
                     assert_eq!(granule::of(s), g, "an entry lives in its start's granule");
-                    assert_eq!(self.tree.get(&s), Some(&IN_CELL), "the tree knows {s:#x} is at home");
+                    assert_eq!(
+                        self.tree.get(&s),
+                        Some(&IN_CELL),
+                        "the tree knows {s:#x} is at home"
+                    );
                     assert!(s < e.end);
                 }
                 View::Hint(s) => {
-                    let e = self.get(s).unwrap_or_else(|| panic!("hint in {g:#x} names {s:#x}, not live"));
+                    let e = self
+                        .get(s)
+                        .unwrap_or_else(|| panic!("hint in {g:#x} names {s:#x}, not live"));
                     assert_ne!(granule::of(s), g, "a home granule holds no hint of its own entry");
-                    assert!(granules(s, e.end).contains(&g), "a hint names an entry that touches its granule");
+                    assert!(
+                        granules(s, e.end).contains(&g),
+                        "a hint names an entry that touches its granule"
+                    );
                 }
             }
         }
         let mut in_overflow = 0;
-        let wide = self.tree.keys().filter(|&&s| self.get(s).is_some_and(|e| is_wide(s, e.end))).count();
+        let wide =
+            self.tree.keys().filter(|&&s| self.get(s).is_some_and(|e| is_wide(s, e.end))).count();
         assert_eq!(wide, self.wide, "wide entries are counted");
         for (&s, &loc) in &self.tree {
             // hints are complete: each granule an entry touches beyond its home (with a cell) is
@@ -303,7 +321,10 @@ impl GpuMap {
             assert!(s < end, "{s:#x} ends after it starts");
             for g in granules(s, end).filter(|&g| g != granule::of(s) && Cells::covers(g)) {
                 let v = self.view(g);
-                assert!(matches!(v, View::Home(..)) || v == View::Hint(s), "granule {g:#x} of {s:#x}: {v:?}");
+                assert!(
+                    matches!(v, View::Home(..)) || v == View::Hint(s),
+                    "granule {g:#x} of {s:#x}: {v:?}"
+                );
             }
             if loc == IN_CELL {
                 continue;
@@ -311,7 +332,8 @@ impl GpuMap {
             in_overflow += 1;
             assert_eq!(self.overflow[loc as usize].0, s, "overflow slot {loc} holds {s:#x}");
             assert!(
-                !Cells::covers(granule::of(s)) || matches!(self.view(granule::of(s)), View::Home(hs, _) if hs != s),
+                !Cells::covers(granule::of(s))
+                    || matches!(self.view(granule::of(s)), View::Home(hs, _) if hs != s),
                 "{s:#x} is in overflow while its home is free"
             );
         }

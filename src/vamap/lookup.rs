@@ -39,7 +39,14 @@ fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
         let off = e.offset() + (at - s);
         match pieces.last_mut() {
             Some(p) if p.mem == e.mem && p.offset + p.len == off => p.len += piece_end - at,
-            _ => pieces.push(Piece { va: at, len: piece_end - at, mem: e.mem, offset: off, origin: g.origin(s, e), alloc: e.alloc }),
+            _ => pieces.push(Piece {
+                va: at,
+                len: piece_end - at,
+                mem: e.mem,
+                offset: off,
+                origin: g.origin(s, e),
+                alloc: e.alloc,
+            }),
         }
         at = piece_end;
         cursor = e.end;
@@ -49,7 +56,12 @@ fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
 
 /// Exact lookup: the pieces that cover `[addr, addr+len)` on every GPU that maps any of it
 /// (all such GPUs must agree), or why not (`miss_at`: the miss a hole at an address is).
-pub fn lookup(gpus: &Gpus, addr: u64, len: u64, miss_at: impl Fn(u64) -> Miss) -> Result<Vec<Piece>, Miss> {
+pub fn lookup(
+    gpus: &Gpus,
+    addr: u64,
+    len: u64,
+    miss_at: impl Fn(u64) -> Miss,
+) -> Result<Vec<Piece>, Miss> {
     if len == 0 {
         return Err(Miss::Empty);
     }
@@ -93,24 +105,41 @@ pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
         // the entry at addr, through its cell; the tree only for a GPU without one there
         let (s, e) = match m.at(addr) {
             Some(hit) => hit,
-            None if !m.none_in(addr, end) && m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) => return None,
+            None if !m.none_in(addr, end)
+                && m.range(..end).next_back().is_some_and(|(_, e)| e.end > addr) =>
+            {
+                return None
+            }
             None => continue,
         };
         if found.is_some() || e.end < end {
             return None;
         }
-        found = Some(Piece { va: addr, len, mem: e.mem, offset: e.offset() + (addr - s), origin: m.origin(s, e), alloc: e.alloc });
+        found = Some(Piece {
+            va: addr,
+            len,
+            mem: e.mem,
+            offset: e.offset() + (addr - s),
+            origin: m.origin(s, e),
+            alloc: e.alloc,
+        });
     }
     found
 }
 
 /// All entries of all GPUs as (gpu, va, len, mem, offset), for diagnostics and tests.
 pub fn dump(gpus: &Gpus) -> Vec<(Uuid, u64, u64, MemRef, u64)> {
-    let mut v: Vec<_> = gpus.iter().flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset()))).collect();
+    let mut v: Vec<_> = gpus
+        .iter()
+        .flat_map(|(g, m)| m.iter().map(move |(s, e)| (*g, s, e.end - s, e.mem, e.offset())))
+        .collect();
     v.sort();
     v
 }
 
 fn same_backing(a: &[Piece], b: &[Piece]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.va == y.va && x.len == y.len && x.mem == y.mem && x.offset == y.offset)
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.va == y.va && x.len == y.len && x.mem == y.mem && x.offset == y.offset)
 }

@@ -68,7 +68,10 @@ impl VaMap {
     /// CUDA also mapped for the GPU, as pinned host memory is): the NIC pins their CPU pages.
     pub fn only_sysmem_in(&self, base: u64, end: u64) -> bool {
         let mems = self.memory_in(base, end);
-        !mems.is_empty() && mems.iter().all(|&m| self.memory(m).is_some_and(|i| crate::abi::class::is_sysmem(i.class)))
+        !mems.is_empty()
+            && mems
+                .iter()
+                .all(|&m| self.memory(m).is_some_and(|i| crate::abi::class::is_sysmem(i.class)))
     }
 
     /// Whether some GPU maps `addr`.
@@ -80,13 +83,15 @@ impl VaMap {
     /// a UVM external range.
     pub fn is_gpu_va(&self, addr: u64) -> bool {
         // the mappings first: a GPU registration goes on to look them up, so their path is warm
-        self.contains(addr) || self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l)
+        self.contains(addr)
+            || self.ranges.range(..=addr).next_back().is_some_and(|(&b, &l)| addr - b < l)
     }
 
     /// Exact lookup: the pieces that cover `[addr, addr+len)` on every GPU that maps any of it
     /// (all such GPUs must agree), or why not.
     pub fn lookup(&self, addr: u64, len: u64) -> Result<Vec<Piece>, Miss> {
-        let miss_at = |at| if self.was_mapped(at) { Miss::Freed { at } } else { Miss::Unmapped { at } };
+        let miss_at =
+            |at| if self.was_mapped(at) { Miss::Freed { at } } else { Miss::Unmapped { at } };
         lookup::lookup(&self.per_gpu, addr, len, miss_at)
     }
 
@@ -164,12 +169,19 @@ impl VaMap {
         let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
         let overlaps = |b: u64, l: u64| b < end && base < b.saturating_add(l);
         // the stale ranges, recorded or claimed by an entry: each goes whole
-        let mut stale: Vec<(u64, u64)> =
-            self.ranges.range(..end).rev().take_while(|(&b, &l)| overlaps(b, l) || b >= base).map(|(&b, &l)| (b, l)).collect();
+        let mut stale: Vec<(u64, u64)> = self
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|(&b, &l)| overlaps(b, l) || b >= base)
+            .map(|(&b, &l)| (b, l))
+            .collect();
         stale.retain(|&(b, l)| overlaps(b, l));
         for m in self.per_gpu.values() {
             let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
-            stale.extend(m.range(first..end).filter(|(_, e)| e.claims_range()).map(|(s, e)| (s, e.end - s)));
+            stale.extend(
+                m.range(first..end).filter(|(_, e)| e.claims_range()).map(|(s, e)| (s, e.end - s)),
+            );
         }
         stale.push((base, len));
         for &(b, l) in &stale {
@@ -185,7 +197,9 @@ impl VaMap {
             return Some(l);
         }
         // through the cells: the entry at base, if it starts there
-        self.per_gpu.values().find_map(|m| m.at(base).filter(|(s, e)| *s == base && e.claims_range()).map(|(_, e)| e.end - base))
+        self.per_gpu.values().find_map(|m| {
+            m.at(base).filter(|(s, e)| *s == base && e.claims_range()).map(|(_, e)| e.end - base)
+        })
     }
 
     /// What UVM_FREE(base) releases: the range created there, or else the length the call gives,
@@ -226,7 +240,12 @@ impl VaMap {
     }
 
     /// Removes the entry at `start`, with its count, and gives back the range it claimed.
-    fn take(m: &mut GpuMap, mems: &mut Mems, ranges: &mut BTreeMap<u64, u64>, start: u64) -> Option<(Entry, Origin)> {
+    fn take(
+        m: &mut GpuMap,
+        mems: &mut Mems,
+        ranges: &mut BTreeMap<u64, u64>,
+        start: u64,
+    ) -> Option<(Entry, Origin)> {
         let (e, o) = m.remove(start)?;
         count_out(mems, e.mem);
         if e.claims_range() {
@@ -248,7 +267,13 @@ impl VaMap {
 
     /// Cuts `[base, end)` out of one GPU's entries. (A GPU's map stays even when empty: GPUs
     /// are few, and dropping and rebuilding its tree on every free/alloc costs allocations.)
-    fn unmap_in(m: &mut GpuMap, mems: &mut Mems, ranges: &mut BTreeMap<u64, u64>, base: u64, end: u64) -> usize {
+    fn unmap_in(
+        m: &mut GpuMap,
+        mems: &mut Mems,
+        ranges: &mut BTreeMap<u64, u64>,
+        base: u64,
+        end: u64,
+    ) -> usize {
         // The usual cases in one descent (the loop below takes several): the last entry that
         // starts before `end` ends by `base`, so nothing overlaps (a new map); or it is exactly
         // `[base, end)`, so it is the only one that overlaps (entries never overlap): a free.
@@ -272,7 +297,8 @@ impl VaMap {
         }
         let mut touched = 0;
         // At most one entry starts before base and reaches into the range; then those inside.
-        let mut next = m.at(base).map(|(s, _)| s).or_else(|| m.range(base..end).next().map(|(s, _)| s));
+        let mut next =
+            m.at(base).map(|(s, _)| s).or_else(|| m.range(base..end).next().map(|(s, _)| s));
         while let Some(s) = next {
             // found just now; were its place wrong, remove has forgotten it: stop, never panic
             let Some((e, origin)) = Self::take(m, mems, ranges, s) else { break };
@@ -339,7 +365,11 @@ impl VaMap {
 
     /// The memory objects of `client` allocated under `parent`.
     pub fn memory_under(&self, client: u32, parent: u32) -> Vec<MemRef> {
-        self.mems.iter().filter(|(m, i)| m.client == client && i.class != UNSEEN && i.parent == parent).map(|(m, _)| *m).collect()
+        self.mems
+            .iter()
+            .filter(|(m, i)| m.client == client && i.class != UNSEEN && i.parent == parent)
+            .map(|(m, _)| *m)
+            .collect()
     }
 
     /// The memory objects of `client` this map knows (allocated or mapped).

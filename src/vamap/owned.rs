@@ -75,7 +75,8 @@ impl Allocations {
                 }
             }
         }
-        let inside: Vec<(u64, (u64, u64))> = self.by_base.range(base..end).map(|(&b, &v)| (b, v)).collect();
+        let inside: Vec<(u64, (u64, u64))> =
+            self.by_base.range(base..end).map(|(&b, &v)| (b, v)).collect();
         for (b, (e, r)) in inside {
             self.by_base.remove(&b);
             if e > end {
@@ -91,7 +92,11 @@ impl Allocations {
 
     /// The allocation that holds `addr`: its base, end and reach.
     pub fn holding_reach(&self, addr: u64) -> Option<(u64, u64, u64)> {
-        self.by_base.range(..=addr).next_back().filter(|(_, &(e, _))| e > addr).map(|(&b, &(e, r))| (b, e, r))
+        self.by_base
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, &(e, _))| e > addr)
+            .map(|(&b, &(e, r))| (b, e, r))
     }
 }
 
@@ -143,12 +148,20 @@ pub(super) fn disown(gpus: &mut Gpus, records: &mut Allocations, base: u64, end:
     let mut rest: Vec<(u64, u64)> = Vec::new();
     for m in gpus.values_mut() {
         let first = m.at(base).map_or(base, |(s, _)| s);
-        let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
+        let marked: Vec<u64> = m
+            .range(first..end)
+            .filter(|(_, e)| e.owned() && e.end > base)
+            .map(|(s, _)| s)
+            .collect();
         for s in marked {
             let Some(e) = m.get(s).copied() else { continue };
             let origin = m.origin(s, &e);
             m.insert(s, e.with_owned(false), origin);
-            rest.extend([(s, base.min(e.end)), (end.max(s), e.end)].into_iter().filter(|(a, b)| a < b && (*b <= base || *a >= end)));
+            rest.extend(
+                [(s, base.min(e.end)), (end.max(s), e.end)]
+                    .into_iter()
+                    .filter(|(a, b)| a < b && (*b <= base || *a >= end)),
+            );
         }
     }
     for (a, b) in rest {
@@ -162,7 +175,13 @@ pub(super) fn disown(gpus: &mut Gpus, records: &mut Allocations, base: u64, end:
 /// the program's no longer, on every GPU, and libcuda's chunk rule ([`first_unowned`]) must not
 /// reach from it into this memory. (One GPU unmapped first and CUDA's own memory mapped on it
 /// while another GPU still maps the old chunk is such a case.)
-pub(super) fn end_under(gpus: &mut Gpus, records: &mut Allocations, base: u64, end: u64, mem: MemRef) {
+pub(super) fn end_under(
+    gpus: &mut Gpus,
+    records: &mut Allocations,
+    base: u64,
+    end: u64,
+    mem: MemRef,
+) {
     let replaced = gpus.values().any(|m| {
         let first = m.at(base).map_or(base, |(s, _)| s);
         m.range(first..end).any(|(_, e)| e.end > base && e.mem != mem)
@@ -183,13 +202,19 @@ pub(super) fn end_on(gpus: &mut Gpus, records: &mut Allocations, gpu: Option<Uui
             *records = Allocations::default();
             vec![(0, u64::MAX)]
         }
-        Some(g) => gpus.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default(),
+        Some(g) => {
+            gpus.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default()
+        }
     };
     for (base, end) in spans {
         records.remove(base, end);
         for m in gpus.values_mut() {
             let first = m.at(base).map_or(base, |(s, _)| s);
-            let marked: Vec<u64> = m.range(first..end).filter(|(_, e)| e.owned() && e.end > base).map(|(s, _)| s).collect();
+            let marked: Vec<u64> = m
+                .range(first..end)
+                .filter(|(_, e)| e.owned() && e.end > base)
+                .map(|(s, _)| s)
+                .collect();
             for s in marked {
                 let Some(e) = m.get(s).copied() else { continue };
                 let origin = m.origin(s, &e);
@@ -203,7 +228,12 @@ pub(super) fn end_on(gpus: &mut Gpus, records: &mut Allocations, gpu: Option<Uui
 /// allocations (one, or several side by side) cover all of it. As libcuda counts them: the range
 /// starts in an allocation's own bytes, and an allocation carved from a longer mapping reaches on
 /// to that mapping's end ([`own`]).
-pub(super) fn first_unowned(gpus: &Gpus, records: &Allocations, addr: u64, end: u64) -> Option<u64> {
+pub(super) fn first_unowned(
+    gpus: &Gpus,
+    records: &Allocations,
+    addr: u64,
+    end: u64,
+) -> Option<u64> {
     let mut at = addr;
     while at < end {
         if let Some((_, e, reach)) = records.holding_reach(at) {
@@ -211,7 +241,12 @@ pub(super) fn first_unowned(gpus: &Gpus, records: &Allocations, addr: u64, end: 
             at = reach.min(chunk_end(gpus, e));
             continue;
         }
-        let marked = gpus.values().filter_map(|m: &GpuMap| m.at(at)).filter(|(_, e)| e.owned()).map(|(_, e)| e.end).max();
+        let marked = gpus
+            .values()
+            .filter_map(|m: &GpuMap| m.at(at))
+            .filter(|(_, e)| e.owned())
+            .map(|(_, e)| e.end)
+            .max();
         match marked {
             Some(e) => at = e,
             None => return Some(at),
@@ -227,7 +262,12 @@ pub(super) fn first_unowned(gpus: &Gpus, records: &Allocations, addr: u64, end: 
 /// only as far as every GPU that maps that byte maps it on (one GPU's older, longer mapping there
 /// is no chunk of this allocation); `end` where nothing maps it.
 fn chunk_end(gpus: &Gpus, end: u64) -> u64 {
-    gpus.values().filter_map(|m: &GpuMap| m.at(end - 1)).map(|(_, e)| e.end).min().unwrap_or(end).max(end)
+    gpus.values()
+        .filter_map(|m: &GpuMap| m.at(end - 1))
+        .map(|(_, e)| e.end)
+        .min()
+        .unwrap_or(end)
+        .max(end)
 }
 
 #[cfg(test)]
@@ -246,7 +286,11 @@ mod tests {
         assert_eq!(a.first_unowned(64 * M, 68 * M), None, "two allocations side by side");
         assert_eq!(a.first_unowned(65 * M, 67 * M), None);
         assert_eq!(a.first_unowned(64 * M, 68 * M + 1), Some(68 * M), "one byte past the end");
-        assert_eq!(a.first_unowned(64 * M - 4096, 65 * M), Some(64 * M - 4096), "a page before the start");
+        assert_eq!(
+            a.first_unowned(64 * M - 4096, 65 * M),
+            Some(64 * M - 4096),
+            "a page before the start"
+        );
         assert_eq!(a.first_unowned(70 * M, 71 * M), Some(70 * M), "memory the program never had");
         a.own(69 * M, M);
         assert_eq!(a.first_unowned(64 * M, 70 * M), Some(68 * M), "a hole between two allocations");
@@ -308,20 +352,40 @@ mod tests {
         assert_eq!(m.first_unowned(0, 2 * M + 1), Some(2 * M), "not the next mapping");
         m.own(2 * M, 3 * M + 1);
         assert_eq!(m.first_unowned(2 * M, 6 * M), None, "3 MiB + 1 counts to its mapping's end");
-        assert_eq!(m.first_unowned(2 * M, 6 * M + 1), Some(6 * M), "the other memory after it is not the program's");
+        assert_eq!(
+            m.first_unowned(2 * M, 6 * M + 1),
+            Some(6 * M),
+            "the other memory after it is not the program's"
+        );
         m.own(M + 4096, 100);
-        assert_eq!(m.first_unowned(M + 4096, M + 8192), None, "a later allocation inside the chunk");
+        assert_eq!(
+            m.first_unowned(M + 4096, M + 8192),
+            None,
+            "a later allocation inside the chunk"
+        );
         assert!(m.disown_at(0));
-        assert_eq!(m.first_unowned(0, 4096), Some(0), "freed: not the program's, not even the chunk before the next one");
+        assert_eq!(
+            m.first_unowned(0, 4096),
+            Some(0),
+            "freed: not the program's, not even the chunk before the next one"
+        );
         assert_eq!(m.first_unowned(M + 4096, 2 * M), None);
         let mut bare = VaMap::default();
         bare.own(0, 1);
-        assert_eq!(bare.first_unowned(0, 2), Some(1), "with no mapping known, the allocation's own bytes only");
+        assert_eq!(
+            bare.first_unowned(0, 2),
+            Some(1),
+            "with no mapping known, the allocation's own bytes only"
+        );
         // a range starting in the chunk's slack is no allocation's
         let mut slack = VaMap::default();
         slack.map(gpu, 0, 2 * M, mem, 0);
         slack.own(0, 1);
-        assert_eq!(slack.first_unowned(M, M + 4096), Some(M), "a range that starts past every allocation's own bytes");
+        assert_eq!(
+            slack.first_unowned(M, M + 4096),
+            Some(M),
+            "a range that starts past every allocation's own bytes"
+        );
         // a live allocation keeps its bytes when a lower neighbour in its chunk, allocated
         // after it (first fit after frees), is freed
         let mut fit = VaMap::default();
@@ -344,13 +408,25 @@ mod tests {
         let mut m = VaMap::default();
         m.map(gpu, 0, 8 * M, mem, 0);
         m.own(0, 8 * M);
-        assert_eq!((m.owned_ranges(), m.first_unowned(0, 8 * M)), (0, None), "the entry carries the mark");
+        assert_eq!(
+            (m.owned_ranges(), m.first_unowned(0, 8 * M)),
+            (0, None),
+            "the entry carries the mark"
+        );
         m.unmap(gpu, 6 * M, 2 * M);
         assert_eq!(m.first_unowned(0, 8 * M), Some(6 * M), "the unmapped part went with its entry");
         m.disown(2 * M, 4 * M);
-        assert_eq!(m.owned_ranges(), 2, "what stays of the marked entry around the hole is kept as ranges");
+        assert_eq!(
+            m.owned_ranges(),
+            2,
+            "what stays of the marked entry around the hole is kept as ranges"
+        );
         assert_eq!(m.first_unowned(0, 2 * M), None);
-        assert_eq!(m.first_unowned(0, 6 * M), Some(2 * M), "what is left of a whole mapping reaches no further");
+        assert_eq!(
+            m.first_unowned(0, 6 * M),
+            Some(2 * M),
+            "what is left of a whole mapping reaches no further"
+        );
         assert_eq!(m.first_unowned(4 * M, 6 * M), None);
         m.own(M, 100);
         assert_eq!(m.first_unowned(M, M + 100), None, "a sub-allocation is a range");
@@ -361,6 +437,10 @@ mod tests {
         assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M));
         m.own(8 * M, 2 * M);
         m.map(gpu, 8 * M, 2 * M, crate::vamap::MemRef { client: 1, memory: 3 }, 0);
-        assert_eq!(m.first_unowned(8 * M, 10 * M), Some(8 * M), "other memory mapped over it is not the program's");
+        assert_eq!(
+            m.first_unowned(8 * M, 10 * M),
+            Some(8 * M),
+            "other memory mapped over it is not the program's"
+        );
     }
 }

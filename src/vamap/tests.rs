@@ -42,7 +42,14 @@ fn new_map_replaces_overlap_and_splits() {
     v.map(G0, 0x0, 0x10_0000, m(1), 0x100_0000);
     v.map(G0, 0x4_0000, 0x1_0000, m(2), 0);
     let d = v.dump();
-    assert_eq!(d, vec![(G0, 0, 0x4_0000, m(1), 0x100_0000), (G0, 0x4_0000, 0x1_0000, m(2), 0), (G0, 0x5_0000, 0xb_0000, m(1), 0x105_0000)]);
+    assert_eq!(
+        d,
+        vec![
+            (G0, 0, 0x4_0000, m(1), 0x100_0000),
+            (G0, 0x4_0000, 0x1_0000, m(2), 0),
+            (G0, 0x5_0000, 0xb_0000, m(1), 0x105_0000)
+        ]
+    );
     // The split-off tail keeps offsets consistent and merges back on lookup only when contiguous.
     let p = v.lookup(0x5_0000, 0x1000).unwrap();
     assert_eq!(p[0].offset, 0x105_0000);
@@ -149,7 +156,10 @@ fn property_against_naive_page_model() {
                         for p in &pieces {
                             assert_eq!(p.va % PAGE, 0);
                             // the map call a piece starts in holds its start, at the same offset
-                            assert!(p.origin.base <= p.va && p.va < p.origin.base + p.origin.length, "{p:?}");
+                            assert!(
+                                p.origin.base <= p.va && p.va < p.origin.base + p.origin.length,
+                                "{p:?}"
+                            );
                             assert_eq!(p.origin.offset + (p.va - p.origin.base), p.offset, "{p:?}");
                             for i in 0..p.len / PAGE {
                                 exp.push((p.mem, p.offset + i * PAGE));
@@ -158,7 +168,9 @@ fn property_against_naive_page_model() {
                         assert_eq!(exp, pages, "lookup {base:#x}+{len:#x}");
                         // merged pieces never continue one another
                         for w in pieces.windows(2) {
-                            assert!(!(w[0].mem == w[1].mem && w[0].offset + w[0].len == w[1].offset));
+                            assert!(
+                                !(w[0].mem == w[1].mem && w[0].offset + w[0].len == w[1].offset)
+                            );
                         }
                     }
                     (Err(_), None) => {}
@@ -196,7 +208,11 @@ fn ranges_mapped_whole_need_no_record_and_come_back_when_unmapped() {
     // the same range mapped on a second GPU: one claim is enough
     v.map(G1, 0x20_0000, 0x20_0000, m(1), 0);
     v.unmap(G0, 0x20_0000, 0x20_0000);
-    assert_eq!(v.ranges.get(&0x20_0000), Some(&0x20_0000), "the claim's entry went: the range is recorded again");
+    assert_eq!(
+        v.ranges.get(&0x20_0000),
+        Some(&0x20_0000),
+        "the claim's entry went: the range is recorded again"
+    );
     v.unmap(G1, 0x20_0000, 0x20_0000);
     assert!(v.is_gpu_va(0x3f_f000) && !v.contains(0x3f_f000));
     assert_eq!(v.lookup(0x20_0000, 0x1000), Err(Miss::Freed { at: 0x20_0000 }));
@@ -242,8 +258,13 @@ fn property_ranges_against_a_model() {
             }
             1 | 2 => {
                 // inside a range: the whole range or a piece of it
-                let Some((&b, &l)) = ranges.range(..=base).next_back().filter(|(&b, &l)| base < b + l) else { continue };
-                let (mb, ml) = if rng.below(2) == 0 { (b, l) } else { (base, len.min(b + l - base)) };
+                let Some((&b, &l)) =
+                    ranges.range(..=base).next_back().filter(|(&b, &l)| base < b + l)
+                else {
+                    continue;
+                };
+                let (mb, ml) =
+                    if rng.below(2) == 0 { (b, l) } else { (base, len.min(b + l - base)) };
                 v.map(gpus[g as usize], mb, ml, m(1 + rng.below(4) as u32), 0);
                 for p in mb / PAGE..(mb + ml) / PAGE {
                     mapped.insert((g, p), ());
@@ -339,14 +360,19 @@ fn cells_agree_with_the_tree_at_granule_scale() {
             3 => drop(v.unmap(g, base, len)),
             4 => drop(v.free_range(base, Some(len))),
             5 if rng.below(2) == 0 => drop(v.remove_memory(m(1 + rng.below(9) as u32))),
-            _ => v.add_memory(m(1 + rng.below(9) as u32), 0xd0 + rng.below(2) as u32, [0x40, 0x3e][rng.below(2) as usize]),
+            _ => v.add_memory(
+                m(1 + rng.below(9) as u32),
+                0xd0 + rng.below(2) as u32,
+                [0x40, 0x3e][rng.below(2) as usize],
+            ),
         }
         if op % 97 == 0 {
             for gm in v.per_gpu.values() {
                 gm.check_cells();
                 // what an entry remembers of its memory's allocation is what the table says now
                 for (_, e) in gm.iter() {
-                    let now = v.mems.get(&e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
+                    let now =
+                        v.mems.get(&e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
                     assert_eq!(Some(e.alloc), now, "{:?}", e.mem);
                 }
                 for a in (ORIGIN - UNIT..ORIGIN + 140 * UNIT).step_by(0x1_0000) {
@@ -410,17 +436,30 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
     for op in 0..30_000u64 {
         let (start, len) = match rng.below(40) {
             0 => (HIGH + rng.below(16) * (GR / 2), (1 + rng.below(6)) * (GR / 2)),
-            1 => (ORIGIN + 200 * GR + rng.below(4) * GR * (granule::MAX_SPAN + 2), (granule::MAX_SPAN + rng.below(3)) * GR),
+            1 => (
+                ORIGIN + 200 * GR + rng.below(4) * GR * (granule::MAX_SPAN + 2),
+                (granule::MAX_SPAN + rng.below(3)) * GR,
+            ),
             _ => {
                 let quarter = rng.below(96 * 4);
-                let start = ORIGIN + quarter * (GR / 4) + if rng.below(3) == 0 { 0x1000 } else { 0 };
+                let start =
+                    ORIGIN + quarter * (GR / 4) + if rng.below(3) == 0 { 0x1000 } else { 0 };
                 (start, (1 + rng.below(12)) * (GR / 4))
             }
         };
         if rng.below(5) < 3 {
-            let overlaps = model.range(..start + len).next_back().is_some_and(|(_, e)| e.end > start);
-            if !overlaps || model.contains_key(&start) && model.range(start + 1..start + len).next().is_none() {
-                let e = Entry::new(start + len, op << 12, m(1 + rng.below(50) as u32), Allocation::UNSEEN);
+            let overlaps =
+                model.range(..start + len).next_back().is_some_and(|(_, e)| e.end > start);
+            if !overlaps
+                || model.contains_key(&start)
+                    && model.range(start + 1..start + len).next().is_none()
+            {
+                let e = Entry::new(
+                    start + len,
+                    op << 12,
+                    m(1 + rng.below(50) as u32),
+                    Allocation::UNSEEN,
+                );
                 g.insert(start, e, e.whole(start));
                 model.insert(start, e);
             }
@@ -429,23 +468,43 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
         }
         if op % 101 == 0 {
             g.check_cells();
-            assert!(g.iter().map(|(s, e)| (s, *e)).eq(model.iter().map(|(&s, &e)| (s, e))), "every entry, whole, in order");
+            assert!(
+                g.iter().map(|(s, e)| (s, *e)).eq(model.iter().map(|(&s, &e)| (s, e))),
+                "every entry, whole, in order"
+            );
             const WIDE: u64 = ORIGIN + 200 * GR;
             let probes = (ORIGIN - GR..ORIGIN + 100 * GR)
                 .step_by(0x4_0000)
                 .chain((HIGH - GR..HIGH + 12 * GR).step_by(0x8_0000))
-                .chain((WIDE..WIDE + 4 * (granule::MAX_SPAN + 3) * GR).step_by((granule::MAX_SPAN / 8 * GR + 0x1000) as usize));
+                .chain(
+                    (WIDE..WIDE + 4 * (granule::MAX_SPAN + 3) * GR)
+                        .step_by((granule::MAX_SPAN / 8 * GR + 0x1000) as usize),
+                );
             for a in probes {
-                let want = model.range(..=a).next_back().filter(|(_, e)| a < e.end).map(|(&s, &e)| (s, e));
+                let want =
+                    model.range(..=a).next_back().filter(|(_, e)| a < e.end).map(|(&s, &e)| (s, e));
                 assert_eq!(g.at(a).map(|(s, e)| (s, *e)), want, "at({a:#x})");
-                assert_eq!(g.range(a..).next().map(|(s, e)| (s, *e)), model.range(a..).next().map(|(&s, &e)| (s, e)));
+                assert_eq!(
+                    g.range(a..).next().map(|(s, e)| (s, *e)),
+                    model.range(a..).next().map(|(&s, &e)| (s, e))
+                );
                 let Some((s, e)) = want else { continue };
                 assert_eq!(g.get(s), Some(&e));
                 let home = s & !(GR - 1);
                 let alone = model.range(home..home + GR).count() == 1;
-                let whole = granule::of(a) == granule::of(s) || a & !(GR - 1) >= s && (a & !(GR - 1)) + GR <= e.end;
-                if s % GR == 0 && alone && whole && a < 1 << 48 && e.end - s <= granule::MAX_SPAN * GR {
-                    assert_eq!(g.in_cells(a), Some(s), "{s:#x} is found from {a:#x} without the tree");
+                let whole = granule::of(a) == granule::of(s)
+                    || a & !(GR - 1) >= s && (a & !(GR - 1)) + GR <= e.end;
+                if s % GR == 0
+                    && alone
+                    && whole
+                    && a < 1 << 48
+                    && e.end - s <= granule::MAX_SPAN * GR
+                {
+                    assert_eq!(
+                        g.in_cells(a),
+                        Some(s),
+                        "{s:#x} is found from {a:#x} without the tree"
+                    );
                     fast += 1;
                 } else {
                     slow_allowed += 1;
@@ -453,7 +512,10 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
             }
         }
     }
-    assert!(fast > 1_000 && slow_allowed > 1_000, "both kinds looked up: {fast} through the cells, {slow_allowed} other");
+    assert!(
+        fast > 1_000 && slow_allowed > 1_000,
+        "both kinds looked up: {fast} through the cells, {slow_allowed} other"
+    );
 }
 
 #[test]
@@ -463,7 +525,10 @@ fn an_entry_that_waited_in_overflow_moves_home_when_the_granule_frees() {
     const GR: u64 = 1 << granule::SHIFT;
     let base = 0x7f00_0000_0000u64;
     let mut g = GpuMap::default();
-    let (a, b) = (Entry::new(base + GR / 2, 0, m(1), Allocation::UNSEEN), Entry::new(base + GR, 0, m(2), Allocation::UNSEEN));
+    let (a, b) = (
+        Entry::new(base + GR / 2, 0, m(1), Allocation::UNSEEN),
+        Entry::new(base + GR, 0, m(2), Allocation::UNSEEN),
+    );
     g.insert(base, a, a.whole(base));
     g.insert(base + GR / 2, b, b.whole(base + GR / 2));
     g.check_cells();

@@ -52,7 +52,11 @@ fn a_chunk_unmapped_one_gpu_at_a_time_with_cuda_memory_between_ends_the_record()
 fn a_peer_mapping_of_the_same_memory_keeps_the_record() {
     let mut m = carved(&[A]);
     m.map(B, 0, 2 * M, CHUNK, 0);
-    assert_eq!(m.first_unowned(0, 2 * M), None, "the same memory on another GPU: still the allocation");
+    assert_eq!(
+        m.first_unowned(0, 2 * M),
+        None,
+        "the same memory on another GPU: still the allocation"
+    );
 }
 
 #[test]
@@ -81,5 +85,9 @@ fn an_import_never_reaches_the_exporters_other_blocks() {
     assert_eq!(m.first_unowned(0x1000, 0x2000), None);
     assert_eq!(m.first_unowned(0x1000, 2 * M), Some(0x2000), "the exporter's other blocks");
     m.own(0x8000, 0x1000);
-    assert_eq!(m.first_unowned(0x8000, 2 * M), None, "carved here: to the chunk's end, as libcuda counts it");
+    assert_eq!(
+        m.first_unowned(0x8000, 2 * M),
+        None,
+        "carved here: to the chunk's end, as libcuda counts it"
+    );
 }

@@ -81,9 +81,15 @@ impl fmt::Display for Miss {
         match self {
             Miss::Empty => write!(f, "zero-length range"),
             Miss::Overflow => write!(f, "range wraps the address space"),
-            Miss::Unmapped { at } => write!(f, "unmapped hole at {at:#x} (no UVM mapping seen there)"),
-            Miss::Freed { at } => write!(f, "freed: {at:#x} was mapped but has been unmapped or freed"),
-            Miss::GpusDisagree { at } => write!(f, "mapping GPUs disagree about the memory at {at:#x}"),
+            Miss::Unmapped { at } => {
+                write!(f, "unmapped hole at {at:#x} (no UVM mapping seen there)")
+            }
+            Miss::Freed { at } => {
+                write!(f, "freed: {at:#x} was mapped but has been unmapped or freed")
+            }
+            Miss::GpusDisagree { at } => {
+                write!(f, "mapping GPUs disagree about the memory at {at:#x}")
+            }
             Miss::SpansMemoryObjects { count } => write!(f, "spans {count} memory objects"),
         }
     }

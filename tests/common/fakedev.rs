@@ -6,7 +6,8 @@ use std::path::Path;
 
 /// The open driver the fake machines claim to run.
 #[allow(dead_code)]
-pub const DRIVER_VERSION: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n";
+pub const DRIVER_VERSION: &str =
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n";
 
 /// Makes `dev` (and its parents) with `nodes` as empty files and the version line; with
 /// `peermem`, nvidia-peermem's module folder too (the NV503C route's reader is "loaded").

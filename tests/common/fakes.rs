@@ -89,6 +89,11 @@ impl<'a> Fakes<'a> {
     /// The fake libcuda, `libcuda.so.1`. -Bsymbolic: like the real libcuda, its own function
     /// addresses are its own, not interposed.
     pub fn fakecuda(&self) {
-        self.so("libcuda.so.1", "fakecuda.c", &["-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"], &["-ldl"]);
+        self.so(
+            "libcuda.so.1",
+            "fakecuda.c",
+            &["-O1", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"],
+            &["-ldl"],
+        );
     }
 }

@@ -13,7 +13,12 @@ pub fn lab() -> &'static Path {
         let dir = std::env::temp_dir().join(format!("gdrshim-lab-{}", std::process::id()));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab/build.sh");
         let out = Command::new("bash").arg(script).arg(&dir).output().expect("bash");
-        assert!(out.status.success(), "build.sh: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "build.sh: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         dir
     })
 }

@@ -10,6 +10,8 @@ pub mod player;
 pub mod rig;
 #[allow(dead_code)] // the scripts' tests use it
 pub mod scripts;
+#[allow(dead_code)] // the layering tests use it
+pub mod source;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,9 +63,14 @@ pub fn knobs_core() -> PathBuf {
 #[allow(dead_code)]
 pub fn front_pair(core: &Path, knobs: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (target, pair) = if knobs { ("target/knobs-front", "target/front-pair-knobs") } else { ("target/front", "target/front-pair") };
+    let (target, pair) = if knobs {
+        ("target/knobs-front", "target/front-pair-knobs")
+    } else {
+        ("target/front", "target/front-pair")
+    };
     let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "--release", "--locked", "--manifest-path", "src/front/Cargo.toml"]).env("CARGO_TARGET_DIR", root.join(target));
+    c.args(["build", "--release", "--locked", "--manifest-path", "src/front/Cargo.toml"])
+        .env("CARGO_TARGET_DIR", root.join(target));
     if knobs {
         c.args(["--features", "knobs"]);
     }
@@ -72,8 +79,10 @@ pub fn front_pair(core: &Path, knobs: bool) -> PathBuf {
     std::fs::create_dir_all(&pair).unwrap();
     // each through a new name and a rename: a test of another binary may be loading them now
     let tmp = format!(".{}-{:?}", std::process::id(), std::thread::current().id());
-    for (from, to) in [(root.join(target).join("release/libgdrshim_front.so"), "libgdrshim.so"), (core.to_path_buf(), "libgdrshim-core.so")]
-    {
+    for (from, to) in [
+        (root.join(target).join("release/libgdrshim_front.so"), "libgdrshim.so"),
+        (core.to_path_buf(), "libgdrshim-core.so"),
+    ] {
         // the same bytes already there stay: a running process of another test checks that the
         // file it was loaded from is still the one at its path (the front's own-file check)
         if std::fs::read(pair.join(to)).ok() == Some(std::fs::read(&from).unwrap()) {
@@ -90,7 +99,9 @@ pub fn front_pair(core: &Path, knobs: bool) -> PathBuf {
 #[allow(dead_code)]
 pub fn shipped() -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    sh(Command::new(env!("CARGO")).args(["build", "--release", "--lib", "--locked"]).current_dir(root));
+    sh(Command::new(env!("CARGO"))
+        .args(["build", "--release", "--lib", "--locked"])
+        .current_dir(root));
     root.join("target/release/libgdrshim.so")
 }
 

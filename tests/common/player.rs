@@ -33,7 +33,14 @@ pub fn env() -> &'static Env {
             "-Wl,-rpath,$ORIGIN",
         ]);
         cc(&["-shared", "-fPIC", "-o", "libnext_b.so", c.join("next_b.c").to_str().unwrap()]);
-        cc(&["-shared", "-fPIC", "-o", "libnext_a.so", c.join("next_a.c").to_str().unwrap(), "-ldl"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            "libnext_a.so",
+            c.join("next_a.c").to_str().unwrap(),
+            "-ldl",
+        ]);
         cc(&[
             "-o",
             "next_main",
@@ -79,7 +86,12 @@ pub fn run_player(capture: &str, version: &str, mode: &str, tag: &str) -> (Strin
 }
 
 /// [`run_player`] on driver 580.159.04 with more environment.
-pub fn run_player_env(capture: &str, mode: &str, tag: &str, extra: &[(&str, &str)]) -> (String, String) {
+pub fn run_player_env(
+    capture: &str,
+    mode: &str,
+    tag: &str,
+    extra: &[(&str, &str)],
+) -> (String, String) {
     let (ok, o, e) = try_player_env(capture, "580.159.04", mode, tag, extra);
     assert!(ok, "player failed: {o}\n{e}");
     (o, e)
@@ -91,7 +103,13 @@ pub fn try_player(capture: &str, version: &str, mode: &str, tag: &str) -> (bool,
 }
 
 /// [`try_player`] with more environment.
-pub fn try_player_env(capture: &str, version: &str, mode: &str, tag: &str, extra: &[(&str, &str)]) -> (bool, String, String) {
+pub fn try_player_env(
+    capture: &str,
+    version: &str,
+    mode: &str,
+    tag: &str,
+    extra: &[(&str, &str)],
+) -> (bool, String, String) {
     try_player_peer(capture, version, mode, tag, extra, true)
 }
 
@@ -110,8 +128,13 @@ pub fn try_player_peer(
     for f in ["nvidiactl", "nvidia-uvm", "nvidia0"] {
         std::fs::write(dev.join(f), b"").unwrap();
     }
-    std::fs::write(dev.join("version"), format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build\n"))
-        .unwrap();
+    std::fs::write(
+        dev.join("version"),
+        format!(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build\n"
+        ),
+    )
+    .unwrap();
     // the fake NIC (fakeverbs.c) plays nvidia-peermem too: its module is "loaded"
     let _ = std::fs::remove_dir_all(dev.join("sys"));
     if peermem {
@@ -131,5 +154,9 @@ pub fn try_player_peer(
         .envs(extra.iter().copied())
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

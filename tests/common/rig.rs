@@ -39,7 +39,10 @@ pub fn build(tag: &str, programs: &[&str]) -> Env {
     }
     f.fakecuda();
     for p in programs {
-        super::cc(&e, &["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"]);
+        super::cc(
+            &e,
+            &["-O1", "-Wall", "-Werror", "-o", p, &src(&format!("{p}.c")), "-ldl", "-lpthread"],
+        );
     }
     e
 }
@@ -54,7 +57,14 @@ pub fn dev_dir(e: &Env, tag: &str, rig: &Rig) -> PathBuf {
 
 /// `program ARGS` on the fake machine `dev` (see [`dev_dir`]) with gdrshim preloaded in register
 /// mode at info level, `extra` last; returns (exit code, stdout, stderr).
-pub fn run(e: &Env, program: &str, dev: &Path, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
+pub fn run(
+    e: &Env,
+    program: &str,
+    dev: &Path,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
     let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
     let out = Command::new(e.dir.join(program))
         .args(args)
@@ -68,13 +78,24 @@ pub fn run(e: &Env, program: &str, dev: &Path, rig: &Rig, args: &[&str], extra: 
         .envs(extra.iter().copied())
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `routes ARGS` (tests/c/routes.c, built by [`build`]) on a fresh fake machine `dev-TAG`, the
 /// fake GPUs' PCI device (the fake's CARD_INFO: 0000:00:00.0) given the sysfs `resource` file if
 /// any; returns (exit code, stdout, stderr).
-pub fn routes(e: &Env, tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], resource: Option<&str>) -> (i32, String, String) {
+pub fn routes(
+    e: &Env,
+    tag: &str,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    resource: Option<&str>,
+) -> (i32, String, String) {
     let dev = dev_dir(e, tag, rig);
     if let Some(resource) = resource {
         let pci = dev.join("sys/bus/pci/devices/0000:00:00.0");
@@ -86,7 +107,10 @@ pub fn routes(e: &Env, tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str
 
 /// The key=value words of the summary line in `text`.
 pub fn summary(text: &str) -> HashMap<String, String> {
-    let line = text.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("no summary in {text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gdrshim: summary "))
+        .unwrap_or_else(|| panic!("no summary in {text}"));
     line["gdrshim: summary ".len()..]
         .split_whitespace()
         .filter_map(|kv| kv.split_once('='))
@@ -103,5 +127,7 @@ pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
 
 /// The line of `out` that starts with `prefix` (`err`: the run's stderr, shown when it is missing).
 pub fn find_line<'a>(out: &'a str, err: &str, prefix: &str) -> &'a str {
-    out.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in {out}\n{err}"))
+    out.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {out}\n{err}"))
 }

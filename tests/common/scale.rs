@@ -15,13 +15,21 @@ pub fn build(env: &Env) {
     let f = Fakes::in_dir(&env.dir);
     f.scalefake();
     f.fakeverbs("libibverbs.so.1", Verbs { opt: "-O2", ..fakes::NEW });
-    crate::common::fakedev::fake_dev(&env.dir.join("dev"), &["nvidiactl", "nvidia-uvm", "nvidia0"], true);
+    crate::common::fakedev::fake_dev(
+        &env.dir.join("dev"),
+        &["nvidiactl", "nvidia-uvm", "nvidia0"],
+        true,
+    );
 }
 
 /// `scalebench ARGS` with the shim (register mode, NV503C route) or without; its `scale` lines.
 pub fn run(env: &Env, shim: bool, args: &[String]) -> Vec<String> {
     let fake = env.dir.join("libscalefake.so");
-    let preload = if shim { format!("{}:{}", env.shim.display(), fake.display()) } else { fake.display().to_string() };
+    let preload = if shim {
+        format!("{}:{}", env.shim.display(), fake.display())
+    } else {
+        fake.display().to_string()
+    };
     let out = Command::new(env.dir.join("scalebench"))
         .args(args)
         .current_dir(&env.dir)
@@ -36,7 +44,10 @@ pub fn run(env: &Env, shim: bool, args: &[String]) -> Vec<String> {
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "scalebench {args:?} (shim: {shim}): {o}{e}");
     if shim {
-        let summary = e.lines().find(|l| l.starts_with("gdrshim: summary")).unwrap_or_else(|| panic!("no summary: {e}"));
+        let summary = e
+            .lines()
+            .find(|l| l.starts_with("gdrshim: summary"))
+            .unwrap_or_else(|| panic!("no summary: {e}"));
         for key in ["rm_errors=0 ", "pass0_misses=0 ", "live_registrations=0 "] {
             assert!(summary.contains(key), "{key}: {summary}");
         }
@@ -71,5 +82,9 @@ pub fn times(lines: &[String]) -> Times {
 
 /// N → heap bytes in use.
 pub fn heap(lines: &[String]) -> BTreeMap<u64, u64> {
-    lines.iter().filter(|l| l.contains(" heap=")).map(|l| (field(l, "N"), field(l, "heap"))).collect()
+    lines
+        .iter()
+        .filter(|l| l.contains(" heap="))
+        .map(|l| (field(l, "N"), field(l, "heap")))
+        .collect()
 }

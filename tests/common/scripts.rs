@@ -27,7 +27,8 @@ pub struct Run {
 
 /// `bash SCRIPT ARGS` with `env` added.
 pub fn run(script: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let o: Output = Command::new("bash").arg(script).args(args).envs(env.iter().copied()).output().unwrap();
+    let o: Output =
+        Command::new("bash").arg(script).args(args).envs(env.iter().copied()).output().unwrap();
     Run {
         rc: o.status.code().unwrap_or(-1),
         out: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -45,7 +46,11 @@ pub fn script(rel: &str) -> PathBuf {
 /// (a fake `cc` that "cannot run" made the suite report libibverbs-dev missing).
 pub fn write_exe(p: &Path, body: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    let ok = Command::new("sh").args(["-c", "printf '%s' \"$1\" > \"$2\" && chmod 0755 \"$2\"", "sh", body]).arg(p).status().unwrap();
+    let ok = Command::new("sh")
+        .args(["-c", "printf '%s' \"$1\" > \"$2\" && chmod 0755 \"$2\"", "sh", body])
+        .arg(p)
+        .status()
+        .unwrap();
     assert!(ok.success(), "{}", p.display());
 }
 
@@ -54,9 +59,15 @@ pub fn write_exe(p: &Path, body: &str) {
 pub fn sh(script: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let cdi = std::env::temp_dir().join(format!("gdrshim-deploy-cdi-{}", std::process::id())); // not the machine's /etc/cdi
     let mut c = Command::new("bash");
-    c.arg(root().join("scripts").join(script)).args(args).env("GDR_DEPLOY_CDI_DIR", cdi).envs(env.iter().copied());
+    c.arg(root().join("scripts").join(script))
+        .args(args)
+        .env("GDR_DEPLOY_CDI_DIR", cdi)
+        .envs(env.iter().copied());
     let out = c.output().unwrap();
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 /// A release folder laid out as build-release.sh does, with `version` in BUILD-INFO.

@@ -54,7 +54,11 @@ impl Args {
             Some(dir) => {
                 let st = State::from_dir(dir).map_err(|e| e.to_string())?;
                 let text = st.item("uverbs").ok().ok_or_else(|| {
-                    format!("{}: {} (a state saved before 0.3.0 has none)", dir.display(), st.item("uverbs").why_not("uverbs"))
+                    format!(
+                        "{}: {} (a state saved before 0.3.0 has none)",
+                        dir.display(),
+                        st.item("uverbs").why_not("uverbs")
+                    )
                 })?;
                 parse_uverbs(text)
             }
@@ -64,18 +68,27 @@ impl Args {
             Some(r) => r.clone(),
             None => own_release().ok_or("this gdrshim-tool is not in a release (bin/ beside lib/libgdrshim.so): give --release DIR")?,
         };
-        let release = std::fs::canonicalize(&release).map_err(|e| format!("--release {}: {e}", release.display()))?;
+        let release = std::fs::canonicalize(&release)
+            .map_err(|e| format!("--release {}: {e}", release.display()))?;
         let (r, spec) = generate(&devs, &release);
         if r.failed() {
             return Ok(r.print("cdi", self.json));
         }
         let mut r = r;
         if let Some(out) = &self.out {
-            crate::report::write_whole(out, &spec).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
-            r.push(Check::new("cdi.written", Status::Pass, format!("written to {}", out.display())));
+            crate::report::write_whole(out, &spec)
+                .map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+            r.push(Check::new(
+                "cdi.written",
+                Status::Pass,
+                format!("written to {}", out.display()),
+            ));
         }
         if self.json {
-            println!("{}", r.json_with("cdi", |_| String::new(), &format!(",\"spec\":{}", compact(&spec))));
+            println!(
+                "{}",
+                r.json_with("cdi", |_| String::new(), &format!(",\"spec\":{}", compact(&spec)))
+            );
         } else if self.out.is_some() {
             print!("{}", r.text());
         } else {
@@ -102,7 +115,10 @@ pub fn live_uverbs(sys: &Path) -> String {
         names.sort();
         for d in names {
             if let (Some(ib), Some(dev)) = (read(d.join("ibdev")), read(d.join("dev"))) {
-                lines.push(format!("{} {ib} {dev}", d.file_name().unwrap_or_default().to_string_lossy()));
+                lines.push(format!(
+                    "{} {ib} {dev}",
+                    d.file_name().unwrap_or_default().to_string_lossy()
+                ));
             }
         }
     }
@@ -115,7 +131,9 @@ pub fn live_uverbs(sys: &Path) -> String {
 /// A CDI device name: letters, digits, `_ - . :`, starting and ending with a letter or digit.
 fn cdi_name(n: &str) -> bool {
     let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    ends(n.chars().next()) && ends(n.chars().last()) && n.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+    ends(n.chars().next())
+        && ends(n.chars().last())
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
 }
 
 /// The checks and the spec (pretty JSON) for these character devices and this release.
@@ -134,22 +152,38 @@ pub fn generate(devs: &[CharDev], release: &Path) -> (Report, String) {
     r.push(Check::new(
         "cdi.release",
         Status::Pass,
-        format!("every device mounts {} read-only at {IN_CONTAINER} and sets {preload}", release.display()),
+        format!(
+            "every device mounts {} read-only at {IN_CONTAINER} and sets {preload}",
+            release.display()
+        ),
     ));
     let cm = devs.iter().find(|d| d.name == "rdma_cm");
     let mut nics: Vec<&CharDev> = Vec::new();
     for d in devs.iter().filter(|d| d.name.starts_with("uverbs")) {
         match &d.ibdev {
             Some(ib) if cdi_name(ib) => nics.push(d),
-            other => r.push(Check::new("cdi.nic", Status::Warn, format!("{}: HCA name {other:?} is no CDI device name: left out", d.name))),
+            other => r.push(Check::new(
+                "cdi.nic",
+                Status::Warn,
+                format!("{}: HCA name {other:?} is no CDI device name: left out", d.name),
+            )),
         }
     }
-    let names: Vec<String> = nics.iter().map(|d| format!("{} ({})", d.ibdev.as_deref().unwrap_or(""), d.name)).collect();
+    let names: Vec<String> =
+        nics.iter().map(|d| format!("{} ({})", d.ibdev.as_deref().unwrap_or(""), d.name)).collect();
     r.push(if nics.is_empty() {
-        Check::new("cdi.nics", Status::Warn, "no RDMA NIC: one device, all, with the shim and no verbs device")
-            .fix("on a GPU node with an HCA: load ib_uverbs (modprobe ib_uverbs), then run this again")
+        Check::new(
+            "cdi.nics",
+            Status::Warn,
+            "no RDMA NIC: one device, all, with the shim and no verbs device",
+        )
+        .fix("on a GPU node with an HCA: load ib_uverbs (modprobe ib_uverbs), then run this again")
     } else {
-        Check::new("cdi.nics", Status::Pass, format!("{} RDMA NIC(s), a device each and all: {}", nics.len(), names.join(", ")))
+        Check::new(
+            "cdi.nics",
+            Status::Pass,
+            format!("{} RDMA NIC(s), a device each and all: {}", nics.len(), names.join(", ")),
+        )
     });
     r.push(match cm {
         Some(_) => Check::new("cdi.rdma_cm", Status::Pass, "/dev/infiniband/rdma_cm goes with every NIC (librdmacm's connections)"),
@@ -169,13 +203,19 @@ pub fn generate(devs: &[CharDev], release: &Path) -> (Report, String) {
         Status::Info,
         format!("cdiVersion {CDI_VERSION}: the lowest with these fields (no device-node hostPath, mount type or annotations), so older consumers (Podman 4) read it too"),
     ));
-    let mut devices: Vec<(String, Vec<&CharDev>)> = nics.iter().map(|d| (d.ibdev.clone().unwrap_or_default(), vec![*d])).collect();
+    let mut devices: Vec<(String, Vec<&CharDev>)> =
+        nics.iter().map(|d| (d.ibdev.clone().unwrap_or_default(), vec![*d])).collect();
     devices.push(("all".into(), nics.clone()));
     (r, spec_text(&devices, cm, release, &preload))
 }
 
 /// The spec as JSON, one field a line.
-fn spec_text(devices: &[(String, Vec<&CharDev>)], cm: Option<&CharDev>, release: &Path, preload: &str) -> String {
+fn spec_text(
+    devices: &[(String, Vec<&CharDev>)],
+    cm: Option<&CharDev>,
+    release: &Path,
+    preload: &str,
+) -> String {
     let node = |path: &str, d: &CharDev| {
         format!(
             "{{\"path\": {}, \"type\": \"c\", \"major\": {}, \"minor\": {}, \"permissions\": \"rw\"}}",
@@ -184,16 +224,27 @@ fn spec_text(devices: &[(String, Vec<&CharDev>)], cm: Option<&CharDev>, release:
             d.minor
         )
     };
-    let mut s = format!("{{\n  \"cdiVersion\": \"{CDI_VERSION}\",\n  \"kind\": \"{KIND}\",\n  \"devices\": [\n");
+    let mut s = format!(
+        "{{\n  \"cdiVersion\": \"{CDI_VERSION}\",\n  \"kind\": \"{KIND}\",\n  \"devices\": [\n"
+    );
     for (k, (name, nodes)) in devices.iter().enumerate() {
-        let mut list: Vec<String> = nodes.iter().map(|d| node(&format!("/dev/infiniband/{}", d.name), d)).collect();
+        let mut list: Vec<String> =
+            nodes.iter().map(|d| node(&format!("/dev/infiniband/{}", d.name), d)).collect();
         if let (Some(c), false) = (cm, nodes.is_empty()) {
             list.push(node("/dev/infiniband/rdma_cm", c));
         }
-        let _ = write!(s, "    {{\n      \"name\": {},\n      \"containerEdits\": {{\n", json_str(name));
+        let _ = write!(
+            s,
+            "    {{\n      \"name\": {},\n      \"containerEdits\": {{\n",
+            json_str(name)
+        );
         let _ = writeln!(s, "        \"env\": [{}],", json_str(preload));
         if !list.is_empty() {
-            let _ = writeln!(s, "        \"deviceNodes\": [\n          {}\n        ],", list.join(",\n          "));
+            let _ = writeln!(
+                s,
+                "        \"deviceNodes\": [\n          {}\n        ],",
+                list.join(",\n          ")
+            );
         }
         let _ = writeln!(
             s,
@@ -226,7 +277,9 @@ mod tests {
 
     #[test]
     fn names_and_the_compact_form() {
-        assert!(cdi_name("mlx5_0") && cdi_name("bnxt_re0") && !cdi_name("mlx5_") && !cdi_name("a b"));
+        assert!(
+            cdi_name("mlx5_0") && cdi_name("bnxt_re0") && !cdi_name("mlx5_") && !cdi_name("a b")
+        );
         assert_eq!(compact("{\n  \"a b\": [\"x\\\" y\", 1]\n}\n"), "{\"a b\":[\"x\\\" y\",1]}");
     }
 }

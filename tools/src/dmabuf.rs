@@ -56,7 +56,11 @@ impl Cuda {
     fn err_name(&self, r: CUresult) -> String {
         // SAFETY: cuGetErrorName(CUresult, const char**) from libcuda; the string is static.
         unsafe {
-            if let Ok(f) = self.lib.get::<unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult>(b"cuGetErrorName\0") {
+            if let Ok(f) =
+                self.lib.get::<unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult>(
+                    b"cuGetErrorName\0",
+                )
+            {
                 let mut s: *const c_char = core::ptr::null();
                 if f(r, &mut s) == 0 && !s.is_null() {
                     return format!("{} ({r})", CStr::from_ptr(s).to_string_lossy());
@@ -188,7 +192,11 @@ fn device(cuda: &Cuda, api: &CudaApi, ordinal: c_int, r: &mut Report) -> Option<
         return None;
     }
     if rc != 0 {
-        r.push(Check::new("dmabuf.init", Status::Fail, format!("cuDeviceGet({ordinal}) failed: {}", cuda.err_name(rc))));
+        r.push(Check::new(
+            "dmabuf.init",
+            Status::Fail,
+            format!("cuDeviceGet({ordinal}) failed: {}", cuda.err_name(rc)),
+        ));
         return None;
     }
     Some(dev)
@@ -200,7 +208,11 @@ fn dma_buf_attribute(cuda: &Cuda, api: &CudaApi, dev: c_int, ordinal: c_int, r: 
     // SAFETY: a driver API call with a valid out-pointer.
     let rc = unsafe { (api.attr)(&mut v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) };
     if rc == 0 && v == 1 {
-        r.push(Check::new("dmabuf.attribute", Status::Pass, format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 1 on device {ordinal}")));
+        r.push(Check::new(
+            "dmabuf.attribute",
+            Status::Pass,
+            format!("CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 1 on device {ordinal}"),
+        ));
     } else {
         r.push(
             Check::new(
@@ -217,13 +229,25 @@ fn dma_buf_attribute(cuda: &Cuda, api: &CudaApi, dev: c_int, ordinal: c_int, r: 
 }
 
 /// Steps 1 to 3 in the device's context: allocate, export as a DMA-BUF, register on each HCA.
-fn gpu_steps(cuda: &Cuda, api: &CudaApi, dev: c_int, ordinal: c_int, size: usize, libibverbs: &str, r: &mut Report) {
+fn gpu_steps(
+    cuda: &Cuda,
+    api: &CudaApi,
+    dev: c_int,
+    ordinal: c_int,
+    size: usize,
+    libibverbs: &str,
+    r: &mut Report,
+) {
     let mut ctx = core::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is released below.
     let rc = unsafe { (api.retain)(&mut ctx, dev) };
     // SAFETY: ctx came from retain.
     if rc != 0 || unsafe { (api.set_cur)(ctx) } != 0 {
-        r.push(Check::new("dmabuf.alloc", Status::Fail, format!("no CUDA context on device {ordinal}: {}", cuda.err_name(rc))));
+        r.push(Check::new(
+            "dmabuf.alloc",
+            Status::Fail,
+            format!("no CUDA context on device {ordinal}: {}", cuda.err_name(rc)),
+        ));
         return;
     }
     let mut ptr = 0u64;
@@ -233,23 +257,42 @@ fn gpu_steps(cuda: &Cuda, api: &CudaApi, dev: c_int, ordinal: c_int, size: usize
         r.push(Check::new(
             "dmabuf.alloc",
             Status::Fail,
-            format!("step 1, cuMemAlloc({size}) (what cudaMalloc does) failed: {}", cuda.err_name(rc)),
+            format!(
+                "step 1, cuMemAlloc({size}) (what cudaMalloc does) failed: {}",
+                cuda.err_name(rc)
+            ),
         ));
         // SAFETY: releasing the context retained above.
         unsafe { (api.release)(dev) };
         return;
     }
-    r.push(Check::new("dmabuf.alloc", Status::Pass, format!("step 1: {size} bytes of GPU memory at {ptr:#x}")));
+    r.push(Check::new(
+        "dmabuf.alloc",
+        Status::Pass,
+        format!("step 1: {size} bytes of GPU memory at {ptr:#x}"),
+    ));
     let mut fd: c_int = -1;
     // SAFETY: the handle for DMA_BUF_FD is an int; [ptr, ptr+size) is our allocation.
-    let rc = unsafe { (api.export)(&mut fd as *mut c_int as *mut c_void, ptr, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) };
+    let rc = unsafe {
+        (api.export)(
+            &mut fd as *mut c_int as *mut c_void,
+            ptr,
+            size,
+            CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    };
     if rc != 0 || fd < 0 {
         r.push(
             Check::new("dmabuf.export", Status::Fail, format!("step 2, cuMemGetHandleForAddressRange(DMA_BUF_FD) failed: {}", cuda.err_name(rc)))
                 .fix("CUDA_ERROR_NOT_SUPPORTED (801) is what a GeForce returns (use gdrshim); on Hopper/Blackwell: the open kernel module and a kernel with CONFIG_DMA_SHARED_BUFFER (not nvidia_drm modeset: the export does not read it)"),
         );
     } else {
-        r.push(Check::new("dmabuf.export", Status::Pass, format!("step 2: DMA-BUF fd {fd} for the allocation")));
+        r.push(Check::new(
+            "dmabuf.export",
+            Status::Pass,
+            format!("step 2: DMA-BUF fd {fd} for the allocation"),
+        ));
         verbs_step(r, libibverbs, fd, ptr, size);
         // SAFETY: our fd.
         unsafe { libc::close(fd) };
@@ -275,15 +318,21 @@ fn verbs_step(r: &mut Report, libibverbs: &str, fd: c_int, ptr: u64, size: usize
                 )
                 .fix("install rdma-core (ibverbs-providers) on a machine with an HCA"),
             );
-            r.could_not_check("libibverbs cannot be loaded: step 3 (ibv_reg_dmabuf_mr) could not run");
+            r.could_not_check(
+                "libibverbs cannot be loaded: step 3 (ibv_reg_dmabuf_mr) could not run",
+            );
             return;
         }
     };
     // SAFETY: libibverbs symbols with their verbs.h signatures.
     let Ok(api) = (unsafe { VerbsApi::load(&lib) }) else {
         r.push(
-            Check::new("dmabuf.verbs", Status::Fail, "libibverbs lacks ibv_reg_dmabuf_mr: rdma-core older than v34")
-                .fix("upgrade rdma-core (≥ 34) and use a kernel ≥ 5.12"),
+            Check::new(
+                "dmabuf.verbs",
+                Status::Fail,
+                "libibverbs lacks ibv_reg_dmabuf_mr: rdma-core older than v34",
+            )
+            .fix("upgrade rdma-core (≥ 34) and use a kernel ≥ 5.12"),
         );
         return;
     };
@@ -358,19 +407,36 @@ fn register_on(api: &VerbsApi, d: *mut c_void, fd: c_int, ptr: u64, size: usize)
     // SAFETY: a device of the list.
     let ctx = unsafe { (api.open)(d) };
     if ctx.is_null() {
-        return Check::new(&id, Status::Fail, format!("ibv_open_device({dn}) failed: {}", errno_text(errno())))
-            .fix("missing /dev/infiniband/uverbs* (containers: --device), or ib_uverbs not loaded");
+        return Check::new(
+            &id,
+            Status::Fail,
+            format!("ibv_open_device({dn}) failed: {}", errno_text(errno())),
+        )
+        .fix("missing /dev/infiniband/uverbs* (containers: --device), or ib_uverbs not loaded");
     }
     // SAFETY: an open context.
     let pd = unsafe { (api.alloc_pd)(ctx) };
     if pd.is_null() {
-        let c = Check::new(&id, Status::Fail, format!("ibv_alloc_pd({dn}) failed: {}", errno_text(errno())));
+        let c = Check::new(
+            &id,
+            Status::Fail,
+            format!("ibv_alloc_pd({dn}) failed: {}", errno_text(errno())),
+        );
         // SAFETY: our context.
         unsafe { (api.close)(ctx) };
         return c;
     }
     // SAFETY: our pd and fd; iova = the GPU address, as NCCL registers it.
-    let mr = unsafe { (api.reg)(pd, 0, size, ptr, fd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) };
+    let mr = unsafe {
+        (api.reg)(
+            pd,
+            0,
+            size,
+            ptr,
+            fd,
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+        )
+    };
     let c = if mr.is_null() {
         let e = errno();
         let fix = match e {
@@ -379,7 +445,12 @@ fn register_on(api: &VerbsApi, d: *mut c_void, fd: c_int, ptr: u64, size: usize)
             libc::EINVAL => "the HCA driver refused the dma-buf (firmware too old, or this HCA has no DMA-BUF support)",
             _ => "see the kernel log (dmesg) for the HCA driver's reason",
         };
-        Check::new(&id, Status::Fail, format!("step 3, ibv_reg_dmabuf_mr on {dn} failed: {}", errno_text(e))).fix(fix)
+        Check::new(
+            &id,
+            Status::Fail,
+            format!("step 3, ibv_reg_dmabuf_mr on {dn} failed: {}", errno_text(e)),
+        )
+        .fix(fix)
     } else {
         let c = Check::new(
             &id,

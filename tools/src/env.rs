@@ -33,7 +33,11 @@ pub struct Args {
 
 fn assignment(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
-        Some((n, v)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => Ok((n.into(), v.into())),
+        Some((n, v))
+            if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            Ok((n.into(), v.into()))
+        }
         _ => Err(format!("'{s}' is not NAME=VALUE")),
     }
 }
@@ -65,7 +69,9 @@ fn known() -> Vec<&'static str> {
 pub fn judge(vars: &BTreeMap<String, String>) -> Report {
     let (c, warnings) = Config::from_env(|k| vars.get(k).cloned());
     let mut r = Report::default();
-    let said = |name: &str| -> Vec<String> { warnings.iter().filter(|w| w.starts_with(&format!("{name}="))).cloned().collect() };
+    let said = |name: &str| -> Vec<String> {
+        warnings.iter().filter(|w| w.starts_with(&format!("{name}="))).cloned().collect()
+    };
     // a check of the variables `names`: FAIL with the shim's own warning where it would give one
     let one = |id: &str, names: &[&str], ok: String| {
         let ev = names.iter().filter_map(|n| vars.get(*n).map(|v| format!("{n}={v:?}")));
@@ -93,7 +99,10 @@ pub fn judge(vars: &BTreeMap<String, String>) -> Report {
     r.push(one(
         "env.route",
         &[config::ENV_ROUTE],
-        format!("route {}: which route works is the machine's (scripts/doctor's route.* checks)", c.route.name()),
+        format!(
+            "route {}: which route works is the machine's (scripts/doctor's route.* checks)",
+            c.route.name()
+        ),
     ));
     let log = format!(
         "log level {}, to {}; exit summary {}",
@@ -105,22 +114,36 @@ pub fn judge(vars: &BTreeMap<String, String>) -> Report {
     r.push(one(
         "env.eager",
         &[config::ENV_EAGER],
-        if c.eager { "eager: every CUDA allocation registered when made (NV503C route)".into() } else { "not eager (the default)".into() },
+        if c.eager {
+            "eager: every CUDA allocation registered when made (NV503C route)".into()
+        } else {
+            "not eager (the default)".into()
+        },
     ));
     if let Some(f) = &c.capture_file {
         r.push(
-            Check::new("env.capture", Status::Warn, format!("a raw capture of every NVIDIA call is written to {f}"))
-                .fix("for a bug report only: unset GDRSHIM_CAPTURE for jobs (it grows with every call)"),
+            Check::new(
+                "env.capture",
+                Status::Warn,
+                format!("a raw capture of every NVIDIA call is written to {f}"),
+            )
+            .fix(
+                "for a bug report only: unset GDRSHIM_CAPTURE for jobs (it grows with every call)",
+            ),
         );
     }
     r.push(advertise(&c, vars, &said(config::ENV_ADVERTISE_GDR)));
-    let knobs: Vec<&str> = config::KNOB_VARS.iter().copied().filter(|k| vars.contains_key(*k)).collect();
+    let knobs: Vec<&str> =
+        config::KNOB_VARS.iter().copied().filter(|k| vars.contains_key(*k)).collect();
     if !knobs.is_empty() {
         r.push(
             Check::new(
                 "env.knobs",
                 Status::Warn,
-                format!("{} only work in test builds of gdrshim: a release ignores them", knobs.join(", ")),
+                format!(
+                    "{} only work in test builds of gdrshim: a release ignores them",
+                    knobs.join(", ")
+                ),
             )
             .fix("unset them"),
         );
@@ -128,8 +151,12 @@ pub fn judge(vars: &BTreeMap<String, String>) -> Report {
     let names = known();
     for n in vars.keys().filter(|n| n.starts_with("GDRSHIM_") && !names.contains(&n.as_str())) {
         r.push(
-            Check::new(&format!("env.unknown.{n}"), Status::Warn, format!("{n} is not a variable gdrshim reads"))
-                .fix(format!("a typo? gdrshim reads {}", names[..8].join(", "))),
+            Check::new(
+                &format!("env.unknown.{n}"),
+                Status::Warn,
+                format!("{n} is not a variable gdrshim reads"),
+            )
+            .fix(format!("a typo? gdrshim reads {}", names[..8].join(", "))),
         );
     }
     r.push(preload(vars.get("LD_PRELOAD").map(String::as_str).unwrap_or("")));
@@ -155,7 +182,8 @@ fn advertise(c: &Config, vars: &BTreeMap<String, String>, bad: &[String]) -> Che
             .fold(ch, Check::evidence)
     };
     if let Some(w) = bad.first() {
-        return ev(Check::new("env.advertise", Status::Fail, format!("the shim would warn: {w}")).fix("GDRSHIM_ADVERTISE_GDR takes 0 or 1"));
+        return ev(Check::new("env.advertise", Status::Fail, format!("the shim would warn: {w}"))
+            .fix("GDRSHIM_ADVERTISE_GDR takes 0 or 1"));
     }
     if c.nccl_flush_disabled {
         return ev(Check::new("env.advertise", Status::Fail, "NCCL_GDR_FLUSH_DISABLE is set: the shim never tells stock NCCL that GDR works, and without NCCL's flush a GeForce can read received data stale").fix("unset NCCL_GDR_FLUSH_DISABLE"));
@@ -172,12 +200,18 @@ fn advertise(c: &Config, vars: &BTreeMap<String, String>, bad: &[String]) -> Che
     } else {
         "not on sm_90 and later GPUs that do not order remote writes themselves unless NCCL_NET_FORCE_FLUSH=1 (gdr-env.sh sets it); below sm_90 NCCL flushes anyway"
     };
-    ev(Check::new("env.advertise", Status::Pass, format!("stock NCCL is told GDR works while a route registers; {sm90}")))
+    ev(Check::new(
+        "env.advertise",
+        Status::Pass,
+        format!("stock NCCL is told GDR works while a route registers; {sm90}"),
+    ))
 }
 
 /// Where LD_PRELOAD points: the shim by an absolute path, its core beside it.
 fn preload(value: &str) -> Check {
-    let shim = value.split([':', ' ']).find(|p| Path::new(p).file_name().is_some_and(|n| n == "libgdrshim.so"));
+    let shim = value
+        .split([':', ' '])
+        .find(|p| Path::new(p).file_name().is_some_and(|n| n == "libgdrshim.so"));
     let ev = format!("LD_PRELOAD={value:?}");
     let Some(p) = shim else {
         return Check::new("env.preload", Status::Info, "LD_PRELOAD names no libgdrshim.so: this environment does not load the shim")
@@ -222,16 +256,31 @@ mod tests {
         let r = run(&[("GDRSHIM_MODE", "regster"), ("GDRSHIM_ROUTE", "fastest")]);
         assert_eq!(r.exit_code(), 1);
         let m = r.get("env.mode").unwrap();
-        assert!(m.summary.contains("using shadow (registers nothing)") && m.evidence == ["GDRSHIM_MODE=\"regster\""], "{m:?}");
+        assert!(
+            m.summary.contains("using shadow (registers nothing)")
+                && m.evidence == ["GDRSHIM_MODE=\"regster\""],
+            "{m:?}"
+        );
         assert!(m.fix.contains("one of the values"), "{m:?}");
-        assert!(r.get("env.route").unwrap().summary.contains("not one of auto, dmabuf, nv503c"), "{}", r.text());
+        assert!(
+            r.get("env.route").unwrap().summary.contains("not one of auto, dmabuf, nv503c"),
+            "{}",
+            r.text()
+        );
         let r = run(&[("GDRSHIM_MODE", "shadow"), ("GDRSHIM_SUMMARY", "maybe")]);
-        assert_eq!((r.get("env.mode").unwrap().status, r.get("env.log").unwrap().status), (Status::Info, Status::Fail));
+        assert_eq!(
+            (r.get("env.mode").unwrap().status, r.get("env.log").unwrap().status),
+            (Status::Info, Status::Fail)
+        );
     }
 
     #[test]
     fn what_the_parser_does_not_see() {
-        let r = run(&[("GDRSHIM_MOD", "register"), ("GDRSHIM_TIMING", "1"), ("NCCL_GDR_FLUSH_DISABLE", "1")]);
+        let r = run(&[
+            ("GDRSHIM_MOD", "register"),
+            ("GDRSHIM_TIMING", "1"),
+            ("NCCL_GDR_FLUSH_DISABLE", "1"),
+        ]);
         assert_eq!(r.get("env.unknown.GDRSHIM_MOD").unwrap().status, Status::Warn);
         assert_eq!(r.get("env.knobs").unwrap().status, Status::Warn);
         assert_eq!(r.get("env.advertise").unwrap().status, Status::Fail);

@@ -50,7 +50,9 @@ impl Item {
         match self {
             Item::Missing => format!("{what}: not recorded"),
             Item::NotRun(t) => format!("{what}: {t} is not installed here"),
-            Item::Ran { text, status } => format!("{what}: failed (exit {status}): {}", text.lines().next().unwrap_or("")),
+            Item::Ran { text, status } => {
+                format!("{what}: failed (exit {status}): {}", text.lines().next().unwrap_or(""))
+            }
         }
     }
 }
@@ -74,7 +76,9 @@ impl State {
         s.record = std::fs::read_to_string(dir.join("RECORD")).unwrap_or_default();
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();
-            if let (Some(stem), Some("txt")) = (p.file_stem().and_then(|s| s.to_str()), p.extension().and_then(|s| s.to_str())) {
+            if let (Some(stem), Some("txt")) =
+                (p.file_stem().and_then(|s| s.to_str()), p.extension().and_then(|s| s.to_str()))
+            {
                 let raw = String::from_utf8_lossy(&std::fs::read(&p)?).into_owned();
                 s.items.insert(stem.to_string(), Item::parse(&raw));
             }
@@ -83,7 +87,10 @@ impl State {
     }
     #[cfg(test)]
     pub fn from_pairs(pairs: &[(&str, &str)]) -> State {
-        State { items: pairs.iter().map(|(k, v)| (k.to_string(), Item::parse(v))).collect(), record: String::new() }
+        State {
+            items: pairs.iter().map(|(k, v)| (k.to_string(), Item::parse(v))).collect(),
+            record: String::new(),
+        }
     }
     /// RECORD's `saved` stamp.
     pub fn record_stamp(&self) -> Option<String> {
@@ -91,7 +98,11 @@ impl State {
     }
     /// RECORD's `host` (the first word).
     pub fn record_host(&self) -> Option<String> {
-        self.record.lines().find_map(|l| l.strip_prefix("host ")).and_then(|h| h.split_whitespace().next()).map(str::to_string)
+        self.record
+            .lines()
+            .find_map(|l| l.strip_prefix("host "))
+            .and_then(|h| h.split_whitespace().next())
+            .map(str::to_string)
     }
     pub fn item(&self, name: &str) -> &Item {
         static MISSING: Item = Item::Missing;
@@ -112,7 +123,9 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn is_geforce(&self) -> bool {
-        self.brand.eq_ignore_ascii_case("GeForce") || self.name.contains("GeForce") || self.name.contains("TITAN")
+        self.brand.eq_ignore_ascii_case("GeForce")
+            || self.name.contains("GeForce")
+            || self.name.contains("TITAN")
     }
     pub fn is_hopper_or_newer_datacenter(&self) -> bool {
         !self.is_geforce() && (self.arch.contains("Hopper") || self.arch.contains("Blackwell"))
@@ -122,7 +135,9 @@ impl Gpu {
 /// The kernel module's version, from /proc/driver/nvidia/version.
 pub fn kernel_version(st: &State) -> Option<String> {
     st.item("proc-driver-version").ok().and_then(|t| t.lines().next()).and_then(|l| {
-        l.split_whitespace().find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.')).map(str::to_string)
+        l.split_whitespace()
+            .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .map(str::to_string)
     })
 }
 
@@ -248,7 +263,11 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<Port> {
             continue;
         }
         if k == "port" {
-            ports.push(Port { hca: hca.clone(), port: v.parse().unwrap_or(0), ..Default::default() });
+            ports.push(Port {
+                hca: hca.clone(),
+                port: v.parse().unwrap_or(0),
+                ..Default::default()
+            });
             continue;
         }
         let Some(p) = ports.last_mut() else { continue };
@@ -260,9 +279,12 @@ pub fn parse_ibv_devinfo(text: &str) -> Vec<Port> {
             "port_lid" => p.lid = first,
             "sm_lid" => p.sm_lid = first,
             _ if k.starts_with("GID[") => {
-                let idx = k.trim_start_matches("GID[").trim_end_matches(']').trim().parse().unwrap_or(0);
-                let (addr, kind) =
-                    v.split_once(',').map(|(a, b)| (a.trim().to_string(), b.trim().to_string())).unwrap_or((v.to_string(), String::new()));
+                let idx =
+                    k.trim_start_matches("GID[").trim_end_matches(']').trim().parse().unwrap_or(0);
+                let (addr, kind) = v
+                    .split_once(',')
+                    .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
+                    .unwrap_or((v.to_string(), String::new()));
                 p.gids.push((idx, addr, kind));
             }
             _ => {}
@@ -299,8 +321,13 @@ pub fn parse_pci_paths(text: &str) -> Vec<PciDev> {
                 _ => return None,
             };
             let name = t.next()?.to_string();
-            let path: Vec<String> = t.next()?.strip_prefix("/sys/devices/")?.split('/').map(str::to_string).collect();
-            let numa = t.next().and_then(|n| n.strip_prefix("numa=")).and_then(|n| n.parse().ok()).filter(|n: &i32| *n >= 0);
+            let path: Vec<String> =
+                t.next()?.strip_prefix("/sys/devices/")?.split('/').map(str::to_string).collect();
+            let numa = t
+                .next()
+                .and_then(|n| n.strip_prefix("numa="))
+                .and_then(|n| n.parse().ok())
+                .filter(|n: &i32| *n >= 0);
             Some(PciDev { gpu, name, path, numa })
         })
         .collect()

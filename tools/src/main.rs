@@ -91,7 +91,10 @@ enum Cmd {
     #[command(after_help = cdi::AFTER_HELP, display_name = "gdrshim-tool cdi")]
     Cdi(cdi::Args),
     /// Print the tool's version
-    #[command(after_help = "Exit codes:\n  0  the version printed\n  2  a usage error", display_name = "gdrshim-tool version")]
+    #[command(
+        after_help = "Exit codes:\n  0  the version printed\n  2  a usage error",
+        display_name = "gdrshim-tool version"
+    )]
     Version(VersionArgs),
 }
 
@@ -108,7 +111,9 @@ fn main() -> ExitCode {
         Ok(m) => m,
         Err(e) => return usage_error(&e),
     };
-    let sub = matches.subcommand().map(|(n, m)| (n.to_string(), m.try_get_one::<bool>("json").ok().flatten() == Some(&true)));
+    let sub = matches
+        .subcommand()
+        .map(|(n, m)| (n.to_string(), m.try_get_one::<bool>("json").ok().flatten() == Some(&true)));
     let (sub, json) = sub.unwrap_or_default();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
@@ -157,7 +162,8 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let cmd = Cli::command();
-    let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).filter(|n| *n != "help").collect();
+    let names: Vec<&str> =
+        cmd.get_subcommands().map(|c| c.get_name()).filter(|n| *n != "help").collect();
     // the subcommand the user named, if any
     let sub = std::env::args().skip(1).find(|a| names.contains(&a.as_str()));
     let what = if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {

@@ -17,7 +17,8 @@ pub enum Status {
 }
 
 /// Every status, in the order the closing line counts them.
-pub const STATUSES: [Status; 5] = [Status::Pass, Status::Warn, Status::Fail, Status::Info, Status::CouldNotCheck];
+pub const STATUSES: [Status; 5] =
+    [Status::Pass, Status::Warn, Status::Fail, Status::Info, Status::CouldNotCheck];
 
 impl Status {
     pub fn word(self) -> &'static str {
@@ -45,7 +46,13 @@ pub struct Check {
 
 impl Check {
     pub fn new(id: &str, status: Status, summary: impl Into<String>) -> Check {
-        Check { id: id.to_string(), status, summary: summary.into(), evidence: Vec::new(), fix: String::new() }
+        Check {
+            id: id.to_string(),
+            status,
+            summary: summary.into(),
+            evidence: Vec::new(),
+            fix: String::new(),
+        }
     }
     pub fn evidence(mut self, line: impl Into<String>) -> Check {
         let l: String = line.into();
@@ -79,9 +86,12 @@ impl Report {
     }
     /// Why something could not be checked: the reason given, else the first COULD NOT CHECK check.
     pub fn unchecked_reason(&self) -> Option<String> {
-        self.unchecked
-            .clone()
-            .or_else(|| self.checks.iter().find(|c| c.status == Status::CouldNotCheck).map(|c| format!("{}: {}", c.id, c.summary)))
+        self.unchecked.clone().or_else(|| {
+            self.checks
+                .iter()
+                .find(|c| c.status == Status::CouldNotCheck)
+                .map(|c| format!("{}: {}", c.id, c.summary))
+        })
     }
     /// 1 when a check failed, else 2 when something could not be checked here, else 0.
     pub fn exit_code(&self) -> u8 {
@@ -114,11 +124,19 @@ impl Report {
     /// The closing line: `RESULT: WORD (N checks: a PASS, b WARN, c FAIL, d INFO, e COULD NOT
     /// CHECK)`, then `; could not check here: why` when something could not be checked.
     pub fn closing_line(&self) -> String {
-        let counts: Vec<String> =
-            STATUSES.iter().map(|st| format!("{} {}", self.checks.iter().filter(|c| c.status == *st).count(), st.word())).collect();
+        let counts: Vec<String> = STATUSES
+            .iter()
+            .map(|st| {
+                format!("{} {}", self.checks.iter().filter(|c| c.status == *st).count(), st.word())
+            })
+            .collect();
         let n = self.checks.len();
-        let mut line =
-            format!("RESULT: {} ({n} check{}: {})", result_word(self.exit_code()), if n == 1 { "" } else { "s" }, counts.join(", "));
+        let mut line = format!(
+            "RESULT: {} ({n} check{}: {})",
+            result_word(self.exit_code()),
+            if n == 1 { "" } else { "s" },
+            counts.join(", ")
+        );
         if let Some(why) = self.unchecked_reason() {
             let _ = write!(line, "; could not check here: {why}");
         }
@@ -142,7 +160,8 @@ impl Report {
     /// The JSON object with keys of a command's own: `more(i)` after check i's five, `extra`
     /// (`,"key":value…`) after `exit`.
     pub fn json_with(&self, tool: &str, more: impl Fn(usize) -> String, extra: &str) -> String {
-        let checks: Vec<String> = self.checks.iter().enumerate().map(|(i, c)| c.json(&more(i))).collect();
+        let checks: Vec<String> =
+            self.checks.iter().enumerate().map(|(i, c)| c.json(&more(i))).collect();
         json_object(tool, &checks, self.unchecked_reason().as_deref(), self.exit_code(), extra)
     }
 
@@ -184,7 +203,13 @@ pub fn result_word(exit: u8) -> &'static str {
 /// The one JSON object every command prints with `--json` (the README's "The tools' JSON"):
 /// `{"tool","version","checks":[…],"could_not_check":null or why,"result","exit"}`, then `extra`
 /// (`,"key":value…`, a command's own keys). Each check is [`Check::json`]'s object.
-pub fn json_object(tool: &str, checks: &[String], could_not_check: Option<&str>, exit: u8, extra: &str) -> String {
+pub fn json_object(
+    tool: &str,
+    checks: &[String],
+    could_not_check: Option<&str>,
+    exit: u8,
+    extra: &str,
+) -> String {
     format!(
         "{{\"tool\":{},\"version\":{},\"checks\":[{}],\"could_not_check\":{},\"result\":{},\"exit\":{exit}{extra}}}",
         json_str(tool),
@@ -271,7 +296,13 @@ mod tests {
         let mut r = Report::default();
         r.push(Check::new("a", Status::Pass, "yes"));
         assert_eq!(r.exit_code(), 0);
-        assert!(r.text().ends_with("RESULT: PASS (1 check: 1 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"), "{}", r.text());
+        assert!(
+            r.text().ends_with(
+                "RESULT: PASS (1 check: 1 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"
+            ),
+            "{}",
+            r.text()
+        );
         r.could_not_check("no libcuda");
         r.could_not_check("a second reason is not kept");
         assert_eq!(r.exit_code(), 2);
@@ -282,7 +313,13 @@ mod tests {
             "{}",
             r.text()
         );
-        assert!(r.json("t").ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\",\"exit\":2}"), "{}", r.json("t"));
+        assert!(
+            r.json("t").ends_with(
+                ",\"could_not_check\":\"no libcuda\",\"result\":\"COULD NOT CHECK\",\"exit\":2}"
+            ),
+            "{}",
+            r.json("t")
+        );
         // a failure found is a failure, whatever could not be checked; the reason is said in
         // the text as in the JSON
         r.push(Check::new("b", Status::Fail, "no"));
@@ -294,19 +331,34 @@ mod tests {
             "{}",
             r.text()
         );
-        assert!(r.json("t").ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"FAIL\",\"exit\":1}"), "{}", r.json("t"));
+        assert!(
+            r.json("t")
+                .ends_with(",\"could_not_check\":\"no libcuda\",\"result\":\"FAIL\",\"exit\":1}"),
+            "{}",
+            r.json("t")
+        );
     }
     #[test]
     fn a_check_that_could_not_be_made_is_the_reason_when_none_was_given() {
         let mut r = Report::default();
         r.push(Check::new("a", Status::Pass, "yes"));
-        r.push(Check::new("kernel.xid", Status::CouldNotCheck, "the log has no entries").fix("give the run's kernel log"));
+        r.push(
+            Check::new("kernel.xid", Status::CouldNotCheck, "the log has no entries")
+                .fix("give the run's kernel log"),
+        );
         assert_eq!(r.exit_code(), 2);
         let t = r.text();
         assert!(t.contains("COULD NOT CHECK kernel.xid"), "{t}");
-        assert!(t.contains("                fix: give the run's kernel log"), "the fix under the summary, aligned: {t}");
+        assert!(
+            t.contains("                fix: give the run's kernel log"),
+            "the fix under the summary, aligned: {t}"
+        );
         assert!(t.ends_with("; could not check here: kernel.xid: the log has no entries\n"), "{t}");
-        assert!(r.json("t").contains("\"could_not_check\":\"kernel.xid: the log has no entries\""), "{}", r.json("t"));
+        assert!(
+            r.json("t").contains("\"could_not_check\":\"kernel.xid: the log has no entries\""),
+            "{}",
+            r.json("t")
+        );
         // WARN and INFO change nothing: a pass with a warning is a pass
         let mut r = Report::default();
         r.push(Check::new("a", Status::Warn, "hm"));

@@ -5,7 +5,9 @@
 //! `--private`.
 
 use crate::doctor;
-use crate::machine::{kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State};
+use crate::machine::{
+    kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State,
+};
 use crate::report::{json_str, Check, Report, Status};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -46,20 +48,39 @@ impl Args {
     pub fn run(self) -> Result<u8, String> {
         let st = State::from_dir(&self.from).map_err(|e| e.to_string())?;
         let selftest = match &self.selftest {
-            Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("cannot read --selftest {}: {e}", p.display()))?),
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read --selftest {}: {e}", p.display()))?,
+            ),
             None => None,
         };
         let text = report(&st, selftest.as_deref(), self.private);
         let text = if self.private { text } else { scrub(&text, &host_names(&st)) };
         let mut r = Report::default();
         let verdict = doctor::doctor(&st).closing_line();
-        r.push(Check::new("report.doctor", Status::Info, format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: "))));
+        r.push(Check::new(
+            "report.doctor",
+            Status::Info,
+            format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: ")),
+        ));
         if let Some(out) = &self.out {
-            crate::report::write_whole(out, &text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
-            r.push(Check::new("report.written", Status::Pass, format!("written to {}", out.display())));
+            crate::report::write_whole(out, &text)
+                .map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+            r.push(Check::new(
+                "report.written",
+                Status::Pass,
+                format!("written to {}", out.display()),
+            ));
         }
         if self.json {
-            println!("{}", r.json_with("report", |_| String::new(), &format!(",\"markdown\":{}", json_str(&text))));
+            println!(
+                "{}",
+                r.json_with(
+                    "report",
+                    |_| String::new(),
+                    &format!(",\"markdown\":{}", json_str(&text))
+                )
+            );
         } else if self.out.is_some() {
             print!("{}", r.text());
         } else {
@@ -92,8 +113,10 @@ pub fn scrub(text: &str, hosts: &[String]) -> String {
         for h in hosts {
             l = replace_word(&l, h, "<host>");
         }
-        let words: Vec<String> =
-            l.split_inclusive(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')').map(mask_word).collect();
+        let words: Vec<String> = l
+            .split_inclusive(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+            .map(mask_word)
+            .collect();
         out.push_str(&words.concat());
         out.push('\n');
     }
@@ -106,7 +129,8 @@ fn replace_word(l: &str, w: &str, by: &str) -> String {
     while let Some(at) = rest.find(w) {
         let before = rest[..at].chars().last();
         let after = rest[at + w.len()..].chars().next();
-        let edge = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'));
+        let edge =
+            |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'));
         out.push_str(&rest[..at]);
         out.push_str(if edge(before) && edge(after) { by } else { w });
         rest = &rest[at + w.len()..];
@@ -117,18 +141,25 @@ fn replace_word(l: &str, w: &str, by: &str) -> String {
 
 /// One word (with its trailing separator): an address, GID, GUID or UUID becomes a placeholder.
 fn mask_word(w: &str) -> String {
-    let (core, tail) = w.split_at(w.trim_end_matches(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')').len());
+    let (core, tail) = w.split_at(
+        w.trim_end_matches(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')').len(),
+    );
     let hex_groups = |s: &str, sep: char| {
         let g: Vec<&str> = s.split(sep).collect();
         g.len() >= 3 && g.iter().all(|p| p.len() <= 8 && p.chars().all(|c| c.is_ascii_hexdigit()))
     };
     let ipv4 = |s: &str| {
         let p: Vec<&str> = s.split('.').collect();
-        p.len() == 4 && p.iter().all(|x| !x.is_empty() && x.len() <= 3 && x.chars().all(|c| c.is_ascii_digit()))
+        p.len() == 4
+            && p.iter()
+                .all(|x| !x.is_empty() && x.len() <= 3 && x.chars().all(|c| c.is_ascii_digit()))
     };
     let masked = if ipv4(core) || core.strip_prefix("::ffff:").is_some_and(ipv4) {
         "<address>"
-    } else if core.contains(':') && hex_groups(core.trim_start_matches("::"), ':') && core.len() >= 14 {
+    } else if core.contains(':')
+        && hex_groups(core.trim_start_matches("::"), ':')
+        && core.len() >= 14
+    {
         "<gid>"
     } else if core.starts_with("GPU-") || (core.len() >= 32 && hex_groups(core, '-')) {
         "<uuid>"
@@ -143,7 +174,8 @@ const PRIVATE_EVIDENCE: &[&str] = &["gpu.busy"];
 
 fn line(s: &mut String, c: &Check, private: bool) {
     let _ = writeln!(s, "- {} `{}` {}", c.status.word(), c.id, c.summary);
-    let shown: &[String] = if private || !PRIVATE_EVIDENCE.contains(&c.id.as_str()) { &c.evidence } else { &[] };
+    let shown: &[String] =
+        if private || !PRIVATE_EVIDENCE.contains(&c.id.as_str()) { &c.evidence } else { &[] };
     for e in shown {
         let _ = writeln!(s, "  - {e}");
     }
@@ -157,8 +189,14 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     let r = doctor::doctor(st);
     let mut s = String::new();
     let _ = writeln!(s, "# gdrshim report\n");
-    let _ = writeln!(s, "gdrshim-tool {}; state recorded {}\n", env!("CARGO_PKG_VERSION"), st.record_stamp().unwrap_or_else(|| "?".into()));
-    let _ = writeln!(s, "## Verdict\n\ndoctor: {}", r.closing_line().trim_start_matches("RESULT: "));
+    let _ = writeln!(
+        s,
+        "gdrshim-tool {}; state recorded {}\n",
+        env!("CARGO_PKG_VERSION"),
+        st.record_stamp().unwrap_or_else(|| "?".into())
+    );
+    let _ =
+        writeln!(s, "## Verdict\n\ndoctor: {}", r.closing_line().trim_start_matches("RESULT: "));
     let section = |s: &mut String, title: &str, pick: &dyn Fn(&Check) -> bool| {
         let _ = writeln!(s, "## {title}\n");
         let mut any = false;
@@ -174,7 +212,9 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     section(&mut s, "Route and its prerequisites", &|c| {
         c.id.starts_with("route.") || c.id == "rdma.kernel_config" || c.id == "rdma.modeset"
     });
-    section(&mut s, "PCIe paths (NCCL's names)", &|c| c.id.starts_with("topo.") || c.id.starts_with("p2p."));
+    section(&mut s, "PCIe paths (NCCL's names)", &|c| {
+        c.id.starts_with("topo.") || c.id.starts_with("p2p.")
+    });
     let _ = writeln!(s, "## Machine\n");
     if let Some(v) = kernel_version(st) {
         let _ = writeln!(s, "- NVIDIA kernel module {v}");
@@ -182,7 +222,11 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     if let Some(k) = st.item("kernel").ok().and_then(|k| k.split_whitespace().nth(2)) {
         let _ = writeln!(s, "- kernel {k}");
     }
-    if let Some(os) = st.item("os-release").ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME="))) {
+    if let Some(os) = st
+        .item("os-release")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")))
+    {
         let _ = writeln!(s, "- {}", os.trim_matches('"'));
     }
     if let Some(c) = st.item("cpu").ok().map(parse_cpu).filter(|c| !c.model_name.is_empty()) {
@@ -190,13 +234,27 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     }
     for g in st.item("nvidia-smi-q").ok().map(parse_smi_q).map(|(_, g)| g).unwrap_or_default() {
         let mib = |m: Option<u64>| m.map_or("?".to_string(), |v| format!("{v} MiB"));
-        let _ = writeln!(s, "- GPU {} {} ({}), memory {}, BAR1 {}", g.bus, g.name, g.arch, mib(g.fb_mib), mib(g.bar1_mib));
+        let _ = writeln!(
+            s,
+            "- GPU {} {} ({}), memory {}, BAR1 {}",
+            g.bus,
+            g.name,
+            g.arch,
+            mib(g.fb_mib),
+            mib(g.bar1_mib)
+        );
     }
     for p in st.item("ibv-devinfo").any().map(parse_ibv_devinfo).unwrap_or_default() {
         let _ = writeln!(s, "- HCA {} port {}: {} {}", p.hca, p.port, p.state, p.link_layer);
     }
     for d in st.item("pci-paths").ok().map(parse_pci_paths).unwrap_or_default() {
-        let _ = writeln!(s, "- {} {} /sys/devices/{}", if d.gpu { "GPU" } else { "NIC" }, d.name, d.path.join("/"));
+        let _ = writeln!(
+            s,
+            "- {} {} /sys/devices/{}",
+            if d.gpu { "GPU" } else { "NIC" },
+            d.name,
+            d.path.join("/")
+        );
     }
     s.push('\n');
     let _ = writeln!(s, "## Self-test\n");
@@ -207,7 +265,10 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
             let _ = writeln!(s, "\n```");
         }
         None => {
-            let _ = writeln!(s, "(not run: scripts/report --selftest, or gdrshim-tool report --selftest FILE)");
+            let _ = writeln!(
+                s,
+                "(not run: scripts/report --selftest, or gdrshim-tool report --selftest FILE)"
+            );
         }
     }
     s.push('\n');

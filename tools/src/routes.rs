@@ -82,12 +82,18 @@ pub fn kernel_lacks(config: &str) -> Vec<&'static KernelOption> {
 /// parent; a record of an older gdr-state-record lists only the children).
 fn option_set(config: &str, name: &str) -> bool {
     config.lines().any(|l| l.strip_prefix(name).is_some_and(|v| v == "=y" || v == "=m"))
-        || DMABUF_KERNEL_OPTIONS.iter().any(|o| o.parent == Some(name) && option_set(config, o.name))
+        || DMABUF_KERNEL_OPTIONS
+            .iter()
+            .any(|o| o.parent == Some(name) && option_set(config, o.name))
 }
 
 /// "CONFIG_INFINIBAND is not set (the RDMA core (ib_core))", one per missing option, parents first.
 fn lacks_text(lacks: &[&KernelOption]) -> String {
-    lacks.iter().map(|o| format!("{} is not set ({})", o.name, o.needed_by)).collect::<Vec<_>>().join(", ")
+    lacks
+        .iter()
+        .map(|o| format!("{} is not set ({})", o.name, o.needed_by))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The kernel-config need of the DMA-BUF route, as [`kernel_config_check`] and `route.dmabuf` say it.
@@ -96,7 +102,10 @@ fn kernel_config_need(st: &State) -> Need {
         Some(t) => {
             let lacks = kernel_lacks(t);
             if lacks.is_empty() {
-                let all: Vec<&str> = DMABUF_KERNEL_OPTIONS.iter().map(|o| o.name.trim_start_matches("CONFIG_")).collect();
+                let all: Vec<&str> = DMABUF_KERNEL_OPTIONS
+                    .iter()
+                    .map(|o| o.name.trim_start_matches("CONFIG_"))
+                    .collect();
                 Need::Met(format!("kernel has {}", all.join(", ")))
             } else {
                 Need::Unmet(
@@ -114,7 +123,12 @@ fn kernel_config_need(st: &State) -> Need {
 pub fn kernel_config_check(st: &State) -> Check {
     let mut c = match kernel_config_need(st) {
         Need::Met(w) => Check::new("rdma.kernel_config", Status::Pass, w),
-        Need::Unmet(w, fix) => Check::new("rdma.kernel_config", Status::Warn, format!("{w}: the DMA-BUF route cannot work")).fix(fix),
+        Need::Unmet(w, fix) => Check::new(
+            "rdma.kernel_config",
+            Status::Warn,
+            format!("{w}: the DMA-BUF route cannot work"),
+        )
+        .fix(fix),
         Need::Unknown(w) => return Check::new("rdma.kernel_config", Status::Info, w),
     };
     if let Some(t) = st.item("kernel-config").ok() {
@@ -170,7 +184,9 @@ fn dmabuf_needs(st: &State, kernel_version: Option<&str>) -> Vec<Need> {
     }
     v.push(kernel_config_need(st));
     match rdma_core(st) {
-        Some((p, major)) if major >= 34 => v.push(Need::Met(format!("{p} (ibv_reg_dmabuf_mr, rdma-core 34+)"))),
+        Some((p, major)) if major >= 34 => {
+            v.push(Need::Met(format!("{p} (ibv_reg_dmabuf_mr, rdma-core 34+)")))
+        }
         Some((p, _)) => v.push(Need::Unmet(
             format!("{p}: ibv_reg_dmabuf_mr needs rdma-core 34 or newer"),
             "install rdma-core 34+ (Ubuntu 22.04 has 39)",
@@ -185,7 +201,10 @@ fn dmabuf_needs(st: &State, kernel_version: Option<&str>) -> Vec<Need> {
             } else if loaded("ib_uverbs") {
                 v.push(Need::Unknown("an RDMA driver other than mlx5_ib: whether it takes dma-buf MRs is not known here".into()));
             } else {
-                v.push(Need::Unmet("no RDMA driver loaded (mlx5_ib, ib_uverbs)".into(), "sudo modprobe mlx5_ib ib_uverbs"));
+                v.push(Need::Unmet(
+                    "no RDMA driver loaded (mlx5_ib, ib_uverbs)".into(),
+                    "sudo modprobe mlx5_ib ib_uverbs",
+                ));
             }
         }
         None => v.push(Need::Unknown(st.item("lsmod").why_not("lsmod"))),
@@ -196,9 +215,14 @@ fn dmabuf_needs(st: &State, kernel_version: Option<&str>) -> Vec<Need> {
 fn nv503c_needs(st: &State) -> Vec<Need> {
     let params = st.item("module-params").any().unwrap_or("");
     let present = |p: &str| params.lines().any(|l| l.starts_with(p) && !l.contains("No such file"));
-    let peer_symbol = st.item("kallsyms-peer").any().and_then(|t| t.trim().lines().next()?.trim().parse::<u32>().ok());
+    let peer_symbol = st
+        .item("kallsyms-peer")
+        .any()
+        .and_then(|t| t.trim().lines().next()?.trim().parse::<u32>().ok());
     let mut v = Vec::new();
-    if present("/sys/module/nvidia_peermem/version") || present("/sys/kernel/mm/memory_peers/nv_mem/version") {
+    if present("/sys/module/nvidia_peermem/version")
+        || present("/sys/kernel/mm/memory_peers/nv_mem/version")
+    {
         v.push(Need::Met("nvidia-peermem loaded (the only reader of NV503C registrations)".into()));
     } else if params.is_empty() {
         v.push(Need::Unknown("module parameters not recorded".into()));
@@ -209,27 +233,42 @@ fn nv503c_needs(st: &State) -> Vec<Need> {
             "install MLNX_OFED/DOCA-OFED and nvidia-peermem built against it, or use the DMA-BUF route (GDRSHIM_ROUTE=dmabuf)",
         ));
     } else {
-        v.push(Need::Unmet("nvidia-peermem not loaded".into(), "sudo modprobe nvidia-peermem (needs MLNX_OFED/DOCA-OFED)"));
+        v.push(Need::Unmet(
+            "nvidia-peermem not loaded".into(),
+            "sudo modprobe nvidia-peermem (needs MLNX_OFED/DOCA-OFED)",
+        ));
     }
     v
 }
 
 /// One route's check from its needs, and whether it works.
 fn verdict(id: &str, name: &str, needs: &[Need]) -> (Check, Option<bool>) {
-    let unmet: Vec<(&String, &str)> = needs.iter().filter_map(|n| if let Need::Unmet(w, f) = n { Some((w, *f)) } else { None }).collect();
-    let unknown: Vec<&String> = needs.iter().filter_map(|n| if let Need::Unknown(w) = n { Some(w) } else { None }).collect();
+    let unmet: Vec<(&String, &str)> = needs
+        .iter()
+        .filter_map(|n| if let Need::Unmet(w, f) = n { Some((w, *f)) } else { None })
+        .collect();
+    let unknown: Vec<&String> = needs
+        .iter()
+        .filter_map(|n| if let Need::Unknown(w) = n { Some(w) } else { None })
+        .collect();
     let mut c = if let Some((_, fix)) = unmet.first() {
         Check::new(
             id,
             Status::Fail,
-            format!("{name} route cannot work here: {}", unmet.iter().map(|u| u.0.as_str()).collect::<Vec<_>>().join("; ")),
+            format!(
+                "{name} route cannot work here: {}",
+                unmet.iter().map(|u| u.0.as_str()).collect::<Vec<_>>().join("; ")
+            ),
         )
         .fix(*fix)
     } else if !unknown.is_empty() {
         Check::new(
             id,
             Status::Info,
-            format!("{name} route could not be judged: {}", unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")),
+            format!(
+                "{name} route could not be judged: {}",
+                unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")
+            ),
         )
     } else {
         Check::new(id, Status::Pass, format!("{name} route has everything it needs"))

@@ -65,13 +65,20 @@ pub fn classify(a: &PciDev, b: &PciDev) -> PathType {
 /// Per GPU, the closest RDMA device and the path to it (the first of equals, as NCCL ranks them).
 pub fn closest_nics(devs: &[PciDev]) -> Vec<(&PciDev, Option<(&PciDev, PathType)>)> {
     let nics: Vec<&PciDev> = devs.iter().filter(|d| !d.gpu).collect();
-    devs.iter().filter(|d| d.gpu).map(|g| (g, nics.iter().map(|n| (*n, classify(g, n))).min_by_key(|(_, p)| *p))).collect()
+    devs.iter()
+        .filter(|d| d.gpu)
+        .map(|g| (g, nics.iter().map(|n| (*n, classify(g, n))).min_by_key(|(_, p)| *p)))
+        .collect()
 }
 
 /// `topo.<gpu>`: which NIC NCCL takes with GDR at its default level, or the level it needs.
 pub fn gdr_level_checks(st: &State) -> Vec<Check> {
     let Some(text) = st.item("pci-paths").ok() else {
-        return vec![Check::new("topo.paths", Status::Info, st.item("pci-paths").why_not("PCIe paths of GPUs and NICs"))];
+        return vec![Check::new(
+            "topo.paths",
+            Status::Info,
+            st.item("pci-paths").why_not("PCIe paths of GPUs and NICs"),
+        )];
     };
     let devs = parse_pci_paths(text);
     if !devs.iter().any(|d| d.gpu) {
@@ -131,7 +138,9 @@ pub const READS_FAIL: &[ReadsFail] = &[ReadsFail {
 
 /// The entry of [`READS_FAIL`] this CPU is, if any.
 pub fn reads_fail_on(vendor: &str, model_name: &str) -> Option<&'static ReadsFail> {
-    READS_FAIL.iter().find(|e| e.vendor == vendor && e.model_names.iter().any(|m| model_name.contains(m)))
+    READS_FAIL
+        .iter()
+        .find(|e| e.vendor == vendor && e.model_names.iter().any(|m| model_name.contains(m)))
 }
 
 /// The self-test's cause for a READ that fails while the WRITEs pass, on such a CPU.
@@ -151,7 +160,10 @@ pub fn p2p_reads_check(st: &State) -> Option<Check> {
     let devs = st.item("pci-paths").ok().map(parse_pci_paths).unwrap_or_default();
     let through_cpu: Vec<String> = closest_nics(&devs)
         .into_iter()
-        .filter_map(|(g, b)| b.filter(|(_, p)| *p >= PathType::Phb).map(|(n, p)| format!("GPU {} ↔ {}: {}", g.name, n.name, p.name())))
+        .filter_map(|(g, b)| {
+            b.filter(|(_, p)| *p >= PathType::Phb)
+                .map(|(n, p)| format!("GPU {} ↔ {}: {}", g.name, n.name, p.name()))
+        })
         .collect();
     let c = if devs.is_empty() || !through_cpu.is_empty() {
         Check::new(

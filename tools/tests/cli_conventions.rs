@@ -36,7 +36,11 @@ fn out(o: std::process::Output) -> Out {
 }
 
 fn tool(args: &[&str]) -> Out {
-    out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).args(args).env_remove("GDRSHIM_TOOL_AS").output().unwrap())
+    out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .args(args)
+        .env_remove("GDRSHIM_TOOL_AS")
+        .output()
+        .unwrap())
 }
 
 /// Scripts that check something (they run a gdrshim-tool command) and offer --json.
@@ -78,7 +82,8 @@ fn tree(tag: &str, built: bool) -> PathBuf {
 fn commands(t: &Path, built: bool) -> Vec<(String, Vec<String>)> {
     let mut v = Vec::new();
     for dir in ["scripts", "scripts/dev"] {
-        let mut names: Vec<PathBuf> = std::fs::read_dir(t.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut names: Vec<PathBuf> =
+            std::fs::read_dir(t.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
         names.sort();
         for p in names {
             if p.is_file() && std::fs::read_to_string(&p).unwrap().starts_with("#!") {
@@ -101,7 +106,10 @@ fn commands(t: &Path, built: bool) -> Vec<(String, Vec<String>)> {
 fn subcommands() -> Vec<String> {
     let help = tool(&["--help"]).stdout;
     let list = help.split("Commands:\n").nth(1).unwrap().split("\n\n").next().unwrap();
-    list.lines().map(|l| l.split_whitespace().next().unwrap().to_string()).filter(|s| s != "help").collect()
+    list.lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .filter(|s| s != "help")
+        .collect()
 }
 
 fn run(t: &Path, argv: &[String], args: &[&str]) -> Out {
@@ -138,7 +146,12 @@ fn result_line(name: &str, o: &Out) {
     let maker = MAKERS.iter().any(|m| name.ends_with(m)) && o.rc == 0;
     let text = if maker && !o.stdout.trim_end().ends_with(')') { &o.stderr } else { &o.stdout };
     let last = text.lines().last().unwrap_or_else(|| panic!("{name}: no output: {}", o.stderr));
-    assert!(last.starts_with(&format!("RESULT: {} (", result_word(o.rc))), "{name} (exit {}): {last}\n{}", o.rc, o.stderr);
+    assert!(
+        last.starts_with(&format!("RESULT: {} (", result_word(o.rc))),
+        "{name} (exit {}): {last}\n{}",
+        o.rc,
+        o.stderr
+    );
 }
 
 fn contract(t: &Path, built: bool) {
@@ -150,14 +163,28 @@ fn contract(t: &Path, built: bool) {
         for h in ["-h", "--help"] {
             let o = run(t, argv, &[h]);
             assert_eq!((o.rc, o.stderr.as_str()), (0, ""), "{name} {h}: {}", o.stdout);
-            assert!(o.stdout.contains("Exit") && o.stdout.contains(name.as_str()), "{name} {h}: its usage and exit codes: {}", o.stdout);
+            assert!(
+                o.stdout.contains("Exit") && o.stdout.contains(name.as_str()),
+                "{name} {h}: its usage and exit codes: {}",
+                o.stdout
+            );
             // the help says whether the command takes --json, and it is the checkers that do
             if h == "--help" && name != "gdrshim-tool" {
-                assert_eq!(o.stdout.contains("--json"), checker, "{name}: --json in its help: {}", o.stdout);
+                assert_eq!(
+                    o.stdout.contains("--json"),
+                    checker,
+                    "{name}: --json in its help: {}",
+                    o.stdout
+                );
             }
         }
         let o = run(t, argv, &["--version"]);
-        assert_eq!((o.rc, o.stdout.clone()), (0, format!("{name} (gdrshim) {version}\n")), "{name}: {}", o.stderr);
+        assert_eq!(
+            (o.rc, o.stdout.clone()),
+            (0, format!("{name} (gdrshim) {version}\n")),
+            "{name}: {}",
+            o.stderr
+        );
         usage_error(name, &run(t, argv, &["--no-such-option"]), "--no-such-option");
         let o = run(t, argv, &["--json"]);
         if checker && o.rc == 2 && o.stdout.is_empty() {
@@ -172,20 +199,29 @@ fn contract(t: &Path, built: bool) {
         }
         // none of these did any work: the demo replayed nothing, nothing was left in TMPDIR
         assert!(!t.join("replayed").exists(), "{name}: the demo replayed");
-        assert_eq!(std::fs::read_dir(t.join("tmp")).unwrap().count(), 0, "{name}: left something in TMPDIR");
+        assert_eq!(
+            std::fs::read_dir(t.join("tmp")).unwrap().count(),
+            0,
+            "{name}: left something in TMPDIR"
+        );
         if BUILDS.contains(&name.as_str()) {
             continue;
         }
         let o = run(t, argv, &[]);
         if name == "gdrshim-tool version" {
-            assert_eq!((o.rc, o.stdout), (0, format!("gdrshim-tool (gdrshim) {version}\n")), "its text is --version's line");
+            assert_eq!(
+                (o.rc, o.stdout),
+                (0, format!("gdrshim-tool (gdrshim) {version}\n")),
+                "its text is --version's line"
+            );
         } else if o.rc == 2 && o.stdout.is_empty() {
             usage_error(name, &o, "(no arguments)");
         } else if checker {
             result_line(name, &o);
             if !built {
                 assert!(
-                    o.stderr.contains("gdrshim-tool is not built") && o.stderr.contains("cargo build --release"),
+                    o.stderr.contains("gdrshim-tool is not built")
+                        && o.stderr.contains("cargo build --release"),
                     "{name}: {}",
                     o.stderr
                 );
@@ -200,7 +236,11 @@ fn contract(t: &Path, built: bool) {
 fn every_command_keeps_one_contract_before_and_after_the_build() {
     for built in [false, true] {
         let t = tree(if built { "built" } else { "fresh" }, built);
-        std::fs::write(t.join("fake-replay"), format!("#!/bin/sh\ntouch {}\n", t.join("replayed").display())).unwrap();
+        std::fs::write(
+            t.join("fake-replay"),
+            format!("#!/bin/sh\ntouch {}\n", t.join("replayed").display()),
+        )
+        .unwrap();
         contract(&t, built);
         let _ = std::fs::remove_dir_all(&t);
     }
@@ -209,21 +249,36 @@ fn every_command_keeps_one_contract_before_and_after_the_build() {
 /// What the wrappers check before the tool runs is the tool's own option list.
 #[test]
 fn the_wrappers_know_the_tools_options() {
-    for (script, sub) in [("verify-run", "verify-run"), ("dmabuf-probe", "dmabuf-probe"), ("selftest", "selftest")] {
+    for (script, sub) in
+        [("verify-run", "verify-run"), ("dmabuf-probe", "dmabuf-probe"), ("selftest", "selftest")]
+    {
         let text = std::fs::read_to_string(root().join("scripts").join(script)).unwrap();
-        let opts = text.lines().find_map(|l| l.strip_prefix("opts=\"")).unwrap_or_else(|| panic!("{script}: no opts line"));
-        let mut theirs: Vec<String> = opts.trim_end_matches('"').split_whitespace().map(str::to_string).collect();
+        let opts = text
+            .lines()
+            .find_map(|l| l.strip_prefix("opts=\""))
+            .unwrap_or_else(|| panic!("{script}: no opts line"));
+        let mut theirs: Vec<String> =
+            opts.trim_end_matches('"').split_whitespace().map(str::to_string).collect();
         let help = tool(&[sub, "--help"]).stdout;
         let options = help.split("Options:\n").nth(1).unwrap().split("\n\n").next().unwrap();
         let mut ours: Vec<String> = options
             .lines()
-            .map(|l| l.trim().split_once(", ").filter(|(short, _)| short.len() == 2).map_or(l.trim(), |(_, long)| long))
+            .map(|l| {
+                l.trim()
+                    .split_once(", ")
+                    .filter(|(short, _)| short.len() == 2)
+                    .map_or(l.trim(), |(_, long)| long)
+            })
             .filter(|l| l.starts_with("--"))
             .filter_map(|l| {
                 let mut w = l.split_whitespace();
                 let flag = w.next()?;
-                (flag != "--help" && flag != "--version")
-                    .then(|| format!("{flag}{}", if w.next().is_some_and(|v| v.starts_with('<')) { "=" } else { "" }))
+                (flag != "--help" && flag != "--version").then(|| {
+                    format!(
+                        "{flag}{}",
+                        if w.next().is_some_and(|v| v.starts_with('<')) { "=" } else { "" }
+                    )
+                })
             })
             .collect();
         theirs.sort();
@@ -237,20 +292,38 @@ fn the_tools_help_lists_every_command_and_runs_nothing() {
     let o = tool(&["--help"]);
     assert!(o.stdout.contains("Usage: gdrshim-tool <COMMAND>"), "{}", o.stdout);
     for sub in ["doctor", "verify-run", "dmabuf-probe", "selftest", "report", "version"] {
-        assert!(subcommands().iter().any(|s| s == sub), "{sub} missing from the help: {}", o.stdout);
+        assert!(
+            subcommands().iter().any(|s| s == sub),
+            "{sub} missing from the help: {}",
+            o.stdout
+        );
     }
     // help on a subcommand runs nothing: verify-run would need --nccl-log, the doctor --from
     let o = tool(&["verify-run", "--help", "--nccl-log", "/nonexistent"]);
     assert_eq!(o.rc, 0, "{}", o.stderr);
-    assert!(o.stdout.contains("--expect-gdr") && o.stdout.contains("--exit-code <N>"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("--expect-gdr") && o.stdout.contains("--exit-code <N>"),
+        "{}",
+        o.stdout
+    );
     // issue 31: where the user looks, the doctor says a FAIL wins over could not check
     let o = tool(&["doctor", "--help"]);
-    assert!(o.stdout.contains("A FAIL wins over could not check: on a machine without a GPU"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("A FAIL wins over could not check: on a machine without a GPU"),
+        "{}",
+        o.stdout
+    );
     let o = tool(&["help", "doctor"]);
     assert_eq!(o.rc, 0);
     assert!(o.stdout.contains("--from <SAVED_STATE_FOLDER>"), "{}", o.stdout);
-    assert_eq!(tool(&["-V"]).stdout, format!("gdrshim-tool (gdrshim) {}\n", env!("CARGO_PKG_VERSION")));
-    assert_eq!(tool(&["version"]).stdout, format!("gdrshim-tool (gdrshim) {}\n", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        tool(&["-V"]).stdout,
+        format!("gdrshim-tool (gdrshim) {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        tool(&["version"]).stdout,
+        format!("gdrshim-tool (gdrshim) {}\n", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 /// Bad values are usage errors too, each one line that says what is wrong.
@@ -271,7 +344,11 @@ fn bad_values_are_one_line_usage_errors() {
     ];
     for (args, want) in cases {
         let o = tool(args);
-        assert_eq!((o.rc, o.stdout.as_str(), o.stderr.as_str()), (2, "", format!("{want}\n").as_str()), "{args:?}");
+        assert_eq!(
+            (o.rc, o.stdout.as_str(), o.stderr.as_str()),
+            (2, "", format!("{want}\n").as_str()),
+            "{args:?}"
+        );
     }
     // run by a wrapper, the message names the script
     let o = out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
@@ -279,15 +356,21 @@ fn bad_values_are_one_line_usage_errors() {
         .env("GDRSHIM_TOOL_AS", "selftest")
         .output()
         .unwrap());
-    assert!(o.stderr.starts_with("selftest: invalid value '7' for '--size <BYTES>'"), "{}", o.stderr);
+    assert!(
+        o.stderr.starts_with("selftest: invalid value '7' for '--size <BYTES>'"),
+        "{}",
+        o.stderr
+    );
 }
 
 /// The README's table of commands (its section "Every command"): (tool command, script, keys of
 /// its own JSON) per row, "" where a column is empty.
 fn readme_commands() -> Vec<(String, String, String)> {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let table =
-        readme.split("| `gdrshim-tool` | script | what | `--json`: keys of its own |\n").nth(1).expect("the README's table of commands");
+    let table = readme
+        .split("| `gdrshim-tool` | script | what | `--json`: keys of its own |\n")
+        .nth(1)
+        .expect("the README's table of commands");
     let cell = |c: &str| c.trim().trim_matches('`').to_string();
     table
         .lines()
@@ -295,7 +378,11 @@ fn readme_commands() -> Vec<(String, String, String)> {
         .take_while(|l| l.starts_with('|'))
         .map(|row| {
             let c: Vec<&str> = row.split('|').collect();
-            (cell(c[1]), cell(c[2]).trim_start_matches("scripts/").to_string(), c[c.len() - 2].trim().to_string())
+            (
+                cell(c[1]),
+                cell(c[2]).trim_start_matches("scripts/").to_string(),
+                c[c.len() - 2].trim().to_string(),
+            )
         })
         .collect()
 }
@@ -304,13 +391,15 @@ fn readme_commands() -> Vec<(String, String, String)> {
 #[test]
 fn the_readmes_table_of_commands_is_true() {
     let rows = readme_commands();
-    let mut tools: Vec<String> = rows.iter().map(|r| r.0.clone()).filter(|c| !c.is_empty()).collect();
+    let mut tools: Vec<String> =
+        rows.iter().map(|r| r.0.clone()).filter(|c| !c.is_empty()).collect();
     let mut want = subcommands();
     tools.sort();
     want.sort();
     assert_eq!(tools, want, "the README's gdrshim-tool commands and the tool's --help");
     let t = tree("readme", false);
-    let mut scripts: Vec<String> = rows.iter().map(|r| r.1.clone()).filter(|c| !c.is_empty()).collect();
+    let mut scripts: Vec<String> =
+        rows.iter().map(|r| r.1.clone()).filter(|c| !c.is_empty()).collect();
     let mut there: Vec<String> = commands(&t, false)
         .into_iter()
         .map(|(n, _)| n)
@@ -322,13 +411,25 @@ fn the_readmes_table_of_commands_is_true() {
     assert_eq!(scripts, there, "the README's scripts and scripts/");
     // the release's README names every command and script it ships
     let release = std::fs::read_to_string(root().join("docs/release-README.md")).unwrap();
-    let row = |start: &str| release.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start} row")).to_string();
+    let row = |start: &str| {
+        release
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} row"))
+            .to_string()
+    };
     let (tool_row, scripts_row) = (row("| `bin/gdrshim-tool` |"), row("| `scripts/` |"));
     for c in &want {
-        assert!(tool_row.contains(&format!("`{c}`")), "the release README's gdrshim-tool row lacks {c}: {tool_row}");
+        assert!(
+            tool_row.contains(&format!("`{c}`")),
+            "the release README's gdrshim-tool row lacks {c}: {tool_row}"
+        );
     }
     for s in &there {
-        assert!(scripts_row.contains(&format!("`{s}`")), "the release README's scripts row lacks {s}: {scripts_row}");
+        assert!(
+            scripts_row.contains(&format!("`{s}`")),
+            "the release README's scripts row lacks {s}: {scripts_row}"
+        );
     }
     // a run of each command, and the keys after the six every object has
     let rel = std::env::temp_dir().join(format!("gdrshim-contract-release-{}", std::process::id()));
@@ -356,12 +457,19 @@ fn the_readmes_table_of_commands_is_true() {
         if cmd == "selftest" {
             continue; // a real run's keys: tools/tests/selftest.rs, against its fake NIC
         }
-        let args = runs.iter().find(|(c, _)| c == cmd).unwrap_or_else(|| panic!("no run of {cmd} here")).1;
-        let o =
-            out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).current_dir(root()).arg(cmd).args(args).arg("--json").output().unwrap());
+        let args =
+            runs.iter().find(|(c, _)| c == cmd).unwrap_or_else(|| panic!("no run of {cmd} here")).1;
+        let o = out(Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+            .current_dir(root())
+            .arg(cmd)
+            .args(args)
+            .arg("--json")
+            .output()
+            .unwrap());
         let j = check_shape(cmd, &o.stdout, o.rc);
         let own: Vec<&str> = j.keys()[6..].to_vec();
-        let said: Vec<&str> = if keys == "none" { vec![] } else { keys.split('`').skip(1).step_by(2).collect() };
+        let said: Vec<&str> =
+            if keys == "none" { vec![] } else { keys.split('`').skip(1).step_by(2).collect() };
         assert_eq!(own, said, "{cmd}: its own keys, and the README's");
     }
     let _ = std::fs::remove_dir_all(&rel);

@@ -8,8 +8,16 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 fn probe(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).arg("dmabuf-probe").args(args).envs(envs.iter().copied()).output().unwrap();
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .arg("dmabuf-probe")
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 fn line_of<'a>(out: &'a str, id: &str) -> &'a str {
@@ -31,8 +39,12 @@ fn fake_libcuda() -> &'static Path {
         let lib = d.join("libcuda.so.1");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-libcuda.c");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st =
-            Command::new(&cc).args(["-shared", "-fPIC", "-O1", "-o"]).arg(&lib).arg(&src).status().unwrap_or_else(|e| panic!("{cc}: {e}"));
+        let st = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("{cc}: {e}"));
         assert!(st.success(), "building {}", src.display());
         lib
     })
@@ -48,7 +60,8 @@ fn no_libcuda_is_could_not_check_exit_2() {
     let (rc, out) = probe(&["--libcuda", "/nonexistent/libcuda.so.1"], &[]);
     assert_eq!(rc, 2, "{out}");
     assert!(
-        line_of(&out, "dmabuf.libcuda").starts_with("COULD NOT CHECK") && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"),
+        line_of(&out, "dmabuf.libcuda").starts_with("COULD NOT CHECK")
+            && out.contains("/nonexistent/libcuda.so.1 cannot be loaded"),
         "{out}"
     );
     assert!(out.contains("could not check here: libcuda"), "{out}");
@@ -56,7 +69,11 @@ fn no_libcuda_is_could_not_check_exit_2() {
     // a bare name the dynamic loader searches for (as the default libcuda.so.1) and finds nowhere
     let (rc, out) = probe(&["--libcuda", "libcuda-gdrshim-test-none.so.1"], &[]);
     assert_eq!(rc, 2, "{out}");
-    assert!(out.contains("libcuda-gdrshim-test-none.so.1 cannot be loaded") && out.contains("could not check here: libcuda"), "{out}");
+    assert!(
+        out.contains("libcuda-gdrshim-test-none.so.1 cannot be loaded")
+            && out.contains("could not check here: libcuda"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -65,7 +82,8 @@ fn no_gpu_or_no_such_device_is_could_not_check() {
     let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "nodevice")]);
     assert_eq!(rc, 2, "{out}");
     assert!(
-        line_of(&out, "dmabuf.init").contains("CUDA_ERROR_NO_DEVICE") && out.contains("could not check here: libcuda finds no GPU"),
+        line_of(&out, "dmabuf.init").contains("CUDA_ERROR_NO_DEVICE")
+            && out.contains("could not check here: libcuda finds no GPU"),
         "{out}"
     );
     let (rc, out) = probe(&["--libcuda", lib, "--device", "3"], &[("FAKE_CUDA", "ok")]);
@@ -89,7 +107,10 @@ fn a_failing_step_is_exit_1() {
     // a libcuda without the driver API (too old, or not libcuda at all)
     let (rc, out) = probe(&["--libcuda", "libc.so.6"], &[]);
     assert_eq!(rc, 1, "{out}");
-    assert!(line_of(&out, "dmabuf.libcuda").starts_with("FAIL") && out.contains("lacks cuInit"), "{out}");
+    assert!(
+        line_of(&out, "dmabuf.libcuda").starts_with("FAIL") && out.contains("lacks cuInit"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -109,18 +130,31 @@ fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
     // no HCA here: GPU steps passing is not "GPUDirect RDMA works"
     assert_eq!(rc, 2, "{out}");
     assert!(line_of(&out, "dmabuf.verbs").starts_with("COULD NOT CHECK"), "{out}");
-    assert!(out.contains("could not check here:") && out.contains("step 3 (ibv_reg_dmabuf_mr) could not run"), "{out}");
+    assert!(
+        out.contains("could not check here:")
+            && out.contains("step 3 (ibv_reg_dmabuf_mr) could not run"),
+        "{out}"
+    );
     // and a verbs library that cannot be loaded says so (any machine)
-    let (rc, out) = probe(&["--libcuda", lib, "--size", "4096", "--libibverbs", "/nonexistent/libibverbs.so.1"], &[("FAKE_CUDA", "ok")]);
+    let (rc, out) = probe(
+        &["--libcuda", lib, "--size", "4096", "--libibverbs", "/nonexistent/libibverbs.so.1"],
+        &[("FAKE_CUDA", "ok")],
+    );
     assert_eq!(rc, 2, "{out}");
-    assert!(line_of(&out, "dmabuf.verbs").contains("/nonexistent/libibverbs.so.1 cannot be loaded"), "{out}");
+    assert!(
+        line_of(&out, "dmabuf.verbs").contains("/nonexistent/libibverbs.so.1 cannot be loaded"),
+        "{out}"
+    );
 }
 
 /// On a GPU machine the real libcuda is probed; the exit code follows what was found.
 #[test]
 #[ignore = "needs the NVIDIA driver and libcuda: run on the GPU machine with --ignored"]
 fn the_real_libcuda_where_there_is_one() {
-    assert!(Path::new("/proc/driver/nvidia/version").exists(), "no NVIDIA driver here: this test is for the GPU machine");
+    assert!(
+        Path::new("/proc/driver/nvidia/version").exists(),
+        "no NVIDIA driver here: this test is for the GPU machine"
+    );
     let (rc, out) = probe(&[], &[]);
     assert!(line_of(&out, "dmabuf.libcuda").starts_with("PASS"), "{out}");
     let want = if out.lines().any(|l| l.starts_with("FAIL")) {

@@ -11,7 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn state() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state/rig-4090-ok").display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/state/rig-4090-ok")
+        .display()
+        .to_string()
 }
 
 fn free_port() -> u16 {
@@ -76,7 +79,11 @@ fn wait(children: Vec<Child>) -> Vec<(i32, String, String)> {
         .into_iter()
         .map(|c| {
             let o = c.wait_with_output().unwrap();
-            (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stdout).into(),
+                String::from_utf8_lossy(&o.stderr).into(),
+            )
         })
         .collect()
 }
@@ -94,11 +101,27 @@ fn check_fleet(out: &[(i32, String, String)], n: usize, launcher: &str) {
     let head = format!("fleet: {n} node(s) × 1 rail(s), {rounds} round(s), 64 KiB per transfer, launcher {launcher}");
     assert!(text.starts_with(&head), "{text}");
     for k in 0..n {
-        assert!(text.contains(&format!("FAIL gdrshim      host{k}: gdrshim is not loaded in this task")), "host{k}: {text}");
-        assert!(text.contains(&format!("FAIL node         host{k} rail 0: libcuda.so.1 cannot be loaded")), "host{k}: {text}");
+        assert!(
+            text.contains(&format!(
+                "FAIL gdrshim      host{k}: gdrshim is not loaded in this task"
+            )),
+            "host{k}: {text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "FAIL node         host{k} rail 0: libcuda.so.1 cannot be loaded"
+            )),
+            "host{k}: {text}"
+        );
     }
     let pairs = n * (n - 1) / 2;
-    assert!(text.ends_with(&format!("RESULT: FAIL ({} culprit(s): gdrshim, node; 0 of {pairs} links pass)\n", 2 * n)), "{text}");
+    assert!(
+        text.ends_with(&format!(
+            "RESULT: FAIL ({} culprit(s): gdrshim, node; 0 of {pairs} links pass)\n",
+            2 * n
+        )),
+        "{text}"
+    );
     // the progress line, once per round
     assert_eq!(out[0].2.matches("fleet: round ").count(), rounds, "{}", out[0].2);
 }
@@ -110,7 +133,8 @@ fn torchrun_tasks_meet_after_the_agents_store_and_report_once() {
         // torchrun's agent holds MASTER_PORT with its own store: the fleet must not need it
         let agent = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let t0 = Instant::now();
-        let kids = (0..n).map(|r| task(&torchrun_env(r, n, port), &format!("host{r}"), &[])).collect();
+        let kids =
+            (0..n).map(|r| task(&torchrun_env(r, n, port), &format!("host{r}"), &[])).collect();
         let out = wait(kids);
         drop(agent);
         check_fleet(&out, n, "torchrun");
@@ -123,7 +147,9 @@ fn open_mpi_tasks_meet_at_the_flag_and_json_says_the_same() {
     for n in [2, 4, 8] {
         let rdv = format!("127.0.0.1:{}", free_port());
         let t0 = Instant::now();
-        let kids = (0..n).map(|r| task(&ompi_env(r, n), &format!("host{r}"), &["--rendezvous", &rdv, "--json"])).collect();
+        let kids = (0..n)
+            .map(|r| task(&ompi_env(r, n), &format!("host{r}"), &["--rendezvous", &rdv, "--json"]))
+            .collect();
         let out = wait(kids);
         let j = &out[0].1;
         for want in [
@@ -146,7 +172,11 @@ fn a_task_that_never_comes_ends_the_run_in_bounded_time() {
     let rdv = format!("127.0.0.1:{}", free_port());
     let t0 = Instant::now();
     // three tasks announced, two started
-    let kids = (0..2).map(|r| task(&ompi_env(r, 3), &format!("host{r}"), &["--rendezvous", &rdv, "--timeout", "2"])).collect();
+    let kids = (0..2)
+        .map(|r| {
+            task(&ompi_env(r, 3), &format!("host{r}"), &["--rendezvous", &rdv, "--timeout", "2"])
+        })
+        .collect();
     let out = wait(kids);
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     for (r, (code, _, se)) in out.iter().enumerate() {
@@ -156,5 +186,11 @@ fn a_task_that_never_comes_ends_the_run_in_bounded_time() {
     // mpirun names no rendezvous: without the flag, a usage answer, not a hang
     let out = wait(vec![task(&ompi_env(1, 2), "host1", &[])]);
     assert_eq!(out[0].0, 2);
-    assert!(out[0].2.contains("Open MPI names no address every task knows: give --rendezvous HOST[:PORT]"), "{}", out[0].2);
+    assert!(
+        out[0]
+            .2
+            .contains("Open MPI names no address every task knows: give --rendezvous HOST[:PORT]"),
+        "{}",
+        out[0].2
+    );
 }

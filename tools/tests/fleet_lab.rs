@@ -29,39 +29,86 @@ fn clean_fleets_of_2_4_and_8_hosts_name_no_culprit_in_n_minus_1_rounds() {
         let o = fleet(&format!("clean{n}"), &vec![Host::Good; n], "", &[]);
         let r = &o.report;
         assert_eq!(o.code, 0, "{r}{}", o.mpirun);
-        let head = format!("fleet: {n} node(s) × 1 rail(s), {} round(s), 1 MiB per transfer, launcher Open MPI", n - 1);
+        let head = format!(
+            "fleet: {n} node(s) × 1 rail(s), {} round(s), 1 MiB per transfer, launcher Open MPI",
+            n - 1
+        );
         assert!(r.starts_with(&head), "{r}");
-        assert!(r.contains(&format!("PASS nodes        {n} of {n} nodes without a finding")), "{r}");
+        assert!(
+            r.contains(&format!("PASS nodes        {n} of {n} nodes without a finding")),
+            "{r}"
+        );
         let p = pairs(n);
-        assert!(r.contains(&format!("PASS links        {p} of {p} links pass both ways, RDMA WRITE and READ GPU→GPU")), "{r}");
-        assert!(r.ends_with(&format!("RESULT: PASS (0 culprit(s); {p} of {p} links pass)\n")), "{r}");
+        assert!(
+            r.contains(&format!(
+                "PASS links        {p} of {p} links pass both ways, RDMA WRITE and READ GPU→GPU"
+            )),
+            "{r}"
+        );
+        assert!(
+            r.ends_with(&format!("RESULT: PASS (0 culprit(s); {p} of {p} links pass)\n")),
+            "{r}"
+        );
         assert!(culprits(r).is_empty(), "{r}");
         // each matrix: a row per host, every cell a figure
         for op in ["WRITE", "READ"] {
-            let at = r.find(&format!("rail 0 {op} Gb/s")).unwrap_or_else(|| panic!("{op} matrix in {r}"));
+            let at = r
+                .find(&format!("rail 0 {op} Gb/s"))
+                .unwrap_or_else(|| panic!("{op} matrix in {r}"));
             let rows: Vec<&str> = r[at..].lines().skip(2).take(n).collect();
             for (k, row) in rows.iter().enumerate() {
                 let cells: Vec<&str> = row.split_whitespace().collect();
                 assert_eq!(&cells[..2], [k.to_string().as_str(), &format!("labhost{k}")], "{row}");
-                assert!(cells[2..].iter().all(|c| *c == "." || c.parse::<f64>().is_ok_and(|g| g > 0.0)), "{row}");
+                assert!(
+                    cells[2..].iter().all(|c| *c == "." || c.parse::<f64>().is_ok_and(|g| g > 0.0)),
+                    "{row}"
+                );
             }
         }
         // progress: one line per round, each with n/2 pairs
         assert_eq!(o.stderr[0].matches(" pair(s))").count(), n - 1, "{}", o.stderr[0]);
-        assert_eq!(o.stderr[0].matches(&format!("({} pair(s))", n / 2)).count(), n - 1, "{}", o.stderr[0]);
+        assert_eq!(
+            o.stderr[0].matches(&format!("({} pair(s))", n / 2)).count(),
+            n - 1,
+            "{}",
+            o.stderr[0]
+        );
         for (k, e) in o.stderr.iter().enumerate() {
             let w = summary(e, "fakewire");
             // GPU memory only as dma-buf MRs (the rig's two, the loopback's), none refused
-            assert!(field(w, "gpu_dmabuf_mr") >= 2 && field(w, "gpu_plain_refused") + field(w, "dmabuf_refused") == 0, "{w}");
-            assert_eq!(field(w, "wire_errors") + field(w, "dropped") + field(w, "corrupted") + field(w, "timeouts"), 0, "{w}");
+            assert!(
+                field(w, "gpu_dmabuf_mr") >= 2
+                    && field(w, "gpu_plain_refused") + field(w, "dmabuf_refused") == 0,
+                "{w}"
+            );
+            assert_eq!(
+                field(w, "wire_errors")
+                    + field(w, "dropped")
+                    + field(w, "corrupted")
+                    + field(w, "timeouts"),
+                0,
+                "{w}"
+            );
             // each peer's WRITE into this host and this host's READ of it: 4 passes of 1 MiB each
             assert!(field(w, "bytes_g2g") >= ((n as u64 - 1) * 8) << 20, "{w}");
             let g = summary(e, "gdrshim");
-            assert!(g.contains(&format!(" host=labhost{k} ")) && g.contains(" route=dmabuf "), "{g}");
+            assert!(
+                g.contains(&format!(" host=labhost{k} ")) && g.contains(" route=dmabuf "),
+                "{g}"
+            );
             // gdrshim exported the GPU memory the wire took: its own dma-bufs, from its exact map
-            assert!(field(g, "dmabuf_exports") >= 2 && field(g, "pass0_misses") + field(g, "rm_errors") == 0, "{g}");
+            assert!(
+                field(g, "dmabuf_exports") >= 2
+                    && field(g, "pass0_misses") + field(g, "rm_errors") == 0,
+                "{g}"
+            );
         }
-        eprintln!("clean fleet of {n} lab hosts: {} round(s), {} pair(s), mpirun {:.2} s", n - 1, pairs(n), o.wall);
+        eprintln!(
+            "clean fleet of {n} lab hosts: {} round(s), {} pair(s), mpirun {:.2} s",
+            n - 1,
+            pairs(n),
+            o.wall
+        );
     }
 }
 
@@ -69,18 +116,28 @@ fn clean_fleets_of_2_4_and_8_hosts_name_no_culprit_in_n_minus_1_rounds() {
 fn named(tag: &str, hosts: [Host; 4], faults: &str, want: &[(&str, &str)]) -> String {
     let o = fleet(tag, &hosts, faults, &[]);
     let got = culprits(&o.report);
-    let want: Vec<(String, String)> = want.iter().map(|(k, s)| (k.to_string(), s.to_string())).collect();
+    let want: Vec<(String, String)> =
+        want.iter().map(|(k, s)| (k.to_string(), s.to_string())).collect();
     assert_eq!(got, want, "{tag}: {}", o.report);
     assert_eq!(o.code, 1, "{tag}: every task exits 1: {}{}", o.report, o.mpirun);
     let n = want.len();
-    assert!(o.report.lines().any(|l| l.starts_with(&format!("RESULT: FAIL ({n} culprit(s): "))), "{}", o.report);
+    assert!(
+        o.report.lines().any(|l| l.starts_with(&format!("RESULT: FAIL ({n} culprit(s): "))),
+        "{}",
+        o.report
+    );
     o.report
 }
 
 /// The lines of culprit `subject` (its evidence and fix).
 fn detail(report: &str, subject: &str) -> String {
     let start = report.lines().position(|l| l.starts_with("FAIL ") && l.contains(subject)).unwrap();
-    report.lines().skip(start).take_while(|l| !l.starts_with("PASS") && !l.starts_with("INFO")).collect::<Vec<_>>().join("\n")
+    report
+        .lines()
+        .skip(start)
+        .take_while(|l| !l.starts_with("PASS") && !l.starts_with("INFO"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 use Host::{Good, Memlock, NcclLoc, NoShim, OldShim, SysPath};
@@ -96,7 +153,11 @@ fn each_fault_of_the_wire_is_the_link_it_is_on() {
     let r = named("slow-link", g, "cap 1-2 10\n", &[("link", &link(1, 2))]);
     assert!(r.contains("the link labhost1 ↔ labhost2 on rail 0: slow"), "{r}");
     let d = detail(&r, &link(1, 2));
-    for leg in ["WRITE labhost1→labhost2: slow", "READ labhost1→labhost2: slow", "WRITE labhost2→labhost1: slow"] {
+    for leg in [
+        "WRITE labhost1→labhost2: slow",
+        "READ labhost1→labhost2: slow",
+        "WRITE labhost2→labhost1: slow",
+    ] {
         assert!(d.contains(leg), "{leg} in {d}");
     }
     // each message's first data byte inverted on the way: one work request of 1 MiB a pass,
@@ -105,7 +166,11 @@ fn each_fault_of_the_wire_is_the_link_it_is_on() {
     let r = named("corrupt-link", g, "corrupt 2-3\n", &[("link", &link(2, 3))]);
     assert!(r.contains("the link labhost2 ↔ labhost3 on rail 0: corrupt"), "{r}");
     let d = detail(&r, &link(2, 3));
-    assert_eq!(d.matches(": corrupt: 1 of 1048576 bytes differ, the first at 0x0 (").count(), 4, "{d}");
+    assert_eq!(
+        d.matches(": corrupt: 1 of 1048576 bytes differ, the first at 0x0 (").count(),
+        4,
+        "{d}"
+    );
 }
 
 #[test]
@@ -114,7 +179,10 @@ fn each_fault_of_a_host_is_that_host() {
     let d = detail(&r, "labhost3 rail 0");
     // gdrshim made the dma-buf, the host's kernel refused the MR (the wire's EOPNOTSUPP), and
     // the registration the fleet asked for fails: one culprit, the loopback's failure its evidence
-    assert!(d.contains("gdrshim exported it as a dma-buf and the NIC refused the dma-buf MR"), "{d}");
+    assert!(
+        d.contains("gdrshim exported it as a dma-buf and the NIC refused the dma-buf MR"),
+        "{d}"
+    );
     assert!(d.contains("(+1 for this MR) registered_bytes=0"), "{d}");
     assert!(d.contains("also: the self-test's loopback on rail 0 failed at reg.gpu"), "{d}");
     // its links cannot run: they are its, no link is named
@@ -122,13 +190,26 @@ fn each_fault_of_a_host_is_that_host() {
     let r = named("no-shim", [Good, Good, NoShim, Good], "", &[("gdrshim", "labhost2")]);
     assert!(r.contains("FAIL gdrshim      labhost2: gdrshim is not loaded in this task"), "{r}");
     let r = named("old-shim", [Good, OldShim, Good, Good], "", &[("gdrshim", "labhost1")]);
-    let want = format!("labhost1: gdrshim {} on labhost1, {} on the 3 other node(s)", fleetlab::OLD_VERSION, env!("CARGO_PKG_VERSION"));
+    let want = format!(
+        "labhost1: gdrshim {} on labhost1, {} on the 3 other node(s)",
+        fleetlab::OLD_VERSION,
+        env!("CARGO_PKG_VERSION")
+    );
     assert!(r.contains(&want), "{r}");
-    assert!(r.contains("PASS links        6 of 6 links pass"), "another version moves the bytes: {r}");
+    assert!(
+        r.contains("PASS links        6 of 6 links pass"),
+        "another version moves the bytes: {r}"
+    );
     let r = named("sys-path", [Good, Good, Good, SysPath], "", &[("pcie-path", "labhost3 rail 0")]);
-    assert!(r.contains("GPU 0000:01:00.0 ↔ fwroce_3: SYS (across the link between CPU sockets)"), "{r}");
+    assert!(
+        r.contains("GPU 0000:01:00.0 ↔ fwroce_3: SYS (across the link between CPU sockets)"),
+        "{r}"
+    );
     let r = named("memlock", [Memlock, Good, Good, Good], "", &[("memlock", "labhost0")]);
-    assert!(r.contains("labhost0: this task may lock 64 KiB of memory, and has no CAP_IPC_LOCK"), "{r}");
+    assert!(
+        r.contains("labhost0: this task may lock 64 KiB of memory, and has no CAP_IPC_LOCK"),
+        "{r}"
+    );
 }
 
 /// Rank 0's progress lines: each round's seconds and pairs.
@@ -137,7 +218,8 @@ fn rounds(stderr: &str) -> Vec<(f64, usize)> {
         .lines()
         .filter_map(|l| l.strip_prefix("fleet: round "))
         .map(|l| {
-            let secs = l.split(" done in ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+            let secs =
+                l.split(" done in ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
             let pairs = l.rsplit(" (").next().unwrap().split(' ').next().unwrap().parse().unwrap();
             (secs, pairs)
         })
@@ -168,8 +250,16 @@ fn wall_time_grows_with_the_rounds_not_the_pairs() {
     let (one_pair, eight) = (per_round[0].1, per_round[1]);
     // 8 hosts: 7 rounds of 4 pairs. Pair after pair it would take 28 pair-times; round after
     // round, 7 round-times of about one pair-time each
-    assert!(eight.1 < 2.0 * one_pair, "a round of 4 pairs took {:.3} s, one pair {one_pair:.3} s", eight.1);
-    assert!(eight.2 < 0.5 * 28.0 * one_pair, "28 pairs in {:.2} s, one pair {one_pair:.3} s", eight.2);
+    assert!(
+        eight.1 < 2.0 * one_pair,
+        "a round of 4 pairs took {:.3} s, one pair {one_pair:.3} s",
+        eight.1
+    );
+    assert!(
+        eight.2 < 0.5 * 28.0 * one_pair,
+        "28 pairs in {:.2} s, one pair {one_pair:.3} s",
+        eight.2
+    );
 }
 
 #[test]
@@ -187,8 +277,16 @@ fn nccl_that_takes_no_gdrdma_on_a_host_is_named_while_its_rdma_passes() {
     assert_eq!(culprits(&o.report), [("nccl".to_string(), "labhost2".to_string())], "{}", o.report);
     assert_eq!(o.code, 1, "{}{}", o.report, o.mpirun);
     let d = detail(&o.report, "labhost2");
-    assert_eq!(d.matches(": error: 2 of 2 network connections without GDRDMA: labhost2:").count(), 3, "{d}");
-    assert!(o.report.contains("PASS links        6 of 6 links pass"), "RDMA through gdrshim still passes: {}", o.report);
+    assert_eq!(
+        d.matches(": error: 2 of 2 network connections without GDRDMA: labhost2:").count(),
+        3,
+        "{d}"
+    );
+    assert!(
+        o.report.contains("PASS links        6 of 6 links pass"),
+        "RDMA through gdrshim still passes: {}",
+        o.report
+    );
     assert!(o.report.contains("INFO nccl         3 of 6 pairs"), "{}", o.report);
 }
 
@@ -199,13 +297,24 @@ fn srun_tasks_meet_at_slurms_own_rendezvous_and_a_dead_link_is_named() {
     // srun gives rank, size and the step's first node: no flag, no address
     let o = fleet_srun(&slurm, "srun-clean", 4, "");
     assert_eq!(o.code, 0, "{}{}", o.report, o.mpirun);
-    assert!(o.report.starts_with("fleet: 4 node(s) × 1 rail(s), 3 round(s), 1 MiB per transfer, launcher Slurm"), "{}", o.report);
+    assert!(
+        o.report.starts_with(
+            "fleet: 4 node(s) × 1 rail(s), 3 round(s), 1 MiB per transfer, launcher Slurm"
+        ),
+        "{}",
+        o.report
+    );
     assert!(o.report.ends_with("RESULT: PASS (0 culprit(s); 6 of 6 links pass)\n"), "{}", o.report);
     for (k, e) in o.stderr.iter().enumerate() {
         let w = summary(e, "fakewire");
         assert!(field(w, "bytes_g2g") >= 24 << 20 && field(w, "wire_errors") == 0, "host {k}: {w}");
     }
     let o = fleet_srun(&slurm, "srun-dead-link", 4, "down 2-3\n");
-    assert_eq!(culprits(&o.report), [("link".to_string(), "labhost2 ↔ labhost3 rail 0".to_string())], "{}", o.report);
+    assert_eq!(
+        culprits(&o.report),
+        [("link".to_string(), "labhost2 ↔ labhost3 rail 0".to_string())],
+        "{}",
+        o.report
+    );
     assert_ne!(o.code, 0, "{}", o.report);
 }

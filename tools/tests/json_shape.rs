@@ -13,8 +13,16 @@ use std::process::Command;
 
 fn tool(args: &[&str]) -> (i32, String, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let o = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).current_dir(root).args(args).output().unwrap();
-    (o.status.code().unwrap(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    let o = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .current_dir(root)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -23,8 +31,25 @@ fn every_command_prints_one_shape_and_one_vocabulary() {
     let runs: &[(&str, &[&str])] = &[
         ("doctor", &["doctor", "--json", "--from", "tests/fixtures/state/rig-4090-ok"]),
         ("doctor", &["doctor", "--json", "--from", "tests/fixtures/state/rig-4090-bad"]),
-        ("verify-run", &["verify-run", "--json", "--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log"]),
-        ("verify-run", &["verify-run", "--json", "--expect-gdr", "--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log"]),
+        (
+            "verify-run",
+            &[
+                "verify-run",
+                "--json",
+                "--nccl-log",
+                "tests/fixtures/nccl-logs/h200-allreduce-stock.log",
+            ],
+        ),
+        (
+            "verify-run",
+            &[
+                "verify-run",
+                "--json",
+                "--expect-gdr",
+                "--nccl-log",
+                "tests/fixtures/nccl-logs/h200-allreduce-stock.log",
+            ],
+        ),
         // no libcuda: could not check, with the reason
         ("dmabuf-probe", &["dmabuf-probe", "--json", "--libcuda", "/nonexistent/libcuda.so.1"]),
         // an error that stops a command is the object too
@@ -45,7 +70,10 @@ fn every_command_prints_one_shape_and_one_vocabulary() {
     assert_eq!(seen["dmabuf-probe"], [2]);
     let (_, out, _) = tool(&["selftest", "--json", "--shim", "/nonexistent/libgdrshim.so"]);
     let j = parse(&out);
-    assert!(j.get("could_not_check").unwrap().str().starts_with("--shim /nonexistent/libgdrshim.so: "), "{out}");
+    assert!(
+        j.get("could_not_check").unwrap().str().starts_with("--shim /nonexistent/libgdrshim.so: "),
+        "{out}"
+    );
 }
 
 #[test]

@@ -31,7 +31,16 @@ fn env() -> &'static Env {
         sh(Command::new(env!("CARGO"))
             // the cdylib's package: `-p gdrshim` alone builds only the rlib (the .so was there only
             // when the integration tests had built it first)
-            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim-preload"])
+            .args([
+                "build",
+                "--release",
+                "--lib",
+                "--locked",
+                "--features",
+                "knobs",
+                "-p",
+                "gdrshim-preload",
+            ])
             .env("CARGO_TARGET_DIR", root.join("target/knobs"))
             .current_dir(&root));
         // under target/ (one folder, rebuilt each run), not a new /tmp folder per run
@@ -52,10 +61,20 @@ fn env() -> &'static Env {
         // a libibverbs.so.1 stand-in: its version map, where it goes, its source
         let verbs = |map: &Path, out: &str, source: &Path| {
             let map = format!("-Wl,--version-script={}", map.display());
-            so(out, &source.display().to_string(), &[&map, "-Wl,-soname,libibverbs.so.1"], &["-ldl", "-lpthread"]);
+            so(
+                out,
+                &source.display().to_string(),
+                &[&map, "-Wl,-soname,libibverbs.so.1"],
+                &["-ldl", "-lpthread"],
+            );
         };
         verbs(&c.join("selftestverbs.map"), "libibverbs.so.1", &c.join("selftestverbs.c"));
-        so("libcuda.so.1", &src("selftestcuda.c"), &["-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"], &["-ldl"]);
+        so(
+            "libcuda.so.1",
+            &src("selftestcuda.c"),
+            &["-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1"],
+            &["-ldl"],
+        );
         fakes::Fakes { c: c.clone(), dir: &dir }.fakerm();
         // the GPU machine's stub NIC (tests/gpu/stubverbs.c), in a folder of its own
         std::fs::create_dir_all(dir.join("gpustub")).unwrap();
@@ -84,13 +103,23 @@ fn state_of(rig: &Rig) -> PathBuf {
 }
 
 /// Runs the self-test on a fresh fake machine; (exit code, stdout, stderr).
-fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload_shim: bool) -> (i32, String, String) {
+fn selftest(
+    tag: &str,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    preload_shim: bool,
+) -> (i32, String, String) {
     let e = env();
     let dev = e.dir.join(format!("dev-{tag}"));
     let _ = std::fs::remove_dir_all(&dev);
     fakedev::fake_dev(&dev, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"], rig.peermem);
     let fakerm = e.dir.join("libfakerm.so");
-    let preload = if preload_shim { format!("{}:{}", e.shim.display(), fakerm.display()) } else { fakerm.display().to_string() };
+    let preload = if preload_shim {
+        format!("{}:{}", e.shim.display(), fakerm.display())
+    } else {
+        fakerm.display().to_string()
+    };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"));
     cmd.arg("selftest");
     if !args.contains(&"--size") {
@@ -115,7 +144,11 @@ fn selftest(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)], preload
         cmd.env_remove("GDRSHIM_MODE");
     }
     let out = cmd.envs(extra.iter().copied()).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The report line of check `id`: "VERDICT step N id summary".
@@ -142,13 +175,23 @@ fn verdict<'a>(out: &'a str, id: &str) -> &'a str {
     l.split_whitespace().next().unwrap()
 }
 
-const DATA: [&str; 4] = ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host", "rdma.read.gpu-host"];
+const DATA: [&str; 4] =
+    ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host", "rdma.read.gpu-host"];
 
 #[test]
 fn a_clean_run_passes_on_the_dmabuf_route() {
     let (rc, out, err) = selftest("clean", &DMABUF, &[], &[], true);
     assert_eq!(rc, 0, "{out}\n{err}");
-    for id in ["route.chosen", "gpu.alloc", "reg.export", "reg.gpu", "reg.dmabuf", "reg.host", "rdma.connect", "shim.counters"] {
+    for id in [
+        "route.chosen",
+        "gpu.alloc",
+        "reg.export",
+        "reg.gpu",
+        "reg.dmabuf",
+        "reg.host",
+        "rdma.connect",
+        "shim.counters",
+    ] {
         assert_eq!(verdict(&out, id), "PASS", "{id}: {out}");
     }
     for id in DATA {
@@ -159,31 +202,61 @@ fn a_clean_run_passes_on_the_dmabuf_route() {
         assert_eq!(verdict(&out, &id), "PASS", "{id}: {out}");
     }
     assert!(line(&out, "route.chosen").contains("route dmabuf"), "{out}");
-    assert!(line(&out, "reg.gpu").contains("pass0_hits=2: the shim made exactly this memory reachable"), "{out}");
+    assert!(
+        line(&out, "reg.gpu").contains("pass0_hits=2: the shim made exactly this memory reachable"),
+        "{out}"
+    );
     // step 1 also carries the doctor's verdict on the route taken, over the saved rig
     assert_eq!(verdict(&out, "route.dmabuf"), "PASS", "{out}");
     assert!(detail(&out, "route.dmabuf").contains("rig-4090-ok"), "{out}");
     assert!(!out.contains("route.nv503c"), "the route not taken is not judged: {out}");
-    assert!(out.ends_with("RESULT: PASS (18 checks: 18 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"), "{out}");
+    assert!(
+        out.ends_with(
+            "RESULT: PASS (18 checks: 18 PASS, 0 WARN, 0 FAIL, 0 INFO, 0 COULD NOT CHECK)\n"
+        ),
+        "{out}"
+    );
     // the shim really served it: its own exports, registered through ibv_reg_dmabuf_mr
     assert!(out.contains("pass0_hits=2 pass0_misses=0") && out.contains("rm_errors=0"), "{out}");
-    let summary = err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
-    assert!(summary.contains("dmabuf_served=1") && summary.contains("dmabuf_mrs=1") && summary.contains("dmabuf_live=0"), "{summary}");
+    let summary =
+        err.lines().find(|l| l.starts_with("gdrshim: summary ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        summary.contains("dmabuf_served=1")
+            && summary.contains("dmabuf_mrs=1")
+            && summary.contains("dmabuf_live=0"),
+        "{summary}"
+    );
     // two runs, two patterns
     let (_, out2, _) = selftest("clean2", &DMABUF, &[], &[], true);
-    let seed = |o: &str| detail(o, "rdma.write.gpu-gpu").split("seed ").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    let seed = |o: &str| {
+        detail(o, "rdma.write.gpu-gpu")
+            .split("seed ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
     assert_ne!(seed(&out), seed(&out2), "the pattern must change per run");
 }
 
 #[test]
 fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     let rig = Rig { peermem: true, capable: false };
-    let (rc, out, err) = selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
+    let (rc, out, err) =
+        selftest("nv503c", &rig, &["--route", "nv503c", "--json", "--no-bandwidth"], &[], true);
     // --no-bandwidth leaves step 5 unchecked: exit 2, never 0
     assert_eq!(rc, 2, "{out}\n{err}");
-    assert!(out.starts_with("{\"tool\":\"selftest\",\"version\":\"0.3.0\",\"checks\":[{\"id\":\"route.chosen\""), "{out}");
     assert!(
-        out.contains("\"could_not_check\":\"bandwidth: ") && out.contains("\"result\":\"COULD NOT CHECK\",\"exit\":2,\"bandwidth\":[]"),
+        out.starts_with(
+            "{\"tool\":\"selftest\",\"version\":\"0.3.0\",\"checks\":[{\"id\":\"route.chosen\""
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"could_not_check\":\"bandwidth: ")
+            && out.contains("\"result\":\"COULD NOT CHECK\",\"exit\":2,\"bandwidth\":[]"),
         "{out}"
     );
     assert!(
@@ -196,11 +269,19 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     for id in DATA {
         assert!(out.contains(&format!("\"id\":\"{id}\",\"status\":\"PASS\"")), "{id}: {out}");
     }
-    assert!(out.contains("\"registered\":2") && out.contains("\"route\":\"nv503c\""), "the shim's NV503C registrations: {out}");
+    assert!(
+        out.contains("\"registered\":2") && out.contains("\"route\":\"nv503c\""),
+        "the shim's NV503C registrations: {out}"
+    );
     // the keys of its own are the README's ("Every command": `step` on each check, then the rest)
     let j = common::check_shape("selftest", &out, rc);
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let row = readme.lines().find(|l| l.starts_with("| `selftest` | `scripts/selftest` |")).expect("the README's selftest row");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `selftest` | `scripts/selftest` |"))
+        .expect("the README's selftest row");
     let said: Vec<&str> = row.rsplit('|').nth(1).unwrap().split('`').skip(1).step_by(2).collect();
     assert_eq!(said[0], "step", "{row}");
     assert_eq!(j.keys()[6..], said[1..], "{row}");
@@ -210,7 +291,8 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
 
 #[test]
 fn efault_at_registration_fails_step_3() {
-    let (rc, out, err) = selftest("efault", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "efault")], true);
+    let (rc, out, err) =
+        selftest("efault", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "efault")], true);
     assert_eq!(rc, 1, "{out}\n{err}");
     assert_eq!(verdict(&out, "reg.gpu"), "FAIL", "{out}");
     let d = detail(&out, "reg.gpu");
@@ -221,11 +303,15 @@ fn efault_at_registration_fails_step_3() {
 
 #[test]
 fn a_bad_completion_status_fails_step_4() {
-    let (rc, out, err) = selftest("status", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "status")], true);
+    let (rc, out, err) =
+        selftest("status", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "status")], true);
     assert_eq!(rc, 1, "{out}\n{err}");
     assert_eq!(verdict(&out, "rdma.write.gpu-gpu"), "FAIL", "{out}");
     let d = detail(&out, "rdma.write.gpu-gpu");
-    assert!(d.contains("status IBV_WC_REM_ACCESS_ERR (10)") && d.contains("remote access error"), "{d}");
+    assert!(
+        d.contains("status IBV_WC_REM_ACCESS_ERR (10)") && d.contains("remote access error"),
+        "{d}"
+    );
     // the QP is in error after it: what follows is flushed, each transfer named
     assert!(detail(&out, "rdma.write.host-gpu").contains("IBV_WC_WR_FLUSH_ERR"), "{out}");
     assert_eq!(verdict(&out, "bandwidth"), "COULD NOT CHECK", "{out}");
@@ -233,10 +319,15 @@ fn a_bad_completion_status_fails_step_4() {
 
 #[test]
 fn one_corrupted_byte_fails_step_4_with_its_offset() {
-    let (rc, out, err) = selftest("corrupt", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "corrupt")], true);
+    let (rc, out, err) =
+        selftest("corrupt", &DMABUF, &[], &[("SELFTESTVERBS_FAULT", "corrupt")], true);
     assert_eq!(rc, 1, "{out}\n{err}");
     let l = line(&out, "rdma.write.gpu-gpu");
-    assert!(l.starts_with("FAIL") && l.contains("1 of 262144 bytes differ; the first at offset 0x3234 (4 KiB page 3)"), "{out}");
+    assert!(
+        l.starts_with("FAIL")
+            && l.contains("1 of 262144 bytes differ; the first at offset 0x3234 (4 KiB page 3)"),
+        "{out}"
+    );
     for id in &DATA[1..] {
         assert_eq!(verdict(&out, id), "PASS", "only the first transfer was corrupted: {out}");
     }
@@ -244,10 +335,15 @@ fn one_corrupted_byte_fails_step_4_with_its_offset() {
 
 #[test]
 fn a_wrong_gid_fails_the_connection() {
-    let (rc, out, err) = selftest("gid", &DMABUF, &["--gid-index", "3"], &[("SELFTESTVERBS_FAULT", "gid")], true);
+    let (rc, out, err) =
+        selftest("gid", &DMABUF, &["--gid-index", "3"], &[("SELFTESTVERBS_FAULT", "gid")], true);
     assert_eq!(rc, 1, "{out}\n{err}");
     assert_eq!(verdict(&out, "rdma.connect"), "FAIL", "{out}");
-    assert!(line(&out, "rdma.connect").contains("INIT→RTR to itself (GID 0000:0000:0000:0000:0000:ffff:0a00:005b (index 3))"), "{out}");
+    assert!(
+        line(&out, "rdma.connect")
+            .contains("INIT→RTR to itself (GID 0000:0000:0000:0000:0000:ffff:0a00:005b (index 3))"),
+        "{out}"
+    );
     let d = detail(&out, "rdma.connect");
     assert!(d.contains("errno 110") && d.contains("wrong --gid-index"), "{d}");
     // registration went fine before it
@@ -279,7 +375,13 @@ fn no_route_fails_step_1_and_the_registration() {
 
 #[test]
 fn a_slow_path_fails_step_5() {
-    let (rc, out, err) = selftest("slow", &DMABUF, &["--size", "65536"], &[("SELFTESTVERBS_DELAY_US", "1000")], true);
+    let (rc, out, err) = selftest(
+        "slow",
+        &DMABUF,
+        &["--size", "65536"],
+        &[("SELFTESTVERBS_DELAY_US", "1000")],
+        true,
+    );
     assert_eq!(rc, 1, "{out}\n{err}");
     for id in DATA {
         assert_eq!(verdict(&out, id), "PASS", "{out}");
@@ -291,18 +393,22 @@ fn a_slow_path_fails_step_5() {
 #[test]
 fn it_reexecutes_itself_under_the_shim() {
     let shim = env().shim.display().to_string();
-    let (rc, out, err) = selftest("reexec", &DMABUF, &["--shim", &shim, "--no-bandwidth"], &[], false);
+    let (rc, out, err) =
+        selftest("reexec", &DMABUF, &["--shim", &shim, "--no-bandwidth"], &[], false);
     assert_eq!(rc, 2, "only step 5 unchecked: {out}\n{err}");
     assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
     assert!(detail(&out, "route.chosen").contains("gdrshim_mode()=3"), "register mode: {out}");
     let result = out.lines().last().unwrap();
     assert!(
-        result.starts_with("RESULT: COULD NOT CHECK (") && result.contains(" 0 FAIL, ") && result.contains(" 1 COULD NOT CHECK)"),
+        result.starts_with("RESULT: COULD NOT CHECK (")
+            && result.contains(" 0 FAIL, ")
+            && result.contains(" 1 COULD NOT CHECK)"),
         "{out}"
     );
     // without a shim to find, it says so (exit 2) instead of testing without it
     // (issue 31: it said "not found … give --shim PATH" though a path was given)
-    let (rc, _, err) = selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
+    let (rc, _, err) =
+        selftest("noshim", &DMABUF, &["--shim", "/nonexistent/libgdrshim.so"], &[], false);
     assert_eq!(rc, 2);
     assert_eq!(err, "gdrshim-tool selftest: --shim /nonexistent/libgdrshim.so: No such file or directory (os error 2)\n");
     let (rc, _, err) = selftest("shimdir", &DMABUF, &["--shim", "/tmp"], &[], false);
@@ -319,13 +425,22 @@ fn the_gpu_machines_stub_nic_moves_the_bytes_through_libcuda() {
     let e = env();
     let nv = Rig { peermem: true, capable: false };
     let path = format!("{}:{}", e.dir.join("gpustub").display(), e.dir.display());
-    let (rc, out, err) = selftest("gpustub", &nv, &["--route", "nv503c"], &[("LD_LIBRARY_PATH", path.as_str())], true);
+    let (rc, out, err) = selftest(
+        "gpustub",
+        &nv,
+        &["--route", "nv503c"],
+        &[("LD_LIBRARY_PATH", path.as_str())],
+        true,
+    );
     assert_eq!(rc, 0, "{out}\n{err}");
     for id in DATA {
         assert_eq!(verdict(&out, id), "PASS", "{id}: {out}");
     }
     assert!(out.contains("registered=2"), "the shim registered both GPU buffers: {out}");
-    assert!(line(&out, "bw.write.gpu-gpu").contains("of the 25.00 Gb/s link"), "the stub's port is EDR 1x: {out}");
+    assert!(
+        line(&out, "bw.write.gpu-gpu").contains("of the 25.00 Gb/s link"),
+        "the stub's port is EDR 1x: {out}"
+    );
     let (rc, out, err) = selftest(
         "gpustub-corrupt",
         &DMABUF,
@@ -334,20 +449,36 @@ fn the_gpu_machines_stub_nic_moves_the_bytes_through_libcuda() {
         true,
     );
     assert_eq!(rc, 1, "{out}\n{err}");
-    assert!(line(&out, "rdma.write.gpu-gpu").contains("1 of 262144 bytes differ; the first at offset 0x3234"), "{out}");
+    assert!(
+        line(&out, "rdma.write.gpu-gpu")
+            .contains("1 of 262144 bytes differ; the first at offset 0x3234"),
+        "{out}"
+    );
 }
 
 #[test]
 fn step_1_fails_when_the_doctor_finds_the_route_taken_cannot_work() {
     // the shim took DMA-BUF, but the machine state says the driver is 565 (no 570+ export ABI)
     let ofed = state_of(&Rig { peermem: true, capable: false });
-    let (rc, out, err) = selftest("doctor-no", &DMABUF, &["--state", ofed.to_str().unwrap(), "--no-bandwidth"], &[], true);
+    let (rc, out, err) = selftest(
+        "doctor-no",
+        &DMABUF,
+        &["--state", ofed.to_str().unwrap(), "--no-bandwidth"],
+        &[],
+        true,
+    );
     assert_eq!(rc, 1, "{out}\n{err}");
     assert_eq!(verdict(&out, "route.chosen"), "PASS", "{out}");
     let l = line(&out, "route.dmabuf");
     assert!(l.starts_with("FAIL") && l.contains("565"), "{out}");
     // a state that cannot be read is "could not check", never a pass
-    let (rc, out, _) = selftest("doctor-none", &DMABUF, &["--state", "/nonexistent/state", "--no-bandwidth"], &[], true);
+    let (rc, out, _) = selftest(
+        "doctor-none",
+        &DMABUF,
+        &["--state", "/nonexistent/state", "--no-bandwidth"],
+        &[],
+        true,
+    );
     assert_eq!(rc, 2, "{out}");
     assert_eq!(verdict(&out, "route.doctor"), "COULD NOT CHECK", "{out}");
 }
@@ -356,7 +487,8 @@ fn step_1_fails_when_the_doctor_finds_the_route_taken_cannot_work() {
 fn without_a_state_it_records_this_machine() {
     // scripts/gdr-state-record next to the tool (../../scripts from target/release) records the
     // machine the test runs on; its verdict depends on that machine, the judging does not
-    let (_, out, err) = selftest("record", &DMABUF, &["--no-bandwidth"], &[("SELFTEST_RECORD_HERE", "1")], true);
+    let (_, out, err) =
+        selftest("record", &DMABUF, &["--no-bandwidth"], &[("SELFTEST_RECORD_HERE", "1")], true);
     let l = line(&out, "route.dmabuf");
     assert!(l.starts_with("PASS") || l.starts_with("FAIL"), "{out}\n{err}");
     assert!(detail(&out, "route.dmabuf").contains("this machine, just recorded"), "{out}");
@@ -372,7 +504,13 @@ fn without_a_state_it_records_this_machine() {
 fn a_crash_under_the_shim_is_a_failure_and_sizes_are_checked() {
     // the re-executed child dies (the provider aborts): exit 1 with the signal, never 2
     let shim = env().shim.display().to_string();
-    let (rc, out, err) = selftest("abort", &DMABUF, &["--shim", &shim, "--no-bandwidth"], &[("SELFTESTVERBS_FAULT", "abort")], false);
+    let (rc, out, err) = selftest(
+        "abort",
+        &DMABUF,
+        &["--shim", &shim, "--no-bandwidth"],
+        &[("SELFTESTVERBS_FAULT", "abort")],
+        false,
+    );
     assert_eq!(rc, 1, "{out}\n{err}");
     assert!(out.contains("killed by signal 6"), "{out}");
     // a size the transfers cannot move in equal work requests is a usage error, not a FAIL

@@ -14,8 +14,15 @@ fn root() -> PathBuf {
 }
 
 fn tool(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool")).args(args).current_dir(root()).output().unwrap();
-    (out.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 fn fixture(rel: &str) -> String {
@@ -42,12 +49,33 @@ fn line_of<'a>(out: &'a str, id: &str) -> &'a str {
 
 #[test]
 fn the_derived_example_passes_expect_gdr() {
-    let (rc, out) = tool(&["verify-run", "--nccl-log", NCCL, "--shim-log", SHIM, "--expect-gdr", "--exit-code", "0"]);
+    let (rc, out) = tool(&[
+        "verify-run",
+        "--nccl-log",
+        NCCL,
+        "--shim-log",
+        SHIM,
+        "--expect-gdr",
+        "--exit-code",
+        "0",
+    ]);
     assert_eq!(rc, 0, "{out}");
-    assert!(out.lines().last().unwrap().starts_with("RESULT: PASS (") && !out.contains("could not check"), "{out}");
-    assert!(line_of(&out, "nccl.gdr").starts_with("PASS") && line_of(&out, "nccl.gdr").contains("4 network connections"), "{out}");
+    assert!(
+        out.lines().last().unwrap().starts_with("RESULT: PASS (")
+            && !out.contains("could not check"),
+        "{out}"
+    );
+    assert!(
+        line_of(&out, "nccl.gdr").starts_with("PASS")
+            && line_of(&out, "nccl.gdr").contains("4 network connections"),
+        "{out}"
+    );
     assert!(line_of(&out, "shim.registering").contains("5 exact (pass0) hits"), "{out}");
-    assert!(!out.lines().any(|l| l.starts_with("FAIL") || l.starts_with("WARN")) && !out.contains("input.read_once"), "{out}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("FAIL") || l.starts_with("WARN"))
+            && !out.contains("input.read_once"),
+        "{out}"
+    );
     // without the shim's log the same NCCL log is no proof: no summary, nothing registered
     let (rc, out) = tool(&["verify-run", "--nccl-log", NCCL, "--expect-gdr", "--exit-code", "0"]);
     assert_eq!(rc, 1, "{out}");
@@ -64,29 +92,63 @@ fn a_shim_log_without_the_registrations_fails() {
         .lines()
         .filter(|l| !l.contains("pass0 hit"))
         .map(|l| {
-            l.replace(" pass0_hits=5 ", " pass0_hits=0 ").replace(" registered=5 unregistered=5 ", " registered=0 unregistered=0 ") + "\n"
+            l.replace(" pass0_hits=5 ", " pass0_hits=0 ")
+                .replace(" registered=5 unregistered=5 ", " registered=0 unregistered=0 ")
+                + "\n"
         })
         .collect();
-    assert!(noreg.contains(" pass0_hits=0 ") && noreg.lines().count() == 3, "the fixture changed: {noreg}");
+    assert!(
+        noreg.contains(" pass0_hits=0 ") && noreg.lines().count() == 3,
+        "the fixture changed: {noreg}"
+    );
     std::fs::write(d.join("noreg.log"), &noreg).unwrap();
-    let (rc, out) =
-        tool(&["verify-run", "--nccl-log", NCCL, "--shim-log", d.join("noreg.log").to_str().unwrap(), "--expect-gdr", "--exit-code", "0"]);
+    let (rc, out) = tool(&[
+        "verify-run",
+        "--nccl-log",
+        NCCL,
+        "--shim-log",
+        d.join("noreg.log").to_str().unwrap(),
+        "--expect-gdr",
+        "--exit-code",
+        "0",
+    ]);
     assert_eq!(rc, 1, "{out}");
     assert!(out.lines().last().unwrap().starts_with("RESULT: FAIL ("), "{out}");
     assert!(
-        line_of(&out, "shim.registering").starts_with("FAIL") && line_of(&out, "shim.registering").contains("registered nothing"),
+        line_of(&out, "shim.registering").starts_with("FAIL")
+            && line_of(&out, "shim.registering").contains("registered nothing"),
         "{out}"
     );
     // a shim log cut before its summary (a process killed by a signal prints none)
-    let cut: String = shim.lines().filter(|l| !l.starts_with("gdrshim: summary")).map(|l| format!("{l}\n")).collect();
+    let cut: String = shim
+        .lines()
+        .filter(|l| !l.starts_with("gdrshim: summary"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     std::fs::write(d.join("cut.log"), &cut).unwrap();
-    let (rc, out) =
-        tool(&["verify-run", "--nccl-log", NCCL, "--shim-log", d.join("cut.log").to_str().unwrap(), "--expect-gdr", "--exit-code", "0"]);
+    let (rc, out) = tool(&[
+        "verify-run",
+        "--nccl-log",
+        NCCL,
+        "--shim-log",
+        d.join("cut.log").to_str().unwrap(),
+        "--expect-gdr",
+        "--exit-code",
+        "0",
+    ]);
     assert_eq!(rc, 1, "{out}");
     assert!(line_of(&out, "shim.summary").starts_with("FAIL"), "{out}");
     // a miss in the summary
-    std::fs::write(d.join("miss.log"), shim.replace(" pass0_misses=0 ", " pass0_misses=1 ")).unwrap();
-    let (rc, out) = tool(&["verify-run", "--nccl-log", NCCL, "--shim-log", d.join("miss.log").to_str().unwrap(), "--expect-gdr"]);
+    std::fs::write(d.join("miss.log"), shim.replace(" pass0_misses=0 ", " pass0_misses=1 "))
+        .unwrap();
+    let (rc, out) = tool(&[
+        "verify-run",
+        "--nccl-log",
+        NCCL,
+        "--shim-log",
+        d.join("miss.log").to_str().unwrap(),
+        "--expect-gdr",
+    ]);
     assert_eq!(rc, 1, "{out}");
     assert!(line_of(&out, "shim.summary").contains("pass0_misses=1"), "{out}");
     let _ = std::fs::remove_dir_all(d);
@@ -98,8 +160,11 @@ fn the_derived_nccl_log_is_the_real_one_with_the_documented_edits() {
     let real = fixture(&format!("{DIR}/h200-allreduce-patched-shim.log"));
     let p = "vm:15162:15162 [0] NCCL INFO ";
     // 1. the shim's lines go to its own log
-    let mut s: String =
-        real.lines().filter(|l| !l.contains("[gdrshim]") && !l.starts_with("gdrshim: summary")).map(|l| format!("{l}\n")).collect();
+    let mut s: String = real
+        .lines()
+        .filter(|l| !l.contains("[gdrshim]") && !l.starts_with("gdrshim: summary"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     s = s.trim_end_matches('\n').to_string() + "\n";
     // 2. a RoCE HCA instead of the socket fallback
     let fallback = [
@@ -131,11 +196,15 @@ fn the_derived_nccl_log_is_the_real_one_with_the_documented_edits() {
     let at = s.find(&format!("{p}Init timings")).unwrap();
     let at = at + s[at..].find('\n').unwrap() + 1;
     s.insert_str(at, &block(&conn));
-    assert!(s == fixture(NCCL), "derived-2node-gdr.nccl.log is no longer the real log with the README's edits");
+    assert!(
+        s == fixture(NCCL),
+        "derived-2node-gdr.nccl.log is no longer the real log with the README's edits"
+    );
     // and the shim log is one process, the NCCL run's pid
     let shim = fixture(SHIM);
     assert!(
-        shim.lines().all(|l| l.starts_with("vm:15162:15162 [gdrshim] ") || l.starts_with("gdrshim: summary host=vm pid=15162 ")),
+        shim.lines().all(|l| l.starts_with("vm:15162:15162 [gdrshim] ")
+            || l.starts_with("gdrshim: summary host=vm pid=15162 ")),
         "{shim}"
     );
     assert!(fixture(&format!("{DIR}/README.md")).contains("**derived**"));
@@ -145,8 +214,10 @@ fn the_derived_nccl_log_is_the_real_one_with_the_documented_edits() {
 fn a_file_given_twice_is_read_once() {
     let d = scratch("twice");
     // a NCCL log whose shim lines went to stderr (no GDRSHIM_LOG_FILE), with one NCCL WARN
-    let nccl = fixture(NCCL).replace("# Out of bounds values", "vm:15162:15162 [0] NCCL WARN NET/IB : something\n# Out of bounds values")
-        + &fixture(SHIM);
+    let nccl = fixture(NCCL).replace(
+        "# Out of bounds values",
+        "vm:15162:15162 [0] NCCL WARN NET/IB : something\n# Out of bounds values",
+    ) + &fixture(SHIM);
     let log = d.join("all.log");
     std::fs::write(&log, &nccl).unwrap();
     std::os::unix::fs::symlink(&log, d.join("link.log")).unwrap();
@@ -168,30 +239,57 @@ fn a_file_given_twice_is_read_once() {
         assert!(warns[0].contains("1 line(s) in the NCCL log"), "{out}");
         assert!(line_of(&out, "shim.summary").contains(" 1 gdrshim summaries"), "{out}");
         assert!(line_of(&out, "shim.registering").contains(" 5 exact (pass0) hits"), "{out}");
-        assert_eq!(out.lines().filter(|l| l.contains("INFO input.read_once")).count(), args.len() / 2 - 1, "{args:?}: {out}");
+        assert_eq!(
+            out.lines().filter(|l| l.contains("INFO input.read_once")).count(),
+            args.len() / 2 - 1,
+            "{args:?}: {out}"
+        );
     }
     // the same summary in two different files (stderr in the NCCL log, and GDRSHIM_LOG_FILE) is
     // one process: counted once
     let (rc, out) = tool(&["verify-run", "--expect-gdr", "--nccl-log", log, "--shim-log", SHIM]);
     assert_eq!(rc, 1, "{out}");
-    assert!(line_of(&out, "shim.summary").contains(" 1 gdrshim summaries") && out.contains("1 repeated line(s) counted once"), "{out}");
+    assert!(
+        line_of(&out, "shim.summary").contains(" 1 gdrshim summaries")
+            && out.contains("1 repeated line(s) counted once"),
+        "{out}"
+    );
     assert!(line_of(&out, "shim.registering").contains(" 5 exact (pass0) hits"), "{out}");
     let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
 fn exit_codes_are_checked_and_signals_named() {
-    let run = |code: &str| tool(&["verify-run", "--nccl-log", NCCL, "--shim-log", SHIM, "--expect-gdr", "--exit-code", code]);
+    let run = |code: &str| {
+        tool(&[
+            "verify-run",
+            "--nccl-log",
+            NCCL,
+            "--shim-log",
+            SHIM,
+            "--expect-gdr",
+            "--exit-code",
+            code,
+        ])
+    };
     let (rc, out) = run("137");
     assert_eq!(rc, 1, "{out}");
     let l = line_of(&out, "nccl.exit");
-    assert!(l.starts_with("FAIL") && l.contains("killed by signal 9 (SIGKILL)") && !l.contains("CUDA error,"), "{out}");
+    assert!(
+        l.starts_with("FAIL")
+            && l.contains("killed by signal 9 (SIGKILL)")
+            && !l.contains("CUDA error,"),
+        "{out}"
+    );
     let (_, out) = run("143");
     assert!(line_of(&out, "nccl.exit").contains("killed by signal 15 (SIGTERM)"), "{out}");
     let (_, out) = run("134");
     assert!(line_of(&out, "nccl.exit").contains("killed by signal 6 (SIGABRT)"), "{out}");
     let (_, out) = run("2");
-    assert!(line_of(&out, "nccl.exit").contains("a CUDA error") && !out.contains("signal"), "{out}");
+    assert!(
+        line_of(&out, "nccl.exit").contains("a CUDA error") && !out.contains("signal"),
+        "{out}"
+    );
     let (rc, out) = run("255");
     assert_eq!(rc, 1, "{out}");
     assert!(line_of(&out, "nccl.exit").contains("exit status 255"), "{out}");

@@ -84,7 +84,8 @@ fn gunzip(raw: &[u8]) -> Result<Vec<u8>, Rejected> {
 
 /// Capture text: UTF-8, a record first, and no record cut off at the end.
 pub fn check_text(bytes: Vec<u8>) -> Result<String, Rejected> {
-    let text = String::from_utf8(bytes).map_err(|e| Rejected::Binary { offset: e.utf8_error().valid_up_to() })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Rejected::Binary { offset: e.utf8_error().valid_up_to() })?;
     let Some(first) = text.lines().find(|l| !l.trim().is_empty()) else {
         return Err(Rejected::Empty);
     };
@@ -131,10 +132,18 @@ mod tests {
     #[test]
     fn each_kind_of_garbage_has_its_reason() {
         assert_eq!(check_text(Vec::new()), Err(Rejected::Empty));
-        assert_eq!(check_text(b"V 580.159.04\n\xff\xfe".to_vec()), Err(Rejected::Binary { offset: 13 }));
-        assert!(matches!(check_text(b"hello world\n".to_vec()), Err(Rejected::NotCapture { first_line }) if first_line == "hello world"));
+        assert_eq!(
+            check_text(b"V 580.159.04\n\xff\xfe".to_vec()),
+            Err(Rejected::Binary { offset: 13 })
+        );
+        assert!(
+            matches!(check_text(b"hello world\n".to_vec()), Err(Rejected::NotCapture { first_line }) if first_line == "hello world")
+        );
         // cut in the middle of an I record's hex
-        assert_eq!(check_text(b"V 580.159.04\nM start\nI c 10 c00846d6 0 00000".to_vec()), Err(Rejected::Truncated { record: 3 }));
+        assert_eq!(
+            check_text(b"V 580.159.04\nM start\nI c 10 c00846d6 0 00000".to_vec()),
+            Err(Rejected::Truncated { record: 3 })
+        );
         // a complete last record without its line end is fine
         assert!(check_text(b"V 580.159.04\nM start".to_vec()).is_ok());
         let z = gz(CAP.as_bytes());

@@ -64,7 +64,9 @@ fn replay_one(path: &Path, cli: &Cli) -> u8 {
     };
     if cli.bench {
         match gdrshim::capture::bench_decode_apply(&text, 50) {
-            Some((n, ns)) => println!("bench {f}: decode+map per NVIDIA ioctl {ns:.0} ns ({n} ioctls replayed)"),
+            Some((n, ns)) => {
+                println!("bench {f}: decode+map per NVIDIA ioctl {ns:.0} ns ({n} ioctls replayed)")
+            }
             None => println!("bench {f}: no verified ABI table"),
         }
         return 0;

@@ -138,7 +138,11 @@ pub const KNOB_VARS: [&str; 10] = [
 ];
 
 impl Knobs {
-    fn from_env(get: &impl Fn(&str) -> Option<String>, mode: Mode, warnings: &mut Vec<String>) -> Knobs {
+    fn from_env(
+        get: &impl Fn(&str) -> Option<String>,
+        mode: Mode,
+        warnings: &mut Vec<String>,
+    ) -> Knobs {
         let mut k = Knobs {
             timing: flag(get, ENV_TIMING, false, warnings),
             bench_pause: flag(get, ENV_BENCH_PAUSE, false, warnings),
@@ -226,7 +230,9 @@ impl Config {
                 "info" => c.level = Level::Info,
                 "debug" => c.level = Level::Debug,
                 "trace" => c.level = Level::Trace,
-                _ => warnings.push(format!("{ENV_LEVEL}={v:?} is not one of error, warn, info, debug, trace; using warn")),
+                _ => warnings.push(format!(
+                    "{ENV_LEVEL}={v:?} is not one of error, warn, info, debug, trace; using warn"
+                )),
             }
         }
         if c.mode == Mode::Trace && get(ENV_LEVEL).is_none() {
@@ -244,25 +250,33 @@ impl Config {
         }
         c.eager = flag(&get, ENV_EAGER, false, &mut warnings);
         c.advertise_gdr = flag(&get, ENV_ADVERTISE_GDR, true, &mut warnings);
-        c.advertise_gdr_asked = matches!(get(ENV_ADVERTISE_GDR).as_deref().map(str::trim), Some("1" | "yes" | "true"));
+        c.advertise_gdr_asked =
+            matches!(get(ENV_ADVERTISE_GDR).as_deref().map(str::trim), Some("1" | "yes" | "true"));
         if let Some(v) = get(ENV_ROUTE) {
             match crate::route::Wish::parse(&v) {
                 Some(w) => c.route = w,
-                None => warnings.push(format!("{ENV_ROUTE}={v:?} is not one of auto, dmabuf, nv503c; using auto")),
+                None => warnings.push(format!(
+                    "{ENV_ROUTE}={v:?} is not one of auto, dmabuf, nv503c; using auto"
+                )),
             }
         }
         // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
-        c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
+        c.nccl_flush_disabled =
+            get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
         // the other way round: only a clean non-zero integer counts as a forced flush (else GDR is
         // not advertised where it would need that flush)
-        c.nccl_force_flush = get(ENV_NCCL_FORCE_FLUSH).is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0));
+        c.nccl_force_flush = get(ENV_NCCL_FORCE_FLUSH)
+            .is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0));
         if cfg!(feature = "knobs") {
             c.knobs = Knobs::from_env(&get, c.mode, &mut warnings);
         } else {
             let set: Vec<&str> = KNOB_VARS.iter().copied().filter(|k| get(k).is_some()).collect();
             if !set.is_empty() {
                 let verb = if set.len() == 1 { "works" } else { "work" };
-                warnings.push(format!("{} only {verb} in test builds of gdrshim (the `knobs` feature); ignored", set.join(", ")));
+                warnings.push(format!(
+                    "{} only {verb} in test builds of gdrshim (the `knobs` feature); ignored",
+                    set.join(", ")
+                ));
             }
         }
         (c, warnings)
@@ -270,7 +284,12 @@ impl Config {
 }
 
 /// A 0/1 variable: a bad value warns and keeps the default.
-fn flag(get: &impl Fn(&str) -> Option<String>, name: &str, default: bool, warnings: &mut Vec<String>) -> bool {
+fn flag(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: bool,
+    warnings: &mut Vec<String>,
+) -> bool {
     match get(name).as_deref().map(str::trim) {
         None => default,
         Some("0" | "no" | "false") => false,
@@ -293,7 +312,8 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_env(|k| m.get(k).cloned())
     }
 
@@ -302,14 +322,21 @@ mod tests {
         let (c, w) = parse(&[]);
         assert_eq!(c, Config::default());
         assert_eq!(c.mode, Mode::Register, "zero configuration: register by default");
-        assert!(c.advertise_gdr && !c.advertise_gdr_asked, "GDR advertised by default, not asked for");
+        assert!(
+            c.advertise_gdr && !c.advertise_gdr_asked,
+            "GDR advertised by default, not asked for"
+        );
         assert!(!c.nccl_flush_disabled && !c.nccl_force_flush);
         assert!(w.is_empty());
     }
 
     #[test]
     fn values() {
-        let (c, w) = parse(&[("GDRSHIM_MODE", " Trace "), ("GDRSHIM_LOG_FILE", "/tmp/x.%p"), ("GDRSHIM_SUMMARY", "0")]);
+        let (c, w) = parse(&[
+            ("GDRSHIM_MODE", " Trace "),
+            ("GDRSHIM_LOG_FILE", "/tmp/x.%p"),
+            ("GDRSHIM_SUMMARY", "0"),
+        ]);
         assert_eq!((c.mode, c.level, c.summary), (Mode::Trace, Level::Info, false));
         assert_eq!(c.log_file.as_deref(), Some("/tmp/x.%p"));
         assert!(w.is_empty());
@@ -321,12 +348,21 @@ mod tests {
 
     #[test]
     fn garbage_warns_and_keeps_the_default_but_a_garbled_mode_registers_nothing() {
-        let (c, w) = parse(&[("GDRSHIM_MODE", "\u{1b}[31mregister!"), ("GDRSHIM_LOG_LEVEL", "loud"), ("GDRSHIM_SUMMARY", "maybe")]);
+        let (c, w) = parse(&[
+            ("GDRSHIM_MODE", "\u{1b}[31mregister!"),
+            ("GDRSHIM_LOG_LEVEL", "loud"),
+            ("GDRSHIM_SUMMARY", "maybe"),
+        ]);
         assert_eq!(c.mode, Mode::Shadow, "a mode asked for but not understood: nothing registered");
         assert_eq!(c.level, Level::Warn);
         assert!(c.summary);
         assert_eq!(w.len(), 3);
-        assert!(w[0].contains("GDRSHIM_MODE") && w[0].contains("off, trace, shadow, register") && w[0].contains("using shadow"), "{w:?}");
+        assert!(
+            w[0].contains("GDRSHIM_MODE")
+                && w[0].contains("off, trace, shadow, register")
+                && w[0].contains("using shadow"),
+            "{w:?}"
+        );
         assert!(w[1].contains("GDRSHIM_LOG_LEVEL"));
     }
 
@@ -346,7 +382,15 @@ mod tests {
 
     #[test]
     fn a_forced_flush_only_from_a_clean_nonzero_integer() {
-        for (v, forced) in [("1", true), (" 2 ", true), ("-1", true), ("0", false), ("", false), ("yes", false), ("0x1", false)] {
+        for (v, forced) in [
+            ("1", true),
+            (" 2 ", true),
+            ("-1", true),
+            ("0", false),
+            ("", false),
+            ("yes", false),
+            ("0x1", false),
+        ] {
             assert_eq!(parse(&[("NCCL_NET_FORCE_FLUSH", v)]).0.nccl_force_flush, forced, "{v:?}");
         }
         assert!(!parse(&[]).0.nccl_force_flush);
@@ -366,8 +410,15 @@ mod tests {
     fn knobs_are_read_in_a_knobs_build() {
         let k = parse(&[]).0.knobs;
         assert_eq!(k, Knobs::default());
-        let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "0"), ("GDRSHIM_TEST_HIDE_GDR", "yes"), ("GDRSHIM_TIMING", "1")]);
-        assert!(c.knobs.no_apply_thread && c.knobs.hide_gdr && c.knobs.timing && w.is_empty(), "{w:?}");
+        let (c, w) = parse(&[
+            ("GDRSHIM_APPLY_THREAD", "0"),
+            ("GDRSHIM_TEST_HIDE_GDR", "yes"),
+            ("GDRSHIM_TIMING", "1"),
+        ]);
+        assert!(
+            c.knobs.no_apply_thread && c.knobs.hide_gdr && c.knobs.timing && w.is_empty(),
+            "{w:?}"
+        );
         let (c, w) = parse(&[("GDRSHIM_APPLY_THREAD", "later"), ("GDRSHIM_TIMING", "lots")]);
         assert!(!c.knobs.no_apply_thread && !c.knobs.timing);
         assert!(w[0].contains("GDRSHIM_TIMING") && w[1].contains("GDRSHIM_APPLY_THREAD"), "{w:?}");
@@ -378,7 +429,11 @@ mod tests {
     #[cfg(not(feature = "knobs"))]
     #[test]
     fn a_release_build_ignores_the_knobs_and_says_so() {
-        let (c, w) = parse(&[("GDRSHIM_TEST_HIDE_GDR", "1"), ("GDRSHIM_TIMING", "1"), ("GDRSHIM_TEST_DEV_DIR", "/tmp/x")]);
+        let (c, w) = parse(&[
+            ("GDRSHIM_TEST_HIDE_GDR", "1"),
+            ("GDRSHIM_TIMING", "1"),
+            ("GDRSHIM_TEST_DEV_DIR", "/tmp/x"),
+        ]);
         assert_eq!(c.knobs, Knobs::default());
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("GDRSHIM_TIMING, GDRSHIM_TEST_DEV_DIR, GDRSHIM_TEST_HIDE_GDR only work in test builds"), "{w:?}");

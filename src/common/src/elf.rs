@@ -102,9 +102,11 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
                 // SAFETY: idx is a symbol index the hash table handed out.
                 let sym = unsafe { &*(symtab as *const libc::Elf64_Sym).add(idx as usize) };
                 // SAFETY: st_name is an offset into the NUL-terminated string table.
-                let nm = unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char) };
+                let nm =
+                    unsafe { CStr::from_ptr((strtab + sym.st_name as usize) as *const c_char) };
                 // SAFETY: DT_VERSYM has one u16 per symbol.
-                let hidden = versym != 0 && unsafe { *(versym as *const u16).add(idx as usize) } & 0x8000 != 0;
+                let hidden = versym != 0
+                    && unsafe { *(versym as *const u16).add(idx as usize) } & 0x8000 != 0;
                 // (an executable's undefined function can have a value: its PLT entry)
                 if nm.to_bytes() == *name && sym.st_value != 0 && sym.st_shndx != 0 && !hidden {
                     s.found[k] = base + sym.st_value as usize;
@@ -121,7 +123,11 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
     true
 }
 
-unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+unsafe extern "C" fn each_object(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
     // SAFETY: dl_iterate_phdr passes a valid info and our own Search pointer.
     let (info, s) = unsafe { (&*info, &mut *(data as *mut Search)) };
     if info.dlpi_name.is_null() {
@@ -141,7 +147,8 @@ unsafe extern "C" fn each_object(info: *mut libc::dl_phdr_info, _size: libc::siz
 pub fn libc_dlsym_dlvsym() -> [usize; 2] {
     // libdl.so.2 of glibc >= 2.34 only forwards to libc: a forwarder would make glibc see it,
     // not our caller, as the caller of dlsym. So libc.so.6 first.
-    let mut s = Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0], sizes: [0, 0] };
+    let mut s =
+        Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0], sizes: [0, 0] };
     for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
         s.object = object;
         // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
@@ -171,7 +178,9 @@ fn holds(info: &libc::dl_phdr_info, addr: usize) -> bool {
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
         let ph = unsafe { &*info.dlpi_phdr.add(i) };
         let start = base.wrapping_add(ph.p_vaddr as usize);
-        ph.p_type == libc::PT_LOAD && addr >= start && addr < start.wrapping_add(ph.p_memsz as usize)
+        ph.p_type == libc::PT_LOAD
+            && addr >= start
+            && addr < start.wrapping_add(ph.p_memsz as usize)
     })
 }
 
@@ -182,7 +191,11 @@ pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
         addr: usize,
         found: Option<(usize, *const c_char)>,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
         if holds(info, f.addr) {
@@ -208,7 +221,11 @@ pub fn loaded_before_libc(addr: usize) -> bool {
         addr: usize,
         answer: Option<bool>,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
         let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
         if holds(info, f.addr) {
@@ -244,7 +261,11 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
         unsure: bool,
         s: Search,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own Next pointer.
         let (info, n) = unsafe { (&*info, &mut *(data as *mut Next)) };
         if !n.passed {
@@ -255,7 +276,8 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
         if !unsafe { lookup_in_object(info, &mut n.s) } {
             // (the vDSO has no names we look up; any other object without GNU hash: unsure)
             // SAFETY: dlpi_name is null or a NUL-terminated string owned by ld.so.
-            let vdso = !info.dlpi_name.is_null() && unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes().starts_with(b"linux-vdso");
+            let vdso = !info.dlpi_name.is_null()
+                && unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes().starts_with(b"linux-vdso");
             if !vdso {
                 n.unsure = true;
                 return 1;
@@ -263,7 +285,12 @@ pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
         }
         (n.s.found[0] != 0) as c_int
     }
-    let mut n = Next { after, passed: false, unsure: false, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
+    let mut n = Next {
+        after,
+        passed: false,
+        unsure: false,
+        s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] },
+    };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `n`.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut n as *mut Next as *mut c_void) };
     (!n.unsure && n.s.found[0] != 0).then_some(n.s.found[0])
@@ -284,7 +311,11 @@ pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
         base: usize,
         s: Search,
     }
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our own At pointer.
         let (info, a) = unsafe { (&*info, &mut *(data as *mut At)) };
         if info.dlpi_addr as usize != a.base {
@@ -294,7 +325,8 @@ pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
         unsafe { lookup_in_object(info, &mut a.s) };
         1
     }
-    let mut a = At { base, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
+    let mut a =
+        At { base, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
     // SAFETY: the callback only reads the objects ld.so describes and writes into `a`.
     unsafe { libc::dl_iterate_phdr(Some(each), &mut a as *mut At as *mut c_void) };
     a.s.found[0]

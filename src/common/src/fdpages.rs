@@ -209,7 +209,8 @@ pub fn each_own(mut f: impl FnMut(c_int)) {
 /// hands the core it loads, so that the two keep one table.
 pub fn share() -> (*mut core::ffi::c_void, *mut core::ffi::c_void) {
     let first = mapped(&FIRST, PAGE, true).map_or(core::ptr::null_mut(), |p| p.cast());
-    let more = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), true).map_or(core::ptr::null_mut(), |p| p.cast());
+    let more = mapped(&MORE, PAGES * core::mem::size_of::<AtomicPtr<AtomicU8>>(), true)
+        .map_or(core::ptr::null_mut(), |p| p.cast());
     (first, more)
 }
 

@@ -94,8 +94,12 @@ impl Facts {
         let mut l = Lacks::default();
         match self.gpu_dmabuf {
             Some(true) => {}
-            Some(false) => l.dmabuf.push("the GPU's dma-buf capability (RM says no: kernel without dma-buf, or APM on)"),
-            None => l.dmabuf.push("a known dma-buf capability of the GPU (could not be asked on this driver)"),
+            Some(false) => l.dmabuf.push(
+                "the GPU's dma-buf capability (RM says no: kernel without dma-buf, or APM on)",
+            ),
+            None => l
+                .dmabuf
+                .push("a known dma-buf capability of the GPU (could not be asked on this driver)"),
         }
         if !self.export_abi {
             l.dmabuf.push("a driver branch whose export struct gdrshim knows (570 or later)");
@@ -135,7 +139,12 @@ mod tests {
         for peermem in [false, true] {
             for capable in [false, true] {
                 for verbs in [false, true] {
-                    let f = Facts { gpu_dmabuf: Some(capable), export_abi: true, verbs_dmabuf: verbs, peermem };
+                    let f = Facts {
+                        gpu_dmabuf: Some(capable),
+                        export_abi: true,
+                        verbs_dmabuf: verbs,
+                        peermem,
+                    };
                     let got = choose(Wish::Auto, &f);
                     let want = if capable && verbs {
                         Choice::Use(Route::Dmabuf)
@@ -158,14 +167,17 @@ mod tests {
 
     #[test]
     fn a_forced_route_is_used_only_where_it_can_work() {
-        let all = Facts { gpu_dmabuf: Some(true), export_abi: true, verbs_dmabuf: true, peermem: true };
+        let all =
+            Facts { gpu_dmabuf: Some(true), export_abi: true, verbs_dmabuf: true, peermem: true };
         assert_eq!(choose(Wish::Nv503c, &all), Choice::Use(Route::Nv503c));
         assert_eq!(choose(Wish::Dmabuf, &all), Choice::Use(Route::Dmabuf));
         let no_peermem = Facts { peermem: false, ..all };
         assert!(matches!(choose(Wish::Nv503c, &no_peermem), Choice::None(_)));
         let old_driver = Facts { export_abi: false, ..all };
         assert_eq!(choose(Wish::Auto, &old_driver), Choice::Use(Route::Nv503c));
-        assert!(matches!(choose(Wish::Dmabuf, &old_driver), Choice::None(l) if l.to_string().contains("570")));
+        assert!(
+            matches!(choose(Wish::Dmabuf, &old_driver), Choice::None(l) if l.to_string().contains("570"))
+        );
         let unknown = Facts { gpu_dmabuf: None, peermem: false, ..all };
         assert!(matches!(choose(Wish::Auto, &unknown), Choice::None(_)));
     }

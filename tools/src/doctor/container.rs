@@ -27,7 +27,10 @@ pub(super) fn runtime(st: &State) -> Option<(&'static str, String)> {
     let t = st.item("container").ok()?;
     let rt = if t.contains("KUBERNETES_SERVICE_HOST") || t.contains("kubepods") {
         "kubernetes"
-    } else if t.contains("/run/.containerenv") || t.contains("container=podman") || t.contains("libpod") {
+    } else if t.contains("/run/.containerenv")
+        || t.contains("container=podman")
+        || t.contains("libpod")
+    {
         "podman"
     } else if t.contains("/.dockerenv") || t.contains("docker") {
         "docker"
@@ -53,15 +56,32 @@ fn memlock_fix(rt: Option<&str>) -> String {
 pub(super) fn memlock(st: &State, r: &mut Report, matters: bool) {
     let v = match st.item("memlock").ok().map(str::trim) {
         Some(v) => v.to_string(),
-        None => return r.push(Check::new("limits.memlock", Status::Info, st.item("memlock").why_not("ulimit -l"))),
+        None => {
+            return r.push(Check::new(
+                "limits.memlock",
+                Status::Info,
+                st.item("memlock").why_not("ulimit -l"),
+            ))
+        }
     };
     let kernel = "charged: pinned user memory, ib_umem_get (host MRs, the provider's CQ/QP buffers; NV503C GPU MRs through MLNX_OFED); not charged: dma-buf MRs, ib_umem_dmabuf_get (the DMA-BUF route's GPU MRs), and ODP MRs";
     let rt = runtime(st).map(|(rt, _)| rt);
     let kib = match v.as_str() {
-        "unlimited" => return r.push(Check::new("limits.memlock", Status::Pass, "locked-memory limit unlimited").evidence(kernel)),
+        "unlimited" => {
+            return r.push(
+                Check::new("limits.memlock", Status::Pass, "locked-memory limit unlimited")
+                    .evidence(kernel),
+            )
+        }
         n => match n.parse::<u64>() {
             Ok(k) => k,
-            Err(_) => return r.push(Check::new("limits.memlock", Status::Info, format!("ulimit -l said {n:?}"))),
+            Err(_) => {
+                return r.push(Check::new(
+                    "limits.memlock",
+                    Status::Info,
+                    format!("ulimit -l said {n:?}"),
+                ))
+            }
         },
     };
     let bad = if matters { Status::Fail } else { Status::Warn };
@@ -72,21 +92,37 @@ pub(super) fn memlock(st: &State, r: &mut Report, matters: bool) {
     } else if kib < AMPLE_KIB {
         (bad, format!("locked-memory limit {kib} KiB: enough for the self-test, but a job that pins more than that gets ENOMEM: its host buffers and rings count, and on the NV503C route its GPU MRs too (NCCL's buffers, per channel and peer); the DMA-BUF route's GPU MRs do not"))
     } else {
-        return r.push(Check::new("limits.memlock", Status::Pass, format!("locked-memory limit {kib} KiB")).evidence(kernel));
+        return r.push(
+            Check::new("limits.memlock", Status::Pass, format!("locked-memory limit {kib} KiB"))
+                .evidence(kernel),
+        );
     };
-    r.push(Check::new("limits.memlock", status, summary).evidence(format!("ulimit -l: {kib}")).evidence(kernel).fix(memlock_fix(rt)));
+    r.push(
+        Check::new("limits.memlock", status, summary)
+            .evidence(format!("ulimit -l: {kib}"))
+            .evidence(kernel)
+            .fix(memlock_fix(rt)),
+    );
 }
 
 /// `container.*`, where the state was recorded inside a container: what the runtime gave.
 pub(super) fn container(st: &State, r: &mut Report) {
     let Some((rt, how)) = runtime(st) else { return };
-    r.push(Check::new("container.runtime", Status::Info, format!("recorded inside a container ({rt})")).evidence(how));
+    r.push(
+        Check::new(
+            "container.runtime",
+            Status::Info,
+            format!("recorded inside a container ({rt})"),
+        )
+        .evidence(how),
+    );
     let cdi = "--device gdrshim/rdma=all (the CDI spec gdrshim-tool cdi writes; scripts/deploy.sh installs it in /etc/cdi)";
     let nodes = st.item("dev-nodes").any().unwrap_or("");
     let given = |n: &str| nodes.lines().any(|l| l.split_whitespace().last() == Some(n));
     let nics: Vec<CharDev> = st.item("uverbs").ok().map(parse_uverbs).unwrap_or_default();
     let verbs: Vec<&CharDev> = nics.iter().filter(|d| d.ibdev.is_some()).collect();
-    let lacking: Vec<&str> = verbs.iter().filter(|d| !given(&d.name)).map(|d| d.name.as_str()).collect();
+    let lacking: Vec<&str> =
+        verbs.iter().filter(|d| !given(&d.name)).map(|d| d.name.as_str()).collect();
     r.push(if verbs.is_empty() {
         Check::new("container.devices", Status::Info, "no RDMA NIC in /sys/class/infiniband_verbs: no verbs device to give")
     } else if lacking.len() == verbs.len() {
@@ -102,8 +138,11 @@ pub(super) fn container(st: &State, r: &mut Report) {
     } else {
         Check::new("container.devices", Status::Pass, format!("every NIC's verbs node is here ({})", verbs.len()))
     });
-    let mgmt: Vec<&str> =
-        nodes.lines().filter_map(|l| l.split_whitespace().last()).filter(|n| n.starts_with("issm") || n.starts_with("umad")).collect();
+    let mgmt: Vec<&str> = nodes
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|n| n.starts_with("issm") || n.starts_with("umad"))
+        .collect();
     if !mgmt.is_empty() {
         r.push(Check::new("container.privileged", Status::Warn, format!("the container has {}: --privileged or all of /dev/infiniband; a tenant can send management datagrams and set ports' subnet-manager state", mgmt.join(" "))).fix(format!("give it only what it needs: {cdi}")));
     }
@@ -113,7 +152,11 @@ pub(super) fn container(st: &State, r: &mut Report) {
 /// `container.shim`: LD_PRELOAD names the shim, and its two files are there.
 fn shim_files(st: &State, cdi: &str) -> Check {
     let Some(t) = st.item("preload").ok() else {
-        return Check::new("container.shim", Status::Info, st.item("preload").why_not("LD_PRELOAD"));
+        return Check::new(
+            "container.shim",
+            Status::Info,
+            st.item("preload").why_not("LD_PRELOAD"),
+        );
     };
     let value = t.lines().find_map(|l| l.strip_prefix("LD_PRELOAD=")).unwrap_or("");
     let ev = format!("LD_PRELOAD={value}");
@@ -129,10 +172,19 @@ fn shim_files(st: &State, cdi: &str) -> Check {
         ));
     }
     match t.lines().find(|l| l.contains("No such file")) {
-        Some(l) => Check::new("container.shim", Status::Fail, "LD_PRELOAD names the shim, but its files are not in the container")
-            .evidence(ev)
-            .evidence(l)
-            .fix(format!("mount the release read-only: {cdi}")),
-        None => Check::new("container.shim", Status::Pass, "LD_PRELOAD names libgdrshim.so and both its files are here").evidence(ev),
+        Some(l) => Check::new(
+            "container.shim",
+            Status::Fail,
+            "LD_PRELOAD names the shim, but its files are not in the container",
+        )
+        .evidence(ev)
+        .evidence(l)
+        .fix(format!("mount the release read-only: {cdi}")),
+        None => Check::new(
+            "container.shim",
+            Status::Pass,
+            "LD_PRELOAD names libgdrshim.so and both its files are here",
+        )
+        .evidence(ev),
     }
 }

@@ -7,7 +7,8 @@ use crate::machine::{kernel_version, State};
 use crate::report::{Check, Report, Status};
 use std::path::PathBuf;
 
-pub const AFTER_HELP: &str = "scripts/doctor records the live machine first (gdr-state-record save) and then runs this.
+pub const AFTER_HELP: &str =
+    "scripts/doctor records the live machine first (gdr-state-record save) and then runs this.
 Recorded inside a container (no root needed), it also says what the runtime did not give:
 container.devices, container.shim, container.privileged, and limits.memlock with its fix there.
 

@@ -4,7 +4,12 @@ use crate::machine::*;
 use crate::report::{Check, Report, Status};
 
 /// P2P between the GPUs, ACS, IOMMU, Secure Boot, kernel headers.
-pub(super) fn p2p_and_boot(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Option<String>) {
+pub(super) fn p2p_and_boot(
+    st: &State,
+    r: &mut Report,
+    gpus: &[Gpu],
+    kernel_version: &Option<String>,
+) {
     p2p_matrix(st, r, gpus);
     acs_and_iommu(st, r);
     secure_boot(st, r);
@@ -19,19 +24,37 @@ fn p2p_matrix(st: &State, r: &mut Report, gpus: &[Gpu]) {
         Some(t) => {
             let pairs = parse_p2p_matrix(t);
             if gpus.len() == 1 || (pairs.is_empty() && t.contains("GPU0")) {
-                r.push(Check::new("p2p.matrix", Status::Info, "one GPU: P2P between GPUs cannot be judged here"));
+                r.push(Check::new(
+                    "p2p.matrix",
+                    Status::Info,
+                    "one GPU: P2P between GPUs cannot be judged here",
+                ));
             } else if pairs.is_empty() {
-                r.push(Check::new("p2p.matrix", Status::Info, "no P2P matrix in nvidia-smi topo -p2p r"));
+                r.push(Check::new(
+                    "p2p.matrix",
+                    Status::Info,
+                    "no P2P matrix in nvidia-smi topo -p2p r",
+                ));
             } else {
-                let bad: Vec<&(String, String, String)> = pairs.iter().filter(|p| p.2 != "OK").collect();
-                let table: Vec<String> = pairs.iter().map(|(a, b, c)| format!("{a}-{b} {c}")).collect();
+                let bad: Vec<&(String, String, String)> =
+                    pairs.iter().filter(|p| p.2 != "OK").collect();
+                let table: Vec<String> =
+                    pairs.iter().map(|(a, b, c)| format!("{a}-{b} {c}")).collect();
                 if bad.is_empty() {
                     r.push(
-                        Check::new("p2p.matrix", Status::Pass, format!("all {} GPU pairs OK for P2P reads", pairs.len()))
-                            .evidence(table.join(", ")),
+                        Check::new(
+                            "p2p.matrix",
+                            Status::Pass,
+                            format!("all {} GPU pairs OK for P2P reads", pairs.len()),
+                        )
+                        .evidence(table.join(", ")),
                     );
                 } else {
-                    let mut c = Check::new("p2p.matrix", Status::Fail, format!("{} of {} GPU pairs cannot do P2P", bad.len(), pairs.len()));
+                    let mut c = Check::new(
+                        "p2p.matrix",
+                        Status::Fail,
+                        format!("{} of {} GPU pairs cannot do P2P", bad.len(), pairs.len()),
+                    );
                     for (a, b, code) in bad.iter().take(6) {
                         c = c.evidence(format!("{a}-{b}: {code} ({})", p2p_code_meaning(code)));
                     }
@@ -41,19 +64,31 @@ fn p2p_matrix(st: &State, r: &mut Report, gpus: &[Gpu]) {
                 }
             }
         }
-        None => r.push(Check::new("p2p.matrix", Status::Info, st.item("nvidia-smi-topo-p2p-r").why_not("nvidia-smi topo -p2p r"))),
+        None => r.push(Check::new(
+            "p2p.matrix",
+            Status::Info,
+            st.item("nvidia-smi-topo-p2p-r").why_not("nvidia-smi topo -p2p r"),
+        )),
     }
 }
 
 /// No PCIe bridge redirects peer requests, and the IOMMU does not translate DMA.
 fn acs_and_iommu(st: &State, r: &mut Report) {
     let cmdline = st.item("cmdline").ok().unwrap_or("");
-    let iommu_on = cmdline.split_whitespace().any(|w| w == "intel_iommu=on" || w == "amd_iommu=on" || w == "iommu=force");
+    let iommu_on = cmdline
+        .split_whitespace()
+        .any(|w| w == "intel_iommu=on" || w == "amd_iommu=on" || w == "iommu=force");
     let passthrough = cmdline.split_whitespace().any(|w| w == "iommu=pt");
     let acs_redirect: Vec<&str> = st
         .item("acs")
         .any()
-        .map(|a| a.lines().filter(|l| l.contains("ACSCtl") && (l.contains("ReqRedir+") || l.contains("CmpltRedir+"))).collect())
+        .map(|a| {
+            a.lines()
+                .filter(|l| {
+                    l.contains("ACSCtl") && (l.contains("ReqRedir+") || l.contains("CmpltRedir+"))
+                })
+                .collect()
+        })
         .unwrap_or_default();
     if !acs_redirect.is_empty() {
         r.push(
@@ -66,21 +101,35 @@ fn acs_and_iommu(st: &State, r: &mut Report) {
             .fix("disable ACS redirection on the bridges between the GPUs and the NIC (BIOS, or setpci), or P2P/GDR slows down or hangs"),
         );
     } else if st.item("acs").ok().is_some() {
-        r.push(Check::new("p2p.acs", Status::Pass, "no ACS request redirection seen on PCIe bridges"));
+        r.push(Check::new(
+            "p2p.acs",
+            Status::Pass,
+            "no ACS request redirection seen on PCIe bridges",
+        ));
     } else {
         r.push(Check::new("p2p.acs", Status::Info, st.item("acs").why_not("lspci -vvv (ACS)")));
     }
     if iommu_on && !passthrough {
         r.push(
-            Check::new("p2p.iommu", Status::Warn, "the IOMMU translates DMA (no iommu=pt): peer traffic may be remapped or blocked")
-                .evidence(cmdline)
-                .fix("add iommu=pt to the kernel command line, or turn the IOMMU off for these devices"),
+            Check::new(
+                "p2p.iommu",
+                Status::Warn,
+                "the IOMMU translates DMA (no iommu=pt): peer traffic may be remapped or blocked",
+            )
+            .evidence(cmdline)
+            .fix(
+                "add iommu=pt to the kernel command line, or turn the IOMMU off for these devices",
+            ),
         );
     } else if !cmdline.is_empty() {
         r.push(Check::new(
             "p2p.iommu",
             Status::Pass,
-            if passthrough { "IOMMU in pass-through mode" } else { "IOMMU not forced on in the kernel command line" },
+            if passthrough {
+                "IOMMU in pass-through mode"
+            } else {
+                "IOMMU not forced on in the kernel command line"
+            },
         ));
     }
 }
@@ -105,14 +154,30 @@ fn secure_boot(st: &State, r: &mut Report) {
 /// Headers for the running kernel, for DKMS to build the module (judged where a driver is).
 fn kernel_headers(h: &str, r: &mut Report, driver_here: bool) {
     if !driver_here {
-        r.push(Check::new("kernel.headers", Status::Info, "no NVIDIA module here: kernel headers (for DKMS) not judged"));
+        r.push(Check::new(
+            "kernel.headers",
+            Status::Info,
+            "no NVIDIA module here: kernel headers (for DKMS) not judged",
+        ));
     } else if h.contains("install ok installed") {
-        r.push(Check::new("kernel.headers", Status::Pass, "headers for the running kernel are installed (DKMS can build)"));
+        r.push(Check::new(
+            "kernel.headers",
+            Status::Pass,
+            "headers for the running kernel are installed (DKMS can build)",
+        ));
     } else {
         r.push(
-            Check::new("kernel.headers", Status::Warn, "no headers for the running kernel: DKMS cannot build the module for it")
-                .evidence(h.lines().find(|l| !l.trim().is_empty()).unwrap_or("dpkg -s linux-headers-$(uname -r): not installed"))
-                .fix("sudo apt-get install linux-headers-$(uname -r)"),
+            Check::new(
+                "kernel.headers",
+                Status::Warn,
+                "no headers for the running kernel: DKMS cannot build the module for it",
+            )
+            .evidence(
+                h.lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("dpkg -s linux-headers-$(uname -r): not installed"),
+            )
+            .fix("sudo apt-get install linux-headers-$(uname -r)"),
         );
     }
 }
@@ -133,7 +198,13 @@ pub(super) fn rdma(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Op
 /// and the PCIe paths GPU↔NIC.
 fn routes_and_paths(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &Option<String>) {
     let params = st.item("module-params").any().unwrap_or("");
-    let param = |p: &str| params.lines().find(|l| l.starts_with(p)).and_then(|l| l.split_once(": ")).map(|(_, v)| v.trim().to_string());
+    let param = |p: &str| {
+        params
+            .lines()
+            .find(|l| l.starts_with(p))
+            .and_then(|l| l.split_once(": "))
+            .map(|(_, v)| v.trim().to_string())
+    };
     for c in crate::routes::checks(st, kernel_version.as_deref(), gpus) {
         r.push(c);
     }
@@ -145,7 +216,8 @@ fn routes_and_paths(st: &State, r: &mut Report, gpus: &[Gpu], kernel_version: &O
         _ => "nvidia_drm not loaded".to_string(),
     };
     r.push(
-        Check::new("rdma.modeset", Status::Info, format!("{modeset}: not needed for DMA-BUF")).evidence(crate::routes::MODESET_NOT_NEEDED),
+        Check::new("rdma.modeset", Status::Info, format!("{modeset}: not needed for DMA-BUF"))
+            .evidence(crate::routes::MODESET_NOT_NEEDED),
     );
     r.push(crate::routes::kernel_config_check(st));
     for c in crate::topology::gdr_level_checks(st) {
@@ -161,16 +233,26 @@ fn hca_ports(st: &State, r: &mut Report) -> bool {
     let devinfo = st.item("ibv-devinfo");
     match devinfo.any() {
         Some(t) if t.contains("No IB devices found") || parse_ibv_devinfo(t).is_empty() => r.push(
-            Check::new("rdma.hca", Status::Info, "no RDMA device (HCA) seen: ports and GIDs cannot be judged")
-                .evidence(t.lines().next().unwrap_or("")),
+            Check::new(
+                "rdma.hca",
+                Status::Info,
+                "no RDMA device (HCA) seen: ports and GIDs cannot be judged",
+            )
+            .evidence(t.lines().next().unwrap_or("")),
         ),
         Some(t) => {
             let ports = parse_ibv_devinfo(t);
-            let hcas: std::collections::BTreeSet<&str> = ports.iter().map(|p| p.hca.as_str()).collect();
+            let hcas: std::collections::BTreeSet<&str> =
+                ports.iter().map(|p| p.hca.as_str()).collect();
             r.push(Check::new(
                 "rdma.hca",
                 Status::Pass,
-                format!("{} HCA(s), {} port(s): {}", hcas.len(), ports.len(), hcas.iter().copied().collect::<Vec<_>>().join(" ")),
+                format!(
+                    "{} HCA(s), {} port(s): {}",
+                    hcas.len(),
+                    ports.len(),
+                    hcas.iter().copied().collect::<Vec<_>>().join(" ")
+                ),
             ));
             let active = ports.iter().filter(|p| p.state == "PORT_ACTIVE").count();
             for p in &ports {
@@ -187,8 +269,16 @@ fn port_check(p: &Port, active: usize) -> Check {
     let id = format!("rdma.{}.{}", p.hca, p.port);
     let ib = p.link_layer == "InfiniBand";
     if p.state == "PORT_ACTIVE" {
-        let v2: Vec<&(u32, String, String)> = p.gids.iter().filter(|g| g.2.contains("RoCE v2") && g.1.starts_with("::ffff:")).collect();
-        let mut c = Check::new(&id, Status::Pass, format!("{} port {} active ({})", p.hca, p.port, p.link_layer));
+        let v2: Vec<&(u32, String, String)> = p
+            .gids
+            .iter()
+            .filter(|g| g.2.contains("RoCE v2") && g.1.starts_with("::ffff:"))
+            .collect();
+        let mut c = Check::new(
+            &id,
+            Status::Pass,
+            format!("{} port {} active ({})", p.hca, p.port, p.link_layer),
+        );
         if !ib {
             c = match v2.first() {
                 Some(g) => Check::new(
@@ -214,18 +304,29 @@ fn port_check(p: &Port, active: usize) -> Check {
         } else {
             "no port is Active: check cables and the switch"
         };
-        Check::new(&id, Status::Fail, format!("{} port {} {} / {} {why}", p.hca, p.port, p.state, p.phys_state))
-            .fix("reseat or replace the cable/transceiver; check the switch port")
+        Check::new(
+            &id,
+            Status::Fail,
+            format!("{} port {} {} / {} {why}", p.hca, p.port, p.state, p.phys_state),
+        )
+        .fix("reseat or replace the cable/transceiver; check the switch port")
     } else {
-        Check::new(&id, Status::Warn, format!("{} port {} in state {} ({})", p.hca, p.port, p.state, p.phys_state))
+        Check::new(
+            &id,
+            Status::Warn,
+            format!("{} port {} in state {} ({})", p.hca, p.port, p.state, p.phys_state),
+        )
     }
 }
 
 /// The NVIDIA and uverbs device nodes are there.
 fn device_nodes(d: &str, r: &mut Report, driver_here: bool) {
     let has = |n: &str| d.lines().any(|l| l.trim_end().ends_with(n));
-    let mut missing: Vec<&str> = ["/dev/nvidiactl", "/dev/nvidia-uvm"].into_iter().filter(|n| !has(n)).collect();
-    if !d.lines().any(|l| l.contains("/dev/nvidia") && l.trim_end().chars().last().is_some_and(|c| c.is_ascii_digit())) {
+    let mut missing: Vec<&str> =
+        ["/dev/nvidiactl", "/dev/nvidia-uvm"].into_iter().filter(|n| !has(n)).collect();
+    if !d.lines().any(|l| {
+        l.contains("/dev/nvidia") && l.trim_end().chars().last().is_some_and(|c| c.is_ascii_digit())
+    }) {
         missing.push("/dev/nvidiaN");
     }
     let uverbs = d.lines().any(|l| l.contains("uverbs"));

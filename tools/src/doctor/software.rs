@@ -50,8 +50,12 @@ fn loaded(st: &State, r: &mut Report, kernel_version: &Option<String>) {
         let first = t.lines().next().unwrap_or("");
         if first.contains("Open Kernel Module") {
             r.push(
-                Check::new("driver.open", Status::Pass, "the open kernel module (needed for the P2P patch and for DMA-BUF)")
-                    .evidence(first),
+                Check::new(
+                    "driver.open",
+                    Status::Pass,
+                    "the open kernel module (needed for the P2P patch and for DMA-BUF)",
+                )
+                .evidence(first),
             );
         } else {
             r.push(
@@ -81,9 +85,14 @@ fn versions(st: &State, r: &mut Report, kv: &str) {
     }
     if let Some(u) = st.item("user-libs").any() {
         for l in u.lines() {
-            if let Some(v) = l.rsplit(".so.").next().filter(|v| v.contains('.') && l.contains(".so.")) {
+            if let Some(v) =
+                l.rsplit(".so.").next().filter(|v| v.contains('.') && l.contains(".so."))
+            {
                 if l.contains("libcuda.so") || l.contains("libnvidia-ml.so") {
-                    seen.push(format!("{} {v}", l.rsplit('/').next().unwrap_or(l).split(".so").next().unwrap_or("")));
+                    seen.push(format!(
+                        "{} {v}",
+                        l.rsplit('/').next().unwrap_or(l).split(".so").next().unwrap_or("")
+                    ));
                     if v != kv {
                         differ.push(l.to_string());
                     }
@@ -92,7 +101,10 @@ fn versions(st: &State, r: &mut Report, kv: &str) {
         }
     }
     if let Some(f) = st.item("firmware").any() {
-        let vs: Vec<String> = f.lines().filter_map(|l| l.trim_end_matches('/').rsplit('/').next().map(str::to_string)).collect();
+        let vs: Vec<String> = f
+            .lines()
+            .filter_map(|l| l.trim_end_matches('/').rsplit('/').next().map(str::to_string))
+            .collect();
         if !vs.is_empty() {
             seen.push(format!("firmware {}", vs.join(",")));
             if !vs.iter().any(|v| v == kv) {
@@ -104,7 +116,10 @@ fn versions(st: &State, r: &mut Report, kv: &str) {
         let major = kv.split('.').next().unwrap_or("");
         for l in p.lines() {
             let t: Vec<&str> = l.split_whitespace().collect();
-            if t.len() >= 3 && l.ends_with("install ok installed") && (t[0].starts_with("nvidia-") || t[0].starts_with("libnvidia-")) {
+            if t.len() >= 3
+                && l.ends_with("install ok installed")
+                && (t[0].starts_with("nvidia-") || t[0].starts_with("libnvidia-"))
+            {
                 if let Some(pv) = version_token(t[1]) {
                     if pv.split('.').next() == Some(major) && pv != kv {
                         differ.push(format!("package {} {}", t[0], t[1]));
@@ -141,7 +156,8 @@ fn dkms(st: &State, r: &mut Report) {
         Some(t) => {
             let nv: Vec<&str> = t.lines().filter(|l| l.starts_with("nvidia")).collect();
             let installed: Vec<&&str> = nv.iter().filter(|l| l.contains("installed")).collect();
-            let providers: std::collections::BTreeSet<&str> = installed.iter().filter_map(|l| l.split('/').next()).collect();
+            let providers: std::collections::BTreeSet<&str> =
+                installed.iter().filter_map(|l| l.split('/').next()).collect();
             let patched = providers.iter().any(|p| p.contains("p2p"));
             if providers.len() > 1 {
                 let mut c = Check::new("driver.dkms", Status::Fail, format!("{} DKMS packages build nvidia.ko: {}", providers.len(), providers.iter().copied().collect::<Vec<_>>().join(", "))).fix("remove the official nvidia-dkms-open (apt-get remove nvidia-dkms-open nvidia-kernel-source-open) so only one module exists");
@@ -154,7 +170,10 @@ fn dkms(st: &State, r: &mut Report) {
                     Check::new(
                         "driver.dkms",
                         Status::Pass,
-                        format!("the P2P-patched DKMS build provides nvidia ({})", providers.iter().next().unwrap()),
+                        format!(
+                            "the P2P-patched DKMS build provides nvidia ({})",
+                            providers.iter().next().unwrap()
+                        ),
                     )
                     .evidence(*installed[0]),
                 );
@@ -162,8 +181,12 @@ fn dkms(st: &State, r: &mut Report) {
                 r.push(Check::new("driver.dkms", Status::Warn, "the official DKMS build provides nvidia, not a P2P-patched one: GeForce P2P and gdrshim's registrations need the patched module").evidence(**l).fix("install the patched package (for example nvidia-open-p2p-dkms) if this is a GeForce rig"));
             } else {
                 r.push(
-                    Check::new("driver.dkms", Status::Info, "no DKMS build of nvidia installed (driver from another source?)")
-                        .evidence(t.lines().next().unwrap_or("(empty)")),
+                    Check::new(
+                        "driver.dkms",
+                        Status::Info,
+                        "no DKMS build of nvidia installed (driver from another source?)",
+                    )
+                    .evidence(t.lines().next().unwrap_or("(empty)")),
                 );
             }
         }
@@ -176,12 +199,20 @@ fn modinfo(m: &str, r: &mut Report, kv: &str) {
     let file = field(m, "filename").unwrap_or_default();
     let ver = field(m, "version").unwrap_or_default();
     if ver == kv {
-        r.push(Check::new("driver.modinfo", Status::Pass, format!("modinfo and the loaded module agree ({ver}, {file})")));
+        r.push(Check::new(
+            "driver.modinfo",
+            Status::Pass,
+            format!("modinfo and the loaded module agree ({ver}, {file})"),
+        ));
     } else {
         r.push(
-            Check::new("driver.modinfo", Status::Fail, format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules"))
-                .evidence(file)
-                .fix("reboot into the module you installed, or reinstall the one you mean to run"),
+            Check::new(
+                "driver.modinfo",
+                Status::Fail,
+                format!("modinfo says {ver} but {kv} is loaded: a reboot will switch modules"),
+            )
+            .evidence(file)
+            .fix("reboot into the module you installed, or reinstall the one you mean to run"),
         );
     }
 }
@@ -191,9 +222,18 @@ fn held(st: &State, r: &mut Report, holds: &str) {
     let installed: Vec<&str> = st
         .item("packages")
         .any()
-        .map(|p| p.lines().filter(|l| l.ends_with("install ok installed")).filter_map(|l| l.split_whitespace().next()).collect())
+        .map(|p| {
+            p.lines()
+                .filter(|l| l.ends_with("install ok installed"))
+                .filter_map(|l| l.split_whitespace().next())
+                .collect()
+        })
         .unwrap_or_default();
-    let unheld: Vec<&str> = HOLD.iter().copied().filter(|p| installed.contains(p) && !holds.lines().any(|h| h.trim() == *p)).collect();
+    let unheld: Vec<&str> = HOLD
+        .iter()
+        .copied()
+        .filter(|p| installed.contains(p) && !holds.lines().any(|h| h.trim() == *p))
+        .collect();
     let relevant = HOLD.iter().filter(|p| installed.contains(*p)).count();
     if relevant == 0 {
         r.push(Check::new(
@@ -209,8 +249,12 @@ fn held(st: &State, r: &mut Report, holds: &str) {
         ));
     } else {
         r.push(
-            Check::new("driver.holds", Status::Warn, format!("installed but not held: {}", unheld.join(" ")))
-                .fix(format!("sudo apt-mark hold {}", unheld.join(" "))),
+            Check::new(
+                "driver.holds",
+                Status::Warn,
+                format!("installed but not held: {}", unheld.join(" ")),
+            )
+            .fix(format!("sudo apt-mark hold {}", unheld.join(" "))),
         );
     }
 }
@@ -221,8 +265,12 @@ pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
     let (_, gpus) = smi.ok().map(parse_smi_q).unwrap_or_default();
     if gpus.is_empty() {
         r.push(
-            Check::new("gpu.model", Status::Info, "no GPU seen: model, BAR1 and P2P cannot be judged")
-                .evidence(smi.why_not("nvidia-smi -q")),
+            Check::new(
+                "gpu.model",
+                Status::Info,
+                "no GPU seen: model, BAR1 and P2P cannot be judged",
+            )
+            .evidence(smi.why_not("nvidia-smi -q")),
         );
     } else {
         let geforce = gpus.iter().filter(|g| g.is_geforce()).count();
@@ -258,10 +306,17 @@ pub(super) fn gpus(st: &State, r: &mut Report) -> Vec<Gpu> {
     let apps = st.item("nvidia-smi-apps");
     if let Some(a) = apps.ok() {
         let busy: Vec<&str> = a.lines().skip(1).filter(|l| !l.trim().is_empty()).collect();
-        let containers: Vec<&str> =
-            st.item("docker-ps").ok().map(|d| d.lines().filter(|l| !l.trim().is_empty()).collect()).unwrap_or_default();
+        let containers: Vec<&str> = st
+            .item("docker-ps")
+            .ok()
+            .map(|d| d.lines().filter(|l| !l.trim().is_empty()).collect())
+            .unwrap_or_default();
         if busy.is_empty() && containers.is_empty() {
-            r.push(Check::new("gpu.busy", Status::Pass, "no compute process on the GPUs and no running container"));
+            r.push(Check::new(
+                "gpu.busy",
+                Status::Pass,
+                "no compute process on the GPUs and no running container",
+            ));
         } else {
             let mut c = Check::new(
                 "gpu.busy",

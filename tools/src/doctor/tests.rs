@@ -6,7 +6,10 @@ use crate::report::strip_ansi;
 use std::path::Path;
 
 fn fixture(name: &str) -> State {
-    State::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)).unwrap()
+    State::from_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name),
+    )
+    .unwrap()
 }
 fn status(r: &Report, id: &str) -> Status {
     r.get(id).unwrap_or_else(|| panic!("no check {id}:\n{}", r.text())).status
@@ -19,7 +22,11 @@ fn the_real_h200_state() {
     assert_eq!(status(&r, "driver.loaded"), Status::Pass);
     assert_eq!(status(&r, "driver.open"), Status::Pass);
     let model = r.get("gpu.model").unwrap();
-    assert!(model.summary.contains("DMA-BUF") && model.summary.contains("no gdrshim"), "{}", model.summary);
+    assert!(
+        model.summary.contains("DMA-BUF") && model.summary.contains("no gdrshim"),
+        "{}",
+        model.summary
+    );
     assert_eq!(status(&r, "gpu0.bar1"), Status::Pass);
     let p2p = r.get("p2p.matrix").unwrap();
     assert_eq!((p2p.status, p2p.summary.contains("one GPU")), (Status::Info, true));
@@ -53,7 +60,11 @@ fn a_rig_set_up_by_the_runbook_passes() {
     assert_eq!(status(&r, "route.dmabuf"), Status::Pass, "{}", r.text());
     let nv = r.get("route.nv503c").unwrap();
     assert_eq!(nv.status, Status::Warn, "{}", r.text());
-    assert!(nv.summary.contains("ib_register_peer_memory_client") && nv.summary.contains("not needed"), "{}", nv.summary);
+    assert!(
+        nv.summary.contains("ib_register_peer_memory_client") && nv.summary.contains("not needed"),
+        "{}",
+        nv.summary
+    );
     assert!(r.get("route.choice").unwrap().summary.contains("takes DMA-BUF"));
 }
 
@@ -102,11 +113,17 @@ fn every_known_fault_is_named_with_its_fix() {
 #[test]
 fn a_machine_without_a_gpu_says_what_it_cannot_see_and_could_not_check() {
     let st = State::from_pairs(&[
-        ("proc-driver-version", "cat: /proc/driver/nvidia/version: No such file or directory\n# exit status 1"),
+        (
+            "proc-driver-version",
+            "cat: /proc/driver/nvidia/version: No such file or directory\n# exit status 1",
+        ),
         ("nvidia-smi-q", "# not run: nvidia-smi is not installed"),
         ("nvidia-smi-topo-p2p-r", "# not run: nvidia-smi is not installed"),
         ("memlock", "8192"),
-        ("dev-nodes", "ls: cannot access '/dev/nvidia*': No such file or directory\n# exit status 2"),
+        (
+            "dev-nodes",
+            "ls: cannot access '/dev/nvidia*': No such file or directory\n# exit status 2",
+        ),
         ("ibv-devinfo", "# not run: ibv_devinfo is not installed"),
     ]);
     let r = doctor(&st);
@@ -120,7 +137,10 @@ fn a_machine_without_a_gpu_says_what_it_cannot_see_and_could_not_check() {
     assert!(r.json("doctor").contains("\"result\":\"COULD NOT CHECK\""));
     // the same with the driver loaded is judged
     let st = State::from_pairs(&[
-        ("proc-driver-version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build"),
+        (
+            "proc-driver-version",
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build",
+        ),
         ("nvidia-smi-q", "# not run: nvidia-smi is not installed"),
         ("memlock", "unlimited"),
     ]);
@@ -131,7 +151,10 @@ fn a_machine_without_a_gpu_says_what_it_cannot_see_and_could_not_check() {
 
 #[test]
 fn an_unreadable_kernel_log_is_could_not_check_never_a_pass() {
-    let st = State::from_pairs(&[("dmesg-nvidia", "dmesg: read kernel buffer failed: Operation not permitted\n# exit status 1")]);
+    let st = State::from_pairs(&[(
+        "dmesg-nvidia",
+        "dmesg: read kernel buffer failed: Operation not permitted\n# exit status 1",
+    )]);
     let r = doctor(&st);
     let c = r.get("kernel.xid").unwrap();
     assert_eq!(c.status, Status::Warn, "{}", r.text());
@@ -142,11 +165,21 @@ fn an_unreadable_kernel_log_is_could_not_check_never_a_pass() {
 
 #[test]
 fn parsers() {
-    let m2 = parse_p2p_matrix(&strip_ansi(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n"));
-    assert_eq!(m2, vec![("GPU0".into(), "GPU1".into(), "GNS".into()), ("GPU1".into(), "GPU0".into(), "GNS".into())]);
+    let m2 = parse_p2p_matrix(&strip_ansi(
+        " \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n",
+    ));
+    assert_eq!(
+        m2,
+        vec![
+            ("GPU0".into(), "GPU1".into(), "GNS".into()),
+            ("GPU1".into(), "GPU0".into(), "GNS".into())
+        ]
+    );
     // recorded items are stripped of escape codes when read
     assert_eq!(
-        Item::parse(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n").ok().map(parse_p2p_matrix),
+        Item::parse(" \t\u{1b}[4mGPU0\tGPU1\t\u{1b}[0m\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n")
+            .ok()
+            .map(parse_p2p_matrix),
         Some(m2.clone())
     );
     let p = parse_ibv_devinfo("hca_id:\tmlx5_0\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tEthernet\n\t\t\tGID[  3]:\t\t::ffff:10.0.0.1, RoCE v2\n");
@@ -162,7 +195,13 @@ fn a_kernel_without_infiniband_names_the_parent_option_not_its_children() {
     for id in ["route.dmabuf", "rdma.kernel_config"] {
         let c = r.get(id).unwrap();
         assert!(c.summary.contains("CONFIG_INFINIBAND is not set"), "{id}: {}", r.text());
-        assert!(!c.summary.contains("USER_MEM") && !c.summary.contains("ON_DEMAND") && !c.summary.contains("HMM"), "{id}: {}", c.summary);
+        assert!(
+            !c.summary.contains("USER_MEM")
+                && !c.summary.contains("ON_DEMAND")
+                && !c.summary.contains("HMM"),
+            "{id}: {}",
+            c.summary
+        );
     }
     assert_eq!(status(&r, "route.dmabuf"), Status::Fail);
     // the source that shows it, cited
@@ -194,24 +233,45 @@ fn nvidia_drm_is_no_prerequisite_of_dma_buf() {
     assert_eq!(r.exit_code(), 0, "{}", r.text());
     assert_eq!(status(&r, "route.dmabuf"), Status::Pass, "{}", r.text());
     let c = r.get("rdma.modeset").unwrap();
-    assert_eq!((c.status, c.summary.as_str()), (Status::Info, "nvidia_drm not loaded: not needed for DMA-BUF"));
-    assert!(c.evidence[0].contains("nv-dmabuf.c") && c.evidence[0].contains("docs/nvidia-abi.md, S10"), "{:?}", c.evidence);
+    assert_eq!(
+        (c.status, c.summary.as_str()),
+        (Status::Info, "nvidia_drm not loaded: not needed for DMA-BUF")
+    );
+    assert!(
+        c.evidence[0].contains("nv-dmabuf.c") && c.evidence[0].contains("docs/nvidia-abi.md, S10"),
+        "{:?}",
+        c.evidence
+    );
     for f in ["rig-4090-bad", "rig-4090-ok", "h200"] {
         let r = doctor(&fixture(f));
         let said = r.text();
-        assert!(!said.contains("needs nvidia_drm modeset=1") && !said.contains("export of GPU memory is off"), "{f}: {said}");
+        assert!(
+            !said.contains("needs nvidia_drm modeset=1")
+                && !said.contains("export of GPU memory is off"),
+            "{f}: {said}"
+        );
         assert_eq!(status(&r, "rdma.modeset"), Status::Info, "{f}");
     }
 }
 
 #[test]
 fn the_readme_names_every_kernel_option_of_the_table() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let route_row = readme.lines().find(|l| l.starts_with("| **DMA-BUF**")).expect("the README's route table");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let route_row =
+        readme.lines().find(|l| l.starts_with("| **DMA-BUF**")).expect("the README's route table");
     for o in crate::routes::DMABUF_KERNEL_OPTIONS {
-        assert!(route_row.contains(&format!("`{}`", o.name)), "the README's DMA-BUF row does not name {}", o.name);
+        assert!(
+            route_row.contains(&format!("`{}`", o.name)),
+            "the README's DMA-BUF row does not name {}",
+            o.name
+        );
     }
-    assert!(!route_row.contains("HMM_MIRROR"), "HMM_MIRROR is selected by ODP, no prerequisite of its own");
+    assert!(
+        !route_row.contains("HMM_MIRROR"),
+        "HMM_MIRROR is selected by ODP, no prerequisite of its own"
+    );
 }
 
 #[test]
@@ -229,14 +289,22 @@ fn each_gpu_gets_the_nic_nccl_takes_and_the_gdr_level_it_needs() {
         for c in topo {
             assert_eq!(c.status, want, "{f}: {}", r.text());
             assert!(c.summary.ends_with(says), "{f}: {}", c.summary);
-            assert!(c.evidence.iter().any(|e| e.starts_with("GPU ") && e.contains(" /sys/devices/pci")), "{f}: {:?}", c.evidence);
+            assert!(
+                c.evidence.iter().any(|e| e.starts_with("GPU ") && e.contains(" /sys/devices/pci")),
+                "{f}: {:?}",
+                c.evidence
+            );
         }
         assert!(r.get("p2p.reads").is_none(), "{f}: no Intel client CPU");
         assert_ne!(r.exit_code(), 1, "{f}: a path is no FAIL");
     }
     // the switch fixture picks each GPU's own NIC
     let r = doctor(&fixture("rig-4090-pix"));
-    assert!(r.get("topo.0000:43:00.0").unwrap().summary.starts_with("GPU 0000:43:00.0 ↔ mlx5_1: PIX"), "{}", r.text());
+    assert!(
+        r.get("topo.0000:43:00.0").unwrap().summary.starts_with("GPU 0000:43:00.0 ↔ mlx5_1: PIX"),
+        "{}",
+        r.text()
+    );
     // a record of an older gdr-state-record has no paths: said, not judged
     let r = doctor(&fixture("rig-4090-ok"));
     assert_eq!(status(&r, "topo.paths"), Status::Info);
@@ -244,17 +312,29 @@ fn each_gpu_gets_the_nic_nccl_takes_and_the_gdr_level_it_needs() {
     let r = doctor(&fixture("rig-4090-bar1-256"));
     assert_eq!((status(&r, "gpu0.bar1"), r.exit_code()), (Status::Warn, 0), "{}", r.text());
     let c = r.get("gpu0.bar1").unwrap();
-    assert!(c.summary.starts_with("BAR1 256 MiB < memory 24564 MiB") && c.fix.contains("NCCL_LOCAL_REGISTER=0"), "{}", r.text());
+    assert!(
+        c.summary.starts_with("BAR1 256 MiB < memory 24564 MiB")
+            && c.fix.contains("NCCL_LOCAL_REGISTER=0"),
+        "{}",
+        r.text()
+    );
 }
 
 #[test]
 fn nccls_path_types_from_sysfs_paths() {
     use crate::topology::{classify, PathType};
-    let dev =
-        |p: &str, numa: i32| PciDev { gpu: true, name: String::new(), path: p.split('/').map(str::to_string).collect(), numa: Some(numa) };
+    let dev = |p: &str, numa: i32| PciDev {
+        gpu: true,
+        name: String::new(),
+        path: p.split('/').map(str::to_string).collect(),
+        numa: Some(numa),
+    };
     let gpu = dev("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0);
     // one switch
-    assert_eq!(classify(&gpu, &dev("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0)), PathType::Pix);
+    assert_eq!(
+        classify(&gpu, &dev("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0)),
+        PathType::Pix
+    );
     // two switch levels
     assert_eq!(
         classify(&gpu, &dev("pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0", 0)),
@@ -265,7 +345,10 @@ fn nccls_path_types_from_sysfs_paths() {
     // another root complex of the same NUMA node (nvidia-smi's NODE), and of the other socket
     assert_eq!(classify(&gpu, &dev("pci0000:40/0000:40:01.1/0000:41:00.0", 0)), PathType::Phb);
     assert_eq!(classify(&gpu, &dev("pci0000:80/0000:80:01.1/0000:81:00.0", 1)), PathType::Sys);
-    assert_eq!(classify(&gpu, &PciDev { numa: None, ..dev("pci0000:80/0000:80:01.1/0000:81:00.0", 0) }), PathType::Sys);
+    assert_eq!(
+        classify(&gpu, &PciDev { numa: None, ..dev("pci0000:80/0000:80:01.1/0000:81:00.0", 0) }),
+        PathType::Sys
+    );
 }
 
 #[test]
@@ -275,15 +358,29 @@ fn an_intel_client_platform_warns_that_p2p_reads_may_fail() {
     let c = r.get("p2p.reads").unwrap();
     assert_eq!(c.status, Status::Warn, "{}", r.text());
     assert!(c.summary.starts_with("P2P reads may fail: run the self-test"), "{}", c.summary);
-    assert!(c.evidence.iter().any(|e| e.contains("#1253")) && c.evidence.iter().any(|e| e.contains("i9-13900K")), "{:?}", c.evidence);
+    assert!(
+        c.evidence.iter().any(|e| e.contains("#1253"))
+            && c.evidence.iter().any(|e| e.contains("i9-13900K")),
+        "{:?}",
+        c.evidence
+    );
     // the same CPU with GPU and NIC under one switch: the reads stay below the CPU
-    let pix =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state/rig-4090-pix/pci-paths.txt")).unwrap();
-    let cpu = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state/rig-4090-intel-client/cpu.txt"))
-        .unwrap();
+    let pix = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/state/rig-4090-pix/pci-paths.txt"),
+    )
+    .unwrap();
+    let cpu = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/state/rig-4090-intel-client/cpu.txt"),
+    )
+    .unwrap();
     let st = State::from_pairs(&[("cpu", cpu.as_str()), ("pci-paths", pix.as_str())]);
     assert_eq!(crate::topology::p2p_reads_check(&st).unwrap().status, Status::Pass);
     // an AMD CPU is not in the table
-    let st = State::from_pairs(&[("cpu", "vendor_id\t: AuthenticAMD\nmodel name\t: AMD Ryzen 9 7950X\n")]);
+    let st = State::from_pairs(&[(
+        "cpu",
+        "vendor_id\t: AuthenticAMD\nmodel name\t: AMD Ryzen 9 7950X\n",
+    )]);
     assert!(crate::topology::p2p_reads_check(&st).is_none());
 }

@@ -54,8 +54,20 @@ fn num(get: Get, var: &str) -> Result<Option<usize>, String> {
 /// (launcher, rank var, size var, local rank var, local size var)
 const SOURCES: [(&str, &str, &str, &str, &str); 5] = [
     ("env://", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
-    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),
+    (
+        "Open MPI",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    (
+        "MVAPICH",
+        "MV2_COMM_WORLD_RANK",
+        "MV2_COMM_WORLD_SIZE",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_SIZE",
+    ),
     ("PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
     ("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
 ];
@@ -76,7 +88,15 @@ pub fn from_env(get: Get, flag: Option<&str>) -> Result<Launch, String> {
             Some(f) => parse_flag(f),
             None => Err("no launcher: a job of one task".into()),
         };
-        return Ok(Launch { rank: 0, size: 1, local_rank: 0, local_size: Some(1), launcher: "none", rendezvous: rdv, job: String::new() });
+        return Ok(Launch {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: Some(1),
+            launcher: "none",
+            rendezvous: rdv,
+            job: String::new(),
+        });
     };
     if size == 0 || rank >= size {
         return Err(format!("{rv}={rank} is not below {sv}={size}"));
@@ -91,7 +111,15 @@ pub fn from_env(get: Get, flag: Option<&str>) -> Result<Launch, String> {
         Some(f) => parse_flag(f),
         None => from_launcher(get, launcher),
     };
-    Ok(Launch { rank, size, local_rank, local_size, launcher, rendezvous, job: job_word(get, launcher) })
+    Ok(Launch {
+        rank,
+        size,
+        local_rank,
+        local_size,
+        launcher,
+        rendezvous,
+        job: job_word(get, launcher),
+    })
 }
 
 /// `HOST[:PORT]` (an IPv6 address in brackets: `[::1]:29500`).
@@ -121,21 +149,34 @@ fn from_launcher(get: Get, launcher: &str) -> Result<Rendezvous, String> {
         let port: u16 = p.trim().parse().map_err(|_| format!("MASTER_PORT={p} is not a port"))?;
         // torchrun's agent serves its own store on MASTER_PORT: the next port is ours
         if get("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-            let port = port.checked_add(1).ok_or("MASTER_PORT=65535 leaves no port after the agent's store")?;
-            return Ok(Rendezvous { host, port, how: format!("MASTER_ADDR, MASTER_PORT+1 = {port} (the agent's store holds {p})") });
+            let port = port
+                .checked_add(1)
+                .ok_or("MASTER_PORT=65535 leaves no port after the agent's store")?;
+            return Ok(Rendezvous {
+                host,
+                port,
+                how: format!("MASTER_ADDR, MASTER_PORT+1 = {port} (the agent's store holds {p})"),
+            });
         }
         return Ok(Rendezvous { host, port, how: "MASTER_ADDR:MASTER_PORT".into() });
     }
     if launcher == "Slurm" {
-        let list = get("SLURM_STEP_NODELIST").or_else(|| get("SLURM_JOB_NODELIST")).or_else(|| get("SLURM_NODELIST"));
+        let list = get("SLURM_STEP_NODELIST")
+            .or_else(|| get("SLURM_JOB_NODELIST"))
+            .or_else(|| get("SLURM_NODELIST"));
         let (Some(list), Some(job)) = (list, get("SLURM_JOB_ID")) else {
             return Err("Slurm names no node list or job id: give --rendezvous HOST[:PORT]".into());
         };
         let host = first_host(&list).ok_or_else(|| format!("cannot read the node list {list}"))?;
         let step: u64 = get("SLURM_STEP_ID").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let job: u64 = job.trim().parse().map_err(|_| format!("SLURM_JOB_ID={job} is not a number"))?;
+        let job: u64 =
+            job.trim().parse().map_err(|_| format!("SLURM_JOB_ID={job} is not a number"))?;
         let port = slurm_port(job, step);
-        return Ok(Rendezvous { host, port, how: format!("the step's first node, port {port} from job {job} step {step}") });
+        return Ok(Rendezvous {
+            host,
+            port,
+            how: format!("the step's first node, port {port} from job {job} step {step}"),
+        });
     }
     Err(format!(
         "{launcher} names no address every task knows: give --rendezvous HOST[:PORT] (rank 0's node), \
@@ -189,12 +230,19 @@ mod tests {
     use std::collections::HashMap;
 
     fn launch(vars: &[(&str, &str)], flag: Option<&str>) -> Result<Launch, String> {
-        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         from_env(&|k| m.get(k).cloned(), flag)
     }
 
     /// torchrun's worker environment, as its local elastic agent writes it for each worker.
-    fn torchrun(rank: usize, size: usize, local: usize, port: &str, agent_store: &str) -> Vec<(&'static str, String)> {
+    fn torchrun(
+        rank: usize,
+        size: usize,
+        local: usize,
+        port: &str,
+        agent_store: &str,
+    ) -> Vec<(&'static str, String)> {
         vec![
             ("LOCAL_RANK", local.to_string()),
             ("RANK", rank.to_string()),
@@ -223,7 +271,10 @@ mod tests {
     fn torchrun_gives_rank_size_local_rank_and_the_port_after_its_agents_store() {
         let env = torchrun(3, 4, 1, "29500", "True");
         let l = launch(&refs(&env), None).unwrap();
-        assert_eq!((l.rank, l.size, l.local_rank, l.local_size, l.launcher), (3, 4, 1, Some(2), "torchrun"));
+        assert_eq!(
+            (l.rank, l.size, l.local_rank, l.local_size, l.launcher),
+            (3, 4, 1, Some(2), "torchrun")
+        );
         let r = l.rendezvous.unwrap();
         assert_eq!((r.host.as_str(), r.port), ("node01", 29501), "{}", r.how);
         assert_eq!(l.job, "torchrun:fleet42");
@@ -232,9 +283,20 @@ mod tests {
         assert_eq!(launch(&refs(&env), None).unwrap().rendezvous.unwrap().port, 29400);
         // the flag wins
         let l = launch(&refs(&env), Some("10.0.0.7:31000")).unwrap();
-        assert_eq!(l.rendezvous.unwrap(), Rendezvous { host: "10.0.0.7".into(), port: 31000, how: "--rendezvous 10.0.0.7:31000".into() });
+        assert_eq!(
+            l.rendezvous.unwrap(),
+            Rendezvous {
+                host: "10.0.0.7".into(),
+                port: 31000,
+                how: "--rendezvous 10.0.0.7:31000".into()
+            }
+        );
         // plain env:// (a user's own variables, no agent)
-        let l = launch(&[("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "5")], None).unwrap();
+        let l = launch(
+            &[("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "5")],
+            None,
+        )
+        .unwrap();
         assert_eq!((l.launcher, l.local_rank, l.local_size), ("env://", 0, None));
         let env = torchrun(0, 4, 0, "65535", "True");
         assert!(launch(&refs(&env), None).unwrap().rendezvous.unwrap_err().contains("65535"));
@@ -250,7 +312,10 @@ mod tests {
             ("OMPI_MCA_ess_base_jobid", "12345"),
         ];
         let l = launch(&base, None).unwrap();
-        assert_eq!((l.rank, l.size, l.local_rank, l.local_size, l.launcher), (5, 8, 1, Some(2), "Open MPI"));
+        assert_eq!(
+            (l.rank, l.size, l.local_rank, l.local_size, l.launcher),
+            (5, 8, 1, Some(2), "Open MPI")
+        );
         let e = l.rendezvous.unwrap_err();
         assert!(e.contains("--rendezvous HOST[:PORT]") && e.contains("Open MPI"), "{e}");
         assert_eq!(l.job, "Open MPI:12345");
@@ -264,8 +329,16 @@ mod tests {
     #[test]
     fn the_innermost_launcher_wins_and_mpich_is_pmi() {
         // mpirun inside an sbatch allocation: Slurm's variables are the outer job's
-        let l = launch(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "4")], None)
-            .unwrap();
+        let l = launch(
+            &[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+                ("OMPI_COMM_WORLD_RANK", "3"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+            ],
+            None,
+        )
+        .unwrap();
         assert_eq!((l.launcher, l.rank, l.size), ("Open MPI", 3, 4));
         let l = launch(
             &[
@@ -280,7 +353,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!((l.launcher, l.rank, l.size, l.local_size), ("PMI", 2, 3, Some(1)));
-        let l = launch(&[("MV2_COMM_WORLD_RANK", "1"), ("MV2_COMM_WORLD_SIZE", "2")], None).unwrap();
+        let l =
+            launch(&[("MV2_COMM_WORLD_RANK", "1"), ("MV2_COMM_WORLD_SIZE", "2")], None).unwrap();
         assert_eq!(l.launcher, "MVAPICH");
     }
 
@@ -304,7 +378,11 @@ mod tests {
         assert_ne!(slurm_port(4711, 3), slurm_port(4711, 4), "two steps of one job get two ports");
         assert_eq!(l.job, "Slurm:4711.3");
         // a per-node count Slurm writes compressed is no number: left unknown, not misread
-        let l = launch(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("SLURM_NTASKS_PER_NODE", "2(x3)")], None).unwrap();
+        let l = launch(
+            &[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("SLURM_NTASKS_PER_NODE", "2(x3)")],
+            None,
+        )
+        .unwrap();
         assert_eq!(l.local_size, None);
         assert!(l.rendezvous.unwrap_err().contains("--rendezvous"));
     }
@@ -319,7 +397,11 @@ mod tests {
         assert_eq!(first_host(""), None);
         assert_eq!(parse_flag("[::1]:7").unwrap().host, "::1");
         assert_eq!(parse_flag("[fe80::2]").unwrap().port, DEFAULT_PORT);
-        assert_eq!(parse_flag("fe80::2").unwrap().host, "fe80::2", "a bare IPv6 address has no port");
+        assert_eq!(
+            parse_flag("fe80::2").unwrap().host,
+            "fe80::2",
+            "a bare IPv6 address has no port"
+        );
         for bad in ["", ":5", "h:0", "h:70000", "h:x", "[::1"] {
             assert!(parse_flag(bad).is_err(), "{bad}");
         }
@@ -330,9 +412,17 @@ mod tests {
         let l = launch(&[], None).unwrap();
         assert_eq!((l.rank, l.size, l.launcher), (0, 1, "none"));
         assert!(l.rendezvous.is_err());
-        assert!(launch(&[("RANK", "4"), ("WORLD_SIZE", "4")], None).unwrap_err().contains("RANK=4 is not below WORLD_SIZE=4"));
-        assert!(launch(&[("RANK", "x"), ("WORLD_SIZE", "4")], None).unwrap_err().contains("RANK=x"));
-        assert!(launch(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "2"), ("LOCAL_WORLD_SIZE", "2")], None).is_err());
+        assert!(launch(&[("RANK", "4"), ("WORLD_SIZE", "4")], None)
+            .unwrap_err()
+            .contains("RANK=4 is not below WORLD_SIZE=4"));
+        assert!(launch(&[("RANK", "x"), ("WORLD_SIZE", "4")], None)
+            .unwrap_err()
+            .contains("RANK=x"));
+        assert!(launch(
+            &[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "2"), ("LOCAL_WORLD_SIZE", "2")],
+            None
+        )
+        .is_err());
         // a rank without a size is not a launcher
         assert_eq!(launch(&[("RANK", "3")], None).unwrap().launcher, "none");
     }

@@ -29,7 +29,10 @@ impl Endpoint {
     pub fn to_line(self) -> String {
         let d = &self.dest;
         let gid: String = d.gid.raw.iter().map(|b| format!("{b:02x}")).collect();
-        format!("ep {} {} {} {gid} {} {:x} {:x} {:x} {:x}", d.qpn, d.psn, d.lid, self.mtu, self.src.0, self.src.1, self.dst.0, self.dst.1)
+        format!(
+            "ep {} {} {} {gid} {} {:x} {:x} {:x} {:x}",
+            d.qpn, d.psn, d.lid, self.mtu, self.src.0, self.src.1, self.dst.0, self.dst.1
+        )
     }
     pub fn from_line(l: &str) -> Option<Endpoint> {
         let f: Vec<&str> = l.split(' ').collect();
@@ -42,7 +45,12 @@ impl Endpoint {
         }
         let h = |s: &str| u64::from_str_radix(s, 16).ok();
         Some(Endpoint {
-            dest: Dest { qpn: f[1].parse().ok()?, psn: f[2].parse().ok()?, lid: f[3].parse().ok()?, gid },
+            dest: Dest {
+                qpn: f[1].parse().ok()?,
+                psn: f[2].parse().ok()?,
+                lid: f[3].parse().ok()?,
+                gid,
+            },
             mtu: f[5].parse().ok()?,
             src: (h(f[6])?, h(f[7])? as u32),
             dst: (h(f[8])?, h(f[9])? as u32),
@@ -105,9 +113,19 @@ impl<'v> Rig<'v> {
     /// this rail cannot take part.
     pub fn new(a: &Args, cu: &'v Cuda, v: &'v Verbs, size: usize) -> Result<Rig<'v>, Box<Fact>> {
         let mut r = Findings::default();
-        let Some(h) = rdma::open_hca(a, v, &mut r) else { return Err(unfit(Kind::NicPort, &r).into()) };
-        let scratch = HostBuf::new(4096)
-            .ok_or_else(|| Fact::new(Kind::Node, None, true, "no host memory for 4 KiB".into(), vec![], String::new()))?;
+        let Some(h) = rdma::open_hca(a, v, &mut r) else {
+            return Err(unfit(Kind::NicPort, &r).into());
+        };
+        let scratch = HostBuf::new(4096).ok_or_else(|| {
+            Fact::new(
+                Kind::Node,
+                None,
+                true,
+                "no host memory for 4 KiB".into(),
+                vec![],
+                String::new(),
+            )
+        })?;
         let mut rig = Rig {
             a: a.clone(),
             cu,
@@ -136,7 +154,8 @@ impl<'v> Rig<'v> {
         rig.registered.0 = crate::selftest::shim::all_counters();
         for k in 0..2 {
             let before = rig.registered.0;
-            let m = rdma::reg(&mut rig.h, rig.gpu[k], size).map_err(|e| reg_unfit(rig.gpu[k], size, e, before))?;
+            let m = rdma::reg(&mut rig.h, rig.gpu[k], size)
+                .map_err(|e| reg_unfit(rig.gpu[k], size, e, before))?;
             let reg = rdma::mr_region(m, rig.gpu[k]);
             if k == 0 {
                 rig.src = reg;
@@ -166,7 +185,9 @@ impl<'v> Rig<'v> {
         // as a NUL-terminated string that lives as long as the device list's devices do.
         unsafe {
             let dev = (*self.h.ctx).device;
-            std::ffi::CStr::from_ptr((self.h.v.get_device_name)(dev.cast())).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr((self.h.v.get_device_name)(dev.cast()))
+                .to_string_lossy()
+                .into_owned()
         }
     }
 
@@ -196,10 +217,17 @@ impl<'v> Rig<'v> {
         self.close();
         let mut r = Findings::default();
         let (cq, qp) = (&mut self.h.cq, &mut self.h.qp);
-        let Some((q, port, me)) = conn::open(&self.a, self.h.v, cq, qp, self.h.ctx, self.h.pd, &mut r) else {
+        let Some((q, port, me)) =
+            conn::open(&self.a, self.h.v, cq, qp, self.h.ctx, self.h.pd, &mut r)
+        else {
             return Err(unfit(Kind::NicPort, &r).check.summary);
         };
-        let ep = Endpoint { dest: me, mtu: port.mtu, src: (self.src.addr, self.src.rkey), dst: (self.dst.addr, self.dst.rkey) };
+        let ep = Endpoint {
+            dest: me,
+            mtu: port.mtu,
+            src: (self.src.addr, self.src.rkey),
+            dst: (self.dst.addr, self.dst.rkey),
+        };
         self.q = Some((q, port, me));
         Ok(ep)
     }
@@ -213,13 +241,23 @@ impl<'v> Rig<'v> {
     pub fn connect(&mut self, peer: &Endpoint, name: &str) -> Result<(), String> {
         let (q, port, me) = self.q.as_ref().ok_or("no QP")?;
         let mut r = Findings::default();
-        conn::to_rts(&self.a, q, port, me, &peer.dest, peer.mtu, name, &mut r).map(|_| ()).ok_or_else(|| {
-            let u = unfit(Kind::Link, &r);
-            format!("{}; {}", u.check.summary, u.check.evidence.join("; "))
-        })
+        conn::to_rts(&self.a, q, port, me, &peer.dest, peer.mtu, name, &mut r)
+            .map(|_| ())
+            .ok_or_else(|| {
+                let u = unfit(Kind::Link, &r);
+                format!("{}; {}", u.check.summary, u.check.evidence.join("; "))
+            })
     }
 
-    fn run(&self, op: u32, local: Region, remote: (u64, u32), len: usize, count: usize, span: usize) -> Result<f64, String> {
+    fn run(
+        &self,
+        op: u32,
+        local: Region,
+        remote: (u64, u32),
+        len: usize,
+        count: usize,
+        span: usize,
+    ) -> Result<f64, String> {
         let (q, _, _) = self.q.as_ref().ok_or("no QP")?;
         let remote = Region { addr: remote.0, lkey: 0, rkey: remote.1 };
         let t0 = Instant::now();
@@ -271,7 +309,9 @@ impl<'v> Rig<'v> {
 
     /// Whether `dst` holds the peer's pattern, every byte; Err: how it differs.
     pub fn verify(&self, seed: u64, tag: u64) -> Result<(), String> {
-        verify_with(self.size, seed, tag, |off, buf| self.cu.dtoh(buf, self.gpu[1] + off as u64).map_err(|(c, st)| format!("{c} -> {st}")))
+        verify_with(self.size, seed, tag, |off, buf| {
+            self.cu.dtoh(buf, self.gpu[1] + off as u64).map_err(|(c, st)| format!("{c} -> {st}"))
+        })
     }
 
     pub fn close(&mut self) {
@@ -282,7 +322,12 @@ impl<'v> Rig<'v> {
 
 /// `read(offset, buf)` fills `buf` with the bytes at `offset`; they are compared with the pattern
 /// (seed, tag), and a checksum of each side is kept for the message.
-pub fn verify_with(size: usize, seed: u64, tag: u64, mut read: impl FnMut(usize, &mut [u8]) -> Result<(), String>) -> Result<(), String> {
+pub fn verify_with(
+    size: usize,
+    seed: u64,
+    tag: u64,
+    mut read: impl FnMut(usize, &mut [u8]) -> Result<(), String>,
+) -> Result<(), String> {
     let chunk = size.min(16 << 20);
     let (mut got, mut want) = (vec![0u8; chunk], vec![0u8; chunk]);
     let (mut sum_got, mut sum_want) = (FNV, FNV);

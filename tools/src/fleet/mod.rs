@@ -49,7 +49,8 @@ impl Args {
             return Err("--size must be a power of two from 4096 to 4294967296 (4 GiB)".into());
         }
         if let Some(shim) = &self.shim {
-            let st = crate::selftest::Args { shim: Some(shim.clone()), ..self.selftest_args(0, None) };
+            let st =
+                crate::selftest::Args { shim: Some(shim.clone()), ..self.selftest_args(0, None) };
             if let Some(code) = st.reexec()? {
                 return Ok(code);
             }

@@ -62,8 +62,16 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.word() == w)
     }
     /// The report's check of a culprit of this kind: `culprit.KIND`, FAIL, its evidence whole.
-    pub fn check(self, summary: impl Into<String>, evidence: Vec<String>, fix: impl Into<String>) -> Check {
-        Check { evidence, ..Check::new(&format!("culprit.{}", self.word()), Status::Fail, summary).fix(fix) }
+    pub fn check(
+        self,
+        summary: impl Into<String>,
+        evidence: Vec<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            evidence,
+            ..Check::new(&format!("culprit.{}", self.word()), Status::Fail, summary).fix(fix)
+        }
     }
 }
 
@@ -92,7 +100,9 @@ impl Outcome {
         }
     }
     fn from_word(w: &str) -> Option<Outcome> {
-        [Outcome::Ok, Outcome::Slow, Outcome::Corrupt, Outcome::Error, Outcome::NotRun].into_iter().find(|o| o.word() == w)
+        [Outcome::Ok, Outcome::Slow, Outcome::Corrupt, Outcome::Error, Outcome::NotRun]
+            .into_iter()
+            .find(|o| o.word() == w)
     }
 }
 
@@ -131,7 +141,14 @@ pub struct Fact {
 }
 
 impl Fact {
-    pub fn new(kind: Kind, rail: Option<usize>, blocks: bool, summary: String, evidence: Vec<String>, fix: String) -> Fact {
+    pub fn new(
+        kind: Kind,
+        rail: Option<usize>,
+        blocks: bool,
+        summary: String,
+        evidence: Vec<String>,
+        fix: String,
+    ) -> Fact {
         Fact { kind, rail, blocks, check: kind.check(summary, evidence, fix) }
     }
 }
@@ -185,7 +202,14 @@ pub struct Culprit {
 }
 
 impl Culprit {
-    pub fn new(kind: Kind, nodes: Vec<String>, rail: Option<usize>, summary: String, evidence: Vec<String>, fix: String) -> Culprit {
+    pub fn new(
+        kind: Kind,
+        nodes: Vec<String>,
+        rail: Option<usize>,
+        summary: String,
+        evidence: Vec<String>,
+        fix: String,
+    ) -> Culprit {
         Culprit { kind, nodes, rail, check: kind.check(summary, evidence, fix) }
     }
 }

@@ -18,7 +18,8 @@ pub struct UniqueId(pub [u8; 128]);
 
 type GetId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type InitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int;
-type Xfer = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+type Xfer =
+    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
 type Group = unsafe extern "C" fn() -> c_int;
 type Destroy = unsafe extern "C" fn(*mut c_void) -> c_int;
 type ErrStr = unsafe extern "C" fn(c_int) -> *const c_char;
@@ -61,12 +62,14 @@ impl Nccl {
     pub fn load(log: PathBuf, cu: &Cuda, size: usize) -> Result<Nccl, String> {
         let name = std::env::var("GDRSHIM_FLEET_NCCL").unwrap_or_else(|_| "libnccl.so.2".into());
         // SAFETY: loading NCCL runs its initialisers, as any program using NCCL does.
-        let lib = unsafe { Library::new(&name) }.map_err(|e| format!("{name} cannot be loaded: {e}"))?;
+        let lib =
+            unsafe { Library::new(&name) }.map_err(|e| format!("{name} cannot be loaded: {e}"))?;
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: NCCL's API symbol with its nccl.h signature (the field's type); valid
                 // while `_lib` is held.
-                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{name} lacks {}: {e}", $name))?
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| format!("{name} lacks {}: {e}", $name))?
             };
         }
         let v: Option<Version> = {
@@ -81,7 +84,9 @@ impl Nccl {
         };
         let mut buf = [0u64; 2];
         for b in &mut buf {
-            *b = cu.alloc(size).map_err(|(c, st)| format!("no GPU memory for NCCL's buffers: {c} -> {st}"))?;
+            *b = cu
+                .alloc(size)
+                .map_err(|(c, st)| format!("no GPU memory for NCCL's buffers: {c} -> {st}"))?;
         }
         Ok(Nccl {
             get_id: sym!("ncclGetUniqueId"),
@@ -158,18 +163,26 @@ impl Nccl {
         let stream = cu.stream().map_err(|(c, st)| format!("{c} -> {st}"))?;
         let mut comm = core::ptr::null_mut();
         // SAFETY: a valid out-pointer; the id both ranks hold; 2 ranks.
-        let r = self.check("ncclCommInitRank", unsafe { (self.init)(&mut comm, 2, raw, rank) }).and_then(|()| {
-            let peer = 1 - rank;
-            // SAFETY: our communicator and stream; src and dst are GPU buffers of `bytes` at least.
-            unsafe {
-                self.check("ncclGroupStart", (self.group_start)())?;
-                let s = self.check("ncclSend", (self.send)(src as *mut c_void, bytes, UINT8, peer, comm, stream));
-                let v = self.check("ncclRecv", (self.recv)(dst as *mut c_void, bytes, UINT8, peer, comm, stream));
-                self.check("ncclGroupEnd", (self.group_end)())?;
-                s.and(v)?;
-            }
-            cu.sync(stream).map_err(|(c, st)| format!("{c} -> {st}"))
-        });
+        let r = self
+            .check("ncclCommInitRank", unsafe { (self.init)(&mut comm, 2, raw, rank) })
+            .and_then(|()| {
+                let peer = 1 - rank;
+                // SAFETY: our communicator and stream; src and dst are GPU buffers of `bytes` at least.
+                unsafe {
+                    self.check("ncclGroupStart", (self.group_start)())?;
+                    let s = self.check(
+                        "ncclSend",
+                        (self.send)(src as *mut c_void, bytes, UINT8, peer, comm, stream),
+                    );
+                    let v = self.check(
+                        "ncclRecv",
+                        (self.recv)(dst as *mut c_void, bytes, UINT8, peer, comm, stream),
+                    );
+                    self.check("ncclGroupEnd", (self.group_end)())?;
+                    s.and(v)?;
+                }
+                cu.sync(stream).map_err(|(c, st)| format!("{c} -> {st}"))
+            });
         if !comm.is_null() {
             // SAFETY: our communicator, destroyed once, after its work finished.
             unsafe { (self.destroy)(comm) };
@@ -204,9 +217,19 @@ fn put(cu: &Cuda, gpu: u64, size: usize, seed: u64, tag: u64) -> Result<(), Stri
 pub fn judge(log: &str) -> Result<String, String> {
     let (gdr, without) = net_connections(log);
     match (gdr.first(), without.first()) {
-        (_, Some(l)) => Err(format!("{} of {} network connections without GDRDMA: {}", without.len(), gdr.len() + without.len(), l.trim())),
-        (Some(l), None) => Ok(format!("{} network connections via GDRDMA: {}", gdr.len(), l.trim())),
-        (None, None) => Err("NCCL's log shows no network connection (NCCL_DEBUG=INFO: no 'via NET/' line)".into()),
+        (_, Some(l)) => Err(format!(
+            "{} of {} network connections without GDRDMA: {}",
+            without.len(),
+            gdr.len() + without.len(),
+            l.trim()
+        )),
+        (Some(l), None) => {
+            Ok(format!("{} network connections via GDRDMA: {}", gdr.len(), l.trim()))
+        }
+        (None, None) => {
+            Err("NCCL's log shows no network connection (NCCL_DEBUG=INFO: no 'via NET/' line)"
+                .into())
+        }
     }
 }
 
@@ -218,10 +241,15 @@ mod tests {
     fn a_pair_passes_only_where_every_network_connection_is_gdrdma() {
         let gdr = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA\n";
         let plain = "h:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n";
-        assert_eq!(judge(gdr).unwrap(), format!("1 network connections via GDRDMA: {}", gdr.trim()));
+        assert_eq!(
+            judge(gdr).unwrap(),
+            format!("1 network connections via GDRDMA: {}", gdr.trim())
+        );
         let e = judge(&format!("{gdr}{plain}")).unwrap_err();
         assert_eq!(e, format!("1 of 2 network connections without GDRDMA: {}", plain.trim()));
         // 'GDR 1' alone proves nothing
-        assert!(judge("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled ... GDR 1\n").unwrap_err().contains("no network connection"));
+        assert!(judge("h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled ... GDR 1\n")
+            .unwrap_err()
+            .contains("no network connection"));
     }
 }

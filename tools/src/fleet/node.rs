@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 /// The doctor's checks that bear on GDR across nodes, and what each names when it is not PASS.
 /// Its P2P and packaging checks are about GPU-to-GPU inside a node: not the fleet's business.
 fn doctor_kind(c: &Check) -> Option<Kind> {
-    let bad = matches!(c.status, Status::Fail) || (matches!(c.status, Status::Warn) && c.id.starts_with("topo."));
-    let warn_counts = matches!(c.status, Status::Warn) && matches!(c.id.as_str(), "p2p.iommu" | "p2p.acs");
+    let bad = matches!(c.status, Status::Fail)
+        || (matches!(c.status, Status::Warn) && c.id.starts_with("topo."));
+    let warn_counts =
+        matches!(c.status, Status::Warn) && matches!(c.id.as_str(), "p2p.iommu" | "p2p.acs");
     if !bad && !warn_counts {
         return None;
     }
@@ -58,8 +60,10 @@ pub fn doctor_facts(st: &State, rails: &[(usize, Option<String>)]) -> Vec<Fact> 
 pub fn topology(st: &State) -> Vec<(String, Option<String>)> {
     let Some(text) = st.item("pci-paths").ok() else { return Vec::new() };
     let devs = parse_pci_paths(text);
-    let mut v: Vec<(String, Option<String>)> =
-        closest_nics(&devs).into_iter().map(|(g, n)| (g.name.clone(), n.map(|(n, _)| n.name.clone()))).collect();
+    let mut v: Vec<(String, Option<String>)> = closest_nics(&devs)
+        .into_iter()
+        .map(|(g, n)| (g.name.clone(), n.map(|(n, _)| n.name.clone())))
+        .collect();
     v.sort();
     v
 }
@@ -70,7 +74,9 @@ pub fn state(flag: Option<&Path>, node: &str) -> Result<(State, PathBuf, Option<
     match flag {
         Some(p) => {
             let dir = PathBuf::from(p.to_string_lossy().replace("{node}", node));
-            State::from_dir(&dir).map(|s| (s, dir.clone(), None)).map_err(|e| format!("--state {}: {e}", dir.display()))
+            State::from_dir(&dir)
+                .map(|s| (s, dir.clone(), None))
+                .map_err(|e| format!("--state {}: {e}", dir.display()))
         }
         None => {
             let (root, saved) = selftest::route_doctor::record()?;
@@ -103,7 +109,10 @@ pub fn shim_facts() -> (Vec<Fact>, String) {
             None,
             true,
             format!("gdrshim runs in mode {mode}, not register (3)"),
-            vec![format!("gdrshim_mode() = {mode}; GDRSHIM_MODE={}", std::env::var("GDRSHIM_MODE").unwrap_or_default())],
+            vec![format!(
+                "gdrshim_mode() = {mode}; GDRSHIM_MODE={}",
+                std::env::var("GDRSHIM_MODE").unwrap_or_default()
+            )],
             "unset GDRSHIM_MODE or set it to register in the job's environment".into(),
         ));
     }
@@ -150,7 +159,9 @@ pub fn memlock_soft() -> Option<u64> {
 pub fn loopback(a: &selftest::Args, rail: usize) -> (String, Option<Fact>) {
     let r = selftest::selftest(a);
     let word = result_word(r.exit_code()).to_string();
-    let Some(bad) = r.items().iter().find(|i| i.status == Status::Fail) else { return (word, None) };
+    let Some(bad) = r.items().iter().find(|i| i.status == Status::Fail) else {
+        return (word, None);
+    };
     let kind = match bad.id.as_str() {
         "route.shim" => Kind::Shim,
         id if id.starts_with("route") || id.starts_with("reg.") => Kind::DmaBuf,
@@ -186,7 +197,8 @@ pub fn rdma_core_version(maps: &str) -> String {
         .filter_map(|p| p.rsplit('/').next()?.strip_prefix("libibverbs.so.1."))
         .find_map(|v| {
             let parts: Vec<&str> = v.split('.').collect();
-            (parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok())).then(|| format!("{}.{}", parts[1], parts[2]))
+            (parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()))
+                .then(|| format!("{}.{}", parts[1], parts[2]))
         })
         .unwrap_or_else(|| "unknown".into())
 }
@@ -196,7 +208,10 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> State {
-        State::from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name)).unwrap()
+        State::from_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/state").join(name),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -204,13 +219,20 @@ mod tests {
         assert!(doctor_facts(&fixture("rig-4090-ok"), &[(0, None)]).is_empty());
         let st = fixture("rig-4090-sys");
         let topo = topology(&st);
-        assert_eq!(topo.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(), ["0000:01:00.0", "0000:41:00.0"]);
+        assert_eq!(
+            topo.iter().map(|(g, _)| g.as_str()).collect::<Vec<_>>(),
+            ["0000:01:00.0", "0000:41:00.0"]
+        );
         assert_eq!(topo[0].1.as_deref(), Some("mlx5_0"));
         // this task has GPU 1 only: one fact, on its rail
         let f = doctor_facts(&st, &[(1, Some(topo[1].0.clone()))]);
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!((f[0].kind, f[0].rail, f[0].blocks), (Kind::PciePath, Some(1), false));
-        assert!(f[0].check.summary.contains("SYS (across the link between CPU sockets)"), "{}", f[0].check.summary);
+        assert!(
+            f[0].check.summary.contains("SYS (across the link between CPU sockets)"),
+            "{}",
+            f[0].check.summary
+        );
         assert!(f[0].check.evidence[0].starts_with("doctor WARN topo.0000:41:00.0"));
         let bad = doctor_facts(&fixture("rig-4090-bad"), &[(0, None)]);
         assert!(bad.iter().any(|f| f.kind == Kind::Memlock), "{bad:#?}");
@@ -229,7 +251,8 @@ mod tests {
 
     #[test]
     fn rdma_core_from_the_mapped_file() {
-        let maps = "7f00-7f01 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0\n";
+        let maps =
+            "7f00-7f01 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0\n";
         assert_eq!(rdma_core_version(maps), "50.0");
         assert_eq!(rdma_core_version("7f00-7f01 r-xp 0 0 1 /tmp/lab/libibverbs.so.1\n"), "unknown");
     }

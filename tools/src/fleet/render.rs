@@ -24,7 +24,8 @@ pub struct Fleet {
 
 impl Fleet {
     pub fn rails(&self) -> Vec<usize> {
-        let r: BTreeSet<usize> = self.legs.iter().filter(|l| l.op != Op::Nccl).map(|l| l.rail).collect();
+        let r: BTreeSet<usize> =
+            self.legs.iter().filter(|l| l.op != Op::Nccl).map(|l| l.rail).collect();
         r.into_iter().collect()
     }
     /// The fleet's checks in the tools' one report: each culprit a FAIL, then what was checked;
@@ -32,7 +33,10 @@ impl Fleet {
     pub fn checks(&self) -> Report {
         let mut checks: Vec<Check> = self.culprits.iter().map(|c| c.check.clone()).collect();
         checks.extend(self.passes());
-        Report { checks, unchecked: if self.culprits.is_empty() { self.unchecked.clone() } else { None } }
+        Report {
+            checks,
+            unchecked: if self.culprits.is_empty() { self.unchecked.clone() } else { None },
+        }
     }
     pub fn exit_code(&self) -> u8 {
         self.checks().exit_code()
@@ -40,7 +44,11 @@ impl Fleet {
     fn pairs(&self, op: Option<Op>) -> (usize, usize) {
         let mut all: BTreeSet<(usize, usize, usize)> = BTreeSet::new();
         let mut bad = BTreeSet::new();
-        for l in self.legs.iter().filter(|l| op.is_none_or(|o| o == l.op) && (op.is_some() || l.op != Op::Nccl)) {
+        for l in self
+            .legs
+            .iter()
+            .filter(|l| op.is_none_or(|o| o == l.op) && (op.is_some() || l.op != Op::Nccl))
+        {
             let k = (l.rail, l.src.min(l.dst), l.src.max(l.dst));
             all.insert(k);
             if l.outcome != Outcome::Ok {
@@ -56,7 +64,9 @@ impl Fleet {
         let n = self.nodes.len();
         let rails: usize = self.nodes.iter().map(|t| t.rails.len()).sum();
         let fine = self.nodes.iter().filter(|t| t.facts.is_empty()).count();
-        let what = format!("{fine} of {n} nodes without a finding ({rails} GPU↔NIC rails, loopback self-tested)");
+        let what = format!(
+            "{fine} of {n} nodes without a finding ({rails} GPU↔NIC rails, loopback self-tested)"
+        );
         v.push(Check::new("nodes", status(fine == n), what));
         let (all, ok) = self.pairs(None);
         if all > 0 {
@@ -229,7 +239,11 @@ impl Fleet {
                         format!("[{}]", cells.join(","))
                     })
                     .collect();
-                matrices.push(format!("{{\"rail\":{r},\"op\":{},\"rows\":[{}]}}", json_str(op.word()), rows.join(",")));
+                matrices.push(format!(
+                    "{{\"rail\":{r},\"op\":{},\"rows\":[{}]}}",
+                    json_str(op.word()),
+                    rows.join(",")
+                ));
             }
         }
         let secs: Vec<String> = self.round_secs.iter().map(|s| format!("{s:.3}")).collect();
@@ -251,7 +265,14 @@ fn culprit_lines(c: &Culprit) -> String {
     let mut s = String::new();
     let rail = c.rail.map_or(String::new(), |r| format!(" rail {r}"));
     let ev = &c.check.evidence;
-    let _ = writeln!(s, "{} {:<12} {}{rail}: {}", c.check.status.word(), c.kind.word(), c.nodes.join(" ↔ "), c.check.summary);
+    let _ = writeln!(
+        s,
+        "{} {:<12} {}{rail}: {}",
+        c.check.status.word(),
+        c.kind.word(),
+        c.nodes.join(" ↔ "),
+        c.check.summary
+    );
     for e in ev.iter().take(8) {
         let _ = writeln!(s, "     {:<12} | {e}", "");
     }

@@ -47,7 +47,10 @@ pub fn run(
         let mut legs = Vec::new();
         // the peer: the task of the partner node that has this rail
         let peer = partner(round, me).and_then(|p| {
-            let r = tasks.iter().find(|t| t.node == nodes[p].node && t.rails.iter().any(|x| x.rail == rail))?.rank;
+            let r = tasks
+                .iter()
+                .find(|t| t.node == nodes[p].node && t.rails.iter().any(|x| x.rail == rail))?
+                .rank;
             Some((p, r))
         });
         let live = connect(g, rig.as_deref_mut(), peer, nodes, (me, rail), seed, &mut legs)?;
@@ -63,7 +66,13 @@ pub fn run(
         let parts = gather(g, &mine_legs.join("\n"))?;
         if rank == 0 {
             secs.push(t0.elapsed().as_secs_f64());
-            eprintln!("fleet: round {}/{} done in {:.2} s ({} pair(s))", k + 1, all.len(), t0.elapsed().as_secs_f64(), round.len());
+            eprintln!(
+                "fleet: round {}/{} done in {:.2} s ({} pair(s))",
+                k + 1,
+                all.len(),
+                t0.elapsed().as_secs_f64(),
+                round.len()
+            );
             for p in parts {
                 for l in p.lines().filter(|l| !l.is_empty()) {
                     seen.push(Leg::from_line(l)?);
@@ -94,7 +103,10 @@ fn connect(
         ep = r.open();
     }
     let eps = gather(g, &ep.as_ref().map_or_else(|e| format!("no {e}"), |x| x.to_line()))?;
-    let got = |rk: usize| Endpoint::from_line(&eps[rk]).ok_or_else(|| eps[rk].strip_prefix("no ").unwrap_or(&eps[rk]).to_string());
+    let got = |rk: usize| {
+        Endpoint::from_line(&eps[rk])
+            .ok_or_else(|| eps[rk].strip_prefix("no ").unwrap_or(&eps[rk]).to_string())
+    };
     let mine = match (&ep, peer) {
         (Ok(_), Some((p, prank))) => match (got(prank), rig) {
             (Ok(theirs), Some(r)) => {
@@ -103,7 +115,13 @@ fn connect(
                 Some((p, theirs, ok))
             }
             (Err(why), _) => {
-                not_run(legs, rail, me, p, &format!("{} could not take part: {why}", nodes[p].node));
+                not_run(
+                    legs,
+                    rail,
+                    me,
+                    p,
+                    &format!("{} could not take part: {why}", nodes[p].node),
+                );
                 None
             }
             (_, None) => None,
@@ -117,10 +135,16 @@ fn connect(
     let ready = gather(g, if mine.as_ref().is_some_and(|m| m.2.is_ok()) { "ok" } else { "no" })?;
     let both = |m: &Pair| m.2.is_ok() && peer.is_some_and(|(_, pr)| ready[pr] == "ok");
     match (&mine, peer) {
-        (Some((p, _, Err(e))), _) => error(legs, rail, me, *p, &format!("connecting to {}: {e}", nodes[*p].node)),
-        (Some((p, _, Ok(()))), Some((_, pr))) if ready[pr] != "ok" => {
-            not_run(legs, rail, me, *p, &format!("{} could not connect to {}", nodes[*p].node, nodes[me].node))
+        (Some((p, _, Err(e))), _) => {
+            error(legs, rail, me, *p, &format!("connecting to {}: {e}", nodes[*p].node))
         }
+        (Some((p, _, Ok(()))), Some((_, pr))) if ready[pr] != "ok" => not_run(
+            legs,
+            rail,
+            me,
+            *p,
+            &format!("{} could not connect to {}", nodes[*p].node, nodes[me].node),
+        ),
         _ => {}
     }
     Ok(mine.filter(both))
@@ -149,7 +173,10 @@ fn phases(
     // the peer's WRITE into us, every byte
     let v = r.verify(seed, tag(p, rail));
     legs.push(checked(rail, p, me, Op::Write, v));
-    let read = r.poison_dst(seed).map_err(|e| format!("poisoning dst: {e}")).and_then(|()| r.read(&theirs));
+    let read = r
+        .poison_dst(seed)
+        .map_err(|e| format!("poisoning dst: {e}"))
+        .and_then(|()| r.read(&theirs));
     gather(g, "")?;
     // the peer's NIC finishes its READ's writes into its GPU when ours reads from it
     let flushed = r.flush(&theirs);
@@ -176,7 +203,9 @@ fn nccl_phase(
     legs: &mut Vec<Leg>,
 ) -> Result<(), String> {
     let ready = match (&nccl, pair) {
-        (Some((n, _)), Some((p, _))) if me < p => n.new_id().map_or_else(|e| format!("no {e}"), |id| format!("id {id}")),
+        (Some((n, _)), Some((p, _))) if me < p => {
+            n.new_id().map_or_else(|e| format!("no {e}"), |id| format!("id {id}"))
+        }
         (Some(_), Some(_)) => "ok".into(),
         (None, Some(_)) => "no NCCL cannot be used on this node".into(),
         _ => "no".into(),
@@ -184,11 +213,13 @@ fn nccl_phase(
     let all = gather(g, &ready)?;
     let Some((p, prank)) = pair else { return Ok(()) };
     let theirs = &all[prank];
-    let why_not = [&ready, theirs].into_iter().find_map(|x| x.strip_prefix("no ").map(str::to_string));
+    let why_not =
+        [&ready, theirs].into_iter().find_map(|x| x.strip_prefix("no ").map(str::to_string));
     let id = if me < p { ready.strip_prefix("id ") } else { theirs.strip_prefix("id ") };
     let (outcome, detail) = match (nccl, id, why_not) {
         (_, _, Some(why)) => (Outcome::NotRun, why),
-        (Some((n, cu)), Some(id), None) => match n.pair(cu, id, (me > p) as core::ffi::c_int, seed) {
+        (Some((n, cu)), Some(id), None) => match n.pair(cu, id, (me > p) as core::ffi::c_int, seed)
+        {
             Err(e) => (Outcome::Error, e),
             Ok(proof) => match n.verify(cu, seed, tag(p, rail)) {
                 Err(e) => (Outcome::Corrupt, e),
@@ -197,14 +228,41 @@ fn nccl_phase(
         },
         _ => (Outcome::NotRun, "no NCCL id from the pair's first node".into()),
     };
-    legs.push(Leg { rail: 0, src: p, dst: me, op: Op::Nccl, outcome, gbps: None, lat_us: None, detail });
+    legs.push(Leg {
+        rail: 0,
+        src: p,
+        dst: me,
+        op: Op::Nccl,
+        outcome,
+        gbps: None,
+        lat_us: None,
+        detail,
+    });
     Ok(())
 }
 
 fn half(rail: usize, src: usize, dst: usize, op: Op, h: &Half) -> Leg {
     match h {
-        Ok((gbps, lat)) => Leg { rail, src, dst, op, outcome: Outcome::Ok, gbps: Some(*gbps), lat_us: *lat, detail: String::new() },
-        Err(e) => Leg { rail, src, dst, op, outcome: Outcome::Error, gbps: None, lat_us: None, detail: e.clone() },
+        Ok((gbps, lat)) => Leg {
+            rail,
+            src,
+            dst,
+            op,
+            outcome: Outcome::Ok,
+            gbps: Some(*gbps),
+            lat_us: *lat,
+            detail: String::new(),
+        },
+        Err(e) => Leg {
+            rail,
+            src,
+            dst,
+            op,
+            outcome: Outcome::Error,
+            gbps: None,
+            lat_us: None,
+            detail: e.clone(),
+        },
     }
 }
 
@@ -218,13 +276,31 @@ fn checked(rail: usize, src: usize, dst: usize, op: Op, v: Result<(), String>) -
 
 fn not_run(legs: &mut Vec<Leg>, rail: usize, me: usize, p: usize, why: &str) {
     for (src, dst, op) in [(me, p, Op::Write), (p, me, Op::Read)] {
-        legs.push(Leg { rail, src, dst, op, outcome: Outcome::NotRun, gbps: None, lat_us: None, detail: why.into() });
+        legs.push(Leg {
+            rail,
+            src,
+            dst,
+            op,
+            outcome: Outcome::NotRun,
+            gbps: None,
+            lat_us: None,
+            detail: why.into(),
+        });
     }
 }
 
 fn error(legs: &mut Vec<Leg>, rail: usize, me: usize, p: usize, why: &str) {
     for (src, dst, op) in [(me, p, Op::Write), (p, me, Op::Read)] {
-        legs.push(Leg { rail, src, dst, op, outcome: Outcome::Error, gbps: None, lat_us: None, detail: why.into() });
+        legs.push(Leg {
+            rail,
+            src,
+            dst,
+            op,
+            outcome: Outcome::Error,
+            gbps: None,
+            lat_us: None,
+            detail: why.into(),
+        });
     }
 }
 
@@ -244,8 +320,15 @@ pub fn merge_legs(legs: Vec<Leg>) -> Vec<Leg> {
                 // its consequence, not news
                 if l.outcome > x.outcome {
                     (x.outcome, x.detail) = (l.outcome, l.detail);
-                } else if l.outcome == x.outcome && !l.detail.is_empty() && !x.detail.contains(&l.detail) {
-                    x.detail = if x.detail.is_empty() { l.detail } else { format!("{}; {}", x.detail, l.detail) };
+                } else if l.outcome == x.outcome
+                    && !l.detail.is_empty()
+                    && !x.detail.contains(&l.detail)
+                {
+                    x.detail = if x.detail.is_empty() {
+                        l.detail
+                    } else {
+                        format!("{}; {}", x.detail, l.detail)
+                    };
                 }
             }
         }

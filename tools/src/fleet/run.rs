@@ -48,7 +48,10 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
     let gpu = a.gpu.unwrap_or(l.local_rank as i32);
     let mut cu = Cuda::load();
     let cu = match cu.as_mut() {
-        Ok(c) => c.open(gpu).map(|_| &*c).map_err(|(call, st)| format!("no CUDA context on GPU {gpu}: {call} -> {st}")),
+        Ok(c) => c
+            .open(gpu)
+            .map(|_| &*c)
+            .map_err(|(call, st)| format!("no CUDA context on GPU {gpu}: {call} -> {st}")),
         Err(e) => Err(e.to_string()),
     };
     let verbs = Verbs::load();
@@ -70,7 +73,17 @@ pub fn fleet(a: &Args) -> Result<u8, String> {
         }
     }
     let n = nccl.as_mut().map(|n| n.as_mut().zip(cuda));
-    let (legs, round_secs) = round::run(&mut group, l.rank, &nodes, &tasks, me, gpu.max(0) as usize, rig.as_mut(), seed, n)?;
+    let (legs, round_secs) = round::run(
+        &mut group,
+        l.rank,
+        &nodes,
+        &tasks,
+        me,
+        gpu.max(0) as usize,
+        rig.as_mut(),
+        seed,
+        n,
+    )?;
     drop(rig);
     if let (Some(Some(n)), Some(cu)) = (nccl.as_mut(), cuda) {
         n.free(cu);
@@ -128,7 +141,12 @@ pub fn node_index(names: &[&str], node: &str) -> usize {
 /// What this task sends rank 0 about itself (its facts, versions and rails), taken once its
 /// source buffer is filled with `fill`: a fill that fails is one of those facts, and the rig is
 /// gone (this rail moves no bytes); the rig where it was filled.
-pub fn facts_to_send<R>(task: &mut Task, rig: Option<R>, fill: impl FnOnce(&R) -> Result<(), String>, rail: usize) -> (String, Option<R>) {
+pub fn facts_to_send<R>(
+    task: &mut Task,
+    rig: Option<R>,
+    fill: impl FnOnce(&R) -> Result<(), String>,
+    rail: usize,
+) -> (String, Option<R>) {
     let rig = rig.and_then(|r| match fill(&r) {
         Ok(()) => Some(r),
         Err(e) => {
@@ -147,7 +165,12 @@ pub fn facts_to_send<R>(task: &mut Task, rig: Option<R>, fill: impl FnOnce(&R) -
 }
 
 /// NCCL for --nccl, its version among the task's; where it cannot be loaded, a fact.
-fn load_nccl(a: &Args, log: std::path::PathBuf, cuda: Option<&Cuda>, task: &mut Task) -> Option<nccl::Nccl> {
+fn load_nccl(
+    a: &Args,
+    log: std::path::PathBuf,
+    cuda: Option<&Cuda>,
+    task: &mut Task,
+) -> Option<nccl::Nccl> {
     let n = match cuda {
         Some(cu) => nccl::Nccl::load(log, cu, a.size),
         None => Err("no CUDA context for NCCL's buffers".into()),
@@ -184,7 +207,8 @@ fn setup<'v>(
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     t.facts.extend(node::memlock_fact(&status, node::memlock_soft()));
     let hca = doctor_and_loopback(a, gpu, &mut t);
-    t.rails[0].nic = format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
+    t.rails[0].nic =
+        format!("{} port {}", hca.clone().unwrap_or_else(|| "the first HCA".into()), a.port);
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     t.versions.push(("rdma-core".into(), node::rdma_core_version(&maps)));
     let blocked = |t: &mut Task, kind: Kind, summary: String, fix: &str| {
@@ -193,11 +217,21 @@ fn setup<'v>(
     let (cu, v) = match (cu, v) {
         (Ok(cu), Ok(v)) => (cu, v),
         (Err(e), _) => {
-            blocked(&mut t, Kind::Node, e, "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)");
+            blocked(
+                &mut t,
+                Kind::Node,
+                e,
+                "the NVIDIA driver on this node (nvidia-smi; dmesg for an Xid)",
+            );
             return (t, None);
         }
         (_, Err(e)) => {
-            blocked(&mut t, Kind::NicPort, e, "install rdma-core (libibverbs1, ibverbs-providers) on this node");
+            blocked(
+                &mut t,
+                Kind::NicPort,
+                e,
+                "install rdma-core (libibverbs1, ibverbs-providers) on this node",
+            );
             return (t, None);
         }
     };
@@ -324,22 +358,51 @@ pub fn merge(tasks: &[Task]) -> Vec<Task> {
 
 /// Rank 0's verdict: slow legs marked against the ports' rates and the rail's median, the ports
 /// that trained below their rail's others, the path each leg's ends registered by, the culprits.
-fn judge(a: &Args, l: &launch::Launch, mut nodes: Vec<Task>, mut legs: Vec<Leg>, round_secs: Vec<f64>, t0: Instant) -> Fleet {
-    let rate = |n: usize, rail: usize| nodes[n].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps);
+fn judge(
+    a: &Args,
+    l: &launch::Launch,
+    mut nodes: Vec<Task>,
+    mut legs: Vec<Leg>,
+    round_secs: Vec<f64>,
+    t0: Instant,
+) -> Fleet {
+    let rate = |n: usize, rail: usize| {
+        nodes[n].rails.iter().find(|r| r.rail == rail).and_then(|r| r.port_gbps)
+    };
     verdict::mark_slow(&mut legs, rate, a.min_bw, a.min_median);
     port_facts(&mut nodes);
     for leg in legs.iter_mut().filter(|l| l.outcome == Outcome::Ok) {
-        let p = |n: usize| nodes[n].rails.iter().find(|r| r.rail == leg.rail).map_or("?".to_string(), |r| r.path.clone());
+        let p = |n: usize| {
+            nodes[n]
+                .rails
+                .iter()
+                .find(|r| r.rail == leg.rail)
+                .map_or("?".to_string(), |r| r.path.clone())
+        };
         leg.detail = format!("registered by {} → {}", p(leg.src), p(leg.dst));
     }
     let culprits = verdict::culprits(&nodes, &legs);
     let ran = legs.iter().any(|l| l.outcome != Outcome::NotRun);
     let unchecked = match (l.size, ran) {
         (_, true) => None,
-        (1, _) => Some("one task: no other node to reach (start one task per node with the launcher)".to_string()),
-        _ => Some("no link could be tried: no node could register GPU memory on its NIC".to_string()),
+        (1, _) => Some(
+            "one task: no other node to reach (start one task per node with the launcher)"
+                .to_string(),
+        ),
+        _ => {
+            Some("no link could be tried: no node could register GPU memory on its NIC".to_string())
+        }
     };
-    Fleet { nodes, legs, culprits, launcher: l.launcher.into(), bytes: a.size, round_secs, secs: t0.elapsed().as_secs_f64(), unchecked }
+    Fleet {
+        nodes,
+        legs,
+        culprits,
+        launcher: l.launcher.into(),
+        bytes: a.size,
+        round_secs,
+        secs: t0.elapsed().as_secs_f64(),
+        unchecked,
+    }
 }
 
 /// A port whose active rate is below its rail's most common one: that NIC or port trained low.
@@ -356,7 +419,8 @@ fn port_facts(nodes: &mut [Task]) {
         let mut add = Vec::new();
         for r in &n.rails {
             let (Some(g), Some(all)) = (r.port_gbps, rates.get(&r.rail)) else { continue };
-            let common = *all.iter().max_by_key(|x| all.iter().filter(|y| y == x).count()).unwrap_or(&0);
+            let common =
+                *all.iter().max_by_key(|x| all.iter().filter(|y| y == x).count()).unwrap_or(&0);
             if all.len() >= 3 && (g as u64) < common {
                 add.push(Fact::new(
                     Kind::NicPort,

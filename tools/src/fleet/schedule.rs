@@ -67,7 +67,10 @@ mod tests {
             assert_eq!(seen.len(), n * n.saturating_sub(1) / 2, "n={n}: every pair");
             if n % 2 == 1 && n > 1 {
                 // each node sits out exactly once
-                let out: Vec<usize> = rs.iter().map(|round| (0..n).find(|&x| partner(round, x).is_none()).unwrap()).collect();
+                let out: Vec<usize> = rs
+                    .iter()
+                    .map(|round| (0..n).find(|&x| partner(round, x).is_none()).unwrap())
+                    .collect();
                 assert_eq!(out.iter().collect::<BTreeSet<_>>().len(), n, "n={n}: {out:?}");
             }
         }

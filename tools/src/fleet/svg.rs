@@ -30,17 +30,25 @@ fn look(outcome: Outcome, share: Option<f64>) -> (&'static str, &'static str) {
 
 pub fn svg(f: &Fleet) -> String {
     let n = f.nodes.len();
-    let label_w = 8 * f.nodes.iter().map(|t| t.node.chars().count()).max().unwrap_or(4).min(24) + 12;
+    let label_w =
+        8 * f.nodes.iter().map(|t| t.node.chars().count()).max().unwrap_or(4).min(24) + 12;
     let panel = label_w + n * CELL + 24;
     let panel_h = label_w + n * CELL + 40;
-    let panels: Vec<(usize, Op)> = f.rails().into_iter().flat_map(|r| [(r, Op::Write), (r, Op::Read)]).collect();
+    let panels: Vec<(usize, Op)> =
+        f.rails().into_iter().flat_map(|r| [(r, Op::Write), (r, Op::Read)]).collect();
     let width = panel * panels.len().max(1) + 20;
     let height = panel_h + 70;
     let mut s = String::new();
-    let _ =
-        writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="11">"#);
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="11">"#
+    );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let culprits = if f.culprits.is_empty() { "no culprit".to_string() } else { format!("{} culprit(s)", f.culprits.len()) };
+    let culprits = if f.culprits.is_empty() {
+        "no culprit".to_string()
+    } else {
+        format!("{} culprit(s)", f.culprits.len())
+    };
     let _ = writeln!(
         s,
         r#"<text x="10" y="18" font-size="14">gdrshim fleet: {} nodes, {} per transfer, {culprits}</text>"#,
@@ -59,7 +67,12 @@ pub fn svg(f: &Fleet) -> String {
 fn panel_at(s: &mut String, f: &Fleet, rail: usize, op: Op, (x0, label_w): (usize, usize)) {
     let n = f.nodes.len();
     let y0 = 40;
-    let _ = writeln!(s, r#"<text x="{x0}" y="{}" font-size="12">rail {rail} {} (row: from, column: to)</text>"#, y0, op.word());
+    let _ = writeln!(
+        s,
+        r#"<text x="{x0}" y="{}" font-size="12">rail {rail} {} (row: from, column: to)</text>"#,
+        y0,
+        op.word()
+    );
     let gx = x0 + label_w;
     let gy = y0 + label_w;
     for (i, t) in f.nodes.iter().enumerate() {
@@ -67,13 +80,21 @@ fn panel_at(s: &mut String, f: &Fleet, rail: usize, op: Op, (x0, label_w): (usiz
         let y = gy + i * CELL + CELL / 2 + 4;
         let _ = writeln!(s, r#"<text x="{}" y="{y}" text-anchor="end">{name}</text>"#, gx - 4);
         let cx = gx + i * CELL + CELL / 2 + 4;
-        let _ = writeln!(s, r#"<text x="{cx}" y="{}" transform="rotate(-90 {cx} {})">{name}</text>"#, gy - 4, gy - 4);
+        let _ = writeln!(
+            s,
+            r#"<text x="{cx}" y="{}" transform="rotate(-90 {cx} {})">{name}</text>"#,
+            gy - 4,
+            gy - 4
+        );
     }
     for i in 0..n {
         for j in 0..n {
             let (x, y) = (gx + j * CELL, gy + i * CELL);
             if i == j {
-                let _ = writeln!(s, r##"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#eeeeee"/>"##);
+                let _ = writeln!(
+                    s,
+                    r##"<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="#eeeeee"/>"##
+                );
                 continue;
             }
             cell(s, f, rail, op, (i, j), (x, y));
@@ -82,7 +103,14 @@ fn panel_at(s: &mut String, f: &Fleet, rail: usize, op: Op, (x0, label_w): (usiz
 }
 
 /// The cell of the leg from node `i` to node `j`, at (`x`, `y`): its fill, mark and tooltip.
-fn cell(s: &mut String, f: &Fleet, rail: usize, op: Op, (i, j): (usize, usize), (x, y): (usize, usize)) {
+fn cell(
+    s: &mut String,
+    f: &Fleet,
+    rail: usize,
+    op: Op,
+    (i, j): (usize, usize),
+    (x, y): (usize, usize),
+) {
     let Some(l) = f.leg(rail, op, i, j) else { return };
     let rate = [i, j]
         .iter()
@@ -105,7 +133,12 @@ fn cell(s: &mut String, f: &Fleet, rail: usize, op: Op, (i, j): (usize, usize), 
         esc(&tip)
     );
     if !mark.is_empty() {
-        let _ = writeln!(s, r#"<text x="{}" y="{}" fill="white" text-anchor="middle">{mark}</text>"#, x + CELL / 2, y + CELL - 5);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" fill="white" text-anchor="middle">{mark}</text>"#,
+            x + CELL / 2,
+            y + CELL - 5
+        );
     }
 }
 
@@ -121,7 +154,8 @@ fn legend(s: &mut String, ly: usize) {
     ];
     for (k, (fill, text)) in legend.iter().enumerate() {
         let x = 10 + k * 140;
-        let _ = writeln!(s, r#"<rect x="{x}" y="{}" width="12" height="12" fill="{fill}"/>"#, ly - 10);
+        let _ =
+            writeln!(s, r#"<rect x="{x}" y="{}" width="12" height="12" fill="{fill}"/>"#, ly - 10);
         let _ = writeln!(s, r#"<text x="{}" y="{ly}">{}</text>"#, x + 16, esc(text));
     }
 }

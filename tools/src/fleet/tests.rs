@@ -37,7 +37,16 @@ fn legs(n: usize, rails: usize, f: impl Fn(usize, usize, usize, Op) -> Outcome) 
                     for op in [Op::Write, Op::Read] {
                         let outcome = f(rail, s, d, op);
                         let gbps = (outcome != Outcome::NotRun).then_some(90.0);
-                        v.push(Leg { rail, src: s, dst: d, op, outcome, gbps, lat_us: Some(3.0), detail: outcome.word().into() });
+                        v.push(Leg {
+                            rail,
+                            src: s,
+                            dst: d,
+                            op,
+                            outcome,
+                            gbps,
+                            lat_us: Some(3.0),
+                            detail: outcome.word().into(),
+                        });
                     }
                 }
             }
@@ -67,14 +76,27 @@ fn a_clean_fleet_has_no_culprit() {
 fn a_dead_link_is_the_link_and_a_dead_node_is_the_node() {
     let nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
     let dead = |a: usize, b: usize| {
-        move |_r: usize, s: usize, d: usize, _o: Op| if (s.min(d), s.max(d)) == (a, b) { Outcome::Error } else { Outcome::Ok }
+        move |_r: usize, s: usize, d: usize, _o: Op| {
+            if (s.min(d), s.max(d)) == (a, b) {
+                Outcome::Error
+            } else {
+                Outcome::Ok
+            }
+        }
     };
     let cs = culprits(&nodes, &legs(4, 1, dead(1, 2)));
     assert_eq!(named(&cs), [one(Kind::Link, &["n1", "n2"], Some(0))].into(), "{cs:#?}");
-    assert!(cs[0].check.evidence.iter().any(|e| e.contains("WRITE n1→n2: error")), "{:?}", cs[0].check.evidence);
+    assert!(
+        cs[0].check.evidence.iter().any(|e| e.contains("WRITE n1→n2: error")),
+        "{:?}",
+        cs[0].check.evidence
+    );
     assert!(!cs[0].check.summary.contains("these two alone"));
     // every link of n3 fails: n3, not its three links
-    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 3 || d == 3 { Outcome::Error } else { Outcome::Ok }));
+    let cs = culprits(
+        &nodes,
+        &legs(4, 1, |_, s, d, _| if s == 3 || d == 3 { Outcome::Error } else { Outcome::Ok }),
+    );
     assert_eq!(named(&cs), [one(Kind::Node, &["n3"], None)].into(), "{cs:#?}");
     assert!(cs[0].check.summary.contains("its only rail"));
     // two nodes alone: the link, said so
@@ -87,31 +109,82 @@ fn a_dead_link_is_the_link_and_a_dead_node_is_the_node() {
 #[test]
 fn one_rail_of_one_node_is_its_nic_and_every_rail_is_the_node() {
     let nodes: Vec<Task> = (0..5).map(|i| node(i, 3)).collect();
-    let cs = culprits(&nodes, &legs(5, 3, |r, s, d, _| if r == 1 && (s == 2 || d == 2) { Outcome::Slow } else { Outcome::Ok }));
+    let cs = culprits(
+        &nodes,
+        &legs(
+            5,
+            3,
+            |r, s, d, _| if r == 1 && (s == 2 || d == 2) { Outcome::Slow } else { Outcome::Ok },
+        ),
+    );
     assert_eq!(named(&cs), [one(Kind::NicPort, &["n2"], Some(1))].into(), "{cs:#?}");
     assert!(cs[0].check.summary.starts_with("mlx5_1 of n2 (rail 1)"), "{}", cs[0].check.summary);
-    let cs = culprits(&nodes, &legs(5, 3, |_, s, d, _| if s == 4 || d == 4 { Outcome::Error } else { Outcome::Ok }));
+    let cs = culprits(
+        &nodes,
+        &legs(5, 3, |_, s, d, _| if s == 4 || d == 4 { Outcome::Error } else { Outcome::Ok }),
+    );
     assert_eq!(named(&cs), [one(Kind::Node, &["n4"], None)].into(), "{cs:#?}");
     // every link of every node: the fleet, once per rail, and no node
-    let cs = culprits(&nodes, &legs(5, 3, |r, _, _, _| if r == 0 { Outcome::Error } else { Outcome::Ok }));
-    assert_eq!(named(&cs), [one(Kind::Fleet, &["n0", "n1", "n2", "n3", "n4"], Some(0))].into(), "{cs:#?}");
+    let cs = culprits(
+        &nodes,
+        &legs(5, 3, |r, _, _, _| if r == 0 { Outcome::Error } else { Outcome::Ok }),
+    );
+    assert_eq!(
+        named(&cs),
+        [one(Kind::Fleet, &["n0", "n1", "n2", "n3", "n4"], Some(0))].into(),
+        "{cs:#?}"
+    );
 }
 
 #[test]
 fn a_nodes_fact_takes_its_links_and_no_peer_is_blamed() {
     // n1 has no gdrshim: it could not register, every leg with it did not run
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[1].facts.push(Fact::new(Kind::Shim, None, true, "gdrshim is not loaded on n1".into(), vec![], "preload it".into()));
+    nodes[1].facts.push(Fact::new(
+        Kind::Shim,
+        None,
+        true,
+        "gdrshim is not loaded on n1".into(),
+        vec![],
+        "preload it".into(),
+    ));
     nodes[1].versions[0].1 = "missing".into();
-    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
+    let cs = culprits(
+        &nodes,
+        &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }),
+    );
     assert_eq!(named(&cs), [one(Kind::Shim, &["n1"], None)].into(), "{cs:#?}");
     // a PCIe path fact accounts for slow links, not for corrupt ones
     let mut nodes: Vec<Task> = (0..4).map(|i| node(i, 1)).collect();
-    nodes[2].facts.push(Fact::new(Kind::PciePath, Some(0), false, "GPU 0 ↔ mlx5_0 is SYS".into(), vec![], String::new()));
-    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 2 || d == 2 { Outcome::Slow } else { Outcome::Ok }));
+    nodes[2].facts.push(Fact::new(
+        Kind::PciePath,
+        Some(0),
+        false,
+        "GPU 0 ↔ mlx5_0 is SYS".into(),
+        vec![],
+        String::new(),
+    ));
+    let cs = culprits(
+        &nodes,
+        &legs(4, 1, |_, s, d, _| if s == 2 || d == 2 { Outcome::Slow } else { Outcome::Ok }),
+    );
     assert_eq!(named(&cs), [one(Kind::PciePath, &["n2"], Some(0))].into(), "{cs:#?}");
-    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if (s.min(d), s.max(d)) == (0, 2) { Outcome::Corrupt } else { Outcome::Ok }));
-    assert_eq!(named(&cs), [one(Kind::PciePath, &["n2"], Some(0)), one(Kind::Link, &["n0", "n2"], Some(0))].into(), "{cs:#?}");
+    let cs =
+        culprits(
+            &nodes,
+            &legs(4, 1, |_, s, d, _| {
+                if (s.min(d), s.max(d)) == (0, 2) {
+                    Outcome::Corrupt
+                } else {
+                    Outcome::Ok
+                }
+            }),
+        );
+    assert_eq!(
+        named(&cs),
+        [one(Kind::PciePath, &["n2"], Some(0)), one(Kind::Link, &["n0", "n2"], Some(0))].into(),
+        "{cs:#?}"
+    );
 }
 
 #[test]
@@ -120,7 +193,11 @@ fn versions_name_the_minority_or_the_skew() {
     nodes[3].versions[0].1 = "0.1.9".into();
     nodes[0].versions[1].1 = "575.51".into();
     let cs = culprits(&nodes, &legs(4, 1, |_, _, _, _| Outcome::Ok));
-    assert_eq!(named(&cs), [one(Kind::Shim, &["n3"], None), one(Kind::VersionSkew, &["n0"], None)].into(), "{cs:#?}");
+    assert_eq!(
+        named(&cs),
+        [one(Kind::Shim, &["n3"], None), one(Kind::VersionSkew, &["n0"], None)].into(),
+        "{cs:#?}"
+    );
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
     assert_eq!(shim.check.summary, "gdrshim 0.1.9 on n3, 0.2.0 on the 3 other node(s)");
     // two against two: no majority, so no node is named alone
@@ -137,7 +214,16 @@ fn nccl_without_gdrdma_is_named_per_pair_or_per_node() {
     for (a, b) in rounds(4).concat() {
         let bad = a == 3 || b == 3;
         let outcome = if bad { Outcome::Error } else { Outcome::Ok };
-        l.push(Leg { rail: 0, src: a, dst: b, op: Op::Nccl, outcome, gbps: None, lat_us: None, detail: "via NET/IB/0".into() });
+        l.push(Leg {
+            rail: 0,
+            src: a,
+            dst: b,
+            op: Op::Nccl,
+            outcome,
+            gbps: None,
+            lat_us: None,
+            detail: "via NET/IB/0".into(),
+        });
     }
     let cs = culprits(&nodes, &l);
     assert_eq!(named(&cs), [one(Kind::Nccl, &["n3"], None)].into(), "{cs:#?}");
@@ -171,12 +257,14 @@ fn no_false_culprit_on_random_fleets() {
         let n = 3 + rng.below(10);
         let rails = 1 + rng.below(3);
         let mut nodes: Vec<Task> = (0..n).map(|i| node(i, rails)).collect();
-        let pick = |rng: &mut Rng, k: usize| -> BTreeSet<usize> { (0..k).map(|_| rng.below(n)).collect() };
+        let pick =
+            |rng: &mut Rng, k: usize| -> BTreeSet<usize> { (0..k).map(|_| rng.below(n)).collect() };
         let k = rng.below(n - 1);
         let bad_nodes = pick(&mut rng, k);
         let k = rng.below(2);
         let blocked: BTreeSet<usize> = pick(&mut rng, k).difference(&bad_nodes).copied().collect();
-        let bad_nics: BTreeSet<(usize, usize)> = (0..rng.below(3)).map(|_| (rng.below(n), rng.below(rails))).collect();
+        let bad_nics: BTreeSet<(usize, usize)> =
+            (0..rng.below(3)).map(|_| (rng.below(n), rng.below(rails))).collect();
         let bad_links: BTreeSet<(usize, usize, usize)> = (0..rng.below(4))
             .map(|_| (rng.below(n), rng.below(n), rng.below(rails)))
             .filter(|(a, b, _)| a != b)
@@ -184,7 +272,14 @@ fn no_false_culprit_on_random_fleets() {
             .collect();
         let how = bad_kinds[rng.below(3)];
         for &x in &blocked {
-            nodes[x].facts.push(Fact::new(Kind::DmaBuf, None, true, "no dma-buf".into(), vec![], String::new()));
+            nodes[x].facts.push(Fact::new(
+                Kind::DmaBuf,
+                None,
+                true,
+                "no dma-buf".into(),
+                vec![],
+                String::new(),
+            ));
         }
         let out = |r: usize, s: usize, d: usize| -> Outcome {
             let (a, b) = (s.min(d), s.max(d));
@@ -208,12 +303,16 @@ fn no_false_culprit_on_random_fleets() {
                 truth_nodes.insert(x);
             }
         }
-        let good: Vec<usize> = (0..n).filter(|x| !truth_nodes.contains(x) && !blocked.contains(x)).collect();
+        let good: Vec<usize> =
+            (0..n).filter(|x| !truth_nodes.contains(x) && !blocked.contains(x)).collect();
         let nic_bad = |x: usize, r: usize| truth_nodes.contains(&x) || bad_nics.contains(&(x, r));
         // identifiable: on each rail, every healthy end passes with a peer, and two peers at least
         let ok = (0..rails).all(|r| {
             let healthy: Vec<usize> = good.iter().copied().filter(|&x| !nic_bad(x, r)).collect();
-            healthy.len() >= 2 && healthy.iter().all(|&x| healthy.iter().any(|&y| y != x && out(r, x, y) == Outcome::Ok))
+            healthy.len() >= 2
+                && healthy
+                    .iter()
+                    .all(|&x| healthy.iter().any(|&y| y != x && out(r, x, y) == Outcome::Ok))
         });
         if !ok {
             continue;
@@ -269,7 +368,10 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
     set(&mut l, 2, 3, Op::Write, 9.0);
     set(&mut l, 2, 3, Op::Read, 9.0);
     assert_eq!(slow_after(&mut l, 0, 25), [(2, 3, Op::Write), (2, 3, Op::Read)].into());
-    assert!(l.iter().any(|x| x.detail == "9.00 Gb/s, under 25% of this rail's median 90.00 Gb/s"), "{l:#?}");
+    assert!(
+        l.iter().any(|x| x.detail == "9.00 Gb/s, under 25% of this rail's median 90.00 Gb/s"),
+        "{l:#?}"
+    );
     // against the port: WRITE under half its rate, READ under a quarter
     let mut l = legs(2, 1, |_, _, _, _| Outcome::Ok);
     set(&mut l, 0, 1, Op::Write, 40.0);
@@ -278,7 +380,11 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
     set(&mut l, 0, 1, Op::Read, 20.0);
     assert_eq!(slow_after(&mut l, 50, 0), [(0, 1, Op::Write), (0, 1, Op::Read)].into());
     // a READ that failed leaves the WRITE alone to judge
-    let mut l = legs(2, 1, |_, s, _, op| if s == 1 && op == Op::Read { Outcome::Error } else { Outcome::Ok });
+    let mut l = legs(
+        2,
+        1,
+        |_, s, _, op| if s == 1 && op == Op::Read { Outcome::Error } else { Outcome::Ok },
+    );
     l.iter_mut().filter(|x| x.outcome == Outcome::Error).for_each(|x| x.gbps = None);
     set(&mut l, 1, 0, Op::Write, 10.0);
     assert_eq!(slow_after(&mut l, 50, 0), [(1, 0, Op::Write)].into());
@@ -287,7 +393,14 @@ fn slow_is_a_direction_whose_write_and_read_both_fall_below_the_floor() {
 #[test]
 fn one_fault_seen_by_several_checks_is_one_culprit() {
     let fact = |kind, rail, blocks, summary: &str| {
-        Fact::new(kind, rail, blocks, summary.into(), vec![format!("evidence of {summary}")], format!("fix {summary}"))
+        Fact::new(
+            kind,
+            rail,
+            blocks,
+            summary.into(),
+            vec![format!("evidence of {summary}")],
+            format!("fix {summary}"),
+        )
     };
     let mut n = node(0, 2);
     n.facts = vec![
@@ -301,26 +414,58 @@ fn one_fault_seen_by_several_checks_is_one_culprit() {
     let cs = culprits(&[n.clone(), node(1, 2)], &legs(2, 2, |_, _, _, _| Outcome::Ok));
     assert_eq!(
         named(&cs),
-        [one(Kind::Shim, &["n0"], None), one(Kind::DmaBuf, &["n0"], Some(1)), one(Kind::PciePath, &["n0"], Some(1))].into()
+        [
+            one(Kind::Shim, &["n0"], None),
+            one(Kind::DmaBuf, &["n0"], Some(1)),
+            one(Kind::PciePath, &["n0"], Some(1))
+        ]
+        .into()
     );
     // the node's fact leads, then the one that blocks; the rest are its evidence
     let shim = cs.iter().find(|c| c.kind == Kind::Shim).unwrap();
-    assert_eq!((shim.check.summary.as_str(), shim.check.fix.as_str()), ("not loaded", "fix not loaded"));
+    assert_eq!(
+        (shim.check.summary.as_str(), shim.check.fix.as_str()),
+        ("not loaded", "fix not loaded")
+    );
     assert!(shim.check.evidence.contains(&"also: loopback: not loaded".to_string()), "{shim:#?}");
-    assert!(shim.check.evidence.contains(&"evidence of registration: not loaded".to_string()), "{shim:#?}");
+    assert!(
+        shim.check.evidence.contains(&"evidence of registration: not loaded".to_string()),
+        "{shim:#?}"
+    );
     let dmabuf = cs.iter().find(|c| c.kind == Kind::DmaBuf).unwrap();
     assert_eq!(dmabuf.check.summary, "registration: refused");
-    assert_eq!(dmabuf.check.evidence, ["evidence of registration: refused", "also: loopback: refused", "evidence of loopback: refused"]);
+    assert_eq!(
+        dmabuf.check.evidence,
+        [
+            "evidence of registration: refused",
+            "also: loopback: refused",
+            "evidence of loopback: refused"
+        ]
+    );
 }
 
 #[test]
 fn a_legs_merge_keeps_the_worst_outcomes_details() {
-    let leg =
-        |outcome, detail: &str| Leg { rail: 0, src: 0, dst: 1, op: Op::Write, outcome, gbps: None, lat_us: None, detail: detail.into() };
+    let leg = |outcome, detail: &str| Leg {
+        rail: 0,
+        src: 0,
+        dst: 1,
+        op: Op::Write,
+        outcome,
+        gbps: None,
+        lat_us: None,
+        detail: detail.into(),
+    };
     // the writer's error, and what the reader then found in its poisoned buffer
-    let m = super::round::merge_legs(vec![leg(Outcome::Error, "RETRY_EXC_ERR"), leg(Outcome::Corrupt, "bytes differ")]);
+    let m = super::round::merge_legs(vec![
+        leg(Outcome::Error, "RETRY_EXC_ERR"),
+        leg(Outcome::Corrupt, "bytes differ"),
+    ]);
     assert_eq!((m.len(), m[0].outcome, m[0].detail.as_str()), (1, Outcome::Error, "RETRY_EXC_ERR"));
-    let m = super::round::merge_legs(vec![leg(Outcome::Corrupt, "bytes differ"), leg(Outcome::Error, "RETRY_EXC_ERR")]);
+    let m = super::round::merge_legs(vec![
+        leg(Outcome::Corrupt, "bytes differ"),
+        leg(Outcome::Error, "RETRY_EXC_ERR"),
+    ]);
     assert_eq!((m[0].outcome, m[0].detail.as_str()), (Outcome::Error, "RETRY_EXC_ERR"));
     let m = super::round::merge_legs(vec![leg(Outcome::Error, "a"), leg(Outcome::Error, "b")]);
     assert_eq!(m[0].detail, "a; b");
@@ -332,20 +477,25 @@ fn a_fill_that_fails_is_among_the_facts_rank_0_receives() {
     let sent: Vec<String> = (0..4)
         .map(|i| {
             let mut t = node(i, 1);
-            let fill = |_: &()| if i == 1 { Err("cuMemcpyHtoD_v2 -> 700".to_string()) } else { Ok(()) };
+            let fill =
+                |_: &()| if i == 1 { Err("cuMemcpyHtoD_v2 -> 700".to_string()) } else { Ok(()) };
             let (sent, rig) = facts_to_send(&mut t, Some(()), fill, 0);
             assert_eq!(rig.is_some(), i != 1);
             sent
         })
         .collect();
-    let tasks: Vec<Task> = sent.iter().map(|s| Task::from_lines(s)).collect::<Result<_, _>>().unwrap();
+    let tasks: Vec<Task> =
+        sent.iter().map(|s| Task::from_lines(s)).collect::<Result<_, _>>().unwrap();
     let nodes = merge(&tasks);
     assert!(nodes[0].facts.is_empty() && nodes[2].facts.is_empty(), "{nodes:#?}");
     let f = nodes[1].facts.iter().find(|f| f.kind == Kind::Node).expect("the fill's fact");
     assert_eq!((f.rail, f.blocks), (Some(0), true));
     assert!(f.check.summary.contains("cuMemcpyHtoD_v2 -> 700"), "{f:#?}");
     // without a rig n1 took part in no leg: n1 is the culprit, no peer is blamed
-    let cs = culprits(&nodes, &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }));
+    let cs = culprits(
+        &nodes,
+        &legs(4, 1, |_, s, d, _| if s == 1 || d == 1 { Outcome::NotRun } else { Outcome::Ok }),
+    );
     assert_eq!(named(&cs), [one(Kind::Node, &["n1"], Some(0))].into(), "{cs:#?}");
     // a task that has no rig sends its facts as they are
     let mut t = node(0, 1);
@@ -356,7 +506,11 @@ fn a_fill_that_fails_is_among_the_facts_rank_0_receives() {
 #[test]
 fn a_tasks_node_index_is_its_nodes_place_in_the_merged_list() {
     let names = ["b", "a", "b", "c c", "a"];
-    let tasks: Vec<Task> = names.iter().enumerate().map(|(i, n)| Task { rank: i, node: n.to_string(), ..Default::default() }).collect();
+    let tasks: Vec<Task> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Task { rank: i, node: n.to_string(), ..Default::default() })
+        .collect();
     let nodes = merge(&tasks);
     for n in names {
         assert_eq!(node_index(&names, n), nodes.iter().position(|x| x.node == n).unwrap(), "{n}");

@@ -18,7 +18,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// phases of the round, each the best of several passes. What slows one of them only (another
 /// task on the core, a page fault) is noise, which the other does not repeat; a slow cable or
 /// port, or a path slow one way, slows both. `rate(node, rail)`: a port's active rate, Gb/s.
-pub fn mark_slow(legs: &mut [Leg], rate: impl Fn(usize, usize) -> Option<f64>, min_bw: u32, min_median: u32) {
+pub fn mark_slow(
+    legs: &mut [Leg],
+    rate: impl Fn(usize, usize) -> Option<f64>,
+    min_bw: u32,
+    min_median: u32,
+) {
     let mut medians: BTreeMap<(usize, Op), Vec<f64>> = BTreeMap::new();
     for l in legs.iter() {
         if let (Outcome::Ok, Some(g)) = (l.outcome, l.gbps) {
@@ -31,11 +36,18 @@ pub fn mark_slow(legs: &mut [Leg], rate: impl Fn(usize, usize) -> Option<f64>, m
     let below = |leg: &Leg| -> Option<String> {
         let g = leg.gbps.filter(|_| leg.outcome == Outcome::Ok && leg.op != Op::Nccl)?;
         let share = if leg.op == Op::Read { 0.005 } else { 0.01 } * min_bw as f64;
-        let port = rate(leg.src, leg.rail).into_iter().chain(rate(leg.dst, leg.rail)).fold(f64::INFINITY, f64::min);
+        let port = rate(leg.src, leg.rail)
+            .into_iter()
+            .chain(rate(leg.dst, leg.rail))
+            .fold(f64::INFINITY, f64::min);
         let v = &medians[&(leg.rail, leg.op)];
         let median = v[v.len() / 2];
         if port.is_finite() && share > 0.0 && g < share * port {
-            Some(format!("{g:.2} Gb/s = {:.0}% of the {port:.0} Gb/s port rate (floor {:.0}%)", 100.0 * g / port, 100.0 * share))
+            Some(format!(
+                "{g:.2} Gb/s = {:.0}% of the {port:.0} Gb/s port rate (floor {:.0}%)",
+                100.0 * g / port,
+                100.0 * share
+            ))
         } else if v.len() >= 3 && g < median * min_median as f64 / 100.0 {
             Some(format!("{g:.2} Gb/s, under {min_median}% of this rail's median {median:.2} Gb/s"))
         } else {
@@ -47,7 +59,9 @@ pub fn mark_slow(legs: &mut [Leg], rate: impl Fn(usize, usize) -> Option<f64>, m
         let Some(detail) = &found[i] else { continue };
         let l = &legs[i];
         // the same direction's other operation: below its floor too, or not measured
-        let other = legs.iter().position(|o| (o.rail, o.src, o.dst) == (l.rail, l.src, l.dst) && o.op != l.op && o.op != Op::Nccl);
+        let other = legs.iter().position(|o| {
+            (o.rail, o.src, o.dst) == (l.rail, l.src, l.dst) && o.op != l.op && o.op != Op::Nccl
+        });
         if other.is_none_or(|j| found[j].is_some() || legs[j].gbps.is_none()) {
             legs[i].outcome = Outcome::Slow;
             legs[i].detail = detail.clone();
@@ -89,10 +103,14 @@ pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
     }
     for (name, bad) in by_rail {
         let n = nodes.iter().find(|n| n.node == name).expect("a node of the list");
-        let has: Vec<usize> = n.rails.iter().map(|r| r.rail).filter(|r| rails.contains(r)).collect();
-        let ev = evidence(nodes, legs, |l| bad.contains(&l.rail) && (nodes[l.src].node == name || nodes[l.dst].node == name));
+        let has: Vec<usize> =
+            n.rails.iter().map(|r| r.rail).filter(|r| rails.contains(r)).collect();
+        let ev = evidence(nodes, legs, |l| {
+            bad.contains(&l.rail) && (nodes[l.src].node == name || nodes[l.dst].node == name)
+        });
         if has.iter().all(|r| bad.contains(r)) {
-            let one = if has.len() == 1 { " (its only rail: the node or that rail's NIC)" } else { "" };
+            let one =
+                if has.len() == 1 { " (its only rail: the node or that rail's NIC)" } else { "" };
             out.push(Culprit::new(
                 Kind::Node,
                 vec![name.clone()],
@@ -103,7 +121,8 @@ pub fn culprits(nodes: &[Task], legs: &[Leg]) -> Vec<Culprit> {
             ));
         } else {
             for r in bad {
-                let nic = n.rails.iter().find(|x| x.rail == r).map_or("?".into(), |x| x.nic.clone());
+                let nic =
+                    n.rails.iter().find(|x| x.rail == r).map_or("?".into(), |x| x.nic.clone());
                 out.push(Culprit::new(
                     Kind::NicPort,
                     vec![name.clone()],
@@ -153,7 +172,12 @@ fn node_culprits(n: &Task) -> Vec<Culprit> {
                     }
                 }
             }
-            None => out.push(Culprit { kind: f.kind, nodes: vec![n.node.clone()], rail: f.rail, check: f.check.clone() }),
+            None => out.push(Culprit {
+                kind: f.kind,
+                nodes: vec![n.node.clone()],
+                rail: f.rail,
+                check: f.check.clone(),
+            }),
         }
     }
     out
@@ -163,13 +187,29 @@ fn node_culprits(n: &Task) -> Vec<Culprit> {
 fn evidence(nodes: &[Task], legs: &[Leg], pick: impl Fn(&Leg) -> bool) -> Vec<String> {
     legs.iter()
         .filter(|l| l.outcome != Outcome::Ok && pick(l))
-        .map(|l| format!("rail {} {} {}→{}: {}: {}", l.rail, l.op.word(), nodes[l.src].node, nodes[l.dst].node, l.outcome.word(), l.detail))
+        .map(|l| {
+            format!(
+                "rail {} {} {}→{}: {}: {}",
+                l.rail,
+                l.op.word(),
+                nodes[l.src].node,
+                nodes[l.dst].node,
+                l.outcome.word(),
+                l.detail
+            )
+        })
         .collect()
 }
 
 /// One rail's links (or NCCL's pairs): the nodes at fault there (indices) and the culprits that
 /// are links. The fleet culprit, when every node fails, goes to `out` directly.
-fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Culprit>) -> (Vec<usize>, Vec<Culprit>) {
+fn links(
+    nodes: &[Task],
+    legs: &[Leg],
+    rail: usize,
+    nccl: bool,
+    out: &mut Vec<Culprit>,
+) -> (Vec<usize>, Vec<Culprit>) {
     let mine = |l: &&Leg| if nccl { l.op == Op::Nccl } else { l.op != Op::Nccl && l.rail == rail };
     // each pair's worst outcome
     let mut pair: BTreeMap<(usize, usize), Outcome> = BTreeMap::new();
@@ -179,19 +219,29 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
         *w = (*w).max(l.outcome);
     }
     // NCCL's legs: also a node without NCCL (its fact explains only those)
-    let explained_by =
-        |x: usize, c: Outcome| nodes[x].facts.iter().any(|f| explains(f, rail, c) || (nccl && (f.blocks || f.kind == Kind::Nccl)));
-    let unexplained = |&(a, b): &(usize, usize), c: Outcome| c != Outcome::Ok && !explained_by(a, c) && !explained_by(b, c);
+    let explained_by = |x: usize, c: Outcome| {
+        nodes[x]
+            .facts
+            .iter()
+            .any(|f| explains(f, rail, c) || (nccl && (f.blocks || f.kind == Kind::Nccl)))
+    };
+    let unexplained = |&(a, b): &(usize, usize), c: Outcome| {
+        c != Outcome::Ok && !explained_by(a, c) && !explained_by(b, c)
+    };
     let at_fault: Vec<usize> = (0..nodes.len())
         .filter(|&x| {
             // the pairs of x whose other end is not to blame by its own facts
             let judged: Vec<Outcome> = pair
                 .iter()
-                .filter(|(&(a, b), &c)| (a == x || b == x) && !explained_by(if a == x { b } else { a }, c))
+                .filter(|(&(a, b), &c)| {
+                    (a == x || b == x) && !explained_by(if a == x { b } else { a }, c)
+                })
                 .map(|(_, &c)| c)
                 .collect();
             // all of them failed, and not all for a reason x's own facts already give
-            judged.len() >= 2 && judged.iter().all(|&c| c != Outcome::Ok) && judged.iter().any(|&c| !explained_by(x, c))
+            judged.len() >= 2
+                && judged.iter().all(|&c| c != Outcome::Ok)
+                && judged.iter().any(|&c| !explained_by(x, c))
         })
         .collect();
     let players: BTreeSet<usize> = pair.keys().flat_map(|&(a, b)| [a, b]).collect();
@@ -216,9 +266,13 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
         }
         let (na, nb) = (&nodes[a].node, &nodes[b].node);
         // only each other to judge by: the link and either end cannot be told apart
-        let alone = |x: usize, y: usize| !pair.keys().any(|&(p, q)| (p == x || q == x) && p != y && q != y);
-        let note =
-            if alone(a, b) && alone(b, a) { " (these two alone: the link, or either end; a third node tells them apart)" } else { "" };
+        let alone =
+            |x: usize, y: usize| !pair.keys().any(|&(p, q)| (p == x || q == x) && p != y && q != y);
+        let note = if alone(a, b) && alone(b, a) {
+            " (these two alone: the link, or either end; a third node tells them apart)"
+        } else {
+            ""
+        };
         rest.push(Culprit::new(
             if nccl { Kind::Nccl } else { Kind::Link },
             vec![na.clone(), nb.clone()],
@@ -248,7 +302,8 @@ fn links(nodes: &[Task], legs: &[Leg], rail: usize, nccl: bool, out: &mut Vec<Cu
 
 /// Versions that differ: a minority named by its version, or the skew where no version leads.
 fn versions(nodes: &[Task]) -> Vec<Culprit> {
-    let mut whats: Vec<&str> = nodes.iter().flat_map(|n| n.versions.iter().map(|(w, _)| w.as_str())).collect();
+    let mut whats: Vec<&str> =
+        nodes.iter().flat_map(|n| n.versions.iter().map(|(w, _)| w.as_str())).collect();
     whats.sort_unstable();
     whats.dedup();
     let mut out = Vec::new();
@@ -265,9 +320,11 @@ fn versions(nodes: &[Task]) -> Vec<Culprit> {
             continue;
         }
         let top = groups.values().map(Vec::len).max().unwrap_or(0);
-        let leaders: Vec<&str> = groups.iter().filter(|(_, v)| v.len() == top).map(|(k, _)| *k).collect();
+        let leaders: Vec<&str> =
+            groups.iter().filter(|(_, v)| v.len() == top).map(|(k, _)| *k).collect();
         let kind = if what == "gdrshim" { Kind::Shim } else { Kind::VersionSkew };
-        let all: Vec<String> = groups.iter().map(|(v, ns)| format!("{what} {v}: {}", ns.join(", "))).collect();
+        let all: Vec<String> =
+            groups.iter().map(|(v, ns)| format!("{what} {v}: {}", ns.join(", "))).collect();
         if leaders.len() == 1 {
             let lead = leaders[0];
             for (v, ns) in groups.iter().filter(|(v, _)| **v != lead) {
@@ -275,7 +332,11 @@ fn versions(nodes: &[Task]) -> Vec<Culprit> {
                     kind,
                     ns.iter().map(|s| s.to_string()).collect(),
                     None,
-                    format!("{what} {v} on {}, {lead} on the {} other node(s)", ns.join(", "), groups[lead].len()),
+                    format!(
+                        "{what} {v} on {}, {lead} on the {} other node(s)",
+                        ns.join(", "),
+                        groups[lead].len()
+                    ),
                     all.clone(),
                     format!("install {what} {lead} there (one version across the fleet)"),
                 ));

@@ -33,7 +33,10 @@ fn read_frame(s: &mut TcpStream, until: Instant) -> std::io::Result<(u8, Vec<u8>
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
     if len == 0 || len > MAX_FRAME {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a frame of {len} bytes")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes"),
+        ));
     }
     let mut body = vec![0u8; len];
     s.read_exact(&mut body)?;
@@ -58,11 +61,22 @@ pub struct Group {
 impl Group {
     /// Joins the run: rank 0 starts serving first. `join`: how long the tasks may take to come;
     /// `step`: how long one exchange may take once all are there.
-    pub fn join(rdv: &Rendezvous, rank: usize, size: usize, job: &str, join: Duration, step: Duration) -> Result<Group, String> {
+    pub fn join(
+        rdv: &Rendezvous,
+        rank: usize,
+        size: usize,
+        job: &str,
+        join: Duration,
+        step: Duration,
+    ) -> Result<Group, String> {
         let server = if rank == 0 {
             let any = if rdv.host.contains(':') { "::" } else { "0.0.0.0" };
-            let l = TcpListener::bind((any, rdv.port))
-                .map_err(|e| format!("rank 0 cannot serve the rendezvous on port {} ({}): {e}", rdv.port, rdv.how))?;
+            let l = TcpListener::bind((any, rdv.port)).map_err(|e| {
+                format!(
+                    "rank 0 cannot serve the rendezvous on port {} ({}): {e}",
+                    rdv.port, rdv.how
+                )
+            })?;
             let job = job.to_string();
             Some(std::thread::spawn(move || serve(l, size, &job, join, step)))
         } else {
@@ -70,8 +84,14 @@ impl Group {
         };
         let until = Instant::now() + join;
         let conn = loop {
-            let addrs: Vec<_> = (rdv.host.as_str(), rdv.port).to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
-            if let Some(c) = addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok()) {
+            let addrs: Vec<_> = (rdv.host.as_str(), rdv.port)
+                .to_socket_addrs()
+                .map(|a| a.collect())
+                .unwrap_or_default();
+            if let Some(c) = addrs
+                .iter()
+                .find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok())
+            {
                 break c;
             }
             if Instant::now() >= until {
@@ -103,10 +123,12 @@ impl Group {
 
     /// Every task's `mine`, in rank order.
     pub fn all_gather(&mut self, mine: &str) -> Result<Vec<String>, String> {
-        write_frame(&mut self.conn, b'D', mine.as_bytes()).map_err(|e| format!("rendezvous: cannot send: {}", why(&e)))?;
+        write_frame(&mut self.conn, b'D', mine.as_bytes())
+            .map_err(|e| format!("rendezvous: cannot send: {}", why(&e)))?;
         // longer than rank 0 waits, so that its word on who is missing arrives first
-        let (kind, body) = read_frame(&mut self.conn, Instant::now() + self.step + Duration::from_secs(5))
-            .map_err(|e| format!("rendezvous: rank 0 did not answer: {}", why(&e)))?;
+        let (kind, body) =
+            read_frame(&mut self.conn, Instant::now() + self.step + Duration::from_secs(5))
+                .map_err(|e| format!("rendezvous: rank 0 did not answer: {}", why(&e)))?;
         match kind {
             b'A' => split(&body).ok_or_else(|| "rendezvous: a garbled answer".to_string()),
             b'X' => Err(String::from_utf8_lossy(&body).into_owned()),
@@ -150,7 +172,13 @@ fn abort<T>(conns: &mut [Option<TcpStream>], msg: String) -> Result<T, String> {
 }
 
 /// Rank 0's server: `size` hellos within `join`, then all-gathers until the tasks leave.
-fn serve(l: TcpListener, size: usize, job: &str, join: Duration, step: Duration) -> Result<(), String> {
+fn serve(
+    l: TcpListener,
+    size: usize,
+    job: &str,
+    join: Duration,
+    step: Duration,
+) -> Result<(), String> {
     let mut conns = hellos(l, size, job, join)?;
     let mut wait = join;
     loop {
@@ -162,7 +190,12 @@ fn serve(l: TcpListener, size: usize, job: &str, join: Duration, step: Duration)
 }
 
 /// Each rank's connection, from its hello, all `size` within `join`.
-fn hellos(l: TcpListener, size: usize, job: &str, join: Duration) -> Result<Vec<Option<TcpStream>>, String> {
+fn hellos(
+    l: TcpListener,
+    size: usize,
+    job: &str,
+    join: Duration,
+) -> Result<Vec<Option<TcpStream>>, String> {
     let until = Instant::now() + join;
     let mut conns: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -172,8 +205,13 @@ fn hellos(l: TcpListener, size: usize, job: &str, join: Duration) -> Result<Vec<
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= until {
-                    let missing: Vec<String> = (0..size).filter(|&r| conns[r].is_none()).map(|r| r.to_string()).collect();
-                    let msg = format!("rendezvous: rank(s) {} did not come within {} s", missing.join(", "), join.as_secs());
+                    let missing: Vec<String> =
+                        (0..size).filter(|&r| conns[r].is_none()).map(|r| r.to_string()).collect();
+                    let msg = format!(
+                        "rendezvous: rank(s) {} did not come within {} s",
+                        missing.join(", "),
+                        join.as_secs()
+                    );
                     return abort(&mut conns, msg);
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -209,16 +247,26 @@ fn hello(
         _ => return Ok(None), // not one of ours: ignored
     };
     let f: Vec<&str> = hello.split('\t').collect();
-    let (r, s) = match (f.first().and_then(|x| x.parse::<usize>().ok()), f.get(1).and_then(|x| x.parse::<usize>().ok())) {
+    let (r, s) = match (
+        f.first().and_then(|x| x.parse::<usize>().ok()),
+        f.get(1).and_then(|x| x.parse::<usize>().ok()),
+    ) {
         (Some(r), Some(s)) if f.len() == 4 => (r, s),
         _ => return Ok(None),
     };
     if f[3] != PROTOCOL || f[2] != job {
-        let _ = write_frame(c, b'X', format!("rendezvous: {peer} is another run ({} {}), not this one", f[2], f[3]).as_bytes());
+        let _ = write_frame(
+            c,
+            b'X',
+            format!("rendezvous: {peer} is another run ({} {}), not this one", f[2], f[3])
+                .as_bytes(),
+        );
         return Ok(None);
     }
     let wrong = if s != size || r >= size {
-        Some(format!("rendezvous: rank {r} from {peer} says the job has {s} tasks, rank 0 says {size}"))
+        Some(format!(
+            "rendezvous: rank {r} from {peer} says the job has {s} tasks, rank 0 says {size}"
+        ))
     } else if conns[r].is_some() {
         Some(format!("rendezvous: two tasks say they are rank {r} (the second from {peer})"))
     } else {
@@ -233,7 +281,11 @@ fn hello(
 
 /// One all-gather: every rank's part, then all of them to every rank; true when every task said
 /// it is done instead.
-fn all_gather(conns: &mut [Option<TcpStream>], until: Instant, step: Duration) -> Result<bool, String> {
+fn all_gather(
+    conns: &mut [Option<TcpStream>],
+    until: Instant,
+    step: Duration,
+) -> Result<bool, String> {
     let size = conns.len();
     let mut parts: Vec<Option<Vec<u8>>> = (0..size).map(|_| None).collect();
     let mut byes = 0;
@@ -241,8 +293,13 @@ fn all_gather(conns: &mut [Option<TcpStream>], until: Instant, step: Duration) -
         let r = match ready(conns, &parts, until) {
             Ok(Some(r)) => r,
             Ok(None) => {
-                let late: Vec<String> = (0..size).filter(|&r| parts[r].is_none()).map(|r| r.to_string()).collect();
-                let msg = format!("rendezvous: rank(s) {} sent nothing within {} s", late.join(", "), step.as_secs());
+                let late: Vec<String> =
+                    (0..size).filter(|&r| parts[r].is_none()).map(|r| r.to_string()).collect();
+                let msg = format!(
+                    "rendezvous: rank(s) {} sent nothing within {} s",
+                    late.join(", "),
+                    step.as_secs()
+                );
                 return abort(conns, msg);
             }
             Err(e) => return abort(conns, format!("rendezvous: poll: {e}")),
@@ -260,7 +317,9 @@ fn all_gather(conns: &mut [Option<TcpStream>], until: Instant, step: Duration) -
                 conns[r] = None;
                 return abort(conns, format!("rendezvous: rank {r} is gone: {}", why(&e)));
             }
-            Ok((k, _)) => return abort(conns, format!("rendezvous: rank {r} sent a frame of kind {k}")),
+            Ok((k, _)) => {
+                return abort(conns, format!("rendezvous: rank {r} sent a frame of kind {k}"))
+            }
         }
     }
     if byes == size {
@@ -282,12 +341,21 @@ fn all_gather(conns: &mut [Option<TcpStream>], until: Instant, step: Duration) -
 
 /// A rank whose connection has something to read (a frame or its end), among those that have
 /// not sent this step's part; None when `until` passes first.
-fn ready(conns: &[Option<TcpStream>], parts: &[Option<Vec<u8>>], until: Instant) -> std::io::Result<Option<usize>> {
+fn ready(
+    conns: &[Option<TcpStream>],
+    parts: &[Option<Vec<u8>>],
+    until: Instant,
+) -> std::io::Result<Option<usize>> {
     use std::os::fd::AsRawFd;
-    let waiting: Vec<usize> = (0..conns.len()).filter(|&r| parts[r].is_none() && conns[r].is_some()).collect();
+    let waiting: Vec<usize> =
+        (0..conns.len()).filter(|&r| parts[r].is_none() && conns[r].is_some()).collect();
     let mut fds: Vec<libc::pollfd> = waiting
         .iter()
-        .map(|&r| libc::pollfd { fd: conns[r].as_ref().map_or(-1, |c| c.as_raw_fd()), events: libc::POLLIN, revents: 0 })
+        .map(|&r| libc::pollfd {
+            fd: conns[r].as_ref().map_or(-1, |c| c.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        })
         .collect();
     loop {
         let left = until.saturating_duration_since(Instant::now());
@@ -340,7 +408,14 @@ mod tests {
                     if r == 0 {
                         std::thread::sleep(Duration::from_millis(150));
                     }
-                    let mut g = Group::join(&rdv(p), r, size, &job, Duration::from_secs(5), Duration::from_secs(2))?;
+                    let mut g = Group::join(
+                        &rdv(p),
+                        r,
+                        size,
+                        &job,
+                        Duration::from_secs(5),
+                        Duration::from_secs(2),
+                    )?;
                     let out = body(r, &mut g);
                     g.finish()?;
                     Ok(out)
@@ -359,7 +434,11 @@ mod tests {
                 |r, g| {
                     let mut seen = Vec::new();
                     for step in 0..4 {
-                        let mine = if step % 2 == 0 { format!("rank {r} step {step}\nwith\ttabs") } else { String::new() };
+                        let mine = if step % 2 == 0 {
+                            format!("rank {r} step {step}\nwith\ttabs")
+                        } else {
+                            String::new()
+                        };
                         seen.push(g.all_gather(&mine).unwrap());
                     }
                     seen
@@ -369,7 +448,13 @@ mod tests {
                 let got = got.unwrap();
                 for (step, parts) in got.iter().enumerate() {
                     let want: Vec<String> = (0..size)
-                        .map(|k| if step % 2 == 0 { format!("rank {k} step {step}\nwith\ttabs") } else { String::new() })
+                        .map(|k| {
+                            if step % 2 == 0 {
+                                format!("rank {k} step {step}\nwith\ttabs")
+                            } else {
+                                String::new()
+                            }
+                        })
                         .collect();
                     assert_eq!(parts, &want, "size {size} rank {r} step {step}");
                 }
@@ -411,18 +496,40 @@ mod tests {
     fn a_task_that_never_comes_and_a_foreign_run_are_bounded() {
         let p = port();
         let t0 = Instant::now();
-        let h = std::thread::spawn(move || Group::join(&rdv(p), 0, 3, "job", Duration::from_millis(800), Duration::from_secs(1)).err());
+        let h = std::thread::spawn(move || {
+            Group::join(&rdv(p), 0, 3, "job", Duration::from_millis(800), Duration::from_secs(1))
+                .err()
+        });
         std::thread::sleep(Duration::from_millis(100));
         // another job's task is turned away; rank 1 comes, rank 2 never does
-        let foreign = Group::join(&rdv(p), 1, 3, "other", Duration::from_millis(600), Duration::from_secs(1)).err().unwrap();
+        let foreign =
+            Group::join(&rdv(p), 1, 3, "other", Duration::from_millis(600), Duration::from_secs(1))
+                .err()
+                .unwrap();
         assert!(foreign.contains(&format!("is another run (other {PROTOCOL})")), "{foreign}");
-        let one = Group::join(&rdv(p), 1, 3, "job", Duration::from_millis(700), Duration::from_secs(1)).err().unwrap();
+        let one =
+            Group::join(&rdv(p), 1, 3, "job", Duration::from_millis(700), Duration::from_secs(1))
+                .err()
+                .unwrap();
         let zero = h.join().unwrap().unwrap();
-        assert!(zero.contains("rank(s) 2 did not come within 0 s") || zero.contains("rank(s) 2 sent nothing"), "{zero}");
+        assert!(
+            zero.contains("rank(s) 2 did not come within 0 s")
+                || zero.contains("rank(s) 2 sent nothing"),
+            "{zero}"
+        );
         assert!(one.contains("rank(s) 2"), "{one}");
         assert!(t0.elapsed() < Duration::from_secs(3));
         // no rank 0 at all: the client gives up in time, naming where it looked
-        let e = Group::join(&rdv(port()), 1, 2, "job", Duration::from_millis(300), Duration::from_secs(1)).err().unwrap();
+        let e = Group::join(
+            &rdv(port()),
+            1,
+            2,
+            "job",
+            Duration::from_millis(300),
+            Duration::from_secs(1),
+        )
+        .err()
+        .unwrap();
         assert!(e.contains("no rendezvous at 127.0.0.1:") && e.contains("(test)"), "{e}");
     }
 
@@ -431,10 +538,18 @@ mod tests {
         let res = run(3, |_| "job".into(), |_, _| ());
         assert!(res.iter().all(|r| r.is_ok()));
         let p = port();
-        let h = std::thread::spawn(move || Group::join(&rdv(p), 0, 2, "job", Duration::from_secs(2), Duration::from_secs(1)).err());
+        let h = std::thread::spawn(move || {
+            Group::join(&rdv(p), 0, 2, "job", Duration::from_secs(2), Duration::from_secs(1)).err()
+        });
         std::thread::sleep(Duration::from_millis(100));
-        let e = Group::join(&rdv(p), 1, 3, "job", Duration::from_secs(2), Duration::from_secs(1)).err().unwrap();
-        assert!(e.contains("rank 1 from 127.0.0.1:") && e.contains("says the job has 3 tasks, rank 0 says 2"), "{e}");
+        let e = Group::join(&rdv(p), 1, 3, "job", Duration::from_secs(2), Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("rank 1 from 127.0.0.1:")
+                && e.contains("says the job has 3 tasks, rank 0 says 2"),
+            "{e}"
+        );
         assert!(h.join().unwrap().is_some());
     }
 }

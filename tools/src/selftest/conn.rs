@@ -77,8 +77,14 @@ pub fn open(
     let gid = query_gid(a, v, ctx, port.roce, r)?;
     let (qpn, post_send, poll_cq) = create_cq_qp(v, cq, qp, ctx, pd, r)?;
     let q = Qp { qp: *qp, cq: *cq, post_send, poll_cq, modify_qp: v.modify_qp };
-    let mut at = IbvQpAttr { qp_state: IBV_QPS_INIT, port_num: a.port, qp_access_flags: 7, ..Default::default() };
-    let rc = q.modify(&mut at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    let mut at = IbvQpAttr {
+        qp_state: IBV_QPS_INIT,
+        port_num: a.port,
+        qp_access_flags: 7,
+        ..Default::default()
+    };
+    let rc =
+        q.modify(&mut at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if rc != 0 {
         r.fail(
             4,
@@ -134,7 +140,13 @@ fn query_port(a: &Args, v: &Verbs, ctx: *mut IbvContext, r: &mut Findings) -> Op
 }
 
 /// `--gid-index` of the port: a GID that is there (on RoCE, not all zeros).
-fn query_gid(a: &Args, v: &Verbs, ctx: *mut IbvContext, roce: bool, r: &mut Findings) -> Option<IbvGid> {
+fn query_gid(
+    a: &Args,
+    v: &Verbs,
+    ctx: *mut IbvContext,
+    roce: bool,
+    r: &mut Findings,
+) -> Option<IbvGid> {
     let mut gid = IbvGid::default();
     // SAFETY: our context and a 16-byte GID out-buffer.
     let rc = unsafe { (v.query_gid)(ctx, a.port, a.gid_index, &mut gid) };
@@ -179,7 +191,13 @@ fn create_cq_qp(
         send_cq: (*cq).cast(),
         recv_cq: (*cq).cast(),
         srq: core::ptr::null_mut(),
-        cap: IbvQpCap { max_send_wr: 128, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+        cap: IbvQpCap {
+            max_send_wr: 128,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
         qp_type: IBV_QPT_RC,
         sq_sig_all: 0,
     };
@@ -215,9 +233,23 @@ fn create_cq_qp(
 /// RTR to `to` (`whom` names it in the report: "itself", a peer's name) and RTS; the
 /// destination's text on success. `mtu`: the peer's port MTU (the path takes the smaller).
 #[allow(clippy::too_many_arguments)]
-pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
+pub fn to_rts(
+    a: &Args,
+    q: &Qp,
+    port: &Port,
+    me: &Dest,
+    to: &Dest,
+    mtu: u32,
+    whom: &str,
+    r: &mut Findings,
+) -> Option<String> {
     let dest = to_rtr(a, q, port, to, mtu, whom, r)?;
-    let rts_mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+    let rts_mask = IBV_QP_STATE
+        | IBV_QP_TIMEOUT
+        | IBV_QP_RETRY_CNT
+        | IBV_QP_RNR_RETRY
+        | IBV_QP_SQ_PSN
+        | IBV_QP_MAX_QP_RD_ATOMIC;
     let mut rc = 0;
     for rd in [16u8, 1] {
         let mut at = IbvQpAttr {
@@ -248,14 +280,32 @@ pub fn to_rts(a: &Args, q: &Qp, port: &Port, me: &Dest, to: &Dest, mtu: u32, who
 }
 
 /// INIT to RTR, addressed to `to`; the destination's text.
-fn to_rtr(a: &Args, q: &Qp, port: &Port, to: &Dest, mtu: u32, whom: &str, r: &mut Findings) -> Option<String> {
+fn to_rtr(
+    a: &Args,
+    q: &Qp,
+    port: &Port,
+    to: &Dest,
+    mtu: u32,
+    whom: &str,
+    r: &mut Findings,
+) -> Option<String> {
     let mut ah = IbvAhAttr { dlid: to.lid, port_num: a.port, ..Default::default() };
     if port.roce || !to.gid.is_zero() && to.lid == 0 {
         ah.is_global = 1;
-        ah.grh = IbvGlobalRoute { dgid: to.gid, sgid_index: a.gid_index as u8, hop_limit: 64, ..Default::default() };
+        ah.grh = IbvGlobalRoute {
+            dgid: to.gid,
+            sgid_index: a.gid_index as u8,
+            hop_limit: 64,
+            ..Default::default()
+        };
     }
-    let rtr_mask =
-        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    let rtr_mask = IBV_QP_STATE
+        | IBV_QP_AV
+        | IBV_QP_PATH_MTU
+        | IBV_QP_DEST_QPN
+        | IBV_QP_RQ_PSN
+        | IBV_QP_MAX_DEST_RD_ATOMIC
+        | IBV_QP_MIN_RNR_TIMER;
     let mut rc = 0;
     for rd in [16u8, 1] {
         let mut at = IbvQpAttr {
@@ -273,7 +323,11 @@ fn to_rtr(a: &Args, q: &Qp, port: &Port, to: &Dest, mtu: u32, whom: &str, r: &mu
             break;
         }
     }
-    let dest = if ah.is_global == 1 { format!("GID {} (index {})", to.gid.text(), a.gid_index) } else { format!("LID {}", to.lid) };
+    let dest = if ah.is_global == 1 {
+        format!("GID {} (index {})", to.gid.text(), a.gid_index)
+    } else {
+        format!("LID {}", to.lid)
+    };
     if rc != 0 {
         r.fail(
             4,
@@ -308,7 +362,8 @@ impl Qp {
         let mut wc = [IbvWc::default(); 16];
         let t0 = Instant::now();
         let mut quiet = Instant::now();
-        while quiet.elapsed() < Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(5) {
+        while quiet.elapsed() < Duration::from_millis(200) && t0.elapsed() < Duration::from_secs(5)
+        {
             // SAFETY: our CQ and a buffer of 16 work completions, as we say.
             if unsafe { (self.poll_cq)(self.cq, 16, wc.as_mut_ptr()) } > 0 {
                 quiet = Instant::now();
@@ -318,13 +373,22 @@ impl Qp {
 
     /// `count` work requests of `op`, each `len` bytes from `local` to (WRITE) or from (READ)
     /// `remote`, each starting at offset `i*len % span`, at most WINDOW in flight; all signaled.
-    pub fn run(&self, op: u32, local: Region, remote: Region, len: usize, count: usize, span: usize) -> Result<(), (String, String)> {
+    pub fn run(
+        &self,
+        op: u32,
+        local: Region,
+        remote: Region,
+        len: usize,
+        count: usize,
+        span: usize,
+    ) -> Result<(), (String, String)> {
         let mut posted = 0;
         let mut done = 0;
         while done < count {
             while posted < count && posted - done < WINDOW {
                 let off = (posted * len % span) as u64;
-                let mut sge = IbvSge { addr: local.addr + off, length: len as u32, lkey: local.lkey };
+                let mut sge =
+                    IbvSge { addr: local.addr + off, length: len as u32, lkey: local.lkey };
                 let mut wr = IbvSendWr {
                     wr_id: posted as u64,
                     next: core::ptr::null_mut(),

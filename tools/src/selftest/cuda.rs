@@ -54,12 +54,14 @@ pub type CuErr = (String, String);
 impl Cuda {
     pub fn load() -> Result<Cuda, String> {
         // SAFETY: loading the system's libcuda runs its initialisers, as any CUDA program does.
-        let lib = unsafe { Library::new("libcuda.so.1") }.map_err(|e| format!("libcuda.so.1 cannot be loaded: {e}"))?;
+        let lib = unsafe { Library::new("libcuda.so.1") }
+            .map_err(|e| format!("libcuda.so.1 cannot be loaded: {e}"))?;
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the driver API symbol with its cuda.h signature (the field's type); valid
                 // while `_lib` is held.
-                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("libcuda lacks {}: {e}", $name))?
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| format!("libcuda lacks {}: {e}", $name))?
             };
         }
         macro_rules! opt {
@@ -121,7 +123,9 @@ impl Cuda {
         self.dev = dev;
         let mut ctx = core::ptr::null_mut();
         // SAFETY: as above; released in Drop.
-        self.check(format!("cuDevicePrimaryCtxRetain({gpu})"), unsafe { (self.retain)(&mut ctx, dev) })?;
+        self.check(format!("cuDevicePrimaryCtxRetain({gpu})"), unsafe {
+            (self.retain)(&mut ctx, dev)
+        })?;
         self.ctx = true;
         // SAFETY: ctx came from cuDevicePrimaryCtxRetain.
         self.check("cuCtxSetCurrent".into(), unsafe { (self.set_current)(ctx) })?;
@@ -157,12 +161,16 @@ impl Cuda {
 
     pub fn htod(&self, dst: u64, src: &[u8]) -> Result<(), CuErr> {
         // SAFETY: src is readable for its length; dst is our allocation of at least that size.
-        self.check(format!("cuMemcpyHtoD({dst:#x}, {})", src.len()), unsafe { (self.htod)(dst, src.as_ptr().cast(), src.len()) })
+        self.check(format!("cuMemcpyHtoD({dst:#x}, {})", src.len()), unsafe {
+            (self.htod)(dst, src.as_ptr().cast(), src.len())
+        })
     }
 
     pub fn dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), CuErr> {
         // SAFETY: dst is writable for its length; src is our allocation of at least that size.
-        self.check(format!("cuMemcpyDtoH({src:#x}, {})", dst.len()), unsafe { (self.dtoh)(dst.as_mut_ptr().cast(), src, dst.len()) })
+        self.check(format!("cuMemcpyDtoH({src:#x}, {})", dst.len()), unsafe {
+            (self.dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
+        })
     }
 
     /// cuMemGetHandleForAddressRange(DMA_BUF_FD): the fd; None: this libcuda lacks the call.
@@ -170,15 +178,22 @@ impl Cuda {
         let f = self.export?;
         let mut fd: c_int = -1;
         // SAFETY: the handle for DMA_BUF_FD is an int; [p, p+size) is our allocation.
-        let r = unsafe { f((&mut fd as *mut c_int).cast(), p, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) };
-        Some(self.check(format!("cuMemGetHandleForAddressRange({p:#x}, {size}, DMA_BUF_FD)"), r).map(|()| fd))
+        let r = unsafe {
+            f((&mut fd as *mut c_int).cast(), p, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)
+        };
+        Some(
+            self.check(format!("cuMemGetHandleForAddressRange({p:#x}, {size}, DMA_BUF_FD)"), r)
+                .map(|()| fd),
+        )
     }
 }
 
 impl Cuda {
     /// A stream of its own (`cuStreamCreate`, non-blocking): what NCCL's calls are queued on.
     pub fn stream(&self) -> Result<*mut c_void, CuErr> {
-        let f = self.stream_create.ok_or_else(|| ("dlsym(cuStreamCreate)".to_string(), "missing".to_string()))?;
+        let f = self
+            .stream_create
+            .ok_or_else(|| ("dlsym(cuStreamCreate)".to_string(), "missing".to_string()))?;
         let mut s = core::ptr::null_mut();
         // SAFETY: a valid out-pointer; CU_STREAM_NON_BLOCKING = 1; the caller destroys it.
         self.check("cuStreamCreate".into(), unsafe { f(&mut s, 1) })?;
@@ -187,7 +202,9 @@ impl Cuda {
 
     /// Waits for everything queued on `s`.
     pub fn sync(&self, s: *mut c_void) -> Result<(), CuErr> {
-        let f = self.stream_sync.ok_or_else(|| ("dlsym(cuStreamSynchronize)".to_string(), "missing".to_string()))?;
+        let f = self
+            .stream_sync
+            .ok_or_else(|| ("dlsym(cuStreamSynchronize)".to_string(), "missing".to_string()))?;
         // SAFETY: a stream from `stream()`, not yet destroyed.
         self.check("cuStreamSynchronize".into(), unsafe { f(s) })
     }

@@ -16,7 +16,10 @@ pub struct IbvGid {
 impl IbvGid {
     pub fn text(&self) -> String {
         let r = &self.raw;
-        (0..8).map(|i| format!("{:02x}{:02x}", r[2 * i], r[2 * i + 1])).collect::<Vec<_>>().join(":")
+        (0..8)
+            .map(|i| format!("{:02x}{:02x}", r[2 * i], r[2 * i + 1]))
+            .collect::<Vec<_>>()
+            .join(":")
     }
     pub fn is_zero(&self) -> bool {
         self.raw.iter().all(|&b| b == 0)
@@ -209,8 +212,10 @@ pub struct IbvCqHead {
 }
 
 pub type PollCq = unsafe extern "C" fn(*mut IbvCqHead, c_int, *mut IbvWc) -> c_int;
-pub type PostSend = unsafe extern "C" fn(*mut IbvQpHead, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
-pub type PostRecv = unsafe extern "C" fn(*mut IbvQpHead, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+pub type PostSend =
+    unsafe extern "C" fn(*mut IbvQpHead, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+pub type PostRecv =
+    unsafe extern "C" fn(*mut IbvQpHead, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
 /// `struct ibv_context_ops`: 32 pointers; `poll_cq` is the 12th, `post_send`/`post_recv` the
 /// 26th and 27th.
@@ -304,7 +309,8 @@ type PtrInt = unsafe extern "C" fn(*mut c_void) -> c_int;
 type RegMr = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut IbvMr;
 type RegDmabuf = unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut IbvMr;
 type DeregMr = unsafe extern "C" fn(*mut IbvMr) -> c_int;
-type CreateCq = unsafe extern "C" fn(*mut IbvContext, c_int, *mut c_void, *mut c_void, c_int) -> *mut IbvCqHead;
+type CreateCq =
+    unsafe extern "C" fn(*mut IbvContext, c_int, *mut c_void, *mut c_void, c_int) -> *mut IbvCqHead;
 type DestroyCq = unsafe extern "C" fn(*mut IbvCqHead) -> c_int;
 type CreateQp = unsafe extern "C" fn(*mut c_void, *mut IbvQpInitAttr) -> *mut IbvQpHead;
 type DestroyQp = unsafe extern "C" fn(*mut IbvQpHead) -> c_int;
@@ -342,16 +348,19 @@ impl Verbs {
     /// Loads libibverbs.so.1; Err names what is missing.
     pub fn load() -> Result<Verbs, String> {
         // SAFETY: loading the system's libibverbs runs its initialisers, as any verbs program does.
-        let lib = unsafe { Library::new("libibverbs.so.1") }.map_err(|e| format!("libibverbs.so.1 cannot be loaded: {e}"))?;
+        let lib = unsafe { Library::new("libibverbs.so.1") }
+            .map_err(|e| format!("libibverbs.so.1 cannot be loaded: {e}"))?;
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the libibverbs entry point with its verbs.h signature (the type of the
                 // field it is stored in); the pointer stays valid while `_lib` is held.
-                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("libibverbs lacks {}: {e}", $name))?
+                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map_err(|e| format!("libibverbs lacks {}: {e}", $name))?
             };
         }
         // SAFETY: as above; ibv_reg_dmabuf_mr is optional (IBVERBS_1.12, rdma-core 34+).
-        let reg_dmabuf_mr = unsafe { lib.get::<RegDmabuf>(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s);
+        let reg_dmabuf_mr =
+            unsafe { lib.get::<RegDmabuf>(b"ibv_reg_dmabuf_mr\0") }.ok().map(|s| *s);
         Ok(Verbs {
             get_device_list: sym!("ibv_get_device_list"),
             free_device_list: sym!("ibv_free_device_list"),

@@ -56,7 +56,15 @@ pub struct Findings {
 }
 
 impl Findings {
-    pub fn add(&mut self, step: u8, id: &str, status: Status, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
+    pub fn add(
+        &mut self,
+        step: u8,
+        id: &str,
+        status: Status,
+        summary: impl Into<String>,
+        call: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         debug_assert!(CHECKS.contains(&(step, id)), "step {step} {id} is not in CHECKS");
         let call: String = call.into();
         let mut c = Check::new(id, status, summary).fix(fix);
@@ -66,13 +74,32 @@ impl Findings {
         self.checks.push(c);
         self.steps.push(step);
     }
-    pub fn pass(&mut self, step: u8, id: &str, summary: impl Into<String>, call: impl Into<String>) {
+    pub fn pass(
+        &mut self,
+        step: u8,
+        id: &str,
+        summary: impl Into<String>,
+        call: impl Into<String>,
+    ) {
         self.add(step, id, Status::Pass, summary, call, "");
     }
-    pub fn fail(&mut self, step: u8, id: &str, summary: impl Into<String>, call: impl Into<String>, fix: impl Into<String>) {
+    pub fn fail(
+        &mut self,
+        step: u8,
+        id: &str,
+        summary: impl Into<String>,
+        call: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         self.add(step, id, Status::Fail, summary, call, fix);
     }
-    pub fn not_checked(&mut self, step: u8, id: &str, summary: impl Into<String>, fix: impl Into<String>) {
+    pub fn not_checked(
+        &mut self,
+        step: u8,
+        id: &str,
+        summary: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         self.add(step, id, Status::CouldNotCheck, summary, "", fix);
     }
     pub fn items(&self) -> &[Check] {
@@ -91,13 +118,19 @@ impl Findings {
             self.checks.check_lines(&mut s, c, &format!("step {step} {}", c.id));
         }
         if !self.bandwidth.is_empty() {
-            let link = self.link_gbps.map_or("link rate unknown".to_string(), |l| format!("link {l:.2} Gb/s"));
+            let link = self
+                .link_gbps
+                .map_or("link rate unknown".to_string(), |l| format!("link {l:.2} Gb/s"));
             let _ = writeln!(s, "bandwidth (Gb/s; {link}; a reference: 69.35 Gb/s measured on a 100 Gb/s ConnectX-6):");
             let mut dirs: Vec<&str> = self.bandwidth.iter().map(|b| b.direction).collect();
             dirs.dedup();
             for d in dirs {
-                let row: Vec<String> =
-                    self.bandwidth.iter().filter(|b| b.direction == d).map(|b| format!("{}K:{:.2}", b.size >> 10, b.gbps)).collect();
+                let row: Vec<String> = self
+                    .bandwidth
+                    .iter()
+                    .filter(|b| b.direction == d)
+                    .map(|b| format!("{}K:{:.2}", b.size >> 10, b.gbps))
+                    .collect();
                 let _ = writeln!(s, "  {d:<16} {}", row.join(" "));
             }
         }
@@ -116,9 +149,19 @@ impl Findings {
             if k > 0 {
                 extra.push(',');
             }
-            let _ = write!(extra, "{{\"direction\":{},\"size\":{},\"gbps\":{:.3}}}", json_str(b.direction), b.size, b.gbps);
+            let _ = write!(
+                extra,
+                "{{\"direction\":{},\"size\":{},\"gbps\":{:.3}}}",
+                json_str(b.direction),
+                b.size,
+                b.gbps
+            );
         }
-        let _ = write!(extra, "],\"link_gbps\":{},\"counters\":{{", self.link_gbps.map_or("null".into(), |l| format!("{l:.3}")));
+        let _ = write!(
+            extra,
+            "],\"link_gbps\":{},\"counters\":{{",
+            self.link_gbps.map_or("null".into(), |l| format!("{l:.3}"))
+        );
         for (k, (n, v)) in self.counters.iter().enumerate() {
             if k > 0 {
                 extra.push(',');

@@ -14,7 +14,14 @@ impl HostBuf {
     pub fn new(len: usize) -> Option<HostBuf> {
         // SAFETY: an anonymous private mapping; unmapped in Drop.
         let p = unsafe {
-            libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         (p != libc::MAP_FAILED).then_some(HostBuf { p: p.cast(), len })
     }
@@ -90,7 +97,12 @@ const SPIN: Duration = Duration::from_micros(50);
 const NAP_AFTER: Duration = Duration::from_millis(1);
 const NAP: Duration = Duration::from_micros(50);
 
-pub fn wait_completions(poll: PollCq, cq: *mut IbvCqHead, want: usize, limit: Duration) -> Result<(), (String, String)> {
+pub fn wait_completions(
+    poll: PollCq,
+    cq: *mut IbvCqHead,
+    want: usize,
+    limit: Duration,
+) -> Result<(), (String, String)> {
     let mut got = 0;
     let mut last = Instant::now();
     let mut wc = [IbvWc::default(); 16];
@@ -98,7 +110,10 @@ pub fn wait_completions(poll: PollCq, cq: *mut IbvCqHead, want: usize, limit: Du
         // SAFETY: our CQ and a buffer of 16 work completions, as we say.
         let n = unsafe { poll(cq, 16, wc.as_mut_ptr()) };
         if n < 0 {
-            return Err((format!("ibv_poll_cq -> {n}"), "the CQ is in error (overrun or a driver fault; dmesg)".into()));
+            return Err((
+                format!("ibv_poll_cq -> {n}"),
+                "the CQ is in error (overrun or a driver fault; dmesg)".into(),
+            ));
         }
         for w in &wc[..n as usize] {
             if w.status != 0 {

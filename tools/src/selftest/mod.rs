@@ -61,18 +61,27 @@ impl Args {
         let want_route = (self.route != "auto").then_some(self.route.as_str());
         // register is the shim's default: unset counts
         let mode_ok = std::env::var("GDRSHIM_MODE").map_or(true, |m| m == "register");
-        let route_ok = want_route.is_none_or(|r| std::env::var("GDRSHIM_ROUTE").is_ok_and(|v| v == r));
+        let route_ok =
+            want_route.is_none_or(|r| std::env::var("GDRSHIM_ROUTE").is_ok_and(|v| v == r));
         if (shim_loaded() && mode_ok && route_ok) || std::env::var_os(CHILD_VAR).is_some() {
             return Ok(None); // the child reports what is still wrong in step 1
         }
         let mut preload = std::env::var("LD_PRELOAD").unwrap_or_default();
         if !shim_loaded() {
             let lib = self.find_shim()?;
-            preload = if preload.is_empty() { lib.display().to_string() } else { format!("{}:{preload}", lib.display()) };
+            preload = if preload.is_empty() {
+                lib.display().to_string()
+            } else {
+                format!("{}:{preload}", lib.display())
+            };
         }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to re-execute it: {e}"))?;
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find this program to re-execute it: {e}"))?;
         let mut cmd = std::process::Command::new(exe);
-        cmd.args(std::env::args_os().skip(1)).env("LD_PRELOAD", preload).env("GDRSHIM_MODE", "register").env(CHILD_VAR, "1");
+        cmd.args(std::env::args_os().skip(1))
+            .env("LD_PRELOAD", preload)
+            .env("GDRSHIM_MODE", "register")
+            .env(CHILD_VAR, "1");
         if let Some(r) = want_route {
             cmd.env("GDRSHIM_ROUTE", r);
         }
@@ -93,8 +102,13 @@ impl Args {
     fn find_shim(&self) -> Result<PathBuf, String> {
         if let Some(p) = &self.shim {
             return match std::fs::metadata(p) {
-                Ok(m) if m.is_file() => p.canonicalize().map_err(|e| format!("--shim {}: {e}", p.display())),
-                Ok(_) => Err(format!("--shim {}: not a file (give the path of libgdrshim.so)", p.display())),
+                Ok(m) if m.is_file() => {
+                    p.canonicalize().map_err(|e| format!("--shim {}: {e}", p.display()))
+                }
+                Ok(_) => Err(format!(
+                    "--shim {}: not a file (give the path of libgdrshim.so)",
+                    p.display()
+                )),
                 Err(e) => Err(format!("--shim {}: {e}", p.display())),
             };
         }
@@ -114,16 +128,37 @@ pub fn selftest(a: &Args) -> Findings {
     let mut cu = match cuda::Cuda::load() {
         Ok(c) => c,
         Err(e) => {
-            r.not_checked(1, "route.chosen", "the route is decided at the first NVIDIA call: none without libcuda", "");
-            r.not_checked(2, "gpu.alloc", e, "no NVIDIA driver (libcuda.so.1) on this machine or in this container (--gpus)");
+            r.not_checked(
+                1,
+                "route.chosen",
+                "the route is decided at the first NVIDIA call: none without libcuda",
+                "",
+            );
+            r.not_checked(
+                2,
+                "gpu.alloc",
+                e,
+                "no NVIDIA driver (libcuda.so.1) on this machine or in this container (--gpus)",
+            );
             return r;
         }
     };
     let gpu_name = match cu.open(a.gpu) {
         Ok(n) => n,
         Err((call, st)) => {
-            r.not_checked(1, "route.chosen", "no CUDA context, so no NVIDIA call for the shim to decide on", "");
-            r.fail(2, "gpu.context", format!("no CUDA context on GPU {}", a.gpu), format!("{call} -> {st}"), cu_cause(&st));
+            r.not_checked(
+                1,
+                "route.chosen",
+                "no CUDA context, so no NVIDIA call for the shim to decide on",
+                "",
+            );
+            r.fail(
+                2,
+                "gpu.context",
+                format!("no CUDA context on GPU {}", a.gpu),
+                format!("{call} -> {st}"),
+                cu_cause(&st),
+            );
             return r;
         }
     };
@@ -134,7 +169,13 @@ pub fn selftest(a: &Args) -> Findings {
         match cu.alloc(a.size) {
             Ok(v) => *p = v,
             Err((call, st)) => {
-                r.fail(2, "gpu.alloc", format!("GPU memory on {gpu_name}"), format!("{call} -> {st}"), cu_cause(&st));
+                r.fail(
+                    2,
+                    "gpu.alloc",
+                    format!("GPU memory on {gpu_name}"),
+                    format!("{call} -> {st}"),
+                    cu_cause(&st),
+                );
                 for q in &gpu[..k] {
                     cu.free(*q);
                 }
@@ -146,7 +187,10 @@ pub fn selftest(a: &Args) -> Findings {
     r.pass(
         2,
         "gpu.alloc",
-        format!("2 x {} bytes of GPU memory on {gpu_name} (GPU {}) at {:#x}, {:#x}", a.size, a.gpu, gpu[0], gpu[1]),
+        format!(
+            "2 x {} bytes of GPU memory on {gpu_name} (GPU {}) at {:#x}, {:#x}",
+            a.size, a.gpu, gpu[0], gpu[1]
+        ),
         "cuMemAlloc -> CUDA_SUCCESS",
     );
     rdma::steps(a, &cu, gpu, &mut r);
@@ -171,8 +215,12 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Findings) {
     };
     let route = shim_int(b"gdrshim_gdr_route\0").unwrap_or(0);
     let active = shim_int(b"gdrshim_gdr_active\0").unwrap_or(0);
-    let attr = cu.attribute(cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).map_or("unknown".into(), |v| v.to_string());
-    let gate = cu.attribute(cuda::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED).map_or("unknown".into(), |v| v.to_string());
+    let attr = cu
+        .attribute(cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+        .map_or("unknown".into(), |v| v.to_string());
+    let gate = cu
+        .attribute(cuda::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)
+        .map_or("unknown".into(), |v| v.to_string());
     let call = format!(
         "gdrshim_mode()={mode} gdrshim_gdr_route()={route} gdrshim_gdr_active()={active}; CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={attr} GPU_DIRECT_RDMA_SUPPORTED={gate} (stock NCCL's gate)"
     );
@@ -186,11 +234,19 @@ fn step1_route(a: &Args, cu: &cuda::Cuda, r: &mut Findings) {
         r.pass(
             1,
             "route.chosen",
-            format!("gdrshim {} registers GPU memory by route {} (register mode)", shim_version(), route_name(route)),
+            format!(
+                "gdrshim {} registers GPU memory by route {} (register mode)",
+                shim_version(),
+                route_name(route)
+            ),
             call,
         );
     }
-    route_doctor::route_checks(a.state.as_deref(), (mode == 3 && route != 0 && active != 0).then(|| route_name(route)), r);
+    route_doctor::route_checks(
+        a.state.as_deref(),
+        (mode == 3 && route != 0 && active != 0).then(|| route_name(route)),
+        r,
+    );
 }
 
 /// Step 6: the shim's counters; a miss on our own allocations, an RM error or a mismatch fails.
@@ -200,9 +256,16 @@ fn shim_counters(r: &mut Findings) {
         return;
     };
     r.counters = COUNTER_NAMES.iter().zip(c).map(|(n, v)| (*n, v.to_string())).collect();
-    r.counters.insert(0, ("route", route_name(shim_int(b"gdrshim_gdr_route\0").unwrap_or(0)).to_string()));
-    let (hits, misses, rm, mism) =
-        (counter(&c, "pass0_hits"), counter(&c, "pass0_misses"), counter(&c, "rm_errors"), counter(&c, "mismatched"));
+    r.counters.insert(
+        0,
+        ("route", route_name(shim_int(b"gdrshim_gdr_route\0").unwrap_or(0)).to_string()),
+    );
+    let (hits, misses, rm, mism) = (
+        counter(&c, "pass0_hits"),
+        counter(&c, "pass0_misses"),
+        counter(&c, "rm_errors"),
+        counter(&c, "mismatched"),
+    );
     let call = format!("gdrshim_counters(): pass0_hits={hits} pass0_misses={misses} rm_errors={rm} mismatched={mism}");
     if misses > 0 || rm > 0 || mism > 0 {
         r.fail(6, "shim.counters", "the shim missed, or RM refused, a registration of this test's own memory", call, "a miss: the GPU memory was not one exact mapping the shim saw (its log names the reason); rm_errors: RM refused a registration or export (the log names the status and its cause); mismatched: the shim's plan differs from libcuda's own (report it with the shim log)");
@@ -219,7 +282,11 @@ fn cu_cause(st: &str) -> String {
         "--gpu names no such device"
     } else if st.contains("OUT_OF_MEMORY") || st.contains("(2)") {
         "the GPU is out of memory (other processes, or --size too large)"
-    } else if st.contains("(999)") || st.contains("UNKNOWN") || st.contains("SYSTEM_DRIVER_MISMATCH") || st.contains("(803)") {
+    } else if st.contains("(999)")
+        || st.contains("UNKNOWN")
+        || st.contains("SYSTEM_DRIVER_MISMATCH")
+        || st.contains("(803)")
+    {
         "kernel module and libcuda versions differ, or the driver is wedged (the doctor's driver.versions; dmesg for Xid)"
     } else if st.contains("NOT_SUPPORTED") || st.contains("(801)") {
         "the driver does not support this here (GeForce without the shim serving it)"
@@ -236,17 +303,25 @@ mod tests {
 
     /// The ids in the first column of the README's table of steps, `*` expanded from the list.
     fn readme_checks() -> BTreeSet<(u8, String)> {
-        let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-        let table = readme.split("| step | check | what a FAIL means |").nth(1).expect("the README's table of steps");
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+                .unwrap();
+        let table = readme
+            .split("| step | check | what a FAIL means |")
+            .nth(1)
+            .expect("the README's table of steps");
         let mut out = BTreeSet::new();
         for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
             let first = row.split('|').nth(1).unwrap().trim();
             let step: u8 = first.split_whitespace().next().unwrap().parse().unwrap();
             for id in first.split('`').skip(1).step_by(2) {
                 match id.strip_suffix('*') {
-                    Some(prefix) => {
-                        out.extend(super::findings::CHECKS.iter().filter(|(_, c)| c.starts_with(prefix)).map(|(s, c)| (*s, c.to_string())))
-                    }
+                    Some(prefix) => out.extend(
+                        super::findings::CHECKS
+                            .iter()
+                            .filter(|(_, c)| c.starts_with(prefix))
+                            .map(|(s, c)| (*s, c.to_string())),
+                    ),
                     None => {
                         out.insert((step, id.to_string()));
                     }
@@ -266,8 +341,13 @@ mod tests {
             let code = text.split("mod tests {").next().unwrap();
             for lit in code.split('"').skip(1).step_by(2) {
                 let head = lit.split('.').next().unwrap();
-                let id_like = lit.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
-                if id_like && lit.contains('.') && !lit.ends_with('.') && ["route", "gpu", "reg", "rdma", "bw", "shim"].contains(&head)
+                let id_like = lit
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c));
+                if id_like
+                    && lit.contains('.')
+                    && !lit.ends_with('.')
+                    && ["route", "gpu", "reg", "rdma", "bw", "shim"].contains(&head)
                     || lit == "bandwidth"
                 {
                     out.insert(lit.to_string());
@@ -283,16 +363,22 @@ mod tests {
 
     #[test]
     fn the_readme_the_list_and_the_code_name_the_same_checks() {
-        let list: BTreeSet<(u8, String)> = super::findings::CHECKS.iter().map(|(s, c)| (*s, c.to_string())).collect();
+        let list: BTreeSet<(u8, String)> =
+            super::findings::CHECKS.iter().map(|(s, c)| (*s, c.to_string())).collect();
         assert_eq!(list.len(), super::findings::CHECKS.len(), "a check listed twice");
         assert_eq!(readme_checks(), list, "the README's table of steps and findings::CHECKS");
         let listed: BTreeSet<String> = list.iter().map(|(_, c)| c.clone()).collect();
         let code = ids_in_the_code();
         let unlisted: Vec<&String> = code.difference(&listed).collect();
-        assert!(unlisted.is_empty(), "checks the code makes that findings::CHECKS lacks: {unlisted:?}");
+        assert!(
+            unlisted.is_empty(),
+            "checks the code makes that findings::CHECKS lacks: {unlisted:?}"
+        );
         // the doctor's route checks come from the doctor; every other listed id is the code's
-        let never: Vec<&String> =
-            listed.difference(&code).filter(|c| !["route.dmabuf", "route.nv503c", "route.choice"].contains(&c.as_str())).collect();
+        let never: Vec<&String> = listed
+            .difference(&code)
+            .filter(|c| !["route.dmabuf", "route.nv503c", "route.choice"].contains(&c.as_str()))
+            .collect();
         assert!(never.is_empty(), "listed checks the code never makes: {never:?}");
     }
 }

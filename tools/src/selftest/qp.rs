@@ -24,7 +24,12 @@ pub fn connect(
 ) -> Option<(Qp, Option<f64>)> {
     let (q, port, me) = conn::open(a, v, cq, qp, ctx, pd, r)?;
     let dest = conn::to_rts(a, &q, &port, &me, &me, port.mtu, "itself", r)?;
-    r.pass(4, "rdma.connect", format!("RC QP {} connected to itself through port {} ({dest})", me.qpn, a.port), port.call);
+    r.pass(
+        4,
+        "rdma.connect",
+        format!("RC QP {} connected to itself through port {} ({dest})", me.qpn, a.port),
+        port.call,
+    );
     Some((q, port.link))
 }
 
@@ -61,7 +66,16 @@ fn region(g: &Regions, l: Loc) -> Region {
 
 /// The four transfers, each checked byte by byte; false if any failed.
 #[allow(clippy::too_many_arguments)]
-pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, hdst: &mut HostBuf, seed: u64, r: &mut Findings) -> bool {
+pub fn data_steps(
+    a: &Args,
+    cu: &Cuda,
+    q: &Qp,
+    g: &Regions,
+    hsrc: &mut HostBuf,
+    hdst: &mut HostBuf,
+    seed: u64,
+    r: &mut Findings,
+) -> bool {
     let mut want = vec![0u8; a.size];
     let mut got = vec![0u8; a.size];
     let chunk = a.size.min(4 << 20);
@@ -72,21 +86,42 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
         let (src, dst) = if op == IBV_WR_RDMA_READ { (remote, local) } else { (local, remote) };
         fill(&mut want, seed, 2 * k as u64 + 1);
         fill(&mut got, seed, 2 * k as u64 + 2); // poison: a transfer that moves nothing is seen
-        let filled = put(cu, g, src, &want, hsrc, hdst).and_then(|()| put(cu, g, dst, &got, hsrc, hdst));
+        let filled =
+            put(cu, g, src, &want, hsrc, hdst).and_then(|()| put(cu, g, dst, &got, hsrc, hdst));
         if let Err((call, st)) = filled {
-            r.fail(4, &id, "cannot fill the buffers", format!("{call} -> {st}"), "the GPU copy engine failed (dmesg for an Xid)");
+            r.fail(
+                4,
+                &id,
+                "cannot fill the buffers",
+                format!("{call} -> {st}"),
+                "the GPU copy engine failed (dmesg for an Xid)",
+            );
             return false;
         }
         let t0 = Instant::now();
-        if let Err((call, cause)) = q.run(op, region(g, local), region(g, remote), chunk, a.size / chunk, a.size) {
-            r.fail(4, &id, format!("RDMA {} failed", if op == IBV_WR_RDMA_READ { "READ" } else { "WRITE" }), call, cause);
+        if let Err((call, cause)) =
+            q.run(op, region(g, local), region(g, remote), chunk, a.size / chunk, a.size)
+        {
+            r.fail(
+                4,
+                &id,
+                format!("RDMA {} failed", if op == IBV_WR_RDMA_READ { "READ" } else { "WRITE" }),
+                call,
+                cause,
+            );
             q.quiesce();
             ok = false;
             continue;
         }
         let dt = t0.elapsed();
         if let Err((call, st)) = read_back(cu, g, dst, &mut got, hsrc, hdst) {
-            r.fail(4, &id, "cannot read the destination back", format!("{call} -> {st}"), "the GPU copy engine failed (dmesg for an Xid)");
+            r.fail(
+                4,
+                &id,
+                "cannot read the destination back",
+                format!("{call} -> {st}"),
+                "the GPU copy engine failed (dmesg for an Xid)",
+            );
             return false;
         }
         let done = Done { k, chunk, dt, seed };
@@ -97,7 +132,14 @@ pub fn data_steps(a: &Args, cu: &Cuda, q: &Qp, g: &Regions, hsrc: &mut HostBuf, 
 }
 
 /// Writes `data` into buffer `l`.
-fn put(cu: &Cuda, g: &Regions, l: Loc, data: &[u8], hs: &mut HostBuf, hd: &mut HostBuf) -> Result<(), (String, String)> {
+fn put(
+    cu: &Cuda,
+    g: &Regions,
+    l: Loc,
+    data: &[u8],
+    hs: &mut HostBuf,
+    hd: &mut HostBuf,
+) -> Result<(), (String, String)> {
     match l {
         Loc::GpuSrc => cu.htod(region(g, l).addr, data),
         Loc::GpuDst => cu.htod(region(g, l).addr, data),
@@ -113,7 +155,14 @@ fn put(cu: &Cuda, g: &Regions, l: Loc, data: &[u8], hs: &mut HostBuf, hd: &mut H
 }
 
 /// Reads buffer `l` into `got`.
-fn read_back(cu: &Cuda, g: &Regions, l: Loc, got: &mut [u8], hs: &HostBuf, hd: &HostBuf) -> Result<(), (String, String)> {
+fn read_back(
+    cu: &Cuda,
+    g: &Regions,
+    l: Loc,
+    got: &mut [u8],
+    hs: &HostBuf,
+    hd: &HostBuf,
+) -> Result<(), (String, String)> {
     match l {
         Loc::GpuDst | Loc::GpuSrc => cu.dtoh(got, region(g, l).addr),
         Loc::HostDst => {
@@ -170,12 +219,19 @@ fn judge_bytes(a: &Args, id: &str, done: &Done, got: &[u8], want: &[u8], r: &mut
 /// A READ that fails while every WRITE passed, on a platform where a NIC's reads of GPU memory
 /// through the CPU are known to fail: that is named as the cause, first.
 fn explain_read_failure(r: &mut Findings, cpuinfo: &str) {
-    let writes_pass = r.items().iter().filter(|i| i.id.starts_with("rdma.write.")).all(|i| i.status == Status::Pass);
+    let writes_pass = r
+        .items()
+        .iter()
+        .filter(|i| i.id.starts_with("rdma.write."))
+        .all(|i| i.status == Status::Pass);
     let cpu = crate::machine::parse_cpu(cpuinfo);
-    let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else { return };
+    let Some(cause) = crate::topology::read_failure_cause(&cpu.vendor, &cpu.model_name) else {
+        return;
+    };
     if let Some(read) = r.item_mut("rdma.read.gpu-host").filter(|i| i.status == Status::Fail) {
         if writes_pass {
-            read.fix = if read.fix.is_empty() { cause } else { format!("{cause}; else: {}", read.fix) };
+            read.fix =
+                if read.fix.is_empty() { cause } else { format!("{cause}; else: {}", read.fix) };
         }
     }
 }
@@ -195,8 +251,16 @@ pub fn bandwidth(a: &Args, q: &Qp, g: &Regions, link: Option<f64>, r: &mut Findi
         for &s in &sizes {
             let count = ((64usize << 20) / s).clamp(16, 4096);
             let t0 = Instant::now();
-            if let Err((call, cause)) = q.run(op, region(g, local), region(g, remote), s, count, a.size) {
-                r.fail(5, &format!("bw.{name}"), format!("a transfer of {s} bytes failed"), call, cause);
+            if let Err((call, cause)) =
+                q.run(op, region(g, local), region(g, remote), s, count, a.size)
+            {
+                r.fail(
+                    5,
+                    &format!("bw.{name}"),
+                    format!("a transfer of {s} bytes failed"),
+                    call,
+                    cause,
+                );
                 return;
             }
             let gbps = (count * s) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e9;
@@ -228,7 +292,14 @@ mod tests {
         for id in ["rdma.write.gpu-gpu", "rdma.write.host-gpu", "rdma.write.gpu-host"] {
             r.add(4, id, write, "", "", "");
         }
-        r.add(4, "rdma.read.gpu-host", read, "RDMA READ failed", "ibv_poll_cq: status REM_ACCESS_ERR", "remote access error");
+        r.add(
+            4,
+            "rdma.read.gpu-host",
+            read,
+            "RDMA READ failed",
+            "ibv_poll_cq: status REM_ACCESS_ERR",
+            "remote access error",
+        );
         r
     }
     const ARROW_LAKE: &str = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 198\nmodel name\t: Intel(R) Core(TM) Ultra 9 285K\n";
@@ -239,16 +310,25 @@ mod tests {
         let mut r = report(Status::Fail, Status::Pass);
         explain_read_failure(&mut r, ARROW_LAKE);
         let read = &r.items()[3];
-        assert!(read.fix.starts_with("this is an Intel client CPU (Intel(R) Core(TM) Ultra 9 285K): a NIC's PCIe reads"), "{}", read.fix);
         assert!(
-            read.fix.contains("NVIDIA/open-gpu-kernel-modules#1253") && read.fix.ends_with("; else: remote access error"),
+            read.fix.starts_with(
+                "this is an Intel client CPU (Intel(R) Core(TM) Ultra 9 285K): a NIC's PCIe reads"
+            ),
+            "{}",
+            read.fix
+        );
+        assert!(
+            read.fix.contains("NVIDIA/open-gpu-kernel-modules#1253")
+                && read.fix.ends_with("; else: remote access error"),
             "{}",
             read.fix
         );
         // not when a write failed too, nor on another CPU, nor when the read passed
-        for (rd, wr, cpu) in
-            [(Status::Fail, Status::Fail, ARROW_LAKE), (Status::Fail, Status::Pass, EPYC), (Status::Pass, Status::Pass, ARROW_LAKE)]
-        {
+        for (rd, wr, cpu) in [
+            (Status::Fail, Status::Fail, ARROW_LAKE),
+            (Status::Fail, Status::Pass, EPYC),
+            (Status::Pass, Status::Pass, ARROW_LAKE),
+        ] {
             let mut r = report(rd, wr);
             explain_read_failure(&mut r, cpu);
             assert!(!r.items()[3].fix.contains("#1253"), "{rd:?} {wr:?} {cpu}");

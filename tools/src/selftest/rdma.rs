@@ -103,7 +103,13 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Findings) {
     };
     // declared before the HCA, so that they outlive its MRs and queue pair
     let (Some(mut hsrc), Some(mut hdst)) = (HostBuf::new(a.size), HostBuf::new(a.size)) else {
-        r.fail(3, "reg.host", "no host memory", format!("mmap({}) -> MAP_FAILED", a.size), "out of memory");
+        r.fail(
+            3,
+            "reg.host",
+            "no host memory",
+            format!("mmap({}) -> MAP_FAILED", a.size),
+            "out of memory",
+        );
         close_fd(fd);
         return;
     };
@@ -116,7 +122,9 @@ pub fn steps(a: &Args, cu: &Cuda, gpu: [u64; 2], r: &mut Findings) {
         return;
     };
     let dst = match fd {
-        Some(f) => reg_dmabuf(a, &mut h, gpu[1], f, r).unwrap_or_else(|| mr_region(gpu_mr[1], gpu[1])),
+        Some(f) => {
+            reg_dmabuf(a, &mut h, gpu[1], f, r).unwrap_or_else(|| mr_region(gpu_mr[1], gpu[1]))
+        }
         None => mr_region(gpu_mr[1], gpu[1]),
     };
     close_fd(fd);
@@ -194,7 +202,12 @@ fn reg_gpu(a: &Args, h: &mut Hca, gpu: [u64; 2], r: &mut Findings) -> Option<[*m
         3,
         "reg.gpu",
         format!("ibv_reg_mr of 2 GPU buffers under the shim ({})", shim_part()),
-        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", gpu[0], a.size, mr_region(gpu_mr[0], gpu[0]).lkey),
+        format!(
+            "ibv_reg_mr({:#x}, {}) -> lkey {:#x}",
+            gpu[0],
+            a.size,
+            mr_region(gpu_mr[0], gpu[0]).lkey
+        ),
     );
     Some(gpu_mr)
 }
@@ -236,7 +249,11 @@ fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Findings) -> O
             3,
             "reg.dmabuf",
             "ibv_reg_dmabuf_mr of the exported fd failed",
-            format!("ibv_reg_dmabuf_mr(fd {f}, 0, {}, iova {addr:#x}) -> NULL, {}", a.size, errno_text(e)),
+            format!(
+                "ibv_reg_dmabuf_mr(fd {f}, 0, {}, iova {addr:#x}) -> NULL, {}",
+                a.size,
+                errno_text(e)
+            ),
             reg_cause(e, true),
         );
         return None;
@@ -253,7 +270,12 @@ fn reg_dmabuf(a: &Args, h: &mut Hca, addr: u64, f: c_int, r: &mut Findings) -> O
 }
 
 /// Both host buffers registered (a PASS); None when one could not be (a FAIL).
-fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Findings) -> Option<[*mut IbvMr; 2]> {
+fn reg_host(
+    a: &Args,
+    h: &mut Hca,
+    host: [&HostBuf; 2],
+    r: &mut Findings,
+) -> Option<[*mut IbvMr; 2]> {
     let mut host_mr = [core::ptr::null_mut(); 2];
     for (k, b) in host.into_iter().enumerate() {
         match reg(h, b.addr(), a.size) {
@@ -275,13 +297,25 @@ fn reg_host(a: &Args, h: &mut Hca, host: [&HostBuf; 2], r: &mut Findings) -> Opt
         3,
         "reg.host",
         "ibv_reg_mr of 2 host buffers",
-        format!("ibv_reg_mr({:#x}, {}) -> lkey {:#x}", host[0].addr(), a.size, mr_region(host_mr[0], host[0].addr()).lkey),
+        format!(
+            "ibv_reg_mr({:#x}, {}) -> lkey {:#x}",
+            host[0].addr(),
+            a.size,
+            mr_region(host_mr[0], host[0].addr()).lkey
+        ),
     );
     Some(host_mr)
 }
 
 /// Steps 4 and 5: the QP connected to itself, the data steps over `regions`, the bandwidth.
-fn transfers(a: &Args, cu: &Cuda, h: &mut Hca, regions: &Regions, [hsrc, hdst]: [&mut HostBuf; 2], r: &mut Findings) {
+fn transfers(
+    a: &Args,
+    cu: &Cuda,
+    h: &mut Hca,
+    regions: &Regions,
+    [hsrc, hdst]: [&mut HostBuf; 2],
+    r: &mut Findings,
+) {
     let v = h.v;
     let Some((q, link)) = qp::connect(a, v, &mut h.cq, &mut h.qp, h.ctx, h.pd, r) else {
         return;
@@ -312,7 +346,10 @@ pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Findings) -> Option<Hca<'v>>
         // SAFETY: i < n entries of the list.
         let d = unsafe { *list.add(i) };
         // SAFETY: a device of the list: its name is a NUL-terminated string.
-        names.push((d, unsafe { CStr::from_ptr((v.get_device_name)(d)) }.to_string_lossy().into_owned()));
+        names.push((
+            d,
+            unsafe { CStr::from_ptr((v.get_device_name)(d)) }.to_string_lossy().into_owned(),
+        ));
     }
     let pick = match &a.hca {
         Some(want) => names.iter().find(|(_, nm)| nm == want).map(|(d, nm)| (*d, nm.clone())),
@@ -334,7 +371,11 @@ pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Findings) -> Option<Hca<'v>>
             r.fail(
                 3,
                 "hca",
-                format!("--hca {} is not an RDMA device here (there are: {})", a.hca.as_deref().unwrap_or(""), all.join(", ")),
+                format!(
+                    "--hca {} is not an RDMA device here (there are: {})",
+                    a.hca.as_deref().unwrap_or(""),
+                    all.join(", ")
+                ),
                 "ibv_get_device_list",
                 "a typo, or the device was renamed (rdma link show)",
             );
@@ -356,7 +397,14 @@ pub fn open_hca<'v>(a: &Args, v: &'v Verbs, r: &mut Findings) -> Option<Hca<'v>>
             } else {
                 // SAFETY: an open context.
                 let pd = unsafe { (v.alloc_pd)(ctx) };
-                let h = Hca { v, ctx, pd, cq: core::ptr::null_mut(), qp: core::ptr::null_mut(), mrs: Vec::new() };
+                let h = Hca {
+                    v,
+                    ctx,
+                    pd,
+                    cq: core::ptr::null_mut(),
+                    qp: core::ptr::null_mut(),
+                    mrs: Vec::new(),
+                };
                 if pd.is_null() {
                     let e = errno();
                     r.fail(

@@ -14,13 +14,16 @@ use std::process::Command;
 fn recorder() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("../scripts/gdr-state-record"), dir.join("../../scripts/gdr-state-record")].into_iter().find(|p| p.is_file())
+    [dir.join("../scripts/gdr-state-record"), dir.join("../../scripts/gdr-state-record")]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// Records this machine into a folder of our own under the temporary directory; (that folder,
 /// the save inside it).
 pub fn record() -> Result<(PathBuf, PathBuf), String> {
-    let script = recorder().ok_or("scripts/gdr-state-record was not found next to this program (../scripts)")?;
+    let script = recorder()
+        .ok_or("scripts/gdr-state-record was not found next to this program (../scripts)")?;
     let root = std::env::temp_dir().join(format!("gdrshim-selftest-state-{}", std::process::id()));
     std::fs::create_dir(&root).map_err(|e| format!("cannot make {}: {e}", root.display()))?;
     // the recorder's tools (nvidia-smi…) run without the shim: they are not under test
@@ -34,7 +37,11 @@ pub fn record() -> Result<(PathBuf, PathBuf), String> {
     let saved = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if !out.status.success() || !saved.is_dir() {
         let _ = std::fs::remove_dir_all(&root);
-        return Err(format!("{} save failed: {}", script.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "{} save failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok((root, saved))
 }
@@ -54,7 +61,12 @@ pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Findings)
         None => match record() {
             Ok((root, saved)) => (Some(root), saved),
             Err(why) => {
-                r.not_checked(1, "route.doctor", why, "run scripts/doctor, or give --state DIR saved by scripts/gdr-state-record");
+                r.not_checked(
+                    1,
+                    "route.doctor",
+                    why,
+                    "run scripts/doctor, or give --state DIR saved by scripts/gdr-state-record",
+                );
                 return;
             }
         },
@@ -77,7 +89,11 @@ pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Findings)
     };
     let call = format!(
         "scripts/doctor's route checks over {}",
-        if state.is_some() { dir.display().to_string() } else { "this machine, just recorded".into() }
+        if state.is_some() {
+            dir.display().to_string()
+        } else {
+            "this machine, just recorded".into()
+        }
     );
     let wanted = route.map(|r| format!("route.{r}"));
     for c in &checks {
@@ -92,7 +108,14 @@ pub fn route_checks(state: Option<&Path>, route: Option<&str>, r: &mut Findings)
             // route the shim took, that is a contradiction worth a FAIL
             Status::Warn if Some(&c.id) == wanted.as_ref() => r.fail(1, &c.id, line(c), &call, fix),
             // the route not taken, or what could not be judged: the doctor's own word
-            other => r.add(1, &c.id, other, line(c), &call, if other == Status::Pass { String::new() } else { fix }),
+            other => r.add(
+                1,
+                &c.id,
+                other,
+                line(c),
+                &call,
+                if other == Status::Pass { String::new() } else { fix },
+            ),
         }
     }
 }

@@ -22,10 +22,11 @@ pub fn usable(nccl_log: &str) -> Result<(), String> {
     if nccl_log.trim().is_empty() {
         return Err("the NCCL log is empty".into());
     }
-    if !nccl_log
-        .lines()
-        .any(|l| l.starts_with("# nccl-tests version") || l.starts_with("# Collective test starting") || l.contains("#wrong"))
-    {
+    if !nccl_log.lines().any(|l| {
+        l.starts_with("# nccl-tests version")
+            || l.starts_with("# Collective test starting")
+            || l.contains("#wrong")
+    }) {
         return Err("not a NCCL Tests log: no '# nccl-tests version', '# Collective test starting' or '#wrong' header line".into());
     }
     Ok(())
@@ -122,9 +123,15 @@ fn get<'a>(kv: &'a [(String, String)], k: &str) -> Option<&'a str> {
 /// Lines that fail a run wherever they appear, with why.
 const FORBIDDEN: &[(&str, &str)] = &[
     ("NCCL WARN", "NCCL warned"),
-    ("illegal memory access", "a GPU kernel touched memory it must not (the signature of an MR on the wrong memory)"),
+    (
+        "illegal memory access",
+        "a GPU kernel touched memory it must not (the signature of an MR on the wrong memory)",
+    ),
     ("EFAULT", "a registration was refused with EFAULT"),
-    ("Bad address", "a registration was refused with EFAULT (Bad address): GPU memory the NIC cannot pin"),
+    (
+        "Bad address",
+        "a registration was refused with EFAULT (Bad address): GPU memory the NIC cannot pin",
+    ),
     ("NV_ERR_STATE_IN_USE", "the driver refused a registration: state in use"),
     ("Call to ibv_reg", "a verbs registration failed"),
     ("[gdrshim] ERROR", "gdrshim reported an error"),
@@ -162,11 +169,18 @@ pub fn verify(inp: &Inputs) -> Report {
 /// The run finished: NCCL Tests' closing summary and its exit status.
 fn run_finished(log: &str, exit_code: Option<i32>, r: &mut Report) {
     match first(log, |l| l.starts_with("# Collective test concluded")) {
-        Some(l) => r.push(Check::new("nccl.finished", Status::Pass, "NCCL Tests printed its closing summary").evidence(l)),
+        Some(l) => r.push(
+            Check::new("nccl.finished", Status::Pass, "NCCL Tests printed its closing summary")
+                .evidence(l),
+        ),
         None => r.push(
-            Check::new("nccl.finished", Status::Fail, "the log ends before NCCL Tests' closing summary: the run was cut short or crashed")
-                .evidence(log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty)"))
-                .fix("look at the end of the log and the job's exit status; rerun to completion"),
+            Check::new(
+                "nccl.finished",
+                Status::Fail,
+                "the log ends before NCCL Tests' closing summary: the run was cut short or crashed",
+            )
+            .evidence(log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty)"))
+            .fix("look at the end of the log and the job's exit status; rerun to completion"),
         ),
     }
     match exit_code {
@@ -177,7 +191,11 @@ fn run_finished(log: &str, exit_code: Option<i32>, r: &mut Report) {
             "exit status 7: NCCL Tests found wrong data (or bandwidth under NCCL_TESTS_MIN_BW)",
         )),
         Some(c) => r.push(exit_check(c)),
-        None => r.push(Check::new("nccl.exit", Status::Info, "exit status not given (--exit-code): not judged")),
+        None => r.push(Check::new(
+            "nccl.exit",
+            Status::Info,
+            "exit status not given (--exit-code): not judged",
+        )),
     }
 }
 
@@ -187,17 +205,25 @@ fn every_size(log: &str, r: &mut Report) {
     let rows = data_rows(log);
     if rows.is_empty() {
         r.push(
-            Check::new("nccl.wrong", Status::Fail, "no data rows under the '#wrong' header: nothing was measured")
-                .fix("the run failed before its first size; see the log"),
+            Check::new(
+                "nccl.wrong",
+                Status::Fail,
+                "no data rows under the '#wrong' header: nothing was measured",
+            )
+            .fix("the run failed before its first size; see the log"),
         );
-    } else if let Some(row) = rows.iter().find(|x| x.wrong.iter().any(|w| w.is_some_and(|w| w.eq_ignore_ascii_case("N/A")))) {
+    } else if let Some(row) = rows
+        .iter()
+        .find(|x| x.wrong.iter().any(|w| w.is_some_and(|w| w.eq_ignore_ascii_case("N/A"))))
+    {
         r.push(
             Check::new("nccl.wrong", Status::Fail, "data check was off (-c 0): #wrong is N/A, the run proves nothing about correctness")
                 .evidence(row.line)
                 .fix("rerun without -c 0 (checking is NCCL Tests' default)"),
         );
     } else {
-        let bad: Vec<&Row> = rows.iter().filter(|x| x.wrong.iter().any(|w| w.is_none_or(|w| w != "0"))).collect();
+        let bad: Vec<&Row> =
+            rows.iter().filter(|x| x.wrong.iter().any(|w| w.is_none_or(|w| w != "0"))).collect();
         match bad.first() {
             None => r.push(Check::new("nccl.wrong", Status::Pass, format!("{} sizes, #wrong 0 out of place and in place", rows.len())).evidence(rows.last().unwrap().line)),
             Some(b) => r.push(
@@ -208,14 +234,31 @@ fn every_size(log: &str, r: &mut Report) {
         }
     }
     if let Some(l) = first(log, |l| l.trim_start().starts_with("rank=") && l.contains("#wrong=")) {
-        r.push(Check::new("nccl.rank_wrong", Status::Fail, "a rank reported wrong elements").evidence(l));
+        r.push(
+            Check::new("nccl.rank_wrong", Status::Fail, "a rank reported wrong elements")
+                .evidence(l),
+        );
     }
     match first(log, |l| l.starts_with("# Out of bounds values")) {
-        Some(l) if l.split(':').nth(1).is_some_and(|v| v.split_whitespace().collect::<Vec<_>>() == ["0", "OK"]) => {
-            r.push(Check::new("nccl.out_of_bounds", Status::Pass, "no out-of-bounds values").evidence(l))
+        Some(l)
+            if l.split(':')
+                .nth(1)
+                .is_some_and(|v| v.split_whitespace().collect::<Vec<_>>() == ["0", "OK"]) =>
+        {
+            r.push(
+                Check::new("nccl.out_of_bounds", Status::Pass, "no out-of-bounds values")
+                    .evidence(l),
+            )
         }
-        Some(l) => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "out-of-bounds values reported").evidence(l)),
-        None => r.push(Check::new("nccl.out_of_bounds", Status::Fail, "no 'Out of bounds values' line (truncated log?)")),
+        Some(l) => r.push(
+            Check::new("nccl.out_of_bounds", Status::Fail, "out-of-bounds values reported")
+                .evidence(l),
+        ),
+        None => r.push(Check::new(
+            "nccl.out_of_bounds",
+            Status::Fail,
+            "no 'Out of bounds values' line (truncated log?)",
+        )),
     }
 }
 
@@ -248,19 +291,38 @@ fn gdr_connections(log: &str, r: &mut Report) {
         r.push(c);
     } else if let Some(l) = without {
         r.push(
-            Check::new("nccl.gdr", Status::Fail, format!("{} connections use GDRDMA but {} do not", gdr.len(), net.len() - gdr.len()))
-                .evidence(*l)
-                .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
+            Check::new(
+                "nccl.gdr",
+                Status::Fail,
+                format!(
+                    "{} connections use GDRDMA but {} do not",
+                    gdr.len(),
+                    net.len() - gdr.len()
+                ),
+            )
+            .evidence(*l)
+            .fix("raise NCCL_NET_GDR_LEVEL (PHB or SYS) for GPUs and NICs on different root ports"),
         );
     } else {
-        r.push(Check::new("nccl.gdr", Status::Pass, format!("{} network connections, all via GDRDMA", gdr.len())).evidence(gdr[0]));
+        r.push(
+            Check::new(
+                "nccl.gdr",
+                Status::Pass,
+                format!("{} network connections, all via GDRDMA", gdr.len()),
+            )
+            .evidence(gdr[0]),
+        );
     }
 }
 
 /// The receive-side flush: GPUs before sm_90 need it.
 fn receive_flush(log: &str, gpu_sm: Option<u32>, r: &mut Report) {
     let sm = gpu_sm.or_else(|| {
-        log.lines().filter(|l| l.starts_with("#  Rank")).filter_map(|l| l.split(']').nth(1)).filter_map(|n| sm_of_gpu_name(n.trim())).min()
+        log.lines()
+            .filter(|l| l.starts_with("#  Rank"))
+            .filter_map(|l| l.split(']').nth(1))
+            .filter_map(|n| sm_of_gpu_name(n.trim()))
+            .min()
     });
     let flush_off = first(log, |l| {
         l.contains("NCCL_GDR_FLUSH_DISABLE set by environment to")
@@ -337,14 +399,17 @@ fn shim_account(log: &str, inp: &Inputs, r: &mut Report) {
     summaries.retain(|(l, _)| seen.insert(summary_text(l).to_string()));
     let repeated = seen_lines - summaries.len();
     if summaries.is_empty() {
-        let st = if !inp.shim_logs.is_empty() || inp.expect_gdr { Status::Fail } else { Status::Info };
+        let st =
+            if !inp.shim_logs.is_empty() || inp.expect_gdr { Status::Fail } else { Status::Info };
         r.push(Check::new("shim.summary", st, "no 'gdrshim: summary' line in the logs given").fix(
             "keep GDRSHIM_SUMMARY=1 and pass the shim's log (GDRSHIM_LOG_FILE) with --shim-log; a process killed by a signal prints none",
         ));
     } else {
-        let bad = summaries
-            .iter()
-            .find(|(_, kv)| ["pass0_misses", "rm_errors", "mismatched"].iter().any(|k| get(kv, k).is_some_and(|v| v != "0")));
+        let bad = summaries.iter().find(|(_, kv)| {
+            ["pass0_misses", "rm_errors", "mismatched"]
+                .iter()
+                .any(|k| get(kv, k).is_some_and(|v| v != "0"))
+        });
         match bad {
             Some((l, kv)) => {
                 let what: Vec<String> = ["pass0_misses", "rm_errors", "mismatched"]
@@ -364,7 +429,11 @@ fn shim_account(log: &str, inp: &Inputs, r: &mut Report) {
                     format!(
                         "{} gdrshim summaries: pass0_misses=0 rm_errors=0 mismatched=0{}",
                         summaries.len(),
-                        if repeated > 0 { format!(" ({repeated} repeated line(s) counted once)") } else { String::new() }
+                        if repeated > 0 {
+                            format!(" ({repeated} repeated line(s) counted once)")
+                        } else {
+                            String::new()
+                        }
                     ),
                 )
                 .evidence(&summaries[0].0),
@@ -372,12 +441,22 @@ fn shim_account(log: &str, inp: &Inputs, r: &mut Report) {
         }
         if inp.expect_gdr {
             let registering = summaries.iter().any(|(_, kv)| get(kv, "mode") == Some("register"));
-            let hits: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "pass0_hits")?.parse::<u64>().ok()).sum();
-            let native: u64 = summaries.iter().filter_map(|(_, kv)| get(kv, "stood_aside")?.parse::<u64>().ok()).sum();
+            let hits: u64 = summaries
+                .iter()
+                .filter_map(|(_, kv)| get(kv, "pass0_hits")?.parse::<u64>().ok())
+                .sum();
+            let native: u64 = summaries
+                .iter()
+                .filter_map(|(_, kv)| get(kv, "stood_aside")?.parse::<u64>().ok())
+                .sum();
             if !registering {
                 r.push(
-                    Check::new("shim.registering", Status::Fail, "no gdrshim process ran in register mode")
-                        .fix("GDRSHIM_MODE=register (scripts/gdr-env.sh --mode gdr sets it)"),
+                    Check::new(
+                        "shim.registering",
+                        Status::Fail,
+                        "no gdrshim process ran in register mode",
+                    )
+                    .fix("GDRSHIM_MODE=register (scripts/gdr-env.sh --mode gdr sets it)"),
                 );
             } else if hits == 0 && native == 0 {
                 r.push(Check::new(
@@ -411,7 +490,13 @@ fn forbidden_lines(log: &str, inp: &Inputs, r: &mut Report) {
                 clean = false;
                 r.push(
                     Check::new(
-                        &format!("forbidden.{}", needle.trim_start_matches('[').replace([' ', ']'], "_").to_ascii_lowercase()),
+                        &format!(
+                            "forbidden.{}",
+                            needle
+                                .trim_start_matches('[')
+                                .replace([' ', ']'], "_")
+                                .to_ascii_lowercase()
+                        ),
                         Status::Fail,
                         format!("{why}: {} line(s) in the {name}", hits.len()),
                     )
@@ -431,7 +516,8 @@ fn forbidden_lines(log: &str, inp: &Inputs, r: &mut Report) {
 
 /// No Xid (nor a GPU fallen off the bus) in the kernel log, which must have entries.
 fn kernel_xid(k: &str, r: &mut Report) {
-    let xid: Vec<&str> = k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
+    let xid: Vec<&str> =
+        k.lines().filter(|l| l.contains("Xid") || l.contains("fallen off the bus")).collect();
     // journalctl's own lines ("-- No entries --", "-- Logs begin at …") are no kernel messages
     let entries = k.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("-- ")).count();
     match xid.first() {
@@ -445,25 +531,50 @@ fn kernel_xid(k: &str, r: &mut Report) {
             r.push(c);
         }
         Some(l) => r.push(
-            Check::new("kernel.xid", Status::Fail, format!("{} Xid/GPU error line(s) in the kernel log", xid.len()))
-                .evidence(*l)
-                .fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table"),
+            Check::new(
+                "kernel.xid",
+                Status::Fail,
+                format!("{} Xid/GPU error line(s) in the kernel log", xid.len()),
+            )
+            .evidence(*l)
+            .fix("an Xid during the run voids it; look up the Xid number in NVIDIA's Xid table"),
         ),
-        None => r.push(Check::new("kernel.xid", Status::Pass, format!("no Xid in {} kernel log lines", k.lines().count()))),
+        None => r.push(Check::new(
+            "kernel.xid",
+            Status::Pass,
+            format!("no Xid in {} kernel log lines", k.lines().count()),
+        )),
     }
 }
 
 /// perftest completed its measurement without an error.
 fn perftest(p: &str, r: &mut Report) {
     let header = p.lines().position(|l| l.contains("#bytes") && l.contains("BW"));
-    let row = header.and_then(|h| p.lines().skip(h + 1).find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok())));
+    let row = header.and_then(|h| {
+        p.lines()
+            .skip(h + 1)
+            .find(|l| l.split_whitespace().next().is_some_and(|t| t.parse::<u64>().is_ok()))
+    });
     let err = first(p, |l| {
         let l = l.to_ascii_lowercase();
-        l.contains("couldn't") || l.contains("failed") || l.contains("error") || l.contains("timeout") || l.contains("retry exceeded")
+        l.contains("couldn't")
+            || l.contains("failed")
+            || l.contains("error")
+            || l.contains("timeout")
+            || l.contains("retry exceeded")
     });
     match (row, err) {
-        (_, Some(e)) => r.push(Check::new("perftest", Status::Fail, "perftest reported an error").evidence(e)),
-        (Some(row), None) => r.push(Check::new("perftest", Status::Pass, "perftest completed its measurement").evidence(row)),
-        (None, None) => r.push(Check::new("perftest", Status::Fail, "no perftest result row (#bytes … BW): the test did not complete")),
+        (_, Some(e)) => {
+            r.push(Check::new("perftest", Status::Fail, "perftest reported an error").evidence(e))
+        }
+        (Some(row), None) => r.push(
+            Check::new("perftest", Status::Pass, "perftest completed its measurement")
+                .evidence(row),
+        ),
+        (None, None) => r.push(Check::new(
+            "perftest",
+            Status::Fail,
+            "no perftest result row (#bytes … BW): the test did not complete",
+        )),
     }
 }

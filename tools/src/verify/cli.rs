@@ -66,7 +66,9 @@ impl Files {
         if let Some((_, first, text)) = self.read.iter().find(|(i, _, _)| *i == id) {
             return Ok(Got::Again(first.clone(), text.clone()));
         }
-        let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).map_err(cannot)?;
+        let text = std::fs::read(path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(cannot)?;
         self.read.push((id, format!("{role} {}", path.display()), text.clone()));
         Ok(Got::New(text))
     }
@@ -75,7 +77,10 @@ impl Files {
         Ok(match self.get(role, path)? {
             Got::New(t) => t,
             Got::Again(first, t) => {
-                self.notes.push(format!("{role} {} is the file given as {first}: read once", path.display()));
+                self.notes.push(format!(
+                    "{role} {} is the file given as {first}: read once",
+                    path.display()
+                ));
                 t
             }
         })
@@ -97,9 +102,10 @@ impl Args {
             // the same lines twice would count each summary twice: a file given again is skipped
             match files.get("--shim-log", p)? {
                 Got::New(t) => inp.shim_logs.push(t),
-                Got::Again(first, _) => {
-                    files.notes.push(format!("--shim-log {} is the file given as {first}: read once, its lines counted once", p.display()))
-                }
+                Got::Again(first, _) => files.notes.push(format!(
+                    "--shim-log {} is the file given as {first}: read once, its lines counted once",
+                    p.display()
+                )),
             }
         }
         if let Some(p) = &self.perftest_log {

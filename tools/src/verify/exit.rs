@@ -63,7 +63,10 @@ pub fn exit_check(c: i32) -> Check {
         return Check::new(
             "nccl.exit",
             Status::Fail,
-            format!("exit status {c}: killed by signal {n} ({}), not a CUDA or NCCL error: {why}", signal_name(n)),
+            format!(
+                "exit status {c}: killed by signal {n} ({}), not a CUDA or NCCL error: {why}",
+                signal_name(n)
+            ),
         )
         .fix("rerun to completion; a process killed by a signal prints no gdrshim summary");
     }

@@ -4,7 +4,12 @@ use super::checks::*;
 use crate::report::{Report, Status};
 
 fn real(name: &str) -> String {
-    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl-logs").join(name)).unwrap()
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/nccl-logs")
+            .join(name),
+    )
+    .unwrap()
 }
 fn run(log: &str, f: impl FnOnce(&mut Inputs)) -> Report {
     let mut i = Inputs { nccl_log: log.to_string(), exit_code: Some(0), ..Default::default() };
@@ -55,7 +60,11 @@ fn derived_failures_fail_for_the_right_reason() {
     assert_eq!(r.get("nccl.wrong").unwrap().evidence[0], bad_row.trim_end());
     assert_eq!(st(&r, "nccl.exit"), Status::Fail);
     // truncated after the third size
-    let cut: String = good.lines().take_while(|l| !l.trim_start().starts_with("2048 ")).map(|l| format!("{l}\n")).collect();
+    let cut: String = good
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("2048 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let r = run(&cut, |_| {});
     assert_eq!(st(&r, "nccl.finished"), Status::Fail);
     assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Fail);
@@ -76,7 +85,10 @@ fn derived_failures_fail_for_the_right_reason() {
         .join("\n");
     assert!(run(&na, |_| {}).get("nccl.wrong").unwrap().summary.contains("-c 0"));
     // out of bounds
-    let r = run(&good.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED"), |_| {});
+    let r = run(
+        &good.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED"),
+        |_| {},
+    );
     assert_eq!(st(&r, "nccl.out_of_bounds"), Status::Fail);
     // forbidden lines
     for (line, id) in [
@@ -98,21 +110,25 @@ fn derived_failures_fail_for_the_right_reason() {
     assert_eq!(st(&r, "shim.summary"), Status::Fail);
     assert!(r.get("shim.summary").unwrap().summary.contains("pass0_misses=2"));
     // a shim log given but without summary (killed process)
-    let r = run(&real("h200-allreduce-stock.log"), |i| i.shim_logs.push("vm:1:1 [gdrshim] INFO mode=register\n".into()));
+    let r = run(&real("h200-allreduce-stock.log"), |i| {
+        i.shim_logs.push("vm:1:1 [gdrshim] INFO mode=register\n".into())
+    });
     assert_eq!(st(&r, "shim.summary"), Status::Fail);
 }
 
 #[test]
 fn gdr_is_proven_by_connection_lines_never_by_gdr_1() {
     // single node: no NET connection; "GDR 1" alone is not proof
-    let one = real("h200-allreduce-patched-shim.log") + "vm:1:1 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1\n";
+    let one = real("h200-allreduce-patched-shim.log")
+        + "vm:1:1 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1\n";
     let r = run(&one, |i| i.expect_gdr = true);
     assert_eq!(st(&r, "nccl.gdr"), Status::Fail);
     assert!(r.get("nccl.gdr").unwrap().fix.contains("'GDR 1' is printed even"));
     let r = run(&gdr_log(""), |i| i.expect_gdr = true);
     assert_eq!(st(&r, "nccl.gdr"), Status::Pass, "{}", r.text());
     // one connection without GDR
-    let mixed = gdr_log("") + "vm:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n";
+    let mixed =
+        gdr_log("") + "vm:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0\n";
     assert_eq!(st(&run(&mixed, |i| i.expect_gdr = true), "nccl.gdr"), Status::Fail);
 }
 
@@ -123,7 +139,12 @@ fn a_failed_gdr_check_quotes_the_connection_line_that_decided_it() {
     let r = run(&log, |i| i.expect_gdr = true);
     let c = r.get("nccl.gdr").unwrap();
     assert_eq!(c.status, Status::Fail, "{}", r.text());
-    assert_eq!(c.evidence, ["vm:15162:15162 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0"], "{}", r.text());
+    assert_eq!(
+        c.evidence,
+        ["vm:15162:15162 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0"],
+        "{}",
+        r.text()
+    );
     assert!(!c.fix.contains("'GDR 1'"), "{}", c.fix);
 }
 
@@ -131,7 +152,11 @@ fn a_failed_gdr_check_quotes_the_connection_line_that_decided_it() {
 fn an_empty_kernel_log_could_not_be_checked() {
     // issue 31: "-- No entries --" counted as a clean kernel log
     let log = gdr_log("");
-    for empty in ["-- No entries --\n", "", "-- Journal begins at Mon 2026-11-30 08:00:01 UTC. --\n-- No entries --\n"] {
+    for empty in [
+        "-- No entries --\n",
+        "",
+        "-- Journal begins at Mon 2026-11-30 08:00:01 UTC. --\n-- No entries --\n",
+    ] {
         let r = run(&log, |i| i.kernel_log = Some(empty.into()));
         let c = r.get("kernel.xid").unwrap();
         assert_eq!(c.status, Status::CouldNotCheck, "{empty:?}: {}", r.text());
@@ -146,14 +171,19 @@ fn an_empty_kernel_log_could_not_be_checked() {
     });
     assert_eq!(r.exit_code(), 1, "{}", r.text());
     // one real line is a log that can be judged
-    let r =
-        run(&log, |i| i.kernel_log = Some("-- Journal begins at x. --\n[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n".into()));
+    let r = run(&log, |i| {
+        i.kernel_log = Some(
+            "-- Journal begins at x. --\n[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n"
+                .into(),
+        )
+    });
     assert_eq!((st(&r, "kernel.xid"), r.exit_code()), (Status::Pass, 0), "{}", r.text());
 }
 
 #[test]
 fn a_disabled_flush_fails_before_sm_90() {
-    let log = gdr_log("") + "vm:1:1 [0] NCCL INFO NCCL_GDR_FLUSH_DISABLE set by environment to 1.\n";
+    let log =
+        gdr_log("") + "vm:1:1 [0] NCCL INFO NCCL_GDR_FLUSH_DISABLE set by environment to 1.\n";
     // the H200 (sm_90) needs no flush
     assert_eq!(st(&run(&log, |_| {}), "nccl.flush"), Status::Pass);
     let on_4090 = log.replace("NVIDIA H200", "NVIDIA GeForce RTX 4090");
@@ -165,7 +195,14 @@ fn a_disabled_flush_fails_before_sm_90() {
     let r = run(&gdr_log("/flush=None").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {});
     assert_eq!(st(&r, "nccl.flush"), Status::Fail);
     assert_eq!(
-        st(&run(&real("h200-allreduce-patched-shim.log").replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"), |_| {}), "nccl.flush"),
+        st(
+            &run(
+                &real("h200-allreduce-patched-shim.log")
+                    .replace("NVIDIA H200", "NVIDIA GeForce RTX 4090"),
+                |_| {}
+            ),
+            "nccl.flush"
+        ),
         Status::Pass
     );
 }
@@ -176,8 +213,12 @@ fn p2p_verdict() {
     let base = real("h200-allreduce-stock.log");
     assert!(base.contains("isAllDirectP2p 1 directMode 0 isAllCudaP2p 1"));
     let r = run(&base, |i| i.expect_p2p = true);
-    assert_eq!((st(&r, "p2p.isAllCudaP2p"), st(&r, "p2p.isAllDirectP2p"), st(&r, "p2p.path")), (Status::Pass, Status::Pass, Status::Fail));
-    let p2p = base.clone() + "vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer\n";
+    assert_eq!(
+        (st(&r, "p2p.isAllCudaP2p"), st(&r, "p2p.isAllDirectP2p"), st(&r, "p2p.path")),
+        (Status::Pass, Status::Pass, Status::Fail)
+    );
+    let p2p =
+        base.clone() + "vm:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer\n";
     let r = run(&p2p, |i| i.expect_p2p = true);
     assert!(!r.failed(), "{}", r.text());
     let shm = p2p.replace("via P2P/direct pointer", "via SHM/direct/direct");
@@ -191,10 +232,14 @@ fn p2p_verdict() {
     // an Xid in the kernel log voids a run
     let r = run(&p2p, |i| {
         i.expect_p2p = true;
-        i.kernel_log = Some("[  812.4] NVRM: Xid (PCI:0000:41:00): 79, pid=1, GPU has fallen off the bus.\n".into())
+        i.kernel_log = Some(
+            "[  812.4] NVRM: Xid (PCI:0000:41:00): 79, pid=1, GPU has fallen off the bus.\n".into(),
+        )
     });
     assert_eq!(st(&r, "kernel.xid"), Status::Fail);
-    let r = run(&p2p, |i| i.kernel_log = Some("[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n".into()));
+    let r = run(&p2p, |i| {
+        i.kernel_log = Some("[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module\n".into())
+    });
     assert_eq!(st(&r, "kernel.xid"), Status::Pass);
 }
 

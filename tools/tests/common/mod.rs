@@ -152,7 +152,9 @@ impl P<'_> {
             }
             _ => {
                 let start = self.at;
-                while self.at < self.s.len() && matches!(self.s[self.at], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while self.at < self.s.len()
+                    && matches!(self.s[self.at], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
                     self.at += 1;
                 }
                 J::Num(std::str::from_utf8(&self.s[start..self.at]).unwrap().parse().unwrap())
@@ -181,22 +183,35 @@ pub fn result_word(rc: i32) -> &'static str {
 /// `result` its word; `tool` the command's name. Returns the object.
 pub fn check_shape(tool: &str, out: &str, rc: i32) -> J {
     let j = parse(out);
-    assert_eq!(&j.keys()[..6.min(j.keys().len())], ["tool", "version", "checks", "could_not_check", "result", "exit"], "{tool}: {out}");
+    assert_eq!(
+        &j.keys()[..6.min(j.keys().len())],
+        ["tool", "version", "checks", "could_not_check", "result", "exit"],
+        "{tool}: {out}"
+    );
     assert_eq!(j.get("tool").unwrap().str(), tool, "{out}");
     assert_eq!(j.get("version").unwrap().str(), env!("CARGO_PKG_VERSION"));
     assert_eq!(j.get("exit"), Some(&J::Num(rc as f64)), "{tool}: exit is the process's: {out}");
     let want = result_word(rc);
     assert_eq!(j.get("result").unwrap().str(), want, "{tool}: {out}");
     match j.get("could_not_check").unwrap() {
-        J::Null => assert_ne!(want, "COULD NOT CHECK", "{tool}: could not check, with no reason: {out}"),
+        J::Null => {
+            assert_ne!(want, "COULD NOT CHECK", "{tool}: could not check, with no reason: {out}")
+        }
         J::Str(s) => assert!(!s.is_empty(), "{tool}"),
         other => panic!("{tool}: could_not_check is {other:?}"),
     }
-    let J::Arr(checks) = j.get("checks").unwrap() else { panic!("{tool}: checks is no array: {out}") };
+    let J::Arr(checks) = j.get("checks").unwrap() else {
+        panic!("{tool}: checks is no array: {out}")
+    };
     for c in checks {
         assert_eq!(&c.keys()[..5], ["id", "status", "summary", "evidence", "fix"], "{tool}: {c:?}");
-        assert!(STATUSES.contains(&c.get("status").unwrap().str()), "{tool}: a word outside the vocabulary: {c:?}");
-        let J::Arr(ev) = c.get("evidence").unwrap() else { panic!("{tool}: evidence is no array: {c:?}") };
+        assert!(
+            STATUSES.contains(&c.get("status").unwrap().str()),
+            "{tool}: a word outside the vocabulary: {c:?}"
+        );
+        let J::Arr(ev) = c.get("evidence").unwrap() else {
+            panic!("{tool}: evidence is no array: {c:?}")
+        };
         assert!(ev.iter().all(|e| matches!(e, J::Str(_))), "{tool}: {c:?}");
     }
     j

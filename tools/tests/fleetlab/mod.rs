@@ -26,7 +26,12 @@ pub fn root() -> PathBuf {
 
 pub fn sh(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The version another node runs in the lab: an earlier release's, as long as this one's (the
@@ -39,7 +44,16 @@ pub fn lab() -> &'static Lab {
         let root = root();
         // the cdylib's package (tools/tests/selftest.rs says why)
         sh(Command::new(env!("CARGO"))
-            .args(["build", "--release", "--lib", "--locked", "--features", "knobs", "-p", "gdrshim-preload"])
+            .args([
+                "build",
+                "--release",
+                "--lib",
+                "--locked",
+                "--features",
+                "knobs",
+                "-p",
+                "gdrshim-preload",
+            ])
             .env("CARGO_TARGET_DIR", root.join("target/knobs"))
             .current_dir(&root));
         let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fleet-lab");
@@ -50,8 +64,16 @@ pub fn lab() -> &'static Lab {
         let bytes = std::fs::read(&shim).unwrap();
         let (now, then) = (format!("{}\0", env!("CARGO_PKG_VERSION")), format!("{OLD_VERSION}\0"));
         let (now, then) = (now.as_bytes(), then.as_bytes());
-        assert!(now.len() == then.len() && now != then, "{OLD_VERSION}: another version, the length of this one's");
-        let at: Vec<usize> = bytes.windows(now.len()).enumerate().filter(|(_, w)| *w == now).map(|(i, _)| i).collect();
+        assert!(
+            now.len() == then.len() && now != then,
+            "{OLD_VERSION}: another version, the length of this one's"
+        );
+        let at: Vec<usize> = bytes
+            .windows(now.len())
+            .enumerate()
+            .filter(|(_, w)| *w == now)
+            .map(|(i, _)| i)
+            .collect();
         assert_eq!(at.len(), 1, "gdrshim_version's string, once in {}", shim.display());
         let mut old = bytes.clone();
         old[at[0]..at[0] + then.len()].copy_from_slice(then);
@@ -95,7 +117,11 @@ pub struct Out {
 pub fn states(dir: &Path, hosts: &[Host]) -> PathBuf {
     let at = dir.join("state");
     for (r, h) in hosts.iter().enumerate() {
-        let from = root().join("tests/fixtures/state").join(if *h == Host::SysPath { "rig-4090-sys" } else { "rig-4090-pix" });
+        let from = root().join("tests/fixtures/state").join(if *h == Host::SysPath {
+            "rig-4090-sys"
+        } else {
+            "rig-4090-pix"
+        });
         let to = at.join(format!("labhost{r}"));
         std::fs::create_dir_all(&to).unwrap();
         for f in std::fs::read_dir(&from).unwrap() {
@@ -103,8 +129,11 @@ pub fn states(dir: &Path, hosts: &[Host]) -> PathBuf {
             std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
         }
         let paths = std::fs::read_to_string(from.join("pci-paths.txt")).unwrap();
-        let mine: String =
-            paths.lines().filter(|l| !l.contains("mlx5_1")).map(|l| l.replace("mlx5_0", &format!("fwroce_{r}")) + "\n").collect();
+        let mine: String = paths
+            .lines()
+            .filter(|l| !l.contains("mlx5_1"))
+            .map(|l| l.replace("mlx5_0", &format!("fwroce_{r}")) + "\n")
+            .collect();
         std::fs::write(to.join("pci-paths.txt"), mine).unwrap();
     }
     at
@@ -127,7 +156,10 @@ fn task(h: Host, host: &str, dir: &Path, state: &Path, extra: &[&str]) -> Vec<St
     let mut c: Vec<String> = Vec::new();
     if h == Host::Memlock {
         // (as root: CAP_IPC_LOCK leaves the bounding set, so the program has it no more)
-        c.extend(["setpriv", "--bounding-set", "-ipc_lock", "prlimit", "--memlock=65536:65536"].map(String::from));
+        c.extend(
+            ["setpriv", "--bounding-set", "-ipc_lock", "prlimit", "--memlock=65536:65536"]
+                .map(String::from),
+        );
     }
     let shim = match h {
         Host::NoShim => String::new(),
@@ -145,7 +177,22 @@ fn task(h: Host, host: &str, dir: &Path, state: &Path, extra: &[&str]) -> Vec<St
     c.push(l.dir.join("host").display().to_string());
     c.push(host.into());
     c.push(env!("CARGO_BIN_EXE_gdrshim-tool").into());
-    c.extend(["fleet", "--size", "1048576", "--gpu", "0", "--min-bw", "0", "--min-median", "10", "--timeout", "30"].map(String::from));
+    c.extend(
+        [
+            "fleet",
+            "--size",
+            "1048576",
+            "--gpu",
+            "0",
+            "--min-bw",
+            "0",
+            "--min-median",
+            "10",
+            "--timeout",
+            "30",
+        ]
+        .map(String::from),
+    );
     c.push("--state".into());
     c.push(state.join("{node}").display().to_string());
     c.extend(extra.iter().map(|s| s.to_string()));
@@ -164,7 +211,13 @@ pub fn fleet(tag: &str, hosts: &[Host], faults: &str, extra: &[&str]) -> Out {
         if r > 0 {
             mpi.arg(":");
         }
-        mpi.args(["-np", "1"]).args(task(*h, &r.to_string(), &dir, &state, &[&["--rendezvous", &rdv][..], extra].concat()));
+        mpi.args(["-np", "1"]).args(task(
+            *h,
+            &r.to_string(),
+            &dir,
+            &state,
+            &[&["--rendezvous", &rdv][..], extra].concat(),
+        ));
     }
     let file = |r: usize, f: &str| dir.join("out/1").join(format!("rank.{r}")).join(f);
     launch(tag, mpi, &dir, hosts.len(), &file)
@@ -178,32 +231,56 @@ pub fn fleet_srun(slurm: &Slurm, tag: &str, n: usize, faults: &str) -> Out {
     let host = c.iter().position(|a| a == "$SLURM_PROCID").unwrap();
     c[host] = "\"$SLURM_PROCID\"".into();
     let script = dir.join("task.sh");
-    let quoted: Vec<String> = c.iter().enumerate().map(|(k, a)| if k == host { a.clone() } else { format!("'{a}'") }).collect();
+    let quoted: Vec<String> = c
+        .iter()
+        .enumerate()
+        .map(|(k, a)| if k == host { a.clone() } else { format!("'{a}'") })
+        .collect();
     std::fs::write(&script, format!("#!/bin/sh\nexec {}\n", quoted.join(" "))).unwrap();
     let mut srun = Command::new("srun");
-    srun.env("SLURM_CONF", &slurm.conf).args(["--overcommit", "-n", &n.to_string(), "--kill-on-bad-exit=0"]);
-    srun.arg(format!("--output={}/out/%t.stdout", dir.display())).arg(format!("--error={}/out/%t.stderr", dir.display()));
+    srun.env("SLURM_CONF", &slurm.conf).args([
+        "--overcommit",
+        "-n",
+        &n.to_string(),
+        "--kill-on-bad-exit=0",
+    ]);
+    srun.arg(format!("--output={}/out/%t.stdout", dir.display()))
+        .arg(format!("--error={}/out/%t.stderr", dir.display()));
     srun.args(["sh", &script.display().to_string()]);
     let file = |r: usize, f: &str| dir.join("out").join(format!("{r}.{f}"));
     launch(tag, srun, &dir, n, &file)
 }
 
 /// Runs the launcher (60 s at most) and reads what each rank said.
-fn launch(tag: &str, mut cmd: Command, dir: &Path, n: usize, file: &dyn Fn(usize, &str) -> PathBuf) -> Out {
+fn launch(
+    tag: &str,
+    mut cmd: Command,
+    dir: &Path,
+    n: usize,
+    file: &dyn Fn(usize, &str) -> PathBuf,
+) -> Out {
     // one fleet at a time: two on 2 cores would measure each other
     static ONE: Mutex<()> = Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-    for k in ["LD_PRELOAD", "LD_LIBRARY_PATH", "FAKEWIRE_REPORT", "FAKEWIRE_RETRY_MS_MAX", "GDRSHIM_MODE", "GDRSHIM_ROUTE", "NCCL_DEBUG"] {
+    for k in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "FAKEWIRE_REPORT",
+        "FAKEWIRE_RETRY_MS_MAX",
+        "GDRSHIM_MODE",
+        "GDRSHIM_ROUTE",
+        "NCCL_DEBUG",
+    ] {
         cmd.env_remove(k);
     }
     let t0 = Instant::now();
     let log = std::fs::File::create(dir.join("launcher.log")).unwrap();
     let what = format!("{:?}", cmd.get_program());
-    let mut kid = cmd
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e} (Debian's openmpi-bin, slurmd, slurmctld: scripts/dev/test.sh names them)"));
+    let mut kid = cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap_or_else(|e| {
+        panic!(
+            "{what}: {e} (Debian's openmpi-bin, slurmd, slurmctld: scripts/dev/test.sh names them)"
+        )
+    });
     // every task ends within its --timeout; the launcher itself is given 60 s
     let status = loop {
         if let Some(s) = kid.try_wait().unwrap() {
@@ -220,9 +297,18 @@ fn launch(tag: &str, mut cmd: Command, dir: &Path, n: usize, file: &dyn Fn(usize
     let read = |r: usize, f: &str| std::fs::read_to_string(file(r, f)).unwrap_or_default();
     let mpirun = std::fs::read_to_string(dir.join("launcher.log")).unwrap_or_default();
     let stderr: Vec<String> = (0..n).map(|r| read(r, "stderr")).collect();
-    let status = status.unwrap_or_else(|| panic!("{tag}: {what} still running after 60 s: {mpirun}{}", stderr.join("")));
-    let out = Out { code: status.code().unwrap_or(-1), report: read(0, "stdout"), stderr, wall, mpirun };
-    assert!(!out.report.is_empty(), "{tag}: no report from rank 0: {what} {}: {}{}", out.code, out.mpirun, out.stderr[0]);
+    let status = status.unwrap_or_else(|| {
+        panic!("{tag}: {what} still running after 60 s: {mpirun}{}", stderr.join(""))
+    });
+    let out =
+        Out { code: status.code().unwrap_or(-1), report: read(0, "stdout"), stderr, wall, mpirun };
+    assert!(
+        !out.report.is_empty(),
+        "{tag}: no report from rank 0: {what} {}: {}{}",
+        out.code,
+        out.mpirun,
+        out.stderr[0]
+    );
     out
 }
 
@@ -234,7 +320,10 @@ pub fn field(line: &str, key: &str) -> u64 {
 }
 
 pub fn summary<'a>(stderr: &'a str, who: &str) -> &'a str {
-    stderr.lines().find(|l| l.starts_with(&format!("{who}: summary"))).unwrap_or_else(|| panic!("no {who} summary in {stderr}"))
+    stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("{who}: summary")))
+        .unwrap_or_else(|| panic!("no {who} summary in {stderr}"))
 }
 
 /// The culprits of the report: (kind, what the line names before its colon).
@@ -264,7 +353,10 @@ impl Slurm {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
         let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout).unwrap().trim().to_string();
+        let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let d = dir.display();
         let conf = format!(
@@ -290,17 +382,25 @@ impl Slurm {
                 .spawn()
                 .unwrap_or_else(|e| panic!("{prog}: {e}"))
         };
-        let mut s = Slurm { conf: path.clone(), daemons: vec![spawn("slurmctld", &["-D", "-c", "-i"])] };
+        let mut s =
+            Slurm { conf: path.clone(), daemons: vec![spawn("slurmctld", &["-D", "-c", "-i"])] };
         s.daemons.push(spawn("slurmd", &["-D"]));
         // until the node is idle (20 s at most)
         let t0 = Instant::now();
         loop {
-            let o = Command::new("sinfo").args(["-h", "-o", "%T"]).env("SLURM_CONF", &path).output().unwrap();
+            let o = Command::new("sinfo")
+                .args(["-h", "-o", "%T"])
+                .env("SLURM_CONF", &path)
+                .output()
+                .unwrap();
             if String::from_utf8_lossy(&o.stdout).trim() == "idle" {
                 break;
             }
             let logs = std::fs::read_to_string(dir.join("log/ctld.log")).unwrap_or_default();
-            assert!(t0.elapsed() < Duration::from_secs(20), "the one-node Slurm did not come up: {logs}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the one-node Slurm did not come up: {logs}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         s
