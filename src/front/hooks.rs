@@ -410,8 +410,8 @@ extern "C" fn resolve(
     fallback: *mut c_void,
 ) -> *mut c_void {
     let Some(dlsym) = crate::real_dlsym() else { return fallback };
-    // SAFETY: name is one of the stubs' NUL-terminated names.
     if crate::core_handle().is_null()
+        // SAFETY: name is one of the stubs' NUL-terminated names.
         && ASKED_WITHOUT_A_GPU.contains(&unsafe { CStr::from_ptr(name) }.to_bytes())
         && preloaded()
     {

@@ -35,9 +35,10 @@ pub mod device_get_attribute {
                 // SAFETY: the driver's function with a valid out-pointer of ours.
                 (unsafe { f(&mut v, a, dev) } == CUDA_SUCCESS).then_some(v)
             };
-            // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
             shim::call_in_waking(|sh| {
-                sh.answer_device_attribute(attrib, dev, unsafe { &mut *pi }, &ask)
+                // SAFETY: on success the driver wrote the value into *pi, which the caller owns.
+                let value = unsafe { &mut *pi };
+                sh.answer_device_attribute(attrib, dev, value, &ask)
             });
         }
         r

@@ -32,9 +32,9 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
     // RTLD_NEXT means "after the caller": only glibc, seeing the caller's return address, can
     // answer it. (An interposer of its own finding its next ibv_reg_mr/cuMemAlloc must get
     // exactly that, or it calls itself through us forever.)
-    // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
     if handle == libc::RTLD_NEXT
         || name.is_null()
+        // SAFETY: a non-null name is the caller's C string; we only peek at its first byte here.
         || !matches!(unsafe { *name } as u8, b'c' | b'i' | b'm')
     {
         return FORWARD;
