@@ -147,6 +147,10 @@ pub struct Replay {
     pub failed: u64,
     pub malformed: u64,
     pub bad_lines: u64,
+    /// User allocations the DMA-BUF route would export exactly (what the inbox RDMA stack
+    /// registers), and those it would refuse.
+    pub dmabuf_planned: u64,
+    pub dmabuf_unplanned: u64,
     /// Human-readable report, one line per user allocation and per notable event.
     pub report: Vec<String>,
 }
@@ -162,6 +166,8 @@ pub fn replay(text: &str) -> Replay {
         failed: 0,
         malformed: 0,
         bad_lines: 0,
+        dmabuf_planned: 0,
+        dmabuf_unplanned: 0,
         report: Vec::new(),
     };
     let mut table: Option<&'static AbiTable> = None;
@@ -211,6 +217,22 @@ pub fn replay(text: &str) -> Replay {
             Record::Alloc { api, ptr, len } => {
                 let v = r.tracker.user_allocation(ptr, len);
                 held.push(verdict_line(&api, ptr, len, &v));
+                // the DMA-BUF route's answer for the same allocation
+                match r.tracker.dmabuf_plan(ptr, len) {
+                    Ok(p) => {
+                        r.dmabuf_planned += 1;
+                        held.push(format!(
+                            "  dma-buf: would export {} piece(s), {:#x} bytes from {:#x}",
+                            p.spans.len(),
+                            p.total,
+                            p.base
+                        ));
+                    }
+                    Err(m) => {
+                        r.dmabuf_unplanned += 1;
+                        held.push(format!("  dma-buf: would export nothing: {m}"));
+                    }
+                }
             }
         }
     }
@@ -275,7 +297,9 @@ pub fn summary(r: &Replay) -> Snapshot {
         ("malformed", r.malformed),
     ])
     .counts(r.tracker.counts.pairs())
-    .add("map_entries", r.tracker.map.entries() as u64);
+    .add("map_entries", r.tracker.map.entries() as u64)
+    .add("dmabuf_planned", r.dmabuf_planned)
+    .add("dmabuf_unplanned", r.dmabuf_unplanned);
     s
 }
 

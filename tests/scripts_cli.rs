@@ -226,12 +226,19 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
     let cols: Vec<&str> = lines[head].split('|').map(str::trim).collect();
     assert_eq!(
         cols,
-        ["workload", "allocations", "libcuda registrations", "predicted", "mismatched"]
+        [
+            "workload",
+            "allocations",
+            "libcuda registrations",
+            "predicted",
+            "mismatched",
+            "dma-buf exports"
+        ]
     );
     let mut rows = 0;
     for l in &lines[head + 2..] {
         let c: Vec<&str> = l.split('|').map(str::trim).collect();
-        if c.len() != 5 {
+        if c.len() != 6 {
             break;
         }
         let n: Vec<u64> = c[1..].iter().map(|x| x.parse().unwrap()).collect();
@@ -241,6 +248,7 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
             (n[1], 0),
             "every registration libcuda made predicted, none different: {l}"
         );
+        assert_eq!(n[4], n[0], "the DMA-BUF route exports every allocation: {l}");
         rows += 1;
     }
     assert_eq!(rows, WORKLOADS.len() + 1, "a row per workload and the total:\n{o}");

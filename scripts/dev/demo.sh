@@ -2,17 +2,19 @@
 # The main job on a machine without a GPU: build gdrshim, then replay traffic captured on an H200
 # (driver 580.159.04) through the same decoder, map and shadow oracle the live shim uses, one
 # section per workload, and close with a verdict table: for every allocation, is the registration
-# gdrshim predicts from its map the one libcuda made itself?
+# gdrshim predicts from its map the one libcuda made itself (the NV503C route), and would the
+# DMA-BUF route (the inbox RDMA stack's) export it exactly?
 #
 #   bash scripts/dev/demo.sh [--verbose]
-#     -v, --verbose  also every allocation's line ("pass0 hit: would REGISTER_VIDMEM {...} = native"),
-#                    under the step of the program that made it
+#     -v, --verbose  also every allocation's lines ("pass0 hit: would REGISTER_VIDMEM {...} = native",
+#                    "dma-buf: would export N piece(s)"), under the step of the program that made it
 #     --version      gdrshim's version;  -h, --help  this text
 #
-# Exit status: 0 every workload matched; 1 a workload did not (or the build failed); 2 bad arguments.
+# Exit status: 0 every workload matched and exported; 1 a workload did not (or the build failed);
+# 2 bad arguments.
 # GDRSHIM_DEMO_REPLAY (tests only): a replay program to use instead of building gdrshim-replay.
 set -euo pipefail
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,15s/^# \{0,1\}//p' "$0"; }
 verbose=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,7 +68,7 @@ labelled() { # capture replay-output
 }
 
 rows=() failed=() notes=()
-t_allocs=0 t_native=0 t_pred=0 t_mis=0
+t_allocs=0 t_native=0 t_pred=0 t_mis=0 t_dmabuf=0
 for f in tests/fixtures/*.cap.gz; do
   name="$(basename "$f" .cap.gz)"
   cap="$tmp/$name.cap"
@@ -80,7 +82,7 @@ for f in tests/fixtures/*.cap.gz; do
     echo "   the replay gave no summary (exit $rc):"
     sed 's/^/     /' "$tmp/$name.err"
     failed+=("$name")
-    rows+=("$name|?|?|?|?")
+    rows+=("$name|?|?|?|?|?")
     echo
     continue
   fi
@@ -90,10 +92,15 @@ for f in tests/fixtures/*.cap.gz; do
   unpred="$(field unpredicted "$summary")" only="$(field predicted_only "$summary")"
   uncovered="$(field uncovered "$summary")"
   pred=$((matched + mis))
+  dmabuf="$(field dmabuf_planned "$summary")" dmabuf="${dmabuf:-0}" refused="$(field dmabuf_unplanned "$summary")"
   echo "   captured on an H200, driver ${driver:-unknown}: $(field ioctls "$summary") NVIDIA ioctls, $(field decoded "$summary") decoded into the map"
   verdict=PASS
-  if [ "$rc" != 0 ] || [ "$mis" != 0 ] || [ "${uncovered:-0}" != 0 ]; then verdict=FAIL; failed+=("$name"); fi
+  if [ "$rc" != 0 ] || [ "$mis" != 0 ] || [ "${uncovered:-0}" != 0 ] || [ "${refused:-0}" != 0 ]; then
+    verdict=FAIL
+    failed+=("$name")
+  fi
   echo "   $allocs allocations; libcuda registered $native itself; gdrshim predicted $pred of them, $mis different: $verdict"
+  echo "   DMA-BUF route: $dmabuf of $allocs allocations would be exported exactly (${refused:-0} refused)"
   [ "${unpred:-0}" = 0 ] || echo "   $unpred registration(s) of libcuda's own memory, which no allocation of the program covers"
   if [ "${only:-0}" != 0 ]; then
     echo "   $only allocation(s) libcuda did not register itself (cudaMallocAsync pool memory): gdrshim would register them"
@@ -105,22 +112,23 @@ for f in tests/fixtures/*.cap.gz; do
     labelled "$cap" "$tmp/$name.out"
   fi
   echo
-  rows+=("$name|$allocs|$native|$pred|$mis")
+  rows+=("$name|$allocs|$native|$pred|$mis|$dmabuf")
   t_allocs=$((t_allocs + allocs)) t_native=$((t_native + native)) t_pred=$((t_pred + pred)) t_mis=$((t_mis + mis))
+  t_dmabuf=$((t_dmabuf + dmabuf))
 done
 
-line() { printf '%-14s | %11s | %21s | %9s | %10s\n' "$@"; }
-line workload allocations "libcuda registrations" predicted mismatched
-line -------------- ----------- --------------------- --------- ----------
+line() { printf '%-14s | %11s | %21s | %9s | %10s | %14s\n' "$@"; }
+line workload allocations "libcuda registrations" predicted mismatched "dma-buf exports"
+line -------------- ----------- --------------------- --------- ---------- --------------
 for r in "${rows[@]}"; do
-  IFS='|' read -r a b c d e <<<"$r"
-  line "$a" "$b" "$c" "$d" "$e"
+  IFS='|' read -r a b c d e g <<<"$r"
+  line "$a" "$b" "$c" "$d" "$e" "$g"
 done
-line total "$t_allocs" "$t_native" "$t_pred" "$t_mis"
+line total "$t_allocs" "$t_native" "$t_pred" "$t_mis" "$t_dmabuf"
 for n in "${notes[@]}"; do echo "note: $n"; done
 echo
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "FAIL: ${failed[*]}: gdrshim's predictions differ from what libcuda registered there (--verbose shows every line)"
+  echo "FAIL: ${failed[*]}: gdrshim's predictions differ from what libcuda registered there, or an allocation would not be exported (--verbose shows every line)"
   exit 1
 fi
 echo "What this shows: on captures of real H200 traffic, the registration gdrshim predicts from its exact map"
@@ -128,3 +136,5 @@ echo "equals what libcuda registered itself, allocation by allocation: $t_pred o
 echo "\"= native\" (the --verbose lines) means: the REGISTER_VIDMEM gdrshim would make for that allocation (client,"
 echo "memory object, address, size, offset) is exactly the one libcuda made on the H200, which registers natively;"
 echo "on a GeForce, where libcuda makes none, gdrshim makes that call itself."
+echo "\"dma-buf exports\": allocations the DMA-BUF route (no peermem needed) would export exactly, every byte in"
+echo "the program's own allocations; these captures hold no dma-buf libcuda made, so that column is gdrshim's alone."
