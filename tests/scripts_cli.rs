@@ -278,26 +278,29 @@ fn demo_has_a_section_per_workload_a_verdict_table_and_says_what_it_proves() {
 #[test]
 fn demo_says_fail_when_a_prediction_differs_or_the_replay_breaks() {
     let s = scratch("demo-fail");
-    // a replay that reports one mismatch in torch-exp (and exits 1, as gdrshim-replay does)
+    // a replay that reports one mismatch in torch-exp (and exits 1, as gdrshim-replay does) and
+    // one allocation of torch-alloc the DMA-BUF route would not export
     let fake = s.join("replay");
     write_exe(
         &fake,
         "#!/bin/sh\ncase \"$1\" in *torch-exp*) m=1 ;; *) m=0 ;; esac\n\
+         case \"$1\" in *torch-alloc*) u=1 ;; *) u=0 ;; esac\n\
          echo \"== $1 (driver 580.159.04)\"\n\
-         echo \"gdrshim: summary replay=$1 ioctls=9 decoded=9 native=5 matched=$((5 - m)) mismatched=$m unpredicted=0 predicted_only=0 user_allocs=5 uncovered=0\"\n\
+         echo \"gdrshim: summary replay=$1 ioctls=9 decoded=9 native=5 matched=$((5 - m)) mismatched=$m unpredicted=0 predicted_only=0 user_allocs=5 uncovered=0 dmabuf_planned=$((5 - u)) dmabuf_unplanned=$u\"\n\
          exit $m\n",
     );
     let r = demo(&[], &fake);
     assert_eq!(r.rc, 1, "{}", r.out);
-    assert!(r.out.contains("FAIL: torch-exp"), "{}", r.out);
-    assert!(
-        r.out
-            .lines()
-            .any(|l| l.starts_with("torch-exp ")
-                && l.split('|').map(str::trim).next_back() == Some("1")),
-        "the table shows it: {}",
-        r.out
-    );
+    assert!(r.out.contains("FAIL: torch-alloc torch-exp"), "{}", r.out);
+    let row = |w: &str| -> Vec<String> {
+        let l = r.out.lines().find(|l| l.starts_with(&format!("{w} "))).unwrap();
+        l.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    assert_eq!(row("torch-exp")[4], "1", "the table shows the mismatch: {}", r.out);
+    assert_eq!(row("torch-alloc")[5], "4", "and the export refused: {}", r.out);
+    assert!(r
+        .out
+        .contains("DMA-BUF route: 4 of 5 allocations would be exported exactly (1 refused)"));
     assert!(!r.out.contains("What this shows"), "no claim on a failure");
     // a replay that dies without a summary
     let dead = s.join("dead");
