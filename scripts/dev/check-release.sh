@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# The release is reproducible and is what SHA256SUMS says: builds it twice, in this checkout
-# and from a copy of its tracked files in another folder with another cargo home, with its .deb
-# each time
-# (scripts/dev/build-deb.sh), and compares the two manifests and the two .debs byte for byte,
-# then the manifest with the repository's SHA256SUMS. Used by scripts/dev/test.sh (CI).
+# The release is reproducible and is what SHA256SUMS says: builds it twice, in this checkout and
+# from a copy elsewhere with another cargo home, with its .deb each time (build-deb.sh), compares
+# the two manifests and the two .debs byte for byte, then the manifest with the repository's
+# SHA256SUMS. Used by scripts/dev/test.sh (CI).
 #
 #   scripts/dev/check-release.sh [-h|--help] [--version]
 #
