@@ -10,7 +10,7 @@ use common::source::{rust_files, super_uses, uses};
 /// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
 /// doctor's route checks). `main.rs` sits on top.
 const TOOL_LAYERS: &[&[&str]] = &[
-    &["report", "usage", "config", "route"],
+    &["report", "usage", "config"],
     &["machine"],
     &["routes", "topology"],
     &["doctor", "verify", "dmabuf", "env", "cdi"],

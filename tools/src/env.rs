@@ -1,6 +1,6 @@
 //! `env`: what the shim would do with this environment, on any machine (a login node without a
-//! GPU too). It reads the variables through the library's own parser (`src/config.rs`, compiled
-//! into the tool as into the library: see `main.rs`), so a value the shim would refuse with a
+//! GPU too). It reads the variables through the library's own parser (gdrshim-common's `config`,
+//! src/common/src/config.rs, the code the library runs), so a value the shim would refuse with a
 //! warning at a job's first GPU call is a FAIL here, before the job; it adds what the parser does
 //! not see: a variable name gdrshim does not read (a typo) and where `LD_PRELOAD` points.
 
@@ -50,7 +50,8 @@ impl Args {
     }
 }
 
-/// The variables the library reads (`src/config.rs`), the release's and the test builds' ones.
+/// The variables the library reads (src/common/src/config.rs), the release's and the test builds'
+/// ones.
 fn known() -> Vec<&'static str> {
     let mut v = vec![
         config::ENV_MODE,

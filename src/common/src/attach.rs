@@ -24,7 +24,7 @@ pub struct FrontApi {
     pub next: NextFn,
     /// An address inside the front: the object whose exports the process calls.
     pub object: *const c_void,
-    /// The front's fd table (src/fdtable/pages.rs: its first page and its directory), which the
+    /// The front's fd table (src/common/src/fdpages.rs: its first page and its directory), which the
     /// core takes as its own: every fd change the front's hooks saw, until the last one that
     /// straddles the core's load, is in the table the core reads.
     pub fd_first: *mut c_void,

@@ -1,4 +1,4 @@
-//! GDRSHIM_MODE's words, in one place for the core's configuration, its gate and the front:
+//! GDRSHIM_MODE's words, in one place for the core's configuration, its activation and the front:
 //! `core` only, no allocation.
 
 /// What `gdrshim_mode()` answers for each mode (include/gdrshim.h, `enum gdrshim_mode`).
