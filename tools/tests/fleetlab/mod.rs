@@ -309,6 +309,10 @@ fn launch(
         out.mpirun,
         out.stderr[0]
     );
+    // GDRSHIM_FLEETLAB_SHOW=1: rank 0's report as a user sees it, for the record
+    if std::env::var_os("GDRSHIM_FLEETLAB_SHOW").is_some() {
+        eprintln!("=== {tag} (exit {}, {:.1} s)\n{}", out.code, out.wall, out.report);
+    }
     out
 }
 
