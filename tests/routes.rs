@@ -178,7 +178,7 @@ fn only_the_programs_own_memory_is_registered_or_exported() {
     let dmabuf = Rig { peermem: false, capable: true, new_verbs: true };
     let (code, out, err) = routes("owned", &dmabuf, &["owned"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("routes owned ok route=1 both=mr r_both=0 r_cuda=1 r_past=1 export_cuda=-13 export_both=fd"), "{out}\n{err}");
+    assert!(out.contains("routes owned ok route=1 both=mr r_both=0 r_cuda=1 r_past=1 export_cuda=-13 export_both=fd pinned=2"), "{out}\n{err}");
     let s = summary(&err);
     assert_eq!(
         (s["pass0_hits"].as_str(), s["pass0_misses"].as_str(), s["dmabuf_served"].as_str()),
@@ -192,7 +192,7 @@ fn only_the_programs_own_memory_is_registered_or_exported() {
     let (code, out, err) = routes("owned-nv", &nv, &["owned"], &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        out.contains("routes owned ok route=2 both=mr r_both=801 r_cuda=801 r_past=801 export_cuda=-1 export_both=none"),
+        out.contains("routes owned ok route=2 both=mr r_both=801 r_cuda=801 r_past=801 export_cuda=-1 export_both=none pinned=2"),
         "{out}\n{err}"
     );
     let s = summary(&err);

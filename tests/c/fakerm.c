@@ -220,7 +220,7 @@ static int uvm_call(unsigned long cmd, uint8_t *a) {
     uint64_t base, len, off, count; uint32_t c, h; memcpy(&base, a, 8); memcpy(&len, a + 8, 8); memcpy(&off, a + 16, 8);
     memcpy(&count, a + 9240, 8); memcpy(&c, a + 9252, 4); memcpy(&h, a + 9256, 4);
     obj_t *m = obj(c, h);
-    if (!m || (m->cls != 0x40 && m->cls != 0x3e)) st = 0x57; else if (off + len > m->size || !len || count < 1 || count > 256) st = 0x1f;
+    if (!m || (m->cls != 0x40 && m->cls != 0x3e && m->cls != 0x71)) st = 0x57; else if (off + len > m->size || !len || count < 1 || count > 256) st = 0x1f;
     for (uint64_t g = 0; !st && g < count; g++) {
       int gpu = gpu_of_uuid(a + 24 + 36 * g); if (gpu < 0) { st = 0x1f; break; }
       unmap(gpu, base, len);
@@ -469,6 +469,12 @@ static int fake_ioctl(int fd, unsigned long req, void *arg) {
     if (fakerm_oracle) outlived_by_free(w[0], w[2]);
     if (!obj(w[0], w[2])) w[3] = 0x57; else { free_tree(w[0], w[2]); w[3] = 0; }
     __atomic_store_n(&freeing_h, 0, __ATOMIC_RELEASE);
+  } else if (nr == 0x27 && size == 56) {
+    // NV_ESC_RM_ALLOC_MEMORY (NVOS02): host pages the caller has, described to RM (libcuda's
+    // pinned host memory: class 0x71, its handle the caller's), later mapped into GPU VA
+    uint64_t limit; memcpy(&limit, a + 32, 8);
+    obj_t o = {w[0], w[2], w[1], w[3], 0, limit + 1, 0};
+    w[10] = w[3] != 0x71 || !obj(w[0], w[0]) || !obj(w[0], w[1]) ? 0x57 : obj(w[0], w[2]) ? 0x19 : add_obj(o) ? 0 : 0x51;
   } else if (nr == 0x2a && size == 32) {
     uint64_t pp; memcpy(&pp, a + 16, 8);
     w[7] = p2p_ctrl(w[0], w[1], w[2], (uint8_t *)(uintptr_t)pp);
@@ -484,8 +490,17 @@ int fakenv_check(uint64_t va, uint64_t len) {
   pthread_mutex_lock(&mu);
   uint64_t lo = va & ~0xffffull, hi = (va + len + 0xffff) & ~0xffffull;
   int mapped = 0, r = 0, hits = 0; reg_t hit = {0};
-  for (int i = 0; i < nmaps; i++) if (maps[i].live && va >= maps[i].base && va < maps[i].base + maps[i].len) mapped = 1;
-  if (!mapped) { pthread_mutex_unlock(&mu); return 1; }
+  // host memory: nothing mapped there for a GPU, or only system memory (pinned host pages, which
+  // the kernel pins as any host memory: peermem says they are not its)
+  int vidmem = 0;
+  for (int i = 0; i < nmaps; i++) {
+    map_t *m = &maps[i];
+    if (!m->live || va + len <= m->base || m->base + m->len <= va) continue;
+    obj_t *o = obj(m->client, m->h);
+    vidmem |= !o || (o->cls != 0x3e && o->cls != 0x71);
+    if (va >= m->base && va < m->base + m->len) mapped = 1;
+  }
+  if (!mapped || !vidmem) { pthread_mutex_unlock(&mu); return 1; }
   for (int i = 0; i < nregs; i++) {
     if (!regs[i].live) continue;
     obj_t *o = obj(regs[i].client, regs[i].p2p);

@@ -203,8 +203,25 @@ static int owned(void) {
   int e_cuda = gdrshim_dl_export_dmabuf(BASE + 8 * K64, K64), e_both = gdrshim_dl_export_dmabuf(BASE, 8 * K64);
   if (e_both >= 0) close(e_both);
   if (both) vdereg(both);
-  printf("routes owned %s route=%d both=%s r_both=%d r_cuda=%d r_past=%d export_cuda=%d export_both=%s\n", failures ? "FAILED" : "ok", routed,
-         both ? "mr" : "none", r_both, r_cuda, r_past, e_cuda, e_both >= 0 ? "fd" : "none");
+  // pinned host memory (cudaHostAlloc): host pages described to RM (NV_ESC_RM_ALLOC_MEMORY, class
+  // 0x71) and mapped into GPU VA at their own address; NCCL registers its host buffers so, with
+  // plain host memory beside them too: host memory to the NIC, not a miss over GPU memory
+  uint8_t *hp = mmap(NULL, 16 * K64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint64_t host = ((uint64_t)(uintptr_t)hp + K64 - 1) & ~(K64 - 1);
+  uint32_t os[14] = {client, dev[0], 0x5c0000f1, 0x71, 0x40001010};
+  uint64_t pm = host, limit = 4 * K64 - 1; memcpy(&os[6], &pm, 8); memcpy(&os[8], &limit, 8);
+  if (ioctl(ctl, NV_IOCTL(0x27, 56), os) || os[10]) fail("RM_ALLOC_MEMORY", 0x71, os[10]);
+  uint64_t rng[3] = {host, 4 * K64, 0}; uvm_call(73, rng, 16);
+  cuda_internal = 1; map(host, 4 * K64, 0, 0, 0x5c0000f1); cuda_internal = 0;
+  int pinned = 0;
+  for (int i = 0; i < 2; i++) { // inside it (NCCL's 0x81000-byte buffer), and running past it
+    uint64_t len = i ? 8 * K64 : 0x21000;
+    struct ibv_mr *m = must_reg(vreg, host + K64, len, "MR over pinned host memory");
+    pinned += m != NULL;
+    if (m) vdereg(m);
+  }
+  printf("routes owned %s route=%d both=%s r_both=%d r_cuda=%d r_past=%d export_cuda=%d export_both=%s pinned=%d\n", failures ? "FAILED" : "ok", routed,
+         both ? "mr" : "none", r_both, r_cuda, r_past, e_cuda, e_both >= 0 ? "fd" : "none", pinned);
   return failures != 0;
 }
 
