@@ -15,7 +15,7 @@ hosts_build
 hosts_nccl_env
 export NCCL_NET_FORCE_FLUSH=1 NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MIN_NCHANNELS=2 NCCL_MAX_NCHANNELS=2 \
   CUBLAS_WORKSPACE_CONFIG=:4096:8
-for n in 2 4; do
+for n in ${HOSTS_DDP_RANKS:-2 4}; do
   for w in with without; do
     hosts_clean "ddp$n-$w"
     rcs=$(hosts_torchrun "ddp$n-$w" "$w" "$n" 200 tests/gpu/hosts_ddp.py)
