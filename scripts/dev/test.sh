@@ -125,12 +125,12 @@ done
 
 phase unit
 # the library's own tests, as it ships and with the test knobs; the layering rules
-cargo test --release --locked -p gdrshim --lib --bins
-cargo test --release --locked -p gdrshim --lib --features knobs
+cargo test --profile ci --locked -p gdrshim --lib --bins
+cargo test --profile ci --locked -p gdrshim --lib --features knobs
 # what the front, the core and the tools share (the configuration with and without the knobs)
-cargo test --release --locked -p gdrshim-common --features std
-cargo test --release --locked -p gdrshim-common --features std,knobs
-cargo test --release --locked --test layers --test layers_tools
+cargo test --profile ci --locked -p gdrshim-common --features std
+cargo test --profile ci --locked -p gdrshim-common --features std,knobs
+cargo test --profile ci --locked --test layers --test layers_tools
 
 phase integration
 # Twice: the core preloaded itself, then through the front as a release ships the two
@@ -151,16 +151,16 @@ if [ "$(id -u)" = 0 ]; then
   ignored=(--include-ignored) # the root-only tests (secure execution, files planted by another user) too
 fi
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=0: $((${#all_tests[@]} / 2)) files"
-GDRSHIM_TEST_VIA_FRONT=0 cargo test --release --locked -p gdrshim "${all_tests[@]}" -- "${ignored[@]}"
+GDRSHIM_TEST_VIA_FRONT=0 cargo test --profile ci --locked -p gdrshim "${all_tests[@]}" -- "${ignored[@]}"
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[@]} / 2)) files"
-GDRSHIM_TEST_VIA_FRONT=1 cargo test --release --locked -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
+GDRSHIM_TEST_VIA_FRONT=1 cargo test --profile ci --locked -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 
 phase tools
-cargo test --release --locked -p gdrshim-tools
+cargo test --profile ci --locked -p gdrshim-tools
 if [ "$(id -u)" = 0 ]; then
   # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
-  cargo test --release --locked -p gdrshim-tools --test fleet_lab -- --ignored
+  cargo test --profile ci --locked -p gdrshim-tools --test fleet_lab -- --ignored
 else
   echo "test.sh: not root: the fleet check under Slurm NOT RUN"
 fi
