@@ -124,7 +124,7 @@ for f in "" knobs; do
 done
 
 phase unit
-# the library's own tests, as it ships and with the test knobs; the layering rules
+# the library's own tests, without and with the test knobs; the layering rules
 cargo test --profile ci --locked -p gdrshim --lib --bins
 cargo test --profile ci --locked -p gdrshim --lib --features knobs
 # what the front, the core and the tools share (the configuration with and without the knobs)
