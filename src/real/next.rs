@@ -173,44 +173,27 @@ pub(super) fn is_library(file: &[u8], prefix: &[u8]) -> bool {
 /// in whatever scope it was loaded (a plugin's `RTLD_LOCAL` dependency). Loads nothing and keeps
 /// no reference.
 pub fn in_loaded_library(prefix: &[u8], name: &CStr) -> *mut c_void {
-    struct Find<'a> {
-        prefix: &'a [u8],
-        /// the first object named exactly so (`libibverbs.so…`)
-        exact: Option<std::ffi::CString>,
-        /// the renamed copies (auditwheel), and whether there is more than one
-        renamed: Option<std::ffi::CString>,
-        renamed_more: bool,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        if info.dlpi_name.is_null() {
-            return 0;
-        }
-        // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
+    // the first object named exactly so (`libibverbs.so…`); the renamed copies (auditwheel),
+    // and whether there is more than one
+    let (mut exact, mut renamed, mut renamed_more) = (None, None::<std::ffi::CString>, false);
+    elf::each_loaded_object(|info| {
+        let Some(file) = elf::file_name(info) else { return false };
+        // SAFETY: a named object's dlpi_name is a NUL-terminated string owned by ld.so.
         let full = unsafe { CStr::from_ptr(info.dlpi_name) };
-        let file = full.to_bytes().rsplit(|&c| c == b'/').next().unwrap_or_default();
-        if file.starts_with(f.prefix) {
-            f.exact.get_or_insert_with(|| full.to_owned());
-        } else if is_library(file, f.prefix) {
-            match &f.renamed {
-                Some(p) if p.as_c_str() != full => f.renamed_more = true,
-                _ => f.renamed = Some(full.to_owned()),
+        if file.starts_with(prefix) {
+            exact.get_or_insert_with(|| full.to_owned());
+        } else if is_library(file, prefix) {
+            match &renamed {
+                Some(p) if p.as_c_str() != full => renamed_more = true,
+                _ => renamed = Some(full.to_owned()),
             }
         }
-        0
-    }
-    let mut f = Find { prefix, exact: None, renamed: None, renamed_more: false };
-    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
+        false
+    });
     // A renamed copy only where it is the one copy there is: with several, which one the caller
     // uses cannot be told here, and another copy's function would read the caller's objects
     // with its own private layouts (nothing is found then, as before).
-    let path = f.exact.or(if f.renamed_more { None } else { f.renamed });
+    let path = exact.or(if renamed_more { None } else { renamed });
     let Some(path) = path else { return core::ptr::null_mut() };
     // SAFETY: RTLD_NOLOAD only finds an object that is loaded already (and counts a reference).
     let h = unsafe {

@@ -10,7 +10,7 @@
 //! copy is looked up beside it ([`beside`]).
 
 use super::next;
-use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ffi::{c_char, c_void, CStr};
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
 use gdrshim_common::elf;
 
@@ -189,25 +189,13 @@ unsafe fn describe(info: &libc::dl_phdr_info, addr: usize) -> Object {
 
 /// Every loaded object, described (`addr`: the address whose segment [`Object::segment`] is).
 fn objects(addr: usize) -> Vec<Object> {
-    struct All {
-        addr: usize,
-        out: Vec<Object>,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own All pointer.
-        let (info, all) = unsafe { (&*info, &mut *(data as *mut All)) };
+    let mut out = Vec::new();
+    elf::each_loaded_object(|info| {
         // SAFETY: info comes from dl_iterate_phdr.
-        all.out.push(unsafe { describe(info, all.addr) });
-        0
-    }
-    let mut all = All { addr, out: Vec::new() };
-    // SAFETY: the callback only reads what ld.so describes and writes into `all`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut all as *mut All as *mut c_void) };
-    all.out
+        out.push(unsafe { describe(info, addr) });
+        false
+    });
+    out
 }
 
 fn object_of(addr: usize) -> Option<Object> {

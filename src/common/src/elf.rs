@@ -123,24 +123,44 @@ unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
     true
 }
 
-unsafe extern "C" fn each_object(
-    info: *mut libc::dl_phdr_info,
-    _size: libc::size_t,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info and our own Search pointer.
-    let (info, s) = unsafe { (&*info, &mut *(data as *mut Search)) };
+/// Calls `visit` with each object in the loader's list, in its order, until `visit` answers
+/// true. `dl_iterate_phdr` takes the loader's write lock only, not the lock `dlopen` holds while
+/// constructors run.
+pub fn each_loaded_object<F: FnMut(&libc::dl_phdr_info) -> bool>(mut visit: F) {
+    unsafe extern "C" fn call<F: FnMut(&libc::dl_phdr_info) -> bool>(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and the `F` given to it below, alive for
+        // the whole call.
+        let (info, visit) = unsafe { (&*info, &mut *(data as *mut F)) };
+        c_int::from(visit(info))
+    }
+    // SAFETY: the callback only hands what ld.so describes to `visit`.
+    unsafe { libc::dl_iterate_phdr(Some(call::<F>), &mut visit as *mut F as *mut c_void) };
+}
+
+/// The object's file name, its path after the last '/' (`None`: the loader gave no name).
+pub fn file_name(info: &libc::dl_phdr_info) -> Option<&[u8]> {
     if info.dlpi_name.is_null() {
-        return 0;
+        return None;
     }
-    // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
+    // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by ld.so.
     let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-    let file = name.rsplit(|&c| c == b'/').next().unwrap_or(name);
-    if file.starts_with(s.object) {
-        // SAFETY: info comes from dl_iterate_phdr.
-        unsafe { lookup_in_object(info, s) };
-    }
-    (s.found[0] != 0 && s.found[1] != 0) as c_int
+    name.rsplit(|&c| c == b'/').next()
+}
+
+/// Looks `s`'s names up in every object whose file name starts with `s.object`, until both are
+/// found.
+fn search(s: &mut Search) {
+    each_loaded_object(|info| {
+        if file_name(info).is_some_and(|f| f.starts_with(s.object)) {
+            // SAFETY: info comes from dl_iterate_phdr.
+            unsafe { lookup_in_object(info, s) };
+        }
+        s.found[0] != 0 && s.found[1] != 0
+    });
 }
 
 /// The addresses of libc's `dlsym` and `dlvsym` (0: not found), the default versions.
@@ -151,8 +171,7 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
         Search { object: b"libc.so.6", names: [b"dlsym", b"dlvsym"], found: [0, 0], sizes: [0, 0] };
     for object in [&b"libc.so.6"[..], b"libdl.so.2"] {
         s.object = object;
-        // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
-        unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+        search(&mut s);
         if s.found[0] != 0 && s.found[1] != 0 {
             break;
         }
@@ -166,8 +185,7 @@ pub fn libc_dlsym_dlvsym() -> [usize; 2] {
 /// which takes the lock a `dlopen` holds while it runs constructors.
 pub fn first_definition(name: &'static [u8]) -> usize {
     let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
-    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
-    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    search(&mut s);
     s.found[0]
 }
 
@@ -187,65 +205,33 @@ fn holds(info: &libc::dl_phdr_info, addr: usize) -> bool {
 /// The loaded object holding `addr`: its load base and name (the loader's C string), found
 /// without `dladdr` (which takes the loader's lock).
 pub fn object_holding(addr: usize) -> Option<(usize, *const c_char)> {
-    struct Find {
-        addr: usize,
-        found: Option<(usize, *const c_char)>,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        if holds(info, f.addr) {
-            f.found = Some((info.dlpi_addr as usize, info.dlpi_name));
-            return 1;
-        }
-        0
-    }
     if addr == 0 {
         return None;
     }
-    let mut f = Find { addr, found: None };
-    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
-    f.found
+    let mut found = None;
+    each_loaded_object(|info| {
+        if holds(info, addr) {
+            found = Some((info.dlpi_addr as usize, info.dlpi_name));
+        }
+        found.is_some()
+    });
+    found
 }
 
 /// Whether the object holding `addr` comes before libc in the loader's list: an object loaded at
 /// the start, ahead of the libraries (preloaded), not one loaded with `dlopen` later, whose
 /// exports the process does not call.
 pub fn loaded_before_libc(addr: usize) -> bool {
-    struct Find {
-        addr: usize,
-        answer: Option<bool>,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own Find pointer.
-        let (info, f) = unsafe { (&*info, &mut *(data as *mut Find)) };
-        if holds(info, f.addr) {
-            f.answer = Some(true);
-            return 1;
+    let mut answer = None;
+    each_loaded_object(|info| {
+        if holds(info, addr) {
+            answer = Some(true);
+        } else if file_name(info).is_some_and(|f| f.starts_with(b"libc.so.6")) {
+            answer = Some(false);
         }
-        if !info.dlpi_name.is_null() {
-            // SAFETY: dlpi_name is a NUL-terminated string owned by ld.so.
-            let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-            if name.rsplit(|&c| c == b'/').next().is_some_and(|f| f.starts_with(b"libc.so.6")) {
-                f.answer = Some(false);
-                return 1;
-            }
-        }
-        0
-    }
-    let mut f = Find { addr, answer: None };
-    // SAFETY: the callback only reads what ld.so describes and writes into `f`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Find as *mut c_void) };
-    f.answer == Some(true)
+        answer.is_some()
+    });
+    answer == Some(true)
 }
 
 /// The first default-version definition of `name` after the object holding `after`, in the
@@ -255,79 +241,47 @@ pub fn loaded_before_libc(addr: usize) -> bool {
 /// `None` where this cannot tell: not found, or an object on the way has no GNU hash table (a
 /// definition there would be missed); the caller asks `dlsym` then.
 pub fn next_definition(after: usize, name: &'static [u8]) -> Option<usize> {
-    struct Next {
-        after: usize,
-        passed: bool,
-        unsure: bool,
-        s: Search,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own Next pointer.
-        let (info, n) = unsafe { (&*info, &mut *(data as *mut Next)) };
-        if !n.passed {
-            n.passed = holds(info, n.after);
-            return 0;
+    let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
+    let (mut passed, mut unsure) = (false, false);
+    each_loaded_object(|info| {
+        if !passed {
+            passed = holds(info, after);
+            return false;
         }
         // SAFETY: info comes from dl_iterate_phdr.
-        if !unsafe { lookup_in_object(info, &mut n.s) } {
+        if !unsafe { lookup_in_object(info, &mut s) } {
             // (the vDSO has no names we look up; any other object without GNU hash: unsure)
             // SAFETY: dlpi_name is null or a NUL-terminated string owned by ld.so.
             let vdso = !info.dlpi_name.is_null()
                 && unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes().starts_with(b"linux-vdso");
             if !vdso {
-                n.unsure = true;
-                return 1;
+                unsure = true;
+                return true;
             }
         }
-        (n.s.found[0] != 0) as c_int
-    }
-    let mut n = Next {
-        after,
-        passed: false,
-        unsure: false,
-        s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] },
-    };
-    // SAFETY: the callback only reads the objects ld.so describes and writes into `n`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut n as *mut Next as *mut c_void) };
-    (!n.unsure && n.s.found[0] != 0).then_some(n.s.found[0])
+        s.found[0] != 0
+    });
+    (!unsure && s.found[0] != 0).then_some(s.found[0])
 }
 
 /// `name` (an object, with its size) in the loaded object whose file name starts with `object`.
 pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, usize)> {
     let mut s = Search { object, names: [name, name], found: [0, 0], sizes: [0, 0] };
-    // SAFETY: the callback only reads the objects ld.so describes and writes into `s`.
-    unsafe { libc::dl_iterate_phdr(Some(each_object), &mut s as *mut Search as *mut c_void) };
+    search(&mut s);
     (s.found[0] != 0).then_some((s.found[0], s.sizes[0]))
 }
 
 /// The default-version definition of `name` in the loaded object whose load base is `base` (0:
 /// none, or no such object loaded).
 pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
-    struct At {
-        base: usize,
-        s: Search,
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: libc::size_t,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our own At pointer.
-        let (info, a) = unsafe { (&*info, &mut *(data as *mut At)) };
-        if info.dlpi_addr as usize != a.base {
-            return 0;
+    let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
+    each_loaded_object(|info| {
+        if info.dlpi_addr as usize != base {
+            return false;
         }
         // SAFETY: info comes from dl_iterate_phdr.
-        unsafe { lookup_in_object(info, &mut a.s) };
-        1
-    }
-    let mut a =
-        At { base, s: Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] } };
-    // SAFETY: the callback only reads the objects ld.so describes and writes into `a`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut a as *mut At as *mut c_void) };
-    a.s.found[0]
+        unsafe { lookup_in_object(info, &mut s) };
+        true
+    });
+    s.found[0]
 }
