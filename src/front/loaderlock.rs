@@ -15,6 +15,7 @@
 //! every call and says so once: the process runs on without GDR rather than hanging.
 
 use crate::{elf, sys};
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 
 /// How long the first GPU touch waits for the loader's lock held by another thread.
@@ -44,9 +45,14 @@ struct Find {
     found: usize,
 }
 
-/// Called from inside `dl_iterate_phdr`, where this thread holds `_dl_load_write_lock`: the
-/// loader's lock this thread owns in `_rtld_global`, found by that mark.
-fn held_inside(f: &mut Find) {
+unsafe extern "C" fn inside(
+    _info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: our own Find pointer.
+    let f = unsafe { &mut *(data as *mut Find) };
+    // (here this thread holds _dl_load_write_lock)
     let mut at = f.start + MUTEX;
     let owned = |m: usize| {
         m + MUTEX <= f.start + f.size
@@ -66,6 +72,7 @@ fn held_inside(f: &mut Find) {
         }
         at += 8;
     }
+    1
 }
 
 fn lock_address() -> Option<usize> {
@@ -74,10 +81,8 @@ fn lock_address() -> Option<usize> {
         l = 1;
         if let Some((start, size)) = elf::object_in(b"ld-linux-x86-64.so.2", b"_rtld_global") {
             let mut f = Find { start, size, me: sys::gettid(), found: 0 };
-            elf::each_loaded_object(|_| {
-                held_inside(&mut f);
-                true
-            });
+            // SAFETY: the callback reads inside _rtld_global and writes into `f`.
+            unsafe { libc::dl_iterate_phdr(Some(inside), &mut f as *mut Find as *mut c_void) };
             if f.found != 0 {
                 l = f.found;
             }

@@ -14,9 +14,8 @@
 //! short) would otherwise crash the process with SIGBUS when the loader touches a page past its
 //! end.
 
-use crate::elf;
 use crate::sys;
-use core::ffi::{c_int, CStr};
+use core::ffi::{c_int, c_void, CStr};
 
 /// Why no core path: the front's one line says it.
 pub type Refusal = &'static [u8];
@@ -29,8 +28,13 @@ struct Own {
     name: *const core::ffi::c_char,
 }
 
-/// Whether `info`'s object maps `own.addr`; then `own` says its segment's pages and the name.
-fn own_segment(info: &libc::dl_phdr_info, own: &mut Own) -> bool {
+unsafe extern "C" fn each_own(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info and our own Own pointer.
+    let (info, own) = unsafe { (&*info, &mut *(data as *mut Own)) };
     let base = info.dlpi_addr as usize;
     for i in 0..info.dlpi_phnum as usize {
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
@@ -45,10 +49,10 @@ fn own_segment(info: &libc::dl_phdr_info, own: &mut Own) -> bool {
             own.start = start & !(page - 1);
             own.end = (start + ph.p_memsz as usize + page - 1) & !(page - 1);
             own.name = info.dlpi_name;
-            return true;
+            return 1;
         }
     }
-    false
+    0
 }
 
 /// `<folder of the front's file>/libgdrshim-core.so`, NUL-terminated, into `out`; its length.
@@ -57,7 +61,8 @@ pub fn core_path(out: &mut [u8; 4096]) -> Result<usize, Refusal> {
     // `dlopen` holds while it runs constructors
     let mut own =
         Own { addr: core_path as *const () as usize, start: 0, end: 0, name: core::ptr::null() };
-    elf::each_loaded_object(|info| own_segment(info, &mut own));
+    // SAFETY: the callback only reads what ld.so describes and writes into `own`.
+    unsafe { libc::dl_iterate_phdr(Some(each_own), &mut own as *mut Own as *mut c_void) };
     if own.end == 0 {
         return Err(b"cannot find its own file, so cannot find libgdrshim-core.so");
     }
@@ -191,20 +196,33 @@ fn check_elf(fd: c_int) -> Result<(), Refusal> {
 /// Whether the object holding `a` comes before the one holding `b` in the loader's list (the
 /// order in which the process's global scope searches preloaded objects).
 pub fn comes_first(a: usize, b: usize) -> bool {
-    let mut first = 0u8;
-    elf::each_loaded_object(|info| {
+    struct Order {
+        a: usize,
+        b: usize,
+        first: u8,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own Order pointer.
+        let (info, o) = unsafe { (&*info, &mut *(data as *mut Order)) };
         let base = info.dlpi_addr as usize;
         for i in 0..info.dlpi_phnum as usize {
             // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
             let start = base.wrapping_add(ph.p_vaddr as usize);
             let holds = |x: usize| x >= start && x < start.wrapping_add(ph.p_memsz as usize);
-            if ph.p_type == libc::PT_LOAD && (holds(a) || holds(b)) {
-                first = if holds(a) { 1 } else { 2 };
-                return true;
+            if ph.p_type == libc::PT_LOAD && (holds(o.a) || holds(o.b)) {
+                o.first = if holds(o.a) { 1 } else { 2 };
+                return 1;
             }
         }
-        false
-    });
-    first == 1
+        0
+    }
+    let mut o = Order { a, b, first: 0 };
+    // SAFETY: the callback only reads what ld.so describes and writes into `o`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut o as *mut Order as *mut c_void) };
+    o.first == 1
 }
