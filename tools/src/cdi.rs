@@ -76,13 +76,7 @@ impl Args {
         }
         let mut r = r;
         if let Some(out) = &self.out {
-            crate::report::write_whole(out, &spec)
-                .map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
-            r.push(Check::new(
-                "cdi.written",
-                Status::Pass,
-                format!("written to {}", out.display()),
-            ));
+            crate::report::write_out(&mut r, "cdi", out, &spec)?;
         }
         if self.json {
             println!(

@@ -251,6 +251,23 @@ pub fn write_whole(out: &std::path::Path, text: &str) -> std::io::Result<()> {
     })
 }
 
+/// `--out FILE` of a command that makes a file (`report`, `cdi`): `text` written whole, and the
+/// check `<command>.written` that says where.
+pub fn write_out(
+    r: &mut Report,
+    command: &str,
+    out: &std::path::Path,
+    text: &str,
+) -> Result<(), String> {
+    write_whole(out, text).map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
+    r.push(Check::new(
+        &format!("{command}.written"),
+        Status::Pass,
+        format!("written to {}", out.display()),
+    ));
+    Ok(())
+}
+
 /// Removes terminal escape sequences (nvidia-smi underlines its table headers).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -64,13 +64,7 @@ impl Args {
             format!("doctor: {}", verdict.trim_end().trim_start_matches("RESULT: ")),
         ));
         if let Some(out) = &self.out {
-            crate::report::write_whole(out, &text)
-                .map_err(|e| format!("cannot write --out {}: {e}", out.display()))?;
-            r.push(Check::new(
-                "report.written",
-                Status::Pass,
-                format!("written to {}", out.display()),
-            ));
+            crate::report::write_out(&mut r, "report", out, &text)?;
         }
         if self.json {
             println!(
