@@ -36,6 +36,8 @@ struct Net {
     state: PathBuf,
     rdv: PathBuf,
     shim: Shim,
+    /// FAKEWIRE_TRACE's prefix where the wire's trace is asked for
+    trace: Option<PathBuf>,
 }
 
 impl Net {
@@ -47,7 +49,7 @@ impl Net {
         let rdv = state.join("rdv");
         std::fs::create_dir_all(&rdv).unwrap();
         std::fs::write(state.join("faults"), faults).unwrap();
-        Net { state, rdv, shim }
+        Net { state, rdv, shim, trace: None }
     }
 
     /// `DIR/host N ARGS...` in this lab.
@@ -57,7 +59,11 @@ impl Net {
             .args(args)
             .env("FAKEWIRE_LAB", &self.state)
             .env_remove("LD_PRELOAD")
-            .env_remove("FAKEWIRE_REPORT");
+            .env_remove("FAKEWIRE_REPORT")
+            .env_remove("FAKEWIRE_TRACE");
+        if let Some(t) = &self.trace {
+            c.env("FAKEWIRE_TRACE", t);
+        }
         if self.shim == Shim::With {
             let (lib, dev) = shim();
             c.env("LD_PRELOAD", lib).env("GDRSHIM_TEST_DEV_DIR", dev);
@@ -277,6 +283,63 @@ fn two_and_four_hosts_move_every_byte() {
     }
     for gpu in [false, true] {
         mesh(4, gpu, Shim::With);
+    }
+}
+
+/// The wire's trace (FAKEWIRE_TRACE, what a stalled run on the GPU machine is read by): each
+/// request a host wrote was received by its peer and answered there, its answer came back, and
+/// every GPU copy that began ended, successfully.
+#[test]
+fn the_trace_follows_every_request_and_gpu_copy_to_its_end() {
+    let mut net = Net::new("trace2-gpu", "", Shim::With);
+    net.trace = Some(net.state.join("trace"));
+    let outs = net.labpair("mesh", 2, true);
+    all_pass(&outs, "mesh");
+    let pid = |o: &Out| field(o.wire(), "pid");
+    let traces: Vec<String> = outs
+        .iter()
+        .enumerate()
+        .map(|(h, o)| {
+            let f = net.state.join(format!("trace.{h}.{}", pid(o)));
+            std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+        })
+        .collect();
+    // "... REQ op=O qpn A->B seq=S ..." without its timestamp, thread and verb
+    let key =
+        |l: &str| l.split(" REQ ").nth(1).and_then(|r| r.split(" len=").next()).map(str::to_owned);
+    for (h, t) in traces.iter().enumerate() {
+        let peer = &traces[1 - h];
+        let written: Vec<String> =
+            t.lines().filter(|l| l.contains(" written REQ ")).filter_map(key).collect();
+        // per peer: WRITE, SEND, WRITE_IMM, READ on RC, and a UD SEND (no answer is owed)
+        assert_eq!(written.len(), 5, "host {h}:\n{t}");
+        for k in &written {
+            let (_, qpns) = k.split_once(" qpn ").unwrap();
+            let (dst, seq) = qpns.split_once("->").unwrap().1.split_once(' ').unwrap();
+            assert!(
+                peer.lines().any(|l| l.contains(" received REQ ") && key(l).as_deref() == Some(k)),
+                "host {h}'s request {k} never reached host {}:\n{peer}",
+                1 - h
+            );
+            if k.starts_with("op=2 ") && seq == "seq=0" {
+                continue; // the UD SEND
+            }
+            let answered = format!(" answer qpn {dst} {seq} status=0");
+            assert!(peer.contains(&answered), "no '{answered}' for {k} on host {}:\n{peer}", 1 - h);
+            assert!(
+                t.lines().any(|l| l.contains(" received RSP ")
+                    && l.contains(&format!("->{dst} {seq} "))
+                    && l.contains(" status=0 ")),
+                "host {h} never got the answer to {k}:\n{t}"
+            );
+        }
+        let begun = t.matches(" copy begin ").count();
+        let ended: Vec<&str> = t.lines().filter(|l| l.contains(" copy end ")).collect();
+        assert!(begun >= 4, "host {h}: {begun} GPU copies:\n{t}");
+        assert_eq!(ended.len(), begun, "host {h}:\n{t}");
+        assert!(ended.iter().all(|l| l.contains(" rc=0 ")), "host {h}:\n{t}");
+        // the peer's WRITEs land in this host's GPU memory: host to GPU copies here
+        assert!(ended.iter().any(|l| l.contains(" copy end h2g ")), "host {h}:\n{t}");
     }
 }
 

@@ -9,6 +9,11 @@
 #   with:    gdrshim in register mode (the default): LD_PRELOAD alone
 #   without: GDRSHIM_MODE=shadow: gdrshim registers nothing, the hidden answers stay 0, so NCCL
 #            stages through host memory (what a GeForce gives NCCL without gdrshim)
+#   native:  nothing of ours preloaded and no GeForce emulation: the H200's libcuda exports
+#            dma-bufs itself, so NCCL takes GDR over the lab's wire with no gdrshim in the process
+#            (what tells the lab's own faults from gdrshim's)
+# HOSTS_TRACE=1: the lab's wire traces every message and GPU copy (FAKEWIRE_TRACE) into
+# $B/logs/ROW.trace.HOST.PID.
 # Callers set OUT and B (a scratch folder), then call hosts_build once.
 # shellcheck source=tests/gpu/lib-stubnic.sh
 source tests/gpu/lib-stubnic.sh
@@ -41,16 +46,22 @@ hosts_nccl_env() {
   export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-4}
 }
 
-# hosts_rank ROW W N CMD...: CMD as lab host N of row ROW, gdrshim W (with|without); its NCCL
+# hosts_rank ROW W N CMD...: CMD as lab host N of row ROW, gdrshim W (with|without|native); its NCCL
 # log, gdrshim log and the fake wire's summary under $B/logs/ROW.*.N.
 hosts_rank() {
   local row=$1 w=$2 n=$3; shift 3
-  local mode=()
-  [ "$w" = without ] && mode=(GDRSHIM_MODE=shadow)
-  env ${mode[@]+"${mode[@]}"} NCCL_HOSTID="labhost$n" NCCL_IB_HCA="=fwroce_$n" \
+  local unset=() mode=()
+  case $w in
+    without) mode=(GDRSHIM_MODE=shadow) ;;
+    native) unset=(-u LD_PRELOAD) ;;
+    *) ;;
+  esac
+  [ "$w" = native ] || mode+=(GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 SUPPRESS_LOG=/dev/null
+    LD_PRELOAD="$B/suppress503c.so:$KNOBS")
+  [ "${HOSTS_TRACE:-0}" = 1 ] && mode+=(FAKEWIRE_TRACE="$B/logs/$row.trace")
+  env ${unset[@]+"${unset[@]}"} NCCL_HOSTID="labhost$n" NCCL_IB_HCA="=fwroce_$n" \
     NCCL_DEBUG_FILE="$B/logs/$row.nccl.$n.%p" GDRSHIM_LOG_FILE="$B/logs/$row.gdrshim.$n" GDRSHIM_LOG_LEVEL=info \
-    FAKEWIRE_REPORT="$B/logs/$row.fw.$n" GDRSHIM_TEST_HIDE_DMABUF=1 GDRSHIM_TEST_HIDE_GDR=1 SUPPRESS_LOG=/dev/null \
-    LD_PRELOAD="$B/suppress503c.so:$KNOBS" "$LAB/host" "$n" "$@"
+    FAKEWIRE_REPORT="$B/logs/$row.fw.$n" ${mode[@]+"${mode[@]}"} "$LAB/host" "$n" "$@"
 }
 
 # hosts_torchrun ROW W N CAP PY [NAME=VALUE...]: N lab hosts at once, each one torchrun node of

@@ -18,7 +18,8 @@
 // appended to $FAKEWIRE_REPORT), with whether gdrshim was loaded in the process.
 // Environment: FAKEWIRE_HOST, FAKEWIRE_LAB, FAKEWIRE_FAULTS (fakelab.h), FAKEWIRE_PEERMEM=1,
 // FAKEWIRE_RETRY_MS_MAX, FAKEWIRE_RETRY_MS_MIN (fakewire_net.c), FAKEWIRE_REPORT=file,
-// FAKEWIRE_LOG=1 (one line per registration).
+// FAKEWIRE_LOG=1 (one line per registration), FAKEWIRE_TRACE=PREFIX (every message and GPU copy,
+// timed, into PREFIX.<host>.<pid>: where a stalled peer stopped).
 #define _GNU_SOURCE
 #include "fakewire.h"
 #include <dlfcn.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 pthread_mutex_t fw_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,6 +53,38 @@ static void fw_say(const char *fmt, ...) {
 void fw_count_bytes(int dst_gpu, int src_gpu, uint64_t n, int op) {
   fw_n.ops[op]++;
   if (dst_gpu && src_gpu) fw_n.bytes_g2g += n; else if (src_gpu) fw_n.bytes_g2h += n; else if (dst_gpu) fw_n.bytes_h2g += n; else fw_n.bytes_h2h += n;
+}
+// ---- the trace (FAKEWIRE_TRACE) ----
+// One write(2) per line, so that lines of many threads and a process killed mid-run stay whole;
+// opened again in a forked child (its own pid, its own file).
+static int trace_fd = -1, trace_pid;
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+int fw_tracing(void) {
+  static int on = -1;
+  if (on < 0) { const char *p = getenv("FAKEWIRE_TRACE"); on = p && *p; }
+  return on;
+}
+void fw_trace(const char *fmt, ...) {
+  if (!fw_tracing()) return;
+  int e = errno;
+  pthread_mutex_lock(&trace_mu);
+  if (trace_pid != getpid()) {
+    if (trace_fd >= 0) close(trace_fd);
+    char f[600];
+    snprintf(f, sizeof f, "%s.%d.%d", getenv("FAKEWIRE_TRACE"), fw_me()->n, getpid());
+    trace_fd = open(f, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    trace_pid = getpid();
+  }
+  pthread_mutex_unlock(&trace_mu);
+  if (trace_fd >= 0) {
+    char b[600];
+    int k = snprintf(b, sizeof b, "%lld tid=%ld ", (long long)fw_now_ms(), (long)syscall(SYS_gettid));
+    va_list ap; va_start(ap, fmt); k += vsnprintf(b + k, sizeof b - (size_t)k - 1, fmt, ap); va_end(ap);
+    if (k > (int)sizeof b - 2) k = (int)sizeof b - 2;
+    b[k++] = '\n';
+    if (write(trace_fd, b, (size_t)k) < 0) {}
+  }
+  errno = e;
 }
 void fw_count_error(const char *why) { if (fw_n.wire_errors++ < 8) fw_say("wire error: %s", why); }
 void fw_count_wire(int what) { fw_n.wire[what]++; }
@@ -112,8 +146,19 @@ static int gpu_range(uint64_t a, uint64_t n, int *gpu) {
   if (cu_attr(&start, 11, a) || cu_attr(&size, 12, a)) return 0;
   return a >= start && n <= size && a - start <= size - n;
 }
+static int gpu_copy(void *dst, const void *src, size_t n);
+// A GPU copy is traced before and after: a trace that ends at "copy begin" is a copy that never
+// returned.
 int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
   if (!dst_gpu && !src_gpu) { memcpy(dst, src, n); return 0; }
+  const char *dir = dst_gpu && src_gpu ? "g2g" : dst_gpu ? "h2g" : "g2h";
+  fw_trace("copy begin %s dst=%p src=%p n=%zu", dir, dst, (void *)src, n);
+  int64_t t0 = fw_now_ms();
+  int rc = gpu_copy(dst, src, n);
+  fw_trace("copy end %s n=%zu rc=%d ms=%lld", dir, n, rc, (long long)(fw_now_ms() - t0));
+  return rc;
+}
+static int gpu_copy(void *dst, const void *src, size_t n) {
   if (!cu_ready()) return -1;
   void *cur = NULL;
   if (cu_get_ctx(&cur) || !cur) { // a consumer's progress thread may have no context: the primary one of device 0

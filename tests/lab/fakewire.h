@@ -210,4 +210,7 @@ int fw_send(const fw_msg *m, uint8_t *pay); // under fw_mu; takes pay
 void fw_reply(struct fw_conn *to, const fw_msg *m, const uint8_t *pay); // under fw_mu
 
 int64_t fw_retry_ms(const fw_qp *q); // how long an HCA retries before RETRY_EXC_ERR
+// FAKEWIRE_TRACE=PREFIX: one timed line per message and GPU copy into PREFIX.<host>.<pid>
+int fw_tracing(void);
+void fw_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #endif

@@ -154,6 +154,8 @@ int64_t fw_expire(int64_t now) {
     for (fw_req *e = q->pend; e; e = e->next) {
       if (e->status != FW_PENDING || !e->deadline) continue;
       if (e->deadline <= now) {
+        fw_trace("RETRY_EXC_ERR qpn %#x seq=%llu op=%u len=%u: no answer by the deadline", q->qp.qp_num,
+                 (unsigned long long)e->seq, e->opcode, e->len);
         e->status = WC_RETRY_EXC_ERR;
         hit = 1;
         fw_count_wire(2);

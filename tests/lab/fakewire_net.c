@@ -73,6 +73,13 @@ int64_t fw_retry_ms(const fw_qp *q) {
 }
 
 // ---- connections ----
+static const char *kind_name(uint32_t k) { return k == FW_M_REQ ? "REQ" : k == FW_M_RSP ? "RSP" : "HELLO"; }
+static void trace_msg(const char *what, const fw_msg *m, int host, int pid) {
+  if (fw_tracing())
+    fw_trace("%s %s op=%u qpn %#x->%#x seq=%llu len=%llu paylen=%llu status=%u peer host %d pid %d", what,
+             kind_name(m->kind), m->op, m->src_qpn, m->dst_qpn, (unsigned long long)m->seq,
+             (unsigned long long)m->len, (unsigned long long)m->paylen, m->status, host, pid);
+}
 static void sock_name(struct sockaddr_un *a, socklen_t *len, int host, int pid) {
   memset(a, 0, sizeof *a);
   a->sun_family = AF_UNIX;
@@ -162,6 +169,7 @@ static int flush(fw_conn *c) {
     if (o->off < total) return 0;
     c->q = o->next;
     if (!c->q) c->q_tail = &c->q;
+    trace_msg("written", &o->m, c->host, c->pid);
     if (o->m.kind == FW_M_REQ) fw_req_sent(o->m.src_qpn, o->m.seq, c, 1);
     free(o->pay);
     free(o);
@@ -175,6 +183,7 @@ static void enqueue(fw_conn *c, const fw_msg *m, uint8_t *pay) {
   if (m->kind != FW_M_HELLO &&
       (c->dead || fw_fault_link_down(me, c->host) || fw_fault_port_down(me))) {
     fw_count_wire(0);
+    trace_msg("dropped (link down or connection dead)", m, c->host, c->pid);
     if (m->kind == FW_M_REQ) fw_req_sent(m->src_qpn, m->seq, NULL, 1);
     free(pay);
     return;
@@ -198,6 +207,7 @@ static void enqueue(fw_conn *c, const fw_msg *m, uint8_t *pay) {
   }
   *c->q_tail = o;
   c->q_tail = &o->next;
+  trace_msg("queued", m, c->host, c->pid);
   if (m->kind == FW_M_REQ) fw_req_sent(m->src_qpn, m->seq, c, 0);
   flush(c);
   if (c->q && !pthread_equal(pthread_self(), wire_thread)) wake();
@@ -233,6 +243,7 @@ int fw_send(const fw_msg *m, uint8_t *pay) {
   int me = fw_me()->n, host = fw_gid_host(m->dgid);
   if (host == me && fw_qp_by_num(m->dst_qpn)) { // this process: the HCA's loopback
     if (fw_fault_port_down(me)) goto drop;
+    trace_msg("loopback", m, me, getpid());
     fw_req_sent(m->src_qpn, m->seq, NULL, 1);
     fw_respond(NULL, m, pay);
     return 0;
@@ -243,6 +254,7 @@ int fw_send(const fw_msg *m, uint8_t *pay) {
   enqueue(c, m, pay);
   return 1;
 drop:
+  trace_msg("dropped (port down, no host or no process owns the QP)", m, host, -1);
   fw_count_wire(0);
   fw_req_sent(m->src_qpn, m->seq, NULL, 1);
   free(pay);
@@ -286,6 +298,7 @@ static void read_conn(fw_conn *c) {
     uint8_t *pay = c->pay;
     c->pay = NULL;
     c->got = 0;
+    trace_msg("received", &m, c->host, c->pid);
     if (m.kind == FW_M_HELLO) {
       c->host = (int)m.src_host;
       c->pid = (int)m.pid;

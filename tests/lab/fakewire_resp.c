@@ -23,6 +23,7 @@ enum { A_LOCAL_WRITE = 1, A_REMOTE_WRITE = 2, A_REMOTE_READ = 4 };
 // ---- responder ----
 static void answer(struct fw_conn *to, const fw_msg *req, uint32_t status, const uint8_t *pay,
                    uint64_t n, int gpu) {
+  fw_trace("answer qpn %#x seq=%llu status=%u", req->dst_qpn, (unsigned long long)req->seq, status);
   fw_msg a = *req;
   a.kind = FW_M_RSP;
   a.status = status;
@@ -169,6 +170,8 @@ void fw_respond(struct fw_conn *from, const fw_msg *m, uint8_t *pay) {
   if (!live || t->qp.qp_type != 2 || t->dest_qpn != m->src_qpn ||
       t->dest_host != (int)m->src_host) {
     fw_count_wire(0);
+    fw_trace("dropped: qpn %#x is %s", m->dst_qpn,
+             !t ? "no QP here" : !live ? "not ready to receive (not RTR/RTS)" : "connected to another QP");
     free(pay); // no QP that knows the sender: dropped
     return;
   }
