@@ -77,6 +77,9 @@ target="$src/target/release-build"
 # No build id and remapped paths: nothing of this machine or directory ends up in the binaries.
 export RUSTFLAGS="--remap-path-prefix=$src=/gdrshim --remap-path-prefix=$cargo_home=/cargo -C link-arg=-Wl,--build-id=none"
 export CARGO_TARGET_DIR="$target"
+# rustc itself compiles a release: a wrapper such as clippy-driver compiles other code (it turns
+# MIR optimisations off), so the bytes would not be SHA256SUMS's
+unset RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER
 t0=$SECONDS
 # cargo's own lines are the progress (about 30 s from cold); a failure is this script's exit 1
 build() {

@@ -2,7 +2,9 @@
 # The whole test suite, in phases, each timed: the toolchain, formatting and layering, the build,
 # clippy, the unit/property/model tests of the release build and of the knobs build, the
 # integration tests (the real libgdrshim.so in child processes with a fake driver and NIC), the
-# tools' tests, shellcheck, and the reproducible release against SHA256SUMS.
+# tools' tests, shellcheck, and the reproducible release against SHA256SUMS. The test programs
+# are built through clippy-driver (one compile lints and builds them), and the release check
+# starts after the build phase at the lowest priority, on the CPU the tests leave idle.
 #
 #   scripts/dev/test.sh [--help | --version | --missing-packages]
 #
@@ -83,6 +85,9 @@ phase() {
 # exits 1 as its help says.
 on_exit() {
   local rc=$?
+  if [ "$rc" != 0 ] && [ -n "${release_pid:-}" ]; then
+    stop_release
+  fi
   if [ "$rc" != 0 ]; then
     echo "test.sh: phase ${phase_name:-?} FAILED after $((SECONDS - phase_start)) s (its command exited $rc)" >&2
     exit 1
@@ -114,10 +119,28 @@ phase build
 cargo build --release --locked --workspace
 cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front
 
+# The release check (scripts/dev/check-release.sh: two release builds, one cold in a copy, and
+# their .debs) from now on, niced: the tests wait on their programs much of the time. Its output
+# is shown in the release phase; a suite that stops early stops it too.
+release_log=$(mktemp)
+setsid nice -n 19 bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
+release_pid=$!
+stop_release() {
+  kill -- -"$release_pid" 2>/dev/null || true
+  rm -f "$release_log"
+}
+trap 'exit 130' INT TERM
+
 phase lint
-# every unsafe block says why it is sound
-cargo clippy --release --locked --workspace --all-targets -- -D clippy::undocumented_unsafe_blocks
-cargo clippy --release --locked -p gdrshim --all-targets --features knobs -- -D clippy::undocumented_unsafe_blocks
+# The workspace's crates are linted as they are built for their tests: every `cargo test` below
+# compiles them through clippy-driver, with the workspace's lints (Cargo.toml: every unsafe block
+# says why it is sound). Here: the benchmarks and the library's cdylib, which no test builds, and
+# the front (a workspace of its own), with and without the knobs.
+clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
+[ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
+ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
+cargo build "${ci[@]}" -p gdrshim --benches
+cargo build "${ci[@]}" -p gdrshim-preload
 for f in "" knobs; do
   cargo clippy --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front --features "$f" \
     -- -D warnings -D clippy::undocumented_unsafe_blocks
@@ -125,12 +148,12 @@ done
 
 phase unit
 # the library's own tests, without and with the test knobs; the layering rules
-cargo test --profile ci --locked -p gdrshim --lib --bins
-cargo test --profile ci --locked -p gdrshim --lib --features knobs
+cargo test "${ci[@]}" -p gdrshim --lib --bins
+cargo test "${ci[@]}" -p gdrshim --lib --features knobs
 # what the front, the core and the tools share (the configuration with and without the knobs)
-cargo test --profile ci --locked -p gdrshim-common --features std
-cargo test --profile ci --locked -p gdrshim-common --features std,knobs
-cargo test --profile ci --locked --test layers --test layers_tools
+cargo test "${ci[@]}" -p gdrshim-common --features std
+cargo test "${ci[@]}" -p gdrshim-common --features std,knobs
+cargo test "${ci[@]}" --test layers --test layers_tools
 
 phase integration
 # Twice: the core preloaded itself, then through the front as a release ships the two
@@ -151,16 +174,16 @@ if [ "$(id -u)" = 0 ]; then
   ignored=(--include-ignored) # the root-only tests (secure execution, files planted by another user) too
 fi
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=0: $((${#all_tests[@]} / 2)) files"
-GDRSHIM_TEST_VIA_FRONT=0 cargo test --profile ci --locked -p gdrshim "${all_tests[@]}" -- "${ignored[@]}"
+GDRSHIM_TEST_VIA_FRONT=0 cargo test "${ci[@]}" -p gdrshim "${all_tests[@]}" -- "${ignored[@]}"
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[@]} / 2)) files"
-GDRSHIM_TEST_VIA_FRONT=1 cargo test --profile ci --locked -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
+GDRSHIM_TEST_VIA_FRONT=1 cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 
 phase tools
-cargo test --profile ci --locked -p gdrshim-tools
+cargo test "${ci[@]}" -p gdrshim-tools
 if [ "$(id -u)" = 0 ]; then
   # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
-  cargo test --profile ci --locked -p gdrshim-tools --test fleet_lab -- --ignored
+  cargo test "${ci[@]}" -p gdrshim-tools --test fleet_lab -- --ignored
 else
   echo "test.sh: not root: the fleet check under Slurm NOT RUN"
 fi
@@ -175,7 +198,11 @@ shellcheck -x "${sh_files[@]}"
 echo "shellcheck: all scripts clean"
 
 phase release
-echo "test.sh: the release is built twice (here, warm, and in a copy elsewhere, cold) and packaged twice; each step is named as it starts"
-bash scripts/dev/check-release.sh
+echo "test.sh: the release is built twice (here, and in a copy elsewhere, cold) and packaged twice, started after the build phase; what it said:"
+release_rc=0
+wait "$release_pid" || release_rc=$?
+cat "$release_log"
+rm -f "$release_log"
+[ "$release_rc" = 0 ] || { echo "test.sh: check-release.sh exited $release_rc" >&2; exit 1; }
 phase "all"
 echo "test.sh: all phases passed in $((SECONDS - t_all)) s"
