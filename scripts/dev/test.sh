@@ -13,7 +13,7 @@
 # (what .ci/run installs), one line, empty when none.
 # Exit status: 0 every phase passed; 1 a phase failed; 2 a prerequisite is missing, or usage.
 set -euo pipefail
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
 missing_only=0
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
