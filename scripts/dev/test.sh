@@ -125,8 +125,17 @@ cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir
 release_log=$(mktemp)
 setsid nice -n 19 bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
 release_pid=$!
+# The tools' test programs (with the ~150 crates of the CDI validator) likewise, in a target folder
+# of their own (no lock shared with the other phases' builds); the tools phase builds what is
+# left and shows any error.
+clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
+[ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
+ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
+tools_ci=("${ci[@]}" --target-dir target/ci-tools -p gdrshim-tools)
+setsid nice -n 19 cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
+tools_pid=$!
 stop_release() {
-  kill -- -"$release_pid" 2>/dev/null || true
+  kill -- -"$release_pid" -"$tools_pid" 2>/dev/null || true
   rm -f "$release_log"
 }
 trap 'exit 130' INT TERM
@@ -136,9 +145,6 @@ phase lint
 # compiles them through clippy-driver, with the workspace's lints (Cargo.toml: every unsafe block
 # says why it is sound). Here: the benchmarks and the library's cdylib, which no test builds, and
 # the front (a workspace of its own), with and without the knobs.
-clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
-[ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
-ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
 cargo build "${ci[@]}" -p gdrshim --benches
 cargo build "${ci[@]}" -p gdrshim-preload
 for f in "" knobs; do
@@ -180,10 +186,11 @@ GDRSHIM_TEST_VIA_FRONT=1 cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" 
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 
 phase tools
-cargo test "${ci[@]}" -p gdrshim-tools
+wait "$tools_pid" || true # its errors, if any, come again from the line below
+cargo test "${tools_ci[@]}"
 if [ "$(id -u)" = 0 ]; then
   # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
-  cargo test "${ci[@]}" -p gdrshim-tools --test fleet_lab -- --ignored
+  cargo test "${tools_ci[@]}" --test fleet_lab -- --ignored
 else
   echo "test.sh: not root: the fleet check under Slurm NOT RUN"
 fi
