@@ -122,8 +122,12 @@ cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir
 # The release check (scripts/dev/check-release.sh: two release builds, one cold in a copy, and
 # their .debs) from now on, niced: the tests wait on their programs much of the time. Its output
 # is shown in the release phase; a suite that stops early stops it too.
+# Each in a process group of its own (killed as one) and at the lowest priority: where the kernel
+# groups processes by session for the scheduler (autogroup), a new session is a group of its own
+# that would have an equal share of the CPU whatever its nice value: its group's nice is set too.
+background() { setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' background "$@"; }
 release_log=$(mktemp)
-setsid nice -n 19 bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
+background bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
 release_pid=$!
 # The tools' test programs (with the ~150 crates of the CDI validator) likewise, in a target folder
 # of their own (no lock shared with the other phases' builds); the tools phase builds what is
@@ -132,7 +136,7 @@ clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/
 [ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
 ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
 tools_ci=("${ci[@]}" --target-dir target/ci-tools -p gdrshim-tools)
-setsid nice -n 19 cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
+background cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
 tools_pid=$!
 stop_release() {
   kill -- -"$release_pid" -"$tools_pid" 2>/dev/null || true
