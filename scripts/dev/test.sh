@@ -129,13 +129,13 @@ background() { setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec n
 release_log=$(mktemp)
 background bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
 release_pid=$!
-# The tools' test programs (with the ~150 crates of the CDI validator) likewise, in a target folder
-# of their own (no lock shared with the other phases' builds); the tools phase builds what is
-# left and shows any error.
+# The tools' test programs (with the ~150 crates of the CDI validator) likewise, in a profile of
+# their own (Cargo.toml's ci-tools: no build lock shared with the other phases); the tools phase
+# builds what is left and shows any error.
 clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
 [ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
 ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
-tools_ci=("${ci[@]}" --target-dir target/ci-tools -p gdrshim-tools)
+tools_ci=(--profile ci-tools --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"" -p gdrshim-tools)
 background cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
 tools_pid=$!
 stop_release() {
