@@ -72,14 +72,14 @@ cd "$src"
 epoch="$(sed -n 's/^source-date-epoch = \([0-9]*\)$/\1/p' Cargo.toml)"
 [ -n "$epoch" ] || { echo "build-release: no source-date-epoch in Cargo.toml" >&2; exit 1; }
 export SOURCE_DATE_EPOCH="$epoch"
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-target="$src/target/release-build"
-# No build id and remapped paths: nothing of this machine or directory ends up in the binaries.
-export RUSTFLAGS="--remap-path-prefix=$src=/gdrshim --remap-path-prefix=$cargo_home=/cargo -C link-arg=-Wl,--build-id=none"
+# shellcheck source=scripts/dev/release-env.sh
+source "$src/scripts/dev/release-env.sh"
+release_env "$src"
+# The tree's own target folder: after scripts/dev/test.sh (which builds with these flags) the
+# release is built already. A plain `cargo build --release` between two runs of this script builds
+# without them, and the next run builds again.
+target="$src/target"
 export CARGO_TARGET_DIR="$target"
-# rustc itself compiles a release: a wrapper such as clippy-driver compiles other code (it turns
-# MIR optimisations off), so the bytes would not be SHA256SUMS's
-unset RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER
 t0=$SECONDS
 # cargo's own lines are the progress (about 30 s from cold); a failure is this script's exit 1
 build() {
@@ -94,7 +94,7 @@ build() {
 }
 build "the library and the tools" cargo build --release --locked --workspace --lib --bins
 # the front is a cargo workspace of its own (src/front/Cargo.toml says why)
-front_target="$src/target/release-build-front"
+front_target="$src/target/front"
 build "the front library" env CARGO_TARGET_DIR="$front_target" cargo build --release --locked --manifest-path src/front/Cargo.toml
 echo "build-release: built in $((SECONDS - t0)) s; laying out the release" >&2
 

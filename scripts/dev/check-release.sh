@@ -39,8 +39,8 @@ home_b="$work/cargo-home-b"
 mkdir -p "$home_b"
 # the second cargo home gets the downloaded crates, not the first one's paths
 [ ! -d "$home_a/registry" ] || cp -r "$home_a/registry" "$home_b/"
-# the first build in the checkout itself (its target/release-build, warm where the suite made a
-# release already), the second from a copy at a deeper path, cold, with the other cargo home
+# the first build in the checkout itself (its target/, built already where the suite ran: it builds
+# with the release's flags), the second from a copy at a deeper path, cold, with the other cargo home
 tree_a="$src"
 tree_b="$work/b/deeper/still"
 mkdir -p "$tree_b"

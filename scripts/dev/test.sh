@@ -115,6 +115,12 @@ cargo fmt --all -- --check
 # the front library is a cargo workspace of its own (src/front/Cargo.toml says why)
 cargo fmt --manifest-path src/front/Cargo.toml -- --check
 
+# Every build of the suite with the release's flags (scripts/dev/release-env.sh): the build phase's
+# target/release is the release's, which the release check then finds built.
+# shellcheck source=scripts/dev/release-env.sh
+source scripts/dev/release-env.sh
+release_env "$PWD"
+
 phase build
 cargo build --release --locked --workspace
 cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front
