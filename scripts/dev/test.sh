@@ -121,34 +121,37 @@ cargo fmt --manifest-path src/front/Cargo.toml -- --check
 source scripts/dev/release-env.sh
 release_env "$PWD"
 
-phase build
-cargo build --release --locked --workspace
-cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front
-
-# The release check (scripts/dev/check-release.sh: two release builds, one cold in a copy, and
-# their .debs) from now on, niced: the tests wait on their programs much of the time. Its output
-# is shown in the release phase; a suite that stops early stops it too.
-# Each in a process group of its own (killed as one) and at the lowest priority: where the kernel
-# groups processes by session for the scheduler (autogroup), a new session is a group of its own
-# that would have an equal share of the CPU whatever its nice value: its group's nice is set too.
+# Two jobs run from here on at the lowest priority, on the CPU the phases leave idle (a release's
+# whole-program links use one core, the tests wait on their programs much of the time): the
+# release check (scripts/dev/check-release.sh: the build phase's release is the release, built
+# again cold in a copy elsewhere, and their .debs; its output is shown in the release phase) and
+# the tools' test programs. A suite that stops early stops them.
+# Each in a process group of its own (killed as one): where the kernel groups processes by session
+# for the scheduler (autogroup), a new session is a group that would have an equal share of the
+# CPU whatever its nice value, so its group's nice is set too.
 background() { setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' background "$@"; }
 release_log=$(mktemp)
 background bash scripts/dev/check-release.sh >"$release_log" 2>&1 &
 release_pid=$!
-# The tools' test programs (with the ~150 crates of the CDI validator) likewise, in a profile of
-# their own (Cargo.toml's ci-tools: no build lock shared with the other phases); the tools phase
-# builds what is left and shows any error.
+# The tools' test programs (with the ~150 crates of the CDI validator) in a profile of their own
+# (Cargo.toml's ci-tools: no build lock shared with the other phases); the tools phase builds what
+# is left and shows any error.
 clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
 [ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
 ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
 tools_ci=(--profile ci-tools --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"" -p gdrshim-tools)
 background cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
 tools_pid=$!
+tools_tests_pid=$tools_pid tools_log=""
 stop_release() {
-  kill -- -"$release_pid" -"$tools_pid" 2>/dev/null || true
-  rm -f "$release_log"
+  kill -- -"$release_pid" -"$tools_pid" -"$tools_tests_pid" 2>/dev/null || true
+  rm -f "$release_log" "$tools_log"
 }
 trap 'exit 130' INT TERM
+
+phase build
+cargo build --release --locked --workspace
+cargo build --release --locked --manifest-path src/front/Cargo.toml --target-dir target/front
 
 phase lint
 # The workspace's crates are linted as they are built for their tests: every `cargo test` below
@@ -172,8 +175,8 @@ cargo test "${ci[@]}" -p gdrshim-common --features std,knobs
 cargo test "${ci[@]}" --test layers --test layers_tools
 
 phase integration
-# Twice: the core preloaded itself, then through the front as a release ships the two
-# (GDRSHIM_TEST_VIA_FRONT, read only by tests/common's build()). The second pass leaves out the
+# Twice: the core preloaded itself here, then through the front as a release ships the two (the
+# front phase; GDRSHIM_TEST_VIA_FRONT, read only by tests/common's build()). The second pass leaves out the
 # files that never load gdrshim through build(): they would run the same way again
 # (tests/front.rs checks this list). The library's unit tests and the layering tests ran in
 # the unit phase.
@@ -191,19 +194,33 @@ if [ "$(id -u)" = 0 ]; then
 fi
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=0: $((${#all_tests[@]} / 2)) files"
 GDRSHIM_TEST_VIA_FRONT=0 cargo test "${ci[@]}" -p gdrshim "${all_tests[@]}" -- "${ignored[@]}"
-echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[@]} / 2)) files"
-GDRSHIM_TEST_VIA_FRONT=1 cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
-[ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 
 phase tools
-wait "$tools_pid" || true # its errors, if any, come again from the line below
-cargo test "${tools_ci[@]}"
-if [ "$(id -u)" = 0 ]; then
-  # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
-  cargo test "${tools_ci[@]}" --test fleet_lab -- --ignored
-else
-  echo "test.sh: not root: the fleet check under Slurm NOT RUN"
-fi
+# The tools' test programs, built in the background since the build phase: what is left (and any
+# error). Their tests wait on the programs they start most of the time: they run beside the
+# integration tests' second pass, at the same priority, their output shown after it.
+wait "$tools_pid" || true
+cargo test "${tools_ci[@]}" --no-run
+tools_log=$(mktemp)
+# shellcheck disable=SC2016 # expanded by the inner shell
+setsid bash -c 'cargo test "$@" && if [ "$(id -u)" = 0 ]; then
+    # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
+    cargo test "$@" --test fleet_lab -- --ignored
+  else
+    echo "test.sh: not root: the fleet check under Slurm NOT RUN"
+  fi' tools-tests "${tools_ci[@]}" >"$tools_log" 2>&1 &
+tools_tests_pid=$!
+
+phase front
+echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[@]} / 2)) files, the tools' tests beside them"
+GDRSHIM_TEST_VIA_FRONT=1 cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
+[ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
+tools_rc=0
+wait "$tools_tests_pid" || tools_rc=$?
+echo "test.sh: the tools' tests (run beside the second pass) said:"
+cat "$tools_log"
+rm -f "$tools_log"
+[ "$tools_rc" = 0 ] || { echo "test.sh: the tools' tests failed (exit $tools_rc)" >&2; exit 1; }
 
 phase scripts
 # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script
