@@ -8,8 +8,9 @@
 //! registration outlived its memory, no file of the program's was touched, no crash, hang or
 //! errno change, no fd is left but gdrshim's GPU nodes, and the exit summary balances.
 //!
-//! In the suite: 6 threads for 10 s per route, in each of the two passes (about 1.2 million
-//! operations a route, where the defects this guards against showed within the first seconds).
+//! In the suite: 6 threads, 10 s a route with the core preloaded and 5 s through the front
+//! (scripts/dev/test.sh; about a million operations a route in the first, where the defects this
+//! guards against showed within the first seconds).
 //!
 //! A failure names its seed: `GDRSHIM_STRESS_SEED=N` replays the same operations (the threads'
 //! interleaving is the machine's). `GDRSHIM_STRESS_THREADS` and `GDRSHIM_STRESS_SECONDS` make a

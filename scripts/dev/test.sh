@@ -145,7 +145,7 @@ tools_pid=$!
 tools_tests_pid=$tools_pid tools_log=""
 stop_release() {
   kill -- -"$release_pid" -"$tools_pid" -"$tools_tests_pid" 2>/dev/null || true
-  rm -f "$release_log" "$tools_log"
+  rm -f "$release_log" "$tools_log" "${scripts_log:-}"
 }
 trap 'exit 130' INT TERM
 
@@ -212,8 +212,18 @@ setsid bash -c 'cargo test "$@" && if [ "$(id -u)" = 0 ]; then
 tools_tests_pid=$!
 
 phase front
+# The scripts phase's shellcheck runs beside them too: it is done when that phase comes
+scripts_log=$(mktemp)
+sh_files=()
+for f in scripts/* scripts/dev/* tests/gpu/*.sh tests/lab/*.sh .ci/run; do
+  [ ! -f "$f" ] || sh_files+=("$f")
+done
+shellcheck -x "${sh_files[@]}" >"$scripts_log" 2>&1 &
+scripts_pid=$!
 echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[@]} / 2)) files, the tools' tests beside them"
-GDRSHIM_TEST_VIA_FRONT=1 cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
+# the stress test 5 s a route here (10 s in the first pass): the same races through the front
+GDRSHIM_TEST_VIA_FRONT=1 GDRSHIM_STRESS_SECONDS="${GDRSHIM_STRESS_SECONDS:-5}" \
+  cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 tools_rc=0
 wait "$tools_tests_pid" || tools_rc=$?
@@ -223,13 +233,14 @@ rm -f "$tools_log"
 [ "$tools_rc" = 0 ] || { echo "test.sh: the tools' tests failed (exit $tools_rc)" >&2; exit 1; }
 
 phase scripts
-# every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script
-sh_files=()
-for f in scripts/* scripts/dev/* tests/gpu/*.sh tests/lab/*.sh .ci/run; do
-  [ ! -f "$f" ] || sh_files+=("$f")
-done
-shellcheck -x "${sh_files[@]}"
-echo "shellcheck: all scripts clean"
+# every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script, and
+# clean to shellcheck (run beside the front phase)
+scripts_rc=0
+wait "$scripts_pid" || scripts_rc=$?
+cat "$scripts_log"
+rm -f "$scripts_log"
+[ "$scripts_rc" = 0 ] || { echo "test.sh: shellcheck found the above in ${#sh_files[@]} scripts" >&2; exit 1; }
+echo "shellcheck: all ${#sh_files[@]} scripts clean"
 
 phase release
 echo "test.sh: the release is built twice (here, and in a copy elsewhere, cold) and packaged twice, started after the build phase; what it said:"
