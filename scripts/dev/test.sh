@@ -142,10 +142,10 @@ ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driv
 tools_ci=(--profile ci-tools --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"" -p gdrshim-tools)
 background cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
 tools_pid=$!
-tools_tests_pid=$tools_pid tools_log=""
+tools_tests_pid=$tools_pid tools_tests_pid2=$tools_pid tools_log="" tools_log2=""
 stop_release() {
-  kill -- -"$release_pid" -"$tools_pid" -"$tools_tests_pid" 2>/dev/null || true
-  rm -f "$release_log" "$tools_log" "${scripts_log:-}"
+  kill -- -"$release_pid" -"$tools_pid" -"$tools_tests_pid" -"$tools_tests_pid2" 2>/dev/null || true
+  rm -f "$release_log" "$tools_log" "$tools_log2" "${scripts_log:-}"
 }
 trap 'exit 130' INT TERM
 
@@ -201,15 +201,23 @@ phase tools
 # integration tests' second pass, at the same priority, their output shown after it.
 wait "$tools_pid" || true
 cargo test "${tools_ci[@]}" --no-run
-tools_log=$(mktemp)
+# In two streams: the fleet check across lab hosts (the longest), and the rest with the root-only
+# fleet check under Slurm (a one-node Slurm the test starts).
+tools_other=(--bins)
+for f in tools/tests/*.rs; do
+  [ "$(basename "$f" .rs)" = fleet_lab ] || tools_other+=(--test "$(basename "$f" .rs)")
+done
+tools_log=$(mktemp) tools_log2=$(mktemp)
+setsid cargo test "${tools_ci[@]}" --test fleet_lab >"$tools_log" 2>&1 &
+tools_tests_pid=$!
 # shellcheck disable=SC2016 # expanded by the inner shell
-setsid bash -c 'cargo test "$@" && if [ "$(id -u)" = 0 ]; then
-    # the root-only one: the fleet check under srun, in a one-node Slurm the test starts
-    cargo test "$@" --test fleet_lab -- --ignored
+setsid bash -c 'n=$1; shift; common=("${@:1:$n}"); other=("${@:$((n + 1))}")
+  cargo test "${common[@]}" "${other[@]}" && if [ "$(id -u)" = 0 ]; then
+    cargo test "${common[@]}" --test fleet_lab -- --ignored
   else
     echo "test.sh: not root: the fleet check under Slurm NOT RUN"
-  fi' tools-tests "${tools_ci[@]}" >"$tools_log" 2>&1 &
-tools_tests_pid=$!
+  fi' tools-tests "${#tools_ci[@]}" "${tools_ci[@]}" "${tools_other[@]}" >"$tools_log2" 2>&1 &
+tools_tests_pid2=$!
 
 phase front
 # The scripts phase's shellcheck runs beside them too: it is done when that phase comes
@@ -225,12 +233,16 @@ echo "test.sh: integration tests, GDRSHIM_TEST_VIA_FRONT=1: $((${#through_front[
 GDRSHIM_TEST_VIA_FRONT=1 GDRSHIM_STRESS_SECONDS="${GDRSHIM_STRESS_SECONDS:-5}" \
   cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
-tools_rc=0
+tools_rc=0 tools_rc2=0
 wait "$tools_tests_pid" || tools_rc=$?
+wait "$tools_tests_pid2" || tools_rc2=$?
 echo "test.sh: the tools' tests (run beside the second pass) said:"
-cat "$tools_log"
-rm -f "$tools_log"
-[ "$tools_rc" = 0 ] || { echo "test.sh: the tools' tests failed (exit $tools_rc)" >&2; exit 1; }
+cat "$tools_log2" "$tools_log"
+rm -f "$tools_log" "$tools_log2"
+if [ "$tools_rc" != 0 ] || [ "$tools_rc2" != 0 ]; then
+  echo "test.sh: the tools' tests failed (exits $tools_rc2 and $tools_rc)" >&2
+  exit 1
+fi
 
 phase scripts
 # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script, and
