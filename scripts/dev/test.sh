@@ -201,22 +201,22 @@ phase tools
 # integration tests' second pass, at the same priority, their output shown after it.
 wait "$tools_pid" || true
 cargo test "${tools_ci[@]}" --no-run
-# In two streams: the fleet check across lab hosts (the longest), and the rest with the root-only
-# fleet check under Slurm (a one-node Slurm the test starts).
+# In two streams: the fleet checks (the longest; across lab hosts under mpirun, then, as root, under
+# Slurm in a one-node Slurm the test starts: one lab folder of theirs, one after the other) and
+# the rest.
 tools_other=(--bins)
 for f in tools/tests/*.rs; do
   [ "$(basename "$f" .rs)" = fleet_lab ] || tools_other+=(--test "$(basename "$f" .rs)")
 done
 tools_log=$(mktemp) tools_log2=$(mktemp)
-setsid cargo test "${tools_ci[@]}" --test fleet_lab >"$tools_log" 2>&1 &
-tools_tests_pid=$!
 # shellcheck disable=SC2016 # expanded by the inner shell
-setsid bash -c 'n=$1; shift; common=("${@:1:$n}"); other=("${@:$((n + 1))}")
-  cargo test "${common[@]}" "${other[@]}" && if [ "$(id -u)" = 0 ]; then
-    cargo test "${common[@]}" --test fleet_lab -- --ignored
+setsid bash -c 'cargo test "$@" --test fleet_lab && if [ "$(id -u)" = 0 ]; then
+    cargo test "$@" --test fleet_lab -- --ignored
   else
     echo "test.sh: not root: the fleet check under Slurm NOT RUN"
-  fi' tools-tests "${#tools_ci[@]}" "${tools_ci[@]}" "${tools_other[@]}" >"$tools_log2" 2>&1 &
+  fi' tools-tests "${tools_ci[@]}" >"$tools_log" 2>&1 &
+tools_tests_pid=$!
+setsid cargo test "${tools_ci[@]}" "${tools_other[@]}" >"$tools_log2" 2>&1 &
 tools_tests_pid2=$!
 
 phase front
