@@ -255,7 +255,7 @@ rm -f "$scripts_log"
 echo "shellcheck: all ${#sh_files[@]} scripts clean"
 
 phase release
-echo "test.sh: the release is built twice (here, and in a copy elsewhere, cold) and packaged twice, started after the build phase; what it said:"
+echo "test.sh: the release check (the build phase's release, the same built again cold in a copy elsewhere, both packaged), run in the background since the format phase, said:"
 release_rc=0
 wait "$release_pid" || release_rc=$?
 cat "$release_log"
