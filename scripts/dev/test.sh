@@ -115,6 +115,10 @@ cargo fmt --all -- --check
 # the front library is a cargo workspace of its own (src/front/Cargo.toml says why)
 cargo fmt --manifest-path src/front/Cargo.toml -- --check
 
+# clippy-driver lints the test programs as it builds them (the lint phase says how)
+clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
+[ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
+
 # Every build of the suite with the release's flags (scripts/dev/release-env.sh): the build phase's
 # target/release is the release's, which the release check then finds built.
 # shellcheck source=scripts/dev/release-env.sh
@@ -136,8 +140,6 @@ release_pid=$!
 # The tools' test programs (with the ~150 crates of the CDI validator) in a profile of their own
 # (Cargo.toml's ci-tools: no build lock shared with the other phases); the tools phase builds what
 # is left and shows any error.
-clippy_driver="$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")"
-[ -x "$clippy_driver" ] || { echo "test.sh: no clippy-driver ($clippy_driver): rustup component add clippy" >&2; exit 1; }
 ci=(--profile ci --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"")
 tools_ci=(--profile ci-tools --locked --config "build.rustc-workspace-wrapper=\"$clippy_driver\"" -p gdrshim-tools)
 background cargo test "${tools_ci[@]}" --no-run >/dev/null 2>&1 &
