@@ -150,6 +150,15 @@ stop_release() {
   rm -f "$release_log" "$tools_log" "$tools_log2" "${scripts_log:-}"
 }
 trap 'exit 130' INT TERM
+# collect PID LOG: waits for a job started beside the phases, shows what it said, and returns
+# its exit status
+collect() {
+  local rc=0
+  wait "$1" || rc=$?
+  cat "$2"
+  rm -f "$2"
+  return "$rc"
+}
 
 phase build
 cargo build --release --locked --workspace
@@ -236,11 +245,9 @@ GDRSHIM_TEST_VIA_FRONT=1 GDRSHIM_STRESS_SECONDS="${GDRSHIM_STRESS_SECONDS:-5}" \
   cargo test "${ci[@]}" -p gdrshim "${through_front[@]}" -- "${ignored[@]}"
 [ "$(id -u)" = 0 ] || echo "test.sh: not root: the root-only tests NOT RUN"
 tools_rc=0 tools_rc2=0
-wait "$tools_tests_pid" || tools_rc=$?
-wait "$tools_tests_pid2" || tools_rc2=$?
 echo "test.sh: the tools' tests (run beside the second pass) said:"
-cat "$tools_log2" "$tools_log"
-rm -f "$tools_log" "$tools_log2"
+collect "$tools_tests_pid2" "$tools_log2" || tools_rc2=$?
+collect "$tools_tests_pid" "$tools_log" || tools_rc=$?
 if [ "$tools_rc" != 0 ] || [ "$tools_rc2" != 0 ]; then
   echo "test.sh: the tools' tests failed (exits $tools_rc2 and $tools_rc)" >&2
   exit 1
@@ -250,18 +257,14 @@ phase scripts
 # every file in scripts/ (what ships) and scripts/dev/ (developer tools) is a shell script, and
 # clean to shellcheck (run beside the front phase)
 scripts_rc=0
-wait "$scripts_pid" || scripts_rc=$?
-cat "$scripts_log"
-rm -f "$scripts_log"
+collect "$scripts_pid" "$scripts_log" || scripts_rc=$?
 [ "$scripts_rc" = 0 ] || { echo "test.sh: shellcheck found the above in ${#sh_files[@]} scripts" >&2; exit 1; }
 echo "shellcheck: all ${#sh_files[@]} scripts clean"
 
 phase release
 echo "test.sh: the release check (the build phase's release, the same built again cold in a copy elsewhere, both packaged), run in the background since the format phase, said:"
 release_rc=0
-wait "$release_pid" || release_rc=$?
-cat "$release_log"
-rm -f "$release_log"
+collect "$release_pid" "$release_log" || release_rc=$?
 [ "$release_rc" = 0 ] || { echo "test.sh: check-release.sh exited $release_rc" >&2; exit 1; }
 phase "all"
 echo "test.sh: all phases passed in $((SECONDS - t_all)) s"
