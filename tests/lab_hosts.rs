@@ -286,6 +286,23 @@ fn two_and_four_hosts_move_every_byte() {
     }
 }
 
+/// The shape that stalled NCCL on the GPU machine (issue 47; docs/results/h200-run30-hosts): a
+/// program thread blocked in libcuda, in a pageable copy that waits for bytes the wire must write
+/// into its GPU memory. The stand-in libcuda stages pageable copies through one buffer held for
+/// the whole copy, as libcuda does; the wire's own copies go through pinned memory of its own, so
+/// the WRITEs land while the thread is blocked and its copy reads every byte.
+#[test]
+fn the_wire_writes_gpu_memory_while_the_program_is_blocked_in_libcuda() {
+    for shim in [Shim::Without, Shim::With] {
+        let outs = Net::new("blocked", "", shim).labpair("blocked", 2, true);
+        all_pass(&outs, "blocked");
+        let l = outs[0].line("labpair blocked host 0:");
+        assert_eq!(field(l, "wrong_bytes"), 0, "{l}");
+        let w = outs[0].wire();
+        assert_eq!((field(w, "bytes_g2g"), field(w, "timeouts")), (65540, 0), "{w}");
+    }
+}
+
 /// The wire's trace (FAKEWIRE_TRACE, what a stalled run on the GPU machine is read by): each
 /// request a host wrote was received by its peer and answered there, its answer came back, and
 /// every GPU copy that began ended, successfully.

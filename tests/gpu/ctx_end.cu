@@ -6,6 +6,9 @@
 //                     primary context; cuMemGetHandleForAddressRange of the old pointers after
 //   ctx_end destroy   the same with a context of cuCtxCreate, then cuCtxDestroy
 //   ctx_end release   the primary context retained twice, released twice (the second ends it)
+//   ctx_end two       allocations in the primary context that stay ("kept"), then a second
+//                     context of cuCtxCreate with its own, destroyed: what libcuda sends when one
+//                     of two contexts ends, and that the kept ones are still exported after it
 // Each phase is marked in the capture (gdrshim_dl_mark) and printed as "phase NAME".
 #include "common.h"
 #include <cuda_runtime.h>
@@ -50,12 +53,28 @@ static void phase(const char *name) {
   gdrshim_dl_mark(name);
 }
 
+static void create_context(CUcontext *ctx, CUdevice dev) {
+#if CUDA_VERSION >= 13000
+  CK(cuCtxCreate(ctx, nullptr, 0, dev));
+#else
+  CK(cuCtxCreate(ctx, 0, dev));
+#endif
+}
+
 int main(int argc, char **argv) {
   const char *how = argc > 1 ? argv[1] : "";
   CK(cuInit(0));
   CUdevice dev; CK(cuDeviceGet(&dev, 0));
-  CUcontext ctx = nullptr;
-  if (!strcmp(how, "destroy")) { CK(cuCtxCreate(&ctx, 0, dev)); }
+  CUcontext ctx = nullptr, primary = nullptr;
+  Kept kept = {};
+  const bool two = !strcmp(how, "two");
+  if (two) {
+    CK(cuDevicePrimaryCtxRetain(&primary, dev)); CK(cuCtxSetCurrent(primary));
+    phase("allocate-kept");
+    kept = allocate();
+    asks("kept-live", kept);
+  }
+  if (!strcmp(how, "destroy") || two) create_context(&ctx, dev);
   else { CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx)); }
   if (!strcmp(how, "release")) { CUcontext again; CK(cuDevicePrimaryCtxRetain(&again, dev)); }
   phase("allocate");
@@ -63,16 +82,18 @@ int main(int argc, char **argv) {
   asks("live", old);
   phase("end");
   if (!strcmp(how, "reset")) CKRT(cudaDeviceReset());
-  else if (!strcmp(how, "destroy")) CK(cuCtxDestroy(ctx));
+  else if (!strcmp(how, "destroy") || two) CK(cuCtxDestroy(ctx));
   else if (!strcmp(how, "release")) { CK(cuDevicePrimaryCtxRelease(dev)); phase("released-once"); CK(cuDevicePrimaryCtxRelease(dev)); }
-  else { fprintf(stderr, "usage: ctx_end reset|destroy|release\n"); return 2; }
+  else { fprintf(stderr, "usage: ctx_end reset|destroy|release|two\n"); return 2; }
   phase("after");
+  if (two) { CK(cuCtxSetCurrent(primary)); asks("kept-after", kept); }
   CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
   asks("old", old);
   phase("allocate-again");
   Kept fresh = allocate();
   asks("new", fresh);
   asks("old-again", old);
+  if (two) asks("kept-again", kept);
   printf("ctx_end %s done\n", how);
   return 0;
 }

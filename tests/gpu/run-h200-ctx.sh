@@ -13,7 +13,7 @@ SHIM=$(readlink -f "${GDRSHIM_H200_KNOBS:-target/knobs/release/libgdrshim.so}")
 B=/tmp/gdrshim-ctx; mkdir -p "$B"
 res="$OUT/ctx.txt"; : >"$res"
 nvcc -O2 -arch=sm_90 -o "$B/ctx_end" tests/gpu/ctx_end.cu -lcuda -ldl 2>&1 | grep -i error
-for how in reset destroy release; do
+for how in reset destroy release two; do
   echo "### $how: libcuda alone" | tee -a "$res"
   timeout 60 "$B/ctx_end" "$how" 2>&1 | tee -a "$res"
   echo "### $how: under gdrshim, GeForce emulation, captured" | tee -a "$res"

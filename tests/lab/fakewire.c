@@ -117,6 +117,7 @@ static int (*cu_retain)(void **, int);
 static int (*cu_stream_create)(void **, unsigned);
 static int (*cu_memcpy_async)(uint64_t, uint64_t, size_t, void *);
 static int (*cu_stream_sync)(void *);
+static int (*cu_host_alloc)(void **, size_t, unsigned);
 static void *cu_lib; // the process's libcuda, global or loaded RTLD_LOCAL (the fleet check's)
 static int cu_ready(void) {
   if (cu_attr) return 1;
@@ -132,6 +133,7 @@ static int cu_ready(void) {
   cu_stream_create = (int (*)(void **, unsigned))dlsym(h, "cuStreamCreate");
   cu_memcpy_async = (int (*)(uint64_t, uint64_t, size_t, void *))dlsym(h, "cuMemcpyAsync");
   cu_stream_sync = (int (*)(void *))dlsym(h, "cuStreamSynchronize");
+  cu_host_alloc = (int (*)(void **, size_t, unsigned))dlsym(h, "cuMemHostAlloc");
   cu_attr = (cu_attr_t)dlsym(h, "cuPointerGetAttribute");
   return cu_attr != NULL;
 }
@@ -146,7 +148,7 @@ static int gpu_range(uint64_t a, uint64_t n, int *gpu) {
   if (cu_attr(&start, 11, a) || cu_attr(&size, 12, a)) return 0;
   return a >= start && n <= size && a - start <= size - n;
 }
-static int gpu_copy(void *dst, const void *src, size_t n);
+static int gpu_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu);
 // A GPU copy is traced before and after: a trace that ends at "copy begin" is a copy that never
 // returned.
 int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
@@ -154,28 +156,74 @@ int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
   const char *dir = dst_gpu && src_gpu ? "g2g" : dst_gpu ? "h2g" : "g2h";
   fw_trace("copy begin %s dst=%p src=%p n=%zu", dir, dst, (void *)src, n);
   int64_t t0 = fw_now_ms();
-  int rc = gpu_copy(dst, src, n);
+  int rc = gpu_copy(dst, src, n, dst_gpu, src_gpu);
   fw_trace("copy end %s n=%zu rc=%d ms=%lld", dir, n, rc, (long long)(fw_now_ms() - t0));
   return rc;
 }
-static int gpu_copy(void *dst, const void *src, size_t n) {
-  if (!cu_ready()) return -1;
+// The GPU copies go through a pinned bounce buffer of the wire's own, on a stream of its own:
+// a copy from or to pageable memory is staged by libcuda through its own pinned buffers under a
+// lock that a program thread holds for the whole of its blocking pageable copy (`t.cpu()` after a
+// collective waits there for NCCL's kernel, which waits for the very bytes the wire must write:
+// docs/results/h200-run30-hosts). A real NIC writes GPU memory without CUDA; this keeps the wire
+// off every lock a blocked program thread can hold. The buffer and the stream are made when the
+// first GPU MR is registered (fw_gpu_copy_prepare), never inside a copy: by then the program may
+// be blocked in libcuda, and no CUDA call the wire makes may wait for it.
+#define FW_BOUNCE (4u << 20)
+static pthread_mutex_t copy_mu = PTHREAD_MUTEX_INITIALIZER; // one copy at a time through the buffer
+static uint8_t *bounce;
+static void *copy_stream, *copy_ctx;
+static int ctx_enter(void **prev) { // the copy's context current on this thread; *prev to restore
+  *prev = NULL;
+  if (cu_get_ctx(prev)) *prev = NULL;
+  if (copy_ctx) return *prev == copy_ctx ? 0 : cu_set_ctx(copy_ctx);
+  if (*prev) return 0;
+  static void *primary; // a consumer's progress thread may have no context: the primary one of device 0
+  if (!primary && cu_retain(&primary, 0)) return -1;
+  return cu_set_ctx(primary);
+}
+static void ctx_leave(void *prev) {
   void *cur = NULL;
-  if (cu_get_ctx(&cur) || !cur) { // a consumer's progress thread may have no context: the primary one of device 0
-    static void *primary;
-    if (!primary && cu_retain(&primary, 0)) return -1;
-    if (cu_set_ctx(primary)) return -1;
-  }
-  // on a non-blocking stream of the thread's own: a copy on the legacy default stream would wait
-  // for the program's work there, which may itself wait for these bytes
-  static __thread void *stream, *stream_ctx;
-  if (cu_stream_create && cu_memcpy_async && cu_stream_sync) {
-    void *ctx = NULL;
+  if (prev && !cu_get_ctx(&cur) && cur != prev) cu_set_ctx(prev);
+}
+static void fw_gpu_copy_prepare(void) {
+  if (!cu_ready() || !cu_host_alloc || !cu_stream_create || !cu_memcpy_async || !cu_stream_sync) return;
+  pthread_mutex_lock(&copy_mu);
+  void *prev;
+  if (!bounce && !ctx_enter(&prev)) {
+    void *ctx = NULL, *s = NULL, *b = NULL;
     cu_get_ctx(&ctx);
-    if (!stream || stream_ctx != ctx) { stream_ctx = ctx; if (cu_stream_create(&stream, 1)) stream = NULL; } // CU_STREAM_NON_BLOCKING
-    if (stream) return cu_memcpy_async((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n, stream) || cu_stream_sync(stream);
+    // CU_MEMHOSTALLOC_PORTABLE (1): pinned for every context; CU_STREAM_NON_BLOCKING (1)
+    if (ctx && !cu_stream_create(&s, 1) && !cu_host_alloc(&b, FW_BOUNCE, 1)) {
+      copy_ctx = ctx; copy_stream = s; bounce = b;
+    }
+    ctx_leave(prev);
   }
-  return cu_memcpy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) || cu_sync();
+  pthread_mutex_unlock(&copy_mu);
+}
+static int gpu_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
+  if (!cu_ready()) return -1;
+  void *prev;
+  pthread_mutex_lock(&copy_mu);
+  int rc = ctx_enter(&prev);
+  if (!rc && bounce) {
+    uint8_t *d = dst; const uint8_t *s = src;
+    if (dst_gpu && src_gpu) rc = cu_memcpy_async((uint64_t)(uintptr_t)d, (uint64_t)(uintptr_t)s, n, copy_stream) || cu_stream_sync(copy_stream);
+    for (size_t off = 0, k; !rc && off < n && !(dst_gpu && src_gpu); off += k) {
+      k = n - off < FW_BOUNCE ? n - off : FW_BOUNCE;
+      if (dst_gpu) { // host -> bounce -> GPU
+        memcpy(bounce, s + off, k);
+        rc = cu_memcpy_async((uint64_t)(uintptr_t)(d + off), (uint64_t)(uintptr_t)bounce, k, copy_stream) || cu_stream_sync(copy_stream);
+      } else { // GPU -> bounce -> host
+        rc = cu_memcpy_async((uint64_t)(uintptr_t)bounce, (uint64_t)(uintptr_t)(s + off), k, copy_stream) || cu_stream_sync(copy_stream);
+        if (!rc) memcpy(d + off, bounce, k);
+      }
+    }
+  } else if (!rc) { // no pinned buffer (a libcuda without cuMemHostAlloc): libcuda stages the copy itself
+    rc = cu_memcpy((uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)src, n) || cu_sync();
+  }
+  ctx_leave(prev);
+  pthread_mutex_unlock(&copy_mu);
+  return rc;
 }
 
 // ---- memory regions ----
@@ -225,6 +273,7 @@ static struct ibv_mr *reg_plain(struct ibv_pd *pd, void *addr, size_t len, uint6
       errno = EFAULT; return NULL;
     }
     if (!whole) { fw_n.bad_args++; errno = EFAULT; return NULL; }
+    fw_gpu_copy_prepare();
   }
   return mr_new(pd, addr, iova, (uint8_t *)addr, len, access, -1, gpu ? FW_GPU_PEERMEM : FW_HOST);
 }
@@ -282,6 +331,7 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, ui
     if (k < 4) fw_say("ibv_reg_dmabuf_mr(off=%#lx len=%#zx iova=%#lx fd=%d) refused: %s", (unsigned long)off, len, (unsigned long)iova, fd, why);
     return NULL;
   }
+  fw_gpu_copy_prepare();
   // the MR holds a reference to the buffer (the RDMA core does), until ibv_dereg_mr
   return mr_new(pd, (void *)(uintptr_t)off, iova, (uint8_t *)(uintptr_t)iova, len, access, fcntl(fd, F_DUPFD_CLOEXEC, 0), FW_GPU_DMABUF);
 }

@@ -270,25 +270,124 @@ CUresult cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p) {
   if (size) *size = n;
   return 0;
 }
-CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) {
-  if (!ctx) return 201; // a context must be current
-  memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-  __atomic_fetch_add(&labcuda_copies, 1, __ATOMIC_RELAXED);
+// Pinned host memory (cuMemHostAlloc) is reached by the copy engines directly; any other host
+// memory is pageable, and a copy from or to it is staged, as libcuda stages it: through one
+// staging buffer of the context's, held for the whole copy, and a synchronous copy first waits
+// for the work before it on the legacy stream. So a thread blocked in a pageable copy whose
+// stream waits for bytes another thread must copy in (cuStreamWaitValue32 here; NCCL's kernel on
+// a GPU) holds the staging buffer: the other thread's copy must not be pageable too.
+#define MAXP 64
+static struct {
+  uint64_t p, n;
+} pinned[MAXP];
+static pthread_mutex_t staging = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t *legacy_wait_at, legacy_wait_value, legacy_wait_eq; // the legacy stream's one pending wait
+unsigned long labcuda_waited; // pageable copies that found their stream's wait not yet met
+static int is_pinned(uint64_t p) {
+  int hit = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXP; i++) hit |= pinned[i].n && p >= pinned[i].p && p < pinned[i].p + pinned[i].n;
+  pthread_mutex_unlock(&mu);
+  return hit;
+}
+static int pageable(uint64_t p) {
+  uint64_t n = 0;
+  range_of(p, &n);
+  return !n && !is_pinned(p);
+}
+CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
+  (void)flags;
+  if (!ctx) return 201;
+  void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2;
+  pthread_mutex_lock(&mu);
+  int i;
+  for (i = 0; i < MAXP && pinned[i].n; i++) {
+  }
+  if (i < MAXP) {
+    pinned[i].p = (uintptr_t)m;
+    pinned[i].n = n;
+  }
+  pthread_mutex_unlock(&mu);
+  if (i == MAXP) {
+    munmap(m, n);
+    return 2;
+  }
+  *pp = m;
   return 0;
 }
-CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) {
-  return cuMemcpy(d, (uintptr_t)s, n);
+CUresult cuMemFreeHost(void *p) {
+  uint64_t n = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXP; i++)
+    if (pinned[i].n && pinned[i].p == (uintptr_t)p) {
+      n = pinned[i].n;
+      pinned[i].n = 0;
+    }
+  pthread_mutex_unlock(&mu);
+  if (!n) return 1;
+  munmap(p, n);
+  return 0;
 }
-CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { return cuMemcpy((uintptr_t)d, s, n); }
-CUresult cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { return cuMemcpy(d, s, n); }
+// CU_STREAM_WAIT_VALUE_GEQ (0) and _EQ (1) on the legacy stream (NULL): the stream's later work
+// waits until the 32-bit word at addr, in this libcuda's memory, meets value.
+CUresult cuStreamWaitValue32_v2(void *s, uint64_t addr, uint32_t value, unsigned flags) {
+  uint64_t n = 0;
+  if (s || flags > 1 || (addr & 3) || !range_of(addr, &n)) return 1;
+  pthread_mutex_lock(&mu);
+  legacy_wait_at = (uint32_t *)(uintptr_t)addr;
+  legacy_wait_value = value;
+  legacy_wait_eq = flags;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+static int legacy_wait_met(void) {
+  pthread_mutex_lock(&mu);
+  uint32_t *at = legacy_wait_at, v = legacy_wait_value, eq = legacy_wait_eq;
+  pthread_mutex_unlock(&mu);
+  if (!at) return 1;
+  uint32_t now = __atomic_load_n(at, __ATOMIC_ACQUIRE);
+  return eq ? now == v : (int32_t)(now - v) >= 0;
+}
+// The legacy stream's work before a synchronous copy: 20 s at most, then CUDA_ERROR_LAUNCH_TIMEOUT
+static CUresult legacy_sync(void) {
+  for (int i = 0; !legacy_wait_met(); i++) {
+    if (i == 0) __atomic_fetch_add(&labcuda_waited, 1, __ATOMIC_RELAXED);
+    if (i == 20000) return 702;
+    usleep(1000);
+  }
+  pthread_mutex_lock(&mu);
+  legacy_wait_at = NULL;
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+static CUresult copy(uint64_t dst, uint64_t src, size_t n, int legacy) {
+  if (!ctx) return 201; // a context must be current
+  int staged = pageable(dst) || pageable(src);
+  if (staged) pthread_mutex_lock(&staging);
+  CUresult r = legacy ? legacy_sync() : 0;
+  if (!r) {
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    __atomic_fetch_add(&labcuda_copies, 1, __ATOMIC_RELAXED);
+  }
+  if (staged) pthread_mutex_unlock(&staging);
+  return r;
+}
+CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) { return copy(dst, src, n, 1); }
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) {
+  return copy(d, (uintptr_t)s, n, 1);
+}
+CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { return copy((uintptr_t)d, s, n, 1); }
+CUresult cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { return copy(d, s, n, 1); }
 CUresult cuStreamCreate(void **s, unsigned flags) {
   (void)flags;
   if (!ctx) return 201;
   *s = &stream;
   return 0;
 }
+// on a stream of cuStreamCreate (non-blocking: it never waits for the legacy stream)
 CUresult cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
-  return s == &stream ? cuMemcpy(dst, src, n) : 400;
+  return s == &stream ? copy(dst, src, n, 0) : 400;
 }
 CUresult cuStreamSynchronize(void *s) { return s == &stream ? 0 : 400; } // INVALID_HANDLE
 // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1; a page-aligned range of one range of its memory

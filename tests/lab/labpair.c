@@ -9,6 +9,8 @@
 //   retry   host 0 WRITEs to host 1 that is gone (exited; or alive behind a fault): RETRY_EXC_ERR
 //           after the QP's retry time; prints elapsed_ms and retry_ms
 //   stream  host 0 WRITEs 8 MiB in 1 MiB messages to host 1: elapsed_ms; host 1 counts wrong bytes
+//   blocked host 1 WRITEs into host 0's GPU memory while host 0's only thread is blocked in a
+//           pageable copy of it that waits for those bytes (labpair-gpu)
 //   regs    alone: host name, port state, dma-buf and GPU registrations, peermem's sysfs file
 // Memory: host (malloc, ibv_reg_mr) or gpu (the stand-in libcuda's, as dma-buf MRs). The
 // scenarios between hosts are in labpair_cases.c.
@@ -261,7 +263,7 @@ int main(int argc, char **argv) {
   if (argc < 5) {
     fprintf(
         stderr,
-        "usage: labpair mesh|errors|retry|retry-alive|stream|regs RDV SELF NHOSTS [host|gpu]\n");
+        "usage: labpair mesh|errors|retry|retry-alive|stream|blocked|regs RDV SELF NHOSTS [host|gpu]\n");
     return 2;
   }
   const char *what = argv[1];
@@ -275,6 +277,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(what, "retry")) retry(1);
   else if (!strcmp(what, "retry-alive")) retry(0);
   else if (!strcmp(what, "stream")) stream();
+  else if (!strcmp(what, "blocked")) blocked();
   else if (!strcmp(what, "regs")) regs();
   else {
     fprintf(stderr, "labpair: no scenario %s\n", what);

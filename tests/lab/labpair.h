@@ -62,4 +62,5 @@ void mesh(void);
 void errors(void);
 void retry(int peer_exits);
 void stream(void);
+void blocked(void); // 2 hosts, labpair-gpu only
 #endif

@@ -266,3 +266,68 @@ void stream(void) {
   }
   printf("labpair stream host 0: elapsed_ms=%.0f bytes=%d\n", now_ms() - t0, TOTAL);
 }
+
+#ifdef LAB_GPU
+int cuStreamWaitValue32_v2(void *s, uint64_t addr, uint32_t value, unsigned flags);
+int cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n);
+int cuDevicePrimaryCtxRetain(void **c, int d);
+int cuCtxSetCurrent(void *c);
+extern unsigned long labcuda_waited;
+#endif
+// Host 1 WRITEs CH bytes into host 0's GPU memory, then a flag word after them, while host 0's
+// only thread is blocked in a pageable copy of that memory whose legacy stream waits for the flag
+// (as `t.cpu()` after a collective waits in libcuda for NCCL's kernel, which waits for those
+// bytes): host 0's wire must write its GPU memory while that thread holds what libcuda holds for
+// a pageable copy. Host 0 checks every byte its copy read.
+void blocked(void) {
+#ifdef LAB_GPU
+  uint8_t *m;
+  struct ibv_mr *mr = memory(2 * CH, ALL, &m);
+  CHECK(mr, "GPU MR: %s", strerror(errno));
+  struct ibv_qp *q = rc_qp(NULL);
+  uint32_t qpn = q->qp_num;
+  publish(mr->rkey, (uint64_t)(uintptr_t)m, 0, &qpn, 1);
+  peer p = lookup(!self, 1);
+  connect_rc(q, &p.gid, p.qpn[0], ALL, 16);
+  if (self == 1) {
+    fill(m, CH, 1, 0);
+    memcpy(m + CH, &(uint32_t){1}, 4);
+  }
+  barrier("connected");
+  if (self == 0) {
+    void *primary;
+    CHECK(!cuDevicePrimaryCtxRetain(&primary, 0) && !cuCtxSetCurrent(primary), "context");
+    // CU_STREAM_WAIT_VALUE_EQ (1) on the legacy stream, then a synchronous pageable copy behind it
+    CHECK(!cuStreamWaitValue32_v2(NULL, (uint64_t)(uintptr_t)(m + CH), 1, 1), "stream wait");
+    uint8_t *h = malloc(CH + 4);
+    CHECK(h, "memory");
+    put("blocking", "1");
+    double t0 = now_ms();
+    int rc = cuMemcpyDtoH_v2(h, (uint64_t)(uintptr_t)m, CH + 4);
+    CHECK(!rc, "the pageable copy never got its bytes (CUDA error %d after %.0f ms): the wire could "
+               "not write GPU memory while this thread was blocked in libcuda", rc, now_ms() - t0);
+    long first;
+    size_t bad = wrong(h, CH, 1, 0, &first);
+    uint32_t flag;
+    memcpy(&flag, h + CH, 4);
+    CHECK(!bad && flag == 1, "%zu wrong bytes (first at %ld), flag %u", bad, first, flag);
+    CHECK(labcuda_waited >= 1, "the copy never waited: the bytes came before it blocked");
+    printf("labpair blocked host 0: blocked_ms=%.0f wrong_bytes=%zu\n", now_ms() - t0, bad);
+    free(h);
+    return;
+  }
+  char b[8];
+  get("blocking", b, sizeof b);
+  struct timespec settle = {0, 200000000}; // host 0 is inside its copy by then
+  nanosleep(&settle, NULL);
+  post(q, IBV_WR_RDMA_WRITE, m, CH, mr->lkey, p.addr, p.rkey, 1);
+  post(q, IBV_WR_RDMA_WRITE, m + CH, 4, mr->lkey, p.addr + CH, p.rkey, 2);
+  for (int i = 0; i < 2; i++) {
+    struct ibv_wc w = next_wc();
+    CHECK(w.status == IBV_WC_SUCCESS, "WRITE %lu: %s", (unsigned long)w.wr_id,
+          ibv_wc_status_str(w.status));
+  }
+#else
+  CHECK(0, "blocked needs the stand-in libcuda: labpair-gpu");
+#endif
+}
