@@ -64,7 +64,7 @@ hosts_rank() {
     FAKEWIRE_REPORT="$B/logs/$row.fw.$n" ${mode[@]+"${mode[@]}"} "$LAB/host" "$n" "$@"
 }
 
-# hosts_torchrun ROW W N CAP PY [NAME=VALUE...]: N lab hosts at once, each one torchrun node of
+# hosts_torchrun ROW W N CAP PY [NAME=VALUE | -u NAME ...] (env's arguments): N lab hosts at once, each one torchrun node of
 # one process running PY (static rendezvous on 127.0.0.1), bounded by CAP seconds (SIGINT, then
 # SIGKILL 10 s later); each host's output in $B/logs/ROW.out.N. Prints the exit statuses.
 hosts_torchrun() {

@@ -4,7 +4,7 @@
 # as dma-bufs on both ends, over the lab's wire. tests/gpu/hosts_collectives.py checks every
 # collective (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv) in fp32,
 # bf16 and int8 from 1 B to 256 MiB and odd sizes against a CPU reference. Rows, each with
-# gdrshim and without where it matters: 2 and 4 ranks; each protocol forced once (NCCL_PROTO);
+# gdrshim, without, and native (nothing of ours, the H200's libcuda exporting) where it matters: 2 and 4 ranks; each protocol forced once (NCCL_PROTO);
 # NCCL_NET_FORCE_FLUSH=1 (set for every row: docs/nccl-flush.md) and once =0, to see what NCCL
 # then does (its flush READs are the fake wire's bytes_g2h); NCCL_CUMEM_ENABLE=0 and =1; user
 # buffers (ncclMemAlloc + ncclCommRegister through torch's MemPool) on expandable (VMM) segments.
@@ -39,12 +39,38 @@ row() { # NAME W N CAP [NAME=VALUE...]
   grep -h 'FAILED\|Error\|error' "$B/logs/$name-$w".out.* | head -5 | cut -c1-220 | tee -a "$res"
   hosts_verdict "$name-$w" "$w" "$n"
 }
-for w in with without; do row coll2 "$w" 2 200; done
-for w in with without; do row coll4 "$w" 4 200 HOSTS_MAX_BYTES=$((64 << 20)); done
-for p in LL LL128 Simple; do row "proto-$p" with 2 60 NCCL_PROTO="$p" HOSTS_MAX_BYTES=$((4 << 20)); done
-row noforceflush with 2 60 NCCL_NET_FORCE_FLUSH=0 HOSTS_MAX_BYTES=$((4 << 20))
-row cumem0 with 2 60 NCCL_CUMEM_ENABLE=0 HOSTS_MAX_BYTES=$((4 << 20))
-row cumem1-vmm-pool with 2 60 NCCL_CUMEM_ENABLE=1 HOSTS_POOL=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
-  HOSTS_MAX_BYTES=$((4 << 20))
+# COLL_ROWS: which groups, in this order (default all): main (2 and 4 ranks, with, native,
+# without), pair (2 ranks with and native), proto, flush (the variable at 0; /etc/nccl.conf alone; neither), cumem
+for group in ${COLL_ROWS:-main proto flush cumem}; do
+  case $group in
+    main)
+      for w in with native without; do row coll2 "$w" 2 200; done
+      for w in with native without; do row coll4 "$w" 4 200 HOSTS_MAX_BYTES=$((64 << 20)); done
+      ;;
+    pair) # coll2 with gdrshim and native only (run-h200-hosts-nccl232.sh)
+      for w in with native; do row coll2 "$w" 2 200; done
+      ;;
+    proto)
+      for p in LL LL128 Simple; do row "proto-$p" with 2 60 NCCL_PROTO="$p" HOSTS_MAX_BYTES=$((4 << 20)); done
+      ;;
+    flush)
+      # NCCL's flush READs (the receiving rank's bytes_g2h) with the variable at 0, with a line
+      # NCCL_NET_FORCE_FLUSH=1 in /etc/nccl.conf and no variable (what deploy.sh writes on an
+      # sm_90+ GeForce: docs/nccl-flush.md), and with neither
+      row noforceflush with 2 60 NCCL_NET_FORCE_FLUSH=0 HOSTS_MAX_BYTES=$((4 << 20))
+      conf_kept=""
+      [ -e /etc/nccl.conf ] && conf_kept=$(cat /etc/nccl.conf)
+      printf '%s\nNCCL_NET_FORCE_FLUSH=1\n' "$conf_kept" >/etc/nccl.conf
+      row conffile with 2 60 -u NCCL_NET_FORCE_FLUSH HOSTS_MAX_BYTES=$((4 << 20))
+      if [ -n "$conf_kept" ]; then printf '%s\n' "$conf_kept" >/etc/nccl.conf; else rm -f /etc/nccl.conf; fi
+      row neither with 2 60 -u NCCL_NET_FORCE_FLUSH HOSTS_MAX_BYTES=$((4 << 20))
+      ;;
+    cumem)
+      row cumem0 with 2 60 NCCL_CUMEM_ENABLE=0 HOSTS_MAX_BYTES=$((4 << 20))
+      row cumem1-vmm-pool with 2 60 NCCL_CUMEM_ENABLE=1 HOSTS_POOL=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+        HOSTS_MAX_BYTES=$((4 << 20))
+      ;;
+  esac
+done
 log "### total $(($(date +%s) - t0)) s"
 hosts_pack
