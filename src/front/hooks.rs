@@ -11,7 +11,7 @@ use core::mem::transmute;
 use core::sync::atomic::{
     AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
-use gdrshim_common::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
+use gdrshim_common::fdpages::{cached, forget_if_mapped, forget_range, store, NOT_NV, UNKNOWN};
 
 macro_rules! libc_fn {
     ($name:literal, $ty:ty) => {{
@@ -141,7 +141,7 @@ macro_rules! open_hook {
             let fd = unsafe { f($($a),*) };
             if fd >= 0 {
                 // whatever the number held before is forgotten (maps nothing)
-                store_if_mapped(fd, UNKNOWN);
+                forget_if_mapped(fd);
             }
             fd
         }
