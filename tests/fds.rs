@@ -15,11 +15,12 @@ fn env() -> &'static Env {
 }
 
 /// `fdharm ARGS` on a fresh fake machine (DMA-BUF route): its "fdharm …" line.
-fn fdharm(args: &[&str]) -> String {
+fn fdharm(args: &[&str], extra: &[(&str, &str)]) -> String {
     let e = env();
     let dev = rig::dev_dir(e, &args.join("-"), &rig::DMABUF);
-    let (code, out, err) =
-        rig::run(e, "fdharm", &dev, &rig::DMABUF, args, &[("GDRSHIM_LOG_LEVEL", "warn")]);
+    let mut env = vec![("GDRSHIM_LOG_LEVEL", "warn")];
+    env.extend_from_slice(extra);
+    let (code, out, err) = rig::run(e, "fdharm", &dev, &rig::DMABUF, args, &env);
     let line = out.lines().find(|l| l.starts_with("fdharm ")).unwrap_or_default().to_string();
     assert!(code == 0 && line.contains(" ok"), "fdharm {args:?} exited {code}: {out}\n{err}");
     line
@@ -31,14 +32,14 @@ fn fdharm(args: &[&str]) -> String {
 /// the dereg left it open (`kept=5 child=1 left=1`).
 #[test]
 fn a_vfork_childs_closes_leave_the_parents_fds_ours() {
-    let line = fdharm(&["vfork"]);
+    let line = fdharm(&["vfork"], &[]);
     assert!(line.contains("child=0 left=0"), "{line}");
 }
 
 /// A thread's `close_range(.., CLOSE_RANGE_UNSHARE)` closes its own copy of the table only.
 #[test]
 fn an_unshared_close_range_leaves_our_fds_ours() {
-    let line = fdharm(&["unshare"]);
+    let line = fdharm(&["unshare"], &[]);
     assert!(line.contains("child=0 left=0"), "{line}");
 }
 
@@ -46,7 +47,7 @@ fn an_unshared_close_range_leaves_our_fds_ours() {
 /// close nothing: the number stays ours.
 #[test]
 fn a_close_that_fails_or_changes_nothing_leaves_our_fd_ours() {
-    let line = fdharm(&["failed"]);
+    let line = fdharm(&["failed"], &[]);
     assert!(line.contains("child=0 left=0"), "{line}");
 }
 
@@ -55,7 +56,7 @@ fn a_close_that_fails_or_changes_nothing_leaves_our_fd_ours() {
 /// dma-buf gdrshim had just made at `f` (dma-bufs left open with no MR).
 #[test]
 fn a_program_closing_its_own_fds_never_erases_a_fresh_mark() {
-    let line = fdharm(&["range-race", "3"]);
+    let line = fdharm(&["range-race", "3"], &[]);
     assert!(line.contains("left=0"), "{line}");
 }
 
@@ -65,6 +66,7 @@ fn a_program_closing_its_own_fds_never_erases_a_fresh_mark() {
 /// and closed it at the dereg.
 #[test]
 fn gdrshim_never_adopts_the_programs_file_made_at_a_fresh_number() {
-    let line = fdharm(&["window", "3"]);
+    // (each export's ioctl returns 200 us after the driver made the fd: a preempted thread)
+    let line = fdharm(&["window", "3"], &[("FAKERM_EXPORT_DELAY_US", "200")]);
     assert!(line.contains("left=0 lost=0"), "{line}");
 }
