@@ -317,6 +317,16 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
             return c as usize;
         }
     }
+    // without a core: where the name is ours only (the front's stub), the answer without
+    // gdrshim is none, with dlerror as after a failed lookup (none after the front either)
+    let front = crate::elf::object_holding(pick as *const () as usize).map_or(0, |(base, _)| base);
+    if ours && crate::elf::definition_at(front, n) != 0 && !crate::elf::defined_beside_gdrshim(n) {
+        if let Some(dlsym) = crate::real_dlsym() {
+            // SAFETY: a lookup of the caller's C string.
+            unsafe { dlsym(libc::RTLD_NEXT, name) };
+        }
+        return 1;
+    }
     0
 }
 
