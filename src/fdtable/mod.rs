@@ -12,11 +12,12 @@ use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, CStr};
 use once_cell::sync::OnceCell;
 
+pub mod closegate;
 pub mod forkgate;
 pub mod own;
 use gdrshim_common::{fdpages as pages, names};
 pub use names::nvidia_path;
-use pages::store_if_mapped;
+use pages::forget_if_mapped;
 pub use pages::{adopt as adopt_front_table, cached, forget_range, store, NOT_NV, UNKNOWN};
 
 const CTL: u8 = 2;
@@ -155,12 +156,26 @@ pub fn classify_and_cache(fd: c_int) -> Option<DevKind> {
 /// `fstat` at its first ioctl. Not by its path: a node can be reached by any path (a bind mount,
 /// a link), and a kind guessed from a name could hide an NVIDIA fd from the map. Maps nothing.
 pub fn note_open(fd: c_int) {
-    store_if_mapped(fd, UNKNOWN);
+    forget(fd);
 }
 
+/// `fd`'s kind is forgotten (a close under way); whether it is ours is `own`'s to change. Maps
+/// nothing.
+pub fn forget(fd: c_int) {
+    forget_if_mapped(fd);
+}
+
+/// `new` is a dup of `old` now. In a table our marks do not describe (a `vfork` child's), the
+/// byte is only forgotten: the parent's number is another file, and keeps its mark.
 pub fn note_dup(old: c_int, new: c_int) {
-    if new >= 0 {
-        store(new, cached(old));
+    if new < 0 {
+        return;
+    }
+    let b = cached(old);
+    if (b == UNKNOWN && !pages::is_own(new)) || !own::foreign_table() {
+        store(new, b);
+    } else {
+        pages::store_kind(new, UNKNOWN);
     }
 }
 

@@ -11,8 +11,7 @@
 //! file check (`fstat`) before each use and each close still tells, since the number then names
 //! another file or none.
 
-use super::forkgate;
-pub use super::forkgate::{making, Making};
+use super::{closegate, forkgate};
 use crate::fd::{FileId, OwnedFd};
 use core::ffi::c_int;
 use core::sync::atomic::{
@@ -20,6 +19,59 @@ use core::sync::atomic::{
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use gdrshim_common::fdpages as pages;
+
+/// Held from before the call that makes an fd of ours until that fd is adopted (or the call
+/// failed): no fork is made ([`forkgate`]) and no program close runs ([`closegate`]) meanwhile.
+#[must_use]
+pub struct Making {
+    _fork: forkgate::Making,
+    _closes: closegate::Creating,
+}
+
+/// Before a call that makes an fd of ours: see [`Making`].
+pub fn making() -> Making {
+    // the fork gate first: a fork waits for makers, and never holds back a program close
+    let fork = forkgate::making();
+    Making { _fork: fork, _closes: closegate::creating() }
+}
+
+/// The process whose fd table the marks describe (0: no fd of ours made yet): set at the first
+/// adopt, and in a forked child.
+static TABLE_PID: AtomicI32 = AtomicI32::new(0);
+
+thread_local! {
+    /// This thread unshared its fd table (`close_range` with `CLOSE_RANGE_UNSHARE`): its closes
+    /// act on a copy from then on.
+    static UNSHARED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// The pid by the system call (not a value libc may keep).
+fn raw_getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// Whether this thread's fd table is another than the one the marks describe: a `vfork` child
+/// (CPython's `subprocess`, `posix_spawn`'s children share our memory, not our fd table) or a
+/// thread that unshared its table. A close there closes nothing of ours: it changes no mark,
+/// and no fd of ours is made, used or closed there. One system call: asked only where a mark is
+/// at stake.
+pub fn foreign_table() -> bool {
+    if UNSHARED.with(core::cell::Cell::get) {
+        return true;
+    }
+    let p = TABLE_PID.load(Relaxed);
+    p != 0 && p != raw_getpid()
+}
+
+/// This thread's `close_range(.., CLOSE_RANGE_UNSHARE)` worked: its table is a copy from now
+/// on. (Not in a `vfork` child: it runs on its parent thread's thread-local memory.) A process
+/// with fds of ours has CUDA's threads sharing its table, so the kernel did copy it.
+pub fn unshared_by_this_thread() {
+    if !foreign_table() {
+        UNSHARED.with(|u| u.set(true));
+    }
+}
 
 /// The thread holding the lock (its tid), 0 when free.
 static HOLDER: AtomicI32 = AtomicI32::new(0);
@@ -86,6 +138,13 @@ pub fn adopt(fd: c_int) -> Option<OwnedFd> {
     if fd < 0 {
         return None;
     }
+    if TABLE_PID.load(Relaxed) == 0 {
+        TABLE_PID.store(raw_getpid(), Relaxed);
+    }
+    if foreign_table() {
+        // made in a table no mark describes (it is O_CLOEXEC: the child's exec closes it)
+        return None;
+    }
     let _l = lock();
     // marked first: from here on a program's close of the number waits for this lock
     let marked = pages::mark_own(fd);
@@ -108,6 +167,9 @@ pub fn is_ours(fd: &OwnedFd) -> bool {
 /// number is another file now, or none), and it is left alone.
 pub fn close(fd: OwnedFd) -> bool {
     let (n, file) = fd.into_parts();
+    if foreign_table() {
+        return false;
+    }
     let _l = lock();
     if !pages::is_own(n) || file_of(n) != Some(file) {
         return false;
@@ -122,6 +184,9 @@ pub fn close(fd: OwnedFd) -> bool {
 /// Hands `fd` to a caller: the number is the caller's from now on, and no longer marked ours.
 pub fn hand_out(fd: OwnedFd) -> c_int {
     let (n, file) = fd.into_parts();
+    if foreign_table() {
+        return n;
+    }
     let _l = lock();
     if pages::is_own(n) && file_of(n) == Some(file) {
         idents::clear(n);
@@ -130,34 +195,59 @@ pub fn hand_out(fd: OwnedFd) -> c_int {
     n
 }
 
-/// The program closes (or makes a dup over) `fd` itself, by `real`: where the number is ours,
-/// it is ours no longer, and `real` runs under the lock, so that our own check-then-close of
-/// the number cannot meet it halfway. Whether it was ours, with `real`'s result.
-pub fn program_closes<R>(fd: c_int, real: impl FnOnce() -> R) -> (bool, R) {
-    if !pages::is_own(fd) {
+/// The program closes (or makes a dup over) `fd` itself, by `real`; `closed` tells from
+/// `real`'s result whether the number was closed or replaced. Where the number is ours, it is
+/// ours no longer once `real` did so (never before: a call that fails leaves it ours), and
+/// `real` runs under the lock, so that our own check-then-close of the number cannot meet it
+/// halfway. No fd of ours is made meanwhile ([`closegate`]). In a table the marks do not
+/// describe (a `vfork` child) nothing changes. Whether it was ours, with `real`'s result.
+pub fn program_closes<R>(
+    fd: c_int,
+    real: impl FnOnce() -> R,
+    closed: impl FnOnce(&R) -> bool,
+) -> (bool, R) {
+    let _c = closegate::closing();
+    if !pages::is_own(fd) || foreign_table() {
         return (false, real());
     }
     let _l = lock();
-    let was = pages::clear_own(fd);
-    idents::clear(fd);
-    (was, real())
+    let r = real();
+    let was = closed(&r) && pages::clear_own(fd);
+    if was {
+        idents::clear(fd);
+    }
+    (was, r)
 }
 
-/// [`program_closes`] for every number in `[first, last]` (`close_range`, `closefrom`).
-pub fn program_closes_range<R>(first: c_int, last: c_int, real: impl FnOnce() -> R) -> R {
+/// [`program_closes`] for every number in `[first, last]` (`close_range`, `closefrom`), with
+/// `after` run at once after `real` (forgetting the range), while no fd of ours can be made.
+pub fn program_closes_range<R>(
+    first: c_int,
+    last: c_int,
+    real: impl FnOnce() -> R,
+    closed: impl FnOnce(&R) -> bool,
+    after: impl FnOnce(&R),
+) -> R {
+    let _c = closegate::closing();
     let mut any = false;
     pages::each_own(|fd| any |= fd >= first && fd <= last);
-    if !any {
-        return real();
+    if !any || foreign_table() {
+        let r = real();
+        after(&r);
+        return r;
     }
     let _l = lock();
-    pages::each_own(|fd| {
-        if fd >= first && fd <= last {
-            pages::clear_own(fd);
-            idents::clear(fd);
-        }
-    });
-    real()
+    let r = real();
+    if closed(&r) {
+        pages::each_own(|fd| {
+            if fd >= first && fd <= last {
+                pages::clear_own(fd);
+                idents::clear(fd);
+            }
+        });
+    }
+    after(&r);
+    r
 }
 
 /// A file gdrshim writes to for as long as it is its own (the log, the capture), where any thread
@@ -196,9 +286,15 @@ impl Kept {
     /// more (the program closed it: it is let go from now on). No cancellation point.
     pub fn write_all(&self, bytes: &[u8]) -> bool {
         let Some(n) = self.num() else { return false };
-        let _l = lock();
         let file = (self.dev.load(Relaxed), self.ino.load(Relaxed));
+        let foreign = foreign_table();
+        // (a vfork child has one thread, and no thread of ours closes in its table: no lock)
+        let _l = (!foreign).then(lock);
         if !pages::is_own(n) || file_of(n).map(|f| (f.dev, f.ino)) != Some(file) {
+            if foreign {
+                // the child's table, not the parent's: the line is dropped, the file stays kept
+                return true;
+            }
             let _ = self.num.compare_exchange(n, -1, AcqRel, Acquire);
             return false;
         }
@@ -252,7 +348,10 @@ pub fn after_fork_in_parent() {
 pub fn close_all_in_child() {
     HELD_FOR_FORK.store(false, Relaxed);
     HOLDER.store(0, Relaxed);
+    TABLE_PID.store(raw_getpid(), Relaxed);
+    UNSHARED.with(|u| u.set(false));
     forkgate::after_fork_in_child();
+    closegate::after_fork_in_child();
     pages::each_own(|fd| {
         let same = idents::get(fd)
             .is_some_and(|was| file_of(fd).is_some_and(|now| (now.dev, now.ino) == was));
@@ -355,7 +454,7 @@ mod tests {
         // the program makes a dup over our number through the hook: its file there now
         let ours = adopt(memfd()).expect("a fresh fd");
         let (n, theirs) = (ours.num(), memfd());
-        let (was, r) = program_closes(n, || dup2(theirs, n));
+        let (was, r) = program_closes(n, || dup2(theirs, n), |&r| r == n);
         assert!(was && r == n, "the number was ours");
         assert!(!is_ours(&ours), "the number is the program's file now");
         assert!(!close(ours), "not closed");
@@ -398,6 +497,9 @@ mod tests {
         let ours = adopt(memfd()).expect("a fresh fd");
         let n = hand_out(ours);
         assert!(!pages::is_own(n) && file_of(n).is_some());
-        assert!(!program_closes(n, || raw_close(n)).0, "not ours when the caller closes it");
+        assert!(
+            !program_closes(n, || raw_close(n), |_| true).0,
+            "not ours when the caller closes it"
+        );
     }
 }

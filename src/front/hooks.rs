@@ -11,7 +11,7 @@ use core::mem::transmute;
 use core::sync::atomic::{
     AtomicPtr, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
-use gdrshim_common::fdpages::{cached, forget_range, store, store_if_mapped, NOT_NV, UNKNOWN};
+use gdrshim_common::fdpages::{cached, forget_if_mapped, forget_range, store, NOT_NV, UNKNOWN};
 
 macro_rules! libc_fn {
     ($name:literal, $ty:ty) => {{
@@ -141,7 +141,7 @@ macro_rules! open_hook {
             let fd = unsafe { f($($a),*) };
             if fd >= 0 {
                 // whatever the number held before is forgotten (maps nothing)
-                store_if_mapped(fd, UNKNOWN);
+                forget_if_mapped(fd);
             }
             fd
         }
@@ -316,6 +316,16 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         if let Some(c) = core_fn(which) {
             return c as usize;
         }
+    }
+    // without a core: where the name is ours only (the front's stub), the answer without
+    // gdrshim is none, with dlerror as after a failed lookup (none after the front either)
+    let front = crate::elf::object_holding(pick as *const () as usize).map_or(0, |(base, _)| base);
+    if ours && crate::elf::definition_at(front, n) != 0 && !crate::elf::defined_beside_gdrshim(n) {
+        if let Some(dlsym) = crate::real_dlsym() {
+            // SAFETY: a lookup of the caller's C string.
+            unsafe { dlsym(libc::RTLD_NEXT, name) };
+        }
+        return 1;
     }
     0
 }

@@ -11,6 +11,7 @@ use crate::activation::active;
 use crate::real;
 use crate::sys::in_hook;
 use core::ffi::{c_char, c_void, CStr};
+use gdrshim_common::elf;
 
 /// What `pick` answers: forward untouched, return NULL, or return this pointer.
 const FORWARD: usize = 0;
@@ -53,8 +54,7 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
             b if b.starts_with(b"mlx5dv_") => mlx5dv::by_symbol(b, ver),
             b => cuda::by_symbol_name(b),
         };
-        // a wrapper costs nothing until called, and wakes nothing: only off mode forwards
-        let Some(install) = install.filter(|_| active()) else { return FORWARD };
+        let Some(install) = install else { return FORWARD };
         // SAFETY: the real functions with the caller's own arguments.
         let found = unsafe {
             if version.is_null() {
@@ -65,6 +65,24 @@ extern "C" fn pick(handle: *mut c_void, name: *const c_char, version: *const c_c
         };
         if found.is_null() {
             return RETURN_NULL;
+        }
+        // Our own export (we are in the global scope), where no other object defines the name:
+        // the answer without gdrshim is none (a program asking whether CUDA or verbs is loaded).
+        if elf::in_gdrshim(found as usize) && !elf::defined_beside_gdrshim(n.to_bytes()) {
+            // dlerror as after a failed lookup: none after us either
+            // SAFETY: a lookup of the caller's C string(s).
+            unsafe {
+                if version.is_null() {
+                    real::real_dlsym().map(|f| f(libc::RTLD_NEXT, name));
+                } else {
+                    real::real_dlvsym().map(|f| f(libc::RTLD_NEXT, name, version));
+                }
+            }
+            return RETURN_NULL;
+        }
+        // a wrapper costs nothing until called, and wakes nothing: only off mode forwards
+        if !active() {
+            return FORWARD;
         }
         let w = install(found);
         let named = |p: &[u8]| n.to_bytes().starts_with(p);

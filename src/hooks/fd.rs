@@ -5,7 +5,7 @@
 //! learns of it at its first ioctl, by its `fstat`; only a number reused behind our back after
 //! the table knew it would be stale, and `open*` of any kind forgets what the number held.)
 
-use crate::fdtable::{note_dup, note_open, own, store, UNKNOWN};
+use crate::fdtable::{forget, note_dup, note_open, own};
 use crate::real;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_char, c_int};
@@ -67,13 +67,18 @@ open_hook!(open_by_handle_at, open_by_handle_at, (mount_fd: c_int, handle: *mut 
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let Some(f) = real::close() else { missing!() };
     // A number of ours closed by the program is ours no longer, and never closed by us again
-    // (`own` takes its lock for it). The number is free once close starts: forget it first,
-    // so a racing open can only make us re-check it, never keep a stale kind.
-    own::program_closes(fd, || {
-        store(fd, UNKNOWN);
-        // SAFETY: forwarded unchanged.
-        unsafe { f(fd) }
-    })
+    // (`own` takes its lock for it). The number is free once close starts: its kind is
+    // forgotten first, so a racing open can only make us re-check it, never keep a stale kind.
+    // Linux frees the number whatever close answers (EINTR, EIO), unless it was not open.
+    own::program_closes(
+        fd,
+        || {
+            forget(fd);
+            // SAFETY: forwarded unchanged.
+            unsafe { f(fd) }
+        },
+        |_| true,
+    )
     .1
 }
 
@@ -87,13 +92,17 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
 }
 
 /// `dup2` and `dup3` close `new` first when it is open: a number of ours is let go as by
-/// `close` (under the same lock).
+/// `close` (under the same lock), once the call did replace it (a `dup2` from a bad fd fails
+/// with `EBADF` and leaves `new` as it was; `dup2(n, n)` changes nothing).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     let Some(f) = real::dup2() else { missing!() };
     // SAFETY: forwarded unchanged.
-    let fd = own::program_closes(new, || unsafe { f(old, new) }).1;
-    note_dup(old, fd);
+    let real = || unsafe { f(old, new) };
+    let fd = own::program_closes(new, real, |&r| r == new && old != new).1;
+    if old != new {
+        note_dup(old, fd);
+    }
     fd
 }
 
@@ -101,13 +110,17 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let Some(f) = real::dup3() else { missing!() };
     // SAFETY: forwarded unchanged.
-    let fd = own::program_closes(new, || unsafe { f(old, new, flags) }).1;
+    let real = || unsafe { f(old, new, flags) };
+    let fd = own::program_closes(new, real, |&r| r == new && old != new).1;
     note_dup(old, fd);
     fd
 }
 
 /// `close_range` (glibc 2.34): every number in the range is forgotten; those of ours are ours
-/// no longer. With `CLOSE_RANGE_CLOEXEC` nothing is closed.
+/// no longer, once the call worked (`ENOSYS` before Linux 5.9, `EINVAL` for bad flags: nothing
+/// closed). With `CLOSE_RANGE_CLOEXEC` nothing is closed (ours are close-on-exec already); with
+/// `CLOSE_RANGE_UNSHARE` the closes act on the calling thread's own copy of the table, never
+/// on the numbers our marks describe.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close_range(
     first: libc::c_uint,
@@ -115,31 +128,45 @@ pub unsafe extern "C" fn close_range(
     flags: c_int,
 ) -> c_int {
     let Some(f) = real::close_range() else { missing!() };
+    // SAFETY: forwarded unchanged.
+    let real = || unsafe { f(first, last, flags) };
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
-        // SAFETY: forwarded unchanged.
-        return unsafe { f(first, last, flags) };
+        return real();
+    }
+    if flags & libc::CLOSE_RANGE_UNSHARE as c_int != 0 {
+        let r = real();
+        if r == 0 {
+            let e = errno();
+            own::unshared_by_this_thread();
+            set_errno(e);
+        }
+        return r;
     }
     let (lo, hi) = (clamp_fd(first), clamp_fd(last));
-    // SAFETY: forwarded unchanged.
-    let r = own::program_closes_range(lo, hi, || unsafe { f(first, last, flags) });
-    if r == 0 {
-        let e = errno();
-        crate::fdtable::forget_range(lo, hi);
-        set_errno(e);
-    }
-    r
+    let forget_closed = |&r: &c_int| {
+        if r == 0 {
+            let e = errno();
+            crate::fdtable::forget_range(lo, hi);
+            set_errno(e);
+        }
+    };
+    own::program_closes_range(lo, hi, real, |&r| r == 0, forget_closed)
 }
 
-/// `closefrom` (glibc 2.34): as `close_range(low, ~0U, 0)`.
+/// `closefrom` (glibc 2.34): as `close_range(low, ~0U, 0)`; glibc closes every number from
+/// `low` on or aborts, so every one is closed when it returns.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn closefrom(low: c_int) {
     let Some(f) = real::closefrom() else { return };
     let lo = low.max(0);
     // SAFETY: forwarded unchanged.
-    own::program_closes_range(lo, c_int::MAX, || unsafe { f(low) });
-    let e = errno();
-    crate::fdtable::forget_range(lo, c_int::MAX);
-    set_errno(e);
+    let real = || unsafe { f(low) };
+    let forget_closed = |_: &()| {
+        let e = errno();
+        crate::fdtable::forget_range(lo, c_int::MAX);
+        set_errno(e);
+    };
+    own::program_closes_range(lo, c_int::MAX, real, |_| true, forget_closed);
 }
 
 /// A `close_range` bound as an fd number (fd numbers stop at `i32::MAX`).

@@ -163,6 +163,9 @@ static uint32_t rm_alloc(uint32_t c, uint32_t parent, uint32_t *hnew, uint32_t c
 // large free does; a registration or export of that memory meanwhile is a race the shim lost.
 static uint32_t freeing_h; long fakenv_race_violations;
 static long free_delay_us(void) { static long d = -1; if (d < 0) { const char *t = getenv("FAKERM_FREE_DELAY_US"); d = t ? atol(t) : 0; } return d; }
+// FAKERM_EXPORT_DELAY_US=N: an export's ioctl returns N us after it made the buffer's fd, as a
+// thread preempted there would: the number is open and not yet the caller's own.
+static long export_delay_us(void) { static long d = -1; if (d < 0) { const char *t = getenv("FAKERM_EXPORT_DELAY_US"); d = t ? atol(t) : 0; } return d; }
 static uint32_t p2p_ctrl(uint32_t c, uint32_t p2p, uint32_t cmd, uint8_t *p) {
   obj_t *o = obj(c, p2p); if (!o || o->cls != 0x503c) return 0x57;
   if (cmd == 0x503c0102) {
@@ -450,7 +453,9 @@ static int fake_ioctl(int fd, unsigned long req, void *arg) {
     if (node < 2 || size != 2608) { errno = EINVAL; return -1; }
     pthread_mutex_lock(&mu); uint32_t st = export_dmabuf(node - 2, a); pthread_mutex_unlock(&mu);
     if (st) fakenv_export_refusals++;
-    memcpy(a + 2600, &st, 4); return 0;
+    memcpy(a + 2600, &st, 4);
+    if (!st && export_delay_us()) usleep((useconds_t)export_delay_us());
+    return 0;
   }
   if (node != 1 && nr == 0x29 && size == 16 && free_delay_us()) {
     __atomic_store_n(&freeing_h, w[2], __ATOMIC_RELEASE);

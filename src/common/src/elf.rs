@@ -16,10 +16,10 @@ const DT_NULL: i64 = 0;
 const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
 
-struct Search {
+struct Search<'a> {
     /// File-name prefix of the object to search: libc first, then libdl (glibc < 2.34).
     object: &'static [u8],
-    names: [&'static [u8]; 2],
+    names: [&'a [u8]; 2],
     found: [usize; 2],
     /// The sizes of what was found (`st_size`).
     sizes: [usize; 2],
@@ -38,7 +38,7 @@ fn gnu_hash(name: &[u8]) -> u32 {
 ///
 /// # Safety
 /// `info` must come from `dl_iterate_phdr`, which describes a mapped, relocated object.
-unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search) -> bool {
+unsafe fn lookup_in_object(info: &libc::dl_phdr_info, s: &mut Search<'_>) -> bool {
     let base = info.dlpi_addr as usize;
     let mut dynamic: *const Elf64Dyn = core::ptr::null();
     for i in 0..info.dlpi_phnum as usize {
@@ -153,7 +153,7 @@ pub fn file_name(info: &libc::dl_phdr_info) -> Option<&[u8]> {
 
 /// Looks `s`'s names up in every object whose file name starts with `s.object`, until both are
 /// found.
-fn search(s: &mut Search) {
+fn search(s: &mut Search<'_>) {
     each_loaded_object(|info| {
         if file_name(info).is_some_and(|f| f.starts_with(s.object)) {
             // SAFETY: info comes from dl_iterate_phdr.
@@ -273,7 +273,7 @@ pub fn object_in(object: &'static [u8], name: &'static [u8]) -> Option<(usize, u
 
 /// The default-version definition of `name` in the loaded object whose load base is `base` (0:
 /// none, or no such object loaded).
-pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
+pub fn definition_at(base: usize, name: &[u8]) -> usize {
     let mut s = Search { object: b"", names: [name, name], found: [0, 0], sizes: [0, 0] };
     each_loaded_object(|info| {
         if info.dlpi_addr as usize != base {
@@ -284,4 +284,32 @@ pub fn definition_at(base: usize, name: &'static [u8]) -> usize {
         true
     });
     s.found[0]
+}
+
+/// Whether `addr` lies in one of gdrshim's own objects (the core or the front: those that define
+/// `gdrshim_version`).
+pub fn in_gdrshim(addr: usize) -> bool {
+    object_holding(addr).is_some_and(|(base, _)| definition_at(base, b"gdrshim_version") != 0)
+}
+
+/// Whether an object loaded now other than gdrshim's own defines `name` (a default-version
+/// definition): what a lookup that found gdrshim's hook would find without gdrshim, in some
+/// scope. `true` where this cannot tell (an object without a GNU hash table).
+pub fn defined_beside_gdrshim(name: &[u8]) -> bool {
+    let mut beside = false;
+    each_loaded_object(|info| {
+        let mut s =
+            Search { object: b"", names: [name, b"gdrshim_version"], found: [0, 0], sizes: [0, 0] };
+        // SAFETY: info comes from dl_iterate_phdr.
+        if !unsafe { lookup_in_object(info, &mut s) } {
+            // SAFETY: dlpi_name is null or a NUL-terminated string owned by ld.so.
+            let vdso = !info.dlpi_name.is_null()
+                && unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes().starts_with(b"linux-vdso");
+            beside = !vdso;
+        } else {
+            beside = s.found[0] != 0 && s.found[1] == 0;
+        }
+        beside
+    });
+    beside
 }

@@ -125,8 +125,9 @@ pub fn store(fd: c_int, b: u8) {
     }
 }
 
-/// Every number in `[first, last]` names no file now (`close_range`, `closefrom`): forgotten,
-/// as by a close of each. Maps nothing.
+/// Every number in `[first, last]` names no file now (`close_range`, `closefrom`): its kind is
+/// forgotten, as by a close of each. Whether a number is gdrshim's own is its owner's to change
+/// (a `vfork` child's close closes nothing of the parent's). Maps nothing.
 pub fn forget_range(first: c_int, last: c_int) {
     let last = last.min(HIGH.load(Relaxed));
     let mut fd = first.max(0);
@@ -134,7 +135,7 @@ pub fn forget_range(first: c_int, last: c_int) {
         let in_page = PAGE as c_int - fd % PAGE as c_int;
         if let Some(p) = page(fd, false) {
             for i in 0..in_page.min(last - fd + 1) {
-                p[(fd + i) as usize % PAGE].store(UNKNOWN, Relaxed);
+                p[(fd + i) as usize % PAGE].fetch_and(OWN, Relaxed);
             }
         }
         match fd.checked_add(in_page) {
@@ -153,11 +154,13 @@ pub fn store_kind(fd: c_int, b: u8) {
     }
 }
 
-/// Like [`store`], but maps nothing: a process that opens files and never ioctls them pays no
+/// `fd` was just opened: its kind is forgotten, whether it is gdrshim's own stays (a stale mark
+/// is told by the file check at each use; an open in a `vfork` child says nothing of its
+/// parent's numbers). Maps nothing: a process that opens files and never ioctls them pays no
 /// mapping.
-pub fn store_if_mapped(fd: c_int, b: u8) {
+pub fn forget_if_mapped(fd: c_int) {
     if let Some(p) = page(fd, false) {
-        p[fd as usize % PAGE].store(b, Relaxed);
+        p[fd as usize % PAGE].fetch_and(OWN, Relaxed);
     }
 }
 

@@ -1,0 +1,166 @@
+// Do no harm to the fd table, under the real libgdrshim.so on the fake machine (ours). Each mode
+// prints "fdharm MODE ok ..." and exits 0, or names what went wrong and exits 1:
+//   fdharm vfork       an MR keeps a dma-buf; a vfork child runs CPython's closes before its exec
+//                      (close_range(3, 3), close_range(5, ~0U), dup2 over the kept fd, closefrom):
+//                      a child forked afterwards holds no dma-buf, and the dereg and free close it
+//   fdharm unshare     the same with a thread's close_range(3, ~0U, CLOSE_RANGE_UNSHARE)
+//   fdharm failed      close_range with bad flags, dup2(bad, kept) and dup2(kept, kept) fail or
+//                      change nothing: the kept dma-buf is still gdrshim's (closed at the dereg)
+//   fdharm range-race  one thread closes /dev/null fds of its own with close_range(f, f, 0) while
+//                      others register and deregister: no dma-buf is left open at the end
+//   fdharm window      one thread closes every number from the first free one up
+//                      (close_range(lo, 511)) and opens a file of its own, while others register:
+//                      gdrshim never takes, uses or closes the program's file
+#include "rig.h"
+#include <linux/close_range.h>
+
+static int dmabufs_below_512(void) {
+  char p[64], t[256]; int n = 0;
+  for (int fd = 0; fd < 512; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k <= 0) continue;
+    t[k] = 0;
+    n += strstr(t, "memfd:nv_dmabuf") != NULL;
+  }
+  return n;
+}
+
+// A child forked now: how many dma-bufs it holds (-1: no answer).
+static int forked_child_dmabufs(void) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(dmabufs_below_512());
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return -1;
+  return WEXITSTATUS(st);
+}
+
+// An MR keeping a dma-buf, `between` run, then the checks: a forked child holds none, and the
+// dereg and free leave none open in the parent.
+static int kept_across(const char *mode, void (*between)(int kept)) {
+  uint32_t h = gpu_alloc(0, BASE, 64 * K64);
+  struct ibv_mr *m = must_reg(vreg, BASE, 64 * K64, "an MR");
+  int kept = -1; char p[64], t[256];
+  for (int fd = 0; fd < 512 && kept < 0; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k > 0 && (t[k] = 0, strstr(t, "memfd:nv_dmabuf"))) kept = fd;
+  }
+  if (kept < 0) { fprintf(stderr, "no kept dma-buf\n"); return 2; }
+  between(kept);
+  int child = forked_child_dmabufs();
+  if (child != 0) fail("a child forked afterwards holds dma-bufs", child, kept);
+  if (m && vdereg(m)) fail("dereg", kept, errno);
+  gpu_free(0, BASE, 64 * K64, h);
+  int left = dmabufs_below_512();
+  if (left) fail("dma-bufs left open after the dereg and free", left, kept);
+  printf("fdharm %s %s kept=%d child=%d left=%d\n", mode, failures ? "FAILED" : "ok", kept, child, left);
+  return failures != 0;
+}
+
+static void vfork_children(int kept) {
+  for (int how = 0; how < 3; how++) {
+    pid_t pid = vfork();
+    if (pid == 0) {
+      if (how == 0) { // CPython's _posixsubprocess
+        close_range(3, 3, 0);
+        close_range(5, ~0U, 0);
+      } else if (how == 1) {
+        int nul = open("/dev/null", O_RDONLY);
+        dup2(nul, kept);
+      } else {
+        closefrom(3);
+      }
+      char *argv[] = {"/bin/true", NULL};
+      execv("/bin/true", argv);
+      _exit(127);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) fail("the vfork child", how, st);
+  }
+}
+
+static void *unsharing(void *arg) {
+  (void)arg;
+  if (close_range(3, ~0U, CLOSE_RANGE_UNSHARE)) fail("close_range unshare", 0, errno);
+  return NULL;
+}
+static void unshare_thread(int kept) {
+  (void)kept;
+  pthread_t t;
+  pthread_create(&t, NULL, unsharing, NULL);
+  pthread_join(t, NULL);
+}
+
+static void failing_calls(int kept) {
+  errno = 0;
+  if (close_range(kept, kept, 0x40000000) == 0 || errno != EINVAL) fail("close_range with a bad flag", kept, errno);
+  if (dup2(10000, kept) != -1 || errno != EBADF) fail("dup2 from a bad fd", kept, errno);
+  if (dup2(kept, kept) != kept) fail("dup2 onto itself", kept, errno);
+  if (close_range(kept, kept, CLOSE_RANGE_CLOEXEC)) fail("close_range cloexec", kept, errno);
+}
+
+static volatile int stop;
+static void *reg_loop(void *arg) {
+  uint64_t at = BASE + (uint64_t)(uintptr_t)arg * 16 * K64;
+  while (!stop) {
+    struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)at, K64, 0xf);
+    if (m) vdereg(m);
+  }
+  return NULL;
+}
+
+static int lo; // the first number free after setup
+static long checks, lost;
+static void *closer(void *arg) {
+  int range = arg != NULL;
+  while (!stop) {
+    if (range) {
+      // every number from lo up, gdrshim's fds among them, then a file of the program's own
+      close_range(lo, 511, 0);
+      int f = memfd_create("program-file", MFD_CLOEXEC);
+      if (f < 0) continue;
+      if (write(f, "mine", 4) != 4) fail("write", f, errno);
+      for (int i = 0; i < 50; i++) sched_yield();
+      char b[8] = {0}; char p[64], t[256];
+      snprintf(p, sizeof p, "/proc/self/fd/%d", f);
+      ssize_t k = readlink(p, t, sizeof t - 1);
+      checks++;
+      if (k <= 0 || (t[k] = 0, !strstr(t, "program-file")) || pread(f, b, 4, 0) != 4 || strcmp(b, "mine")) lost++;
+    } else {
+      int f = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (f >= 0) close_range(f, f, 0);
+    }
+  }
+  return NULL;
+}
+
+static int race(const char *mode, int range, int seconds) {
+  for (int i = 1; i <= 3; i++) gpu_alloc(0, BASE + (uint64_t)i * 16 * K64, K64);
+  lo = open("/dev/null", O_RDONLY); close(lo);
+  pthread_t t[4];
+  pthread_create(&t[0], NULL, closer, range ? (void *)1 : NULL);
+  for (int i = 1; i <= 3; i++) pthread_create(&t[i], NULL, reg_loop, (void *)(uintptr_t)i);
+  sleep(seconds);
+  stop = 1;
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  int left = dmabufs_below_512();
+  if (left) fail("dma-bufs left open with no MR", left, 0);
+  if (lost) fail("the program's own file was taken by gdrshim", lost, checks);
+  printf("fdharm %s %s left=%d lost=%ld checks=%ld\n", mode, failures ? "FAILED" : "ok", left, lost, checks);
+  return failures != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) { fprintf(stderr, "usage: fdharm MODE [SECONDS]\n"); return 2; }
+  setup();
+  const char *mode = argv[1];
+  int seconds = argc > 2 ? atoi(argv[2]) : 2;
+  if (!strcmp(mode, "vfork")) return kept_across(mode, vfork_children);
+  if (!strcmp(mode, "unshare")) return kept_across(mode, unshare_thread);
+  if (!strcmp(mode, "failed")) return kept_across(mode, failing_calls);
+  if (!strcmp(mode, "range-race")) return race(mode, 0, seconds);
+  if (!strcmp(mode, "window")) return race(mode, 1, seconds);
+  fprintf(stderr, "fdharm: unknown mode %s\n", mode);
+  return 2;
+}
