@@ -93,7 +93,7 @@ struct fw_context_ops {
   struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access);
   struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access);
   int (*req_notify_cq)(struct ibv_cq *cq, int solicited);
-  void *rereg_mr;
+  int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
   int (*resize_cq)(struct ibv_cq *cq, int cqe);
   void *set_ece, *unimport_dm, *unimport_mr, *unimport_pd;
 };
