@@ -60,17 +60,17 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
     assert_eq!(r.out, "", "no phase started");
     assert_eq!(
         r.err,
-        "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd (sudo apt-get install git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd); nothing run\n"
+        "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils patchelf openmpi-bin slurmctld slurmd (sudo apt-get install git shellcheck libibverbs-dev ibverbs-utils patchelf openmpi-bin slurmctld slurmd); nothing run\n"
     );
     assert!(!s.join("cargo-ran").exists(), "nothing built");
     let r = run(&script("scripts/dev/test.sh"), &[], &[env[0], ("FAKE_UID", "0")]);
-    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd (apt-get install git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd); nothing run\n");
+    assert_eq!(r.err, "test.sh: missing: git shellcheck libibverbs-dev ibverbs-utils patchelf openmpi-bin slurmctld slurmd (apt-get install git shellcheck libibverbs-dev ibverbs-utils patchelf openmpi-bin slurmctld slurmd); nothing run\n");
     assert!(t0.elapsed() < std::time::Duration::from_secs(20), "found at once: {:?}", t0.elapsed());
     // CI's list to install: the same names
     let r = run(&script("scripts/dev/test.sh"), &["--missing-packages"], &env);
     assert_eq!(
         (r.rc, r.out.as_str()),
-        (0, "git shellcheck libibverbs-dev ibverbs-utils openmpi-bin slurmctld slurmd\n"),
+        (0, "git shellcheck libibverbs-dev ibverbs-utils patchelf openmpi-bin slurmctld slurmd\n"),
         "{}",
         r.err
     );
@@ -83,7 +83,7 @@ fn the_suite_names_every_missing_prerequisite_at_once_before_any_phase() {
         ("objdump", "exit 0"),
         ("shellcheck", "exit 0"),
     ];
-    for lab in ["ibv_rc_pingpong", "mpirun", "slurmctld", "slurmd", "srun"] {
+    for lab in ["ibv_rc_pingpong", "patchelf", "mpirun", "slurmctld", "slurmd", "srun"] {
         fakes.push((lab, "exit 0"));
     }
     fakes.extend([
@@ -115,6 +115,7 @@ fn failing_toolchain(s: &Path, cargo: &str) -> PathBuf {
             ("shellcheck", ok),
             ("dpkg-deb", ok),
             ("ibv_rc_pingpong", ok),
+            ("patchelf", ok),
             ("mpirun", ok),
             ("slurmctld", ok),
             ("slurmd", ok),

@@ -2,7 +2,10 @@
 //! closes, uses or hands out an fd number that is no longer its own; a forked child keeps no fd
 //! of gdrshim's; an allocation's record ends when its memory ends, its context ends included; and
 //! on the NV503C route a miss over GPU memory never reaches the NIC's driver. Each case is a
-//! sequence that went wrong before.
+//! sequence that went wrong before. The DMA-BUF rig's registrations go through rdma-core's own
+//! libibverbs (the fake NIC its provider, `rig::run_on_rdma_core`); the NV503C rig's libibverbs is
+//! an rdma-core older than 34, without `ibv_reg_dmabuf_mr`, which rdma-core 44 cannot be: there the
+//! fake NIC is the libibverbs itself (tests/c/fakeverbs.c).
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -15,6 +18,7 @@ fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
         let e = rig::build("harm", &["harm", "twocopies"]);
+        common::fakes::Fakes::in_dir(&e.dir).rdma_core_nic();
         // two copies of libibverbs with other private layouts, and a library linking each
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
@@ -69,7 +73,11 @@ fn env() -> &'static Env {
 fn harm(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (String, String) {
     let e = env();
     let dev = rig::dev_dir(e, tag, rig);
-    let (code, out, err) = rig::run(e, "harm", &dev, rig, args, extra);
+    let (code, out, err) = if rig.new_verbs {
+        rig::run_on_rdma_core(e, "harm", &dev, rig, args, extra)
+    } else {
+        rig::run(e, "harm", &dev, rig, args, extra)
+    };
     let line = out.lines().find(|l| l.starts_with("harm ")).unwrap_or_default().to_string();
     assert!(code == 0 && line.contains(" ok"), "harm {args:?} exited {code}: {out}\n{err}");
     (line, err)

@@ -402,12 +402,8 @@ fn a_peer_gone_or_cut_off_completes_retry_exc_err_in_the_retry_time() {
             )))
         })
         .collect();
-    assert!(
-        regs[0].line("labpair regs host 0:").contains("port=PORT_ACTIVE"),
-        "{}",
-        regs[0].stdout
-    );
-    assert!(regs[1].line("labpair regs host 1:").contains("port=PORT_DOWN"), "{}", regs[1].stdout);
+    assert!(regs[0].line("labpair regs host 0:").contains("port=active"), "{}", regs[0].stdout);
+    assert!(regs[1].line("labpair regs host 1:").contains("port=down"), "{}", regs[1].stdout);
 }
 
 /// 8 MiB WRITTEN from host 0 to host 1 under `faults`: (elapsed ms, wrong bytes, first wrong).
@@ -470,7 +466,7 @@ fn a_host_without_dmabuf_and_a_host_with_peermem() {
     for (i, l) in r.iter().enumerate() {
         assert!(
             l.contains(&format!(
-                "uname=labhost{i} gethostname=labhost{i} device=fwroce_{i} port=PORT_ACTIVE"
+                "uname=labhost{i} gethostname=labhost{i} device=fwroce_{i} port=active"
             )),
             "{l}"
         );

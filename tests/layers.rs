@@ -128,7 +128,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     (
         "hooks",
         &[
-            &["caller", "slots"],
+            &["caller", "slots", "within"],
             &["front", "ioctl", "fd", "query", "cuda_ctx", "cuda_gdr"],
             &["cuda", "verbs"],
             &["mlx5dv"],

@@ -45,8 +45,11 @@ have dpkg-deb || packages+=(dpkg)
 if ! have cc || ! cc -E -x c - <<<'#include <infiniband/verbs.h>' >/dev/null 2>&1; then
   packages+=(libibverbs-dev)
 fi
-# rdma-core's example programs: the lab runs them between its hosts (tests/lab_hosts.rs)
+# rdma-core's example programs: the lab runs them between its hosts (tests/lab_hosts.rs); the lab's
+# provider runs under rdma-core's libibverbs1, which libibverbs-dev brings
 have ibv_rc_pingpong || packages+=(ibverbs-utils)
+# patchelf: a wheel's renamed copy of rdma-core's libibverbs beside the system's (tests/lab_copies.rs)
+have patchelf || packages+=(patchelf)
 # Open MPI's mpirun and a one-node Slurm (srun, slurmctld, slurmd): they start the fleet check's
 # tasks as lab hosts (tools/tests/fleet_lab.rs)
 have mpirun || packages+=(openmpi-bin)

@@ -17,6 +17,7 @@ pub mod mlx5dv;
 pub mod query;
 pub mod slots;
 pub mod verbs;
+pub mod within;
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 
 use super::caller::with_caller;
 use super::slots::slotted;
+use super::within::{self, reentered, Inside};
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
 use crate::real::scope::{self, Callers};
 use crate::registrar::{Decision, DeregStart, Export, HeldRef, VerbsReg};
@@ -142,6 +143,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             };
             // SAFETY: the provider's ibv_reg_mr_ex (IBVERBS_1.15), whose slot this call came through.
             let f: RegExF = unsafe { core::mem::transmute::<*mut c_void, RegExF>(real) };
+            let _inside = Inside::enter(real);
             // SAFETY: the caller's PD and a complete ibv_mr_init_attr of ours, alive for the call.
             ("ibv_reg_mr_ex", unsafe { f(a.pd, &mut attr) })
         }
@@ -155,6 +157,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             } else {
                 // SAFETY: the provider's ibv_reg_dmabuf_mr, of this signature (IBVERBS_1.12).
                 let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
+                let _inside = Inside::enter(real);
                 // SAFETY: the caller's PD and access, our buffer's fd and the offset of the MR in it.
                 ("ibv_reg_dmabuf_mr", unsafe {
                     f(a.pd, e.offset, a.len as usize, a.iova, e.fd, a.access as c_int)
@@ -188,19 +191,37 @@ macro_rules! verbs_reg {
             type F = unsafe extern "C" fn($($t),*) -> Mr;
             slotted!(install, REAL, super::$export, call, ($($a: $t),*) -> Mr);
 
-            /// The exported hook's body: the copy of libibverbs the caller reaches.
+            /// The exported hook's body: the copy of libibverbs the caller reaches (inside
+            /// gdrshim's own call to a copy: that copy's, as it is).
             pub unsafe extern "C" fn exported($($a: $t,)* caller: usize) -> Mr {
+                static INNER: Callers = Callers::new();
+                if let Some(real) = reentered(&INNER, $sym) {
+                    // SAFETY: the outer call's copy's function of this signature.
+                    return unsafe { forward(real, $($a),*) };
+                }
                 static CALLERS: Callers = Callers::new();
                 let real = scope::for_caller(&CALLERS, caller, $sym, b"libibverbs.so");
                 // SAFETY: that copy's function of this signature.
                 unsafe { call(real, $($a),*) }
             }
 
-            #[inline(always)]
-            pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> Mr {
+            /// `real` called as it is.
+            unsafe fn forward(real: *mut c_void, $($a: $t),*) -> Mr {
                 if real.is_null() {
                     set_errno(libc::ENOSYS);
                     return null_mut();
+                }
+                // SAFETY: real is the provider's function of exactly this signature.
+                let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+                // SAFETY: forwarded unchanged.
+                unsafe { f($($a),*) }
+            }
+
+            #[inline(always)]
+            pub unsafe fn call(real: *mut c_void, $($a: $t),*) -> Mr {
+                if real.is_null() || within::outer().is_some() {
+                    // SAFETY: as the caller's call.
+                    return unsafe { forward(real, $($a),*) };
                 }
                 let args = |$($b: $t),*| -> RegArgs { $args };
                 let a = args($($a),*);
@@ -215,10 +236,11 @@ macro_rules! verbs_reg {
                     _ => {}
                 }
                 let _no_cancel = outcome_owed(&d);
-                // SAFETY: real is the provider's function of exactly this signature.
-                let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
-                // SAFETY: forwarded unchanged.
-                let mr = unsafe { f($($a),*) };
+                let mr = {
+                    let _inside = Inside::enter(real);
+                    // SAFETY: real is the provider's function of this signature, forwarded unchanged.
+                    unsafe { forward(real, $($a),*) }
+                };
                 after(d, mr);
                 mr
             }
@@ -311,6 +333,10 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     if real.is_null() {
         return libc::ENOSYS;
     }
+    if within::outer().is_some() {
+        // SAFETY: the provider's ibv_dereg_mr, inside gdrshim's own call: forwarded unchanged.
+        return unsafe { core::mem::transmute::<*mut c_void, DeregF>(real)(mr) };
+    }
     // The reference comes out of the table before the provider frees the MR: afterwards the
     // same pointer may already be another thread's new MR.
     let start = if shim::try_get().is_some_and(|s| s.may_hold_mrs()) {
@@ -330,8 +356,10 @@ unsafe fn dereg_call(real: *mut c_void, mr: Mr) -> c_int {
     }
     // SAFETY: the provider's ibv_dereg_mr.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };
+    let inside = Inside::enter(real);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr) };
+    drop(inside);
     if let Some(start) = start {
         if let (DeregStart::Taken(HeldRef::Dmabuf { va, .. }), true) = (&start, rc != 0) {
             // SAFETY: the provider refused: the MR still exists and shows the caller's VA again.
@@ -345,6 +373,11 @@ slotted!(dereg_install, DEREG_REAL, ibv_dereg_mr, dereg_call, (mr: Mr) -> c_int)
 
 /// The exported `ibv_dereg_mr`'s body: the copy of libibverbs the caller reaches.
 unsafe extern "C" fn dereg_exported(mr: Mr, caller: usize) -> c_int {
+    static INNER: Callers = Callers::new();
+    if let Some(real) = reentered(&INNER, c"ibv_dereg_mr") {
+        // SAFETY: the outer call's copy's ibv_dereg_mr.
+        return unsafe { dereg_call(real, mr) };
+    }
     static CALLERS: Callers = Callers::new();
     // SAFETY: that copy's ibv_dereg_mr.
     unsafe {
@@ -369,6 +402,12 @@ unsafe fn rereg_call(
     if real.is_null() {
         return libc::ENOSYS;
     }
+    // SAFETY: the provider's ibv_rereg_mr.
+    let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
+    if within::outer().is_some() {
+        // SAFETY: inside gdrshim's own call: forwarded unchanged.
+        return unsafe { f(mr, flags, pd, addr, length, access) };
+    }
     let moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
     let d = if moves {
         before("ibv_rereg_mr", &args(pd, addr, length, addr as u64, access as u32), true)
@@ -381,10 +420,10 @@ unsafe fn rereg_call(
     }
     // a move's outcome is owed for the new range and for what the MR held before
     let _no_cancel = moves.then(crate::sys::NoCancel::new);
-    // SAFETY: the provider's ibv_rereg_mr.
-    let f: ReregF = unsafe { core::mem::transmute::<*mut c_void, ReregF>(real) };
+    let inside = Inside::enter(real);
     // SAFETY: forwarded unchanged.
     let rc = unsafe { f(mr, flags, pd, addr, length, access) };
+    drop(inside);
     if moves {
         shim::call_in(|s| {
             if rc == 0 {
@@ -409,8 +448,14 @@ unsafe extern "C" fn rereg_exported(
     access: c_int,
     caller: usize,
 ) -> c_int {
-    static CALLERS: Callers = Callers::new();
-    let real = scope::for_caller(&CALLERS, caller, c"ibv_rereg_mr", b"libibverbs.so");
+    static INNER: Callers = Callers::new();
+    let real = match reentered(&INNER, c"ibv_rereg_mr") {
+        Some(real) => real,
+        None => {
+            static CALLERS: Callers = Callers::new();
+            scope::for_caller(&CALLERS, caller, c"ibv_rereg_mr", b"libibverbs.so")
+        }
+    };
     // SAFETY: that copy's ibv_rereg_mr.
     unsafe { rereg_call(real, mr, flags, pd, addr, length, access) }
 }
@@ -429,11 +474,18 @@ unsafe fn dmabuf_call(
         set_errno(libc::ENOSYS);
         return null_mut();
     }
-    if let Some(s) = shim::try_get() {
-        s.stats.dmabuf_mrs.fetch_add(1, Relaxed);
-    }
     // SAFETY: the provider's ibv_reg_dmabuf_mr, forwarded unchanged: the program's own dma-buf.
     let f: DmabufF = unsafe { core::mem::transmute::<*mut c_void, DmabufF>(real) };
+    // (inside gdrshim's own call the outer call counted it, or it is gdrshim's own)
+    let _inside = match within::outer() {
+        Some(_) => None,
+        None => {
+            if let Some(s) = shim::try_get() {
+                s.stats.dmabuf_mrs.fetch_add(1, Relaxed);
+            }
+            Some(Inside::enter(real))
+        }
+    };
     // SAFETY: forwarded unchanged.
     unsafe { f(pd, offset, length, iova, fd, access) }
 }
@@ -449,8 +501,14 @@ unsafe extern "C" fn dmabuf_exported(
     access: c_int,
     caller: usize,
 ) -> Mr {
-    static CALLERS: Callers = Callers::new();
-    let real = scope::for_caller(&CALLERS, caller, c"ibv_reg_dmabuf_mr", b"libibverbs.so");
+    static INNER: Callers = Callers::new();
+    let real = match reentered(&INNER, c"ibv_reg_dmabuf_mr") {
+        Some(real) => real,
+        None => {
+            static CALLERS: Callers = Callers::new();
+            scope::for_caller(&CALLERS, caller, c"ibv_reg_dmabuf_mr", b"libibverbs.so")
+        }
+    };
     // SAFETY: that copy's ibv_reg_dmabuf_mr.
     unsafe { dmabuf_call(real, pd, offset, length, iova, fd, access) }
 }

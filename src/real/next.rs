@@ -64,7 +64,7 @@ pub fn next(name: &'static CStr, libc_name: bool) -> *mut c_void {
 }
 
 /// Whether `p` lies in this copy of the library.
-fn in_this_copy(p: *mut c_void) -> bool {
+pub(super) fn in_this_copy(p: *mut c_void) -> bool {
     let ours = elf::object_holding(in_this_copy as *const () as usize).map(|o| o.0);
     ours.is_some() && elf::object_holding(p as usize).map(|o| o.0) == ours
 }

@@ -80,12 +80,14 @@ pub fn for_caller(
         (Answer { start: 0, end: usize::MAX, generation, f: global }, global)
     } else {
         match object_of(caller) {
-            Some(o) => {
+            // gdrshim's own code is no caller whose copy can be told (its calls into a copy
+            // are marked, `hooks::within`): nothing is remembered for its segment
+            Some(o) if !next::in_this_copy(caller as *mut c_void) => {
                 let f = in_dependencies(&o, name, lib)
                     .unwrap_or_else(|| next::in_loaded_library(lib, name));
                 (Answer { start: o.segment.0, end: o.segment.1, generation, f }, f)
             }
-            None => {
+            _ => {
                 let f = next::in_loaded_library(lib, name);
                 crate::sys::set_errno(e);
                 return f;

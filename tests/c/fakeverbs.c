@@ -22,7 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey, rkey; };
-struct mr_held { struct ibv_mr mr; int buf_fd; }; // every MR: a dma-buf MR keeps its buffer here
+// every MR: a dma-buf MR keeps its buffer here; mr_type and access are the rest of rdma-core's
+// verbs_mr (rigprovider.c: rdma-core's ibv_dereg_mr reads them)
+struct mr_held { struct ibv_mr mr; uint32_t mr_type; int access; int buf_fd; };
 unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong, fakeverbs_reg_calls;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 int fakeverbs_cancel_point_in_reg; // registrations pass a cancellation point, as rdma-core's write() does
@@ -61,6 +63,7 @@ static struct ibv_mr *dmabuf_reg(uint64_t off, size_t len, uint64_t iova, int fd
   // a program (or a test that closes numbers) uses
   struct mr_held *h = calloc(1, sizeof *h); h->buf_fd = fcntl(fd, F_DUPFD_CLOEXEC, 512);
   struct ibv_mr *m = &h->mr; m->addr = (void *)(uintptr_t)off; m->length = len; m->lkey = m->rkey = 9;
+  h->mr_type = 3; h->access = access; // IBV_MR_TYPE_DMABUF_MR
   return m;
 }
 struct ibv_mr *ibv_reg_dmabuf_mr(void *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) { (void)pd; return dmabuf_reg(off, len, iova, fd, access); }

@@ -282,7 +282,7 @@ static int nv503c_miss(void) {
   if (reached) fail("misses reached the NIC's driver", reached, 0);
   if (m) vdereg(m);
   static char host[1 << 16];
-  struct ibv_mr *hm = vreg((void *)0x1, host, sizeof host, 0xf);
+  struct ibv_mr *hm = vreg(rig_pd, host, sizeof host, 0xf);
   if (!hm) fail("host memory is the provider's, untouched", 0, errno); else vdereg(hm);
   printf("harm nv503c-miss %s reached=%lu\n", failures ? "FAILED" : "ok", reached);
   return failures != 0;
@@ -297,7 +297,7 @@ static void *reg_dereg(void *arg) {
     unsigned i = k % 4;
     if (held[i] && vdereg(held[i])) fail("dereg", (long)at, errno);
     if (!race_exports) pthread_rwlock_rdlock(&forking);
-    held[i] = vreg((void *)0x1, (void *)(uintptr_t)(at + i * K64), K64, 0xf);
+    held[i] = vreg(rig_pd, (void *)(uintptr_t)(at + i * K64), K64, 0xf);
     if (!race_exports) pthread_rwlock_unlock(&forking);
     if (!held[i]) fail("an MR", (long)at, errno);
   }

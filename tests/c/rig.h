@@ -1,7 +1,9 @@
 // The fake machine's helpers every end-to-end program of ours shares (ours): the live fake driver
 // (fakerm.c) through RM and UVM calls as libcuda makes them, one client with two GPUs, and the
 // fake NIC (fakeverbs.c) through libibverbs as NCCL reaches it (dlopen + dlvsym) and as a
-// program linked against it does (the exported symbol). A C file includes it once.
+// program linked against it does (the exported symbol). The libibverbs is rdma-core's own with
+// the fake NIC as its provider (rigprovider.c), or fakeverbs.c itself where a test needs what
+// rdma-core 44 is not (an rdma-core older than 34). A C file includes it once.
 #pragma once
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -31,6 +33,8 @@ static uint32_t client, dev[2], sub[2], vas[2];
 static uint8_t (*uuid)[16];
 static reg_t vreg, direct;
 static dereg_t vdereg;
+// The PD every registration names: one of the NIC's device under rdma-core, any under fakeverbs.c.
+static void *rig_pd = (void *)0x1;
 static int (*open_bufs)(void);
 
 static void fail(const char *what, long a, long b) { failures++; fprintf(stderr, "FAIL %s %#lx %#lx\n", what, (unsigned long)a, (unsigned long)b); }
@@ -103,12 +107,22 @@ static inline void setup(void) {
   vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
   direct = (reg_t)dlsym(RTLD_DEFAULT, "ibv_reg_mr");
   if (!vreg || !vdereg || !direct) { fprintf(stderr, "verbs symbols missing\n"); exit(2); }
+  void **(*list)(int *) = (void **(*)(int *))dlvsym(vh, "ibv_get_device_list", "IBVERBS_1.1");
+  if (list) { // rdma-core's: a PD of the NIC's device, as a program makes one
+    void *(*open_device)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_open_device", "IBVERBS_1.1");
+    void *(*alloc_pd)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_alloc_pd", "IBVERBS_1.1");
+    int n = 0;
+    void **l = list(&n);
+    void *ctx = l && n == 1 && open_device ? open_device(l[0]) : NULL;
+    rig_pd = ctx && alloc_pd ? alloc_pd(ctx) : NULL;
+    if (!rig_pd) { fprintf(stderr, "rdma-core's libibverbs: no PD on the rig's NIC (%d devices)\n", n); exit(2); }
+  }
 }
 
 // One MR that must work: it reads as an ibv_reg_mr MR of [addr, addr+len).
 static inline struct ibv_mr *must_reg(reg_t f, uint64_t addr, uint64_t len, const char *what) {
   errno = 4242;
-  struct ibv_mr *m = f((void *)0x1, (void *)(uintptr_t)addr, len, 0xf);
+  struct ibv_mr *m = f(rig_pd, (void *)(uintptr_t)addr, len, 0xf);
   if (!m) { fail(what, addr, errno); return NULL; }
   if ((uint64_t)(uintptr_t)m->addr != addr || m->length != len) fail("MR fields", (long)(uintptr_t)m->addr, (long)m->length);
   if (errno != 4242) fail("errno changed by a working registration", addr, errno);
@@ -117,7 +131,7 @@ static inline struct ibv_mr *must_reg(reg_t f, uint64_t addr, uint64_t len, cons
 // One registration that must fail as it would without gdrshim: EFAULT from the fake NIC.
 static inline void must_miss(uint64_t addr, uint64_t len, int access, const char *what) {
   errno = 0;
-  struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)addr, len, access);
+  struct ibv_mr *m = vreg(rig_pd, (void *)(uintptr_t)addr, len, access);
   if (m) { fail(what, addr, len); vdereg(m); }
   else if (errno != EFAULT) fail("a miss must fail with EFAULT", addr, errno);
 }
@@ -125,7 +139,7 @@ static inline void must_miss(uint64_t addr, uint64_t len, int access, const char
 // One registration gdrshim must not serve (nothing there to export): whatever the provider does
 // with it, it is not a dma-buf MR (the fake NIC gives those lkey 9).
 static inline void must_not_export(uint64_t addr, uint64_t len, const char *what) {
-  struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)addr, len, 0xf);
+  struct ibv_mr *m = vreg(rig_pd, (void *)(uintptr_t)addr, len, 0xf);
   if (m && m->lkey == 9) fail(what, addr, len);
   if (m) vdereg(m);
 }

@@ -80,6 +80,33 @@ impl<'a> Fakes<'a> {
         self.so(out, "fakeverbs.c", &own, &["-ldl", "-lpthread"]);
     }
 
+    /// The fake NIC as a provider of rdma-core's own libibverbs (rigprovider.c with fakeverbs.c),
+    /// `rdma-core/librignic-rdmav34.so` (RDMAV_DRIVERS names it `rdma-core/librignic`), and the
+    /// lab's sysfs preload that gives it a device (tests/lab/fakesys.c), `rdma-core/fakesys.so`.
+    pub fn rdma_core_nic(&self) {
+        let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lab");
+        let (lab_dir, map) = (
+            format!("-I{}", lab.display()),
+            format!("-Wl,--version-script={}", self.src("rigprovider.map")),
+        );
+        let fakeverbs = self.src("fakeverbs.c");
+        self.so(
+            "rdma-core/librignic-rdmav34.so",
+            "rigprovider.c",
+            &["-O1", &lab_dir, &map],
+            &[&fakeverbs, "-l:libibverbs.so.1", "-ldl", "-lpthread"],
+        );
+        let fakelab = lab.join("fakelab.c").display().to_string();
+        let o = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", "rdma-core/fakesys.so"])
+            .arg(lab.join("fakesys.c"))
+            .args([&fakelab, "-ldl", "-lpthread"])
+            .current_dir(self.dir)
+            .output()
+            .expect("cc");
+        assert!(o.status.success(), "cc fakesys.c: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
     /// libmlx5 as `out`, beside a fake libibverbs (the devx umem registrations).
     pub fn fakemlx5(&self, out: &str) {
         let map = format!("-Wl,--version-script={}", self.src("fakemlx5.map"));

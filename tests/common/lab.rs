@@ -1,5 +1,6 @@
 //! The consumer lab (tests/lab), built once per test binary by `bash tests/lab/build.sh DIR`
-//! into `$TMP/gdrshim-lab-<pid>`: DIR/lib (the fake libibverbs and libmlx5), DIR/fakesys.so,
+//! into `$TMP/gdrshim-lab-<pid>`: DIR/provider (the fake HCA as rdma-core's provider), DIR/lib
+//! (stand-in libmlx5 and libefa), DIR/fakesys.so,
 //! DIR/labcuda (the stand-in libcuda), DIR/bin (the lab's own verbs programs), DIR/host.
 
 use std::path::{Path, PathBuf};

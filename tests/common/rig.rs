@@ -66,10 +66,54 @@ pub fn run(
     extra: &[(&str, &str)],
 ) -> (i32, String, String) {
     let verbs = e.dir.join(if rig.new_verbs { "verbs-new" } else { "verbs-old" });
-    let out = Command::new(e.dir.join(program))
+    let mut c = Command::new(e.dir.join(program));
+    c.env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+        .env("LD_LIBRARY_PATH", &verbs);
+    finish(e, c, dev, rig, args, extra)
+}
+
+/// [`run`] on rdma-core's own libibverbs (the machine's), the fake NIC its provider
+/// (`Fakes::rdma_core_nic`, built into `e`'s folder) with the lab's device, fwroce_0, its sysfs
+/// tree in `dev`: for a rig whose libibverbs has `ibv_reg_dmabuf_mr`, as rdma-core 44 has.
+pub fn run_on_rdma_core(
+    e: &Env,
+    program: &str,
+    dev: &Path,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    assert!(rig.new_verbs, "rdma-core 44 has ibv_reg_dmabuf_mr: an older one is fakeverbs.c's");
+    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
+    let mut c = Command::new(e.dir.join(program));
+    c.env(
+        "LD_PRELOAD",
+        format!(
+            "{}:{}:{}",
+            rc.join("fakesys.so").display(),
+            e.shim.display(),
+            e.dir.join("libfakerm.so").display()
+        ),
+    )
+    .env("RDMAV_DRIVERS", rc.join("librignic"))
+    .env("FAKEWIRE_SYSFS", &sysfs)
+    .env("SYSFS_PATH", sysfs.join("sys"))
+    .env_remove("FAKEWIRE_HOST")
+    .env_remove("FAKEWIRE_LAB")
+    .env_remove("LD_LIBRARY_PATH");
+    finish(e, c, dev, rig, args, extra)
+}
+
+fn finish(
+    e: &Env,
+    mut c: Command,
+    dev: &Path,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    let out = c
         .args(args)
-        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
-        .env("LD_LIBRARY_PATH", &verbs)
         .env("GDRSHIM_TEST_DEV_DIR", dev)
         .env("GDRSHIM_MODE", "register")
         .env("GDRSHIM_LOG_LEVEL", "info")

@@ -1,5 +1,5 @@
 // The lab's hosts and faults (ours, test only): which lab host this process is, the names its
-// fake HCA goes by, and the fault file. fakelab.c is compiled into the fake libibverbs.so.1 and
+// fake HCA goes by, and the fault file. fakelab.c is compiled into the lab's provider and
 // into fakesys.so alike, so both answer from the same facts.
 //
 // A process is lab host N when FAKEWIRE_HOST=N (0..FW_MAXHOSTS-1; unset: host 0). Host N has one

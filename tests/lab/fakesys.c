@@ -8,7 +8,9 @@
 // RoCE v2 port) as fakewire.c answers it. Read on every call, from the lab's fault file: the
 // port's state ("down N"), and nvidia-peermem's files ("peermem N", or FAKEWIRE_PEERMEM=1):
 // present only then, absent otherwise whatever the machine has. A lab host (FAKEWIRE_HOST set)
-// is also named labhostN to uname, gethostname and /proc/sys/kernel/hostname.
+// is also named labhostN to uname, gethostname and /proc/sys/kernel/hostname. For rdma-core's
+// libibverbs (fwprovider.c is its provider) the tree also holds the uverbs class, /etc/libibverbs.d
+// is an empty folder, RDMA netlink is absent, and its command fd answers the one command it sends.
 #define _GNU_SOURCE
 #include "fakelab.h"
 #include <dirent.h>
@@ -19,8 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/netlink.h>
+#include <stdint.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -43,7 +49,7 @@ static const char *map(const char *p, char *buf, size_t n) {
     snprintf(buf, n, "%s/hostname", root);
     return buf;
   }
-  if (strncmp(p, "/sys/", 5) && strncmp(p, "/dev/infiniband/", 16)) return p;
+  if (strncmp(p, "/sys/", 5) && strncmp(p, "/dev/infiniband/", 16) && strncmp(p, "/etc/libibverbs.d", 17)) return p;
   int down = (ends(p, "/ports/1/state") || ends(p, "/ports/1/phys_state")) && fw_fault_port_down(fw_me()->n);
   snprintf(buf, n, "%s%s%s", root, p, down ? ".down" : "");
   return exists(buf) ? buf : p;
@@ -122,6 +128,29 @@ __attribute__((constructor)) static void make_tree(void) {
   snprintf(rel, sizeof rel, "sys/bus/pci/devices/%s", h->pci);
   link_(v, rel);
   link_("/dev/null", "dev/infiniband/uverbs0"); // consumers check that the device's char file exists (UCX: a readable, writable char device)
+  // What rdma-core's libibverbs reads to find the device without RDMA netlink (socket() below
+  // refuses it): the uverbs class, the device's number (the /dev/null it opens), and the
+  // ibdev files it asks beside the provider (node GUID, P_Key table). Its provider list is the
+  // lab's alone: /etc/libibverbs.d is an empty folder here (DIR/host names the provider).
+  struct stat null_st;
+  if (!stat("/dev/null", &null_st)) {
+    snprintf(v, sizeof v, "%u:%u\n", major(null_st.st_rdev), minor(null_st.st_rdev));
+    put(v, "sys/class/infiniband_verbs/uverbs0/dev");
+  }
+  put("6\n", "sys/class/infiniband_verbs/abi_version");
+  put("1\n", "sys/class/infiniband_verbs/uverbs0/abi_version");
+  snprintf(v, sizeof v, "%s\n", h->dev);
+  put(v, "sys/class/infiniband_verbs/uverbs0/ibdev");
+  const uint8_t *g = h->guid;
+  snprintf(v, sizeof v, "%02x%02x:%02x%02x:%02x%02x:%02x%02x\n", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
+  put(v, "%s/node_guid", ib);
+  put(v, "%s/sys_image_guid", ib);
+  put("0xffff\n", "%s/ports/1/pkeys/0", ib);
+  put("0x0\n", "%s/ports/1/lid", ib);
+  put("0x0\n", "%s/ports/1/sm_lid", ib);
+  snprintf(p, sizeof p, "%s/etc/libibverbs.d", root);
+  mkparents(p);
+  mkdir(p, 0755);
   put("1.0-fakewire\n", "peermem/sys/module/nvidia_peermem/version");
   put("1.0-fakewire\n", "peermem/sys/kernel/mm/memory_peers/nv_mem/version");
   snprintf(v, sizeof v, "%s\n", h->name);
@@ -130,13 +159,47 @@ __attribute__((constructor)) static void make_tree(void) {
 }
 
 #define NEXT(ret, name, ...) static ret (*next)(__VA_ARGS__); if (!next) next = (ret (*)(__VA_ARGS__))dlsym(RTLD_NEXT, name)
+// The fds opened as /dev/infiniband/uverbsN: rdma-core's command fd, whose one command it sends
+// without its provider (a completion channel) write() answers as the kernel would.
+#define UVERBS_FDS 4096
+static unsigned char uverbs_fd[UVERBS_FDS];
+static int opened(const char *p, int fd) {
+  if (fd >= 0 && fd < UVERBS_FDS) uverbs_fd[fd] = p && !strncmp(p, "/dev/infiniband/uverbs", 22);
+  return fd;
+}
 int open(const char *p, int fl, ...) {
   va_list ap; va_start(ap, fl); mode_t m = va_arg(ap, mode_t); va_end(ap);
-  NEXT(int, "open", const char *, int, ...); char b[512]; return next(map(p, b, sizeof b), fl, m);
+  NEXT(int, "open", const char *, int, ...); char b[512]; return opened(p, next(map(p, b, sizeof b), fl, m));
 }
 int open64(const char *p, int fl, ...) {
   va_list ap; va_start(ap, fl); mode_t m = va_arg(ap, mode_t); va_end(ap);
-  NEXT(int, "open64", const char *, int, ...); char b[512]; return next(map(p, b, sizeof b), fl, m);
+  NEXT(int, "open64", const char *, int, ...); char b[512]; return opened(p, next(map(p, b, sizeof b), fl, m));
+}
+// The kernel's uverbs write command that makes a completion channel (IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL,
+// 17): a header, the address of the response, and the response is the new fd. Here the fd is a
+// pipe's read end, which the provider writes events into (fwprovider.c); the write end stays open
+// with the process (a program makes a channel or two).
+struct uverbs_cmd { uint32_t command; uint16_t in_words, out_words; uint64_t response; };
+ssize_t write(int fd, const void *buf, size_t n) {
+  NEXT(ssize_t, "write", int, const void *, size_t);
+  if (fd < 0 || fd >= UVERBS_FDS || !uverbs_fd[fd] || n < sizeof(struct uverbs_cmd)) return next(fd, buf, n);
+  struct stat st, null_st; // still the /dev/null it opened (not a number used again by a pipe or socket)
+  if (fstat(fd, &st) || stat("/dev/null", &null_st) || !S_ISCHR(st.st_mode) || st.st_rdev != null_st.st_rdev) return next(fd, buf, n);
+  struct uverbs_cmd c;
+  memcpy(&c, buf, sizeof c);
+  if (c.command != 17) { errno = EOPNOTSUPP; return -1; } // the lab's provider sends no other
+  int ends[2];
+  if (pipe2(ends, O_CLOEXEC)) return -1;
+  uint32_t channel_fd = (uint32_t)ends[0];
+  memcpy((void *)(uintptr_t)c.response, &channel_fd, sizeof channel_fd);
+  return (ssize_t)n;
+}
+// RDMA netlink would show the machine's devices (none, or real ones), not the lab host's: rdma-core
+// then finds devices in sysfs, as on a kernel without it.
+int socket(int domain, int type, int protocol) {
+  NEXT(int, "socket", int, int, int);
+  if (domain == AF_NETLINK && protocol == NETLINK_RDMA) { errno = EPROTONOSUPPORT; return -1; }
+  return next(domain, type, protocol);
 }
 int openat(int d, const char *p, int fl, ...) {
   va_list ap; va_start(ap, fl); mode_t m = va_arg(ap, mode_t); va_end(ap);
@@ -167,6 +230,19 @@ ssize_t readlink(const char *p, char *out, size_t n) { NEXT(ssize_t, "readlink",
 int scandir(const char *p, struct dirent ***l, int (*f)(const struct dirent *), int (*c)(const struct dirent **, const struct dirent **)) {
   NEXT(int, "scandir", const char *, struct dirent ***, int (*)(const struct dirent *), int (*)(const struct dirent **, const struct dirent **));
   char b[512]; return next(map(p, b, sizeof b), l, f, c);
+}
+// The host's net device (fwnetN, named by the GIDs' sysfs ndevs) has an interface index of its
+// own, as rdma-core asks it for each GID (_ibv_query_gid_ex's ndev_ifindex).
+#define FW_IFINDEX 0x4000
+unsigned if_nametoindex(const char *name) {
+  NEXT(unsigned, "if_nametoindex", const char *);
+  if (fw_host_env() && name && !strcmp(name, fw_me()->ndev)) return FW_IFINDEX + (unsigned)fw_me()->n;
+  return next(name);
+}
+char *if_indextoname(unsigned index, char *name) {
+  NEXT(char *, "if_indextoname", unsigned, char *);
+  if (fw_host_env() && index == FW_IFINDEX + (unsigned)fw_me()->n) return strcpy(name, fw_me()->ndev);
+  return next(index, name);
 }
 // the lab host's name: tools that group ranks by node see one node per lab host
 int uname(struct utsname *u) {

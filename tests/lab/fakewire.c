@@ -1,6 +1,8 @@
-// The consumer lab's fake wire (ours, test only): a drop-in libibverbs.so.1 that released consumers
-// (UCX's verbs transports, NIXL through UCX, Mooncake's transfer engine, NCCL's net_ib) and
-// rdma-core's own example programs accept on a machine with no HCA. One device per process (lab
+// The consumer lab's fake wire (ours, test only): the device behind rdma-core's libibverbs.so.1
+// (built into the lab's provider, fwprovider.c, which maps rdma-core's operations onto the ibv_*
+// functions here, hidden in it) that released consumers (UCX's verbs transports, NIXL through
+// UCX, Mooncake's transfer engine, NCCL's net_ib) and rdma-core's own example programs use on a
+// machine with no HCA. One device per process (lab
 // host N's fwroce_N, fakelab.h), one RoCE v2 port with four GIDs, PDs, CQs with completion
 // channels, RC and UD QPs with the kernel's state machine, SRQs, AHs, and MRs through ibv_reg_mr,
 // ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c and fakewire_resp.c are what a work
@@ -236,6 +238,7 @@ static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, uint64_t iova, uint8
   if (!m) { errno = ENOMEM; return NULL; }
   m->mr.context = pd->context; m->mr.pd = pd; m->mr.addr = addr; m->mr.length = len;
   m->iova = iova; m->bytes = bytes; m->access = access; m->fd = fd; m->kind = kind;
+  m->mr_type = kind == FW_GPU_DMABUF ? 3 : 0; m->mr_access = access; // IBV_MR_TYPE_DMABUF_MR, _MR
   pthread_mutex_lock(&fw_mu);
   int i; for (i = 0; i < FW_MAXMR && fw_mrs[i]; i++) {}
   if (i == FW_MAXMR) { pthread_mutex_unlock(&fw_mu); free(m); errno = ENOMEM; return NULL; }

@@ -115,6 +115,7 @@ _Static_assert(sizeof(struct ibv_gid_entry) == 32, "ibv_gid_entry");
 enum fw_kind { FW_HOST, FW_GPU_DMABUF, FW_GPU_PEERMEM };
 typedef struct fw_mr {
   struct ibv_mr mr; // first: the caller's pointer is ours
+  uint32_t mr_type; int mr_access; // the rest of rdma-core's verbs_mr, which its ibv_dereg_mr reads
   uint64_t iova;    // what the wire addresses
   uint8_t *bytes;   // where the byte at iova is in this process (host VA, or GPU VA through UVA)
   int access, fd, kind;
@@ -122,6 +123,7 @@ typedef struct fw_mr {
 typedef struct fw_cq {
   struct ibv_cq cq;
   struct ibv_wc *ring; unsigned cap, head, tail; int armed;
+  int notify_fd; // the provider's: where its channel's events are written (-1: none)
 } fw_cq;
 #define FW_MAXSGE 16
 typedef struct fw_rwqe { uint64_t wr_id; int num_sge; struct ibv_sge sge[FW_MAXSGE]; } fw_rwqe;
@@ -181,6 +183,9 @@ int fw_qpn_owner(int host, uint32_t qpn); // the pid of the process that owns it
 int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int fw_req_notify_cq(struct ibv_cq *cq, int solicited);
 void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc); // under fw_mu
+// Under fw_mu: cq's completion channel learns that cq has a completion (fakewire_qp.c; built as a
+// provider, fwprovider.c: rdma-core reads the channel)
+void fw_notify(struct ibv_cq *cq);
 // fakewire_data.c (the requester) and fakewire_resp.c (the responder)
 typedef struct { uint8_t *p; uint32_t n; int gpu; } fw_piece; // contiguous bytes of one MR, here
 fw_rq *fw_rq_of(fw_qp *q); // its receive queue, or its SRQ's

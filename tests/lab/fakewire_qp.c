@@ -60,11 +60,16 @@ void fw_cq_push(struct ibv_cq *cq, const struct ibv_wc *wc) {
   }
   q->ring[q->tail++ % q->cap] = *wc;
   if (q->armed && cq->channel) {
-    fw_channel *ch = (fw_channel *)cq->channel;
     q->armed = 0;
-    if (ch->tail - ch->head < 4096) { ch->q[ch->tail++ % 4096] = cq; uint64_t one = 1; if (write(ch->ch.fd, &one, sizeof one) < 0) fw_count_error("channel write"); }
+    fw_notify(cq);
   }
 }
+#ifndef FW_PROVIDER
+void fw_notify(struct ibv_cq *cq) {
+  fw_channel *ch = (fw_channel *)cq->channel;
+  if (ch->tail - ch->head < 4096) { ch->q[ch->tail++ % 4096] = cq; uint64_t one = 1; if (write(ch->ch.fd, &one, sizeof one) < 0) fw_count_error("channel write"); }
+}
+#endif
 int fw_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   fw_cq *q = (fw_cq *)cq;
   int k = 0;

@@ -1,6 +1,7 @@
 // The fake wire's own verbs client (ours; CI: tests/lab.rs): what consumers rely on, checked call
-// by call against the fake libibverbs.so.1 (tests/lab/fakewire*.c), with host memory, through the
-// context's ops table as verbs.h's inline ibv_post_send / ibv_post_recv / ibv_poll_cq reach it.
+// by call through rdma-core's libibverbs.so.1 and the lab's provider (tests/lab/fwprovider.c,
+// fakewire*.c), with host memory, through the context's ops table as verbs.h's inline
+// ibv_post_send / ibv_post_recv / ibv_poll_cq reach it.
 //   wireclient host   device, port, GIDs; the QP state machine's refusals; MR refusals; RDMA WRITE,
 //                     READ, SEND/RECV (a receive posted late: the send waits), WRITE with immediate,
 //                     inline SEND, SRQ, UD with its GRH, a completion channel; access errors put the
@@ -92,7 +93,7 @@ static void host(void) {
   struct ibv_device **l = ibv_get_device_list(&n);
   CHECK(n == 1 && l[0] && !strcmp(ibv_get_device_name(l[0]), "fwroce_0"), "one device fwroce_0 (n=%d)", n);
   ctx = ibv_open_device(l[0]);
-  CHECK(ctx && ctx->abi_compat != (void *)-1, "opened, legacy context (no verbs_context)");
+  CHECK(ctx && ctx->abi_compat == (void *)-1, "opened, rdma-core's extended context (verbs_context)");
   struct ibv_device_attr da; struct ibv_port_attr pa; union ibv_gid g; struct ibv_gid_entry ge;
   CHECK(!ibv_query_device(ctx, &da) && da.phys_port_cnt == 1 && da.max_sge >= 4, "query_device");
   CHECK(!ibv_query_port(ctx, 1, &pa) && pa.state == 4 && pa.link_layer == 2 && pa.gid_tbl_len == FW_NGIDS, "ACTIVE RoCE port");
