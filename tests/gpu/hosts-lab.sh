@@ -27,7 +27,7 @@ hosts_build() {
   : >"$res"
   log "### $(date -u +%FT%TZ) $(python3 --version 2>&1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   [ -f "$KNOBS" ] || { log "no knobs build at $KNOBS"; exit 1; }
-  CC=gcc bash tests/lab/build.sh "$LAB" >/dev/null || { log "the lab did not build"; exit 1; }
+  CC=gcc bash tests/lab/build.sh "$LAB" >"$B/logs/lab-build.log" 2>&1 || { log "the lab did not build:"; tail -8 "$B/logs/lab-build.log" | tee -a "$res"; exit 1; }
   suppress503c_build "$B" || exit 1
   log "torch $(python3 -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1)"
 }
