@@ -18,9 +18,9 @@ use crate::decode::Pending;
 use crate::fresh::Fresh;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
+use crate::vamap::touch::{self, Tree};
 use crate::vamap::{granule, MemRef, Miss};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct GpuReg {
@@ -51,7 +51,7 @@ pub struct Nv503c {
     /// Registrations by VA: they never overlap (each is a whole UVM mapping, and a mapping over
     /// registered VA takes the registration down first, unless that call got no decision: its
     /// locks not free in time).
-    by_address: BTreeMap<u64, MemRef>,
+    by_address: Tree<u64, MemRef>,
     /// How many registrations touch each 2 MiB granule of VA: a release of VA that no
     /// registration touches (nearly every free) is answered from here, without the tree.
     granules: HashMap<u64, u32>,
@@ -132,6 +132,7 @@ impl Nv503c {
             _ => return Decision::Miss(RegMiss::MappingNotWhole { tuple }),
         }
         let offset = piece.offset;
+        touch::add(touch::HASH_PROBE);
         if let Some(r) = self.regs.get_mut(&piece.mem) {
             if r.tuple != tuple {
                 return Decision::Miss(RegMiss::OtherAddress { registered: r.tuple });
@@ -193,10 +194,12 @@ impl Nv503c {
     }
 
     fn insert(&mut self, r: Reg) {
+        touch::add(touch::HASH_PROBE);
         self.by_address.insert(r.tuple.address, r.tuple.mem);
         let span = granule::touched(r.tuple.address, r.tuple.size);
         if granule::kept(&span) {
             for g in span {
+                touch::add(touch::HASH_PROBE);
                 *self.granules.entry(g).or_default() += 1;
             }
         } else {
@@ -206,6 +209,7 @@ impl Nv503c {
     }
 
     fn remove(&mut self, mem: MemRef) -> Option<Reg> {
+        touch::add(touch::HASH_PROBE);
         let r = self.regs.remove(&mem)?;
         shrink_when_sparse(&mut self.regs);
         if self.by_address.get(&r.tuple.address) == Some(&mem) {
@@ -214,6 +218,7 @@ impl Nv503c {
         let span = granule::touched(r.tuple.address, r.tuple.size);
         if granule::kept(&span) {
             for g in span {
+                touch::add(touch::HASH_PROBE);
                 if let Some(n) = self.granules.get_mut(&g) {
                     *n -= 1;
                     if *n == 0 {
@@ -230,6 +235,7 @@ impl Nv503c {
 
     /// One MR's reference on the registration `id` of `mem` goes.
     pub fn release(&mut self, rm: &mut dyn Rm, mem: MemRef, id: u64, counts: &mut RegCounts) {
+        touch::add(touch::HASH_PROBE);
         let Some(r) = self.regs.get_mut(&mem).filter(|r| r.id == id) else { return };
         r.refs = r.refs.saturating_sub(1);
         if r.refs == 0 {
@@ -308,7 +314,10 @@ impl Nv503c {
         let span = granule::touched(base, end.saturating_sub(base));
         if self.uncounted == 0
             && span.end() - span.start() < GRANULE_PROBES
-            && span.clone().all(|g| !self.granules.contains_key(&g))
+            && span.clone().all(|g| {
+                touch::add(touch::HASH_PROBE);
+                !self.granules.contains_key(&g)
+            })
         {
             return Vec::new();
         }

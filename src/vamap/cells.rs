@@ -5,6 +5,7 @@
 
 use super::entry::Entry;
 use super::granule;
+use super::touch;
 
 /// Granules per leaf: a leaf covers 128 MiB in 2.5 KiB.
 const LEAF_BITS: u32 = 6;
@@ -107,6 +108,8 @@ fn place(granule: u64) -> Option<(usize, usize, usize)> {
 impl Cells {
     pub fn view(&self, granule: u64) -> View<'_> {
         let Some((t, m, i)) = place(granule) else { return View::Empty };
+        // the top table's slot, the middle table's, the cell
+        touch::add(3);
         match self.top.get(t).and_then(|mid| mid.as_ref()).map(|mid| mid.leaves[m]) {
             Some(l) if l != 0 => self.leaves[l as usize - 1].cells[i].view(),
             _ => View::Empty,
@@ -122,6 +125,7 @@ impl Cells {
     /// leaf and middle table.
     pub fn set(&mut self, granule: u64, c: Cell) {
         let Some((t, m, i)) = place(granule) else { return };
+        touch::add(3);
         if c.is_empty() {
             let Some(mid) = self.top.get_mut(t).and_then(|mid| mid.as_mut()) else { return };
             let l = mid.leaves[m];

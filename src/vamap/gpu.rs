@@ -5,8 +5,8 @@
 use super::cells::{Cell, Cells, View, FREE};
 use super::entry::Entry;
 use super::granule;
+use super::touch::Tree;
 use super::types::Origin;
-use std::collections::BTreeMap;
 
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
@@ -33,11 +33,11 @@ pub(super) type Gpus = rustc_hash::FxHashMap<crate::abi::Uuid, GpuMap>;
 #[derive(Default, Clone)]
 pub(super) struct GpuMap {
     /// start → [`IN_CELL`], or the entry's slot in `overflow`
-    tree: BTreeMap<u64, u32>,
+    tree: Tree<u64, u32>,
     cells: Cells,
     overflow: Vec<(u64, Entry)>,
     free_overflow: Vec<u32>,
-    cut: BTreeMap<u64, Origin>,
+    cut: Tree<u64, Origin>,
     /// Entries wider than [`granule::MAX_SPAN`]: they hint nothing, so while there is one an
     /// empty cell proves nothing.
     wide: usize,
@@ -311,10 +311,14 @@ impl GpuMap {
             }
         }
         let mut in_overflow = 0;
-        let wide =
-            self.tree.keys().filter(|&&s| self.get(s).is_some_and(|e| is_wide(s, e.end))).count();
+        let wide = self
+            .tree
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|&&s| self.get(s).is_some_and(|e| is_wide(s, e.end)))
+            .count();
         assert_eq!(wide, self.wide, "wide entries are counted");
-        for (&s, &loc) in &self.tree {
+        for (&s, &loc) in self.tree.iter() {
             // hints are complete: each granule an entry touches beyond its home (with a cell) is
             // another's home or hints this entry
             let end = self.get(s).map_or(s + 1, |e| e.end);
