@@ -68,11 +68,7 @@ impl VaMap {
     /// Whether memory is mapped in `[base, end)` and all of it is system memory (host pages that
     /// CUDA also mapped for the GPU, as pinned host memory is): the NIC pins their CPU pages.
     pub fn only_sysmem_in(&self, base: u64, end: u64) -> bool {
-        let mems = self.memory_in(base, end);
-        !mems.is_empty()
-            && mems
-                .iter()
-                .all(|&m| self.memory(m).is_some_and(|i| crate::abi::class::is_sysmem(i.class)))
+        lookup::only_sysmem_in(&self.per_gpu, base, end)
     }
 
     /// Whether some GPU maps `addr`.
