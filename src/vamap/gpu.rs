@@ -320,7 +320,7 @@ impl GpuMap {
         self.cut.iter()
     }
 
-    /// The entry `at` finds in the address's cell, or through its hint, without the tree.
+    /// The entry `at` finds in the address's cell, or through its hint, without a search.
     #[cfg(test)]
     pub fn in_cells(&self, addr: u64) -> Option<u64> {
         let s = match self.view(granule::of(addr)) {

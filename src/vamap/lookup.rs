@@ -118,7 +118,7 @@ pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
     let end = addr.checked_add(len).filter(|_| len > 0)?;
     let mut found = None;
     for m in gpus.values() {
-        // the entry at addr, through its cell; the tree only for a GPU without one there
+        // the entry at addr, through its cell; the ordered search only for a GPU without one there
         let (s, e) = match m.at(addr) {
             Some(hit) => hit,
             None if !m.none_in(addr, end)
