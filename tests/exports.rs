@@ -45,6 +45,7 @@ fn the_shipped_library_has_no_knobs() {
     let syms = String::from_utf8_lossy(&out.stdout);
     assert!(syms.contains(" gdrshim_counters") && syms.contains(" ioctl"), "{syms}");
     assert!(!syms.contains("gdrshim_bench_pause"), "a release build exports the benchmark pause");
+    assert!(!syms.contains("gdrshim_test_touches"), "a release build exports the touch count");
     let knobs = common::build("exports-knobs");
     let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&knobs.shim).output().unwrap();
     assert!(
@@ -259,8 +260,12 @@ fn only_the_library_exports_the_hooks() {
     assert!(hooks.len() >= 40, "{hooks:?}");
     let lib = common::shipped();
     let lib_syms = dynamic_exports(&lib);
-    // the benchmark pause is a knobs-build hook (the_shipped_library_has_no_knobs)
-    for h in hooks.iter().filter(|h| *h != "gdrshim_bench_pause") {
+    // the benchmark pause and the touch count are knobs-build hooks
+    // (the_shipped_library_has_no_knobs)
+    for h in hooks
+        .iter()
+        .filter(|h| !["gdrshim_bench_pause", "gdrshim_test_touches"].contains(&h.as_str()))
+    {
         assert!(lib_syms.contains(h), "libgdrshim.so does not export {h}");
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -148,7 +148,17 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
         ],
     ),
     ("tracker", &[&["types"], &["dmabuf"]]),
-    ("vamap", &[&["granule", "types"], &["entry"], &["cells"], &["gpu"], &["lookup", "owned"]]),
+    (
+        "vamap",
+        &[
+            &["touch"],
+            &["granule", "types"],
+            &["entry"],
+            &["cells"],
+            &["gpu"],
+            &["lookup", "owned"],
+        ],
+    ),
 ];
 
 /// The arrows inside src/'s module folders that do not go down (see [`SRC_SUBLAYERS`]).

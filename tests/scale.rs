@@ -1,14 +1,16 @@
 //! What the scale benchmark (benches/scale.rs) measures, asserted where it does not depend on the
 //! machine's speed: the shim's heap per live allocation, and that an operation at 10^5 live
-//! allocations costs about what it costs at 10^3 (medians, with the shim; the structures this
-//! guards against grew 100× over that span).
+//! allocations reads what it reads at 10^3 (counted, not timed: issue 48).
 
 mod common;
 #[path = "common/scale.rs"]
 mod scale;
 
+/// Added per allocation from 10^3 to 10^5: 96 B now (a 40-byte cell, the memory table's slot at
+/// its load), 122 B with the tree of every start (9772aec). Issue 48's goal is 64 B, which needs a
+/// smaller memory table too.
 #[test]
-fn heap_per_live_allocation_is_at_most_128_bytes() {
+fn heap_per_live_allocation_is_at_most_100_bytes() {
     let env = common::build("scale-heap");
     scale::build(&env);
     let args: Vec<String> = ["heap", "1000", "100000"].map(String::from).to_vec();
@@ -17,48 +19,38 @@ fn heap_per_live_allocation_is_at_most_128_bytes() {
     let ours = |n: u64| with[&n] - without[&n];
     let per = (ours(100_000) - ours(1000)) as f64 / 99_000.0;
     eprintln!("heap per live allocation: {per:.1} B");
-    assert!(per <= 128.0, "{per:.1} B per live allocation");
+    assert!(per <= 100.0, "{per:.1} B per live allocation");
 }
 
-/// Medians are taken on a machine that may be busy (the suite builds in the background while the
-/// tests run): a ratio over 4 is measured again, up to three times, and the lowest is judged. A
-/// structure that grows with the allocations gives about 100 every time.
+/// What each operation reads (the cells' and tables' cache lines, the trees' nodes, the hash
+/// tables' buckets: `vamap::touch`), counted by a knobs build call by call, is the same at 10^5
+/// live allocations (and 10^5 live registrations) as at 10^3: a structure that grows with what
+/// the program holds reads more at the larger size every time, on any machine, busy or not.
 #[test]
-fn operations_cost_the_same_at_a_hundred_times_the_allocations() {
-    let env = common::build("scale-flat");
+fn each_operation_reads_the_same_at_a_hundred_times_the_allocations() {
+    let env = common::build("scale-touch");
     scale::build(&env);
-    let args: Vec<String> = ["ops", "1000", "1000", "100000"].map(String::from).to_vec();
-    let mut best: Vec<(String, f64)> = Vec::new();
-    for attempt in 1..=3 {
-        let t = scale::times(&scale::run(&env, true, &args));
-        let p50 = |n: u64, op: &str| t[&(n, op.to_string())].0.max(1) as f64;
-        let mut ratios: Vec<(String, f64)> =
-            ["alloc", "free", "reg_host", "reg_gpu", "reg_gpu_again"]
-                .iter()
-                .map(|op| {
-                    (format!("{op}: p50 at 10^5 / at 10^3"), p50(100_000, op) / p50(1000, op))
-                })
-                .collect();
-        for what in ["free", "alloc"] {
-            let ratio = p50(100_000, &format!("{what}_with_100000_regs"))
-                / p50(1000, &format!("{what}_with_1000_regs"));
-            ratios.push((format!("{what} with registrations live: p50 at 10^5 / at 10^3"), ratio));
-        }
-        if best.is_empty() {
-            best = ratios;
-        } else {
-            for (b, r) in best.iter_mut().zip(ratios) {
-                b.1 = b.1.min(r.1);
-            }
-        }
-        for (what, ratio) in &best {
-            eprintln!("attempt {attempt}: {what} = {ratio:.2}");
-        }
-        if best.iter().all(|(_, r)| *r <= 4.0) {
-            break;
+    let args: Vec<String> = ["touch", "200", "1000", "100000"].map(String::from).to_vec();
+    // the map's work applied by the thread that queued it, where it is counted
+    let t = scale::times(&scale::run_with(&env, true, &args, &[("GDRSHIM_APPLY_THREAD", "0")]));
+    // "free_with_500_regs" at 10^3 is "free_with_50000_regs" at 10^5
+    let op_of = |op: &str| match op.split_once("_with_") {
+        Some((what, _)) => format!("{what}_with_regs"),
+        None => op.to_string(),
+    };
+    let at = |n: u64| -> std::collections::BTreeMap<String, (u64, u64)> {
+        t.iter().filter(|((m, _), _)| *m == n).map(|((_, op), &v)| (op_of(op), v)).collect()
+    };
+    let (small, large) = (at(1000), at(100_000));
+    assert!(small.len() >= 13 && small.keys().eq(large.keys()), "{small:?} {large:?}");
+    let mut grew = Vec::new();
+    for (op, (p50, p99)) in &small {
+        let (l50, l99) = large[op];
+        eprintln!("{op}: p50 {p50} / {l50}, p99 {p99} / {l99} (at 10^3 / at 10^5)");
+        if (l50, l99) != (*p50, *p99) {
+            grew.push(format!("{op}: p50 {p50} -> {l50}, p99 {p99} -> {l99}"));
         }
     }
-    for (what, ratio) in &best {
-        assert!(*ratio <= 4.0, "{what} = {ratio:.2}, over 4 in three measurements");
-    }
+    assert!(small["reg_gpu"].0 > small["flush"].0, "the count sees a GPU registration's work");
+    assert!(grew.is_empty(), "reads at 10^3 -> at 10^5 live allocations: {grew:#?}");
 }

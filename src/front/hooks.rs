@@ -527,4 +527,5 @@ forwarded! {
 #[cfg(feature = "knobs")]
 forwarded! {
     gdrshim_bench_pause => fallback::minus_enosys;
+    gdrshim_test_touches => fallback::minus_enosys;
 }

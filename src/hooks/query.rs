@@ -292,6 +292,15 @@ pub extern "C" fn gdrshim_bench_pause(pause: c_int) -> c_int {
     .unwrap_or_else(failed)
 }
 
+#[cfg(feature = "knobs")]
+/// Test only: the cache lines, tree nodes and table buckets the map and the registrar have read
+/// on the calling thread so far (`vamap::touch`), so that a test can compare what one operation
+/// reads at two sizes of the program. (-ENOSYS is the front's answer where no shim is loaded.)
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn gdrshim_test_touches() -> i64 {
+    crate::vamap::touch::total() as i64
+}
+
 /// Writes a mark line into the capture file (fixtures use it to label what caused the traffic).
 ///
 /// # Safety

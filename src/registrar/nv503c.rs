@@ -18,9 +18,10 @@ use crate::decode::Pending;
 use crate::fresh::Fresh;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
+use crate::vamap::touch;
 use crate::vamap::{granule, MemRef, Miss};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
+use smallvec::SmallVec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct GpuReg {
@@ -48,19 +49,16 @@ struct Reg {
 pub struct Nv503c {
     gpus: HashMap<(u32, u32), GpuReg>, // (client, device)
     regs: HashMap<MemRef, Reg>,
-    /// Registrations by VA: they never overlap (each is a whole UVM mapping, and a mapping over
-    /// registered VA takes the registration down first, unless that call got no decision: its
-    /// locks not free in time).
-    by_address: BTreeMap<u64, MemRef>,
-    /// How many registrations touch each 2 MiB granule of VA: a release of VA that no
-    /// registration touches (nearly every free) is answered from here, without the tree.
-    granules: HashMap<u64, u32>,
-    /// Registrations too wide to count per granule: while any lives, releases ask the tree.
-    uncounted: usize,
+    /// The registrations that touch each 2 MiB granule of VA (they never overlap: each is a
+    /// whole UVM mapping, and a mapping over registered VA takes the registration down first,
+    /// unless that call got no decision, its locks not free in time). A release reads the
+    /// granules it spans, however many registrations live elsewhere (issue 48); one of VA that no
+    /// registration touches (nearly every free) finds every granule absent.
+    at_granule: HashMap<u64, SmallVec<[MemRef; 1]>>,
+    /// Registrations too wide to list per granule ([`granule::MAX_SPAN`]; each is 128 GiB or
+    /// more of VA, so there are few): every release asks each of them.
+    wide: Vec<MemRef>,
 }
-
-/// A release larger than this many granules asks the tree directly.
-const GRANULE_PROBES: u64 = 64;
 
 const G: u64 = p2p::GRANULE;
 /// The start of the granule holding `x`.
@@ -132,6 +130,7 @@ impl Nv503c {
             _ => return Decision::Miss(RegMiss::MappingNotWhole { tuple }),
         }
         let offset = piece.offset;
+        touch::add(touch::HASH_PROBE);
         if let Some(r) = self.regs.get_mut(&piece.mem) {
             if r.tuple != tuple {
                 return Decision::Miss(RegMiss::OtherAddress { registered: r.tuple });
@@ -193,43 +192,44 @@ impl Nv503c {
     }
 
     fn insert(&mut self, r: Reg) {
-        self.by_address.insert(r.tuple.address, r.tuple.mem);
+        touch::add(touch::HASH_PROBE);
         let span = granule::touched(r.tuple.address, r.tuple.size);
         if granule::kept(&span) {
             for g in span {
-                *self.granules.entry(g).or_default() += 1;
+                touch::add(touch::HASH_PROBE);
+                self.at_granule.entry(g).or_default().push(r.tuple.mem);
             }
         } else {
-            self.uncounted += 1;
+            self.wide.push(r.tuple.mem);
         }
         self.regs.insert(r.tuple.mem, r);
     }
 
     fn remove(&mut self, mem: MemRef) -> Option<Reg> {
+        touch::add(touch::HASH_PROBE);
         let r = self.regs.remove(&mem)?;
         shrink_when_sparse(&mut self.regs);
-        if self.by_address.get(&r.tuple.address) == Some(&mem) {
-            self.by_address.remove(&r.tuple.address);
-        }
         let span = granule::touched(r.tuple.address, r.tuple.size);
         if granule::kept(&span) {
             for g in span {
-                if let Some(n) = self.granules.get_mut(&g) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.granules.remove(&g);
+                touch::add(touch::HASH_PROBE);
+                if let Some(here) = self.at_granule.get_mut(&g) {
+                    here.retain(|m| *m != mem);
+                    if here.is_empty() {
+                        self.at_granule.remove(&g);
                     }
                 }
             }
+            shrink_when_sparse(&mut self.at_granule);
         } else {
-            self.uncounted -= 1;
+            self.wide.retain(|m| *m != mem);
         }
-        shrink_when_sparse(&mut self.granules);
         Some(r)
     }
 
     /// One MR's reference on the registration `id` of `mem` goes.
     pub fn release(&mut self, rm: &mut dyn Rm, mem: MemRef, id: u64, counts: &mut RegCounts) {
+        touch::add(touch::HASH_PROBE);
         let Some(r) = self.regs.get_mut(&mem).filter(|r| r.id == id) else { return };
         r.refs = r.refs.saturating_sub(1);
         if r.refs == 0 {
@@ -304,19 +304,34 @@ impl Nv503c {
     }
 
     fn overlapping(&self, base: u64, end: u64) -> Vec<MemRef> {
-        // (an empty range still asks the tree: the registration around base, on the safe side)
+        // (an empty range still asks for the registration around base, on the safe side)
+        let touches = |r: &Reg| {
+            let (a, e) = (r.tuple.address, r.tuple.address.saturating_add(r.tuple.size));
+            (a < base && e > base) || (base <= a && a < end)
+        };
+        let mut hit: Vec<(u64, MemRef)> = Vec::new();
+        let mut take = |m: &MemRef| {
+            if let Some(r) = self.regs.get(m).filter(|r| touches(r)) {
+                hit.push((r.tuple.address, *m));
+            }
+        };
+        // the granules it spans, or the registrations where they are fewer: a release reads
+        // no more than the smaller of its own size and the registrations that live
         let span = granule::touched(base, end.saturating_sub(base));
-        if self.uncounted == 0
-            && span.end() - span.start() < GRANULE_PROBES
-            && span.clone().all(|g| !self.granules.contains_key(&g))
-        {
-            return Vec::new();
+        if span.end() - span.start() < self.regs.len() as u64 {
+            for g in span {
+                touch::add(touch::HASH_PROBE);
+                self.at_granule.get(&g).into_iter().flatten().for_each(&mut take);
+            }
+            self.wide.iter().for_each(&mut take);
+        } else {
+            touch::add(self.regs.len() as u64);
+            self.regs.keys().for_each(take);
         }
-        let before = self.by_address.range(..base).next_back().map(|(_, m)| *m).filter(|m| {
-            let r = &self.regs[m];
-            r.tuple.address.saturating_add(r.tuple.size) > base
-        });
-        before.into_iter().chain(self.by_address.range(base..end).map(|(_, m)| *m)).collect()
+        // in address order, each once
+        hit.sort_unstable();
+        hit.dedup();
+        hit.into_iter().map(|(_, m)| m).collect()
     }
 
     /// Before the driver runs a call that releases or replaces memory or VA: unregister every

@@ -326,7 +326,7 @@ impl Shim {
         Some(
             t.map
                 .lookup_single(va, len)
-                .map(|p| (p, t.memory_device(p.mem), t.client_fd(p.mem.client))),
+                .map(|p| (p, t.piece_device(&p), t.client_fd(p.mem.client))),
         )
     }
 

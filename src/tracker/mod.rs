@@ -43,6 +43,7 @@ impl Tracker {
 
     /// An RM object of the process (memory objects live in the map's table, see `VaMap::memory`).
     pub fn object(&self, client: u32, h: u32) -> Option<Obj> {
+        crate::vamap::touch::add(crate::vamap::touch::HASH_PROBE);
         if let Some(o) = self.objects.get(&(client, h)) {
             return Some(*o);
         }
@@ -56,6 +57,7 @@ impl Tracker {
 
     /// The ctl fd on which a client was allocated.
     pub fn client_fd(&self, client: u32) -> Option<i32> {
+        crate::vamap::touch::add(crate::vamap::touch::HASH_PROBE);
         match self.objects.get(&(client, client))?.kind {
             ObjKind::Client { fd } => Some(fd),
             _ => None,
@@ -74,6 +76,7 @@ impl Tracker {
     }
 
     fn device_under(&self, client: u32, parent: u32) -> Option<(u32, u32)> {
+        crate::vamap::touch::add(crate::vamap::touch::HASH_PROBE);
         match self.objects.get(&(client, parent))?.kind {
             ObjKind::Device { device_id } => Some((parent, device_id)),
             _ => None,
@@ -139,6 +142,7 @@ impl Tracker {
     }
 
     fn insert(&mut self, client: u32, h: u32, parent: u32, kind: ObjKind) {
+        crate::vamap::touch::add(crate::vamap::touch::HASH_PROBE);
         // A handle reused without a free we saw: drop the stale object first.
         let mem = MemRef { client, memory: h };
         if self.objects.contains_key(&(client, h)) || self.map.memory(mem).is_some() {

@@ -1,10 +1,15 @@
 //! The cells of [`GpuMap`](super::gpu::GpuMap): one per 2 MiB granule of GPU VA, in leaves found
 //! through a two-level table (no hash), so that reaching a granule's cell is two loads that stay
-//! in cache (the middle tables hold 4 bytes per leaf) and then the cell itself.
+//! in cache (the middle tables hold 4 bytes per leaf) and then the cell itself. Each level also
+//! keeps a bit per slot below it that holds an entry at home, so that the next or the previous
+//! entry from a granule is found in a bounded number of reads (a word per leaf, at most 16 per
+//! middle table and 32 at the top), however many entries there are, as a page table or an
+//! rtree finds one.
 #![forbid(unsafe_code)]
 
 use super::entry::Entry;
 use super::granule;
+use super::touch;
 
 /// Granules per leaf: a leaf covers 128 MiB in 2.5 KiB.
 const LEAF_BITS: u32 = 6;
@@ -39,6 +44,10 @@ pub enum View<'a> {
 }
 
 impl Cell {
+    fn is_home(&self) -> bool {
+        self.start != FREE && self.entry.end != 0
+    }
+
     pub const EMPTY: Cell = Cell { start: FREE, entry: Entry::NONE };
 
     pub fn hint(start: u64) -> Cell {
@@ -63,20 +72,27 @@ impl Cell {
     }
 }
 
-/// `repr(C)`: the cells first, where the allocation starts.
+/// `repr(C)`: the bits a search reads first, in the line of the first cells.
 #[derive(Clone)]
 #[repr(C)]
 struct Leaf {
-    cells: [Cell; LEAF_LEN],
+    /// bit i: cell i holds an entry at home
+    homes: u64,
     /// cells not empty: a leaf with none goes
     used: u32,
+    cells: [Cell; LEAF_LEN],
 }
+
+const MID_WORDS: usize = MID_LEN / 64;
+const TOP_WORDS: usize = TOP_LEN.div_ceil(64);
 
 #[derive(Clone)]
 struct Mid {
     /// index + 1 in `Cells::leaves`; 0: none
     leaves: [u32; MID_LEN],
     used: u32,
+    /// bit m: leaf m holds an entry at home
+    home_leaves: [u64; MID_WORDS],
 }
 
 /// Every granule's cell, empty unless set.
@@ -84,6 +100,8 @@ struct Mid {
 pub struct Cells {
     /// TOP_LEN slots once the first cell is set (16 KiB)
     top: Vec<Option<Box<Mid>>>,
+    /// bit t: middle table t holds an entry at home (TOP_WORDS words once the first cell is set)
+    home_mids: Vec<u64>,
     /// The leaves, in one array rather than an allocation each: leaves made one after another
     /// (an allocator's neighbouring segments) are neighbours in memory, which costs fewer
     /// page-table reads than leaves spread over the heap (docs/results/scale-2026-12-03d). Like
@@ -91,6 +109,43 @@ pub struct Cells {
     /// keeps its size until every leaf is free.
     leaves: Vec<Leaf>,
     free_leaves: Vec<u32>,
+}
+
+/// The last granule that has a cell.
+const LAST_GRANULE: u64 = (1 << (VA_BITS - granule::SHIFT)) - 1;
+
+fn granule_at(t: usize, m: usize, i: usize) -> u64 {
+    ((((t << MID_BITS) | m) << LEAF_BITS) | i) as u64
+}
+
+/// The first set bit at or after `from` in `words` (read a cache line at a time).
+fn first_bit_from(words: &[u64], from: usize) -> Option<usize> {
+    let mut w = from / 64;
+    let mut bits = words.get(w)? & (u64::MAX << (from % 64));
+    touch::add(1);
+    loop {
+        if bits != 0 {
+            return Some(w * 64 + bits.trailing_zeros() as usize);
+        }
+        w += 1;
+        bits = *words.get(w)?;
+        touch::add(u64::from(w.is_multiple_of(8)));
+    }
+}
+
+/// The last set bit at or before `to` in `words`.
+fn last_bit_to(words: &[u64], to: usize) -> Option<usize> {
+    let mut w = to / 64;
+    let mut bits = words.get(w)? & (u64::MAX >> (63 - to % 64));
+    touch::add(1);
+    loop {
+        if bits != 0 {
+            return Some(w * 64 + 63 - bits.leading_zeros() as usize);
+        }
+        w = w.checked_sub(1)?;
+        bits = words[w];
+        touch::add(u64::from(w % 8 == 7));
+    }
 }
 
 /// (top, mid, cell) indices of a granule, if it has a cell.
@@ -107,6 +162,8 @@ fn place(granule: u64) -> Option<(usize, usize, usize)> {
 impl Cells {
     pub fn view(&self, granule: u64) -> View<'_> {
         let Some((t, m, i)) = place(granule) else { return View::Empty };
+        // the top table's slot, the middle table's, the cell
+        touch::add(3);
         match self.top.get(t).and_then(|mid| mid.as_ref()).map(|mid| mid.leaves[m]) {
             Some(l) if l != 0 => self.leaves[l as usize - 1].cells[i].view(),
             _ => View::Empty,
@@ -122,6 +179,7 @@ impl Cells {
     /// leaf and middle table.
     pub fn set(&mut self, granule: u64, c: Cell) {
         let Some((t, m, i)) = place(granule) else { return };
+        touch::add(3);
         if c.is_empty() {
             let Some(mid) = self.top.get_mut(t).and_then(|mid| mid.as_mut()) else { return };
             let l = mid.leaves[m];
@@ -133,6 +191,15 @@ impl Cells {
                 leaf.used -= 1;
             }
             leaf.cells[i] = c;
+            if leaf.homes & (1 << i) != 0 {
+                leaf.homes &= !(1 << i);
+                if leaf.homes == 0 {
+                    mid.home_leaves[m / 64] &= !(1 << (m % 64));
+                    if mid.home_leaves.iter().all(|&w| w == 0) {
+                        self.home_mids[t / 64] &= !(1 << (t % 64));
+                    }
+                }
+            }
             if leaf.used == 0 {
                 mid.leaves[m] = 0;
                 self.free_leaves.push(l - 1);
@@ -148,14 +215,16 @@ impl Cells {
         }
         if self.top.is_empty() {
             self.top.resize_with(TOP_LEN, || None);
+            self.home_mids = vec![0; TOP_WORDS];
         }
-        let mid =
-            self.top[t].get_or_insert_with(|| Box::new(Mid { leaves: [0; MID_LEN], used: 0 }));
+        let mid = self.top[t].get_or_insert_with(|| {
+            Box::new(Mid { leaves: [0; MID_LEN], used: 0, home_leaves: [0; MID_WORDS] })
+        });
         if mid.leaves[m] == 0 {
             let l = match self.free_leaves.pop() {
                 Some(l) => l,
                 None => {
-                    self.leaves.push(Leaf { cells: [Cell::EMPTY; LEAF_LEN], used: 0 });
+                    self.leaves.push(Leaf { homes: 0, used: 0, cells: [Cell::EMPTY; LEAF_LEN] });
                     (self.leaves.len() - 1) as u32
                 }
             };
@@ -167,6 +236,96 @@ impl Cells {
             leaf.used += 1;
         }
         leaf.cells[i] = c;
+        if c.is_home() {
+            leaf.homes |= 1 << i;
+            mid.home_leaves[m / 64] |= 1 << (m % 64);
+            self.home_mids[t / 64] |= 1 << (t % 64);
+        } else if leaf.homes & (1 << i) != 0 {
+            leaf.homes &= !(1 << i);
+            if leaf.homes == 0 {
+                mid.home_leaves[m / 64] &= !(1 << (m % 64));
+                if mid.home_leaves.iter().all(|&w| w == 0) {
+                    self.home_mids[t / 64] &= !(1 << (t % 64));
+                }
+            }
+        }
+    }
+
+    /// The leaf at (t, m), if there is one.
+    fn leaf(&self, t: usize, m: usize) -> Option<&Leaf> {
+        let l = self.top.get(t)?.as_ref()?.leaves[m];
+        (l != 0).then(|| &self.leaves[l as usize - 1])
+    }
+
+    /// The first granule in `[from, to]` whose cell holds an entry at home.
+    pub fn next_home(&self, from: u64, to: u64) -> Option<u64> {
+        let to = to.min(LAST_GRANULE);
+        if from > to || self.top.is_empty() {
+            return None;
+        }
+        let (t0, m0, i0) = place(from)?;
+        let found = self.next_home_from(t0, m0, i0)?;
+        (found <= to).then_some(found)
+    }
+
+    fn next_home_from(&self, t0: usize, m0: usize, i0: usize) -> Option<u64> {
+        // in the leaf of `from`
+        touch::add(3);
+        if let Some(leaf) = self.leaf(t0, m0) {
+            let bits = leaf.homes & (u64::MAX << i0);
+            if bits != 0 {
+                return Some(granule_at(t0, m0, bits.trailing_zeros() as usize));
+            }
+        }
+        // a later leaf of its middle table, then a later middle table
+        let mid = self.top[t0].as_ref();
+        let m = mid.and_then(|mid| first_bit_from(&mid.home_leaves, m0 + 1));
+        let (t, m) = match m {
+            Some(m) => (t0, m),
+            None => {
+                let t = first_bit_from(&self.home_mids, t0 + 1)?;
+                let mid = self.top[t].as_ref()?;
+                (t, first_bit_from(&mid.home_leaves, 0)?)
+            }
+        };
+        touch::add(1);
+        let leaf = self.leaf(t, m)?;
+        (leaf.homes != 0).then(|| granule_at(t, m, leaf.homes.trailing_zeros() as usize))
+    }
+
+    /// The last granule in `[from, to]` whose cell holds an entry at home.
+    pub fn prev_home(&self, from: u64, to: u64) -> Option<u64> {
+        let to = to.min(LAST_GRANULE);
+        if from > to || self.top.is_empty() {
+            return None;
+        }
+        let (t0, m0, i0) = place(to)?;
+        let found = self.prev_home_from(t0, m0, i0)?;
+        (found >= from).then_some(found)
+    }
+
+    fn prev_home_from(&self, t0: usize, m0: usize, i0: usize) -> Option<u64> {
+        touch::add(3);
+        if let Some(leaf) = self.leaf(t0, m0) {
+            let bits = leaf.homes & (u64::MAX >> (63 - i0));
+            if bits != 0 {
+                return Some(granule_at(t0, m0, 63 - bits.leading_zeros() as usize));
+            }
+        }
+        let mid = self.top[t0].as_ref();
+        let m =
+            mid.and_then(|mid| m0.checked_sub(1).and_then(|m| last_bit_to(&mid.home_leaves, m)));
+        let (t, m) = match m {
+            Some(m) => (t0, m),
+            None => {
+                let t = last_bit_to(&self.home_mids, t0.checked_sub(1)?)?;
+                let mid = self.top[t].as_ref()?;
+                (t, last_bit_to(&mid.home_leaves, MID_LEN - 1)?)
+            }
+        };
+        touch::add(1);
+        let leaf = self.leaf(t, m)?;
+        (leaf.homes != 0).then(|| granule_at(t, m, 63 - leaf.homes.leading_zeros() as usize))
     }
 
     /// Every cell that is not empty, with its granule; and each leaf's and middle table's own
@@ -176,6 +335,11 @@ impl Cells {
         let (mut out, mut in_use, mut seen) = (Vec::new(), 0, std::collections::BTreeSet::new());
         for (t, mid) in self.top.iter().enumerate() {
             let Some(mid) = mid else { continue };
+            assert_eq!(
+                self.home_mids[t / 64] >> (t % 64) & 1,
+                u64::from(mid.home_leaves.iter().any(|&w| w != 0)),
+                "the top marks middle table {t}"
+            );
             let leaves = mid.leaves.iter().filter(|&&l| l != 0).count() as u32;
             assert_eq!(leaves, mid.used, "middle table {t} counts its leaves");
             assert!(leaves > 0, "an empty middle table is dropped");
@@ -186,10 +350,21 @@ impl Cells {
                 assert!(!self.free_leaves.contains(&(l - 1)), "a leaf in use is not free");
                 let used = leaf.cells.iter().filter(|c| !c.is_empty()).count() as u32;
                 assert_eq!(used, leaf.used, "leaf {t}/{m} counts its cells");
+                let homes = leaf
+                    .cells
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.is_home())
+                    .fold(0u64, |b, (i, _)| b | 1 << i);
+                assert_eq!(homes, leaf.homes, "leaf {t}/{m} marks its homes");
+                assert_eq!(
+                    mid.home_leaves[m / 64] >> (m % 64) & 1,
+                    u64::from(homes != 0),
+                    "middle table {t} marks leaf {m}"
+                );
                 assert!(used > 0, "an empty leaf is dropped");
                 for (i, c) in leaf.cells.iter().enumerate().filter(|(_, c)| !c.is_empty()) {
-                    let g = ((((t << MID_BITS) | m) << LEAF_BITS) | i) as u64;
-                    out.push((g, c.view()));
+                    out.push((granule_at(t, m, i), c.view()));
                 }
             }
         }

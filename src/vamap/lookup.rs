@@ -19,6 +19,22 @@ pub fn memory_in(gpus: &Gpus, base: u64, end: u64) -> Vec<MemRef> {
     out
 }
 
+/// Whether memory is mapped in `[base, end)` and all of it is system memory, by the class each
+/// entry carries (no read of the memory table: a GPU registration asks this first).
+pub fn only_sysmem_in(gpus: &Gpus, base: u64, end: u64) -> bool {
+    let mut any = false;
+    for m in gpus.values() {
+        let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
+        for (_, e) in m.range(first..end) {
+            if !e.alloc.class().is_some_and(crate::abi::class::is_sysmem) {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
 /// Whether some GPU maps `addr`.
 pub fn contains(gpus: &Gpus, addr: u64) -> bool {
     gpus.values().any(|m| m.at(addr).is_some())
@@ -102,7 +118,7 @@ pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
     let end = addr.checked_add(len).filter(|_| len > 0)?;
     let mut found = None;
     for m in gpus.values() {
-        // the entry at addr, through its cell; the tree only for a GPU without one there
+        // the entry at addr, through its cell; the ordered search only for a GPU without one there
         let (s, e) = match m.at(addr) {
             Some(hit) => hit,
             None if !m.none_in(addr, end)

@@ -3,14 +3,15 @@
 //! external ranges are kept too (GPU VA that is reserved but not mapped).
 //!
 //! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
-//! one 32-byte entry per mapping, kept in the cell of its first 2 MiB granule and ordered by a
-//! tree (a range mapped whole is a bit in its entry); a point lookup reads one cell, every other
-//! operation is a few tree descents; nothing scans all entries but a client's free.
+//! one 32-byte entry per mapping, kept in the cell of its first 2 MiB granule (a range mapped
+//! whole is a bit in its entry); a point lookup reads one cell, the next or previous entry a
+//! bounded number of words of the cells' tables (`gpu`), so no operation reads more for more
+//! entries held (`touch` counts it); nothing scans all entries but a client's free.
 #![forbid(unsafe_code)]
 
 use crate::abi::Uuid;
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
+use touch::Tree;
 
 mod cells;
 mod entry;
@@ -18,6 +19,7 @@ mod gpu;
 pub mod granule;
 mod lookup;
 pub mod owned;
+pub mod touch;
 mod types;
 use types::{count_in, count_out, Mems};
 pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
@@ -36,9 +38,9 @@ pub struct VaMap {
     per_gpu: Gpus,
     /// UVM external ranges (base → length, non-overlapping, as UVM keeps them) that no entry
     /// claims: those not mapped whole (a VMM reservation), or not yet.
-    ranges: BTreeMap<u64, u64>,
+    ranges: Tree<u64, u64>,
     /// Removed ranges (merged, start → end), so a miss can say "freed" rather than "unmapped".
-    tombstones: BTreeMap<u64, u64>,
+    tombstones: Tree<u64, u64>,
     /// Every memory object the process allocated or mapped: its allocation (12 bytes with the
     /// key's 8: the one table per allocation besides the entries) and how many entries map it, so
     /// that freeing memory that is no longer mapped (the usual order: UVM_FREE, then RM_FREE)
@@ -67,11 +69,7 @@ impl VaMap {
     /// Whether memory is mapped in `[base, end)` and all of it is system memory (host pages that
     /// CUDA also mapped for the GPU, as pinned host memory is): the NIC pins their CPU pages.
     pub fn only_sysmem_in(&self, base: u64, end: u64) -> bool {
-        let mems = self.memory_in(base, end);
-        !mems.is_empty()
-            && mems
-                .iter()
-                .all(|&m| self.memory(m).is_some_and(|i| crate::abi::class::is_sysmem(i.class)))
+        lookup::only_sysmem_in(&self.per_gpu, base, end)
     }
 
     /// Whether some GPU maps `addr`.
@@ -243,7 +241,7 @@ impl VaMap {
     fn take(
         m: &mut GpuMap,
         mems: &mut Mems,
-        ranges: &mut BTreeMap<u64, u64>,
+        ranges: &mut Tree<u64, u64>,
         start: u64,
     ) -> Option<(Entry, Origin)> {
         let (e, o) = m.remove(start)?;
@@ -270,7 +268,7 @@ impl VaMap {
     fn unmap_in(
         m: &mut GpuMap,
         mems: &mut Mems,
-        ranges: &mut BTreeMap<u64, u64>,
+        ranges: &mut Tree<u64, u64>,
         base: u64,
         end: u64,
     ) -> usize {
@@ -346,6 +344,7 @@ impl VaMap {
     /// RM_ALLOC of memory under `parent`. A handle seen before (its free missed) loses its
     /// mappings first.
     pub fn add_memory(&mut self, mem: MemRef, parent: u32, class: u32) {
+        touch::add(touch::HASH_PROBE);
         if self.mems.contains_key(&mem) {
             self.remove_memory(mem);
         }
@@ -355,11 +354,13 @@ impl VaMap {
 
     /// The allocation of `mem`, if it was seen.
     pub fn memory(&self, mem: MemRef) -> Option<MemInfo> {
+        touch::add(touch::HASH_PROBE);
         self.mems.get(&mem).filter(|i| i.class != UNSEEN).copied()
     }
 
     /// Whether the map knows `mem` at all: allocated, or mapped without its allocation seen.
     pub fn knows(&self, mem: MemRef) -> bool {
+        touch::add(touch::HASH_PROBE);
         self.mems.contains_key(&mem)
     }
 
@@ -385,6 +386,7 @@ impl VaMap {
     /// RM free of a memory object: it is forgotten, and every mapping of it goes. (Scans the
     /// entries only when the memory is still mapped: CUDA unmaps before it frees.)
     pub fn remove_memory(&mut self, mem: MemRef) -> usize {
+        touch::add(touch::HASH_PROBE);
         let Some(info) = self.mems.remove(&mem) else { return 0 };
         if info.entries == 0 {
             return 0;

@@ -18,16 +18,16 @@
 #![forbid(unsafe_code)]
 
 use super::gpu::{GpuMap, Gpus};
+use super::touch::Tree;
 use super::types::MemRef;
 use crate::abi::Uuid;
-use std::collections::BTreeMap;
 
 /// Non-overlapping ranges, `base -> (end, reach)`.
 #[derive(Clone, Debug, Default)]
 pub struct Allocations {
     /// `base -> (end, reach)`: `reach` is where libcuda counts the allocation to (the end of the
     /// chunk it was carved from, [`VaMap::own`]); `end` where nothing lies beyond it.
-    by_base: BTreeMap<u64, (u64, u64)>,
+    by_base: Tree<u64, (u64, u64)>,
 }
 
 impl Allocations {

@@ -1,6 +1,7 @@
 //! The map against its semantics and against a page-by-page model.
 
 use super::*;
+use std::collections::BTreeMap;
 
 const G0: Uuid = [0; 16];
 const G1: Uuid = [1; 16];
@@ -301,7 +302,7 @@ fn property_ranges_against_a_model() {
         }
     }
     // nothing is recorded twice: a claimed range has no record of its own
-    for &b in v.ranges.keys() {
+    for (&b, _) in v.ranges.iter() {
         assert!(v.per_gpu.values().all(|m| !m.get(b).is_some_and(|e| e.claims_range())));
     }
 }

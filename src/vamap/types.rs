@@ -115,12 +115,14 @@ pub(crate) type Mems = HashMap<MemRef, MemInfo>;
 
 /// One entry more maps `mem`; its allocation as known.
 pub(crate) fn count_in(mems: &mut Mems, mem: MemRef) -> Allocation {
+    super::touch::add(super::touch::HASH_PROBE);
     let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0, serial: 0 });
     i.entries += 1;
     Allocation { parent: i.parent, class: i.class }
 }
 
 pub(crate) fn count_out(mems: &mut Mems, mem: MemRef) {
+    super::touch::add(super::touch::HASH_PROBE);
     if let Some(i) = mems.get_mut(&mem) {
         i.entries -= 1;
         if i.entries == 0 && i.class == UNSEEN {

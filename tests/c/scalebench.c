@@ -1,14 +1,20 @@
 // The shim at scale (ours): live allocations grow to each checkpoint (2 MiB each, 2 MiB apart,
 // as a caching allocator's segments), and at each one the benchmark times, one call at a time,
 // an allocation (RM_ALLOC + UVM_CREATE_EXTERNAL_RANGE + UVM_MAP_EXTERNAL_ALLOCATION), its free
-// (UVM_FREE + RM_FREE), ibv_reg_mr and ibv_dereg_mr of GPU memory and of host memory, and frees
-// while min(N, 10^5) registrations are live. In "heap" mode it only grows, and prints the heap
-// in use (mallinfo2) at each checkpoint. Run against scalefake.c and fakeverbs.c, with and
-// without the shim (benches/scale.rs compares the two).
-//   scalebench ops SAMPLES N1 N2 ...   prints "scale N=.. op=.. p50=..ns p99=..ns"
-//   scalebench heap N1 N2 ...          prints "scale N=.. heap=..B"
+// (UVM_FREE + RM_FREE), ibv_reg_mr and ibv_dereg_mr of GPU memory and of host memory,
+// gdrshim_lookup, and frees, registrations and deregistrations while min(N/2, 10^5) registrations
+// are live. In "heap" mode it only grows, and prints the heap in use (mallinfo2) at each
+// checkpoint. In "touch" mode (a knobs build of the shim, GDRSHIM_APPLY_THREAD=0) it counts
+// instead of timing: what the map and the registrar read for each call (gdrshim_test_touches),
+// the work the call queued applied with it, by a host registration before and after (so each
+// count holds one such registration: its own op, "flush"). Run against scalefake.c and
+// fakeverbs.c, with and without the shim (benches/scale.rs compares the two).
+//   scalebench ops SAMPLES N1 N2 ...     prints "scale N=.. op=.. p50=..ns p99=..ns"
+//   scalebench touch SAMPLES N1 N2 ...   prints "scale N=.. op=.. p50=.. p99=.. touches"
+//   scalebench heap N1 N2 ...            prints "scale N=.. heap=..B"
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -18,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
+#include "../../include/gdrshim.h"
 #include "program_owns.h"
 #define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
 #define SEG (2ull << 20)
@@ -57,17 +64,30 @@ static void free_one(uint64_t i) {
   if (ioctl(ctl, NV_IOCTL(0x29, 16), a) || a[3]) die("RM_FREE", handles[i]);
 }
 
-static uint64_t now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec; }
+static int64_t (*touches)(void);
+static char *host;
+// a host registration: the shim applies the work queued so far before it decides
+static void flush(void) { void *mr = vreg(0, host, 1 << 16, 0xf); if (!mr) die("host MR refused", 0); vdereg(mr); }
+static uint64_t now(void) {
+  if (touches) { flush(); return (uint64_t)touches(); }
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+// without the shim, what a call of gdrshim_lookup is compared with: a call that answers at once
+static int no_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out) { (void)va; (void)len; (void)out; return -ENOSYS; }
 static int cmp(const void *a, const void *b) { uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b; return (x > y) - (x < y); }
 static void report(uint64_t n, const char *op, uint64_t *t, int k) {
   qsort(t, (size_t)k, sizeof *t, cmp);
-  printf("scale N=%lu op=%s p50=%luns p99=%luns\n", (unsigned long)n, op, (unsigned long)t[k / 2], (unsigned long)t[k * 99 / 100]);
+  printf("scale N=%lu op=%s p50=%lu%s p99=%lu%s\n", (unsigned long)n, op, (unsigned long)t[k / 2], touches ? "" : "ns", (unsigned long)t[k * 99 / 100], touches ? " touches" : "ns");
 }
 static uint64_t rnd(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 
 int main(int argc, char **argv) {
   if (argc < 3) return 2;
   int heap_only = !strcmp(argv[1], "heap");
+  if (!strcmp(argv[1], "touch") && !(touches = (int64_t (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_test_touches")))
+    die("touch mode needs a knobs build of the shim", 0);
+  int (*lookup)(uint64_t, uint64_t, struct gdrshim_backing *) = (int (*)(uint64_t, uint64_t, struct gdrshim_backing *))dlsym(RTLD_DEFAULT, "gdrshim_lookup");
+  if (!lookup) lookup = no_lookup;
   const char *d = getenv("GDRSHIM_TEST_DEV_DIR"); char p[4096];
   snprintf(p, sizeof p, "%s/nvidiactl", d); ctl = open(p, O_RDWR | O_CLOEXEC);
   snprintf(p, sizeof p, "%s/nvidia-uvm", d); uvm = open(p, O_RDWR | O_CLOEXEC);
@@ -86,7 +106,7 @@ int main(int argc, char **argv) {
   handles = calloc(maxn + (uint64_t)samples + 1, sizeof *handles);
   uint64_t *t = calloc((size_t)samples + 1, sizeof *t), *t2 = calloc((size_t)samples + 1, sizeof *t2);
   void **held = calloc(100000, sizeof *held);
-  char *host = aligned_alloc(4096, 1 << 20); memset(host, 1, 1 << 20);
+  host = aligned_alloc(4096, 1 << 20); memset(host, 1, 1 << 20);
   uint64_t live = 0, seed = 0x9e3779b97f4a7c15ull;
   for (int a = first; a < argc; a++) {
     uint64_t n = (uint64_t)atol(argv[a]);
@@ -118,13 +138,31 @@ int main(int argc, char **argv) {
       vdereg(mr); t2[s] = now() - t1; t[s] = t1 - t0;
     }
     report(n, "reg_host", t, samples); report(n, "dereg_host", t2, samples);
-    uint64_t regs = n < 100000 ? n : 100000;
-    for (uint64_t i = 0; i < regs; i++) if (!(held[i] = vreg(0, (void *)(uintptr_t)(BASE + i * SEG), 1 << 16, 0xf))) die("GPU MR refused", i);
+    for (int s = 0; s < samples; s++) { uint64_t t0 = now(); t[s] = now() - t0; }
+    if (touches) report(n, "flush", t, samples);
+    for (int s = 0; s < samples; s++) {
+      uint64_t i = rnd(&seed) % n, off = (rnd(&seed) % 31) << 16; struct gdrshim_backing b = {.struct_version = GDRSHIM_QUERY_ABI};
+      uint64_t t0 = now(); int rc = lookup(BASE + i * SEG + off, 1 << 16, &b); t[s] = now() - t0;
+      if (rc != 0 && lookup != no_lookup) die("gdrshim_lookup missed", i);
+    }
+    report(n, "gdrshim_lookup", t, samples);
+    // of every other allocation, so that the registrations timed beside them are new ones
+    uint64_t regs = n / 2 < 100000 ? n / 2 : 100000;
+    for (uint64_t i = 0; i < regs; i++) if (!(held[i] = vreg(0, (void *)(uintptr_t)(BASE + 2 * i * SEG), 1 << 16, 0xf))) die("GPU MR refused", i);
     // an allocation and its free while registrations are live: both ask whether the call
     // releases or maps over registered memory, which the map must be up to date to answer
     for (int s = 0; s < samples; s++) { uint64_t t0 = now(); alloc_one(n); uint64_t t1 = now(); free_one(n); t[s] = now() - t1; t2[s] = t1 - t0; }
     char op[64]; snprintf(op, sizeof op, "free_with_%lu_regs", (unsigned long)regs); report(n, op, t, samples);
     snprintf(op, sizeof op, "alloc_with_%lu_regs", (unsigned long)regs); report(n, op, t2, samples);
+    // new registrations beside them, of the allocations in between
+    for (int s = 0; s < samples; s++) {
+      uint64_t i = 2 * (rnd(&seed) % (n / 2)) + 1, off = (rnd(&seed) % 31) << 16;
+      uint64_t t0 = now(); void *mr = vreg(0, (void *)(uintptr_t)(BASE + i * SEG + off), 1 << 16, 0xf); uint64_t t1 = now();
+      if (!mr) die("GPU MR refused", i);
+      vdereg(mr); t2[s] = now() - t1; t[s] = t1 - t0;
+    }
+    snprintf(op, sizeof op, "reg_gpu_with_%lu_regs", (unsigned long)regs); report(n, op, t, samples);
+    snprintf(op, sizeof op, "dereg_gpu_with_%lu_regs", (unsigned long)regs); report(n, op, t2, samples);
     for (uint64_t i = 0; i < regs; i++) vdereg(held[i]);
   }
   return 0;

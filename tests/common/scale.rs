@@ -24,6 +24,11 @@ pub fn build(env: &Env) {
 
 /// `scalebench ARGS` with the shim (register mode, NV503C route) or without; its `scale` lines.
 pub fn run(env: &Env, shim: bool, args: &[String]) -> Vec<String> {
+    run_with(env, shim, args, &[])
+}
+
+/// [`run`] with more variables set.
+pub fn run_with(env: &Env, shim: bool, args: &[String], vars: &[(&str, &str)]) -> Vec<String> {
     let fake = env.dir.join("libscalefake.so");
     let preload = if shim {
         format!("{}:{}", env.shim.display(), fake.display())
@@ -39,6 +44,7 @@ pub fn run(env: &Env, shim: bool, args: &[String]) -> Vec<String> {
         .env("GDRSHIM_MODE", "register")
         .env("GDRSHIM_ROUTE", "nv503c")
         .env("GDRSHIM_LOG_LEVEL", "warn")
+        .envs(vars.iter().copied())
         .output()
         .unwrap();
     let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
