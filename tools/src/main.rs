@@ -23,6 +23,7 @@ mod report;
 mod report_command;
 mod routes;
 mod selftest;
+mod size;
 mod topology;
 mod usage;
 mod verify;

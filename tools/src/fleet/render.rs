@@ -72,7 +72,7 @@ impl Fleet {
         if all > 0 {
             let what = format!(
                 "{ok} of {all} links pass both ways, RDMA WRITE and READ GPU→GPU, {} per transfer, every byte checked",
-                size(self.bytes)
+                crate::size::human(self.bytes as u64)
             );
             v.push(Check::new("links", status(ok == all), what));
         }
@@ -93,7 +93,7 @@ impl Fleet {
             self.nodes.len(),
             rails.len().max(1),
             self.round_secs.len(),
-            size(self.bytes),
+            crate::size::human(self.bytes as u64),
             self.launcher,
             self.secs
         );
@@ -283,14 +283,4 @@ fn culprit_lines(c: &Culprit) -> String {
         let _ = writeln!(s, "     {:<12} fix: {}", "", c.check.fix);
     }
     s
-}
-
-/// 1 GiB, 16 MiB, 4 KiB, 100 bytes.
-pub fn size(b: usize) -> String {
-    match b {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
 }
