@@ -8,7 +8,7 @@ use crate::doctor;
 use crate::machine::{
     kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State,
 };
-use crate::report::{json_str, Check, Report, Status};
+use crate::report::{Check, Report, Status};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -69,11 +69,7 @@ impl Args {
         if self.json {
             println!(
                 "{}",
-                r.json_with(
-                    "report",
-                    |_| String::new(),
-                    &format!(",\"markdown\":{}", json_str(&text))
-                )
+                r.json_with("report", |_| crate::report::NoKeys {}, ReportKeys { markdown: text })
             );
         } else if self.out.is_some() {
             print!("{}", r.text());
@@ -83,6 +79,12 @@ impl Args {
         }
         Ok(r.exit_code())
     }
+}
+
+/// `report`'s own key in its JSON: the Markdown whole.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReportKeys {
+    pub markdown: String,
 }
 
 /// The host's names as the record holds them (RECORD's `host`, uname's node name).
