@@ -271,3 +271,27 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     section(&mut s, "Every check of the doctor", &|_| true);
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{JsonReport, NoKeys};
+
+    /// The Markdown whole in the JSON's `markdown`, read back the same (its newlines, the
+    /// self-test's tabs and quotes, non-ASCII).
+    #[test]
+    fn the_report_json_round_trips_with_its_markdown() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/state/rig-4090-ok");
+        let st = State::from_dir(&dir).unwrap();
+        let text = scrub(&report(&st, Some("step 1\troute.chosen \"ok\" ✓\n"), false), &[]);
+        assert!(text.contains("## Verdict") && text.contains("\"ok\" ✓"), "{text}");
+        let mut r = Report::default();
+        r.push(Check::new("report.doctor", Status::Info, "doctor: PASS"));
+        let line = r.json_with("report", |_| NoKeys {}, ReportKeys { markdown: text.clone() });
+        assert_eq!(line.lines().count(), 1);
+        assert_eq!(crate::json::round_trip::<JsonReport<NoKeys, ReportKeys>>(&line), line);
+        let m: JsonReport<NoKeys, ReportKeys> = serde_json::from_str(&line).unwrap();
+        assert_eq!(m.own.markdown, text);
+    }
+}
