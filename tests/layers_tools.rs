@@ -6,10 +6,11 @@ use std::path::Path;
 mod common;
 use common::source::{rust_files, super_uses, uses};
 
-/// gdrshim-tool's layers (tools/src), lowest first: the report's form, the machine record and its
-/// parsing, the route prerequisites, the checks of each command, the self-test (which runs the
-/// doctor's route checks). `main.rs` sits on top.
+/// gdrshim-tool's layers (tools/src), lowest first: how JSON is written and sizes are read, the
+/// report's form, the machine record and its parsing, the route prerequisites, the checks of each
+/// command, the self-test (which runs the doctor's route checks). `main.rs` sits on top.
 const TOOL_LAYERS: &[&[&str]] = &[
+    &["json", "size"],
     &["report", "usage", "config"],
     &["machine"],
     &["routes", "topology"],

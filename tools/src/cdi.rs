@@ -6,8 +6,8 @@
 //! version there is, so every consumer that reads CDI reads it.
 
 use crate::machine::{parse_uverbs, CharDev, State};
-use crate::report::{json_str, Check, Report, Status};
-use std::fmt::Write as _;
+use crate::report::{Check, NoKeys, Report, Status};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const AFTER_HELP: &str = "Without --out the spec goes to stdout and this command's own lines and its RESULT line to
@@ -70,23 +70,20 @@ impl Args {
         };
         let release = std::fs::canonicalize(&release)
             .map_err(|e| format!("--release {}: {e}", release.display()))?;
-        let (r, spec) = generate(&devs, &release);
-        if r.failed() {
+        let (mut r, spec) = generate(&devs, &release);
+        let Some(spec) = spec else {
             return Ok(r.print("cdi", self.json));
-        }
-        let mut r = r;
+        };
+        let text = spec.text();
         if let Some(out) = &self.out {
-            crate::report::write_out(&mut r, "cdi", out, &spec)?;
+            crate::report::write_out(&mut r, "cdi", out, &text)?;
         }
         if self.json {
-            println!(
-                "{}",
-                r.json_with("cdi", |_| String::new(), &format!(",\"spec\":{}", compact(&spec)))
-            );
+            println!("{}", r.json_with("cdi", |_| NoKeys {}, CdiKeys { spec }));
         } else if self.out.is_some() {
             print!("{}", r.text());
         } else {
-            print!("{spec}");
+            print!("{text}");
             eprint!("{}", r.text());
         }
         Ok(r.exit_code())
@@ -130,8 +127,9 @@ fn cdi_name(n: &str) -> bool {
         && n.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
 }
 
-/// The checks and the spec (pretty JSON) for these character devices and this release.
-pub fn generate(devs: &[CharDev], release: &Path) -> (Report, String) {
+/// The checks and the spec for these character devices and this release (none when a check
+/// failed).
+pub fn generate(devs: &[CharDev], release: &Path) -> (Report, Option<Spec>) {
     let mut r = Report::default();
     let libs = ["lib/libgdrshim.so", "lib/libgdrshim-core.so"];
     let missing: Vec<&str> = libs.iter().copied().filter(|l| !release.join(l).is_file()).collect();
@@ -140,7 +138,7 @@ pub fn generate(devs: &[CharDev], release: &Path) -> (Report, String) {
             Check::new("cdi.release", Status::Fail, format!("{} lacks {}: nothing to mount", release.display(), missing.join(", ")))
                 .fix("give --release a release folder (scripts/deploy.sh installs them under /opt/rtx4090-gdr/releases)"),
         );
-        return (r, String::new());
+        return (r, None);
     }
     let preload = format!("LD_PRELOAD={IN_CONTAINER}/lib/libgdrshim.so");
     r.push(Check::new(
@@ -200,69 +198,104 @@ pub fn generate(devs: &[CharDev], release: &Path) -> (Report, String) {
     let mut devices: Vec<(String, Vec<&CharDev>)> =
         nics.iter().map(|d| (d.ibdev.clone().unwrap_or_default(), vec![*d])).collect();
     devices.push(("all".into(), nics.clone()));
-    (r, spec_text(&devices, cm, release, &preload))
+    (r, Some(Spec::new(&devices, cm, release, &preload)))
 }
 
-/// The spec as JSON, one field a line.
-fn spec_text(
-    devices: &[(String, Vec<&CharDev>)],
-    cm: Option<&CharDev>,
-    release: &Path,
-    preload: &str,
-) -> String {
-    let node = |path: &str, d: &CharDev| {
-        format!(
-            "{{\"path\": {}, \"type\": \"c\", \"major\": {}, \"minor\": {}, \"permissions\": \"rw\"}}",
-            json_str(path),
-            d.major,
-            d.minor
-        )
-    };
-    let mut s = format!(
-        "{{\n  \"cdiVersion\": \"{CDI_VERSION}\",\n  \"kind\": \"{KIND}\",\n  \"devices\": [\n"
-    );
-    for (k, (name, nodes)) in devices.iter().enumerate() {
-        let mut list: Vec<String> =
-            nodes.iter().map(|d| node(&format!("/dev/infiniband/{}", d.name), d)).collect();
-        if let (Some(c), false) = (cm, nodes.is_empty()) {
-            list.push(node("/dev/infiniband/rdma_cm", c));
-        }
-        let _ = write!(
-            s,
-            "    {{\n      \"name\": {},\n      \"containerEdits\": {{\n",
-            json_str(name)
-        );
-        let _ = writeln!(s, "        \"env\": [{}],", json_str(preload));
-        if !list.is_empty() {
-            let _ = writeln!(
-                s,
-                "        \"deviceNodes\": [\n          {}\n        ],",
-                list.join(",\n          ")
-            );
-        }
-        let _ = writeln!(
-            s,
-            "        \"mounts\": [\n          {{\"hostPath\": {}, \"containerPath\": \"{IN_CONTAINER}\", \"options\": [\"ro\", \"nosuid\", \"nodev\", \"rbind\"]}}\n        ]",
-            json_str(&release.display().to_string())
-        );
-        let _ = writeln!(s, "      }}\n    }}{}", if k + 1 < devices.len() { "," } else { "" });
-    }
-    s + "  ]\n}\n"
+/// `cdi`'s own key in its JSON: the spec.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct CdiKeys {
+    pub spec: Spec,
 }
 
-/// The pretty spec on one line (for the JSON object's "spec"): whitespace outside strings dropped.
-fn compact(pretty: &str) -> String {
-    let (mut out, mut in_str, mut esc) = (String::with_capacity(pretty.len()), false, false);
-    for c in pretty.chars() {
-        if in_str {
-            out.push(c);
-            (esc, in_str) = (c == '\\' && !esc, esc || c != '"');
-        } else if !c.is_whitespace() {
-            out.push(c);
-            in_str = c == '"';
-        }
+/// A CDI spec with the fields of CDI 0.3.0 it uses, named and ordered as CDI's own JSON.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    pub cdi_version: String,
+    pub kind: String,
+    pub devices: Vec<Device>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    pub name: String,
+    pub container_edits: Edits,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Edits {
+    pub env: Vec<String>,
+    /// Left out where there is none (`all` on a machine without an RDMA NIC).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_nodes: Vec<DeviceNode>,
+    pub mounts: Vec<Mount>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    pub path: String,
+    /// `c`: a character device.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub major: u32,
+    pub minor: u32,
+    pub permissions: String,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    pub host_path: String,
+    pub container_path: String,
+    pub options: Vec<String>,
+}
+
+impl Spec {
+    fn new(
+        devices: &[(String, Vec<&CharDev>)],
+        cm: Option<&CharDev>,
+        release: &Path,
+        preload: &str,
+    ) -> Spec {
+        let node = |path: String, d: &CharDev| DeviceNode {
+            path,
+            kind: "c".into(),
+            major: d.major,
+            minor: d.minor,
+            permissions: "rw".into(),
+        };
+        let devices = devices
+            .iter()
+            .map(|(name, nodes)| {
+                let mut list: Vec<DeviceNode> =
+                    nodes.iter().map(|d| node(format!("/dev/infiniband/{}", d.name), d)).collect();
+                if let (Some(c), false) = (cm, nodes.is_empty()) {
+                    list.push(node("/dev/infiniband/rdma_cm".into(), c));
+                }
+                Device {
+                    name: name.clone(),
+                    container_edits: Edits {
+                        env: vec![preload.to_string()],
+                        device_nodes: list,
+                        mounts: vec![Mount {
+                            host_path: release.display().to_string(),
+                            container_path: IN_CONTAINER.into(),
+                            options: ["ro", "nosuid", "nodev", "rbind"].map(String::from).to_vec(),
+                        }],
+                    },
+                }
+            })
+            .collect();
+        Spec { cdi_version: CDI_VERSION.into(), kind: KIND.into(), devices }
     }
-    out
+
+    /// The spec file: pretty JSON, one field a line.
+    pub fn text(&self) -> String {
+        // serde_json refuses only map keys that are not strings: the spec's are its field names
+        serde_json::to_string_pretty(self).expect("a CDI spec has string keys only") + "\n"
+    }
 }
 
 #[cfg(test)]
@@ -270,10 +303,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_and_the_compact_form() {
+    fn names() {
         assert!(
             cdi_name("mlx5_0") && cdi_name("bnxt_re0") && !cdi_name("mlx5_") && !cdi_name("a b")
         );
-        assert_eq!(compact("{\n  \"a b\": [\"x\\\" y\", 1]\n}\n"), "{\"a b\":[\"x\\\" y\",1]}");
+    }
+
+    /// The spec in the file and in the JSON: CDI's field names in CDI's order, and both parse
+    /// back into the model and are written again the same.
+    #[test]
+    fn the_spec_and_the_json_round_trip() {
+        let dev = |name: &str, ib: Option<&str>, minor| CharDev {
+            name: name.into(),
+            ibdev: ib.map(String::from),
+            major: 231,
+            minor,
+        };
+        let devs = [dev("uverbs0", Some("mlx5_0"), 192), dev("rdma_cm", None, 255)];
+        let dir = std::env::temp_dir().join(format!("gdrshim-cdi-unit-{}", std::process::id()));
+        for f in ["lib/libgdrshim.so", "lib/libgdrshim-core.so"] {
+            std::fs::create_dir_all(dir.join("lib")).unwrap();
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let (r, spec) = generate(&devs, &dir);
+        let spec = spec.expect("a spec");
+        let text = spec.text();
+        assert!(text.starts_with("{\n  \"cdiVersion\": \"0.3.0\",\n  \"kind\": \"gdrshim/rdma\",\n  \"devices\": [\n"), "{text}");
+        assert!(text.contains("\"name\": \"mlx5_0\",\n      \"containerEdits\": {\n        \"env\": [\n          \"LD_PRELOAD=/opt/rtx4090-gdr/current/lib/libgdrshim.so\"\n        ],\n        \"deviceNodes\": ["), "{text}");
+        assert!(text.contains("\"path\": \"/dev/infiniband/rdma_cm\",\n            \"type\": \"c\",\n            \"major\": 231,\n            \"minor\": 255,\n            \"permissions\": \"rw\""), "{text}");
+        assert_eq!(
+            serde_json::to_string_pretty(&serde_json::from_str::<Spec>(&text).unwrap()).unwrap()
+                + "\n",
+            text
+        );
+        let line = r.json_with("cdi", |_| NoKeys {}, CdiKeys { spec });
+        assert!(line.contains(r#","exit":0,"spec":{"cdiVersion":"0.3.0","kind":"gdrshim/rdma","devices":[{"name":"mlx5_0","containerEdits":{"env":["#), "{line}");
+        assert_eq!(
+            crate::json::round_trip::<crate::report::JsonReport<NoKeys, CdiKeys>>(&line),
+            line
+        );
+        // without a NIC, `all` has no device nodes: the key is left out, as before
+        let (_, spec) = generate(&[], &dir);
+        let text = spec.unwrap().text();
+        assert!(!text.contains("deviceNodes"), "{text}");
+        assert_eq!(
+            serde_json::to_string_pretty(&serde_json::from_str::<Spec>(&text).unwrap()).unwrap()
+                + "\n",
+            text
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

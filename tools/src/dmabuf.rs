@@ -17,8 +17,8 @@ pub const AFTER_HELP: &str = "Exit codes:
 /// `gdrshim-tool dmabuf-probe`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Bytes of GPU memory to allocate, export and register
-    #[arg(long, value_name = "BYTES", default_value_t = 2 << 20)]
+    /// Bytes of GPU memory to allocate, export and register (or with K, M, G: 1K = 1024)
+    #[arg(long, value_name = "BYTES", default_value_t = 2 << 20, value_parser = crate::size::parser(0, u64::MAX, false))]
     size: usize,
     /// CUDA device ordinal
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -18,11 +18,13 @@ mod dmabuf;
 mod doctor;
 mod env;
 mod fleet;
+mod json;
 mod machine;
 mod report;
 mod report_command;
 mod routes;
 mod selftest;
+mod size;
 mod topology;
 mod usage;
 mod verify;
@@ -130,7 +132,7 @@ fn main() -> ExitCode {
         Cmd::Cdi(a) => a.run(),
         Cmd::Version(a) => {
             if a.json {
-                println!("{}", report::json_object("version", &[], None, 0, ""));
+                println!("{}", report::Report::default().json("version"));
             } else {
                 println!("gdrshim-tool {VERSION}");
             }

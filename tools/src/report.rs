@@ -3,6 +3,7 @@
 //! PASS what to do (`fix`, the one place for the advice); the text ends with one `RESULT:` line
 //! that says what the JSON's `result` and `could_not_check` say.
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt::Write as _;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,7 +33,27 @@ impl Status {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// In the JSON as in the text: its word.
+impl Serialize for Status {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.word())
+    }
+}
+
+impl<'de> Deserialize<'de> for Status {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = String::deserialize(d)?;
+        STATUSES.into_iter().find(|s| s.word() == w).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{w:?} is no status (PASS, WARN, FAIL, INFO, {COULD_NOT_CHECK})"
+            ))
+        })
+    }
+}
+
+/// One check; in the JSON its five keys in this order, then any of its command's own
+/// ([`JsonCheck`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
     pub id: String,
     pub status: Status,
@@ -152,38 +173,51 @@ impl Report {
         s + &self.closing_line()
     }
 
-    /// The report as the tools' one JSON object ([`json_object`]).
+    /// The report as the tools' one JSON object ([`JsonReport`]), no keys of the command's own.
     pub fn json(&self, tool: &str) -> String {
-        self.json_with(tool, |_| String::new(), "")
+        let m: PlainJson = self.json_model(tool, |_| NoKeys {}, NoKeys {});
+        crate::json::to_line(&m)
     }
 
-    /// The JSON object with keys of a command's own: `more(i)` after check i's five, `extra`
-    /// (`,"key":value…`) after `exit`.
-    pub fn json_with(&self, tool: &str, more: impl Fn(usize) -> String, extra: &str) -> String {
-        let checks: Vec<String> =
-            self.checks.iter().enumerate().map(|(i, c)| c.json(&more(i))).collect();
-        json_object(tool, &checks, self.unchecked_reason().as_deref(), self.exit_code(), extra)
+    /// The JSON object with keys of a command's own: `check_keys(i)` after check i's five, `own`
+    /// after `exit`.
+    pub fn json_with<C: Serialize, K: Serialize>(
+        &self,
+        tool: &str,
+        check_keys: impl Fn(usize) -> C,
+        own: K,
+    ) -> String {
+        crate::json::to_line(&self.json_model(tool, check_keys, own))
+    }
+
+    /// The model [`Report::json_with`] writes.
+    pub fn json_model<C, K>(
+        &self,
+        tool: &str,
+        check_keys: impl Fn(usize) -> C,
+        own: K,
+    ) -> JsonReport<C, K> {
+        let exit = self.exit_code();
+        JsonReport {
+            tool: tool.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            checks: self
+                .checks
+                .iter()
+                .enumerate()
+                .map(|(i, c)| JsonCheck { check: c.clone(), own: check_keys(i) })
+                .collect(),
+            could_not_check: self.unchecked_reason(),
+            result: result_word(exit).to_string(),
+            exit,
+            own,
+        }
     }
 
     /// Prints the report as text or as the one JSON object; returns the exit code.
     pub fn print(&self, tool: &str, json: bool) -> u8 {
         print!("{}", if json { self.json(tool) + "\n" } else { self.text() });
         self.exit_code()
-    }
-}
-
-impl Check {
-    /// `{"id","status","summary","evidence":[…],"fix"}`, then `more` (keys of a tool's own).
-    pub fn json(&self, more: &str) -> String {
-        let ev: Vec<String> = self.evidence.iter().map(|e| json_str(e)).collect();
-        format!(
-            "{{\"id\":{},\"status\":{},\"summary\":{},\"evidence\":[{}],\"fix\":{}{more}}}",
-            json_str(&self.id),
-            json_str(self.status.word()),
-            json_str(&self.summary),
-            ev.join(","),
-            json_str(&self.fix)
-        )
     }
 }
 
@@ -200,45 +234,40 @@ pub fn result_word(exit: u8) -> &'static str {
     }
 }
 
-/// The one JSON object every command prints with `--json` (the README's "The tools' JSON"):
-/// `{"tool","version","checks":[…],"could_not_check":null or why,"result","exit"}`, then `extra`
-/// (`,"key":value…`, a command's own keys). Each check is [`Check::json`]'s object.
-pub fn json_object(
-    tool: &str,
-    checks: &[String],
-    could_not_check: Option<&str>,
-    exit: u8,
-    extra: &str,
-) -> String {
-    format!(
-        "{{\"tool\":{},\"version\":{},\"checks\":[{}],\"could_not_check\":{},\"result\":{},\"exit\":{exit}{extra}}}",
-        json_str(tool),
-        json_str(env!("CARGO_PKG_VERSION")),
-        checks.join(","),
-        could_not_check.map_or("null".to_string(), json_str),
-        json_str(result_word(exit))
-    )
+/// The one JSON object every command prints with `--json` (the README's "Every command"): the six
+/// keys every object has, in this order, then the keys of the command's own (`own`, flattened:
+/// the README's table names them). Each check is its five keys, then its command's own (`C`).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct JsonReport<C, K> {
+    pub tool: String,
+    pub version: String,
+    pub checks: Vec<JsonCheck<C>>,
+    /// null, or why something could not be checked (the text's "could not check here").
+    pub could_not_check: Option<String>,
+    /// PASS, FAIL or COULD NOT CHECK: [`result_word`] of `exit`.
+    pub result: String,
+    pub exit: u8,
+    #[serde(flatten)]
+    pub own: K,
 }
 
-pub fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+/// A check in the JSON: [`Check`]'s five keys, then its command's own (the self-test's `step`, a
+/// fleet culprit's `kind`, `nodes`, `rail`).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct JsonCheck<C> {
+    #[serde(flatten)]
+    pub check: Check,
+    #[serde(flatten)]
+    pub own: C,
 }
+
+/// No keys of a command's own.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct NoKeys {}
+
+/// The model of a command that adds no keys (doctor, verify-run, dmabuf-probe, env, version, an
+/// error that stops a command).
+pub type PlainJson = JsonReport<NoKeys, NoKeys>;
 
 /// Writes `text` to a file beside `out` and renames it into place: a reader never sees it half
 /// written.
@@ -381,6 +410,43 @@ mod tests {
         r.push(Check::new("a", Status::Warn, "hm"));
         r.push(Check::new("b", Status::Info, "seen"));
         assert_eq!(r.exit_code(), 0);
+    }
+    #[test]
+    fn every_status_and_result_parses_back_to_the_same_line() {
+        let mut r = Report::default();
+        for (i, st) in STATUSES.into_iter().enumerate() {
+            r.push(
+                Check::new(&format!("c{i}"), st, format!("{} \"quoted\" \t tab", st.word()))
+                    .evidence("line 1")
+                    .evidence("ünïcode \u{7f} \u{8}")
+                    .fix(if st == Status::Pass { "" } else { "do this" }),
+            );
+        }
+        r.could_not_check("no GPU");
+        let line = r.json("doctor");
+        assert_eq!(crate::json::round_trip::<PlainJson>(&line), line);
+        let m: PlainJson = serde_json::from_str(&line).unwrap();
+        assert_eq!(m, r.json_model("doctor", |_| NoKeys {}, NoKeys {}));
+        assert_eq!(
+            (m.exit, m.result.as_str(), m.checks[2].check.status),
+            (1, "FAIL", Status::Fail)
+        );
+        // a word that is no status is refused, not read as another
+        let bad = line.replacen("\"status\":\"WARN\"", "\"status\":\"WARNING\"", 1);
+        assert!(serde_json::from_str::<PlainJson>(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("is no status"));
+        // the version's object: no checks
+        let v = Report::default().json("version");
+        assert_eq!(
+            v,
+            format!(
+                "{{\"tool\":\"version\",\"version\":\"{}\",\"checks\":[],\"could_not_check\":null,\"result\":\"PASS\",\"exit\":0}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(crate::json::round_trip::<PlainJson>(&v), v);
     }
     #[test]
     fn ansi() {

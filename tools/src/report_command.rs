@@ -8,7 +8,7 @@ use crate::doctor;
 use crate::machine::{
     kernel_version, parse_cpu, parse_ibv_devinfo, parse_pci_paths, parse_smi_q, State,
 };
-use crate::report::{json_str, Check, Report, Status};
+use crate::report::{Check, Report, Status};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -69,11 +69,7 @@ impl Args {
         if self.json {
             println!(
                 "{}",
-                r.json_with(
-                    "report",
-                    |_| String::new(),
-                    &format!(",\"markdown\":{}", json_str(&text))
-                )
+                r.json_with("report", |_| crate::report::NoKeys {}, ReportKeys { markdown: text })
             );
         } else if self.out.is_some() {
             print!("{}", r.text());
@@ -83,6 +79,12 @@ impl Args {
         }
         Ok(r.exit_code())
     }
+}
+
+/// `report`'s own key in its JSON: the Markdown whole.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReportKeys {
+    pub markdown: String,
 }
 
 /// The host's names as the record holds them (RECORD's `host`, uname's node name).
@@ -268,4 +270,28 @@ pub fn report(st: &State, selftest: Option<&str>, private: bool) -> String {
     s.push('\n');
     section(&mut s, "Every check of the doctor", &|_| true);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{JsonReport, NoKeys};
+
+    /// The Markdown whole in the JSON's `markdown`, read back the same (its newlines, the
+    /// self-test's tabs and quotes, non-ASCII).
+    #[test]
+    fn the_report_json_round_trips_with_its_markdown() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/state/rig-4090-ok");
+        let st = State::from_dir(&dir).unwrap();
+        let text = scrub(&report(&st, Some("step 1\troute.chosen \"ok\" ✓\n"), false), &[]);
+        assert!(text.contains("## Verdict") && text.contains("\"ok\" ✓"), "{text}");
+        let mut r = Report::default();
+        r.push(Check::new("report.doctor", Status::Info, "doctor: PASS"));
+        let line = r.json_with("report", |_| NoKeys {}, ReportKeys { markdown: text.clone() });
+        assert_eq!(line.lines().count(), 1);
+        assert_eq!(crate::json::round_trip::<JsonReport<NoKeys, ReportKeys>>(&line), line);
+        let m: JsonReport<NoKeys, ReportKeys> = serde_json::from_str(&line).unwrap();
+        assert_eq!(m.own.markdown, text);
+    }
 }

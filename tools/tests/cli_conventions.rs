@@ -338,7 +338,7 @@ fn bad_values_are_one_line_usage_errors() {
         (&["verify-run", "--nccl-log", "x", "--exit-code", "300"], "gdrshim-tool verify-run: invalid value '300' for '--exit-code <N>': 300 is not in 0..=255 (try --help)"),
         (&["verify-run", "--nccl-log", "x", "--exit-code", "-1"], "gdrshim-tool verify-run: invalid value '-1' for '--exit-code <N>': -1 is not in 0..=255 (try --help)"),
         (&["verify-run", "--nccl-log", "x", "--gpu-sm", "ada"], "gdrshim-tool verify-run: invalid value 'ada' for '--gpu-sm <N>': invalid digit found in string (try --help)"),
-        (&["dmabuf-probe", "--size", "2M"], "gdrshim-tool dmabuf-probe: invalid value '2M' for '--size <BYTES>': invalid digit found in string (try --help)"),
+        (&["dmabuf-probe", "--size", "2MB"], "gdrshim-tool dmabuf-probe: invalid value '2MB' for '--size <BYTES>': MB is a power of ten in SI: write 2M or 2MiB (binary, 1K = 1024) (try --help)"),
         (&["selftest", "--size", "1000000"], "gdrshim-tool selftest: invalid value '1000000' for '--size <BYTES>': a power of two from 65536 to 1073741824 (1 GiB) (try --help)"),
         (&["version", "--bogus"], "gdrshim-tool version: unexpected argument '--bogus' found (try --help)"),
     ];

@@ -287,6 +287,13 @@ fn a_clean_run_passes_on_the_nv503c_route_and_json_says_so() {
     assert_eq!(j.keys()[6..], said[1..], "{row}");
     let common::J::Arr(checks) = j.get("checks").unwrap() else { panic!("{out}") };
     assert!(checks.iter().all(|c| c.keys()[5..] == ["step"]), "{out}");
+    // serde_json reads it too: the counters an object of numbers and the route's word
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["counters"]["registered"].as_u64(), v["counters"]["route"].as_str()),
+        (Some(2), Some("nv503c")),
+        "{out}"
+    );
 }
 
 #[test]

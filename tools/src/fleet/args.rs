@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// `gdrshim-tool fleet`'s arguments.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Bytes per transfer (a power of two from 4 KiB to 4 GiB)
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    /// Bytes per transfer (or with K, M, G: 1K = 1024; a power of two from 4K to 4G)
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30, value_parser = crate::size::parser(4096, 1 << 32, true))]
     pub size: usize,
     /// Rank 0's node (and port, default 29500) where the launcher's environment names none
     #[arg(long, value_name = "HOST[:PORT]")]

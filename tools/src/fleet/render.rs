@@ -4,7 +4,9 @@
 //! keys).
 
 use super::model::{Culprit, Leg, Op, Outcome, Task};
-use crate::report::{json_str, result_word, Check, Report, Status};
+use crate::json::Ordered;
+use crate::report::{result_word, Check, JsonReport, Report, Status};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -72,7 +74,7 @@ impl Fleet {
         if all > 0 {
             let what = format!(
                 "{ok} of {all} links pass both ways, RDMA WRITE and READ GPU→GPU, {} per transfer, every byte checked",
-                size(self.bytes)
+                crate::size::human(self.bytes as u64)
             );
             v.push(Check::new("links", status(ok == all), what));
         }
@@ -93,7 +95,7 @@ impl Fleet {
             self.nodes.len(),
             rails.len().max(1),
             self.round_secs.len(),
-            size(self.bytes),
+            crate::size::human(self.bytes as u64),
             self.launcher,
             self.secs
         );
@@ -172,44 +174,40 @@ impl Fleet {
     }
 
     pub fn json(&self) -> String {
-        let culprit = |i: usize| match self.culprits.get(i) {
-            Some(c) => {
-                let nodes: Vec<String> = c.nodes.iter().map(|n| json_str(n)).collect();
-                format!(
-                    ",\"kind\":{},\"nodes\":[{}],\"rail\":{}",
-                    json_str(c.kind.word()),
-                    nodes.join(","),
-                    c.rail.map_or("null".into(), |r| r.to_string())
-                )
-            }
-            None => String::new(),
-        };
-        self.checks().json_with("fleet", culprit, &self.json_extra())
+        crate::json::to_line(&self.json_model())
     }
 
-    fn json_extra(&self) -> String {
-        let f = |v: Option<f64>| v.map_or("null".to_string(), |x| format!("{x:.3}"));
-        let nodes: Vec<String> = self
+    /// The fleet's JSON: the checks (each culprit with its kind, nodes and rail), then its own keys.
+    pub fn json_model(&self) -> FleetJson {
+        let culprit = |i: usize| {
+            self.culprits.get(i).map(|c| CulpritKeys {
+                kind: c.kind.word().to_string(),
+                nodes: c.nodes.clone(),
+                rail: c.rail,
+            })
+        };
+        self.checks().json_model("fleet", culprit, self.json_keys())
+    }
+
+    fn json_keys(&self) -> FleetKeys {
+        let nodes = self
             .nodes
             .iter()
-            .map(|t| {
-                let rails: Vec<String> = t
+            .map(|t| NodeJson {
+                name: t.node.clone(),
+                rails: t
                     .rails
                     .iter()
-                    .map(|r| {
-                        format!(
-                            "{{\"rail\":{},\"gpu\":{},\"nic\":{},\"port_gbps\":{},\"path\":{},\"loopback\":{}}}",
-                            r.rail,
-                            json_str(&r.gpu),
-                            json_str(&r.nic),
-                            f(r.port_gbps),
-                            json_str(&r.path),
-                            json_str(&r.loopback)
-                        )
+                    .map(|r| RailJson {
+                        rail: r.rail,
+                        gpu: r.gpu.clone(),
+                        nic: r.nic.clone(),
+                        port_gbps: r.port_gbps,
+                        path: r.path.clone(),
+                        loopback: r.loopback.clone(),
                     })
-                    .collect();
-                let vs: Vec<String> = t.versions.iter().map(|(k, v)| format!("{}:{}", json_str(k), json_str(v))).collect();
-                format!("{{\"name\":{},\"rails\":[{}],\"versions\":{{{}}}}}", json_str(&t.node), rails.join(","), vs.join(","))
+                    .collect(),
+                versions: Ordered(t.versions.clone()),
             })
             .collect();
         let mut matrices = Vec::new();
@@ -222,42 +220,91 @@ impl Fleet {
                 if op == Op::Nccl && r != 0 {
                     continue;
                 }
-                let rows: Vec<String> = (0..self.nodes.len())
+                let n = self.nodes.len();
+                let rows = (0..n)
                     .map(|i| {
-                        let cells: Vec<String> = (0..self.nodes.len())
-                            .map(|j| match self.leg(r, op, i, j) {
-                                None => "null".into(),
-                                Some(l) => format!(
-                                    "{{\"outcome\":{},\"gbps\":{},\"latency_us\":{},\"detail\":{}}}",
-                                    json_str(l.outcome.word()),
-                                    f(l.gbps),
-                                    f(l.lat_us),
-                                    json_str(&l.detail)
-                                ),
+                        (0..n)
+                            .map(|j| {
+                                self.leg(r, op, i, j).map(|l| CellJson {
+                                    outcome: l.outcome.word().to_string(),
+                                    gbps: l.gbps,
+                                    latency_us: l.lat_us,
+                                    detail: l.detail.clone(),
+                                })
                             })
-                            .collect();
-                        format!("[{}]", cells.join(","))
+                            .collect()
                     })
                     .collect();
-                matrices.push(format!(
-                    "{{\"rail\":{r},\"op\":{},\"rows\":[{}]}}",
-                    json_str(op.word()),
-                    rows.join(",")
-                ));
+                matrices.push(MatrixJson { rail: r, op: op.word().to_string(), rows });
             }
         }
-        let secs: Vec<String> = self.round_secs.iter().map(|s| format!("{s:.3}")).collect();
-        format!(
-            ",\"launcher\":{},\"bytes\":{},\"rounds\":{},\"round_seconds\":[{}],\"seconds\":{:.3},\"nodes\":[{}],\"matrices\":[{}]",
-            json_str(&self.launcher),
-            self.bytes,
-            self.round_secs.len(),
-            secs.join(","),
-            self.secs,
-            nodes.join(","),
-            matrices.join(",")
-        )
+        FleetKeys {
+            launcher: self.launcher.clone(),
+            bytes: self.bytes,
+            rounds: self.round_secs.len(),
+            round_seconds: self.round_secs.clone(),
+            seconds: self.secs,
+            nodes,
+            matrices,
+        }
     }
+}
+
+/// The fleet's JSON (the README's table of commands names its own keys).
+pub type FleetJson = JsonReport<Option<CulpritKeys>, FleetKeys>;
+
+/// What a culprit's check adds: its kind, the nodes and the rail it names (null: every rail).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct CulpritKeys {
+    pub kind: String,
+    pub nodes: Vec<String>,
+    pub rail: Option<usize>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct FleetKeys {
+    pub launcher: String,
+    pub bytes: usize,
+    pub rounds: usize,
+    pub round_seconds: Vec<f64>,
+    pub seconds: f64,
+    pub nodes: Vec<NodeJson>,
+    pub matrices: Vec<MatrixJson>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeJson {
+    pub name: String,
+    pub rails: Vec<RailJson>,
+    /// gdrshim, driver, rdma-core, nccl, in the order the task gave them.
+    pub versions: Ordered<String>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct RailJson {
+    pub rail: usize,
+    pub gpu: String,
+    pub nic: String,
+    pub port_gbps: Option<f64>,
+    pub path: String,
+    pub loopback: String,
+}
+
+/// One N×N matrix: row = where the bytes come from, column = where they land; null where no leg
+/// ran (the diagonal).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixJson {
+    pub rail: usize,
+    pub op: String,
+    pub rows: Vec<Vec<Option<CellJson>>>,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellJson {
+    pub outcome: String,
+    pub gbps: Option<f64>,
+    pub latency_us: Option<f64>,
+    pub detail: String,
 }
 
 /// A culprit's lines: `FAIL KIND NODES[ rail R]: summary`, its first 8 lines of evidence, its fix.
@@ -283,14 +330,4 @@ fn culprit_lines(c: &Culprit) -> String {
         let _ = writeln!(s, "     {:<12} fix: {}", "", c.check.fix);
     }
     s
-}
-
-/// 1 GiB, 16 MiB, 4 KiB, 100 bytes.
-pub fn size(b: usize) -> String {
-    match b {
-        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
-        b => format!("{b} bytes"),
-    }
 }

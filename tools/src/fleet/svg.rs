@@ -53,7 +53,7 @@ pub fn svg(f: &Fleet) -> String {
         s,
         r#"<text x="10" y="18" font-size="14">gdrshim fleet: {} nodes, {} per transfer, {culprits}</text>"#,
         n,
-        super::render::size(f.bytes)
+        crate::size::human(f.bytes as u64)
     );
     for (k, &(rail, op)) in panels.iter().enumerate() {
         panel_at(&mut s, f, rail, op, (10 + k * panel, label_w));

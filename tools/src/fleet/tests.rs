@@ -516,3 +516,70 @@ fn a_tasks_node_index_is_its_nodes_place_in_the_merged_list() {
         assert_eq!(node_index(&names, n), nodes.iter().position(|x| x.node == n).unwrap(), "{n}");
     }
 }
+
+#[test]
+fn the_fleet_json_round_trips_with_culprits_matrices_and_nccl() {
+    use super::render::{Fleet, FleetJson};
+    let nodes: Vec<Task> = (0..3).map(|i| node(i, 2)).collect();
+    let dead = |_r: usize, s: usize, d: usize, _o: Op| {
+        if (s.min(d), s.max(d)) == (0, 1) {
+            Outcome::Error
+        } else {
+            Outcome::Ok
+        }
+    };
+    let mut l = legs(3, 2, dead);
+    l.push(Leg {
+        rail: 0,
+        src: 0,
+        dst: 2,
+        op: Op::Nccl,
+        outcome: Outcome::Error,
+        gbps: Some(41.25),
+        lat_us: None,
+        detail: "via NET/IB/0/GDRDMA \"quoted\"".into(),
+    });
+    let cs = culprits(&nodes, &l);
+    assert!(!cs.is_empty());
+    let f = Fleet {
+        nodes,
+        legs: l,
+        culprits: cs,
+        launcher: "Open MPI".into(),
+        bytes: 1 << 20,
+        round_secs: vec![0.5, 1.0 / 3.0],
+        secs: 2.0,
+        unchecked: None,
+    };
+    let line = f.json();
+    assert_eq!(crate::json::round_trip::<FleetJson>(&line), line);
+    let m: FleetJson = serde_json::from_str(&line).unwrap();
+    // a culprit's check carries its kind, nodes and rail; what passed carries nothing more
+    let link = m.checks.iter().find(|c| c.check.id == "culprit.link").expect(&line);
+    assert_eq!(
+        link.own,
+        Some(super::render::CulpritKeys {
+            kind: "link".into(),
+            nodes: vec!["n0".into(), "n1".into()],
+            rail: Some(0)
+        })
+    );
+    // NCCL's culprit names no rail: null
+    let nccl = m.checks.iter().find(|c| c.check.id == "culprit.nccl").expect(&line);
+    assert_eq!(nccl.own.as_ref().map(|k| k.rail), Some(None));
+    assert!(line.contains(r#","kind":"nccl","nodes":["n0","n2"],"rail":null}"#), "{line}");
+    assert!(m
+        .checks
+        .iter()
+        .filter(|c| !c.check.id.starts_with("culprit."))
+        .all(|c| c.own.is_none()));
+    assert!(line.contains(r#""status":"FAIL","summary":"#), "{line}");
+    // numbers as the text prints them, the versions in the task's order (not sorted), a matrix per
+    // rail and operation and NCCL's on rail 0 only, null on the diagonal
+    assert!(line.contains(r#","exit":1,"launcher":"Open MPI","bytes":1048576,"rounds":2,"round_seconds":[0.500,0.333],"seconds":2.000,"nodes":[{"name":"n0","rails":[{"rail":0,"gpu":"GPU 0","nic":"mlx5_0","port_gbps":100.000,"path":"dmabuf","loopback":"PASS"},"#), "{line}");
+    assert!(line.contains(r#""versions":{"gdrshim":"0.2.0","driver":"570.86"}}"#), "{line}");
+    let ops: Vec<(usize, &str)> = m.own.matrices.iter().map(|x| (x.rail, x.op.as_str())).collect();
+    assert_eq!(ops, [(0, "WRITE"), (0, "READ"), (0, "NCCL"), (1, "WRITE"), (1, "READ")]);
+    assert!(line.contains(r#"{"rail":0,"op":"WRITE","rows":[[null,{"outcome":"error","gbps":90.000,"latency_us":3.000,"detail":"error"},"#), "{line}");
+    assert!(line.contains(r#"{"outcome":"error","gbps":41.250,"latency_us":null,"detail":"via NET/IB/0/GDRDMA \"quoted\""}"#), "{line}");
+}

@@ -17,8 +17,9 @@ pub struct Args {
     /// CUDA device ordinal
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub gpu: c_int,
-    /// Largest transfer (bytes; a power of two, 64 KiB … 1 GiB); bandwidth runs 64 KiB … this
-    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = size)]
+    /// Largest transfer (bytes, or with K, M, G: 1K = 1024; a power of two, 64K … 1G); bandwidth
+    /// runs 64 KiB … this
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20, value_parser = crate::size::parser(65536, 1 << 30, true))]
     pub size: usize,
     /// Route the shim must take (auto: whichever works here)
     #[arg(long, value_name = "R", default_value = "auto", value_parser = ["auto", "dmabuf", "nv503c"])]
@@ -36,13 +37,4 @@ pub struct Args {
     /// JSON on stdout instead of text
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--size`: a power of two from 64 KiB to 1 GiB (the transfers move it in equal work requests,
-/// the bandwidth sizes divide it).
-fn size(v: &str) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(n) if (65536..=1 << 30).contains(&n) && n.is_power_of_two() => Ok(n),
-        _ => Err("a power of two from 65536 to 1073741824 (1 GiB)".into()),
-    }
 }

@@ -3,7 +3,9 @@
 //! or completion status), the advice in `fix`; then the bandwidth table and the shim's counters.
 //! The exit code: 0 all passed, 1 a step failed, 2 could not check here.
 
-use crate::report::{json_str, Check, Report, Status};
+use crate::json::Ordered;
+use crate::report::{Check, JsonReport, Report, Status};
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
 /// Every check the self-test can report, by step: the README's table of steps lists the same
@@ -142,34 +144,101 @@ impl Findings {
     }
 
     /// The tools' one JSON object: each check with its `step`, then `bandwidth`, `link_gbps` and
-    /// `counters`.
+    /// `counters` ([`SelftestJson`]).
     pub fn json(&self) -> String {
-        let mut extra = String::from(",\"bandwidth\":[");
-        for (k, b) in self.bandwidth.iter().enumerate() {
-            if k > 0 {
-                extra.push(',');
-            }
-            let _ = write!(
-                extra,
-                "{{\"direction\":{},\"size\":{},\"gbps\":{:.3}}}",
-                json_str(b.direction),
-                b.size,
-                b.gbps
-            );
-        }
-        let _ = write!(
-            extra,
-            "],\"link_gbps\":{},\"counters\":{{",
-            self.link_gbps.map_or("null".into(), |l| format!("{l:.3}"))
+        crate::json::to_line(&self.json_model())
+    }
+
+    pub fn json_model(&self) -> SelftestJson {
+        let bandwidth = self
+            .bandwidth
+            .iter()
+            .map(|b| BwJson { direction: b.direction.to_string(), size: b.size, gbps: b.gbps })
+            .collect();
+        let counters = self
+            .counters
+            .iter()
+            .map(|(n, v)| {
+                let v = v.parse::<u64>().map_or_else(|_| Counter::Word(v.clone()), Counter::Count);
+                (n.to_string(), v)
+            })
+            .collect();
+        let own =
+            SelftestKeys { bandwidth, link_gbps: self.link_gbps, counters: Ordered(counters) };
+        self.checks.json_model("selftest", |i| Step { step: self.steps[i] }, own)
+    }
+}
+
+/// The self-test's JSON: each check with its step, then the bandwidth table, the link's rate and
+/// the shim's counters (the README's table of commands names these keys).
+pub type SelftestJson = JsonReport<Step, SelftestKeys>;
+
+/// The key the self-test adds to each check.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub step: u8,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct SelftestKeys {
+    pub bandwidth: Vec<BwJson>,
+    pub link_gbps: Option<f64>,
+    /// The shim's counters in its order: a count as a number, anything else (the route) a string.
+    pub counters: Ordered<Counter>,
+}
+
+/// One bandwidth measurement: a direction, a transfer size, Gb/s.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct BwJson {
+    pub direction: String,
+    pub size: usize,
+    pub gbps: f64,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Counter {
+    Count(u64),
+    Word(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key the self-test's JSON has, filled: the line parses back into the model and is
+    /// written again the same, numbers with three decimals as before.
+    #[test]
+    fn the_selftest_json_round_trips() {
+        let mut f = Findings::default();
+        f.pass(1, "route.chosen", "gdrshim registers by route nv503c", "gdrshim_counters()");
+        f.fail(4, "rdma.write.gpu-gpu", "bytes differ at 4096", "ibv_post_send", "report it");
+        f.not_checked(5, "bandwidth", "--no-bandwidth", "run without it");
+        f.bandwidth = vec![
+            Bw { direction: "write.gpu-gpu", size: 65536, gbps: 12.3456 },
+            Bw { direction: "write.gpu-gpu", size: 1 << 20, gbps: 90.0 },
+        ];
+        f.link_gbps = Some(100.0);
+        f.counters =
+            vec![("registered", "2".into()), ("route", "nv503c".into()), ("errors", "0".into())];
+        let line = f.json();
+        assert!(
+            line.contains(r#""evidence":["ibv_post_send"],"fix":"report it","step":4}"#),
+            "{line}"
         );
-        for (k, (n, v)) in self.counters.iter().enumerate() {
-            if k > 0 {
-                extra.push(',');
-            }
-            let val = if v.parse::<u64>().is_ok() { v.clone() } else { json_str(v) };
-            let _ = write!(extra, "{}:{val}", json_str(n));
-        }
-        extra.push('}');
-        self.checks.json_with("selftest", |i| format!(",\"step\":{}", self.steps[i]), &extra)
+        assert!(
+            line.ends_with(r#""exit":1,"bandwidth":[{"direction":"write.gpu-gpu","size":65536,"gbps":12.346},{"direction":"write.gpu-gpu","size":1048576,"gbps":90.000}],"link_gbps":100.000,"counters":{"registered":2,"route":"nv503c","errors":0}}"#),
+            "{line}"
+        );
+        assert_eq!(crate::json::round_trip::<SelftestJson>(&line), line);
+        let m: SelftestJson = serde_json::from_str(&line).unwrap();
+        assert_eq!(m.checks.iter().map(|c| c.own.step).collect::<Vec<_>>(), [1, 4, 5]);
+        assert_eq!(m.own.counters.0[1], ("route".to_string(), Counter::Word("nv503c".into())));
+        // no link rate, no bandwidth: null and []
+        f.link_gbps = None;
+        f.bandwidth.clear();
+        let line = f.json();
+        assert!(line.contains(r#""bandwidth":[],"link_gbps":null,"counters":{"#), "{line}");
+        assert_eq!(crate::json::round_trip::<SelftestJson>(&line), line);
     }
 }
