@@ -25,6 +25,7 @@
 #include "rig.h"
 #include "stress_truth.h"
 #include "stress_ops.h"
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>

@@ -173,18 +173,21 @@ static void final_checks(void) {
 // `stress fdcheck`: what spawn_op's children exec. Exit 0 when this process holds no fd of
 // gdrshim's (a dma-buf, a GPU node), 3 when it does.
 static int fdcheck(void) {
-  char p[64], t[512];
+  char p[300], t[512];
   int bad = 0;
-  for (int fd = 3; fd < 4096; fd++) {
-    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return 2;
+  for (struct dirent *e; (e = readdir(d));) {
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
     ssize_t k = readlink(p, t, sizeof t - 1);
     if (k <= 0) continue;
     t[k] = 0;
     if (strstr(t, "memfd:nv_dmabuf") || strstr(t, "/nvidia0") || strstr(t, "/nvidia1")) {
-      say("a spawned child holds fd %d: %s\n", fd, t);
+      say("a spawned child holds fd %s: %s\n", e->d_name, t);
       bad = 1;
     }
   }
+  closedir(d);
   return bad ? 3 : 0;
 }
 
