@@ -248,6 +248,21 @@ static int pick(lay_t *l, uint64_t *va, uint64_t *len) {
   return 0;
 }
 
+// A child's end (20 s at most): 0 exited 0, else its wait status (-1 when it hung and was killed).
+static int reap(pid_t pid) {
+  int st = 0;
+  double t0 = now();
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (now() - t0 > 20) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(1000);
+  }
+  return WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : st;
+}
+
 static void fork_op(void) {
   count(K_FORK);
   pthread_rwlock_wrlock(
@@ -276,35 +291,11 @@ static void fork_op(void) {
     failed("fork", 0, errno);
     return;
   }
-  int st = 0;
-  double t0 = now();
-  while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (now() - t0 > 20) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      violation("a forked child hung", (uint64_t)pid, 0);
-      return;
-    }
-    usleep(1000);
-  }
-  if (!WIFEXITED(st) || WEXITSTATUS(st))
+  int st = reap(pid);
+  if (st == -1) violation("a forked child hung", (uint64_t)pid, 0);
+  else if (st)
     violation("a forked child held an fd of gdrshim's, was active, or died", (uint64_t)pid,
               (uint64_t)st);
-}
-
-// A child's end (20 s at most): 0 exited 0, else its wait status (-1 when it hung and was killed).
-static int reap(pid_t pid) {
-  int st = 0;
-  double t0 = now();
-  while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (now() - t0 > 20) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      return -1;
-    }
-    usleep(1000);
-  }
-  return WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : st;
 }
 
 // A child started as CPython's subprocess and posix_spawn start theirs, while other threads
