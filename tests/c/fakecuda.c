@@ -6,7 +6,8 @@
 // GeForce sm_89); FAKECUDA_CREATE says what cuMemCreate does: accept (default), flag (refuse
 // gpuDirectRDMACapable=1 with 801, as a GeForce), oom (refuse everything with 2), all (refuse
 // everything with 801). fakecuda_create_calls counts cuMemCreate calls. Contexts: primary ones
-// retained and released per device, reset, destroyed; cuDeviceGetUuid_v2 the fake driver's UUIDs.
+// retained and released per device, reset, created, destroyed; cuDeviceGetUuid_v2 the fake
+// driver's UUIDs.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -53,11 +54,20 @@ CUresult cuMemAlloc(unsigned *d, unsigned n) { (void)n; *d = 0x1000; return 0; }
 CUresult cuMemGetHandleForAddressRange(void *h, uint64_t p, size_t n, int type, unsigned long long flags) { (void)h; (void)p; (void)n; (void)type; (void)flags; return 801; }
 // Contexts: a primary context per device with a reference count (Retain/Release), a reset, a
 // destroy; the UUID of device d is the fake driver's (fakerm_uuid, when it is loaded).
+// (thread-safe: the stress retains and releases from every thread; a created context's memory
+// is none, and its destroy tells the fake driver nothing)
 static int primary_refs[2];
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { if (dev < 0 || dev > 1) return 101; primary_refs[dev]++; *ctx = (void *)(uintptr_t)(0xc0 + dev); return 0; }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) { if (dev < 0 || dev > 1 || !primary_refs[dev]) return 101; primary_refs[dev]--; return 0; }
-CUresult cuDevicePrimaryCtxReset_v2(int dev) { if (dev < 0 || dev > 1) return 101; primary_refs[dev] = 0; return 0; }
-CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) { if (dev < 0 || dev > 1) return 101; *flags = 0; *active = primary_refs[dev] > 0; return 0; }
+static uintptr_t created;
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { if (dev < 0 || dev > 1) return 101; __atomic_add_fetch(&primary_refs[dev], 1, __ATOMIC_SEQ_CST); *ctx = (void *)(uintptr_t)(0xc0 + dev); return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  if (dev < 0 || dev > 1) return 101;
+  int n = __atomic_load_n(&primary_refs[dev], __ATOMIC_SEQ_CST);
+  do { if (!n) return 101; } while (!__atomic_compare_exchange_n(&primary_refs[dev], &n, n - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return 0;
+}
+CUresult cuDevicePrimaryCtxReset_v2(int dev) { if (dev < 0 || dev > 1) return 101; __atomic_store_n(&primary_refs[dev], 0, __ATOMIC_SEQ_CST); return 0; }
+CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) { if (dev < 0 || dev > 1) return 101; *flags = 0; *active = __atomic_load_n(&primary_refs[dev], __ATOMIC_SEQ_CST) > 0; return 0; }
+CUresult cuCtxCreate_v2(void **ctx, unsigned flags, int dev) { (void)flags; if (dev < 0 || dev > 1) return 101; *ctx = (void *)(0xc100 + 2 * __atomic_add_fetch(&created, 1, __ATOMIC_SEQ_CST) + (uintptr_t)dev); return 0; }
 CUresult cuCtxDestroy_v2(void *ctx) { return ctx ? 0 : 201; }
 CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev) {
   uint8_t (*u)[16] = (uint8_t (*)[16])dlsym(RTLD_DEFAULT, "fakerm_uuid");
@@ -80,6 +90,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
   else if (!strcmp(sym, "cuDevicePrimaryCtxRetain")) f = (void *)cuDevicePrimaryCtxRetain;
   else if (!strcmp(sym, "cuDevicePrimaryCtxRelease") && ver >= 11000) f = (void *)cuDevicePrimaryCtxRelease_v2;
   else if (!strcmp(sym, "cuDevicePrimaryCtxReset") && ver >= 11000) f = (void *)cuDevicePrimaryCtxReset_v2;
+  else if (!strcmp(sym, "cuCtxCreate") && ver >= 3020) f = (void *)cuCtxCreate_v2;
   else if (!strcmp(sym, "cuCtxDestroy") && ver >= 4000) f = (void *)cuCtxDestroy_v2;
   if (status) *status = f ? 0 : 1;
   *pfn = f;

@@ -32,21 +32,29 @@
 //                      whole 2 MiB mapping with RM; an MR over the same mapping's bytes that no
 //                      allocation owns fails with EFAULT and never reaches the NIC's driver
 #include "rig.h"
+#include <dirent.h>
 
 #define MB2 0x200000ull
 
 // The lowest fd below 512 whose link names `needle` (the fake NIC keeps its own references at
 // 512 and up, as the kernel keeps its own): -1 if none.
+// (the open numbers from the fd folder: a forked child's check costs a few calls, not 512)
 static int fd_named(const char *needle) {
-  char p[64], t[512];
-  for (int fd = 0; fd < 512; fd++) {
-    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  char p[300], t[512];
+  int found = -1;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  for (struct dirent *e; (e = readdir(d));) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd >= 512 || (found >= 0 && fd > found)) continue;
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
     ssize_t k = readlink(p, t, sizeof t - 1);
     if (k <= 0) continue;
     t[k] = 0;
-    if (strstr(t, needle)) return fd;
+    if (strstr(t, needle)) found = fd;
   }
-  return -1;
+  closedir(d);
+  return found;
 }
 
 // A file of the program's own, at exactly `fd` (opened, and moved there where the lowest free

@@ -1,6 +1,6 @@
 // A concurrency stress of gdrshim with a ground-truth oracle (ours; issue 42 item 3), under the
 // real library on the fake machine (fakerm.c, fakeverbs.c, fakemlx5.c, fakecuda.c):
-//   stress SEED THREADS SECONDS ROUTE [nochurn] [nofork] [sabotage]
+//   stress SEED THREADS SECONDS ROUTE [nochurn] [nofork] [nospawn] [nocloses] [ctx] [sabotage]
 // ROUTE (dmabuf or nv503c) names the route the machine gives; the program uses the entry points
 // that route has. THREADS workers, for SECONDS, each take a region of VA at a time and in it
 // allocate (RM memory, UVM ranges and mappings, CUDA's 2 MiB chunks carved into the program's
@@ -10,7 +10,11 @@
 // regions), deregister, re-register, export (gdrshim_export_dmabuf, cuMemGetHandleForAddressRange)
 // and register the program's own dma-bufs, free in CUDA's order and in odd ones (RM free before
 // the unmap, one GPU at a time with CUDA's memory mapped between, MRs left over freed memory),
-// fork (the child checks it holds no fd of gdrshim's and _exits), and register over other
+// fork (the child checks it holds no fd of gdrshim's and _exits), start children as CPython's
+// subprocess and posix_spawn do (vfork, the child's own closes before its exec, then a check
+// that it holds no fd of gdrshim's), close files of the program's own by close_range and
+// closefrom, retain and release a GPU's primary context the program holds (a library's
+// short-lived context; `ctx`: create and destroy contexts too), and register over other
 // threads' live memory. A churn thread closes fd numbers gdrshim keeps (close, close_range,
 // dup2, dup3) and puts files of the program's own there, which must stay intact. The oracle
 // (stress_truth.h) judges every export piece, REGISTER_VIDMEM, NIC registration and release;
@@ -21,11 +25,16 @@
 #include "rig.h"
 #include "stress_truth.h"
 #include "stress_ops.h"
+#include <dirent.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
 #include <time.h>
 
-static int threads, seconds, dmabuf_route, churn_on = 1, fork_on = 1, sabotage;
+static int ctx_created_on;
+static int threads, seconds, dmabuf_route, churn_on = 1, fork_on = 1, spawn_on = 1, closes_on = 1,
+                                                                 sabotage;
 static unsigned long seed;
 static double deadline;
 static int (*gdr_active)(void);
@@ -239,6 +248,21 @@ static int pick(lay_t *l, uint64_t *va, uint64_t *len) {
   return 0;
 }
 
+// A child's end (20 s at most): 0 exited 0, else its wait status (-1 when it hung and was killed).
+static int reap(pid_t pid) {
+  int st = 0;
+  double t0 = now();
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (now() - t0 > 20) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(1000);
+  }
+  return WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : st;
+}
+
 static void fork_op(void) {
   count(K_FORK);
   pthread_rwlock_wrlock(
@@ -267,20 +291,136 @@ static void fork_op(void) {
     failed("fork", 0, errno);
     return;
   }
-  int st = 0;
-  double t0 = now();
-  while (waitpid(pid, &st, WNOHANG) == 0) {
-    if (now() - t0 > 20) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      violation("a forked child hung", (uint64_t)pid, 0);
-      return;
-    }
-    usleep(1000);
-  }
-  if (!WIFEXITED(st) || WEXITSTATUS(st))
+  int st = reap(pid);
+  if (st == -1) violation("a forked child hung", (uint64_t)pid, 0);
+  else if (st)
     violation("a forked child held an fd of gdrshim's, was active, or died", (uint64_t)pid,
               (uint64_t)st);
+}
+
+// A child started as CPython's subprocess and posix_spawn start theirs, while other threads
+// register: posix_spawn (CLONE_VM|CLONE_VFORK) with nothing or closefrom(3) as its file
+// actions, vfork with CPython's closes before the exec (close_range(3, 3), close_range(5, ~0U))
+// or closefrom(3). The vfork child shares this memory, gdrshim's marks included: its closes act
+// on its own fd table only. It execs this program's `fdcheck` (as /bin/true, and it says
+// whether it holds an fd of gdrshim's: its dma-bufs and GPU nodes are close-on-exec). A mark
+// the child's closes cleared shows later: a dma-buf never closed (final_checks) and held by a
+// forked child (fork_op).
+static char self_exe[4096];
+extern char **environ;
+static const char *spawn_names[4] = {"posix_spawn", "posix_spawn closefrom(3)",
+                                     "vfork close_range(3, 3) close_range(5, ~0U)",
+                                     "vfork closefrom(3)"};
+static void spawn_op(void) {
+  char *argv[] = {self_exe, "fdcheck", NULL};
+  int how = (int)rnd(4), r = 0;
+  pid_t pid = -1;
+  count(K_SPAWN);
+  pthread_rwlock_rdlock(&fdlock);
+  op_begin(spawn_names[how], 0, 0);
+  if (how < 2) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (how == 1) posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    r = posix_spawn(&pid, self_exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+  } else {
+    pid = vfork();
+    if (pid == 0) {
+      if (how == 2) {
+        close_range(3, 3, 0);
+        close_range(5, ~0U, 0);
+      } else closefrom(3);
+      execve(self_exe, argv, environ);
+      _exit(127);
+    }
+    r = pid < 0 ? errno : 0;
+  }
+  op_end(r);
+  pthread_rwlock_unlock(&fdlock);
+  if (r || pid < 0) {
+    failed(spawn_names[how], 0, r);
+    return;
+  }
+  int st = reap(pid);
+  if (st == -1) violation("a spawned child hung", (uint64_t)pid, 0);
+  else if (st) violation("a spawned child held an fd of gdrshim's, or died", (uint64_t)how, (uint64_t)st);
+}
+
+// The program closes files of its own while other threads register: /dev/null fds at the lowest
+// free numbers (where gdrshim's next fds go) by close_range of each or of a run, and fds above
+// every other file's (3000 and up) by closefrom or close_range(n, ~0U) (one thread at a time
+// there). A number gdrshim takes meanwhile stays its own: a mark cleared shows as a dma-buf
+// never closed and held by forked children.
+#define HIGH_FDS 3000
+static pthread_mutex_t high_mu = PTHREAD_MUTEX_INITIALIZER;
+static void own_closes_once(int how);
+static void own_closes(void) {
+  int how = (int)rnd(4);
+  pthread_rwlock_rdlock(&fdlock);
+  // (a burst, as a daemon closes: the race with gdrshim's next fd is narrow)
+  for (int i = 0; i < 16; i++) own_closes_once(how);
+  pthread_rwlock_unlock(&fdlock);
+}
+static void own_closes_once(int how) {
+  int f[4], n = 1 + (int)rnd(4), r = 0;
+  count(K_OWN_CLOSE);
+  if (how >= 2) pthread_mutex_lock(&high_mu);
+  int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (nul < 0) failed("open /dev/null", 0, errno);
+  // (the churn and fork_op, which read prog_fd, wait for this thread's read lock)
+  for (int i = 0; i < n; i++)
+    f[i] = nul < 0 ? -1 : how >= 2 ? fcntl(nul, F_DUPFD_CLOEXEC, HIGH_FDS + (int)rnd(64)) : i ? dup(nul) : nul;
+  if (how >= 2 && nul >= 0) close(nul);
+  int lo = 4096, hi = -1;
+  for (int i = 0; i < n; i++) {
+    if (f[i] < 0) continue;
+    lo = f[i] < lo ? f[i] : lo;
+    hi = f[i] > hi ? f[i] : hi;
+  }
+  op_begin("the program closes its own", (uint64_t)lo, (uint64_t)how);
+  errno = SENT;
+  if (how == 0) { // each by itself
+    for (int i = 0; i < n; i++)
+      if (f[i] >= 0 && close_range((unsigned)f[i], (unsigned)f[i], 0)) r = errno;
+  } else if (how == 1) { // a run of its own numbers (other threads' may lie between: one by one)
+    int run = hi - lo + 1 == n;
+    for (int i = 0; run && i < n; i++) run = f[i] >= 0;
+    if (run && close_range((unsigned)lo, (unsigned)hi, 0)) r = errno;
+    for (int i = 0; !run && i < n; i++)
+      if (f[i] >= 0 && close_range((unsigned)f[i], (unsigned)f[i], 0)) r = errno;
+  } else if (lo < 4096) {
+    if (how == 2) closefrom(lo);
+    else if (close_range((unsigned)lo, ~0U, 0)) r = errno;
+  }
+  if (!r) errno_kept("errno changed by the program's close_range/closefrom", lo);
+  op_end(r);
+  if (r) failed("the program's close_range", lo, r);
+  for (int i = 0; how >= 2 && i < n; i++)
+    if (f[i] >= 0 && fcntl(f[i], F_GETFD) >= 0) failed("a number closefrom left open", f[i], 0);
+  if (how >= 2) pthread_mutex_unlock(&high_mu);
+}
+
+// Short-lived contexts as a library beside the program makes them (the program holds each GPU's
+// primary context from the start): the primary context retained and released by a second
+// holder, which ends nothing; with `ctx`, a context created and destroyed that allocated
+// nothing. Either way the program's allocations live on: registrations of them keep working.
+static void ctx_op(void) {
+  void *c = NULL;
+  int g = (int)rnd(2), r;
+  count(K_CTX);
+  errno = SENT;
+  if (!ctx_created_on || rnd(2)) {
+    note("cuDevicePrimaryCtxRetain+Release", (uint64_t)g, 0, 0);
+    r = ctx_retain(&c, g);
+    if (!r) r = ctx_release(g);
+  } else {
+    note("cuCtxCreate+Destroy", (uint64_t)g, 0, 0);
+    r = ctx_create(&c, 0, g);
+    if (!r) r = ctx_destroy(c);
+  }
+  if (r) failed("a short-lived context", g, r);
+  else errno_kept("errno changed by a context call", g);
 }
 
 // Registers over another thread's live allocation (not while its owner releases anything there).

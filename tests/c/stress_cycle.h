@@ -202,10 +202,15 @@ static void cycle(int reg) {
       }
     } else if (r < 73) free_one(l);
     else if (r < 81) carve(l);
-    else if (r < 87) vmm_op(l);
-    else if (r < 88) {
+    else if (r < 86) vmm_op(l);
+    else if (r < 87) {
       if (fork_on) fork_op();
-    } else if (r < 97) borrow();
+    } else if (r < 88) {
+      if (spawn_on) spawn_op();
+    } else if (r < 90) {
+      if (closes_on) own_closes();
+    } else if (r < 91) ctx_op();
+    else if (r < 97) borrow();
     else probe_free_region();
   }
   teardown(l);

@@ -170,10 +170,33 @@ static void final_checks(void) {
     violation("the machine's route is not the one asked for", (uint64_t)route, 0);
 }
 
+// `stress fdcheck`: what spawn_op's children exec. Exit 0 when this process holds no fd of
+// gdrshim's (a dma-buf, a GPU node), 3 when it does.
+static int fdcheck(void) {
+  char p[300], t[512];
+  int bad = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return 2;
+  for (struct dirent *e; (e = readdir(d));) {
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(p, t, sizeof t - 1);
+    if (k <= 0) continue;
+    t[k] = 0;
+    if (strstr(t, "memfd:nv_dmabuf") || strstr(t, "/nvidia0") || strstr(t, "/nvidia1")) {
+      say("a spawned child holds fd %s: %s\n", e->d_name, t);
+      bad = 1;
+    }
+  }
+  closedir(d);
+  return bad ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "fdcheck")) return fdcheck();
   if (argc < 5) {
     fprintf(stderr,
-            "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork] [sabotage]\n");
+            "usage: stress SEED THREADS SECONDS dmabuf|nv503c [nochurn] [nofork] [nospawn] "
+            "[nocloses] [ctx] [sabotage]\n");
     return 2;
   }
   seed = strtoul(argv[1], NULL, 0);
@@ -183,15 +206,38 @@ int main(int argc, char **argv) {
   for (int i = 5; i < argc; i++) {
     churn_on &= strcmp(argv[i], "nochurn") != 0;
     fork_on &= strcmp(argv[i], "nofork") != 0;
+    spawn_on &= strcmp(argv[i], "nospawn") != 0;
+    closes_on &= strcmp(argv[i], "nocloses") != 0;
+    ctx_created_on |= !strcmp(argv[i], "ctx");
     sabotage |= !strcmp(argv[i], "sabotage");
   }
   if (threads < 1 || threads > 200 || seconds < 1) return 2;
+  ssize_t k = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+  if (k <= 0) return 2;
+  self_exe[k] = 0;
+  // own_closes' numbers from HIGH_FDS up, below prog_fd's end
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) || (nofile.rlim_cur < 4096 && nofile.rlim_max >= 4096 &&
+                                            (nofile.rlim_cur = 4096, setrlimit(RLIMIT_NOFILE, &nofile)))) {
+    fprintf(stderr, "stress: no RLIMIT_NOFILE of 4096\n");
+    return 2;
+  }
+  if (nofile.rlim_cur < 4096) {
+    fprintf(stderr, "stress: RLIMIT_NOFILE %lu, 4096 needed\n", (unsigned long)nofile.rlim_cur);
+    return 2;
+  }
   // what the process has before it touches a GPU is the program's (inherited, stdio)
   for (int fd = 0; fd < 4096; fd++) prog_fd[fd] = fcntl(fd, F_GETFD) >= 0;
   setup();
   prog_client = client;
   prog_fd[ctl] = prog_fd[uvm] = 1;
   cuda_setup();
+  void *primary;
+  for (int g = 0; g < 2; g++)
+    if (ctx_retain(&primary, g)) {
+      fprintf(stderr, "stress: cuDevicePrimaryCtxRetain %d\n", g);
+      return 2;
+    }
   verbs_setup();
   if (dmabuf_route != new_verbs) {
     fprintf(stderr, "stress: route %s, but libibverbs is %s\n", argv[4],
@@ -205,8 +251,10 @@ int main(int argc, char **argv) {
   pthread_rwlockattr_init(&ra);
   pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
   pthread_rwlock_init(&fdlock, &ra);
-  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d%s\n", seed, threads,
-         seconds, argv[4], churn_on, fork_on, sabotage ? " sabotage" : "");
+  printf("stress seed=%lu threads=%d seconds=%d route=%s churn=%d fork=%d spawn=%d closes=%d "
+         "ctx_created=%d%s\n",
+         seed, threads, seconds, argv[4], churn_on, fork_on, spawn_on, closes_on, ctx_created_on,
+         sabotage ? " sabotage" : "");
   fflush(stdout);
   double t0 = now();
   deadline = t0 + seconds;
