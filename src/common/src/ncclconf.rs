@@ -119,7 +119,7 @@ fn named(piece: &[u8], name: &str, lines: Lines) -> Option<Vec<u8>> {
     }
     let eq = line.iter().position(|b| *b == b'=')?;
     (&line[..eq] == name.as_bytes())
-        .then(|| line[eq + 1..][..].iter().take(VALUE_MAX_NCCL).copied().collect())
+        .then(|| line[eq + 1..].iter().take(VALUE_MAX_NCCL).copied().collect())
 }
 
 /// What reading one file gave.
@@ -266,15 +266,15 @@ impl FlushSettings {
         Self::origin(self.answers.iter().map(|a| (&a.reading, &a.flush_disabled)))
     }
 
-    fn origin<'a>(mut each: impl Iterator<Item = (&'a Reading, &'a Seen)> + Clone) -> String {
-        let (_, first) = each.clone().next().expect("two readings");
-        if each.clone().all(|(_, s)| s == first) {
-            first.describe()
-        } else {
-            each.by_ref()
+    fn origin<'a>(each: impl Iterator<Item = (&'a Reading, &'a Seen)>) -> String {
+        let each: Vec<(&Reading, &Seen)> = each.collect();
+        match each.first() {
+            Some((_, first)) if each.iter().all(|(_, s)| s == first) => first.describe(),
+            _ => each
+                .iter()
                 .map(|(r, s)| format!("{}: {}", r.versions, s.describe()))
                 .collect::<Vec<_>>()
-                .join("; ")
+                .join("; "),
         }
     }
 }
