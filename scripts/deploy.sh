@@ -14,11 +14,19 @@
 #                  GDR_DEPLOY_CDI_DIR, tests only, changes the default)
 #   --version  gdrshim's version;  -h, --help  this text.  One action at a time.
 #
+# NCCL's flush: where the release's `gdrshim-tool gpu-facts` finds a GPU of sm_90 or later whose
+# libcuda answers GPU_DIRECT_RDMA_WRITES_ORDERING below OWNER, an install adds the line
+# NCCL_NET_FORCE_FLUSH=1 to /etc/nccl.conf, after a comment "# added by gdrshim VERSION: ..."
+# that marks it (docs/nccl-flush.md); every line already there stays, a file that sets
+# NCCL_NET_FORCE_FLUSH itself is left alone, and nothing is written where the facts cannot be
+# read. --uninstall removes that pair, and only it, once no release is current
+# (GDR_DEPLOY_NCCL_CONF, tests only, names another file).
+#
 # Default prefix /opt/rtx4090-gdr. Layout: PREFIX/releases/<version>-<manifest hash>/ (never
 # changed once installed), PREFIX/current and PREFIX/previous (symbolic links, each switched by
 # one rename). Nothing is installed unless `sha256sum -c --strict` passes in DIST_DIR and DIST_DIR
 # holds exactly the files its SHA256SUMS lists; on any refusal PREFIX is left exactly as it was.
-# It writes under PREFIX and, for containers, CDI_DIR/gdrshim.json only (the release's
+# It writes under PREFIX, the NCCL line above and, for containers, CDI_DIR/gdrshim.json only (the release's
 # `gdrshim-tool cdi`: the RDMA NICs and the release for --device gdrshim/rdma=all; written again
 # whenever current changes, removed with --uninstall): the system's libnccl.so.2 is never
 # touched, and a process that has the old release loaded keeps its copy (no file is overwritten
@@ -34,7 +42,7 @@ prefix=/opt/rtx4090-gdr
 cdi_dir="${GDR_DEPLOY_CDI_DIR:-/etc/cdi}"
 action="" dist=""
 die() { echo "deploy: $*" >&2; exit 1; }
-usage() { sed -n '2,31s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,39s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "deploy: $* (try --help)" >&2; exit 2; }
 set_action() {
   [ -z "$action" ] || [ "$action" = "$1" ] || bad_usage "$2 and ${action_flag} together are ambiguous: one action at a time"
@@ -78,6 +86,9 @@ done
 case "$(realpath -m "$prefix")" in
   /|/usr|/usr/lib|/usr/local|/lib|/lib64|/usr/lib/x86_64-linux-gnu|/etc|/bin|/sbin) die "refusing prefix $prefix: a system folder" ;;
 esac
+
+# shellcheck source=scripts/nccl-conf.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nccl-conf.sh"
 
 switch_link() { # name target: PREFIX/name -> target, by one rename
   ln -sfn "$2" "$prefix/.$1.new"
@@ -236,7 +247,10 @@ if [ "$action" = prune ] || [ "$action" = uninstall ]; then
   done
   [ ${#remove[@]} -gt 0 ] || echo "deploy: no release to remove"
   if [ "$action" = uninstall ]; then
-    [ -e "$prefix/current" ] || cdi_unspec
+    if [ ! -e "$prefix/current" ]; then
+      cdi_unspec
+      nccl_conf_remove | sed 's/^gdrshim: /deploy: /'
+    fi
     rmdir "$prefix/releases" 2>/dev/null || true
     rmdir "$prefix" 2>/dev/null || true
   fi
@@ -305,10 +319,12 @@ cur="$(readlink "$prefix/current" 2>/dev/null || true)"
 if [ "$cur" = "releases/$name" ]; then
   echo "deploy: current already is releases/$name"
   cdi_spec
+  nccl_conf_add "$prefix/current/bin/gdrshim-tool" "$version" | sed 's/^gdrshim: /deploy: /'
   exit 0
 fi
 switch_link current "releases/$name"
 if [ -n "$cur" ]; then switch_link previous "$cur"; fi
 echo "deploy: current -> releases/$name${cur:+ (previous -> $cur, for --rollback)}"
 cdi_spec
+nccl_conf_add "$prefix/current/bin/gdrshim-tool" "$version" | sed 's/^gdrshim: /deploy: /'
 echo "use it with: source $prefix/current/scripts/gdr-env.sh --prefix $prefix/current [options]"

@@ -13,7 +13,8 @@
 //!   it down), but never where NCCL would skip the flush of received data that the GPU needs:
 //!   with `NCCL_GDR_FLUSH_DISABLE` set, and on a GPU of sm_90 or later (NCCL flushes only below
 //!   sm_90, `ncclTopoNeedFlush`) whose libcuda does not order remote writes for their owner
-//!   (`GPU_DIRECT_RDMA_WRITES_ORDERING` below `OWNER`), unless `NCCL_NET_FORCE_FLUSH=1`.
+//!   (`GPU_DIRECT_RDMA_WRITES_ORDERING` below `OWNER`), unless `NCCL_NET_FORCE_FLUSH=1`, in the
+//!   environment or in the configuration files every NCCL version reads (`ncclconf`).
 //!
 //! gdrshim never claims a peer-memory client: NCCL's nv_mem probe is left to the kernel.
 #![forbid(unsafe_code)]
@@ -135,7 +136,8 @@ pub struct Policy {
     pub route: Option<Route>,
     /// `NCCL_GDR_FLUSH_DISABLE` is set to a non-zero value.
     pub flush_disabled: bool,
-    /// `NCCL_NET_FORCE_FLUSH` is a non-zero integer.
+    /// `NCCL_NET_FORCE_FLUSH` is a non-zero integer for every NCCL version (the environment's,
+    /// else NCCL's configuration files').
     pub force_flush: bool,
 }
 
@@ -175,7 +177,7 @@ impl fmt::Display for Refusal {
             ),
             Refusal::Ordering(g) => write!(
                 f,
-                "{g}: NCCL flushes received data only below sm_90 and this GPU does not order remote writes (below OWNER, 100), so it could read them stale; set NCCL_NET_FORCE_FLUSH=1 (gdr-env.sh does) to get GPUDirect RDMA"
+                "{g}: NCCL flushes received data only below sm_90 and this GPU does not order remote writes (below OWNER, 100), so it could read them stale; to get GPUDirect RDMA, set NCCL_NET_FORCE_FLUSH=1 in the job (gdr-env.sh does) or a line NCCL_NET_FORCE_FLUSH=1 in /etc/nccl.conf (deploy.sh writes it)"
             ),
         }
     }
@@ -394,7 +396,10 @@ mod tests {
         assert!(
             line.contains("sm_120")
                 && line.contains("ORDERING 0 (NONE)")
-                && line.contains("NCCL_NET_FORCE_FLUSH=1"),
+                && line.contains("NCCL_NET_FORCE_FLUSH=1 in the job")
+                && line.contains(
+                    "a line NCCL_NET_FORCE_FLUSH=1 in /etc/nccl.conf (deploy.sh writes it)"
+                ),
             "{line}"
         );
         // ... unless the job forces NCCL's flush

@@ -122,6 +122,56 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
     r
 }
 
+/// A small file of ours read whole, for gdrshim's own use (the driver's version, sysfs, NCCL's
+/// configuration files): opened without blocking, read while the number is still ours
+/// ([`own::read_some`]), closed only if it still is. `None`: not there or not readable (no such
+/// file, no permission, a link loop); else its bytes, and whether they are all of it (`false`:
+/// longer than `limit`, not a regular file, or a read that failed: what it holds is not known).
+/// errno kept.
+pub fn read_small(path: &str, limit: usize) -> Option<(Vec<u8>, bool)> {
+    let e = crate::sys::errno();
+    let r = read_small_inner(path, limit);
+    crate::sys::set_errno(e);
+    r
+}
+
+fn read_small_inner(path: &str, limit: usize) -> Option<(Vec<u8>, bool)> {
+    let name = CString::new(path).ok()?;
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    let fd = match openat(libc::AT_FDCWD, &name, flags, 0) {
+        Ok(fd) => fd,
+        Err(libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP | libc::ENAMETOOLONG) => {
+            return None
+        }
+        Err(_) => return Some((Vec::new(), false)),
+    };
+    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only, on our own fd.
+    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let regular = unsafe { libc::fstat64(fd.num(), &mut st) } == 0
+        && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let mut buf = vec![0u8; limit + 1];
+    let mut len = 0;
+    let mut whole = regular;
+    while regular && len < buf.len() {
+        match own::read_some(&fd, &mut buf[len..]) {
+            Some(0) => break,
+            Some(n) => len += n,
+            None => {
+                whole = false;
+                break;
+            }
+        }
+    }
+    close(fd);
+    if len > limit {
+        len = limit;
+        whole = false;
+    }
+    buf.truncate(len);
+    Some((buf, whole))
+}
+
 // (fstat64: the name std imports too, so the loader resolves one name fewer in every process)
 
 /// The file type of `name` in `dir`, not following a link.
@@ -224,5 +274,20 @@ mod tests {
             matches!(open_private(d.join("no/such/log").to_str().unwrap()), Err(Refused::Missing(c)) if c.ends_with("/no"))
         );
         assert_eq!(open_private(""), Err(Refused::Empty));
+    }
+
+    #[test]
+    fn small_files_are_read_whole_or_said_to_be_cut() {
+        let d = scratch("read");
+        let p = d.join("conf");
+        std::fs::write(&p, "A=1\nB=2\n").unwrap();
+        assert_eq!(read_small(p.to_str().unwrap(), 64), Some((b"A=1\nB=2\n".to_vec(), true)));
+        assert_eq!(read_small(p.to_str().unwrap(), 4), Some((b"A=1\n".to_vec(), false)));
+        assert_eq!(read_small(d.join("none").to_str().unwrap(), 64), None);
+        // a FIFO nobody writes: not read, not waited on, not known
+        let fifo = CString::new(d.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_small(d.join("fifo").to_str().unwrap(), 64), Some((vec![], false)));
     }
 }

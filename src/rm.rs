@@ -207,37 +207,13 @@ impl RealRm {
         bar1::sysfs_bar_len(&Self::read_small(&path)?, 1)
     }
 
-    /// A small text file read with the real open/read/close (our close hook is not re-entered
-    /// while the core is held); errno kept, no cancellation point.
+    /// A small text file read whole, the fd ours while it is read (`files::read_small`).
     fn read_small(path: &str) -> Option<String> {
-        let c_path = std::ffi::CString::new(path).ok()?;
-        let open = crate::real::open()?;
-        let e = crate::sys::errno();
-        let _no_cancel = crate::sys::NoCancel::new();
-        let making = own::making();
-        // SAFETY: a valid C string; open has no other preconditions.
-        let fd = own::adopt(unsafe { open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) });
-        drop(making);
-        let Some(fd) = fd else {
-            crate::sys::set_errno(e);
+        let (bytes, whole) = crate::files::read_small(path, 4096)?;
+        if !whole {
             return None;
-        };
-        let mut buf = vec![0u8; 4096];
-        let mut len = 0;
-        while len < buf.len() && own::is_ours(&fd) {
-            // SAFETY: writes at most buf.len() - len bytes into buf from len on.
-            let n = unsafe {
-                libc::read(fd.num(), buf[len..].as_mut_ptr() as *mut c_void, buf.len() - len)
-            };
-            if n <= 0 {
-                break;
-            }
-            len += n as usize;
         }
-        own::close(fd);
-        crate::sys::set_errno(e);
-        buf.truncate(len);
-        String::from_utf8(buf).ok()
+        String::from_utf8(bytes).ok()
     }
 
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on our GPU node fd `fd`: the new buffer's fd, ours, where

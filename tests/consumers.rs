@@ -217,6 +217,57 @@ fn sm90_and_later_need_native_ordering_or_a_forced_flush() {
     );
 }
 
+#[test]
+fn nccls_configuration_file_counts_as_nccl_reads_it() {
+    // an RTX 5090 class GPU without native ordering, and a file NCCL reads (NCCL_CONF_FILE's,
+    // read before /etc/nccl.conf, which must not name the variable on this machine)
+    let etc = std::fs::read_to_string("/etc/nccl.conf").unwrap_or_default();
+    assert!(
+        !etc.lines().any(|l| l.starts_with("NCCL_NET_FORCE_FLUSH=")),
+        "this machine's /etc/nccl.conf names NCCL_NET_FORCE_FLUSH: the cases below cannot be told apart here"
+    );
+    let dir = env().dir.join("nccl-conf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("nccl.conf");
+    std::fs::write(&conf, "# the site's\nNCCL_DEBUG=WARN\nNCCL_NET_FORCE_FLUSH=1\n").unwrap();
+    let gpu = "75=12,76=0,118=0,117=1";
+    let case = |tag: &str, file: &Path, force: Option<&str>| {
+        let mut vars = vec![("FAKECUDA_ATTRS", gpu), ("NCCL_CONF_FILE", file.to_str().unwrap())];
+        if let Some(f) = force {
+            vars.push(("NCCL_NET_FORCE_FLUSH", f));
+        }
+        let (a, err) = attrs(tag, Machine::Dmabuf, &vars);
+        (a.0, err)
+    };
+    // the file alone: 116 answered 1, and the log says where the flush came from
+    let (v, err) = case("conf-1", &conf, None);
+    assert_eq!(v, "1", "{err}");
+    assert!(!err.contains("not advertised"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "NCCL_NET_FORCE_FLUSH: \"1\" from {} (counted as forced: yes)",
+            conf.display()
+        )),
+        "{err}"
+    );
+    // the environment's 0 wins over the file's 1, as in NCCL (setenv without overwrite)
+    let (v, err) = case("conf-env0", &conf, Some("0"));
+    assert_eq!(v, "0", "{err}");
+    assert!(err.contains("NCCL_NET_FORCE_FLUSH: \"0\" from the environment"), "{err}");
+    assert!(
+        err.contains("a line NCCL_NET_FORCE_FLUSH=1 in /etc/nccl.conf (deploy.sh writes it)"),
+        "{err}"
+    );
+    // no file: refused, as before
+    let (v, err) = case("conf-none", &dir.join("absent.conf"), None);
+    assert_eq!(v, "0", "{err}");
+    assert_eq!(err.matches("not advertised").count(), 1, "{err}");
+    // a file line NCCL reads as another variable's (a space before '=') forces nothing
+    let spaced = dir.join("spaced.conf");
+    std::fs::write(&spaced, "NCCL_NET_FORCE_FLUSH =1\n").unwrap();
+    assert_eq!(case("conf-spaced", &spaced, None).0, "0");
+}
+
 /// `(r, calls, flag_after, prop_same, handle, errno)` of one cuMemCreate with the flag.
 fn vmm(
     tag: &str,

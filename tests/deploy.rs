@@ -1,13 +1,14 @@
 //! The deployment gate (scripts/deploy.sh) on release folders and prefixes of our own making:
 //! install, switch and roll back; refuse a bad release or ambiguous arguments and change nothing;
-//! list, prune and uninstall only what it installed, and leave the .deb's releases to dpkg.
+//! list, prune and uninstall only what it installed, and leave the .deb's releases to dpkg; write
+//! NCCL_NET_FORCE_FLUSH=1 into nccl.conf only where a GPU needs it, and remove only that line.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::scripts::{dist, link, manifest, release_named, scratch, sh, snapshot};
+use common::scripts::{dist, link, manifest, release_named, scratch, sh, snapshot, write_exe};
 
 #[test]
 fn deploy_installs_switches_and_rolls_back() {
@@ -417,4 +418,152 @@ fn deploy_leaves_releases_of_the_deb_package_to_dpkg() {
         ),
         packaged
     );
+}
+
+/// A release whose gdrshim-tool answers `gpu-facts` with FAKE_GPU_FACTS (and exit status
+/// FAKE_GPU_FACTS_RC): this machine has no GPU.
+fn dist_with_facts(at: &Path, version: &str) -> std::path::PathBuf {
+    let d = dist(at, version);
+    write_exe(
+        &d.join("bin/gdrshim-tool"),
+        "#!/bin/sh\n[ \"$1\" = gpu-facts ] || exit 2\nprintf 'INFO gpu.0 facts\\n     | %s\\n' \"$FAKE_GPU_FACTS\"\nexit \"${FAKE_GPU_FACTS_RC:-0}\"\n",
+    );
+    manifest(&d);
+    d
+}
+
+const SM120: &str = "sm=120 writes_ordering=0 needs_forced_flush=1";
+const SITE: &str = "# the site's\nNCCL_DEBUG=WARN\nNCCL_IB_HCA==mlx5_0\n\n";
+
+/// deploy.sh with its nccl.conf at `conf` and the GPU facts `facts`.
+fn deploy(conf: &Path, facts: &str, args: &[&str]) -> (i32, String) {
+    sh(
+        "deploy.sh",
+        args,
+        &[("GDR_DEPLOY_NCCL_CONF", conf.to_str().unwrap()), ("FAKE_GPU_FACTS", facts)],
+    )
+}
+
+#[test]
+fn the_nccl_line_is_written_where_a_gpu_needs_it_and_removed_with_the_last_release() {
+    let s = scratch("nccl");
+    let p = s.join("prefix");
+    let p = p.to_str().unwrap();
+    let conf = s.join("etc/nccl.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(&conf, SITE).unwrap();
+    let (rc, out) =
+        deploy(&conf, SM120, &["--prefix", p, dist_with_facts(&s, "1.0.0").to_str().unwrap()]);
+    assert_eq!(rc, 0, "{out}");
+    let after = std::fs::read_to_string(&conf).unwrap();
+    assert!(after.starts_with(SITE), "every earlier line byte for byte: {after:?}");
+    let ours = &after[SITE.len()..];
+    assert_eq!(
+        ours,
+        "# added by gdrshim 1.0.0: NCCL's receive flush forced for GPUDirect RDMA on GPUs sm_120 (118 = 0) (removed with gdrshim)\nNCCL_NET_FORCE_FLUSH=1\n"
+    );
+    assert!(out.contains("NCCL_NET_FORCE_FLUSH=1 added"), "{out}");
+    // a second release: the line is there once
+    let (rc, out) =
+        deploy(&conf, SM120, &["--prefix", p, dist_with_facts(&s, "1.1.0").to_str().unwrap()]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("already has gdrshim's NCCL_NET_FORCE_FLUSH=1"), "{out}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), after);
+    // the site adds a line after ours; pruning keeps the current release and our line
+    let later = format!("{after}NCCL_SOCKET_IFNAME=eth0\n");
+    std::fs::write(&conf, &later).unwrap();
+    assert_eq!(deploy(&conf, SM120, &["--prefix", p, "--prune"]).0, 0);
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), later);
+    // the last release goes: our two lines go, and nothing else
+    let (rc, out) = deploy(&conf, SM120, &["--prefix", p, "--uninstall"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("gdrshim's NCCL_NET_FORCE_FLUSH=1 removed; every other line kept"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), format!("{SITE}NCCL_SOCKET_IFNAME=eth0\n"));
+
+    // no file before: made for our line, and removed with it
+    std::fs::remove_file(&conf).unwrap();
+    assert_eq!(
+        deploy(&conf, SM120, &["--prefix", p, dist_with_facts(&s, "1.0.0").to_str().unwrap()]).0,
+        0
+    );
+    let made = std::fs::read_to_string(&conf).unwrap();
+    assert!(
+        made.starts_with("# added by gdrshim 1.0.0 (new file): ")
+            && made.ends_with("\nNCCL_NET_FORCE_FLUSH=1\n"),
+        "{made:?}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&conf).unwrap().permissions().mode() & 0o777, 0o644);
+    let (rc, out) = deploy(&conf, SM120, &["--prefix", p, "--uninstall"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!conf.exists(), "{out}");
+
+    // a last line without its end keeps its bytes (a line end is added before ours)
+    std::fs::write(&conf, "NCCL_DEBUG=WARN").unwrap();
+    assert_eq!(
+        deploy(&conf, SM120, &["--prefix", p, dist_with_facts(&s, "1.0.0").to_str().unwrap()]).0,
+        0
+    );
+    assert!(std::fs::read_to_string(&conf)
+        .unwrap()
+        .starts_with("NCCL_DEBUG=WARN\n# added by gdrshim 1.0.0: "));
+    assert_eq!(deploy(&conf, SM120, &["--prefix", p, "--uninstall"]).0, 0);
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "NCCL_DEBUG=WARN\n");
+}
+
+#[test]
+fn the_nccl_line_is_not_written_where_no_gpu_needs_it_or_the_site_set_it() {
+    let s = scratch("nccl-not");
+    let p = s.join("prefix");
+    let p = p.to_str().unwrap();
+    let conf = s.join("nccl.conf");
+    std::fs::write(&conf, SITE).unwrap();
+    let d = dist_with_facts(&s, "1.0.0");
+    let d = d.to_str().unwrap();
+    for (facts, said) in [
+        ("sm=89 writes_ordering=0 needs_forced_flush=0", "no GPU here needs NCCL's flush forced"),
+        ("sm=90 writes_ordering=100 needs_forced_flush=0", "no GPU here needs NCCL's flush forced"),
+        ("sm=120 writes_ordering=unknown needs_forced_flush=unknown", "no GPU here needs"),
+    ] {
+        let (rc, out) = deploy(&conf, facts, &["--prefix", p, d]);
+        assert_eq!(rc, 0, "{out}");
+        assert!(out.contains(said), "{facts}: {out}");
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), SITE, "{facts}");
+    }
+    // the facts cannot be read (no GPU, no driver): nothing written
+    let (rc, out) = sh(
+        "deploy.sh",
+        &["--prefix", p, d],
+        &[
+            ("GDR_DEPLOY_NCCL_CONF", conf.to_str().unwrap()),
+            ("FAKE_GPU_FACTS", SM120),
+            ("FAKE_GPU_FACTS_RC", "2"),
+        ],
+    );
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("the GPU facts cannot be read here"), "{out}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), SITE);
+    // the site's own value (0 too), and a lookalike of our mark over it, are left alone
+    for site in [
+        format!("{SITE}NCCL_NET_FORCE_FLUSH=0\n"),
+        format!("NCCL_NET_FORCE_FLUSH=1\n{SITE}"),
+        format!("{SITE}# added by gdrshim 0.1: a site's copy\nNCCL_NET_FORCE_FLUSH=0\n"),
+    ] {
+        std::fs::write(&conf, &site).unwrap();
+        let (rc, out) = deploy(&conf, SM120, &["--prefix", p, d]);
+        assert_eq!(rc, 0, "{out}");
+        assert!(out.contains("it sets NCCL_NET_FORCE_FLUSH itself"), "{out}");
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), site);
+        let (rc, out) = deploy(&conf, SM120, &["--prefix", p, "--uninstall"]);
+        assert_eq!(rc, 0, "{out}");
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), site, "not ours: kept");
+    }
+    // the tool of an ordinary test release cannot run: nothing written
+    std::fs::write(&conf, SITE).unwrap();
+    let (rc, out) = deploy(&conf, SM120, &["--prefix", p, dist(&s, "2.0.0").to_str().unwrap()]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), SITE);
 }

@@ -11,9 +11,9 @@ use common::source::{rust_files, super_uses, uses};
 /// command, the self-test (which runs the doctor's route checks). `main.rs` sits on top.
 const TOOL_LAYERS: &[&[&str]] = &[
     &["json", "size"],
-    &["report", "usage", "config"],
+    &["report", "usage", "config", "ncclconf"],
     &["machine"],
-    &["routes", "topology"],
+    &["routes", "topology", "gpu_facts"],
     &["doctor", "verify", "dmabuf", "env", "cdi"],
     &["selftest", "report_command"],
     &["fleet"],
@@ -22,7 +22,7 @@ const TOOL_LAYERS: &[&[&str]] = &[
 /// The layers inside a module folder, lowest first; its `mod.rs` (the command) is above them all
 /// and `tests.rs` is exempt. A submodule may use a lower sibling, never its parent's items.
 const TOOL_SUBLAYERS: &[(&str, &[&[&str]])] = &[
-    ("doctor", &[&["software", "container"], &["platform"]]),
+    ("doctor", &[&["software", "container", "nccl"], &["platform"]]),
     ("verify", &[&["exit"], &["checks"], &["cli"]]),
     (
         "selftest",

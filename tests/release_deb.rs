@@ -6,10 +6,15 @@
 //! work, and removing it puts `current` back to the previous release and leaves nothing behind.
 //!
 //! dpkg runs as the caller (`--force-not-root`) and runs the maintainer scripts outside a chroot
-//! (`--force-script-chrootless`, the scripts honour DPKG_ROOT), so this needs no root.
+//! (`--force-script-chrootless`, the scripts honour DPKG_ROOT), so this needs no root. Its
+//! NCCL_NET_FORCE_FLUSH=1 line in the scratch root's /etc/nccl.conf is written on configure
+//! where a GPU needs it, and removed, alone, with the package.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod common;
+use common::scripts::{dist, manifest, write_exe};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -190,6 +195,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     let cdi = s.join("cdi");
     let out = ok(Command::new("bash")
         .arg(root().join("scripts/deploy.sh"))
+        .env("GDR_DEPLOY_NCCL_CONF", s.join("nccl.conf"))
         .arg("--prefix")
         .arg(&p2)
         .arg("--cdi-dir")
@@ -213,6 +219,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     );
     let out = ok(Command::new("bash")
         .arg(root().join("scripts/deploy.sh"))
+        .env("GDR_DEPLOY_NCCL_CONF", s.join("nccl.conf"))
         .arg("--prefix")
         .arg(&p2)
         .arg("--cdi-dir")
@@ -227,6 +234,7 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     let old = other_release(&dist, &s.join("dist-old"));
     ok(Command::new("bash")
         .arg(root().join("scripts/deploy.sh"))
+        .env("GDR_DEPLOY_NCCL_CONF", r.join("etc/nccl.conf"))
         .arg("--prefix")
         .arg(&prefix)
         .arg("--cdi-dir")
@@ -329,4 +337,63 @@ fn the_release_and_its_deb_install_verify_and_remove_in_a_scratch_root() {
     assert!(!r2.join("etc/cdi/gdrshim.json").exists(), "no spec of a release that is gone");
     assert!(!r2.join("usr/share/doc/gdrshim").exists());
     std::fs::remove_dir_all(&s).unwrap();
+}
+
+#[test]
+fn the_debs_nccl_line_is_written_on_configure_and_removed_with_the_package() {
+    let s = std::env::temp_dir().join(format!("gdrshim-deb-nccl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&s);
+    std::fs::create_dir_all(&s).unwrap();
+    // a release whose tool answers gpu-facts as FAKE_GPU_FACTS says (this machine has no GPU)
+    let d = dist(&s, "1.0.0");
+    write_exe(
+        &d.join("bin/gdrshim-tool"),
+        "#!/bin/sh\n[ \"$1\" = gpu-facts ] || exit 2\nprintf 'INFO gpu.0 facts\\n     | %s\\n' \"$FAKE_GPU_FACTS\"\n",
+    );
+    manifest(&d);
+    ok(Command::new("bash")
+        .arg(root().join("scripts/dev/build-deb.sh"))
+        .arg("--dist")
+        .arg(&d)
+        .arg("--out")
+        .arg(s.join("deb")));
+    let deb = s.join("deb/gdrshim_1.0.0_amd64.deb");
+    let site = "# the site's\nNCCL_DEBUG=WARN\n";
+    let ours = "# added by gdrshim 1.0.0: NCCL's receive flush forced for GPUDirect RDMA on GPUs sm_120 (118 = 0) (removed with gdrshim)\nNCCL_NET_FORCE_FLUSH=1\n";
+    for (facts, written) in [
+        ("sm=120 writes_ordering=0 needs_forced_flush=1", true),
+        ("sm=89 writes_ordering=0 needs_forced_flush=0", false),
+        ("sm=90 writes_ordering=100 needs_forced_flush=0", false),
+    ] {
+        let r = scratch_root(&s.join(format!("root-{}", &facts[..5])));
+        let conf = r.join("etc/nccl.conf");
+        std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+        std::fs::write(&conf, site).unwrap();
+        let out =
+            ok(dpkg(&r).arg("--force-depends").arg("-i").arg(&deb).env("FAKE_GPU_FACTS", facts));
+        let want = if written { format!("{site}{ours}") } else { site.to_string() };
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), want, "{facts}: {out}");
+        // the site adds a line after ours; removing the package takes ours alone
+        let later = format!("{want}NCCL_SOCKET_IFNAME=eth0\n");
+        std::fs::write(&conf, &later).unwrap();
+        let out = ok(dpkg(&r).args(["-r", "gdrshim"]));
+        assert_eq!(
+            std::fs::read_to_string(&conf).unwrap(),
+            format!("{site}NCCL_SOCKET_IFNAME=eth0\n"),
+            "{facts}: {out}"
+        );
+    }
+    // the site's own value is left alone, through install and removal
+    let r = scratch_root(&s.join("root-site"));
+    let conf = r.join("etc/nccl.conf");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    let own = "NCCL_NET_FORCE_FLUSH=0\n";
+    std::fs::write(&conf, own).unwrap();
+    let facts = ("FAKE_GPU_FACTS", "sm=120 writes_ordering=0 needs_forced_flush=1");
+    let out = ok(dpkg(&r).arg("--force-depends").arg("-i").arg(&deb).env(facts.0, facts.1));
+    assert!(out.contains("it sets NCCL_NET_FORCE_FLUSH itself"), "{out}");
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), own);
+    ok(dpkg(&r).args(["--purge", "gdrshim"]));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), own);
+    let _ = std::fs::remove_dir_all(&s);
 }

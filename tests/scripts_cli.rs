@@ -65,6 +65,39 @@ fn state_record_usage_errors_exit_2_with_a_message() {
 }
 
 #[test]
+fn state_record_keeps_nccls_files_byte_for_byte() {
+    let s = scratch("record-nccl");
+    let conf = s.join("my nccl.conf");
+    std::fs::write(&conf, "NCCL_NET_FORCE_FLUSH=1\r\n# x\n").unwrap();
+    let hex = |b: &[u8]| b.iter().map(|c| format!("{c:02x}")).collect::<String>();
+    let conf_s = conf.to_str().unwrap();
+    let (rc, out) = sh(
+        "gdr-state-record",
+        &["save", s.to_str().unwrap()],
+        &[("NCCL_CONF_FILE", conf_s), ("NCCL_NET_FORCE_FLUSH", "")],
+    );
+    assert_eq!(rc, 0, "{out}");
+    let t = std::fs::read_to_string(PathBuf::from(out.trim()).join("nccl-conf.txt")).unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(
+        lines.contains(&format!("env NCCL_CONF_FILE {}", hex(conf_s.as_bytes())).as_str()),
+        "{t}"
+    );
+    assert!(lines.contains(&"env NCCL_NET_FORCE_FLUSH "), "set and empty is recorded: {t}");
+    assert!(
+        lines.contains(
+            &format!("file {} {}", hex(conf_s.as_bytes()), hex(b"NCCL_NET_FORCE_FLUSH=1\r\n# x\n"))
+                .as_str()
+        ),
+        "{t}"
+    );
+    // NCCL_CONF_FILE replaces the home's file; /etc/nccl.conf is always read
+    let files: Vec<&&str> = lines.iter().filter(|l| l.starts_with("file ")).collect();
+    assert_eq!(files.len(), 2, "{t}");
+    assert!(files[1].starts_with(&format!("file {} ", hex(b"/etc/nccl.conf"))), "{t}");
+}
+
+#[test]
 fn state_record_saves_every_item_and_compares_what_matters() {
     let s = scratch("record");
     let (rc, out) = sh("gdr-state-record", &["save", s.to_str().unwrap()], &[]);

@@ -11,15 +11,18 @@
 # /usr/share/doc/gdrshim/copyright. Configuring it points /opt/rtx4090-gdr/current at that release
 # by one rename (the release current named before becomes previous, as with deploy.sh); on an
 # upgrade current follows to the new release once it is unpacked, before the old one's files go;
-# removing it puts current back to previous, or removes it, before its files go. The maintainer
-# scripts honour DPKG_ROOT (dpkg --root DIR --force-script-chrootless installs into a scratch root).
+# removing it puts current back to previous, or removes it, before its files go. Configuring it
+# adds NCCL_NET_FORCE_FLUSH=1 to /etc/nccl.conf where the release's gdrshim-tool gpu-facts names
+# a GPU of sm_90 or later below OWNER, and removing the last release removes that line alone
+# (scripts/nccl-conf.sh, as deploy.sh does). The maintainer scripts honour DPKG_ROOT
+# (dpkg --root DIR --force-script-chrootless installs into a scratch root).
 # Reproducible: SOURCE_DATE_EPOCH from Cargo.toml for every time, root:root owners
 # (--root-owner-group), fixed modes, names sorted, xz on one thread; one release gives one .deb,
 # byte for byte (scripts/dev/check-release.sh builds it twice and compares).
 # Exit status: 0 built; 1 the release folder fails its SHA256SUMS or the build failed; 2 usage.
 set -euo pipefail
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-usage() { sed -n '2,19s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,22s/^# \{0,1\}//p' "$0"; }
 bad_usage() { echo "build-deb: $1 (try --help)" >&2; exit 2; }
 die() { echo "build-deb: $*" >&2; exit 1; }
 cargo_version() { sed -n 's/^version = "\(.*\)"/\1/p' "$src/Cargo.toml" | head -n1; }
@@ -88,6 +91,13 @@ cdi_sh='cdi_spec() {
     echo "gdrshim: $spec removed"
   fi
 }'
+# NCCL's line in /etc/nccl.conf: deploy.sh's functions, those each script calls
+nccl_fns() {
+  local f
+  for f in "$@"; do
+    awk -v f="$f" 'index($0, f "() {") == 1 { on = !/; }$/; print; next } on { print } /^}$/ { on = 0 }' "$src/scripts/nccl-conf.sh"
+  done
+}
 cat >"$pkg/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 # gdrshim: point current at this package's release, by one rename; the release current named
@@ -97,6 +107,7 @@ prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
 rel="@REL@"
 switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
 @CDI@
+@NCCL@
 case "$1" in
   configure|abort-upgrade|abort-remove|abort-deconfigure)
     cur="$(readlink "$prefix/current" 2>/dev/null || true)"
@@ -106,6 +117,7 @@ case "$1" in
     fi
     echo "gdrshim: $prefix/current -> $rel"
     cdi_spec
+    nccl_conf_add "$prefix/$rel/bin/gdrshim-tool" "@VERSION@"
     ;;
 esac
 exit 0
@@ -146,11 +158,13 @@ cat >"$pkg/DEBIAN/postrm" <<'EOF'
 # gdrshim: on an upgrade the new version's files are unpacked and this release's are about to
 # go: current, where it names this release, follows to the new one now (the one release folder
 # of the new version), not only when the new one is configured. A current or previous link
-# still naming this release once it is gone is removed; links to other releases stay.
+# still naming this release once it is gone is removed; links to other releases stay. With no
+# release current any more, gdrshim's NCCL_NET_FORCE_FLUSH=1 line goes from /etc/nccl.conf.
 set -e
 prefix="${DPKG_ROOT:-}/opt/rtx4090-gdr"
 rel="@REL@"
 switch_link() { ln -sfn "$2" "$prefix/.$1.new" && mv -T "$prefix/.$1.new" "$prefix/$1"; }
+@NCCL@
 if [ "$1" = upgrade ] && [ "$(readlink "$prefix/current" 2>/dev/null || true)" = "$rel" ]; then
   new_version="$(printf '%s' "${2:-}" | tr '~' '-')"
   set -- "$1" "$prefix/releases/$new_version"-*/
@@ -166,13 +180,19 @@ case "$1" in
         rm -f "$prefix/$l"
       fi
     done
+    if [ "$1" != upgrade ] && [ ! -e "$prefix/current" ]; then nccl_conf_remove; fi
     ;;
 esac
 exit 0
 EOF
 sed -i "s|@REL@|releases/$name|" "$pkg/DEBIAN/postinst" "$pkg/DEBIAN/prerm" "$pkg/DEBIAN/postrm"
-for f in postinst prerm; do
-  CDI="$cdi_sh" awk '$0 == "@CDI@" { print ENVIRON["CDI"]; next } { print }' "$pkg/DEBIAN/$f" >"$pkg/DEBIAN/$f.new"
+sed -i "s|@VERSION@|$version|" "$pkg/DEBIAN/postinst"
+for f in postinst prerm postrm; do
+  case "$f" in
+    postinst) nccl_sh="$(nccl_fns nccl_conf_file nccl_conf_ours nccl_conf_add)" ;;
+    *) nccl_sh="$(nccl_fns nccl_conf_file nccl_conf_ours nccl_conf_remove)" ;;
+  esac
+  CDI="$cdi_sh" NCCL="$nccl_sh" awk '$0 == "@CDI@" { print ENVIRON["CDI"]; next } $0 == "@NCCL@" { print ENVIRON["NCCL"]; next } { print }' "$pkg/DEBIAN/$f" >"$pkg/DEBIAN/$f.new"
   mv "$pkg/DEBIAN/$f.new" "$pkg/DEBIAN/$f"
 done
 

@@ -181,6 +181,25 @@ pub fn close(fd: OwnedFd) -> bool {
     true
 }
 
+/// Reads into `buf` from `fd` while its number is still ours and its file (under the lock, as
+/// [`Kept::write_all`] writes: the program cannot close the number and open its own file there
+/// halfway): the bytes read (0 at the end), or `None` where the number is not ours any more or
+/// the read failed. A raw system call: no cancellation point; errno kept.
+pub fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
+    if foreign_table() {
+        return None;
+    }
+    let _l = lock();
+    if !is_ours(fd) {
+        return None;
+    }
+    let e = crate::sys::errno();
+    // SAFETY: buf is valid for writes of buf.len() bytes; a read system call on our own fd.
+    let n = unsafe { libc::syscall(libc::SYS_read, fd.num(), buf.as_mut_ptr(), buf.len()) };
+    crate::sys::set_errno(e);
+    usize::try_from(n).ok()
+}
+
 /// Hands `fd` to a caller: the number is the caller's from now on, and no longer marked ours.
 pub fn hand_out(fd: OwnedFd) -> c_int {
     let (n, file) = fd.into_parts();

@@ -18,7 +18,7 @@ mod route;
 mod summary;
 mod types;
 use crate::activation::{active, HOOK, PAUSED};
-use crate::config::{Config, Mode};
+use crate::config::{self, Config, Mode};
 use crate::decode::{self, DevKind, Outcome, ParamReader};
 use crate::registrar::Registrar;
 use crate::sys::{contained, in_hook};
@@ -26,6 +26,7 @@ use crate::tracker::Tracker;
 use answers::Answers;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
+use gdrshim_common::ncclconf::{self, FileText, FlushSettings};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use route::RouteChoice;
@@ -95,8 +96,37 @@ pub fn try_get() -> Option<&'static Shim> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
+/// A small file of ours read whole as text (`files::read_small`: the fd ours while it is read).
 fn read_file(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    match crate::files::read_small(path, 64 << 10)? {
+        (bytes, true) => String::from_utf8(bytes).ok(),
+        (_, false) => None,
+    }
+}
+
+/// NCCL's flush variables as NCCL will see them with its configuration files (`ncclconf`): the
+/// files read here, at start-up, with our own fds; /etc/passwd read as text for the real uid's
+/// home (never `getpwuid`, which may load NSS modules under the loader lock).
+fn nccl_flush_settings() -> FlushSettings {
+    let env = |k: &str| std::env::var(k).ok();
+    let conf_named = env(ncclconf::ENV_CONF_FILE).is_some_and(|f| !f.is_empty());
+    let env_decides = env(config::ENV_NCCL_FORCE_FLUSH).is_some()
+        && env(config::ENV_NCCL_FLUSH_DISABLE).is_some();
+    let passwd_home = if conf_named || env_decides {
+        None
+    } else {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        crate::files::read_small("/etc/passwd", ncclconf::READ_LIMIT)
+            .and_then(|(text, _)| ncclconf::passwd_home(&text, uid))
+    };
+    FlushSettings::read(env, passwd_home.as_deref(), |path| {
+        match crate::files::read_small(path, ncclconf::READ_LIMIT) {
+            None => FileText::Absent,
+            Some((bytes, true)) => FileText::Whole(bytes),
+            Some((bytes, false)) => FileText::Cut(bytes),
+        }
+    })
 }
 
 /// The first `N.N[.N]` token of /proc/driver/nvidia/version's first line.
@@ -113,12 +143,20 @@ pub fn parse_proc_version(text: &str) -> Option<DriverVersion> {
 
 impl Shim {
     fn init() -> Shim {
-        let (cfg, mut warnings) = Config::from_env(|k| std::env::var(k).ok());
+        let (mut cfg, mut warnings) = Config::from_env(|k| std::env::var(k).ok());
+        let nccl = nccl_flush_settings();
+        cfg.count_nccl_files(&nccl);
         warnings.extend(crate::log::init(&cfg));
         crate::log::contain_panic_messages();
         for w in &warnings {
             crate::log_warn!("{w}");
         }
+        crate::log_info!(
+            "NCCL_NET_FORCE_FLUSH: {} (counted as forced: {}); NCCL_GDR_FLUSH_DISABLE: {}",
+            nccl.force_flush_origin(),
+            if nccl.force_flush { "yes" } else { "no" },
+            nccl.flush_disabled_origin()
+        );
         let version_path = match &cfg.knobs.dev_dir {
             Some(d) => format!("{d}/version"),
             None => "/proc/driver/nvidia/version".to_string(),

@@ -54,14 +54,18 @@ pub fn write_exe(p: &Path, body: &str) {
     assert!(ok.success(), "{}", p.display());
 }
 
-/// `bash scripts/SCRIPT ARGS` with `env` added, its CDI folder a scratch one: exit code, stdout
-/// and stderr together.
+/// `bash scripts/SCRIPT ARGS` with `env` added, its CDI folder and its nccl.conf scratch ones:
+/// exit code, stdout and stderr together.
 pub fn sh(script: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let cdi = std::env::temp_dir().join(format!("gdrshim-deploy-cdi-{}", std::process::id())); // not the machine's /etc/cdi
+                                                                                               // nor its /etc/nccl.conf (a test that looks at the file names its own)
+    let nccl =
+        std::env::temp_dir().join(format!("gdrshim-deploy-nccl-{}.conf", std::process::id()));
     let mut c = Command::new("bash");
     c.arg(root().join("scripts").join(script))
         .args(args)
         .env("GDR_DEPLOY_CDI_DIR", cdi)
+        .env("GDR_DEPLOY_NCCL_CONF", nccl)
         .envs(env.iter().copied());
     let out = c.output().unwrap();
     (

@@ -5,14 +5,17 @@
 //! not see: a variable name gdrshim does not read (a typo) and where `LD_PRELOAD` points.
 
 use crate::config::{self, Config, Level, Mode};
+use crate::ncclconf::{self, FileText, FlushSettings};
 use crate::report::{Check, Report, Status};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 pub const AFTER_HELP: &str = "Reads GDRSHIM_*, NCCL_GDR_FLUSH_DISABLE, NCCL_NET_FORCE_FLUSH and LD_PRELOAD from this process's
 environment (NAME=VALUE arguments add to it or replace) and says what the shim would do with them,
-with the library's own parser: no GPU, driver or shim needed. Which route works is the machine's
-(scripts/doctor says it).
+with the library's own parser: no GPU, driver or shim needed. NCCL's two flush variables count as
+NCCL will see them with its configuration files ($NCCL_CONF_FILE or ~/.nccl.conf, then
+/etc/nccl.conf: the environment wins), read here as the shim reads them; env.nccl-conf says which
+file gave each. Which route works is the machine's (scripts/doctor says it).
 
 Exit codes:
   0  the shim would take every value as written (WARN lines are worth reading)
@@ -50,6 +53,31 @@ impl Args {
     }
 }
 
+/// This machine's files, read for NCCL's variables: the real uid's home from /etc/passwd as
+/// the shim reads it, each file as NCCL would find it.
+fn nccl_files(vars: &BTreeMap<String, String>) -> FlushSettings {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let passwd = std::fs::read("/etc/passwd").ok();
+    let home = passwd.and_then(|p| ncclconf::passwd_home(&p, uid));
+    FlushSettings::read(
+        |k| vars.get(k).cloned(),
+        home.as_deref(),
+        |path| {
+            use std::io::Read;
+            let Ok(f) = std::fs::File::open(path) else { return FileText::Absent };
+            let mut bytes = Vec::new();
+            match f.take(ncclconf::READ_LIMIT as u64 + 1).read_to_end(&mut bytes) {
+                Ok(n) if n <= ncclconf::READ_LIMIT => FileText::Whole(bytes),
+                _ => {
+                    bytes.truncate(ncclconf::READ_LIMIT);
+                    FileText::Cut(bytes)
+                }
+            }
+        },
+    )
+}
+
 /// The variables the library reads (src/common/src/config.rs), the release's and the test builds'
 /// ones.
 fn known() -> Vec<&'static str> {
@@ -68,7 +96,13 @@ fn known() -> Vec<&'static str> {
 }
 
 pub fn judge(vars: &BTreeMap<String, String>) -> Report {
-    let (c, warnings) = Config::from_env(|k| vars.get(k).cloned());
+    judge_with(vars, &nccl_files(vars))
+}
+
+/// [`judge`] with NCCL's flush variables as `nccl` found them.
+pub fn judge_with(vars: &BTreeMap<String, String>, nccl: &FlushSettings) -> Report {
+    let (mut c, warnings) = Config::from_env(|k| vars.get(k).cloned());
+    c.count_nccl_files(nccl);
     let mut r = Report::default();
     let said = |name: &str| -> Vec<String> {
         warnings.iter().filter(|w| w.starts_with(&format!("{name}="))).cloned().collect()
@@ -133,7 +167,8 @@ pub fn judge(vars: &BTreeMap<String, String>) -> Report {
             ),
         );
     }
-    r.push(advertise(&c, vars, &said(config::ENV_ADVERTISE_GDR)));
+    r.push(nccl_conf(nccl));
+    r.push(advertise(&c, vars, nccl, &said(config::ENV_ADVERTISE_GDR)));
     let knobs: Vec<&str> =
         config::KNOB_VARS.iter().copied().filter(|k| vars.contains_key(*k)).collect();
     if !knobs.is_empty() {
@@ -174,8 +209,38 @@ fn level(l: Level) -> &'static str {
     }
 }
 
+/// The files NCCL reads and where each flush variable comes from.
+fn nccl_conf(nccl: &FlushSettings) -> Check {
+    let mut files: Vec<String> = Vec::new();
+    for a in &nccl.answers {
+        for f in &a.reading.files {
+            if !files.contains(f) {
+                files.push(f.clone());
+            }
+        }
+    }
+    let c = Check::new(
+        "env.nccl-conf",
+        Status::Info,
+        format!(
+            "NCCL_NET_FORCE_FLUSH: {}; NCCL_GDR_FLUSH_DISABLE: {} (the environment wins over NCCL's files)",
+            nccl.force_flush_origin(),
+            nccl.flush_disabled_origin()
+        ),
+    );
+    nccl.answers
+        .iter()
+        .map(|a| format!("{} reads {}", a.reading.versions, a.reading.files.join(", then ")))
+        .fold(c, Check::evidence)
+}
+
 /// Stock NCCL's GPU-side gate (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED).
-fn advertise(c: &Config, vars: &BTreeMap<String, String>, bad: &[String]) -> Check {
+fn advertise(
+    c: &Config,
+    vars: &BTreeMap<String, String>,
+    nccl: &FlushSettings,
+    bad: &[String],
+) -> Check {
     let ev = |ch: Check| {
         ["GDRSHIM_ADVERTISE_GDR", config::ENV_NCCL_FLUSH_DISABLE, config::ENV_NCCL_FORCE_FLUSH]
             .iter()
@@ -187,7 +252,7 @@ fn advertise(c: &Config, vars: &BTreeMap<String, String>, bad: &[String]) -> Che
             .fix("GDRSHIM_ADVERTISE_GDR takes 0 or 1"));
     }
     if c.nccl_flush_disabled {
-        return ev(Check::new("env.advertise", Status::Fail, "NCCL_GDR_FLUSH_DISABLE is set: the shim never tells stock NCCL that GDR works, and without NCCL's flush a GeForce can read received data stale").fix("unset NCCL_GDR_FLUSH_DISABLE"));
+        return ev(Check::new("env.advertise", Status::Fail, format!("NCCL_GDR_FLUSH_DISABLE is set ({}): the shim never tells stock NCCL that GDR works, and without NCCL's flush a GeForce can read received data stale", nccl.flush_disabled_origin())).fix("unset NCCL_GDR_FLUSH_DISABLE (or remove its line from the file named)"));
     }
     if !c.advertise_gdr {
         return ev(Check::new(
@@ -197,9 +262,9 @@ fn advertise(c: &Config, vars: &BTreeMap<String, String>, bad: &[String]) -> Che
         ));
     }
     let sm90 = if c.nccl_force_flush {
-        "NCCL_NET_FORCE_FLUSH is set: also on sm_90 and later GPUs that do not order remote writes themselves"
+        format!("NCCL_NET_FORCE_FLUSH is forced ({}): also on sm_90 and later GPUs that do not order remote writes themselves", nccl.force_flush_origin())
     } else {
-        "not on sm_90 and later GPUs that do not order remote writes themselves unless NCCL_NET_FORCE_FLUSH=1 (gdr-env.sh sets it); below sm_90 NCCL flushes anyway"
+        "not on sm_90 and later GPUs that do not order remote writes themselves unless NCCL_NET_FORCE_FLUSH=1, in the job (gdr-env.sh sets it) or in /etc/nccl.conf (deploy.sh writes it there on such a node); below sm_90 NCCL flushes anyway".to_string()
     };
     ev(Check::new(
         "env.advertise",
@@ -246,7 +311,64 @@ mod tests {
     use super::*;
 
     fn run(vars: &[(&str, &str)]) -> Report {
-        judge(&vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        with_files(vars, &[])
+    }
+
+    /// The judgement with NCCL's files `files` (path, text) and no other.
+    fn with_files(vars: &[(&str, &str)], files: &[(&str, &str)]) -> Report {
+        let vars: BTreeMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let nccl = FlushSettings::read(
+            |k| vars.get(k).cloned(),
+            Some("/home/pw"),
+            |p| {
+                files
+                    .iter()
+                    .find(|(f, _)| *f == p)
+                    .map_or(FileText::Absent, |(_, t)| FileText::Whole(t.as_bytes().to_vec()))
+            },
+        );
+        judge_with(&vars, &nccl)
+    }
+
+    #[test]
+    fn nccls_files_count_and_are_named() {
+        let etc = [("/etc/nccl.conf", "# added by gdrshim\nNCCL_NET_FORCE_FLUSH=1\n")];
+        let r = with_files(&[("HOME", "/home/pw")], &etc);
+        let a = r.get("env.advertise").unwrap();
+        assert!(
+            a.summary.contains("NCCL_NET_FORCE_FLUSH is forced (\"1\" from /etc/nccl.conf)"),
+            "{a:?}"
+        );
+        let n = r.get("env.nccl-conf").unwrap();
+        assert!(
+            n.summary.starts_with(
+                "NCCL_NET_FORCE_FLUSH: \"1\" from /etc/nccl.conf; NCCL_GDR_FLUSH_DISABLE: unset"
+            ),
+            "{n:?}"
+        );
+        assert_eq!(
+            n.evidence,
+            [
+                "NCCL up to 2.29 reads /home/pw/.nccl.conf, then /etc/nccl.conf",
+                "NCCL 2.30 and later reads /home/pw/.nccl.conf, then /etc/nccl.conf"
+            ]
+        );
+        // the job's own 0 wins
+        let r = with_files(&[("NCCL_NET_FORCE_FLUSH", "0")], &etc);
+        assert!(r.get("env.advertise").unwrap().summary.contains("unless NCCL_NET_FORCE_FLUSH=1"));
+        assert!(r.get("env.nccl-conf").unwrap().summary.contains("\"0\" from the environment"));
+        // a file that disables the flush: FAIL, naming the file
+        let r = with_files(&[], &[("/etc/nccl.conf", "NCCL_GDR_FLUSH_DISABLE=1\n")]);
+        assert_eq!(r.exit_code(), 1);
+        assert!(r.get("env.advertise").unwrap().summary.contains("(\"1\" from /etc/nccl.conf)"));
+        // no file: neither
+        let r = run(&[]);
+        assert!(r
+            .get("env.nccl-conf")
+            .unwrap()
+            .summary
+            .starts_with("NCCL_NET_FORCE_FLUSH: unset;"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `fleet`, `report`, `env`, `cdi`
-//! (see each module).
+//! gdrshim-tool: `doctor`, `verify-run`, `dmabuf-probe`, `selftest`, `fleet`, `report`, `env`, `cdi`,
+//! `gpu-facts` (see each module).
 //!
 //! Each subcommand is one variant of [`Cmd`] whose arguments (a `clap::Args` struct with a
 //! `run(self) -> Result<u8, String>` and a `--json` flag) live in its own module; adding a
@@ -8,16 +8,18 @@
 //! error that stops a command is its report with no checks (the one JSON object with --json,
 //! else the RESULT line) and the message on stderr, exit 2.
 
-/// The library's own reading of its environment and the route wishes it names (gdrshim-common,
-/// which the library builds on too), so that `env` judges a value exactly as the shim will. The
-/// tool links no other part of the library (its hooks would interpose the tool's own calls).
-use gdrshim_common::config;
+/// The library's own reading of its environment, of NCCL's configuration files and the route
+/// wishes it names (gdrshim-common, which the library builds on too), so that `env` judges a
+/// value exactly as the shim will. The tool links no other part of the library (its hooks would
+/// interpose the tool's own calls).
+use gdrshim_common::{config, ncclconf};
 
 mod cdi;
 mod dmabuf;
 mod doctor;
 mod env;
 mod fleet;
+mod gpu_facts;
 mod json;
 mod machine;
 mod report;
@@ -92,6 +94,9 @@ enum Cmd {
     /// A Container Device Interface spec: the RDMA NICs (uverbsN and rdma_cm) and the shim, for --device gdrshim/rdma=all
     #[command(after_help = cdi::AFTER_HELP, display_name = "gdrshim-tool cdi")]
     Cdi(cdi::Args),
+    /// Each GPU's compute capability and GPU_DIRECT_RDMA_WRITES_ORDERING: whether NCCL's flush must be forced there (deploy.sh asks it before writing /etc/nccl.conf)
+    #[command(after_help = gpu_facts::AFTER_HELP, display_name = "gdrshim-tool gpu-facts")]
+    GpuFacts(gpu_facts::Args),
     /// Print the tool's version
     #[command(
         after_help = "Exit codes:\n  0  the version printed\n  2  a usage error",
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Report(a) => a.run(),
         Cmd::Env(a) => a.run(),
         Cmd::Cdi(a) => a.run(),
+        Cmd::GpuFacts(a) => a.run(),
         Cmd::Version(a) => {
             if a.json {
                 println!("{}", report::Report::default().json("version"));

@@ -443,6 +443,7 @@ fn the_readmes_table_of_commands_is_true() {
         ("doctor", &["--from", "tests/fixtures/state/rig-4090-ok"]),
         ("verify-run", &["--nccl-log", "tests/fixtures/nccl-logs/h200-allreduce-stock.log"]),
         ("dmabuf-probe", &["--libcuda", "/nonexistent/libcuda.so.1"]),
+        ("gpu-facts", &["--libcuda", "/nonexistent/libcuda.so.1"]),
         ("report", &["--from", "tests/fixtures/state/rig-4090-ok"]),
         ("env", &[]),
         ("version", &[]),

@@ -4,7 +4,9 @@
  *   geforce   DMA_BUF_SUPPORTED = 0 and cuMemGetHandleForAddressRange -> 801, as on a GeForce
  *   oomgpu    cuMemAlloc -> CUDA_ERROR_OUT_OF_MEMORY (2)
  *   ok        everything works; the "dma-buf" is an fd of /dev/null
- * Built by tools/tests/dmabuf_probe.rs with cc -shared. */
+ * FAKE_CUDA_ATTRS=75=12,76=0,118=0 (gpu-facts' tests): one GPU answering these attributes, any
+ * other with CUDA_ERROR_INVALID_VALUE (1).
+ * Built by tools/tests/dmabuf_probe.rs and gpu_facts.rs with cc -shared. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,19 @@ int cuGetErrorName(int r, const char **s) {
 }
 int cuInit(unsigned flags) { (void)flags; return mode("nodevice") ? 100 : 0; }
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? 0 : 101; }
-int cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr; (void)dev; *v = mode("geforce") ? 0 : 1; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int dev) {
+  const char *attrs = getenv("FAKE_CUDA_ATTRS");
+  (void)dev;
+  if (attrs) {
+    for (const char *p = attrs; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+      if (atoi(p) == attr && strchr(p, '=')) { *v = atoi(strchr(p, '=') + 1); return 0; }
+    }
+    return 1;
+  }
+  *v = mode("geforce") ? 0 : 1;
+  return 0;
+}
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = (void *)0x1; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
 int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }

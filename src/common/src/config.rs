@@ -80,10 +80,12 @@ pub struct Config {
     pub advertise_gdr_asked: bool,
     /// `GDRSHIM_ROUTE`: how registrations reach the NIC (DMA-BUF, NV503C, or auto).
     pub route: crate::route::Wish,
-    /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero: never advertise GDR then.
+    /// `NCCL_GDR_FLUSH_DISABLE` (NCCL's variable) is set non-zero, in the environment or, once
+    /// [`Config::count_nccl_files`] ran, by a file NCCL reads: never advertise GDR then.
     pub nccl_flush_disabled: bool,
-    /// `NCCL_NET_FORCE_FLUSH` (NCCL's variable) is a non-zero integer: NCCL flushes received GDR
-    /// data on every GPU, also from sm_90 on.
+    /// `NCCL_NET_FORCE_FLUSH` (NCCL's variable) is a non-zero integer, in the environment or, once
+    /// [`Config::count_nccl_files`] ran, by the files every NCCL version reads: NCCL flushes
+    /// received GDR data on every GPU, also from sm_90 on.
     pub nccl_force_flush: bool,
     /// The tests' and benchmarks' knobs (all off in a release build).
     pub knobs: Knobs,
@@ -260,13 +262,9 @@ impl Config {
                 )),
             }
         }
-        // NCCL reads it as an integer; anything but a clean 0 counts as set (the safe side).
-        c.nccl_flush_disabled =
-            get(ENV_NCCL_FLUSH_DISABLE).is_some_and(|v| v.trim().parse::<i64>() != Ok(0));
-        // the other way round: only a clean non-zero integer counts as a forced flush (else GDR is
-        // not advertised where it would need that flush)
-        c.nccl_force_flush = get(ENV_NCCL_FORCE_FLUSH)
-            .is_some_and(|v| v.trim().parse::<i64>().is_ok_and(|n| n != 0));
+        // the environment's alone; the core and the tools add NCCL's files (`ncclconf`)
+        c.nccl_flush_disabled = get(ENV_NCCL_FLUSH_DISABLE).as_deref().is_some_and(disables_flush);
+        c.nccl_force_flush = get(ENV_NCCL_FORCE_FLUSH).as_deref().is_some_and(forces_flush);
         if cfg!(feature = "knobs") {
             c.knobs = Knobs::from_env(&get, c.mode, &mut warnings);
         } else {
@@ -281,6 +279,27 @@ impl Config {
         }
         (c, warnings)
     }
+}
+
+impl Config {
+    /// Takes NCCL's flush variables as NCCL will see them with its configuration files
+    /// (`ncclconf`: the environment still wins, and every NCCL version's reading counts).
+    pub fn count_nccl_files(&mut self, nccl: &crate::ncclconf::FlushSettings) {
+        self.nccl_force_flush = nccl.force_flush;
+        self.nccl_flush_disabled = nccl.flush_disabled;
+    }
+}
+
+/// `NCCL_GDR_FLUSH_DISABLE`'s value disables NCCL's flush: NCCL reads it as an integer, and
+/// anything but a clean 0 counts as set (the safe side).
+pub fn disables_flush(value: &str) -> bool {
+    value.trim().parse::<i64>() != Ok(0)
+}
+
+/// `NCCL_NET_FORCE_FLUSH`'s value forces NCCL's flush: the other way round, only a clean non-zero
+/// integer counts (else GDR is not advertised where it would need that flush).
+pub fn forces_flush(value: &str) -> bool {
+    value.trim().parse::<i64>().is_ok_and(|n| n != 0)
 }
 
 /// A 0/1 variable: a bad value warns and keeps the default.

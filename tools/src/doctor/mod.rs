@@ -40,6 +40,7 @@ impl Args {
 }
 
 mod container;
+mod nccl;
 mod platform;
 mod software;
 #[cfg(test)]
@@ -61,6 +62,7 @@ pub fn doctor(st: &State) -> Report {
     platform::p2p_and_boot(st, &mut r, &gpus, &kernel_version);
     platform::rdma(st, &mut r, &gpus, &kernel_version);
     container::container(st, &mut r);
+    nccl::nccl(st, &mut r);
     if kernel_version.is_none() && gpus.is_empty() {
         r.could_not_check(
             "no NVIDIA kernel module and no GPU in this state: nothing GPUDirect needs on the GPU side could be judged \
