@@ -41,7 +41,7 @@ fn main() {
     without.extend(scale::times(&scale::run_with(&env, false, &export_args, &dmabuf)));
 
     println!(
-        "gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route"
+        "gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route (export_dmabuf: the DMA-BUF route)"
     );
     println!();
     println!("| live allocations | operation | without p50 / p99 (ns) | with p50 / p99 (ns) | added p50 / p99 (ns) | with/without p50 |");

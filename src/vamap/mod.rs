@@ -3,7 +3,7 @@
 //! external ranges are kept too (GPU VA that is reserved but not mapped).
 //!
 //! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
-//! one 32-byte entry per mapping, kept in the cell of its first 2 MiB granule (a range mapped
+//! one 24-byte entry per mapping, kept in the cell of its first 2 MiB granule (a range mapped
 //! whole is a bit in its entry); a point lookup reads one cell, the next or previous entry a
 //! bounded number of words of the cells' tables (`gpu`), so no operation reads more for more
 //! entries held (`touch` counts it); nothing scans all entries but a client's free.
