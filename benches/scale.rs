@@ -2,7 +2,8 @@
 //! allocations grow to each N (default 10^3..10^6); at each, every operation is timed one call at
 //! a time with and without the shim in the same run, against a fake driver and NIC that answer at
 //! once (tests/c/scalebench.c, scalefake.c, fakeverbs.c); and the heap the shim holds per live
-//! allocation, all its structures counted (mallinfo2, with minus without, growth only). Prints a
+//! allocation, all its structures counted (mallinfo2, with minus without, growth only); and
+//! gdrshim_export_dmabuf in a run on the DMA-BUF route. Prints a
 //! Markdown table; absolute times are this machine's, the added time and ratio are the result.
 
 #[path = "../tests/common/mod.rs"]
@@ -28,13 +29,19 @@ fn main() {
     );
     let mut ops_args = vec!["ops".to_string(), samples.clone()];
     ops_args.extend(ns.iter().cloned());
-    let (with, without) = (
+    let (mut with, mut without) = (
         scale::times(&scale::run(&env, true, &ops_args)),
         scale::times(&scale::run(&env, false, &ops_args)),
     );
+    // gdrshim_export_dmabuf, on the DMA-BUF route (against the fake driver's dup without it)
+    let mut export_args = vec!["export".to_string(), samples.clone()];
+    export_args.extend(ns.iter().cloned());
+    let dmabuf = [("GDRSHIM_ROUTE", "dmabuf")];
+    with.extend(scale::times(&scale::run_with(&env, true, &export_args, &dmabuf)));
+    without.extend(scale::times(&scale::run_with(&env, false, &export_args, &dmabuf)));
 
     println!(
-        "gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route"
+        "gdrshim scale benchmark: {samples} samples per operation, register mode, NV503C route (export_dmabuf: the DMA-BUF route)"
     );
     println!();
     println!("| live allocations | operation | without p50 / p99 (ns) | with p50 / p99 (ns) | added p50 / p99 (ns) | with/without p50 |");

@@ -1,7 +1,8 @@
 //! The leaf every runtime layer stands on: the caller's errno, the mark that this thread is
 //! inside gdrshim (so that our own calls bypass our hooks), the one wrapper every hook runs its
-//! own work in ([`in_hook`]), a cheap clock, and reading our own memory without faulting on a
-//! bad pointer. No other module of the crate is used here.
+//! own work in ([`in_hook`]), a cheap clock, reading our own memory without faulting on a bad
+//! pointer, and the allocator that puts the map's large tables on huge pages ([`HugeTables`]).
+//! No other module of the crate is used here.
 
 use core::cell::Cell;
 use core::ffi::c_void;
@@ -207,9 +208,118 @@ impl Clock {
     }
 }
 
+/// The allocator of libgdrshim-core.so (src/preload names it): the system's, except that an
+/// allocation of 4 MiB or more (at a million live allocations, the map's cells and its memory
+/// table: tens of MB, read at random, one cell per lookup) is advised `MADV_HUGEPAGE` over the
+/// 2 MiB pages it covers whole, before it is first written. Where transparent huge pages are
+/// `madvise` (the distributions' usual setting) the kernel then backs those with 2 MiB pages,
+/// and a random read of the table misses the TLB far less: on a KVM guest (nested paging) one
+/// read at random in 40 MB took 301 / 590 ns (p50 / p99) with 4 KiB pages and 171 / 441 with
+/// huge ones (docs/results/scale-2026-12-07b). Nothing is aligned or added, so the heap is what
+/// it was; the pure core knows nothing of it.
+pub struct HugeTables;
+
+/// Allocations from this size on are advised.
+const HUGE_FROM: usize = 4 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
+impl HugeTables {
+    fn advise(ptr: *mut u8, size: usize) {
+        if ptr.is_null() || size < HUGE_FROM {
+            return;
+        }
+        let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
+        let end = (ptr as usize + size) & !(HUGE_PAGE - 1);
+        if start < end {
+            // SAFETY: [start, end) lies inside the allocation just made, ours alone; MADV_HUGEPAGE
+            // changes how the kernel backs it, never what it holds, and a refusal (no THP, an old
+            // kernel) leaves it as it was.
+            unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+}
+
+// SAFETY: every call is the system allocator's, with the caller's layout; the advice changes
+// neither the memory's contents nor its lifetime.
+unsafe impl core::alloc::GlobalAlloc for HugeTables {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout, as GlobalAlloc::alloc requires
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        Self::advise(p, layout.size());
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: core::alloc::Layout) -> *mut u8 {
+        // SAFETY: as in alloc
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        Self::advise(p, layout.size());
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
+        // SAFETY: ptr is the system allocator's, allocated with this layout
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: core::alloc::Layout, new: usize) -> *mut u8 {
+        // SAFETY: the caller's block, layout and size, as GlobalAlloc::realloc requires
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        // a grown table's new pages are not written yet (what was moved keeps its pages)
+        Self::advise(p, new);
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the kernel may back the mapping that holds `addr` with huge pages, from
+    /// /proc/self/smaps (`None`: it does not say).
+    fn thp_eligible(addr: usize) -> Option<bool> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ').filter(|(r, _)| r.contains('-')) {
+                let (a, b) = range.split_once('-')?;
+                let (a, b) = (usize::from_str_radix(a, 16).ok(), usize::from_str_radix(b, 16).ok());
+                inside = matches!((a, b), (Some(a), Some(b)) if a <= addr && addr < b);
+            } else if inside {
+                if let Some(v) = line.strip_prefix("THPeligible:") {
+                    return Some(v.trim() == "1");
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_large_table_is_advised_huge_pages_and_keeps_its_bytes_through_growth() {
+        use core::alloc::{GlobalAlloc, Layout};
+        let a = HugeTables;
+        let (small, large) =
+            (Layout::array::<u64>(1024).unwrap(), Layout::array::<u64>(1 << 20).unwrap());
+        // SAFETY: nonzero layouts; each block is written within its size and freed once with
+        // the layout it has then.
+        unsafe {
+            let s = a.alloc(small).cast::<u64>();
+            let p = a.alloc(large).cast::<u64>();
+            assert!(!s.is_null() && !p.is_null());
+            for i in 0..1 << 20 {
+                p.add(i).write(i as u64);
+            }
+            let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+            if thp.is_ok_and(|t| !t.contains("[never]")) {
+                assert_eq!(thp_eligible(p as usize + (2 << 20)), Some(true), "8 MiB is advised");
+            }
+            let q = a.realloc(p.cast(), large, 16 << 20).cast::<u64>();
+            assert!((0..1 << 20).all(|i| q.add(i).read() == i as u64), "growth keeps the bytes");
+            let grown = Layout::array::<u64>(2 << 20).unwrap();
+            a.dealloc(q.cast(), grown);
+            let s2 = a.realloc(s.cast(), small, 16 << 10);
+            a.dealloc(s2, Layout::array::<u64>(2048).unwrap());
+        }
+    }
 
     #[test]
     fn a_hooks_work_keeps_errno_contains_a_panic_and_is_not_reentered() {

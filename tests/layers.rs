@@ -153,6 +153,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
         &[
             &["touch"],
             &["granule", "types"],
+            &["mems"],
             &["entry"],
             &["cells"],
             &["gpu"],

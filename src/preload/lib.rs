@@ -4,3 +4,7 @@
 #![forbid(unsafe_code)]
 
 extern crate gdrshim_core;
+
+/// The map's large tables on huge pages (gdrshim's `sys::HugeTables`).
+#[global_allocator]
+static ALLOCATOR: gdrshim_core::sys::HugeTables = gdrshim_core::sys::HugeTables;

@@ -11,7 +11,7 @@ use super::entry::Entry;
 use super::granule;
 use super::touch;
 
-/// Granules per leaf: a leaf covers 128 MiB in 2.5 KiB.
+/// Granules per leaf: a leaf covers 128 MiB in 2 KiB and a line.
 const LEAF_BITS: u32 = 6;
 const LEAF_LEN: usize = 1 << LEAF_BITS;
 /// Leaves per middle table (4 KiB; 128 GiB of VA).
@@ -27,8 +27,8 @@ pub const FREE: u64 = u64::MAX;
 
 /// One granule's cell: empty (`start == FREE`), a hint naming the entry that starts at `start`
 /// (`entry.end == 0`: no entry ends at 0), or the entry at `start`, at home. Sentinels instead of
-/// an enum keep it at 40 bytes instead of 48. `repr(C)`: the start and the entry's end, what a
-/// lookup reads first, share a cache line in seven cells of eight.
+/// an enum keep it at 32 bytes instead of 40, so that a cell lies in one cache line (its leaf
+/// aligned to one): a lookup reads one line.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Cell {
@@ -72,15 +72,16 @@ impl Cell {
     }
 }
 
-/// `repr(C)`: the bits a search reads first, in the line of the first cells.
+/// `repr(C)` and aligned to a cache line: the cells first, each in a line of its own, then the
+/// counts in a line of theirs.
 #[derive(Clone)]
-#[repr(C)]
+#[repr(C, align(64))]
 struct Leaf {
+    cells: [Cell; LEAF_LEN],
     /// bit i: cell i holds an entry at home
     homes: u64,
     /// cells not empty: a leaf with none goes
     used: u32,
-    cells: [Cell; LEAF_LEN],
 }
 
 const MID_WORDS: usize = MID_LEN / 64;
@@ -105,7 +106,7 @@ pub struct Cells {
     /// The leaves, in one array rather than an allocation each: leaves made one after another
     /// (an allocator's neighbouring segments) are neighbours in memory, which costs fewer
     /// page-table reads than leaves spread over the heap (docs/results/scale-2026-12-03d). Like
-    /// any growing array it is copied when it grows (40 MB at a million packed entries), and
+    /// any growing array it is copied when it grows (33 MB at a million packed entries), and
     /// keeps its size until every leaf is free.
     leaves: Vec<Leaf>,
     free_leaves: Vec<u32>,
@@ -383,8 +384,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cell_is_40_bytes_and_its_leaves_come_and_go() {
-        assert_eq!(std::mem::size_of::<Cell>(), 40);
+    fn a_cell_is_32_bytes_and_its_leaves_come_and_go() {
+        assert_eq!(std::mem::size_of::<Cell>(), 32);
+        assert_eq!(std::mem::size_of::<Leaf>(), 64 * 32 + 64, "the cells, then a line of counts");
         let mut c = Cells::default();
         let top_granule = (1u64 << (VA_BITS - granule::SHIFT)) - 1;
         assert!(Cells::covers(top_granule) && !Cells::covers(top_granule + 1));

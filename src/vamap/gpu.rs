@@ -12,7 +12,7 @@ use std::ops::Bound;
 /// An entry that is a whole UVM map call (nearly all) keeps no origin; one cut out of a larger
 /// call by an unmap or an overlapping map keeps it in `cut`.
 ///
-/// Every granule below 2^48 has a cell (40 bytes, [`Cells`]). An entry lives in the cell of the
+/// Every granule below 2^48 has a cell (32 bytes, [`Cells`]). An entry lives in the cell of the
 /// granule its start lies in, its home, unless another entry is at home there; then it lives in
 /// `overflow`, and `spilled` orders it. Each other granule an entry touches is another's home or
 /// names ("hints") it. A point lookup ([`at`](Self::at)) reads the cell of the address's granule
@@ -26,8 +26,8 @@ use std::ops::Bound;
 /// a million entries as at a thousand (issue 48), where a tree of every start read a node more
 /// per level.
 ///
-/// The price is a cell per granule, in leaves of 64 (128 MiB, 2.5 KiB): for allocations packed
-/// in VA, as CUDA's are, 40 bytes per 2 MiB mapped (20 ppm), a 2 MiB allocation one cell, a 1 GiB
+/// The price is a cell per granule, in leaves of 64 (128 MiB, 2.06 KiB): for allocations packed
+/// in VA, as CUDA's are, 33 bytes per 2 MiB mapped (16 ppm), a 2 MiB allocation one cell, a 1 GiB
 /// one 512; an allocation alone in its 128 MiB costs a whole leaf. Entries above 2^48 (5-level
 /// paging) have no cells: they live in overflow and are found through `spilled`.
 /// Every GPU's entries, by the GPU's UUID.

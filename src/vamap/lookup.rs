@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 use super::gpu::{GpuMap, Gpus};
+use super::mems::MemTable;
 use super::types::{MemRef, Miss, Piece};
 use crate::abi::Uuid;
 
@@ -21,12 +22,13 @@ pub fn memory_in(gpus: &Gpus, base: u64, end: u64) -> Vec<MemRef> {
 
 /// Whether memory is mapped in `[base, end)` and all of it is system memory, by the class each
 /// entry carries (no read of the memory table: a GPU registration asks this first).
-pub fn only_sysmem_in(gpus: &Gpus, base: u64, end: u64) -> bool {
+pub fn only_sysmem_in(gpus: &Gpus, mems: &MemTable, base: u64, end: u64) -> bool {
     let mut any = false;
     for m in gpus.values() {
         let first = m.at(base).map(|(s, _)| s).unwrap_or(base);
         for (_, e) in m.range(first..end) {
-            if !e.alloc.class().is_some_and(crate::abi::class::is_sysmem) {
+            if !mems.allocation(e.alloc(), e.mem).class().is_some_and(crate::abi::class::is_sysmem)
+            {
                 return false;
             }
             any = true;
@@ -42,7 +44,7 @@ pub fn contains(gpus: &Gpus, addr: u64) -> bool {
 
 /// The exact cover of `[addr, addr+len)` on one GPU, merged where consecutive entries
 /// continue the same memory; or the first hole.
-fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
+fn cover(g: &GpuMap, mems: &MemTable, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
     let mut pieces: Vec<Piece> = Vec::new();
     let mut at = addr;
     let mut cursor = g.at(addr).map(|(s, _)| s).unwrap_or(addr);
@@ -61,7 +63,7 @@ fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
                 mem: e.mem,
                 offset: off,
                 origin: g.origin(s, e),
-                alloc: e.alloc,
+                alloc: mems.allocation(e.alloc(), e.mem),
             }),
         }
         at = piece_end;
@@ -74,6 +76,7 @@ fn cover(g: &GpuMap, addr: u64, end: u64) -> Result<Vec<Piece>, u64> {
 /// (all such GPUs must agree), or why not (`miss_at`: the miss a hole at an address is).
 pub fn lookup(
     gpus: &Gpus,
+    mems: &MemTable,
     addr: u64,
     len: u64,
     miss_at: impl Fn(u64) -> Miss,
@@ -82,7 +85,7 @@ pub fn lookup(
         return Err(Miss::Empty);
     }
     let end = addr.checked_add(len).ok_or(Miss::Overflow)?;
-    if let Some(p) = lookup_one(gpus, addr, len) {
+    if let Some(p) = lookup_one(gpus, mems, addr, len) {
         return Ok(vec![p]);
     }
     let mut answer: Option<Vec<Piece>> = None;
@@ -93,7 +96,7 @@ pub fn lookup(
         if !touches {
             continue;
         }
-        match cover(m, addr, end) {
+        match cover(m, mems, addr, end) {
             Ok(p) => match &answer {
                 None => answer = Some(p),
                 Some(a) if same_backing(a, &p) => {}
@@ -114,7 +117,7 @@ pub fn lookup(
 
 /// The common case of [`lookup`] without an allocation: one GPU maps any of the range, and one
 /// entry there covers all of it. `None`: not that case (ask `lookup`).
-pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
+pub fn lookup_one(gpus: &Gpus, mems: &MemTable, addr: u64, len: u64) -> Option<Piece> {
     let end = addr.checked_add(len).filter(|_| len > 0)?;
     let mut found = None;
     for m in gpus.values() {
@@ -137,7 +140,7 @@ pub fn lookup_one(gpus: &Gpus, addr: u64, len: u64) -> Option<Piece> {
             mem: e.mem,
             offset: e.offset() + (addr - s),
             origin: m.origin(s, e),
-            alloc: e.alloc,
+            alloc: mems.allocation(e.alloc(), e.mem),
         });
     }
     found

@@ -3,14 +3,13 @@
 //! external ranges are kept too (GPU VA that is reserved but not mapped).
 //!
 //! Pure data structure: no FFI, no locks. Sized for jobs that hold a million live allocations:
-//! one 32-byte entry per mapping, kept in the cell of its first 2 MiB granule (a range mapped
+//! one 24-byte entry per mapping, kept in the cell of its first 2 MiB granule (a range mapped
 //! whole is a bit in its entry); a point lookup reads one cell, the next or previous entry a
 //! bounded number of words of the cells' tables (`gpu`), so no operation reads more for more
 //! entries held (`touch` counts it); nothing scans all entries but a client's free.
 #![forbid(unsafe_code)]
 
 use crate::abi::Uuid;
-use rustc_hash::FxHashMap as HashMap;
 use touch::Tree;
 
 mod cells;
@@ -18,10 +17,11 @@ mod entry;
 mod gpu;
 pub mod granule;
 mod lookup;
+mod mems;
 pub mod owned;
 pub mod touch;
 mod types;
-use types::{count_in, count_out, Mems};
+use mems::MemTable;
 pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
 #[cfg(test)]
 mod tests;
@@ -41,11 +41,11 @@ pub struct VaMap {
     ranges: Tree<u64, u64>,
     /// Removed ranges (merged, start → end), so a miss can say "freed" rather than "unmapped".
     tombstones: Tree<u64, u64>,
-    /// Every memory object the process allocated or mapped: its allocation (12 bytes with the
-    /// key's 8: the one table per allocation besides the entries) and how many entries map it, so
-    /// that freeing memory that is no longer mapped (the usual order: UVM_FREE, then RM_FREE)
-    /// costs no scan.
-    mems: HashMap<MemRef, MemInfo>,
+    /// Every memory object the process allocated or mapped: its allocation (16 bytes a slot:
+    /// the one table per allocation besides the entries) and how many entries map it, so that
+    /// freeing memory that is no longer mapped (the usual order: UVM_FREE, then RM_FREE) costs
+    /// no scan.
+    mems: MemTable,
     /// The program's own allocations that are not exactly one entry (`owned`).
     owned: owned::Allocations,
     /// Allocations seen so far (`MemInfo::serial`).
@@ -69,7 +69,7 @@ impl VaMap {
     /// Whether memory is mapped in `[base, end)` and all of it is system memory (host pages that
     /// CUDA also mapped for the GPU, as pinned host memory is): the NIC pins their CPU pages.
     pub fn only_sysmem_in(&self, base: u64, end: u64) -> bool {
-        lookup::only_sysmem_in(&self.per_gpu, base, end)
+        lookup::only_sysmem_in(&self.per_gpu, &self.mems, base, end)
     }
 
     /// Whether some GPU maps `addr`.
@@ -90,13 +90,13 @@ impl VaMap {
     pub fn lookup(&self, addr: u64, len: u64) -> Result<Vec<Piece>, Miss> {
         let miss_at =
             |at| if self.was_mapped(at) { Miss::Freed { at } } else { Miss::Unmapped { at } };
-        lookup::lookup(&self.per_gpu, addr, len, miss_at)
+        lookup::lookup(&self.per_gpu, &self.mems, addr, len, miss_at)
     }
 
     /// The common case of [`lookup`](Self::lookup) without an allocation: one GPU maps any of
     /// the range, and one entry there covers all of it. `None`: not that case (ask `lookup`).
     pub fn lookup_one(&self, addr: u64, len: u64) -> Option<Piece> {
-        lookup::lookup_one(&self.per_gpu, addr, len)
+        lookup::lookup_one(&self.per_gpu, &self.mems, addr, len)
     }
 
     /// Like [`lookup`](Self::lookup) but the range must lie in one memory object.
@@ -228,7 +228,7 @@ impl VaMap {
         if offset.checked_add(len).is_none_or(|end| end > OFFSET_LIMIT) {
             return; // no RM memory is that large: kept out, so that lookups miss (and a cut's offset stays below the limit)
         }
-        let alloc = count_in(&mut self.mems, mem);
+        let alloc = self.mems.count_in(mem);
         let mut e = Entry::new(base + len, offset, mem, alloc);
         if self.ranges.get(&base) == Some(&len) {
             self.ranges.remove(&base);
@@ -240,12 +240,12 @@ impl VaMap {
     /// Removes the entry at `start`, with its count, and gives back the range it claimed.
     fn take(
         m: &mut GpuMap,
-        mems: &mut Mems,
+        mems: &mut MemTable,
         ranges: &mut Tree<u64, u64>,
         start: u64,
     ) -> Option<(Entry, Origin)> {
         let (e, o) = m.remove(start)?;
-        count_out(mems, e.mem);
+        mems.count_out(e.mem);
         if e.claims_range() {
             ranges.insert(start, e.end - start);
         }
@@ -267,7 +267,7 @@ impl VaMap {
     /// are few, and dropping and rebuilding its tree on every free/alloc costs allocations.)
     fn unmap_in(
         m: &mut GpuMap,
-        mems: &mut Mems,
+        mems: &mut MemTable,
         ranges: &mut Tree<u64, u64>,
         base: u64,
         end: u64,
@@ -303,11 +303,11 @@ impl VaMap {
             touched += 1;
             if s < base {
                 m.insert(s, e.cut(s, s, base), origin);
-                count_in(mems, e.mem);
+                mems.count_in(e.mem);
             }
             if e.end > end {
                 m.insert(end, e.cut(s, end, e.end), origin);
-                count_in(mems, e.mem);
+                mems.count_in(e.mem);
             }
             next = m.range(base..end).next().map(|(s, _)| s);
         }
@@ -345,7 +345,7 @@ impl VaMap {
     /// mappings first.
     pub fn add_memory(&mut self, mem: MemRef, parent: u32, class: u32) {
         touch::add(touch::HASH_PROBE);
-        if self.mems.contains_key(&mem) {
+        if self.mems.contains(mem) {
             self.remove_memory(mem);
         }
         self.serials += 1;
@@ -355,13 +355,13 @@ impl VaMap {
     /// The allocation of `mem`, if it was seen.
     pub fn memory(&self, mem: MemRef) -> Option<MemInfo> {
         touch::add(touch::HASH_PROBE);
-        self.mems.get(&mem).filter(|i| i.class != UNSEEN).copied()
+        self.mems.get(mem).filter(|i| i.class != UNSEEN)
     }
 
     /// Whether the map knows `mem` at all: allocated, or mapped without its allocation seen.
     pub fn knows(&self, mem: MemRef) -> bool {
         touch::add(touch::HASH_PROBE);
-        self.mems.contains_key(&mem)
+        self.mems.contains(mem)
     }
 
     /// The memory objects of `client` allocated under `parent`.
@@ -369,13 +369,13 @@ impl VaMap {
         self.mems
             .iter()
             .filter(|(m, i)| m.client == client && i.class != UNSEEN && i.parent == parent)
-            .map(|(m, _)| *m)
+            .map(|(m, _)| m)
             .collect()
     }
 
     /// The memory objects of `client` this map knows (allocated or mapped).
     pub fn memory_of(&self, client: u32) -> Vec<MemRef> {
-        self.mems.keys().filter(|m| m.client == client).copied().collect()
+        self.mems.iter().map(|(m, _)| m).filter(|m| m.client == client).collect()
     }
 
     /// How many memory objects this map knows.
@@ -387,7 +387,7 @@ impl VaMap {
     /// entries only when the memory is still mapped: CUDA unmaps before it frees.)
     pub fn remove_memory(&mut self, mem: MemRef) -> usize {
         touch::add(touch::HASH_PROBE);
-        let Some(info) = self.mems.remove(&mem) else { return 0 };
+        let Some(info) = self.mems.remove(mem) else { return 0 };
         if info.entries == 0 {
             return 0;
         }
@@ -399,15 +399,17 @@ impl VaMap {
     /// over the entries.
     pub fn remove_client(&mut self, client: u32) -> usize {
         let mut mapped = false;
-        self.mems.retain(|m, i| {
-            mapped |= m.client == client && i.entries > 0;
-            m.client != client || i.entries > 0
-        });
+        let of_client: Vec<(MemRef, MemInfo)> =
+            self.mems.iter().filter(|(m, _)| m.client == client).collect();
+        for (m, i) in of_client {
+            self.mems.remove(m);
+            if i.entries > 0 {
+                mapped = true;
+                self.mems.insert(m, MemInfo { class: UNSEEN, ..i });
+            }
+        }
         if !mapped {
             return 0;
-        }
-        for (_, i) in self.mems.iter_mut().filter(|(m, _)| m.client == client) {
-            i.class = UNSEEN;
         }
         self.remove_where(|m| m.client == client)
     }

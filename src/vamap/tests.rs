@@ -1,6 +1,8 @@
 //! The map against its semantics and against a page-by-page model.
 
 use super::*;
+use mems::AllocId;
+use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
 const G0: Uuid = [0; 16];
@@ -186,7 +188,7 @@ fn property_against_naive_page_model() {
     for (_, _, _, m, _) in v.dump() {
         *counted.entry(m).or_default() += 1;
     }
-    let known: HashMap<MemRef, u32> = v.mems.iter().map(|(m, i)| (*m, i.entries)).collect();
+    let known: HashMap<MemRef, u32> = v.mems.iter().map(|(m, i)| (m, i.entries)).collect();
     assert_eq!(counted, known, "memory never allocated is known exactly while mapped");
     // origins are kept only for entries cut out of a larger call, and only while they exist
     for g in v.per_gpu.values() {
@@ -373,8 +375,8 @@ fn cells_agree_with_the_tree_at_granule_scale() {
                 // what an entry remembers of its memory's allocation is what the table says now
                 for (_, e) in gm.iter() {
                     let now =
-                        v.mems.get(&e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
-                    assert_eq!(Some(e.alloc), now, "{:?}", e.mem);
+                        v.mems.get(e.mem).map(|i| Allocation { parent: i.parent, class: i.class });
+                    assert_eq!(Some(v.mems.allocation(e.alloc(), e.mem)), now, "{:?}", e.mem);
                 }
                 for a in (ORIGIN - UNIT..ORIGIN + 140 * UNIT).step_by(0x1_0000) {
                     let tree = gm.range(..=a).next_back().filter(|(_, e)| a < e.end);
@@ -455,12 +457,8 @@ fn a_granule_aligned_entry_is_found_in_its_own_cell_and_every_lookup_equals_the_
                 || model.contains_key(&start)
                     && model.range(start + 1..start + len).next().is_none()
             {
-                let e = Entry::new(
-                    start + len,
-                    op << 12,
-                    m(1 + rng.below(50) as u32),
-                    Allocation::UNSEEN,
-                );
+                let e =
+                    Entry::new(start + len, op << 12, m(1 + rng.below(50) as u32), AllocId::UNSEEN);
                 g.insert(start, e, e.whole(start));
                 model.insert(start, e);
             }
@@ -527,8 +525,8 @@ fn an_entry_that_waited_in_overflow_moves_home_when_the_granule_frees() {
     let base = 0x7f00_0000_0000u64;
     let mut g = GpuMap::default();
     let (a, b) = (
-        Entry::new(base + GR / 2, 0, m(1), Allocation::UNSEEN),
-        Entry::new(base + GR, 0, m(2), Allocation::UNSEEN),
+        Entry::new(base + GR / 2, 0, m(1), AllocId::UNSEEN),
+        Entry::new(base + GR, 0, m(2), AllocId::UNSEEN),
     );
     g.insert(base, a, a.whole(base));
     g.insert(base + GR / 2, b, b.whole(base + GR / 2));
@@ -540,7 +538,7 @@ fn an_entry_that_waited_in_overflow_moves_home_when_the_granule_frees() {
     assert_eq!(g.in_cells(base + GR / 2), Some(base + GR / 2), "moved home");
     // above the cells' reach (2^48) entries live in overflow and are found through the tree
     let high = 1u64 << 50;
-    let c = Entry::new(high + GR, 0, m(3), Allocation::UNSEEN);
+    let c = Entry::new(high + GR, 0, m(3), AllocId::UNSEEN);
     g.insert(high, c, c.whole(high));
     g.check_cells();
     assert_eq!(g.at(high + 5).map(|(_, e)| e.mem), Some(m(3)));

@@ -2,7 +2,6 @@
 //! allocation, why a lookup missed; and the count of entries that map each memory object.
 #![forbid(unsafe_code)]
 
-use rustc_hash::FxHashMap as HashMap;
 use std::fmt;
 
 /// An RM memory object, named by its client and handle.
@@ -110,23 +109,3 @@ pub struct MemInfo {
 
 /// The class of memory whose allocation was not seen (no RM class is 0).
 pub const UNSEEN: u32 = 0;
-
-pub(crate) type Mems = HashMap<MemRef, MemInfo>;
-
-/// One entry more maps `mem`; its allocation as known.
-pub(crate) fn count_in(mems: &mut Mems, mem: MemRef) -> Allocation {
-    super::touch::add(super::touch::HASH_PROBE);
-    let i = mems.entry(mem).or_insert(MemInfo { parent: 0, class: UNSEEN, entries: 0, serial: 0 });
-    i.entries += 1;
-    Allocation { parent: i.parent, class: i.class }
-}
-
-pub(crate) fn count_out(mems: &mut Mems, mem: MemRef) {
-    super::touch::add(super::touch::HASH_PROBE);
-    if let Some(i) = mems.get_mut(&mem) {
-        i.entries -= 1;
-        if i.entries == 0 && i.class == UNSEEN {
-            mems.remove(&mem);
-        }
-    }
-}

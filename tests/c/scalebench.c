@@ -7,9 +7,13 @@
 // checkpoint. In "touch" mode (a knobs build of the shim, GDRSHIM_APPLY_THREAD=0) it counts
 // instead of timing: what the map and the registrar read for each call (gdrshim_test_touches),
 // the work the call queued applied with it, by a host registration before and after (so each
-// count holds one such registration: its own op, "flush"). Run against scalefake.c and
-// fakeverbs.c, with and without the shim (benches/scale.rs compares the two).
+// count holds one such registration: its own op, "flush"). In "export" mode (the shim on the
+// DMA-BUF route, GDRSHIM_ROUTE=dmabuf) it times only gdrshim_export_dmabuf of a whole allocation
+// at random, against, without the shim, what the fake driver does for one (a dup of a memfd).
+// Run against scalefake.c and fakeverbs.c, with and without the shim (benches/scale.rs compares
+// the two).
 //   scalebench ops SAMPLES N1 N2 ...     prints "scale N=.. op=.. p50=..ns p99=..ns"
+//   scalebench export SAMPLES N1 N2 ...  the same, op=export_dmabuf
 //   scalebench touch SAMPLES N1 N2 ...   prints "scale N=.. op=.. p50=.. p99=.. touches"
 //   scalebench heap N1 N2 ...            prints "scale N=.. heap=..B"
 #define _GNU_SOURCE
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include "../../include/gdrshim.h"
@@ -74,6 +79,13 @@ static uint64_t now(void) {
 }
 // without the shim, what a call of gdrshim_lookup is compared with: a call that answers at once
 static int no_lookup(uint64_t va, uint64_t len, struct gdrshim_backing *out) { (void)va; (void)len; (void)out; return -ENOSYS; }
+// without the shim, what an export is compared with: the fake driver's part of one (a dup)
+static int stand_in_buffer = -1;
+static int no_export(uint64_t va, uint64_t len) {
+  (void)va; (void)len;
+  if (stand_in_buffer < 0) stand_in_buffer = memfd_create("nv_dmabuf", MFD_CLOEXEC);
+  return fcntl(stand_in_buffer, F_DUPFD_CLOEXEC, 0);
+}
 static int cmp(const void *a, const void *b) { uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b; return (x > y) - (x < y); }
 static void report(uint64_t n, const char *op, uint64_t *t, int k) {
   qsort(t, (size_t)k, sizeof *t, cmp);
@@ -83,7 +95,9 @@ static uint64_t rnd(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17
 
 int main(int argc, char **argv) {
   if (argc < 3) return 2;
-  int heap_only = !strcmp(argv[1], "heap");
+  int heap_only = !strcmp(argv[1], "heap"), export_only = !strcmp(argv[1], "export");
+  int (*export_dmabuf)(uint64_t, uint64_t) = (int (*)(uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "gdrshim_export_dmabuf");
+  if (!export_dmabuf) export_dmabuf = no_export;
   if (!strcmp(argv[1], "touch") && !(touches = (int64_t (*)(void))dlsym(RTLD_DEFAULT, "gdrshim_test_touches")))
     die("touch mode needs a knobs build of the shim", 0);
   int (*lookup)(uint64_t, uint64_t, struct gdrshim_backing *) = (int (*)(uint64_t, uint64_t, struct gdrshim_backing *))dlsym(RTLD_DEFAULT, "gdrshim_lookup");
@@ -114,6 +128,16 @@ int main(int argc, char **argv) {
     if (heap_only) {
       struct mallinfo2 mi = mallinfo2();
       printf("scale N=%lu heap=%luB\n", (unsigned long)n, (unsigned long)(mi.uordblks + mi.hblkhd));
+      continue;
+    }
+    if (export_only) {
+      for (int s = 0; s < samples; s++) {
+        uint64_t i = rnd(&seed) % n;
+        uint64_t t0 = now(); int fd = export_dmabuf(BASE + i * SEG, SEG); t[s] = now() - t0;
+        if (fd < 0) die("export refused", (unsigned long)-fd);
+        close(fd);
+      }
+      report(n, "export_dmabuf", t, samples);
       continue;
     }
     for (int s = 0; s < samples; s++) { uint64_t t0 = now(); alloc_one(n); uint64_t t1 = now(); free_one(n); t2[s] = now() - t1; t[s] = t1 - t0; }

@@ -3,13 +3,17 @@
 // benchmark times beyond the program's own work is the shim's. RM_ALLOC hands out handles,
 // RM_FREE and RM_CONTROL answer NV_OK (the 503C's REGISTER_VA_SPACE with a token; the few queries
 // gdrshim makes with fakerm.c's answers), UVM calls answer NV_OK with their status untouched.
+// EXPORT_TO_DMABUF_FD on nvidia0 answers with a dup of one memfd made at the first export (what
+// the buffer holds is not read here), so that an export costs the driver one system call.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,6 +64,13 @@ int ioctl(int fd, unsigned long req, void *arg) {
     if (w[2] == 0x205 && p) { uint32_t inst = 0; memcpy(p + 8, &inst, 4); }
     if (w[2] == 0x20800102 && p) { uint32_t yes = 1; memcpy(p + 8, &yes, 4); }
     w[7] = 0;
+  } else if (nr == 0xd9 && size == 2608 && node == 2) { // EXPORT_TO_DMABUF_FD
+    static int buffer = -1;
+    if (buffer < 0) buffer = memfd_create("nv_dmabuf", MFD_CLOEXEC);
+    int32_t fd; memcpy(&fd, a, 4);
+    uint32_t st = 0;
+    if (fd == -1 && (fd = fcntl(buffer, F_DUPFD_CLOEXEC, 0)) < 0) st = 0x51;
+    memcpy(a, &fd, 4); memcpy(a + 2600, &st, 4);
   } else if (nr == 0xc8 && size == 32 * 72) { // CARD_INFO: one GPU
     memset(a, 0, 32 * 72); a[0] = 1; uint32_t id = 0x100; memcpy(a + 16, &id, 4);
   } else { errno = EINVAL; return -1; }
