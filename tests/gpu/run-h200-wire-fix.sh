@@ -4,7 +4,8 @@
 # with, without; torchrun 2 ranks, `t.cpu()` after each collective), then what libcuda sends when
 # a context ends (run-h200-ctx.sh, issue 46 defect 5), then, only if every stall row exited 0,
 # the collectives' main and flush rows (run-h200-hosts-collectives.sh) in the time left.
-#   tests/gpu/run-h200-wire-fix.sh OUTDIR   (carry target/knobs/release/libgdrshim.so)
+#   tests/gpu/run-h200-wire-fix.sh OUTDIR   (carry target/knobs/release/libgdrshim.so; WIRE_FIX_S: the
+#   seconds the whole may take, 560 by default)
 # OUTDIR/stall, OUTDIR/ctx, OUTDIR/coll: each script's own files (the captures in one tgz).
 set -u
 OUT=${1:?outdir}
@@ -20,7 +21,7 @@ if [ "$stalled" != 0 ]; then
   echo "wire-fix: $stalled stall row(s) did not exit 0 0: the collectives not run"
   exit 1
 fi
-left=$((560 - ($(date +%s) - t0)))
+left=$((${WIRE_FIX_S:-560} - ($(date +%s) - t0)))
 echo "wire-fix: every stall row exited 0; the collectives in ${left} s"
 HOSTS_DEADLINE_S=$left COLL_ROWS="${COLL_ROWS:-main flush}" bash tests/gpu/run-h200-hosts-collectives.sh "$OUT/coll" >/dev/null 2>&1
 grep -E '^### |GDRDMA' "$OUT/coll/run-h200-hosts-collectives.txt" | cut -c1-200
