@@ -25,8 +25,10 @@ pub enum ContextTag {
 }
 
 /// The contexts of the program's allocations: spans of VA tagged with another context than the
-/// usual one. A span outlives its allocation until something else is recorded over it, the
-/// allocation is freed or its context ends; a stale one tags no allocation.
+/// usual one. A span is cut only where every allocation over it ends (a free, an unmap by the
+/// program, its context's end) or another is recorded: where the driver takes memory back, the
+/// same VA may still be an allocation on another GPU, whose context must stay known. A stale span
+/// tags no allocation.
 #[derive(Clone, Debug, Default)]
 pub struct Tags {
     /// `base -> (end, tag)`, non-overlapping.

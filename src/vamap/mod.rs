@@ -168,7 +168,7 @@ impl VaMap {
     /// The driver took `[base, end)` back (UVM freed or unmapped it everywhere): the recorded
     /// ranges in it go (marked entries went with the mappings).
     pub fn forget_owned(&mut self, base: u64, end: u64) {
-        self.owned.forget(base, end);
+        self.owned.remove(base, end);
     }
 
     /// The first byte of `[addr, end)` that is in no allocation of the program's, or `None` when
@@ -447,7 +447,7 @@ impl VaMap {
             self.tombstone(s, l);
             // the memory under a recorded allocation is gone (RM freed it, maybe with no UVM
             // unmap first): so is the allocation
-            self.owned.forget(s, s + l);
+            self.owned.remove(s, s + l);
         }
         removed.len()
     }

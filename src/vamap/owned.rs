@@ -90,12 +90,6 @@ impl Allocations {
         }
     }
 
-    /// The driver took `[base, end)` back: no allocation lies there, nor its context.
-    pub fn forget(&mut self, base: u64, end: u64) {
-        self.remove(base, end);
-        self.tags.cut(base, end);
-    }
-
     /// The allocation that holds `addr`, as `[base, end)`.
     pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
         self.holding_reach(addr).map(|(b, e, _)| (b, e))

@@ -169,3 +169,22 @@ fn an_allocations_context_follows_its_pieces_and_not_its_va() {
     m.own(8 * M, 0x1000);
     assert_eq!(m.context_at(8 * M), ContextTag::Unknown);
 }
+
+/// The driver freeing other memory that another GPU maps at an allocation's VA leaves the
+/// allocation, and its context with it (the model test found a context's end missing it).
+#[test]
+fn another_gpus_memory_freed_under_an_allocation_keeps_its_context() {
+    let mut m = VaMap::default();
+    m.map(A, 8 * M, 2 * M, CHUNK, 0);
+    m.own_in(8 * M, 2 * M, P_A);
+    let other = MemRef { client: 1, memory: 0x90 };
+    m.map(B, 0, 2 * M, other, 0);
+    m.map(A, 0, 2 * M, CUDAS, 0);
+    m.own_in(0, 2 * M, LIB);
+    m.remove_memory(other);
+    assert!(lives(&m, 0, 2 * M));
+    assert_eq!(m.context_at(0), LIB);
+    m.end_owned(&|c| c == 0xc102, None);
+    assert!(!lives(&m, 0, 2 * M), "the library context's allocation ended with it");
+    assert!(lives(&m, 8 * M, 2 * M));
+}
