@@ -377,8 +377,9 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuDevicePrimaryCtxReset" if at_least(11000) => ctx::primary_reset::install,
         b"cuDevicePrimaryCtxRelease" if at_least(11000) => ctx::primary_release::install,
         b"cuDevicePrimaryCtxRetain" if at_least(7000) => ctx::primary_retain::install,
-        // (from 11.4 the name may answer the _v3 or _v4 signature: left alone, such a context
-        // is of unknown kind, which any primary context's end ends too)
+        // (CUDA 11.4 added cuCtxCreate_v3 and 12.5 _v4, with other signatures; which one the
+        // name answers at those versions is not known here, so it is left alone: a context made
+        // so is of unknown kind, which any primary context's end ends too)
         b"cuCtxCreate" if at_least(3020) && !at_least(11040) => ctx::ctx_create::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,

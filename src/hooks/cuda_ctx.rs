@@ -9,7 +9,9 @@
 //! of exactly the allocations made in it end (`Tracker::context_ended`), so that CUDA's own
 //! memory mapped there later is never taken for the program's and the program's live memory
 //! stays its own. An allocation whose context could not be learned ends with any context's end
-//! on its GPU. Reached as the other CUDA hooks (`cuda`).
+//! on its GPU, and a context whose making no hook saw with any primary context's end (why the
+//! primary context is learned from the program's retains, never asked of libcuda at the reset:
+//! `tracker::contexts`). Reached as the other CUDA hooks (`cuda`).
 #![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
