@@ -345,7 +345,10 @@ impl Pipeline {
         let Some(mut q) = self.queue.try_lock_for(Duration::from_secs(5)) else {
             // a lost release could leave the map, or the record of the program's memory,
             // describing what is gone
-            self.lost.fetch_or(matches!(w, Work::Event(_) | Work::ProgramRelease { .. }), SeqCst);
+            self.lost.fetch_or(
+                matches!(w, Work::Event(_) | Work::ProgramRelease { .. } | Work::ContextEnded(_)),
+                SeqCst,
+            );
             return Err(w);
         };
         if let (true, Work::Event(ref ev)) = (q.record_fresh, &w) {

@@ -6,7 +6,8 @@
 use crate::capture;
 use crate::decode;
 use crate::registrar::{Outcome, Registrar, Rm};
-use crate::tracker::Tracker;
+use crate::tracker::{ContextEnd, Tracker};
+use crate::vamap::ContextTag;
 
 /// The pure core: the map and the registrations that depend on it, with the RM calls they make
 /// (the real ones in the process, a fake in the tests). The process keeps it behind one lock
@@ -24,23 +25,30 @@ pub struct Core<R: Rm> {
 /// What the ioctl and allocation hooks hand to the core.
 pub enum Work {
     Event(decode::Event),
+    /// The program was handed `[ptr, ptr+len)`, made in context `ctx` (`VaMap::own_in`).
     UserAllocation {
         api: &'static str,
         ptr: u64,
         len: u64,
+        ctx: ContextTag,
     },
     /// The program was handed `[ptr, ptr+len)` by a CUDA call that is no allocation of new
     /// memory (`cuMemMap` of a handle, an IPC or pool import): its memory from now on, exactly
-    /// that range (`VaMap::own_import`).
+    /// that range (`VaMap::own_import_in`), of context `ctx` (an IPC handle's) or of none.
     ProgramMapping {
         ptr: u64,
         len: u64,
+        ctx: ContextTag,
     },
-    /// A CUDA context ended (`VaMap::end_owned_on`): its GPU's allocations (`None`: every
-    /// allocation) are the program's no longer.
-    ContextEnded {
-        gpu: Option<crate::abi::Uuid>,
+    /// The program made CUDA context `ctx`: device `primary_of`'s primary context (retained),
+    /// or one it created.
+    ContextMade {
+        ctx: u64,
+        primary_of: Option<i32>,
     },
+    /// A CUDA context ended: the allocations made in it are the program's no longer
+    /// (`Tracker::context_ended`).
+    ContextEnded(ContextEnd),
     /// The program gave memory back: the allocation at `ptr` (`len` `None`: a free), or all of
     /// `[ptr, ptr+len)` (an unmap).
     ProgramRelease {
@@ -74,13 +82,14 @@ impl<R: Rm> Core<R> {
                         warn(&capture::notice_line(&n));
                     }
                 }
-                Work::UserAllocation { api, ptr, len } => {
-                    if let Some(v) = tracker.user_allocation_quiet(ptr, len) {
+                Work::UserAllocation { api, ptr, len, ctx } => {
+                    if let Some(v) = tracker.user_allocation_quiet(ptr, len, ctx) {
                         warn(&capture::verdict_line(api, ptr, len, &v));
                     }
                 }
-                Work::ProgramMapping { ptr, len } => tracker.map.own_import(ptr, len),
-                Work::ContextEnded { gpu } => tracker.map.end_owned_on(gpu),
+                Work::ProgramMapping { ptr, len, ctx } => tracker.map.own_import_in(ptr, len, ctx),
+                Work::ContextMade { ctx, primary_of } => tracker.context_made(ctx, primary_of),
+                Work::ContextEnded(end) => tracker.context_ended(end),
                 Work::ProgramRelease { ptr, len: None } => {
                     tracker.map.disown_at(ptr);
                 }

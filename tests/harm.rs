@@ -166,11 +166,23 @@ fn a_record_ends_when_its_chunk_goes_one_gpu_at_a_time() {
     harm("stale-gpus", &rig::DMABUF, &["stale-gpus"], &[]);
 }
 
-/// A context's end ends its GPU's records (every record where the GPU is unknown); a release by
-/// one of two holders ends nothing.
+/// A library's short-lived context (cuCtxCreate, an allocation freed, one kept, cuCtxDestroy,
+/// whose end frees the kept one) ends only its own: the primary contexts' live memory is still
+/// registered as a dma-buf MR, the destroyed context's is refused (issue 46 defect 5).
+#[test]
+fn a_librarys_short_lived_context_leaves_the_programs_live_memory_registrable() {
+    let (line, err) = harm("ctx-library", &rig::DMABUF, &["ctx", "library"], &[]);
+    assert!(line.contains("harm ctx library ok"), "{line}\n{err}");
+    assert!(err.contains("a CUDA context ended"), "{err}");
+}
+
+/// The end of GPU 0's primary context (a reset, a release by its last holder) ends the records
+/// of exactly the allocations made in it (and those whose context is unknown, on its GPU): GPU
+/// 1's allocation peer-mapped on GPU 0 stays registrable; a release by one of two holders ends
+/// nothing.
 #[test]
 fn a_context_end_ends_the_records_of_its_allocations() {
-    for how in ["destroy", "reset", "release", "release-held"] {
+    for how in ["reset", "release", "release-held"] {
         let (_, err) = harm(&format!("ctx-{how}"), &rig::DMABUF, &["ctx", how], &[]);
         let said = err.contains("a CUDA context ended");
         assert_eq!(said, how != "release-held", "{how}: {err}");

@@ -147,12 +147,12 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
             &["summary"],
         ],
     ),
-    ("tracker", &[&["types"], &["dmabuf"]]),
+    ("tracker", &[&["types", "contexts"], &["dmabuf"]]),
     (
         "vamap",
         &[
             &["touch"],
-            &["granule", "types"],
+            &["granule", "types", "contexts"],
             &["mems"],
             &["entry"],
             &["cells"],

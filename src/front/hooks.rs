@@ -484,6 +484,8 @@ forwarded! {
     cuCtxDestroy_v2 => fallback::cuda_not_found;
     cuDevicePrimaryCtxReset_v2 => fallback::cuda_not_found;
     cuDevicePrimaryCtxRelease_v2 => fallback::cuda_not_found;
+    cuDevicePrimaryCtxRetain => fallback::cuda_not_found;
+    cuCtxCreate_v2 => fallback::cuda_not_found;
     cuDeviceGetAttribute => fallback::cuda_not_found;
     cuGetProcAddress => fallback::cuda_not_found;
     cuGetProcAddress_v2 => fallback::cuda_not_found;

@@ -26,6 +26,7 @@ use crate::abi::cuda::result::{
     NOT_SUPPORTED as CUDA_ERROR_NOT_SUPPORTED, SUCCESS as CUDA_SUCCESS,
 };
 use crate::abi::cuda::CUresult;
+use crate::vamap::ContextTag;
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
 
@@ -71,18 +72,21 @@ macro_rules! cuda_fn {
     };
 }
 
-cuda_fn!(mem_alloc, cuMemAlloc_v2, c"cuMemAlloc_v2", (dptr: *mut CUdeviceptr, bytesize: usize), |sh, r| {
+// Memory of the current context, which CUDA frees with it (`cuda_ctx`).
+cuda_fn!(mem_alloc, cuMemAlloc_v2, c"cuMemAlloc_v2", (dptr: *mut CUdeviceptr, bytesize: usize),
+    outside |r| { ctx::current_context(r) } as made_in, |sh, r| {
     if r == CUDA_SUCCESS && !dptr.is_null() {
         // SAFETY: on success the driver wrote the pointer into *dptr.
-        sh.user_allocation("cuMemAlloc_v2", unsafe { *dptr }, bytesize as u64);
+        sh.user_allocation("cuMemAlloc_v2", unsafe { *dptr }, bytesize as u64, made_in);
     }
 });
-cuda_fn!(mem_alloc_pitch, cuMemAllocPitch_v2, c"cuMemAllocPitch_v2", (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: u32), |sh, r| {
+cuda_fn!(mem_alloc_pitch, cuMemAllocPitch_v2, c"cuMemAllocPitch_v2", (dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: u32),
+    outside |r| { ctx::current_context(r) } as made_in, |sh, r| {
     let _ = (width, elem);
     if r == CUDA_SUCCESS && !dptr.is_null() && !pitch.is_null() {
         // SAFETY: on success the driver wrote both outputs.
         let (p, pt) = unsafe { (*dptr, *pitch) };
-        sh.user_allocation("cuMemAllocPitch_v2", p, (pt as u64).saturating_mul(height as u64));
+        sh.user_allocation("cuMemAllocPitch_v2", p, (pt as u64).saturating_mul(height as u64), made_in);
     }
 });
 cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
@@ -92,12 +96,13 @@ cuda_fn!(mem_free, cuMemFree_v2, c"cuMemFree_v2", (dptr: CUdeviceptr), |sh, r| {
     }
 });
 // A handle mapped into the program's VA (its own cuMemCreate, or one imported from another
-// process by a shareable handle) is the program's memory there until it unmaps it.
+// process by a shareable handle) is the program's memory there until it unmaps it, whatever
+// context ends meanwhile (VMM memory is no context's).
 cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset: usize, handle: u64, flags: u64), |sh, r| {
     let _ = (offset, handle, flags);
     crate::log_debug!("cuMemMap [{ptr:#x}, +{size:#x}) -> {r}");
     if r == CUDA_SUCCESS {
-        sh.program_mapping(ptr, size as u64);
+        sh.program_mapping(ptr, size as u64, ContextTag::NoContext);
     }
 });
 // libcuda makes the UVM mapping (and its native REGISTER_VIDMEM) of a VMM range only when access
@@ -106,7 +111,7 @@ cuda_fn!(mem_map, cuMemMap, c"cuMemMap", (ptr: CUdeviceptr, size: usize, offset:
 cuda_fn!(mem_set_access, cuMemSetAccess, c"cuMemSetAccess", (ptr: CUdeviceptr, size: usize, desc: *const c_void, count: usize), |sh, r| {
     let _ = (desc, count);
     if r == CUDA_SUCCESS {
-        sh.user_allocation("cuMemSetAccess", ptr, size as u64);
+        sh.user_allocation("cuMemSetAccess", ptr, size as u64, ContextTag::NoContext);
     }
 });
 cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), |sh, r| {
@@ -118,18 +123,19 @@ cuda_fn!(mem_unmap, cuMemUnmap, c"cuMemUnmap", (ptr: CUdeviceptr, size: usize), 
 cuda_fn!(mem_release, cuMemRelease, c"cuMemRelease", (handle: u64), |sh, r| {
     let _ = (handle, sh, r);
 });
+// A pool's memory (pools are per device) is no context's.
 cuda_fn!(mem_alloc_async, cuMemAllocAsync, c"cuMemAllocAsync", (dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream), |sh, r| {
     let _ = stream;
     if r == CUDA_SUCCESS && !dptr.is_null() {
         // SAFETY: on success the driver wrote the pointer into *dptr.
-        sh.user_allocation("cuMemAllocAsync", unsafe { *dptr }, bytesize as u64);
+        sh.user_allocation("cuMemAllocAsync", unsafe { *dptr }, bytesize as u64, ContextTag::NoContext);
     }
 });
 cuda_fn!(mem_alloc_pool_async, cuMemAllocFromPoolAsync, c"cuMemAllocFromPoolAsync", (dptr: *mut CUdeviceptr, bytesize: usize, pool: *mut c_void, stream: CUstream), |sh, r| {
     let _ = (pool, stream);
     if r == CUDA_SUCCESS && !dptr.is_null() {
         // SAFETY: on success the driver wrote the pointer into *dptr.
-        sh.user_allocation("cuMemAllocFromPoolAsync", unsafe { *dptr }, bytesize as u64);
+        sh.user_allocation("cuMemAllocFromPoolAsync", unsafe { *dptr }, bytesize as u64, ContextTag::NoContext);
     }
 });
 // (freed in stream order: the program may not hand the memory to anyone from this call on)
@@ -141,12 +147,13 @@ cuda_fn!(mem_free_async, cuMemFreeAsync, c"cuMemFreeAsync", (dptr: CUdeviceptr, 
     }
 });
 // Memory of another process the program opened: its own from here, as big as the allocation
-// it came from (which only libcuda knows).
+// it came from (which only libcuda knows), until it closes it or the context it was opened in
+// ends.
 cuda_fn!(ipc_open, cuIpcOpenMemHandle_v2, c"cuIpcOpenMemHandle_v2", (dptr: *mut CUdeviceptr, handle: CuIpcMemHandle, flags: u32),
-    outside |r| { imported_extent(r, dptr) } as extent, |sh, r| {
+    outside |r| { imported_extent(r, dptr).map(|e| (e, ctx::current_context(r))) } as extent, |sh, r| {
     let _ = (handle, flags, r);
-    if let Some((base, len)) = extent {
-        sh.program_mapping(base, len);
+    if let Some(((base, len), made_in)) = extent {
+        sh.program_mapping(base, len, made_in);
     }
 });
 cuda_fn!(ipc_close, cuIpcCloseMemHandle, c"cuIpcCloseMemHandle", (dptr: CUdeviceptr), |sh, r| {
@@ -158,7 +165,7 @@ cuda_fn!(pool_import, cuMemPoolImportPointer, c"cuMemPoolImportPointer", (dptr: 
     outside |r| { imported_extent(r, dptr) } as extent, |sh, r| {
     let _ = (pool, data, r);
     if let Some((base, len)) = extent {
-        sh.program_mapping(base, len);
+        sh.program_mapping(base, len, ContextTag::NoContext);
     }
 });
 cuda_fn!(address_free, cuMemAddressFree, c"cuMemAddressFree", (ptr: CUdeviceptr, size: usize), |sh, r| {
@@ -336,6 +343,8 @@ pub fn by_symbol_name(name: &[u8]) -> Option<Install> {
         b"cuCtxDestroy_v2" => ctx::ctx_destroy::install,
         b"cuDevicePrimaryCtxReset_v2" => ctx::primary_reset::install,
         b"cuDevicePrimaryCtxRelease_v2" => ctx::primary_release::install,
+        b"cuDevicePrimaryCtxRetain" => ctx::primary_retain::install,
+        b"cuCtxCreate_v2" => ctx::ctx_create::install,
         b"cuGetProcAddress" => get_proc_v1::install,
         b"cuGetProcAddress_v2" => get_proc_v2::install,
         _ => return None,
@@ -367,6 +376,11 @@ pub fn by_proc_name(name: &[u8], cuda_version: c_int) -> Option<Install> {
         b"cuCtxDestroy" if at_least(4000) => ctx::ctx_destroy::install,
         b"cuDevicePrimaryCtxReset" if at_least(11000) => ctx::primary_reset::install,
         b"cuDevicePrimaryCtxRelease" if at_least(11000) => ctx::primary_release::install,
+        b"cuDevicePrimaryCtxRetain" if at_least(7000) => ctx::primary_retain::install,
+        // (CUDA 11.4 added cuCtxCreate_v3 and 12.5 _v4, with other signatures; which one the
+        // name answers at those versions is not known here, so it is left alone: a context made
+        // so is of unknown kind, which any primary context's end ends too)
+        b"cuCtxCreate" if at_least(3020) && !at_least(11040) => ctx::ctx_create::install,
         b"cuGetProcAddress" if at_least(12000) => get_proc_v2::install,
         b"cuGetProcAddress" if at_least(11030) => get_proc_v1::install,
         _ => return None,

@@ -1,10 +1,17 @@
-//! The ends of CUDA contexts: `cuCtxDestroy`, and a primary context reset
-//! (`cuDevicePrimaryCtxReset`, which `cudaDeviceReset` calls) or released for the last time
-//! (`cuDevicePrimaryCtxRelease`). Every allocation of the context ends with it, whether or not
-//! the driver calls that end each are seen (a client freed by closing its fd is not): the
-//! program's allocation records of that GPU end here (`VaMap::end_owned_on`), so that CUDA's own
-//! memory mapped there later is never taken for the program's. Reached as the other CUDA hooks
-//! (`cuda`).
+//! CUDA contexts: which context each allocation of the program's is made in, which contexts the
+//! program makes, and their ends. CUDA frees a context's own allocations with it (`cuMemAlloc*`,
+//! IPC handles opened in it), whether or not the driver calls that free each are seen (a client
+//! freed by closing its fd is not), and keeps every other context's, the VMM memory and the
+//! pools'. So an allocation hook learns the current context after its real call
+//! ([`current_context`]), `cuDevicePrimaryCtxRetain` names each device's primary context and
+//! `cuCtxCreate_v2` the contexts the program creates, and at a context's end (`cuCtxDestroy`; a
+//! primary context reset, as `cudaDeviceReset` does, or released by its last holder) the records
+//! of exactly the allocations made in it end (`Tracker::context_ended`), so that CUDA's own
+//! memory mapped there later is never taken for the program's and the program's live memory
+//! stays its own. An allocation whose context could not be learned ends with any context's end
+//! on its GPU, and a context whose making no hook saw with any primary context's end (why the
+//! primary context is learned from the program's retains, never asked of libcuda at the reset:
+//! `tracker::contexts`). Reached as the other CUDA hooks (`cuda`).
 #![allow(non_snake_case)] // the CUDA driver API names
 
 use super::slots::slotted;
@@ -15,6 +22,8 @@ use crate::abi::cuda::CUresult;
 use crate::abi::Uuid;
 use crate::real::next_def;
 use crate::shim;
+use crate::tracker::ContextEnd;
+use crate::vamap::ContextTag;
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr::null_mut;
 
@@ -54,23 +63,55 @@ fn primary_active(dev: CUdevice) -> Option<bool> {
         .then_some(active != 0)
 }
 
-/// What ended after a call that answered `r`: `Some(gpu)` a context of that GPU (`None`: of an
-/// unknown GPU, so every allocation), `None` nothing. Asked of libcuda outside gdrshim's guard,
-/// errno kept.
-fn ended(r: CUresult, dev: Option<CUdevice>, only_if_inactive: bool) -> Option<Option<Uuid>> {
+/// The calling thread's current context (`cuCtxGetCurrent`), after an allocation that answered
+/// `r`: the context it was made in, `Unknown` where libcuda cannot tell. Asked of libcuda outside
+/// gdrshim's guard and locks (one call that reads libcuda's thread state), errno kept.
+pub(super) fn current_context(r: CUresult) -> ContextTag {
+    type F = unsafe extern "C" fn(*mut CUcontext) -> CUresult;
+    if r != CUDA_SUCCESS || !crate::activation::active() {
+        return ContextTag::Unknown;
+    }
+    let p = next_def!(c"cuCtxGetCurrent" in b"libcuda.so");
+    if p.is_null() {
+        return ContextTag::Unknown;
+    }
+    let e = crate::sys::errno();
+    let mut ctx: CUcontext = null_mut();
+    // SAFETY: libcuda's function of this signature, with an out-pointer of ours.
+    let got = unsafe { core::mem::transmute::<*mut c_void, F>(p)(&mut ctx) };
+    crate::sys::set_errno(e);
+    match (got, ctx as u64) {
+        (CUDA_SUCCESS, c) if c != 0 => ContextTag::Of(c),
+        _ => ContextTag::Unknown,
+    }
+}
+
+/// What ended after a call on context `ctx` (`Some`: a destroy) or device `dev`'s primary context
+/// that answered `r`: `None` nothing (it failed, or a release left the primary context in use).
+/// Asked of libcuda outside gdrshim's guard, errno kept.
+fn ended(
+    r: CUresult,
+    ctx: Option<CUcontext>,
+    dev: Option<CUdevice>,
+    only_if_inactive: bool,
+) -> Option<ContextEnd> {
     if r != CUDA_SUCCESS || !crate::activation::active() {
         return None;
     }
+    if let Some(ctx) = ctx {
+        return Some(ContextEnd::Destroyed { ctx: ctx as u64 });
+    }
+    let dev = dev?;
     let e = crate::sys::errno();
     // a release that left the primary context in use ended nothing
-    let still = only_if_inactive && dev.and_then(primary_active) == Some(true);
-    let gpu = if still { None } else { Some(dev.and_then(uuid_of)) };
+    let still = only_if_inactive && primary_active(dev) == Some(true);
+    let end = (!still).then(|| ContextEnd::Primary { dev, gpu: uuid_of(dev) });
     crate::sys::set_errno(e);
-    gpu
+    end
 }
 
 macro_rules! ctx_fn {
-    ($modname:ident, $export:ident, $sym:literal, ($a:ident : $t:ty), $dev:expr, $only_if_inactive:expr) => {
+    ($modname:ident, $export:ident, $sym:literal, ($a:ident : $t:ty), $ctx:expr, $dev:expr, $only_if_inactive:expr) => {
         pub mod $modname {
             use super::*;
             type F = unsafe extern "C" fn($t) -> CUresult;
@@ -84,8 +125,8 @@ macro_rules! ctx_fn {
                 let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
                 // SAFETY: forwarded unchanged.
                 let r = unsafe { f($a) };
-                if let Some(gpu) = ended(r, $dev, $only_if_inactive) {
-                    shim::call_in(|sh| sh.context_ended(stringify!($export), gpu));
+                if let Some(end) = ended(r, $ctx, $dev, $only_if_inactive) {
+                    shim::call_in(|sh| sh.context_ended(stringify!($export), end));
                 }
                 r
             }
@@ -100,6 +141,51 @@ macro_rules! ctx_fn {
     };
 }
 
-ctx_fn!(ctx_destroy, cuCtxDestroy_v2, c"cuCtxDestroy_v2", (ctx: CUcontext), { let _ = ctx; None }, false);
-ctx_fn!(primary_reset, cuDevicePrimaryCtxReset_v2, c"cuDevicePrimaryCtxReset_v2", (dev: CUdevice), Some(dev), false);
-ctx_fn!(primary_release, cuDevicePrimaryCtxRelease_v2, c"cuDevicePrimaryCtxRelease_v2", (dev: CUdevice), Some(dev), true);
+ctx_fn!(ctx_destroy, cuCtxDestroy_v2, c"cuCtxDestroy_v2", (ctx: CUcontext), Some(ctx), None, false);
+ctx_fn!(primary_reset, cuDevicePrimaryCtxReset_v2, c"cuDevicePrimaryCtxReset_v2", (dev: CUdevice), None, Some(dev), false);
+ctx_fn!(primary_release, cuDevicePrimaryCtxRelease_v2, c"cuDevicePrimaryCtxRelease_v2", (dev: CUdevice), None, Some(dev), true);
+
+/// A context the program made, written into `*pctx` by a call that answered `r`: told to the
+/// core as device `primary_of`'s primary context, or as one the program created.
+fn made(r: CUresult, pctx: *mut CUcontext, primary_of: Option<CUdevice>) {
+    if r != CUDA_SUCCESS || pctx.is_null() {
+        return;
+    }
+    // SAFETY: on success the driver wrote the context into *pctx, the caller's.
+    let ctx = unsafe { *pctx } as u64;
+    if ctx != 0 {
+        shim::call_in_waking(|sh| sh.context_made(ctx, primary_of));
+    }
+}
+
+macro_rules! made_fn {
+    ($modname:ident, $export:ident, $sym:literal, ($p:ident, $($a:ident : $t:ty),*), $primary_of:expr) => {
+        pub mod $modname {
+            use super::*;
+            type F = unsafe extern "C" fn(*mut CUcontext, $($t),*) -> CUresult;
+            slotted!(install, REAL, super::$export, call, ($p: *mut CUcontext, $($a: $t),*) -> CUresult);
+
+            pub unsafe fn call(real: *mut c_void, $p: *mut CUcontext, $($a: $t),*) -> CUresult {
+                if real.is_null() {
+                    return CUDA_ERROR_NOT_INITIALIZED;
+                }
+                // SAFETY: the driver's function of exactly this signature (see install).
+                let f: F = unsafe { core::mem::transmute::<*mut c_void, F>(real) };
+                // SAFETY: forwarded unchanged.
+                let r = unsafe { f($p, $($a),*) };
+                made(r, $p, $primary_of);
+                r
+            }
+        }
+
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $export($p: *mut CUcontext, $($a: $t),*) -> CUresult {
+            let real = Some(next_def!($sym in b"libcuda.so")).filter(|&p| p != $export as *mut c_void).unwrap_or(null_mut());
+            // SAFETY: libcuda's definition of this symbol, with this signature.
+            unsafe { $modname::call(real, $p, $($a),*) }
+        }
+    };
+}
+
+made_fn!(primary_retain, cuDevicePrimaryCtxRetain, c"cuDevicePrimaryCtxRetain", (pctx, dev: CUdevice), Some(dev));
+made_fn!(ctx_create, cuCtxCreate_v2, c"cuCtxCreate_v2", (pctx, flags: c_uint, dev: CUdevice), { let _ = (flags, dev); None });

@@ -18,8 +18,8 @@ use crate::decode::{Event, Pending};
 use crate::registrar::{Client as RmClient, Decision, RegMiss, Rm};
 use crate::route::Route;
 use crate::state::Work;
-use crate::tracker::VidmemTuple;
-use crate::vamap::MemRef;
+use crate::tracker::{ContextEnd, VidmemTuple};
+use crate::vamap::{ContextTag, MemRef};
 use std::collections::HashMap;
 
 mod strict_rm;
@@ -105,9 +105,15 @@ fn run_model(route: Route) {
                     w.model.set(g, base, len, |p| Some((m, offset + p)));
                 }
                 // most mappings are an allocation of the program's; some are CUDA's own memory
+                // (made in one of the program's contexts, or VMM or pool memory of none)
                 if rnd(8) != 0 {
-                    w.core.tracker.map.own(base, len);
+                    let tag = match rnd(4) as usize {
+                        3 => ContextTag::NoContext,
+                        i => ContextTag::Of(w.contexts[i]),
+                    };
+                    w.core.tracker.map.own_in(base, len, tag);
                     w.model.own(base, len, true);
+                    w.model.made_in(base, len, tag);
                 }
                 count("maps");
             }
@@ -229,7 +235,24 @@ fn run_model(route: Route) {
                 w.setup_client(k);
                 count("client_frees");
             }
-            453..=749 => {
+            453 => {
+                // a context ends (the library's destroyed, then another created; a GPU's primary
+                // context reset, then retained again): CUDA freed what was made in it
+                let i = rnd(3) as usize;
+                let ended = w.contexts[i];
+                let end = match i {
+                    2 => ContextEnd::Destroyed { ctx: ended },
+                    _ => ContextEnd::Primary { dev: i as i32, gpu: Some(GPUS[i]) },
+                };
+                w.core.apply(&[Work::ContextEnded(end)], &mut |_| {});
+                w.model.context_ended(ContextTag::Of(ended));
+                if i == 2 {
+                    w.contexts[2] += 2;
+                }
+                w.context_made(i);
+                count("context_ends");
+            }
+            454..=749 => {
                 // a verbs registration: mostly small, page-aligned or not, sometimes large
                 let mut addr = BASE
                     + rnd(RANGE * RANGES / 0x1000) * 0x1000
@@ -394,6 +417,7 @@ fn run_model(route: Route) {
             "mem_frees",
             "device_frees",
             "client_frees",
+            "context_ends",
             "deregs",
             "miss_lookup",
             "miss_not_program_memory",
@@ -414,6 +438,7 @@ fn run_model(route: Route) {
             "mem_frees",
             "device_frees",
             "client_frees",
+            "context_ends",
             "deregs",
             "miss_lookup",
             "miss_not_whole",

@@ -8,9 +8,9 @@ use crate::decode::Uuid;
 use crate::decode::{Event, Pending};
 use crate::registrar::Registrar;
 use crate::route::Route;
-use crate::state::Core;
+use crate::state::{Core, Work};
 use crate::tracker::Tracker;
-use crate::vamap::MemRef;
+use crate::vamap::{ContextTag, MemRef};
 
 pub(super) const PAGE: u64 = 0x1_0000;
 pub(super) const RANGE: u64 = 4 << 20;
@@ -52,6 +52,8 @@ pub(super) struct Model {
     pub(super) pages: [Vec<Option<(MemRef, u64)>>; 2],
     /// Pages in an allocation the program made through CUDA (the rest is CUDA's own memory).
     pub(super) owned: Vec<bool>,
+    /// The context each page's allocation was made in.
+    pub(super) contexts: Vec<ContextTag>,
 }
 impl Model {
     pub(super) fn page(va: u64) -> usize {
@@ -82,6 +84,18 @@ impl Model {
             self.owned[Self::page(base + p)] = owned;
         }
     }
+    /// `[base, base+len)` was made in context `tag`.
+    pub(super) fn made_in(&mut self, base: u64, len: u64, tag: ContextTag) {
+        for p in (0..len).step_by(PAGE as usize) {
+            self.contexts[Self::page(base + p)] = tag;
+        }
+    }
+    /// Context `tag` ended: CUDA freed what was made in it.
+    pub(super) fn context_ended(&mut self, tag: ContextTag) {
+        for (owned, &t) in self.owned.iter_mut().zip(&self.contexts) {
+            *owned &= t != tag;
+        }
+    }
     /// Whether every page of `[addr, addr+len)` is the program's own.
     pub(super) fn owns(&self, addr: u64, len: u64) -> bool {
         (down(addr)..up(addr + len)).step_by(PAGE as usize).all(|p| self.owned[Self::page(p)])
@@ -106,6 +120,8 @@ pub(super) struct World {
     pub(super) uvm_owner: [usize; 2],
     pub(super) mems: Vec<(MemRef, usize, bool, u64)>, // (memory, device index, vidmem, size)
     pub(super) next_mem: u32,
+    /// The program's CUDA contexts: each GPU's primary context, and a library's it created.
+    pub(super) contexts: [u64; 3],
 }
 
 impl World {
@@ -120,12 +136,17 @@ impl World {
             model: Model {
                 pages: [vec![None; NPAGES], vec![None; NPAGES]],
                 owned: vec![false; NPAGES],
+                contexts: vec![ContextTag::NoContext; NPAGES],
             },
             clients: [Client::new(0), Client::new(1)],
             uvm_owner: [0, 1],
             mems: Vec::new(),
             next_mem: 0x100,
+            contexts: [0xc0, 0xc1, 0xc100],
         };
+        for i in 0..3 {
+            w.context_made(i);
+        }
         for k in 0..2 {
             w.setup_client(k);
         }
@@ -135,6 +156,12 @@ impl World {
                 .apply(&Event::UvmCreateExternalRange { base: BASE + r * RANGE, length: RANGE });
         }
         w
+    }
+    /// The program made context `i` (a GPU's primary context retained, or the library's created).
+    pub(super) fn context_made(&mut self, i: usize) {
+        let made =
+            Work::ContextMade { ctx: self.contexts[i], primary_of: (i < 2).then_some(i as i32) };
+        self.core.apply(&[made], &mut |_| {});
     }
     pub(super) fn setup_client(&mut self, k: usize) {
         let c = self.clients[k];

@@ -31,10 +31,14 @@ fn the_queue_lock_excludes_and_gives_up_after_its_wait() {
             let q = q.clone();
             std::thread::spawn(move || {
                 for i in 0..20_000 {
-                    q.try_lock_for(Duration::from_secs(5))
-                        .unwrap()
-                        .current
-                        .push(Work::UserAllocation { api: "t", ptr: k << 32 | i, len: 1 });
+                    q.try_lock_for(Duration::from_secs(5)).unwrap().current.push(
+                        Work::UserAllocation {
+                            api: "t",
+                            ptr: k << 32 | i,
+                            len: 1,
+                            ctx: crate::vamap::ContextTag::Unknown,
+                        },
+                    );
                 }
             })
         })

@@ -446,10 +446,16 @@ impl Shim {
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point.
-    pub fn user_allocation(&'static self, api: &'static str, ptr: u64, len: u64) {
+    pub fn user_allocation(
+        &'static self,
+        api: &'static str,
+        ptr: u64,
+        len: u64,
+        ctx: crate::vamap::ContextTag,
+    ) {
         #[cfg(feature = "knobs")]
         let t0 = self.line.timing.then(crate::sys::Clock::now);
-        self.user_allocation_inner(api, ptr, len);
+        self.user_allocation_inner(api, ptr, len, ctx);
         #[cfg(feature = "knobs")]
         if let Some(t0) = t0 {
             self.stats.knobs.alloc_hook_ns.fetch_add(crate::sys::Clock::now() - t0, Relaxed);

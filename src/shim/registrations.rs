@@ -18,8 +18,8 @@ use crate::pipeline::Core;
 use crate::registrar::{Decision, DeregStart, Export, Outcome, RegMiss, VerbsReg};
 use crate::route::Route;
 use crate::sys::read_own_pieces;
-use crate::tracker::{NativeAnswer, Verdict};
-use crate::vamap::{Miss, Piece};
+use crate::tracker::{ContextEnd, NativeAnswer, Verdict};
+use crate::vamap::{ContextTag, Miss, Piece};
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -107,7 +107,13 @@ impl Shim {
     }
 
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point (see `user_allocation`).
-    pub(crate) fn user_allocation_inner(&'static self, api: &'static str, ptr: u64, len: u64) {
+    pub(crate) fn user_allocation_inner(
+        &'static self,
+        api: &'static str,
+        ptr: u64,
+        len: u64,
+        ctx: ContextTag,
+    ) {
         if self.line.capture_fd.load(Relaxed) >= 0 {
             self.capture(&format!("A {api} {ptr:x} {len:x}"));
         }
@@ -117,7 +123,7 @@ impl Shim {
         let eager = self.cfg.eager && self.registering();
         if !eager && !crate::log::enabled(crate::config::Level::Debug) {
             // the usual case: counted, and a line only for what deserves a warning
-            let _ = self.queue(crate::pipeline::Work::UserAllocation { api, ptr, len });
+            let _ = self.queue(crate::pipeline::Work::UserAllocation { api, ptr, len, ctx });
             return;
         }
         // an eager registration, like any, only under the release gate: if a release holds it
@@ -126,7 +132,7 @@ impl Shim {
         let eager = eager && gate.is_some();
         let loader = if eager { self.route_choice.loader_facts(&self.cfg) } else { None };
         let Some(mut c) = self.core(WAIT) else { return };
-        let v = c.tracker.user_allocation(ptr, len);
+        let v = c.tracker.user_allocation_in(ptr, len, ctx);
         if let (true, Verdict::Covered(pieces)) = (eager, &v) {
             // Eager registration is NV503C's (a dma-buf exists only for an MR).
             if self.decide_route(&mut c, loader) == Some(Route::Nv503c) {
@@ -394,23 +400,29 @@ impl Shim {
 
     /// The program was handed `[ptr, ptr+len)` by a CUDA call other than an allocation of new
     /// memory (`cuMemMap`, an IPC or pool import).
-    pub fn program_mapping(&'static self, ptr: u64, len: u64) {
+    pub fn program_mapping(&'static self, ptr: u64, len: u64, ctx: ContextTag) {
         if self.line.table.is_some() {
-            let _ = self.queue(crate::pipeline::Work::ProgramMapping { ptr, len });
+            let _ = self.queue(crate::pipeline::Work::ProgramMapping { ptr, len, ctx });
         }
     }
 
-    /// A CUDA context ended (`api`): the allocations of GPU `gpu` (`None`: an unknown GPU, so
-    /// every allocation) are the program's no longer.
-    pub fn context_ended(&'static self, api: &str, gpu: Option<crate::abi::Uuid>) {
+    /// The program made CUDA context `ctx`: device `primary_of`'s primary context, or one it
+    /// created.
+    pub fn context_made(&'static self, ctx: u64, primary_of: Option<i32>) {
+        if self.line.table.is_some() {
+            let _ = self.queue(crate::pipeline::Work::ContextMade { ctx, primary_of });
+        }
+    }
+
+    /// A CUDA context ended (`api`): the allocations made in it are the program's no longer.
+    pub fn context_ended(&'static self, api: &str, end: ContextEnd) {
         if self.line.table.is_none() {
             return;
         }
         crate::log_info!(
-            "{api}: a CUDA context ended; the program's allocations {} are its own no longer (registrations and exports over them are refused)",
-            if gpu.is_some() { "on that GPU" } else { "on every GPU" }
+            "{api}: a CUDA context ended; the program's allocations made in it are its own no longer (registrations and exports over them are refused)"
         );
-        let _ = self.queue(crate::pipeline::Work::ContextEnded { gpu });
+        let _ = self.queue(crate::pipeline::Work::ContextEnded(end));
     }
 
     /// The program gave back the allocation at `ptr` (`len` `None`) or `[ptr, ptr+len)`.

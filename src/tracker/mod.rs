@@ -6,11 +6,13 @@
 #![forbid(unsafe_code)]
 
 use crate::decode::{Event, P2pCtrl, Uuid};
-use crate::vamap::{MemRef, Piece, VaMap};
+use crate::vamap::{ContextTag, MemRef, Piece, VaMap};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+mod contexts;
 pub mod dmabuf;
 mod types;
+pub use contexts::{ContextEnd, Contexts};
 use types::NativeReg;
 pub use types::{NativeAnswer, Notice, Obj, ObjKind, ShadowCounts, Verdict, VidmemTuple};
 
@@ -34,6 +36,8 @@ pub struct Tracker {
     /// A call the driver accepted never reached the map (its queue's lock was not free in time):
     /// the map may hold what is gone, so nothing is registered or exported on it any more.
     pub incomplete: bool,
+    /// The program's CUDA contexts: what a context's end ends.
+    contexts: Contexts,
 }
 
 impl Tracker {
@@ -348,6 +352,24 @@ impl Tracker {
         notes
     }
 
+    /// The program made CUDA context `ctx`: device `primary_of`'s primary context, or one it
+    /// created.
+    pub fn context_made(&mut self, ctx: u64, primary_of: Option<i32>) {
+        self.contexts.made(ctx, primary_of);
+    }
+
+    /// A CUDA context ended: the allocations CUDA freed with it are the program's no longer
+    /// (those of an unknown context with any end on their GPU: `VaMap::end_owned`).
+    pub fn context_ended(&mut self, end: ContextEnd) {
+        let unknown_on = match end {
+            ContextEnd::Destroyed { .. } => None,
+            ContextEnd::Primary { gpu, .. } => gpu,
+        };
+        let contexts = &self.contexts;
+        self.map.end_owned(&|ctx| contexts.ends(end, ctx), unknown_on);
+        self.contexts.ended(end);
+    }
+
     /// The dma-buf of `[addr, addr+len)` (see [`dmabuf::plan`]).
     pub fn dmabuf_plan(&self, addr: u64, len: u64) -> Result<dmabuf::Plan, dmabuf::PlanMiss> {
         dmabuf::plan(&self.map, self, addr, len)
@@ -384,8 +406,13 @@ impl Tracker {
     /// A user allocation `[ptr, ptr+len)` returned by a CUDA entry point: check its coverage and
     /// compare the predicted registrations with libcuda's own.
     pub fn user_allocation(&mut self, ptr: u64, len: u64) -> Verdict {
+        self.user_allocation_in(ptr, len, ContextTag::Unknown)
+    }
+
+    /// [`user_allocation`](Self::user_allocation), made in context `tag`.
+    pub fn user_allocation_in(&mut self, ptr: u64, len: u64, tag: ContextTag) -> Verdict {
         self.counts.user_allocs += 1;
-        self.map.own(ptr, len);
+        self.map.own_in(ptr, len, tag);
         let pieces = match self.map.lookup(ptr, len) {
             Ok(p) => p,
             Err(miss) => {
@@ -399,10 +426,15 @@ impl Tracker {
     /// The same counts as [`user_allocation`](Self::user_allocation), and its verdict only when it
     /// is worth a warning (uncovered, or a mismatch): the usual allocation — one mapping,
     /// matched — allocates nothing (this runs on every allocation of the process).
-    pub fn user_allocation_quiet(&mut self, ptr: u64, len: u64) -> Option<Verdict> {
+    pub fn user_allocation_quiet(
+        &mut self,
+        ptr: u64,
+        len: u64,
+        tag: ContextTag,
+    ) -> Option<Verdict> {
         let Some(p) = self.map.lookup_one(ptr, len) else {
-            // (user_allocation records it)
-            let v = self.user_allocation(ptr, len);
+            // (user_allocation_in records it)
+            let v = self.user_allocation_in(ptr, len, tag);
             let worth = match &v {
                 Verdict::Uncovered(_) => true,
                 Verdict::Covered(p) => {
@@ -412,7 +444,7 @@ impl Tracker {
             return worth.then_some(v);
         };
         self.counts.user_allocs += 1;
-        self.map.own(ptr, len);
+        self.map.own_in(ptr, len, tag);
         match self.judge(&p) {
             (want, a @ NativeAnswer::Mismatched(_)) => Some(Verdict::Covered(vec![(want, a)])),
             _ => None,

@@ -1,7 +1,7 @@
 //! The tracker against sequences of events as libcuda issues them.
 
 use super::*;
-use crate::vamap::Miss;
+use crate::vamap::{ContextTag, Miss};
 
 pub(crate) const C: u32 = 0xc1d0_0022;
 pub(crate) const DEV: u32 = 0x5c00_0002;
@@ -251,4 +251,37 @@ fn dup_keeps_the_root_memory() {
     t.apply(&Event::Free { h_client: 0xc1d0_0099, h_parent: 1, h_object: 2 });
     assert_eq!(t.dup_root(MemRef { client: 0xc1d0_0099, memory: 2 }), None);
     assert_eq!(t.client_fd(0xc1d0_0099), Some(20));
+}
+
+/// The end of a device's primary context ends the allocations made in it, learned from the
+/// program's retain, and those of a context no hook saw made; another device's primary context
+/// (its allocation peer-mapped on this GPU) and a context the program created live on, until
+/// their own end.
+#[test]
+fn a_context_end_ends_the_allocations_of_the_contexts_it_ends() {
+    const H: Uuid = [4; 16];
+    const M: u64 = 1 << 20;
+    let mut t = base_tracker();
+    let (p0, p1, made, unseen) = (0xc0, 0xc1, 0xc102, 0xd00);
+    t.context_made(p0, Some(0));
+    t.context_made(p1, Some(1));
+    t.context_made(made, None);
+    for (i, ctx) in [p0, p1, made, unseen].into_iter().enumerate() {
+        let (va, mem) = (i as u64 * 4 * M, MemRef { client: C, memory: 0x100 + i as u32 });
+        t.map.map(G, va, 2 * M, mem, 0);
+        t.map.map(H, va, 2 * M, mem, 0);
+        t.map.own_in(va, 0x1000, ContextTag::Of(ctx));
+    }
+    let lives = |t: &Tracker, i: u64| t.map.first_unowned(i * 4 * M, i * 4 * M + 0x1000).is_none();
+    t.context_ended(ContextEnd::Primary { dev: 0, gpu: Some(G) });
+    assert!(!lives(&t, 0), "device 0's primary context's");
+    assert!(lives(&t, 1), "device 1's, mapped on device 0's GPU too");
+    assert!(lives(&t, 2), "a context the program created");
+    assert!(!lives(&t, 3), "a context of unknown kind may have been device 0's primary");
+    t.context_ended(ContextEnd::Destroyed { ctx: 0xdead });
+    assert!(lives(&t, 1) && lives(&t, 2), "a destroy of another context");
+    t.context_ended(ContextEnd::Destroyed { ctx: made });
+    assert!(!lives(&t, 2) && lives(&t, 1));
+    t.context_ended(ContextEnd::Primary { dev: 1, gpu: Some(H) });
+    assert!(!lives(&t, 1));
 }

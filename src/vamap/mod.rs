@@ -13,6 +13,7 @@ use crate::abi::Uuid;
 use touch::Tree;
 
 mod cells;
+pub mod contexts;
 mod entry;
 mod gpu;
 pub mod granule;
@@ -21,6 +22,7 @@ mod mems;
 pub mod owned;
 pub mod touch;
 mod types;
+pub use contexts::ContextTag;
 use mems::MemTable;
 pub use types::{Allocation, MemInfo, MemRef, Miss, Origin, Piece, UNSEEN};
 #[cfg(test)]
@@ -116,16 +118,29 @@ impl VaMap {
 
     /// The program was handed `[base, base+len)` by a CUDA call that allocated it (an allocation
     /// carved from a longer mapping counts to that mapping's end, as libcuda counts it).
+    /// Its context unknown: [`own_in`](Self::own_in).
     pub fn own(&mut self, base: u64, len: u64) {
-        owned::own(&mut self.per_gpu, &mut self.owned, base, len, true);
+        self.own_in(base, len, ContextTag::Unknown);
+    }
+
+    /// [`own`](Self::own), made in context `tag` (what ends it: [`end_owned`](Self::end_owned)).
+    pub fn own_in(&mut self, base: u64, len: u64, tag: ContextTag) {
+        owned::own(&mut self.per_gpu, &mut self.owned, base, len, true, tag);
     }
 
     /// The program was handed `[base, base+len)` of memory it did not allocate here: an import
     /// (an IPC handle, a pool pointer, a handle mapped by `cuMemMap`). Counted exactly, never to
     /// the end of the mapping it sits in: that mapping is the exporter's chunk or pool, whose
     /// other blocks are the exporter's, not this program's.
+    /// Its context unknown: [`own_import_in`](Self::own_import_in).
     pub fn own_import(&mut self, base: u64, len: u64) {
-        owned::own(&mut self.per_gpu, &mut self.owned, base, len, false);
+        self.own_import_in(base, len, ContextTag::Unknown);
+    }
+
+    /// [`own_import`](Self::own_import), opened in context `tag` (an IPC handle), or of none
+    /// (a handle mapped, a pool pointer).
+    pub fn own_import_in(&mut self, base: u64, len: u64, tag: ContextTag) {
+        owned::own(&mut self.per_gpu, &mut self.owned, base, len, false, tag);
     }
 
     /// The program freed the allocation that starts at `base`: whether there was one.
@@ -138,10 +153,16 @@ impl VaMap {
         owned::disown(&mut self.per_gpu, &mut self.owned, base, end);
     }
 
-    /// A CUDA context ended: the allocations of GPU `gpu` (`None`: every allocation) are the
-    /// program's no longer ([`owned::end_on`]).
-    pub fn end_owned_on(&mut self, gpu: Option<Uuid>) {
-        owned::end_on(&mut self.per_gpu, &mut self.owned, gpu);
+    /// CUDA contexts ended: the allocations made in those `ended` names are the program's no
+    /// longer, and those of an unknown context at VA GPU `unknown_on` maps (`None`: every one)
+    /// ([`owned::end_of`]).
+    pub fn end_owned(&mut self, ended: &dyn Fn(u64) -> bool, unknown_on: Option<Uuid>) {
+        owned::end_of(&mut self.per_gpu, &mut self.owned, ended, unknown_on);
+    }
+
+    /// The context of the program's allocation at `addr`.
+    pub fn context_at(&self, addr: u64) -> ContextTag {
+        self.owned.tags.at(addr)
     }
 
     /// The driver took `[base, end)` back (UVM freed or unmapped it everywhere): the recorded

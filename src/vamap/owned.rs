@@ -15,8 +15,11 @@
 //! mapped yet) is kept here: a tree of non-overlapping `[base, end)` ranges. A range recorded over
 //! older ones replaces what it overlaps (the older were freed without our seeing it); a free takes
 //! the allocation that starts at its pointer; an unmap takes what it covers, splitting at its ends.
+//! Each allocation has the context it was made in (`contexts`): a context's end ends exactly its
+//! own ([`end_of`]).
 #![forbid(unsafe_code)]
 
+use super::contexts::{ContextTag, Tags};
 use super::gpu::{GpuMap, Gpus};
 use super::touch::Tree;
 use super::types::MemRef;
@@ -28,6 +31,8 @@ pub struct Allocations {
     /// `base -> (end, reach)`: `reach` is where libcuda counts the allocation to (the end of the
     /// chunk it was carved from, [`VaMap::own`]); `end` where nothing lies beyond it.
     by_base: Tree<u64, (u64, u64)>,
+    /// The context of each allocation, those marked on an entry included.
+    pub tags: Tags,
 }
 
 impl Allocations {
@@ -103,7 +108,15 @@ impl Allocations {
 /// The program was handed `[base, base+len)` by a CUDA call (`carved`: one that allocated it,
 /// which may carve it from a longer mapping; else an import, counted exactly). What was recorded
 /// over any of it is gone; where it is exactly one entry on some GPU, that entry carries the mark.
-pub(super) fn own(gpus: &mut Gpus, records: &mut Allocations, base: u64, len: u64, carved: bool) {
+/// It goes with context `tag`.
+pub(super) fn own(
+    gpus: &mut Gpus,
+    records: &mut Allocations,
+    base: u64,
+    len: u64,
+    carved: bool,
+    tag: ContextTag,
+) {
     let Some(end) = base.checked_add(len).filter(|_| len > 0) else { return };
     // carved from a mapping that runs past it (libcuda's chunk): counted to that mapping's end,
     // as libcuda counts it ([`chunk_end`]); known now, while it is that chunk
@@ -120,22 +133,29 @@ pub(super) fn own(gpus: &mut Gpus, records: &mut Allocations, base: u64, len: u6
     if !marked {
         records.add_reaching(base, len, reach);
     }
+    records.tags.record(base, end, tag);
 }
 
 /// The program freed the allocation that starts at `base`: whether there was one.
 pub(super) fn disown_at(gpus: &mut Gpus, records: &mut Allocations, base: u64) -> bool {
-    if records.free_at(base) {
+    if let Some((_, end)) = records.holding(base).filter(|&(b, _)| b == base) {
+        records.free_at(base);
+        records.tags.cut(base, end);
         return true;
     }
-    let mut found = false;
+    let mut end = None;
     for m in gpus.values_mut() {
         if let Some(e) = m.get(base).copied().filter(|e| e.owned()) {
             let origin = m.origin(base, &e);
             m.insert(base, e.with_owned(false), origin);
-            found = true;
+            end = end.max(Some(e.end));
         }
     }
-    found
+    // (only this allocation's bytes: a piece of it cut off elsewhere keeps its context)
+    if let Some(end) = end {
+        records.tags.cut(base, end);
+    }
+    end.is_some()
 }
 
 /// `[base, end)` is the program's no longer. A marked entry across either end keeps its part
@@ -145,6 +165,7 @@ pub(super) fn disown(gpus: &mut Gpus, records: &mut Allocations, base: u64, end:
         return;
     }
     records.remove(base, end);
+    records.tags.cut(base, end);
     let mut rest: Vec<(u64, u64)> = Vec::new();
     for m in gpus.values_mut() {
         let first = m.at(base).map_or(base, |(s, _)| s);
@@ -192,22 +213,41 @@ pub(super) fn end_under(
 }
 
 /// A CUDA context ended (`cuCtxDestroy`, a primary context reset or released for the last time):
-/// every allocation it held is gone with it, whether or not the driver calls that ended each were
-/// seen. Those at VA that GPU `gpu` maps (`None`: every allocation) are the program's no longer,
-/// on every GPU that maps them too; an allocation of another context the program still holds
-/// there is refused from now on, never wrongly served.
-pub(super) fn end_on(gpus: &mut Gpus, records: &mut Allocations, gpu: Option<Uuid>) {
-    let spans: Vec<(u64, u64)> = match gpu {
-        None => {
-            *records = Allocations::default();
-            vec![(0, u64::MAX)]
-        }
-        Some(g) => {
-            gpus.get(&g).map(|m| m.iter().map(|(s, e)| (s, e.end)).collect()).unwrap_or_default()
-        }
+/// CUDA freed the allocations made in it, whether or not the driver calls that freed each were
+/// seen. So the allocations of each context that `ended` names are the program's no longer; an
+/// allocation whose context is unknown ends with any context's end at VA that GPU `unknown_on`
+/// maps (`None`: anywhere), and with it any other GPU's marks there (fail safe: it may be of that
+/// context); memory of other contexts, VMM memory and the pools' live on.
+pub(super) fn end_of(
+    gpus: &mut Gpus,
+    records: &mut Allocations,
+    ended: &dyn Fn(u64) -> bool,
+    unknown_on: Option<Uuid>,
+) {
+    let mut all: Vec<(u64, u64)> = records.by_base.iter().map(|(&b, &(e, _))| (b, e)).collect();
+    for m in gpus.values() {
+        all.extend(m.iter().filter(|(_, e)| e.owned()).map(|(s, e)| (s, e.end)));
+    }
+    all.sort_unstable();
+    all.dedup();
+    let mapped_on_unknowns_gpu = |base: u64, end: u64| match unknown_on {
+        None => true,
+        Some(g) => gpus.get(&g).is_some_and(|m| {
+            let first = m.at(base).map_or(base, |(s, _)| s);
+            m.range(first..end).any(|(_, e)| e.end > base)
+        }),
     };
-    for (base, end) in spans {
+    let ending: Vec<(u64, u64)> = all
+        .into_iter()
+        .filter(|&(base, end)| match records.tags.at(base) {
+            ContextTag::Of(ctx) => ended(ctx),
+            ContextTag::Unknown => mapped_on_unknowns_gpu(base, end),
+            ContextTag::NoContext => false,
+        })
+        .collect();
+    for (base, end) in ending {
         records.remove(base, end);
+        records.tags.cut(base, end);
         for m in gpus.values_mut() {
             let first = m.at(base).map_or(base, |(s, _)| s);
             let marked: Vec<u64> = m

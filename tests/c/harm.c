@@ -14,10 +14,11 @@
 //                      by RM with no UVM unmap; CUDA's own memory mapped there: no MR or export
 //   harm stale-gpus    the chunk mapped on two GPUs, unmapped from one, CUDA's memory mapped on it,
 //                      then unmapped from the other: no MR or export
-//   harm ctx MODE      the same allocation, then a context end (destroy, reset, release: the
-//                      primary context released by its last holder; release-held: by one of two
-//                      holders, which ends nothing): an MR over it afterwards is refused, except
-//                      for release-held; an allocation on the other GPU lives on after a reset
+//   harm ctx MODE      allocations of each GPU's primary context and of an unknown context, then
+//                      a context's end (library: a library's own context created, allocated in,
+//                      destroyed; reset; release: GPU 0's primary context released by its last
+//                      holder; release-held: by one of two holders, which ends nothing): what the
+//                      ended context held is refused, every other context's memory registered
 //   harm dereg-queued  (with GDRSHIM_TEST_DEREG_QUEUED=1: every dereg begins as when the core's
 //                      lock is not had in time) an MR's dereg is settled by the lock's next
 //                      holder: its buffer stays open until then, and closes then
@@ -230,35 +231,107 @@ static int stale(const char *mode) {
   return failures != 0;
 }
 
+// CUDA as the fake libcuda plays it (dlopened local, as cudart does), reached through gdrshim.
+typedef int (*getproc_t)(const char *, void **, int, uint64_t, int *);
+static int (*cu_alloc)(uint64_t *, size_t), (*cu_free)(uint64_t), (*set_current)(void *);
+static void (*set_next)(uint64_t);
+static int (*at_end)(void *, void (*)(void *), void *);
+
+// An allocation as libcuda makes one in the current context: its memory on GPU g (a 2 MiB chunk
+// at va, mapped on the other GPU too where `peer`), CUDA's own until cuMemAlloc hands the
+// program [va, va+len) of it. The fake libcuda frees the chunk at context `ends_with`'s end (RM
+// and UVM frees, as CUDA does); NULL: the program frees it.
+typedef struct { uint64_t va; uint32_t h; int g; } chunk_t;
+static chunk_t chunks[8];
+static int nchunks;
+static void chunk_ends(void *arg) { chunk_t *c = arg; gpu_free(c->g, c->va, MB2, c->h); }
+// CUDA's own memory where a chunk was freed, in a range of its own.
+static void cuda_memory_anew(int g, uint64_t at) {
+  uint64_t r[3] = {at, MB2, 0};
+  uvm_call(73, r, 16);
+  cuda_memory_at(g, at);
+}
+static chunk_t *allocated(void *ends_with, int g, uint64_t va, uint64_t len, int peer) {
+  chunk_t *c = &chunks[nchunks++];
+  *c = (chunk_t){va, alloc_mem(g, MB2), g};
+  uint64_t r[3] = {va, MB2, 0};
+  uvm_call(73, r, 16);
+  cuda_internal = 1;
+  map(va, MB2, 0, g, c->h);
+  if (peer) map(va, MB2, 0, 1 - g, c->h);
+  cuda_internal = 0;
+  uint64_t d = 0;
+  set_next(va);
+  if (cu_alloc(&d, len) || d != va) fail("cuMemAlloc", (long)va, (long)d);
+  if (ends_with && at_end(ends_with, chunk_ends, c)) fail("fakecuda_at_end", (long)va, 0);
+  return c;
+}
+
+// Each GPU's primary context holds an allocation (GPU 1's mapped on GPU 0 too), and one more is
+// made where the hook cannot learn the context (none current). Then a context ends: a library's
+// own (`library`: created, one allocation freed, one kept, destroyed), GPU 0's primary context
+// (`reset`; `release` by its last holder), or nothing (`release-held`: one of two holders). What
+// the ended context held is refused; every other context's allocation is registered; the one
+// of an unknown context goes with any end on its GPU (fail safe).
 static int ctx(const char *how) {
-  typedef int (*getproc_t)(const char *, void **, int, uint64_t, int *);
   void *lib = dlopen(getenv("FAKE_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
   getproc_t gp = lib ? (getproc_t)dlsym(lib, "cuGetProcAddress_v2") : NULL;
   if (!gp) { fprintf(stderr, "no fake libcuda\n"); return 2; }
   int (*retain)(void **, int) = NULL, (*release)(int) = NULL, (*reset)(int) = NULL, (*destroy)(void *) = NULL;
+  int (*create)(void **, unsigned, int) = NULL;
   gp("cuDevicePrimaryCtxRetain", (void **)&retain, 12080, 0, NULL);
   gp("cuDevicePrimaryCtxRelease", (void **)&release, 12080, 0, NULL);
   gp("cuDevicePrimaryCtxReset", (void **)&reset, 12080, 0, NULL);
   gp("cuCtxDestroy", (void **)&destroy, 12080, 0, NULL);
-  if (!retain || !release || !reset || !destroy) { fprintf(stderr, "context functions missing\n"); return 2; }
+  gp("cuCtxCreate", (void **)&create, 3020, 0, NULL);
+  gp("cuCtxSetCurrent", (void **)&set_current, 12080, 0, NULL);
+  gp("cuMemAlloc", (void **)&cu_alloc, 12080, 0, NULL);
+  gp("cuMemFree", (void **)&cu_free, 12080, 0, NULL);
+  set_next = (void (*)(uint64_t))dlsym(lib, "fakecuda_set_next");
+  at_end = (int (*)(void *, void (*)(void *), void *))dlsym(lib, "fakecuda_at_end");
+  if (!retain || !release || !reset || !destroy || !create || !set_current || !cu_alloc || !cu_free ||
+      !set_next || !at_end) {
+    fprintf(stderr, "context functions missing\n");
+    return 2;
+  }
   void *c0 = NULL, *c1 = NULL;
   retain(&c0, 0);
   retain(&c1, 1);
   if (!strcmp(how, "release-held")) retain(&c0, 0);
-  carved_chunk(1, BASE);
-  // an allocation on the other GPU, exactly one mapping of its own
-  uint32_t other = alloc_mem(1, MB2);
-  uint64_t r[3] = {BASE + 16 * MB2, MB2, 0};
-  uvm_call(73, r, 16);
-  map(BASE + 16 * MB2, MB2, 0, 1, other);
-  must_reg_dereg(BASE, 0x1000, "the allocation, while its context lives");
-  int rc = !strcmp(how, "destroy") ? destroy(c0) : !strcmp(how, "reset") ? reset(0) : release(0);
+  const uint64_t own0 = BASE, own1 = BASE + 16 * MB2, unknown = BASE + 32 * MB2;
+  set_current(c0);
+  allocated(c0, 0, own0, 0x1000, 0);
+  set_current(c1);
+  allocated(c1, 1, own1, MB2, 1);
+  set_current(NULL);
+  allocated(NULL, 0, unknown, MB2, 0);
+  set_current(c0);
+  must_reg_dereg(own0, 0x1000, "GPU 0's primary context's allocation, while it lives");
+  must_reg_dereg(own1, MB2, "GPU 1's, peer-mapped on GPU 0");
+  must_reg_dereg(unknown, MB2, "an allocation of an unknown context");
+  int rc = 0, ended0 = strcmp(how, "library") && strcmp(how, "release-held");
+  if (!strcmp(how, "library")) {
+    void *mine = NULL;
+    const uint64_t kept = BASE + 48 * MB2, freed = BASE + 50 * MB2;
+    rc = create(&mine, 0, 0);
+    chunk_t *f = allocated(NULL, 0, freed, 0x1000, 0);
+    allocated(mine, 0, kept, 0x1000, 0);
+    must_reg_dereg(kept, 0x1000, "the library context's allocation, while it lives");
+    if (cu_free(freed)) fail("cuMemFree", (long)freed, 0);
+    gpu_free(0, freed, MB2, f->h);
+    if (!rc) rc = destroy(mine);
+    cuda_memory_anew(0, kept);
+    nothing_over(kept, 0x1000, "the destroyed context's allocation it never freed");
+  } else if (!strcmp(how, "reset")) rc = reset(0);
+  else rc = release(0);
   if (rc) fail("the context call", rc, 0);
-  if (!strcmp(how, "release-held")) must_reg_dereg(BASE, 0x1000, "a release by one of two holders ends nothing");
-  else nothing_over(BASE, 0x1000, "an allocation of the ended context");
-  // a destroy of a context whose GPU is unknown ends every record; a reset or release, its GPU's
-  if (!strcmp(how, "destroy")) nothing_over(BASE + 16 * MB2, MB2, "the other GPU's: its GPU unknown, every record ends");
-  else must_reg_dereg(BASE + 16 * MB2, MB2, "the other GPU's allocation lives");
+  if (ended0) {
+    cuda_memory_anew(0, own0);
+    nothing_over(own0, 0x1000, "an allocation of the ended context");
+  } else must_reg_dereg(own0, 0x1000, "GPU 0's primary context's allocation lives on");
+  must_reg_dereg(own1, MB2, "GPU 1's primary context's allocation lives on (mapped on GPU 0 too)");
+  if (!strcmp(how, "release-held")) must_reg_dereg(unknown, MB2, "nothing ended: every allocation lives");
+  else nothing_over(unknown, MB2, "an allocation of an unknown context goes with any end on its GPU");
   printf("harm ctx %s %s\n", how, failures ? "FAILED" : "ok");
   return failures != 0;
 }

@@ -14,9 +14,10 @@
 // subprocess and posix_spawn do (vfork, the child's own closes before its exec, then a check
 // that it holds no fd of gdrshim's), close files of the program's own by close_range and
 // closefrom, retain and release a GPU's primary context the program holds (a library's
-// short-lived context; `ctx`: create and destroy contexts too), and register over other
-// threads' live memory. A churn thread closes fd numbers gdrshim keeps (close, close_range,
-// dup2, dup3) and puts files of the program's own there, which must stay intact. The oracle
+// short-lived context; `ctx`: create contexts too, allocate in them and destroy them, which
+// frees what they hold), and register over other threads' live memory. A churn thread closes
+// fd numbers gdrshim keeps (close, close_range, dup2, dup3) and puts files of the program's own
+// there, which must stay intact. The oracle
 // (stress_truth.h) judges every export piece, REGISTER_VIDMEM, NIC registration and release;
 // a watchdog ends a hang. At the end: nothing registered or exported is left, no fd of
 // gdrshim's but its GPU nodes. Prints "stress SEED ... ok|FAILED ..."; exit 0 only when ok.
@@ -402,10 +403,27 @@ static void own_closes_once(int how) {
 }
 
 // Short-lived contexts as a library beside the program makes them (the program holds each GPU's
-// primary context from the start): the primary context retained and released by a second
-// holder, which ends nothing; with `ctx`, a context created and destroyed that allocated
-// nothing. Either way the program's allocations live on: registrations of them keep working.
-static void ctx_op(void) {
+// primary context from the start, and each worker's current context is one of them): the primary
+// context retained and released by a second holder, which ends nothing; with `ctx`, a context
+// created (current while it lives), an allocation made in it at R+5M (CUDA's chunk of 256 KiB,
+// in a range of its own) and registered, then the context destroyed: the fake libcuda frees the
+// chunk as CUDA does (UVM and RM frees), the truth ends it, and registrations over it from then
+// on are violations. Either way the program's allocations of other contexts live on:
+// registrations of them keep working.
+typedef struct {
+  lay_t *l;
+  int ci, ai;
+} ctx_chunk_t;
+static void ctx_chunk_ends(void *arg) {
+  ctx_chunk_t *k = arg;
+  chunk_t *c = &k->l->c[k->ci];
+  t_uvm_free(c->va, c->len);
+  truth_end_range(c->va, c->va + c->len);
+  t_free_mem(c->gmem, k->l->reg, c->slot);
+  c->live = 0;
+  if (k->ai >= 0) k->l->a[k->ai].live = 0;
+}
+static void ctx_op(lay_t *l) {
   void *c = NULL;
   int g = (int)rnd(2), r;
   count(K_CTX);
@@ -417,7 +435,31 @@ static void ctx_op(void) {
   } else {
     note("cuCtxCreate+Destroy", (uint64_t)g, 0, 0);
     r = ctx_create(&c, 0, g);
-    if (!r) r = ctx_destroy(c);
+    uint64_t va = RBASE + (uint64_t)l->reg * RSIZE + 0x500000ull, len = 4 * K64;
+    int taken = 0;
+    for (int i = 0; i < l->nc; i++) taken |= l->c[i].live && l->c[i].va == va;
+    ctx_chunk_t k = {l, -1, -1};
+    if (!r && !taken && l->nc < 10) {
+      t_range(va, len);
+      if ((k.ci = new_chunk(l, va, len, 1 << g, 1, 0)) < 0) t_uvm_free(va, len);
+    }
+    if (k.ci >= 0) {
+      if (ctx_at_end(c, ctx_chunk_ends, &k)) failed("fakecuda_at_end", (long)va, 0);
+      int na = l->na;
+      new_alloc(l, k.ci, 0, page(1 + rnd(16)), (int)rnd(2), 0);
+      if (l->na > na) {
+        count(K_CTX_ALLOC);
+        k.ai = na;
+        reg_range(l, va, l->a[na].len, 1);
+      }
+    }
+    if (!r) {
+      freeing(l->reg, 1);
+      if (k.ci >= 0) unreg_over(l, va, len);
+      r = ctx_destroy(c);
+      freeing(l->reg, 0);
+      if (k.ci >= 0) reg_range(l, va, page(1), 0);
+    }
   }
   if (r) failed("a short-lived context", g, r);
   else errno_kept("errno changed by a context call", g);

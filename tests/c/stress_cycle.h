@@ -209,7 +209,7 @@ static void cycle(int reg) {
       if (spawn_on) spawn_op();
     } else if (r < 90) {
       if (closes_on) own_closes();
-    } else if (r < 91) ctx_op();
+    } else if (r < 91) ctx_op(l);
     else if (r < 97) borrow();
     else probe_free_region();
   }

@@ -117,8 +117,13 @@ static void *watchdog(void *arg) {
   return NULL;
 }
 
+// Each GPU's primary context, which the program holds; a worker's current context is one of them
+// (as cudaSetDevice makes it), so its allocations are made in it.
+static void *primary[2];
+
 static void *worker(void *arg) {
   tid_no = (int)(intptr_t)arg;
+  ctx_set_current(primary[tid_no % 2]);
   rng = (seed + 1) * 0x9e3779b97f4a7c15ull + (unsigned long)tid_no * 0xbf58476d1ce4e5b9ull + 1;
   alive();
   while (now() < deadline) {
@@ -232,9 +237,8 @@ int main(int argc, char **argv) {
   prog_client = client;
   prog_fd[ctl] = prog_fd[uvm] = 1;
   cuda_setup();
-  void *primary;
   for (int g = 0; g < 2; g++)
-    if (ctx_retain(&primary, g)) {
+    if (ctx_retain(&primary[g], g)) {
       fprintf(stderr, "stress: cuDevicePrimaryCtxRetain %d\n", g);
       return 2;
     }

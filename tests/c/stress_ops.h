@@ -28,6 +28,7 @@ enum {
   K_SPAWN,
   K_OWN_CLOSE,
   K_CTX,
+  K_CTX_ALLOC,
   K_BORROW,
   K_CHURN,
   K_CYCLE,
@@ -37,7 +38,7 @@ static const char *k_names[K_N] = {"reg",   "reg_ok",   "probe",  "probe_served"
                                    "rereg", "rereg_ok", "export", "export_ok",    "own_dmabuf_mr",
                                    "umem",  "umem_ok",  "alloc",  "free",         "driver_free",
                                    "remap", "fork",     "spawn",  "own_close",    "ctx",
-                                   "borrow", "churn",   "cycles"};
+                                   "ctx_alloc", "borrow", "churn", "cycles"};
 static unsigned long kc[K_N];
 static void count(int k) { __atomic_add_fetch(&kc[k], 1, __ATOMIC_RELAXED); }
 static long fails; // calls that must work and did not (printed; the test bounds them)
@@ -131,8 +132,9 @@ static int (*cu_free[2])(uint64_t),
 static int (*cu_access)(uint64_t, size_t, const void *, size_t),
     (*cu_handle)(int *, uint64_t, size_t, int, unsigned long long);
 static void (*set_next)(uint64_t);
+static int (*ctx_at_end)(void *, void (*)(void *), void *);
 static int (*ctx_retain)(void **, int), (*ctx_release)(int), (*ctx_create)(void **, unsigned, int),
-    (*ctx_destroy)(void *);
+    (*ctx_destroy)(void *), (*ctx_set_current)(void *);
 static void *must(void *p, const char *what) {
   if (!p) {
     fprintf(stderr, "stress: no %s\n", what);
@@ -162,14 +164,16 @@ static void cuda_setup(void) {
   cu_handle =
       must(dlsym(RTLD_DEFAULT, "cuMemGetHandleForAddressRange"), "cuMemGetHandleForAddressRange");
   set_next = must(dlsym(cu, "fakecuda_set_next"), "fakecuda_set_next");
-  void *f[4] = {0};
-  const char *ctx_names[4] = {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
-                              "cuCtxCreate", "cuCtxDestroy"};
-  for (int i = 0; i < 4; i++) {
+  ctx_at_end = must(dlsym(cu, "fakecuda_at_end"), "fakecuda_at_end");
+  void *f[5] = {0};
+  const char *ctx_names[5] = {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
+                              "cuCtxCreate", "cuCtxDestroy", "cuCtxSetCurrent"};
+  for (int i = 0; i < 5; i++) {
     gp(ctx_names[i], &f[i], 12080, 0, NULL);
     must(f[i], ctx_names[i]);
   }
   ctx_retain = f[0], ctx_release = f[1], ctx_create = f[2], ctx_destroy = f[3];
+  ctx_set_current = f[4];
 }
 // The program is handed [va, va+len) by entry point `how` (0-5 carve or allocate, 6 cuMemMap of
 // a handle, 7 cuMemSetAccess), counted to reach; the truth has it first.
