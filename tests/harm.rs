@@ -18,7 +18,6 @@ fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
         let e = rig::build("harm", &["harm", "twocopies"]);
-        common::fakes::Fakes::in_dir(&e.dir).rdma_core_nic();
         // two copies of libibverbs with other private layouts, and a library linking each
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
