@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "program_owns.h"
+#include "rignic.h"
 #include <unistd.h>
 #include "../../include/gdrshim.h"
 
@@ -33,8 +34,7 @@ static uint32_t client, dev[2], sub[2], vas[2];
 static uint8_t (*uuid)[16];
 static reg_t vreg, direct;
 static dereg_t vdereg;
-// The PD every registration names and its context: the NIC's device's under rdma-core, any under
-// fakeverbs.c (and the stand-in libmlx5, which reads no context).
+// The PD every registration names and its context (rignic.h; the stand-in libmlx5 reads none).
 static void *rig_pd = (void *)0x1, *rig_ctx = (void *)0x1;
 static int (*open_bufs)(void);
 
@@ -99,19 +99,6 @@ static void setup_driver(void) {
   }
 }
 
-// rdma-core opens its provider RTLD_LOCAL; the fake NIC's switches and counters (fakeverbs_*,
-// found with dlsym(RTLD_DEFAULT) by the programs and the stand-in libmlx5, as with fakeverbs.c as
-// the libibverbs) are made global. Its ibv_* stay hidden (rigprovider.map): rdma-core's are seen.
-static inline void nic_switches_global(void) {
-  const char *drivers = getenv("RDMAV_DRIVERS");
-  char path[4096];
-  if (!drivers || snprintf(path, sizeof path, "%.*s-rdmav34.so", (int)strcspn(drivers, ":"), drivers) >= (int)sizeof path ||
-      !dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) {
-    fprintf(stderr, "rdma-core's libibverbs: the rig's provider (RDMAV_DRIVERS=%s) is not loaded\n", drivers ? drivers : "");
-    exit(2);
-  }
-}
-
 // The driver, and libibverbs loaded into the global scope.
 static inline void setup(void) {
   setup_driver();
@@ -121,17 +108,7 @@ static inline void setup(void) {
   vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
   direct = (reg_t)dlsym(RTLD_DEFAULT, "ibv_reg_mr");
   if (!vreg || !vdereg || !direct) { fprintf(stderr, "verbs symbols missing\n"); exit(2); }
-  void **(*list)(int *) = (void **(*)(int *))dlvsym(vh, "ibv_get_device_list", "IBVERBS_1.1");
-  if (list) { // rdma-core's: a PD of the NIC's device, as a program makes one
-    void *(*open_device)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_open_device", "IBVERBS_1.1");
-    void *(*alloc_pd)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_alloc_pd", "IBVERBS_1.1");
-    int n = 0;
-    void **l = list(&n);
-    rig_ctx = l && n == 1 && open_device ? open_device(l[0]) : NULL;
-    rig_pd = rig_ctx && alloc_pd ? alloc_pd(rig_ctx) : NULL;
-    if (!rig_pd) { fprintf(stderr, "rdma-core's libibverbs: no PD on the rig's NIC (%d devices)\n", n); exit(2); }
-    nic_switches_global();
-  }
+  rig_pd = rig_nic_pd(vh, &rig_ctx, (void *)0x1);
 }
 
 // One MR that must work: it reads as an ibv_reg_mr MR of [addr, addr+len).
