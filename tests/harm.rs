@@ -186,7 +186,9 @@ fn an_nv503c_miss_over_gpu_memory_never_reaches_the_nic() {
 /// Two copies of libibverbs in one process (the system's, a wheel's renamed one), whose objects
 /// the other copy cannot read: every verbs call, direct or through `dlvsym`, host or GPU memory
 /// (the conversion to `ibv_reg_dmabuf_mr` included), reaches the copy its caller reaches without
-/// gdrshim, in both load orders and after the wheel's copy is unloaded and loaded again.
+/// gdrshim, in both load orders and after the wheel's copy is unloaded and loaded again. Both
+/// copies are fakeverbs.c: rdma-core's is never unloaded once its providers are open
+/// (tests/lab_copies.rs runs two copies of rdma-core's own, loaded once).
 #[test]
 fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
     let copies = env().dir.join("copies");
