@@ -1,9 +1,10 @@
 //! Consumers out of the box (issue 28): what a program that asks CUDA about GPUDirect RDMA gets
 //! with gdrshim preloaded and nothing else set, what each switch turns down, the write-ordering
 //! rule of sm_90 and later, and `cuMemCreate`'s `gpuDirectRDMACapable` retry. The real
-//! libgdrshim.so with the live fake driver (fakerm.c), the fake NIC (fakeverbs.c) and the fake
-//! libcuda (fakecuda.c: `FAKECUDA_ATTRS` sets a GPU's attributes, `FAKECUDA_CREATE` what its
-//! `cuMemCreate` refuses), reached through `cuGetProcAddress` as cudart and NCCL reach it.
+//! libgdrshim.so with the live fake driver (fakerm.c), rdma-core's own libibverbs with the fake
+//! NIC (fakeverbs.c) its provider (tests/c/rigprovider.c), and the fake libcuda (fakecuda.c:
+//! `FAKECUDA_ATTRS` sets a GPU's attributes, `FAKECUDA_CREATE` what its `cuMemCreate` refuses),
+//! reached through `cuGetProcAddress` as cudart and NCCL reach it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 mod common;
-use common::fakes::{self, Fakes};
+use common::fakes::Fakes;
 use common::Env;
 
 fn env() -> &'static Env {
@@ -22,7 +23,7 @@ fn env() -> &'static Env {
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
         let f = Fakes::in_dir(&e.dir);
         f.fakerm();
-        f.fakeverbs("verbs/libibverbs.so.1", fakes::NEW);
+        f.rdma_core_nic();
         f.fakecuda();
         common::cc(&e, &["-O1", "-Wall", "-Werror", "-o", "routes", &src("routes.c"), "-ldl"]);
         e
@@ -48,12 +49,19 @@ fn run(tag: &str, m: Machine, args: &[&str], vars: &[(&str, &str)]) -> (String, 
         &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"],
         matches!(m, Machine::Nv503c),
     );
+    // rdma-core's libibverbs, the fake NIC its provider on the lab's device (common::rig)
+    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
     let mut c = Command::new(e.dir.join("routes"));
     c.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
-        .env("LD_LIBRARY_PATH", e.dir.join("verbs"))
+        .env(
+            "LD_PRELOAD",
+            common::rig::rdma_core_preload(e, &[&e.shim, &e.dir.join("libfakerm.so")]),
+        )
+        .env("RDMAV_DRIVERS", rc.join("librignic"))
+        .env("FAKEWIRE_SYSFS", &sysfs)
+        .env("SYSFS_PATH", sysfs.join("sys"))
         .env("GDRSHIM_TEST_DEV_DIR", &dev)
         .env("GDRSHIM_LOG_LEVEL", "info")
         .env("FAKERM_DMABUF_CAPABLE", if matches!(m, Machine::Dmabuf) { "1" } else { "0" })

@@ -18,7 +18,6 @@ fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
     E.get_or_init(|| {
         let e = rig::build("harm", &["harm", "twocopies"]);
-        common::fakes::Fakes::in_dir(&e.dir).rdma_core_nic();
         // two copies of libibverbs with other private layouts, and a library linking each
         let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
         let src = |f: &str| c.join(f).to_str().unwrap().to_string();
@@ -199,7 +198,9 @@ fn an_nv503c_miss_over_gpu_memory_never_reaches_the_nic() {
 /// Two copies of libibverbs in one process (the system's, a wheel's renamed one), whose objects
 /// the other copy cannot read: every verbs call, direct or through `dlvsym`, host or GPU memory
 /// (the conversion to `ibv_reg_dmabuf_mr` included), reaches the copy its caller reaches without
-/// gdrshim, in both load orders and after the wheel's copy is unloaded and loaded again.
+/// gdrshim, in both load orders and after the wheel's copy is unloaded and loaded again. Both
+/// copies are fakeverbs.c: rdma-core's is never unloaded once its providers are open
+/// (tests/lab_copies.rs runs two copies of rdma-core's own, loaded once).
 #[test]
 fn each_verbs_call_reaches_the_copy_that_made_its_objects() {
     let copies = env().dir.join("copies");

@@ -1,17 +1,23 @@
 //! Process life and concurrency: the real libgdrshim.so in register mode, with the live fake
-//! driver (tests/c/fakerm.c) and the fake NIC + peermem (tests/c/fakeverbs.c), in the scenarios
-//! of tests/c/life.c. Every scenario runs in a child with a deadline: a hang is a failure.
-//! `GDRSHIM_LIFE_THREADS` and `GDRSHIM_LIFE_ITERS` set the size of the concurrency run
-//! (default 64 threads × 1000 allocation lives each).
+//! driver (tests/c/fakerm.c) and the fake NIC + peermem (tests/c/fakeverbs.c) as the provider of
+//! rdma-core's own libibverbs (tests/c/rigprovider.c), in the scenarios of tests/c/life.c. Only
+//! the unload scenario keeps fakeverbs.c as the libibverbs: rdma-core's, once a device is listed,
+//! is never unloaded (the providers it opened need it and stay open). Every scenario runs in a
+//! child with a deadline: a hang is a failure. `GDRSHIM_LIFE_THREADS` and `GDRSHIM_LIFE_ITERS`
+//! set the size of the concurrency run (default 64 threads × 1000 allocation lives each).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod common;
 use common::fakes::{self, Fakes};
 use common::Env;
+
+/// A wheel's copy of rdma-core's libibverbs as auditwheel renames it (file name and soname).
+const WHEEL: &str = "libibverbs-1a2b3c4d.so.1.14.0";
 
 fn env() -> &'static Env {
     static E: OnceLock<Env> = OnceLock::new();
@@ -23,33 +29,37 @@ fn env() -> &'static Env {
         let cc = |args: &[&str]| common::cc(&e, args);
         let f = Fakes::in_dir(&dir);
         f.fakerm();
-        f.fakeverbs("libibverbs.so.1", fakes::NEW);
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-o",
-            "libplug.so",
-            &src("plug.c"),
-            "-L.",
-            "-l:libibverbs.so.1",
-            "-Wl,-rpath,$ORIGIN",
-        ]);
-        // a Python wheel's copy of libibverbs as auditwheel renames it, and a plugin linked to it
-        let wheel = "libibverbs-1a2b3c4d.so.1.14.0";
-        f.fakeverbs(wheel, fakes::Verbs { soname: wheel, ..fakes::NEW });
-        let wheel_lib = format!("-l:{wheel}");
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-o",
-            "libplugwheel.so",
-            &src("plug.c"),
-            "-L.",
-            &wheel_lib,
-            "-Wl,-rpath,$ORIGIN",
-        ]);
+        f.rdma_core_nic();
+        let plug = |out: &str, lib: &str| {
+            let lib = format!("-l:{lib}");
+            let out = out.to_string();
+            cc(&[
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-o",
+                &out,
+                &src("plug.c"),
+                "-L.",
+                &lib,
+                "-Wl,-rpath,$ORIGIN",
+            ]);
+        };
+        plug("libplug.so", "libibverbs.so.1");
+        // a Python wheel's copy of rdma-core's libibverbs, renamed as auditwheel renames it, its
+        // own provider (the rig's, its NEEDED the copy), and a plugin linked to it
+        let system = cc_output(&["-print-file-name=libibverbs.so.1"]);
+        std::fs::copy(std::fs::canonicalize(system).unwrap(), dir.join(WHEEL)).unwrap();
+        patchelf(&["--set-soname", WHEEL, dir.join(WHEEL).to_str().unwrap()]);
+        let wheel_provider = dir.join("librignicwheel-rdmav34.so");
+        std::fs::copy(dir.join("rdma-core/librignic-rdmav34.so"), &wheel_provider).unwrap();
+        let p = wheel_provider.to_str().unwrap();
+        patchelf(&["--replace-needed", "libibverbs.so.1", WHEEL, p]);
+        patchelf(&["--set-rpath", dir.to_str().unwrap(), p]);
+        plug("libplugwheel.so", WHEEL);
+        // the unload scenario's libibverbs (fakeverbs.c) and its plugin, in a folder of their own
+        f.fakeverbs("fake-verbs/libibverbs.so.1", fakes::NEW);
+        plug("fake-verbs/libplug.so", "fake-verbs/libibverbs.so.1");
         cc(&["-shared", "-fPIC", "-O1", "-o", "libinterpose.so", &src("interpose.c"), "-ldl"]);
         f.fakecuda();
         cc(&["-O1", "-Wall", "-Werror", "-o", "allocbench", &src("allocbench.c"), "-ldl"]);
@@ -75,6 +85,29 @@ fn env() -> &'static Env {
     })
 }
 
+fn cc_output(args: &[&str]) -> String {
+    let o = Command::new("cc").args(args).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn patchelf(args: &[&str]) {
+    let out = Command::new("patchelf").args(args).output().unwrap_or_else(|e| {
+        panic!("patchelf (bash scripts/dev/test.sh --missing-packages names it): {e}")
+    });
+    assert!(out.status.success(), "patchelf {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Which libibverbs a scenario runs on.
+#[derive(Clone, Copy)]
+enum Verbs {
+    /// rdma-core's, the rig's provider named in RDMAV_DRIVERS (`rdma-core/librignic`, or the
+    /// wheel copy's `librignicwheel`), its device in a sysfs tree of the run's own.
+    RdmaCore(&'static str),
+    /// fakeverbs.c as the libibverbs (`fake-verbs/`).
+    Fake,
+}
+const RDMA_CORE: Verbs = Verbs::RdmaCore("rdma-core/librignic");
+
 struct Run {
     code: Option<i32>,
     out: String,
@@ -82,8 +115,8 @@ struct Run {
     secs: f64,
 }
 
-/// `life ARGS` under the shim (and `extra_preload` between the shim and the fake driver),
-/// killed after `deadline`.
+/// `life ARGS` under the shim (and `extra_preload` between the shim and the fake driver) on
+/// rdma-core's libibverbs, killed after `deadline`.
 fn life(args: &[&str], extra_preload: Option<&str>, deadline: Duration) -> Run {
     life_with(args, extra_preload, &[], deadline)
 }
@@ -95,17 +128,44 @@ fn life_with(
     vars: &[(&str, &str)],
     deadline: Duration,
 ) -> Run {
+    life_on(RDMA_CORE, args, extra_preload, vars, deadline)
+}
+
+/// [`life_with`] on `verbs`.
+fn life_on(
+    verbs: Verbs,
+    args: &[&str],
+    extra_preload: Option<&str>,
+    vars: &[(&str, &str)],
+    deadline: Duration,
+) -> Run {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let e = env();
-    let mut preload = vec![e.shim.display().to_string()];
+    let mut preload = vec![e.shim.clone()];
     if let Some(x) = extra_preload {
-        preload.push(e.dir.join(x).display().to_string());
+        preload.push(e.dir.join(x));
     }
-    preload.push(e.dir.join("libfakerm.so").display().to_string());
+    preload.push(e.dir.join("libfakerm.so"));
+    let mut c = Command::new(e.dir.join("life"));
+    match verbs {
+        Verbs::RdmaCore(provider) => {
+            // fakesys makes the NIC's tree at start-up: one for each run, none shared half-made
+            let sysfs = e.dir.join(format!("sysfs-{}", RUNS.fetch_add(1, Ordering::Relaxed)));
+            let libs: Vec<&Path> = preload.iter().map(PathBuf::as_path).collect();
+            c.env("LD_PRELOAD", common::rig::rdma_core_preload(e, &libs))
+                .env("RDMAV_DRIVERS", e.dir.join(provider))
+                .env("SYSFS_PATH", sysfs.join("sys"))
+                .env("FAKEWIRE_SYSFS", sysfs);
+        }
+        Verbs::Fake => {
+            let libs: Vec<String> = preload.iter().map(|p| p.display().to_string()).collect();
+            c.env("LD_PRELOAD", libs.join(":")).env("LD_LIBRARY_PATH", e.dir.join("fake-verbs"));
+        }
+    }
     let t0 = Instant::now();
-    let mut child = Command::new(e.dir.join("life"))
+    let mut child = c
         .args(args)
         .current_dir(&e.dir)
-        .env("LD_PRELOAD", preload.join(":"))
         .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
         .env("GDRSHIM_MODE", "register")
         .env("GDRSHIM_ROUTE", "nv503c")
@@ -291,20 +351,22 @@ fn a_thread_ending_inside_a_registration_or_cancelled_in_a_hook() {
 
 #[test]
 fn libibverbs_unloaded_and_loaded_again_elsewhere() {
-    let dir = env().dir.display().to_string();
-    let r = life(&["dlclose", &dir], None, Duration::from_secs(60));
+    // fakeverbs.c as the libibverbs: rdma-core's stays loaded once its providers are
+    let dir = env().dir.join("fake-verbs").display().to_string();
+    let r = life_on(Verbs::Fake, &["dlclose", &dir], None, &[], Duration::from_secs(60));
     assert_ok(&r, "dlclose");
     assert!(r.out.contains("rounds=3 moved=2"), "{}", r.out);
 }
 
 /// NIXL's and other wheels' UCX: a plugin loaded RTLD_LOCAL whose libibverbs is a renamed copy
-/// (`libibverbs-<hash>.so.1…`, auditwheel). Its ibv_reg_mr binds to gdrshim's export, and the
-/// real one is in no scope RTLD_NEXT sees: found by the copy's name, not ENOSYS (which UCX
-/// retried forever on the H200).
+/// of rdma-core's (`libibverbs-<hash>.so.1…`, auditwheel), with a provider of its own. Its
+/// ibv_reg_mr binds to gdrshim's export, and the real one is in no scope RTLD_NEXT sees: found by
+/// the copy's name, not ENOSYS (which UCX retried forever on the H200).
 #[test]
 fn a_wheels_renamed_libibverbs_is_reached() {
     let dir = env().dir.display().to_string();
-    let r = life(&["wheel", &dir], None, Duration::from_secs(60));
+    let wheel = Verbs::RdmaCore("librignicwheel");
+    let r = life_on(wheel, &["wheel", &dir], None, &[], Duration::from_secs(60));
     assert_ok(&r, "wheel");
     assert!(r.out.contains("life wheel mr=yes errno=0"), "{}{}", r.out, r.err);
 }

@@ -3,6 +3,9 @@
 //! (`ibv_reg_dmabuf_mr` accepts only a buffer whose memory is, page by page, the process's memory
 //! at the MR's addresses): which route the machine gets, and what each gives the NIC. The shared
 //! dma-buf's life is tests/routes_buffers.rs's, devx umems and ibv_reg_mr_ex tests/routes_devx.rs's.
+//! A rig with `ibv_reg_dmabuf_mr` registers through rdma-core's own libibverbs, the fake NIC its
+//! provider (`rig::routes`); one without is an rdma-core older than 34, which rdma-core 44 cannot
+//! be: there the fake NIC is the libibverbs itself (tests/c/fakeverbs.c).
 
 use std::path::Path;
 use std::process::Command;
@@ -230,12 +233,8 @@ fn two_copies_make_one_registration_one_warning_one_summary() {
     let e = env();
     let rig = Rig { peermem: false, capable: true, new_verbs: true };
     let copy = e.dir.join("libgdrshim-copy.so");
-    let preload = format!(
-        "{}:{}:{}",
-        common::knobs_core().display(),
-        copy.display(),
-        e.dir.join("libfakerm.so").display()
-    );
+    let preload =
+        rig::rdma_core_preload(e, &[&common::knobs_core(), &copy, &e.dir.join("libfakerm.so")]);
     let (code, out, err) =
         routes("twocopies", &rig, &["matrix"], &[("LD_PRELOAD", preload.as_str())]);
     assert_eq!(code, 0, "{out}\n{err}");

@@ -1,6 +1,8 @@
 // Process-life and concurrency scenarios for gdrshim (ours), run under the real libgdrshim.so
-// with the live fake driver (fakerm.c) and the fake libibverbs (fakeverbs.c: the NIC plus
-// peermem, EFAULT unless the fake kernel holds exactly the right registration).
+// with the live fake driver (fakerm.c) and the fake NIC (fakeverbs.c: the NIC plus peermem,
+// EFAULT unless the fake kernel holds exactly the right registration), the provider of
+// rdma-core's own libibverbs (rignic.h); in "dlclose" the libibverbs itself: rdma-core's, once a
+// device is listed, is never unloaded (the providers it opens need it and stay).
 //   life threads N ITERS  N threads allocate, map, remap, register, deregister, free at once
 //   life signals ITERS    the same on 4 threads with SIGALRM every 50 us, whose handler issues
 //                         hooked calls (NVIDIA and other ioctls, dup, close)
@@ -33,6 +35,7 @@
 #include <unistd.h>
 #include "../../include/gdrshim.h"
 #include "program_owns.h"
+#include "rignic.h"
 
 #define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
 #define K64 0x10000ull
@@ -45,6 +48,7 @@ typedef void *(*reg_t)(void *, void *, size_t, int);
 typedef int (*dereg_t)(void *);
 static reg_t vreg; static dereg_t vdereg;     // through dlvsym, as NCCL
 static reg_t direct; // gdrshim's exported ibv_reg_mr, as a program linked against libibverbs calls it
+static void *verbs_pd, *verbs_ctx; // the NIC's under rdma-core (rignic.h); none under fakeverbs.c
 static int (*check)(uint64_t, uint64_t);      // the fake kernel's view of a registration
 static int (*kernel_regs)(void);
 static uint8_t (*uuid)[16];
@@ -102,6 +106,7 @@ static void open_verbs(void) {
   vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
   direct = (reg_t)dlsym(RTLD_DEFAULT, "ibv_reg_mr");
   if (!vreg || !vdereg || !direct) { fprintf(stderr, "verbs symbols missing\n"); exit(2); }
+  verbs_pd = rig_nic_pd(vh, &verbs_ctx, NULL);
 }
 static int counters_ok(const char *mode, long extra_live) {
   struct gdrshim_counters c = {0};
@@ -116,7 +121,7 @@ static int counters_ok(const char *mode, long extra_live) {
 
 static uint64_t rnd(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 
-static void *ibv_reg_mr_direct(void *addr, size_t len) { return direct(0, addr, len, 0xf); }
+static void *ibv_reg_mr_direct(void *addr, size_t len) { return direct(verbs_pd, addr, len, 0xf); }
 
 // One allocation's life: map, MRs, sometimes the same map again or other memory over half of it.
 static void one_life(uint64_t *seed, uint64_t base, int g, long *mrs_made) {
@@ -128,7 +133,7 @@ static void one_life(uint64_t *seed, uint64_t base, int g, long *mrs_made) {
   for (int i = 0; i < n; i++) {
     at[i] = base + (rnd(seed) % (size / 4096)) * 4096;
     len[i] = 4096 * (1 + rnd(seed) % 16); if (at[i] + len[i] > base + size) len[i] = base + size - at[i];
-    mr[i] = (i & 1) ? vreg(0, (void *)(uintptr_t)at[i], len[i], 0xf) : ibv_reg_mr_direct((void *)(uintptr_t)at[i], len[i]);
+    mr[i] = (i & 1) ? vreg(verbs_pd, (void *)(uintptr_t)at[i], len[i], 0xf) : ibv_reg_mr_direct((void *)(uintptr_t)at[i], len[i]);
     if (!mr[i]) fail("GPU MR refused", at[i], len[i]);
     __atomic_add_fetch(mrs_made, 1, __ATOMIC_RELAXED);
   }
@@ -143,7 +148,7 @@ static void one_life(uint64_t *seed, uint64_t base, int g, long *mrs_made) {
     h2 = alloc_mem(g, half);
     map(base + size - half, half, 0, g, h2);
     for (int i = 0; i < n; i++) if (mr[i] && check(at[i], len[i]) == 0 && at[i] + len[i] > base + size - half) fail("stale registration over remapped VA", at[i], len[i]);
-    void *m2 = vreg(0, (void *)(uintptr_t)(base + size - half), 4096, 0xf);
+    void *m2 = vreg(verbs_pd, (void *)(uintptr_t)(base + size - half), 4096, 0xf);
     if (!m2) fail("MR on the new memory refused", base + size - half, 4096);
     else vdereg(m2);
   }
@@ -182,7 +187,7 @@ static void on_alarm(int sig) {
 }
 
 static void *canceled_open(void *p) { int fd = open((const char *)p, O_RDONLY); if (fd >= 0) close(fd); return NULL; }
-static void *exits_inside_reg(void *p) { uint64_t base = *(uint64_t *)p; vreg(0, (void *)(uintptr_t)base, 4096, 0xf); return NULL; }
+static void *exits_inside_reg(void *p) { uint64_t base = *(uint64_t *)p; vreg(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf); return NULL; }
 static volatile int spin = 1;
 static void *busy(void *p) { (void)p; uint64_t seed = 77; long m = 0; while (spin) one_life(&seed, 0x7e0000000000ull, 1, &m); return NULL; }
 
@@ -199,7 +204,7 @@ struct race { uint64_t base; volatile int done; long made; };
 static void *racer(void *p) {
   struct race *r = p;
   while (!__atomic_load_n(&r->done, __ATOMIC_ACQUIRE)) {
-    void *m = vreg(0, (void *)(uintptr_t)r->base, 4 * 4096, 0xf);
+    void *m = vreg(verbs_pd, (void *)(uintptr_t)r->base, 4 * 4096, 0xf);
     if (m) { r->made++; if (vdereg(m)) fail("dereg", r->base, 0); }
   }
   return NULL;
@@ -250,10 +255,13 @@ int main(int argc, char **argv) {
     char path[4096]; snprintf(path, sizeof path, "%s/libplugwheel.so", argv[2]);
     void *plug = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!plug) { fprintf(stderr, "dlopen %s: %s\n", path, dlerror()); return 2; }
-    void *(*plug_reg)(void *, size_t) = (void *(*)(void *, size_t))dlsym(plug, "plug_reg");
+    void *(*plug_reg)(void *, void *, size_t) = (void *(*)(void *, void *, size_t))dlsym(plug, "plug_reg");
     int (*plug_dereg)(void *) = (int (*)(void *))dlsym(plug, "plug_dereg");
+    void *(*plug_pd)(void) = (void *(*)(void))dlsym(plug, "plug_pd");
+    void *pd = plug_pd(); // the NIC's, through the wheel's copy (and its own provider)
+    if (!pd) { fprintf(stderr, "no PD through the wheel's libibverbs\n"); return 2; }
     errno = 0;
-    void *mr = plug_reg((void *)(uintptr_t)(base + 0x10000), 8192);
+    void *mr = plug_reg(pd, (void *)(uintptr_t)(base + 0x10000), 8192);
     int e = errno, registered = mr && check(base + 0x10000, 8192) == 0;
     if (!registered) fail("wheel plugin MR", e, 0);
     if (mr && plug_dereg(mr)) fail("wheel plugin dereg", 0, 0);
@@ -269,11 +277,12 @@ int main(int argc, char **argv) {
     for (int round = 0; round < 3; round++) {
       void *plug = dlopen(path, RTLD_NOW | RTLD_LOCAL);
       if (!plug) { fprintf(stderr, "dlopen %s: %s\n", path, dlerror()); return 2; }
-      void *(*plug_reg)(void *, size_t) = (void *(*)(void *, size_t))dlsym(plug, "plug_reg");
+      void *(*plug_reg)(void *, void *, size_t) = (void *(*)(void *, void *, size_t))dlsym(plug, "plug_reg");
       int (*plug_dereg)(void *) = (int (*)(void *))dlsym(plug, "plug_dereg");
       uint64_t lo[16], hi[16]; int n = ranges_of("libibverbs.so.1", lo, hi, 16);
       if (round > 0 && n && lo[0] != old_lo[0]) moved++;
-      void *mr = plug_reg((void *)(uintptr_t)(base + 0x10000), 8192); // the plugin binds ibv_reg_mr to gdrshim's export
+      // the plugin binds ibv_reg_mr to gdrshim's export; fakeverbs.c needs no PD
+      void *mr = plug_reg(NULL, (void *)(uintptr_t)(base + 0x10000), 8192);
       if (!mr || check(base + 0x10000, 8192) != 0) fail("plugin MR", round, 0);
       if (mr && plug_dereg(mr)) fail("plugin dereg", round, 0);
       void *vh = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -299,7 +308,7 @@ int main(int argc, char **argv) {
     uint64_t base = 0x7c0000000000ull; uint32_t h = alloc_mem(0, K64); create_range(base, K64); map(base, K64, 0, 0, h);
     uvm_free(base, K64); rm_free(dev[0], h);
     int n = argc > 2 ? atoi(argv[2]) : 1000, refused = 0;
-    for (int i = 0; i < n; i++) { void *m = vreg(0, (void *)(uintptr_t)base, 4096, 0xf); if (m) vdereg(m); else refused++; }
+    for (int i = 0; i < n; i++) { void *m = vreg(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf); if (m) vdereg(m); else refused++; }
     printf("life misses n=%d refused=%d\n", n, refused);
     return counters_ok("misses", 0) ? 0 : 1;
   }
@@ -308,12 +317,12 @@ int main(int argc, char **argv) {
     // driver call, and to a later MR the VA is no longer that memory
     uint64_t base = 0x7c4000000000ull, len = 0x200000ull; uint32_t h = alloc_mem(0, len);
     create_range(base, len); map(base, len, 0, 0, h);
-    void *m = vreg(0, (void *)(uintptr_t)base, 4096, 0xf);
+    void *m = vreg(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf);
     if (!m || kernel_regs() != 1) fail("registered before the sparse map", (uintptr_t)m, (uint64_t)kernel_regs());
     uint64_t a[5] = {base, len, 0, 0, 0}; memcpy(&a[2], uuid[0], 16); uvm_call(74, a, 32);
     if (kernel_regs() != 0) fail("a registration left over the sparse map", (uint64_t)kernel_regs(), 0);
     // (gdrshim registers nothing and delegates; the fake NIC takes unmapped VA for host memory)
-    void *again = vreg(0, (void *)(uintptr_t)base, 4096, 0xf);
+    void *again = vreg(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf);
     if (kernel_regs() != 0) fail("a registration of sparse VA", (uint64_t)kernel_regs(), 0);
     if (again) vdereg(again);
     if (m) vdereg(m);
@@ -346,7 +355,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "forkexec") || !strcmp(mode, "child")) {
     uint64_t base = 0x7f2000000000ull; uint32_t h = alloc_mem(1, 2 << 20); create_range(base, 2 << 20); map(base, 2 << 20, 0, 1, h);
-    void *mr = vreg(0, (void *)(uintptr_t)(base + 4096), 65536, 0xf);
+    void *mr = vreg(verbs_pd, (void *)(uintptr_t)(base + 4096), 65536, 0xf);
     if (!mr) fail("MR before fork", base, 0);
     if (!strcmp(mode, "forkexec")) {
       pid_t pid = fork();
@@ -364,7 +373,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
       uint64_t b2 = base + (uint64_t)i * (1 << 20); uint32_t h2 = alloc_mem(0, 1 << 20);
       (void)h; create_range(b2 + (64ull << 20), 1 << 20); map(b2 + (64ull << 20), 1 << 20, 0, 0, h2);
-      if (!vreg(0, (void *)(uintptr_t)(b2 + (64ull << 20)), 4096, 0xf)) fail("MR", i, 0);
+      if (!vreg(verbs_pd, (void *)(uintptr_t)(b2 + (64ull << 20)), 4096, 0xf)) fail("MR", i, 0);
     }
     if (!counters_ok("exitlive", 3)) return 1;
     pthread_t t; pthread_create(&t, NULL, busy, NULL);
@@ -381,7 +390,7 @@ int main(int argc, char **argv) {
     __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
     if (ret != (void *)42) fail("thread did not end inside ibv_reg_mr", (uint64_t)(uintptr_t)ret, 0);
     // the shim is not wedged: the same memory registers again, and other memory too
-    void *mr = vreg(0, (void *)(uintptr_t)base, 4096, 0xf);
+    void *mr = vreg(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf);
     if (!mr || check(base, 4096) != 0) fail("MR after the thread ended", base, 0);
     if (mr) vdereg(mr);
     // a thread cancelled while blocked in open() (a cancellation point gdrshim hooks)
@@ -397,7 +406,7 @@ int main(int argc, char **argv) {
     uint64_t base = 0x7f5000000000ull; uint32_t h = alloc_mem(0, 1 << 20); create_range(base, 1 << 20); map(base, 1 << 20, 0, 0, h);
     reg_t r = direct;
     long *calls = (long *)dlsym(RTLD_DEFAULT, "interpose_calls");
-    void *mr = r(0, (void *)(uintptr_t)base, 4096, 0xf);
+    void *mr = r(verbs_pd, (void *)(uintptr_t)base, 4096, 0xf);
     if (!mr || check(base, 4096) != 0) fail("MR through the other interposer", base, 0);
     if (!calls || *calls != 1) fail("other interposer calls", calls ? *calls : -1, 1);
     if (mr) vdereg(mr);

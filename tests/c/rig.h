@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "program_owns.h"
+#include "rignic.h"
 #include <unistd.h>
 #include "../../include/gdrshim.h"
 
@@ -33,8 +34,8 @@ static uint32_t client, dev[2], sub[2], vas[2];
 static uint8_t (*uuid)[16];
 static reg_t vreg, direct;
 static dereg_t vdereg;
-// The PD every registration names: one of the NIC's device under rdma-core, any under fakeverbs.c.
-static void *rig_pd = (void *)0x1;
+// The PD every registration names and its context (rignic.h; the stand-in libmlx5 reads none).
+static void *rig_pd = (void *)0x1, *rig_ctx = (void *)0x1;
 static int (*open_bufs)(void);
 
 static void fail(const char *what, long a, long b) { failures++; fprintf(stderr, "FAIL %s %#lx %#lx\n", what, (unsigned long)a, (unsigned long)b); }
@@ -107,16 +108,7 @@ static inline void setup(void) {
   vdereg = (dereg_t)dlvsym(vh, "ibv_dereg_mr", "IBVERBS_1.1");
   direct = (reg_t)dlsym(RTLD_DEFAULT, "ibv_reg_mr");
   if (!vreg || !vdereg || !direct) { fprintf(stderr, "verbs symbols missing\n"); exit(2); }
-  void **(*list)(int *) = (void **(*)(int *))dlvsym(vh, "ibv_get_device_list", "IBVERBS_1.1");
-  if (list) { // rdma-core's: a PD of the NIC's device, as a program makes one
-    void *(*open_device)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_open_device", "IBVERBS_1.1");
-    void *(*alloc_pd)(void *) = (void *(*)(void *))dlvsym(vh, "ibv_alloc_pd", "IBVERBS_1.1");
-    int n = 0;
-    void **l = list(&n);
-    void *ctx = l && n == 1 && open_device ? open_device(l[0]) : NULL;
-    rig_pd = ctx && alloc_pd ? alloc_pd(ctx) : NULL;
-    if (!rig_pd) { fprintf(stderr, "rdma-core's libibverbs: no PD on the rig's NIC (%d devices)\n", n); exit(2); }
-  }
+  rig_pd = rig_nic_pd(vh, &rig_ctx, (void *)0x1);
 }
 
 // One MR that must work: it reads as an ibv_reg_mr MR of [addr, addr+len).

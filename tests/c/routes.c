@@ -1,5 +1,6 @@
 // Both registration routes end to end under the real libgdrshim.so (ours), with the live fake
-// driver (fakerm.c: RM, UVM, dma-buf exports) and the fake NIC (fakeverbs.c):
+// driver (fakerm.c: RM, UVM, dma-buf exports) and the fake NIC (fakeverbs.c), under rdma-core's
+// libibverbs as its provider or as the libibverbs itself (rig.h):
 //   routes matrix       the route the shim took, and what one GPU registration gives
 //   routes dmabuf N     DMA-BUF route: MRs over one, two and 130 memory objects (two export
 //                       calls), unaligned sub-ranges, through dlvsym and directly, read as the
@@ -18,7 +19,8 @@
 //                       dma-buf: what the fake NIC was asked, errno, the registrations and
 //                       buffers left
 //   routes mrex         ibv_reg_mr_ex of GPU memory with a DMA handle, and with a mask bit
-//                       gdrshim does not know: the masks the provider saw
+//                       gdrshim does not know: the masks the provider saw (fakeverbs.c as the
+//                       libibverbs: rdma-core 44 has no ibv_reg_mr_ex)
 //   routes shared       one buffer registered 4 times (a second NIC/PD, a relaxed-order twin):
 //                       one export, our one fd open while MRs use it and none after the last;
 //                       the memory freed and allocated again at the same VA: a new export that
@@ -38,7 +40,7 @@
 static int matrix(void) {
   gpu_alloc(0, BASE, 4 * K64);
   errno = 0;
-  struct ibv_mr *m = vreg((void *)0x1, (void *)BASE, 4 * K64, 0xf);
+  struct ibv_mr *m = vreg(rig_pd, (void *)BASE, 4 * K64, 0xf);
   printf("routes matrix ok route=%d active=%d registered=%s errno=%d\n", gdrshim_dl_gdr_route(), gdrshim_dl_gdr_active(), m ? "yes" : "no", m ? 0 : errno);
   if (m) vdereg(m);
   return 0;
@@ -46,7 +48,7 @@ static int matrix(void) {
 
 static int early(void) {
   gpu_alloc(0, BASE, 4 * K64);
-  struct ibv_mr *m = vreg((void *)0x1, (void *)BASE, 4 * K64, 0xf);
+  struct ibv_mr *m = vreg(rig_pd, (void *)BASE, 4 * K64, 0xf);
   printf("routes early ok before=%d route=%d registered=%s\n", early_route, gdrshim_dl_gdr_route(), m ? "yes" : "no");
   if (m) vdereg(m);
   return 0;
@@ -71,7 +73,7 @@ static int dmabuf(long cycles) {
   must_miss(BASE, K64, 0xf | 0x40, "ODP");
   // host memory is the provider's, untouched
   static char host[1 << 16];
-  struct ibv_mr *h = vreg((void *)0x1, host, sizeof host, 0xf);
+  struct ibv_mr *h = vreg(rig_pd, host, sizeof host, 0xf);
   if (!h || h->addr != host) fail("host MR", (long)(uintptr_t)h, 0); else vdereg(h);
   // free the second object while an MR over it is live: the dma-buf keeps the memory (a warning)
   gpu_free(0, BASE + 64 * K64, 32 * K64, b);
@@ -130,7 +132,7 @@ static int shared(void) {
   pid_t pid = fork();
   if (pid == 0) {
     errno = 0;
-    struct ibv_mr *x = vreg((void *)0x1, (void *)(uintptr_t)BASE, 64 * K64, 0xf);
+    struct ibv_mr *x = vreg(rig_pd, (void *)(uintptr_t)BASE, 64 * K64, 0xf);
     _exit(x == NULL && errno == EFAULT ? 0 : 1);
   }
   int status = -1; waitpid(pid, &status, 0);
@@ -311,7 +313,7 @@ static int umem(void) {
   uint64_t *va = must_sym(h, "fakemlx5_va", NULL), *mask = must_sym(h, "fakemlx5_last_mask", NULL), *pgsz = must_sym(h, "fakemlx5_last_pgsz", NULL);
   unsigned long *legacy = must_sym(h, "fakemlx5_legacy", NULL), *ex = must_sym(h, "fakemlx5_ex", NULL);
   int (*live_regs)(void) = (int (*)(void))must_sym(RTLD_DEFAULT, "fakenv_live_registrations", NULL);
-  void *ctx = (void *)0x1;
+  void *ctx = rig_ctx;
   // GPU memory through mlx5dv_devx_umem_reg (dlvsym)
   *va = BASE + K64;
   unsigned long l0 = *legacy, x0 = *ex;
@@ -366,13 +368,13 @@ static int mrex(void) {
   void **dmah = must_sym(vh, "fakeverbs_mrex_dmah", NULL);
   struct mr_init_attr a = {2 * K64, 0xf, 0x2 | 0x10, 0, (void *)(uintptr_t)(BASE + K64), -1, 0, (void *)0xd0a4, NULL};
   errno = 4242;
-  struct ibv_mr *m = f((void *)0x1, &a);
+  struct ibv_mr *m = f(rig_pd, &a);
   printf("mrex dmah ok=%d errno=%d addr_shown=%d mask=%#lx dmah=%#lx\n", !!m, errno, m && (uint64_t)(uintptr_t)m->addr == BASE + K64, (unsigned long)*mask,
          (unsigned long)(uintptr_t)*dmah);
   if (m) vdereg(m);
   struct mr_init_attr b = {K64, 0xf, 0x2 | 0x40, 0, (void *)(uintptr_t)BASE, -1, 0, NULL, NULL};
   errno = 0;
-  m = f((void *)0x1, &b);
+  m = f(rig_pd, &b);
   printf("mrex unknown ok=%d errno=%d mask=%#lx\n", !!m, errno, (unsigned long)*mask);
   printf("routes mrex %s buffers_left=%d failures=%d\n", failures ? "FAILED" : "ok", open_bufs() - fds0, failures);
   return failures != 0;
@@ -402,9 +404,9 @@ static int run_cancelled(void *(*job)(void *), void *arg, void **result) {
 }
 static void *(*ureg_fn)(void *, void *, size_t, uint32_t);
 static int (*udereg_fn)(void *);
-static void *reg_job(void *p) { return vreg((void *)0x1, (void *)(uintptr_t)*(uint64_t *)p, 64 * K64, 0xf); }
+static void *reg_job(void *p) { return vreg(rig_pd, (void *)(uintptr_t)*(uint64_t *)p, 64 * K64, 0xf); }
 static void *dereg_job(void *mr) { return (void *)(intptr_t)vdereg(mr); }
-static void *ureg_job(void *p) { return ureg_fn((void *)0x1, (void *)(uintptr_t)*(uint64_t *)p, 64 * K64, 7); }
+static void *ureg_job(void *p) { return ureg_fn(rig_ctx, (void *)(uintptr_t)*(uint64_t *)p, 64 * K64, 7); }
 static void *udereg_job(void *u) { return (void *)(intptr_t)udereg_fn(u); }
 // A registration and its dereg (verbs MR, then devx umem), each in a thread with a cancellation
 // pending: every call completes and is told to gdrshim, each thread is cancelled after its call,

@@ -1,7 +1,9 @@
 //! The fake machine the end-to-end programs of tests/c run on (tests/routes*.rs, tests/harm.rs,
-//! tests/stress.rs): the live fake driver (`libfakerm.so`), the fake NIC as a libibverbs of
-//! rdma-core 34 and later and one older than 34 (each with its stand-in libmlx5), a fake
-//! libcuda, and the programs; built once per test binary into its scratch folder.
+//! tests/stress.rs): the live fake driver (`libfakerm.so`), the fake NIC as a provider of
+//! rdma-core's own libibverbs (the machine's, rdma-core 44) and as a libibverbs itself where a test
+//! needs what rdma-core 44 cannot be (one older than 34, or one with `ibv_reg_mr_ex`), the
+//! stand-in libmlx5, a fake libcuda, and the programs; built once per test binary into its
+//! scratch folder.
 
 use super::fakes::{self, Fakes};
 use super::Env;
@@ -37,6 +39,10 @@ pub fn build(tag: &str, programs: &[&str]) -> Env {
         f.fakeverbs(&format!("{dir}/libibverbs.so.1"), verbs);
         f.fakemlx5(&format!("{dir}/libmlx5.so.1"));
     }
+    f.rdma_core_nic();
+    // rdma-core's libmlx5 answers devx only on an mlx5 device (EOPNOTSUPP on any other, the fake
+    // NIC's included): beside rdma-core's libibverbs, libmlx5 stays the stand-in, alone in its folder
+    f.fakemlx5("rdma-core/mlx5/libmlx5.so.1");
     f.fakecuda();
     for p in programs {
         super::cc(
@@ -74,7 +80,8 @@ pub fn run(
 
 /// [`run`] on rdma-core's own libibverbs (the machine's), the fake NIC its provider
 /// (`Fakes::rdma_core_nic`, built into `e`'s folder) with the lab's device, fwroce_0, its sysfs
-/// tree in `dev`: for a rig whose libibverbs has `ibv_reg_dmabuf_mr`, as rdma-core 44 has.
+/// tree in `dev`, and the stand-in libmlx5: for a rig whose libibverbs has `ibv_reg_dmabuf_mr`, as
+/// rdma-core 44 has. `extra`'s LD_PRELOAD, if any, must keep [`rdma_core_preload`]'s first entry.
 pub fn run_on_rdma_core(
     e: &Env,
     program: &str,
@@ -86,21 +93,37 @@ pub fn run_on_rdma_core(
     assert!(rig.new_verbs, "rdma-core 44 has ibv_reg_dmabuf_mr: an older one is fakeverbs.c's");
     let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
     let mut c = Command::new(e.dir.join(program));
-    c.env(
-        "LD_PRELOAD",
-        format!(
-            "{}:{}:{}",
-            rc.join("fakesys.so").display(),
-            e.shim.display(),
-            e.dir.join("libfakerm.so").display()
-        ),
-    )
-    .env("RDMAV_DRIVERS", rc.join("librignic"))
-    .env("FAKEWIRE_SYSFS", &sysfs)
-    .env("SYSFS_PATH", sysfs.join("sys"))
-    .env_remove("FAKEWIRE_HOST")
-    .env_remove("FAKEWIRE_LAB")
-    .env_remove("LD_LIBRARY_PATH");
+    c.env("LD_PRELOAD", rdma_core_preload(e, &[&e.shim, &e.dir.join("libfakerm.so")]))
+        .env("RDMAV_DRIVERS", rc.join("librignic"))
+        .env("FAKEWIRE_SYSFS", &sysfs)
+        .env("SYSFS_PATH", sysfs.join("sys"))
+        .env_remove("FAKEWIRE_HOST")
+        .env_remove("FAKEWIRE_LAB")
+        .env("LD_LIBRARY_PATH", rc.join("mlx5"));
+    finish(e, c, dev, rig, args, extra)
+}
+
+/// LD_PRELOAD for [`run_on_rdma_core`]: the lab's fakesys (the NIC's sysfs tree and device file)
+/// first, then `libs`.
+pub fn rdma_core_preload(e: &Env, libs: &[&Path]) -> String {
+    let mut all = vec![e.dir.join("rdma-core/fakesys.so").display().to_string()];
+    all.extend(libs.iter().map(|l| l.display().to_string()));
+    all.join(":")
+}
+
+/// [`run`] on the fake NIC as the libibverbs itself, whatever `rig` says: for what rdma-core 44
+/// cannot be: `ibv_reg_mr_ex` (IBVERBS_1.15, a later rdma-core's; 44 stops at IBVERBS_1.14).
+pub fn run_on_fake_verbs(
+    e: &Env,
+    program: &str,
+    dev: &Path,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    let mut c = Command::new(e.dir.join(program));
+    c.env("LD_PRELOAD", format!("{}:{}", e.shim.display(), e.dir.join("libfakerm.so").display()))
+        .env("LD_LIBRARY_PATH", e.dir.join("verbs-new"));
     finish(e, c, dev, rig, args, extra)
 }
 
@@ -131,7 +154,8 @@ fn finish(
 
 /// `routes ARGS` (tests/c/routes.c, built by [`build`]) on a fresh fake machine `dev-TAG`, the
 /// fake GPUs' PCI device (the fake's CARD_INFO: 0000:00:00.0) given the sysfs `resource` file if
-/// any; returns (exit code, stdout, stderr).
+/// any; on rdma-core's libibverbs where `rig` has `ibv_reg_dmabuf_mr` ([`run_on_rdma_core`]), else
+/// on the fake NIC as an rdma-core older than 34; returns (exit code, stdout, stderr).
 pub fn routes(
     e: &Env,
     tag: &str,
@@ -146,7 +170,23 @@ pub fn routes(
         std::fs::create_dir_all(&pci).unwrap();
         std::fs::write(pci.join("resource"), resource).unwrap();
     }
-    run(e, "routes", &dev, rig, args, extra)
+    if rig.new_verbs {
+        run_on_rdma_core(e, "routes", &dev, rig, args, extra)
+    } else {
+        run(e, "routes", &dev, rig, args, extra)
+    }
+}
+
+/// [`routes`] on the fake NIC as the libibverbs itself ([`run_on_fake_verbs`]).
+pub fn routes_on_fake_verbs(
+    e: &Env,
+    tag: &str,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    let dev = dev_dir(e, tag, rig);
+    run_on_fake_verbs(e, "routes", &dev, rig, args, extra)
 }
 
 /// The key=value words of the summary line in `text`.
