@@ -315,6 +315,7 @@ impl Rm for RealRm {
         }
         let minor = self.minor_of(c, device_instance)?;
         let fd = self.gpu_fd(minor)?;
+        own::widen_use_window();
         Self::export_on(fd, params)
     }
 

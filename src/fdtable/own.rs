@@ -112,6 +112,40 @@ impl Drop for Held {
     }
 }
 
+/// GDRSHIM_TEST_FD_USE_DELAY_US (knobs builds): µs spent between the check that a number is
+/// ours and its use ([`widen_use_window`]); 0 in a release build.
+#[cfg(feature = "knobs")]
+static USE_DELAY_US: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// Knobs builds: the delay [`widen_use_window`] spends (set once at start-up).
+#[cfg(feature = "knobs")]
+pub fn set_use_delay_us(us: u32) {
+    USE_DELAY_US.store(us, Relaxed);
+}
+
+/// Between the check that a number is ours and the call that uses it: a knobs build may stand
+/// still here, as a thread preempted there would (the tests' way to widen the window). A raw
+/// `nanosleep`: no cancellation point, errno kept.
+#[inline]
+pub fn widen_use_window() {
+    #[cfg(feature = "knobs")]
+    {
+        let us = USE_DELAY_US.load(Relaxed);
+        if us > 0 {
+            let e = crate::sys::errno();
+            let t = libc::timespec {
+                tv_sec: (us / 1_000_000) as libc::time_t,
+                tv_nsec: (us % 1_000_000) as libc::c_long * 1000,
+            };
+            // SAFETY: a valid timespec; no remainder asked.
+            unsafe {
+                libc::syscall(libc::SYS_nanosleep, &t, core::ptr::null_mut::<libc::timespec>())
+            };
+            crate::sys::set_errno(e);
+        }
+    }
+}
+
 /// The file `fd` is now (`None`: no open file). Keeps errno.
 pub fn file_of(fd: c_int) -> Option<FileId> {
     let e = crate::sys::errno();

@@ -44,6 +44,7 @@ fn register_export(
     let e0 = errno();
     // the outcome must reach the registrar (see `verbs::outcome_owed`)
     let _no_cancel = crate::sys::NoCancel::new();
+    crate::fdtable::own::widen_use_window();
     let umem = if reg_ex.is_null() {
         set_errno(libc::ENOSYS);
         null_mut()

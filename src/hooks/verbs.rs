@@ -126,6 +126,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
     let e0 = errno();
     // the outcome must reach the registrar (see `outcome_owed`)
     let _no_cancel = crate::sys::NoCancel::new();
+    crate::fdtable::own::widen_use_window();
     let (with, mr) = match a.ex {
         Some((mask, dmah)) => {
             let mut attr = v::MrInitAttr {
