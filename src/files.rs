@@ -46,12 +46,23 @@ impl core::fmt::Display for Refused {
     }
 }
 
-/// An fd of ours (`dir` is one of ours, or `AT_FDCWD`).
-fn openat(dir: c_int, name: &CString, flags: c_int, mode: libc::mode_t) -> Result<OwnedFd, i32> {
+/// An fd of ours, opened in `dir` (a folder of ours; `None`: the working folder).
+fn openat(
+    dir: Option<&OwnedFd>,
+    name: &CString,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> Result<OwnedFd, i32> {
     let f = crate::real::openat().ok_or(libc::ENOSYS)?;
     let _no_cancel = crate::sys::NoCancel::new();
-    // no fork between the open and the adopt (fdtable::forkgate)
+    // no fork and no program close between the open and the adopt (fdtable::forkgate,
+    // closegate): `dir` checked here is the folder the open walks from
     let _making = own::making();
+    let dir = match dir {
+        Some(d) if own::is_ours(d) => d.num(),
+        Some(_) => return Err(libc::EBADF),
+        None => libc::AT_FDCWD,
+    };
     // SAFETY: a valid C string; openat has no other preconditions.
     let fd = unsafe { f(dir, name.as_ptr(), flags, mode) };
     if fd < 0 {
@@ -75,7 +86,7 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
     let file = parts.pop().ok_or(Refused::Empty)?;
     let start = if path.starts_with('/') { "/" } else { "." };
     let mut dir = openat(
-        libc::AT_FDCWD,
+        None,
         &CString::new(start).expect("no NUL"),
         libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         0,
@@ -87,7 +98,7 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
         walked.push_str(c);
         let name = CString::new(c).map_err(|_| Refused::NulByte)?;
         let next = openat(
-            dir.num(),
+            Some(&dir),
             &name,
             libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0,
@@ -103,11 +114,11 @@ pub fn open_private(path: &str) -> Result<OwnedFd, Refused> {
     let name = CString::new(file).map_err(|_| Refused::NulByte)?;
     let base =
         libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
-    let r = match openat(dir.num(), &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
+    let r = match openat(Some(&dir), &name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
         Ok(fd) => Ok(fd),
         // look before opening for writing: a FIFO or a device could block or act on an open
-        Err(libc::EEXIST) => match kind_of(dir.num(), &name) {
-            Ok(libc::S_IFREG) => match openat(dir.num(), &name, base | libc::O_NONBLOCK, 0) {
+        Err(libc::EEXIST) => match kind_of(&dir, &name) {
+            Ok(libc::S_IFREG) => match openat(Some(&dir), &name, base | libc::O_NONBLOCK, 0) {
                 Ok(fd) => check_existing(fd),
                 Err(libc::ELOOP) => Err(Refused::Link(path.into())),
                 Err(e) => Err(Refused::Os(path.into(), e)),
@@ -138,18 +149,14 @@ pub fn read_small(path: &str, limit: usize) -> Option<(Vec<u8>, bool)> {
 fn read_small_inner(path: &str, limit: usize) -> Option<(Vec<u8>, bool)> {
     let name = CString::new(path).ok()?;
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
-    let fd = match openat(libc::AT_FDCWD, &name, flags, 0) {
+    let fd = match openat(None, &name, flags, 0) {
         Ok(fd) => fd,
         Err(libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP | libc::ENAMETOOLONG) => {
             return None
         }
         Err(_) => return Some((Vec::new(), false)),
     };
-    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only, on our own fd.
-    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    let regular = unsafe { libc::fstat64(fd.num(), &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let regular = stat_of(&fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
     let mut buf = vec![0u8; limit + 1];
     let mut len = 0;
     let mut whole = regular;
@@ -174,40 +181,45 @@ fn read_small_inner(path: &str, limit: usize) -> Option<(Vec<u8>, bool)> {
 
 // (fstat64: the name std imports too, so the loader resolves one name fewer in every process)
 
-/// The file type of `name` in `dir`, not following a link.
-fn kind_of(dir: c_int, name: &CString) -> Result<libc::mode_t, i32> {
-    let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0)?;
-    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
+/// The `fstat` of an fd of ours while its number is still ours (`None`: it is not, or the call
+/// failed; errno says which).
+fn stat_of(fd: &OwnedFd) -> Option<libc::stat64> {
+    let Some(_in_use) = own::using(&[(fd.num(), fd.file())]) else {
+        crate::sys::set_errno(libc::EBADF);
+        return None;
+    };
+    // SAFETY: zeroed stat is a valid out-buffer.
     let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
-    // SAFETY: as above, on our own fd.
-    let ok = unsafe { libc::fstat64(fd.num(), &mut st) } == 0;
+    // SAFETY: fstat writes into st only, on our own fd (held ours by `_in_use`).
+    (unsafe { libc::fstat64(fd.num(), &mut st) } == 0).then_some(st)
+}
+
+/// The file type of `name` in `dir`, not following a link.
+fn kind_of(dir: &OwnedFd, name: &CString) -> Result<libc::mode_t, i32> {
+    let fd = openat(Some(dir), name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0)?;
+    let st = stat_of(&fd);
     let e = crate::sys::errno();
     close(fd);
-    if ok {
-        Ok(st.st_mode & libc::S_IFMT)
-    } else {
-        Err(e)
-    }
+    st.map(|st| st.st_mode & libc::S_IFMT).ok_or(e)
 }
 
 /// An existing file, opened: ours, regular, one link; else closed and refused.
 fn check_existing(fd: OwnedFd) -> Result<OwnedFd, Refused> {
-    // SAFETY: zeroed stat is a valid out-buffer; fstat writes into it only.
-    let mut st: libc::stat64 = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    let ok = unsafe { libc::fstat64(fd.num(), &mut st) } == 0;
+    let st = stat_of(&fd);
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let why = if !ok {
-        Some(Refused::Os("fstat".into(), crate::sys::errno()))
-    } else if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        Some(Refused::NotRegular)
-    } else if st.st_uid != me {
-        Some(Refused::OtherOwner { owner: st.st_uid, me })
-    } else if st.st_nlink != 1 {
-        Some(Refused::Links(st.st_nlink))
+    let why = if let Some(st) = st {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            Some(Refused::NotRegular)
+        } else if st.st_uid != me {
+            Some(Refused::OtherOwner { owner: st.st_uid, me })
+        } else if st.st_nlink != 1 {
+            Some(Refused::Links(st.st_nlink))
+        } else {
+            None
+        }
     } else {
-        None
+        Some(Refused::Os("fstat".into(), crate::sys::errno()))
     };
     match why {
         Some(w) => {
@@ -215,9 +227,12 @@ fn check_existing(fd: OwnedFd) -> Result<OwnedFd, Refused> {
             Err(w)
         }
         None => {
-            // O_NONBLOCK was only there so that opening a planted FIFO could not hang
-            // SAFETY: fcntl on our own fd.
-            unsafe { libc::fcntl(fd.num(), libc::F_SETFL, libc::O_APPEND) };
+            // O_NONBLOCK was only there so that opening a planted FIFO could not hang (the
+            // flags of our file only: never a number the program took back meanwhile)
+            if let Some(_in_use) = own::using(&[(fd.num(), fd.file())]) {
+                // SAFETY: fcntl on our own fd, held ours by `_in_use`.
+                unsafe { libc::fcntl(fd.num(), libc::F_SETFL, libc::O_APPEND) };
+            }
             Ok(fd)
         }
     }

@@ -122,8 +122,9 @@ impl RealRm {
     /// Our /dev/nvidiaN fd of `minor`, opened once, checked to be still ours and that node before
     /// every use (a program may close fds it does not own, `close_range` and raw system calls
     /// too: an export must never be asked of a number that is something else now; one system
-    /// call, kept on purpose).
-    fn gpu_fd(&mut self, minor: u32) -> Result<i32, u32> {
+    /// call, kept on purpose). The caller holds `_making` from before this check to the end of
+    /// the ioctl that uses the number: no program close runs meanwhile, so the check holds.
+    fn gpu_fd(&mut self, minor: u32, _making: &own::Making) -> Result<i32, u32> {
         if let Some(i) = self.gpu_fds.iter().position(|(m, _)| *m == minor) {
             let (_, fd) = &self.gpu_fds[i];
             if own::is_ours(fd)
@@ -139,7 +140,7 @@ impl RealRm {
         let open = crate::real::open().ok_or(status::NV_ERR_GENERIC)?;
         let e = crate::sys::errno();
         let no_cancel = crate::sys::NoCancel::new();
-        let making = own::making();
+        // (no fork and no program close from the open to the adopt: the caller's `_making`)
         // SAFETY: a valid C string; open has no other preconditions.
         let fd = unsafe { open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
         drop(no_cancel);
@@ -152,9 +153,7 @@ impl RealRm {
             );
             return Err(status::NV_ERR_GENERIC);
         }
-        let fd = own::adopt(fd);
-        drop(making);
-        let Some(fd) = fd else { return Err(status::NV_ERR_GENERIC) };
+        let Some(fd) = own::adopt(fd) else { return Err(status::NV_ERR_GENERIC) };
         if crate::fdtable::classify_fstat(fd.num()) != Some(DevKind::Gpu(minor)) {
             own::close(fd);
             return Err(status::NV_ERR_INVALID_DEVICE);
@@ -217,11 +216,15 @@ impl RealRm {
     }
 
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on our GPU node fd `fd`: the new buffer's fd, ours, where
-    /// the call made one.
-    fn export_on(fd: i32, params: &mut ExportToDmabufFd) -> Result<Option<OwnedFd>, u32> {
+    /// the call made one. `making` is held from before the checks of the numbers the call uses.
+    fn export_on(
+        fd: i32,
+        params: &mut ExportToDmabufFd,
+        making: own::Making,
+    ) -> Result<Option<OwnedFd>, u32> {
         let creates = params.fd == -1;
-        // no fork between the driver's making the buffer's fd and its adopt (forkgate)
-        let making = own::making();
+        // no fork and no program close between the driver's making the buffer's fd and its
+        // adopt (forkgate, closegate)
         Self::ioctl(fd, esc::EXPORT_TO_DMABUF_FD, params)?;
         let made = if creates && params.fd >= 0 { own::adopt(params.fd) } else { None };
         drop(making);
@@ -309,13 +312,25 @@ impl Rm for RealRm {
         c: Client,
         device_instance: u32,
         params: &mut ExportToDmabufFd,
+        into: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32> {
         if !self.table.dmabuf_export {
             return Err(status::NV_ERR_NOT_SUPPORTED);
         }
         let minor = self.minor_of(c, device_instance)?;
-        let fd = self.gpu_fd(minor)?;
-        Self::export_on(fd, params)
+        // The ioctl takes two numbers of ours: the node's, and a later call's buffer (RM adds the
+        // pieces to whatever dma-buf that number names). Both are checked after `making`, which
+        // holds every program close back until the ioctl returned and its new fd is adopted: a
+        // number checked is the file the ioctl reaches.
+        let making = own::making();
+        let fd = self.gpu_fd(minor, &making)?;
+        if let Some(into) = into {
+            if params.fd != into.num() || !own::is_ours(into) {
+                return Err(status::NV_ERR_GENERIC);
+            }
+        }
+        crate::fdtable::closegate::widen_use_window();
+        Self::export_on(fd, params, making)
     }
 
     fn close_fd(&mut self, fd: OwnedFd) {

@@ -70,3 +70,20 @@ fn gdrshim_never_adopts_the_programs_file_made_at_a_fresh_number() {
     let line = fdharm(&["window", "3"], &[("FAKERM_EXPORT_DELAY_US", "200")]);
     assert!(line.contains("left=0 lost=0"), "{line}");
 }
+
+/// One thread closes gdrshim's numbers (`close_range`, `dup2` of `/dev/null` onto them) and
+/// makes files of its own at them (memfds, its own opens of the GPU node), while others
+/// register, some over a kept buffer: on e8577f8 gdrshim checked a number under its lock and
+/// used it after, so the NIC was handed the program's file in place of gdrshim's buffer
+/// (`foreign=392`), and exports were asked on the program's files (`elsewhere=7015`) and its own
+/// node (`on_program_nodes=309`). Each 300 us between check and use stands for a thread
+/// preempted there.
+#[test]
+fn gdrshim_never_uses_a_number_the_program_took_back() {
+    let line =
+        fdharm(&["use", "3"], &[("GDRSHIM_TEST_FD_USE_DELAY_US", "300"), ("FAKERM_FD_CACHE", "0")]);
+    println!("{line}");
+    for zero in ["foreign=0", "wrong=0", "elsewhere=0", "on_program_nodes=0", "left=0"] {
+        assert!(line.contains(zero), "{zero}: {line}");
+    }
+}

@@ -129,7 +129,7 @@ const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
         "hooks",
         &[
             &["caller", "slots", "within"],
-            &["front", "ioctl", "fd", "query", "cuda_ctx", "cuda_gdr"],
+            &["front", "ioctl", "fd", "query", "cuda_ctx", "cuda_gdr", "decision"],
             &["cuda", "verbs"],
             &["mlx5dv"],
             &["dl"],

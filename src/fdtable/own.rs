@@ -200,6 +200,30 @@ pub fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
     usize::try_from(n).ok()
 }
 
+/// Numbers of ours in use for one call ([`using`]): while it lives, a program close, `dup2` or
+/// `dup3` over one of them waits.
+#[must_use]
+pub struct Using {
+    _in_use: closegate::InUse,
+}
+
+/// Before a call that uses numbers of ours after checking them (the NIC's registration of a
+/// kept dma-buf: the kernel pins whatever file the number names then): `fds` (at most two, each
+/// its number and the file it was made as) are published as in use, then checked to be still
+/// ours and their files. From here until the value is dropped, a program close whose range
+/// covers one of them waits for it (closes of other numbers do not), so the call gets the file
+/// checked. `None`: one is not ours any more (the program closed it before): use none of them.
+/// (The check costs one `fstat` a number.)
+pub fn using(fds: &[(c_int, FileId)]) -> Option<Using> {
+    let mut nums = [-1; 2];
+    for (n, (fd, _)) in nums.iter_mut().zip(fds) {
+        *n = *fd;
+    }
+    let in_use = closegate::using(&nums[..fds.len().min(2)]);
+    let ours = fds.iter().all(|&(n, f)| pages::is_own(n) && file_of(n) == Some(f));
+    ours.then_some(Using { _in_use: in_use })
+}
+
 /// Hands `fd` to a caller: the number is the caller's from now on, and no longer marked ours.
 pub fn hand_out(fd: OwnedFd) -> c_int {
     let (n, file) = fd.into_parts();
@@ -225,7 +249,7 @@ pub fn program_closes<R>(
     real: impl FnOnce() -> R,
     closed: impl FnOnce(&R) -> bool,
 ) -> (bool, R) {
-    let _c = closegate::closing();
+    let _c = closegate::closing(fd, fd, foreign_table);
     if !pages::is_own(fd) || foreign_table() {
         return (false, real());
     }
@@ -247,7 +271,7 @@ pub fn program_closes_range<R>(
     closed: impl FnOnce(&R) -> bool,
     after: impl FnOnce(&R),
 ) -> R {
-    let _c = closegate::closing();
+    let _c = closegate::closing(first, last, foreign_table);
     let mut any = false;
     pages::each_own(|fd| any |= fd >= first && fd <= last);
     if !any || foreign_table() {
@@ -509,6 +533,30 @@ mod tests {
         assert_eq!(HOLDER.load(Relaxed), tid(), "still the close's");
         drop(close);
         assert_ne!(HOLDER.load(Relaxed), tid());
+    }
+
+    /// A use is granted only while the number is still ours and its file; one the program made
+    /// a dup over is refused, and a program close of a number in use waits for the use.
+    #[test]
+    fn a_number_is_used_only_while_it_is_ours_and_closes_of_it_wait() {
+        let ours = adopt(memfd()).expect("a fresh fd");
+        let (n, file) = (ours.num(), ours.file());
+        let in_use = using(&[(n, file)]).expect("ours");
+        let closer = std::thread::spawn(move || {
+            let theirs = memfd();
+            // SAFETY: a dup2 of two numbers of this test's own.
+            let (was, r) = program_closes(n, || unsafe { libc::dup2(theirs, n) }, |&r| r == n);
+            raw_close(theirs);
+            (was, r)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!closer.is_finished(), "a dup over a number in use went on during the use");
+        assert_eq!(file_of(n), Some(file));
+        drop(in_use);
+        assert_eq!(closer.join().unwrap(), (true, n));
+        assert!(using(&[(n, file)]).is_none(), "the program's file now");
+        assert!(!close(ours));
+        raw_close(n);
     }
 
     #[test]

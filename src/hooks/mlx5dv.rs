@@ -11,11 +11,12 @@
 //! is delegated untouched and fails as it would without gdrshim.
 
 use super::caller::with_caller;
+use super::decision::{after, before_export, outcome_owed, refused, use_export, ExportUse};
 use super::slots::slotted;
-use super::verbs::{after, before, outcome_owed, RegArgs};
+use super::verbs::{before, RegArgs};
 use crate::abi::mlx5dv::{self as m, DevxUmemIn};
 use crate::real::scope::{self, Callers};
-use crate::registrar::{Decision, Export};
+use crate::registrar::Export;
 use crate::shim;
 use crate::sys::{errno, set_errno};
 use core::ffi::{c_int, c_void};
@@ -32,18 +33,23 @@ type DeregF = unsafe extern "C" fn(Umem) -> c_int;
 /// such a call is the program's own dma-buf, passed through).
 const UMEM_IN_READ: usize = 40;
 
-/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory).
-/// `None`: the provider refused (logged), or has no `_reg_ex`.
+/// `mlx5dv_devx_umem_reg_ex` of `input` (gdrshim's export `e` in place of the caller's memory),
+/// while the export's fd is still that buffer (`decision::use_export`). `Refused`: the provider
+/// refused (logged), or has no `_reg_ex`.
 fn register_export(
     api: &str,
     a: &RegArgs,
     e: &Export,
     reg_ex: *mut c_void,
     mut input: DevxUmemIn,
-) -> Option<Umem> {
+) -> ExportUse<Umem> {
     let e0 = errno();
-    // the outcome must reach the registrar (see `verbs::outcome_owed`)
+    // the outcome must reach the registrar (see `decision::outcome_owed`)
     let _no_cancel = crate::sys::NoCancel::new();
+    let Some(in_use) = use_export(e) else {
+        set_errno(e0);
+        return ExportUse::Stale;
+    };
     let umem = if reg_ex.is_null() {
         set_errno(libc::ENOSYS);
         null_mut()
@@ -53,17 +59,18 @@ fn register_export(
         // SAFETY: the caller's context and a complete umem_in of ours, alive for the call.
         unsafe { f(a.ctx(), &mut input) }
     };
+    drop(in_use);
     let err = errno();
     let (addr, len) = (a.addr(), input.size);
     if umem.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, "mlx5dv_devx_umem_reg_ex", e, addr, len, err));
         set_errno(e0);
-        return None;
+        return ExportUse::Refused;
     }
     // a umem shows no address: its entry is the dma-buf's, with no address to put back
     shim::call_in(|s| s.verbs_after_dmabuf(e, umem as u64, 0, 0));
     set_errno(e0);
-    Some(umem)
+    ExportUse::Made(umem)
 }
 
 /// `mlx5dv_devx_umem_reg_ex` of the copy of libmlx5 `reg` (its `mlx5dv_devx_umem_reg`) is of.
@@ -85,23 +92,27 @@ unsafe fn reg_call(
     }
     const API: &str = "mlx5dv_devx_umem_reg";
     let a = RegArgs::of(ctx, addr as u64, size as u64, access);
-    let d = before(API, &a, false);
-    if super::verbs::refused(&d) {
+    let exported = before_export(
+        || before(API, &a, false),
+        |e| {
+            // what mlx5dv_devx_umem_reg asks of the kernel, on gdrshim's buffer
+            let input = DevxUmemIn {
+                addr: e.offset,
+                size: size as u64,
+                access,
+                pgsz_bitmap: m::UMEM_LEGACY_PGSZ_BITMAP,
+                comp_mask: m::UMEM_MASK_DMABUF,
+                dmabuf_fd: e.fd,
+            };
+            register_export(API, &a, e, reg_ex_beside(real), input)
+        },
+    );
+    let d = match exported {
+        Ok(u) => return u,
+        Err(d) => d,
+    };
+    if refused(&d) {
         return null_mut();
-    }
-    if let Some(Decision::Exported(e)) = &d {
-        // what mlx5dv_devx_umem_reg asks of the kernel, on gdrshim's buffer
-        let input = DevxUmemIn {
-            addr: e.offset,
-            size: size as u64,
-            access,
-            pgsz_bitmap: m::UMEM_LEGACY_PGSZ_BITMAP,
-            comp_mask: m::UMEM_MASK_DMABUF,
-            dmabuf_fd: e.fd,
-        };
-        if let Some(u) = register_export(API, &a, e, reg_ex_beside(real), input) {
-            return u;
-        }
     }
     let _no_cancel = outcome_owed(&d);
     // SAFETY: libmlx5's function of exactly this signature.
@@ -166,20 +177,31 @@ unsafe fn reg_ex_call(real: *mut c_void, ctx: Ctx, input: *mut DevxUmemIn) -> Um
     const API: &str = "mlx5dv_devx_umem_reg_ex";
     let caller = read_umem_in(input);
     let a = umem_in_args(ctx, caller);
-    let d = before(API, &a, false);
-    if super::verbs::refused(&d) {
+    let exported = before_export(
+        || before(API, &a, false),
+        |e| match caller {
+            Some(i) => {
+                let converted = DevxUmemIn {
+                    addr: e.offset,
+                    comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF,
+                    dmabuf_fd: e.fd,
+                    ..i
+                };
+                register_export(API, &a, e, real, converted)
+            }
+            // (no umem_in: nothing was decided; never here)
+            None => {
+                shim::call_in(|s| s.dmabuf_not_wanted(e));
+                ExportUse::Refused
+            }
+        },
+    );
+    let d = match exported {
+        Ok(u) => return u,
+        Err(d) => d,
+    };
+    if refused(&d) {
         return null_mut();
-    }
-    if let (Some(Decision::Exported(e)), Some(i)) = (&d, caller) {
-        let converted = DevxUmemIn {
-            addr: e.offset,
-            comp_mask: i.comp_mask | m::UMEM_MASK_DMABUF,
-            dmabuf_fd: e.fd,
-            ..i
-        };
-        if let Some(u) = register_export(API, &a, e, real, converted) {
-            return u;
-        }
     }
     let _no_cancel = outcome_owed(&d);
     // SAFETY: libmlx5's function of exactly this signature.
@@ -210,7 +232,7 @@ unsafe fn dereg_call(real: *mut c_void, umem: Umem) -> c_int {
     } else {
         None
     };
-    // the reference taken out must be given back or released (see `verbs::outcome_owed`)
+    // the reference taken out must be given back or released (see `decision::outcome_owed`)
     let _no_cancel = start.is_some().then(crate::sys::NoCancel::new);
     // SAFETY: libmlx5's function of exactly this signature.
     let f: DeregF = unsafe { core::mem::transmute::<*mut c_void, DeregF>(real) };

@@ -9,6 +9,7 @@ pub mod caller;
 pub mod cuda;
 pub mod cuda_ctx;
 pub mod cuda_gdr;
+pub mod decision;
 pub mod dl;
 pub mod fd;
 pub mod front;

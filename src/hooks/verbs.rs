@@ -9,6 +9,8 @@
 //! delegated untouched and fails as it would without gdrshim.
 
 use super::caller::with_caller;
+use super::decision::{after, outcome_owed, refused};
+use super::decision::{before_export, use_export, ExportUse};
 use super::slots::slotted;
 use super::within::{self, reentered, Inside};
 use crate::abi::verbs::{self as v, IBV_MR_ADDR_OFFSET, IBV_REREG_MR_CHANGE_TRANSLATION};
@@ -89,43 +91,31 @@ pub(crate) fn before(api: &str, a: &RegArgs, rereg: bool) -> Option<Decision> {
     .flatten()
 }
 
-/// Whether the registration must fail without reaching the provider (`Decision::Refuse`): then
-/// errno is EFAULT, as a GeForce without gdrshim answers a registration of GPU memory.
-pub(crate) fn refused(d: &Option<Decision>) -> bool {
-    let r = matches!(d, Some(Decision::Refuse(_)));
-    if r {
-        set_errno(libc::EFAULT);
-    }
-    r
-}
-
-/// Cancellation held off across a provider's call whose outcome the registrar is owed: an
-/// NV503C registration made for it (an export's call holds it off in `register_export`). A
-/// thread cancelled inside the call would never tell it, and the registration would stay until
-/// exit. A pending cancellation acts at the program's next cancellation point, after the hook
-/// returns.
-pub(crate) fn outcome_owed(d: &Option<Decision>) -> Option<crate::sys::NoCancel> {
-    matches!(d, Some(Decision::Hit { .. })).then(crate::sys::NoCancel::new)
-}
-
-pub(crate) fn after(d: Option<Decision>, mr: Mr) {
-    // Only an NV503C hit holds a reference that the MR must keep or drop.
-    let Some(d @ Decision::Hit { .. }) = d else { return };
-    shim::call_in(|s| s.verbs_after(&d, mr as u64));
-}
-
 type DmabufF = unsafe extern "C" fn(Pd, u64, usize, u64, c_int, c_int) -> Mr;
 type RegExF = unsafe extern "C" fn(Pd, *mut v::MrInitAttr) -> Mr;
 
 /// The registration of gdrshim's export `e` for `a`: `ibv_reg_dmabuf_mr`, or for `ibv_reg_mr_ex`
 /// (`real`) the caller's call with the address turned into the buffer and every other
 /// `comp_mask` bit kept. The export's fd is gdrshim's kept one: the hook closes nothing (an MR
-/// holds its own reference to the buffer).
-/// `None`: the provider refused (logged).
-fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Option<Mr> {
+/// holds its own reference to the buffer), and hands it over only while it is still that buffer
+/// ([`use_export`]).
+fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> ExportUse<Mr> {
     let e0 = errno();
     // the outcome must reach the registrar (see `outcome_owed`)
     let _no_cancel = crate::sys::NoCancel::new();
+    // the same copy's: the PD is that copy's (looked up before the use: it may take the
+    // loader's lock)
+    let dmabuf_real = match a.ex {
+        Some(_) => null_mut(),
+        None => {
+            static BESIDE: Callers = Callers::new();
+            scope::beside(&BESIDE, real, c"ibv_reg_dmabuf_mr")
+        }
+    };
+    let Some(in_use) = use_export(e) else {
+        set_errno(e0);
+        return ExportUse::Stale;
+    };
     let (with, mr) = match a.ex {
         Some((mask, dmah)) => {
             let mut attr = v::MrInitAttr {
@@ -148,9 +138,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             ("ibv_reg_mr_ex", unsafe { f(a.pd, &mut attr) })
         }
         None => {
-            // the same copy's: the PD is that copy's
-            static BESIDE: Callers = Callers::new();
-            let real = scope::beside(&BESIDE, real, c"ibv_reg_dmabuf_mr");
+            let real = dmabuf_real;
             if real.is_null() {
                 set_errno(libc::ENOSYS);
                 ("ibv_reg_dmabuf_mr", null_mut())
@@ -165,11 +153,12 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
             }
         }
     };
+    drop(in_use);
     let err = errno();
     if mr.is_null() {
         shim::call_in(|s| s.dmabuf_refused(api, with, e, a.addr, a.len, err));
         set_errno(e0);
-        return None;
+        return ExportUse::Refused;
     }
     // SAFETY: the provider returned a live `struct ibv_mr`, whose `addr` field (a pointer-sized
     // integer at IBV_MR_ADDR_OFFSET) the caller may read; nobody else uses the MR yet.
@@ -181,7 +170,7 @@ fn register_export(api: &str, a: &RegArgs, e: &Export, real: *mut c_void) -> Opt
     };
     shim::call_in(|s| s.verbs_after_dmabuf(e, mr as u64, provider_addr, a.addr));
     set_errno(e0);
-    Some(mr)
+    ExportUse::Made(mr)
 }
 
 macro_rules! verbs_reg {
@@ -225,15 +214,17 @@ macro_rules! verbs_reg {
                 }
                 let args = |$($b: $t),*| -> RegArgs { $args };
                 let a = args($($a),*);
-                let d = before(stringify!($export), &a, false);
-                match &d {
-                    Some(Decision::Exported(e)) => {
-                        if let Some(mr) = register_export(stringify!($export), &a, e, real) {
-                            return mr;
-                        }
-                    }
-                    _ if refused(&d) => return null_mut(),
-                    _ => {}
+                let api = stringify!($export);
+                let exported = before_export(
+                    || before(api, &a, false),
+                    |e| register_export(api, &a, e, real),
+                );
+                let d = match exported {
+                    Ok(mr) => return mr,
+                    Err(d) => d,
+                };
+                if refused(&d) {
+                    return null_mut();
                 }
                 let _no_cancel = outcome_owed(&d);
                 let mr = {

@@ -210,7 +210,10 @@ impl Rm for StrictRm {
         c: RmClient,
         instance: u32,
         p: &mut ExportToDmabufFd,
+        into: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32> {
+        // a later call names the buffer it adds to, and only that one
+        assert_eq!(into.map_or(-1, OwnedFd::num), p.fd, "the buffer a later call adds to");
         let (n, index, total_objects) =
             (p.num_objects as usize, p.index as usize, p.total_objects as usize);
         if p.total_size == 0

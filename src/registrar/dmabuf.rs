@@ -143,7 +143,7 @@ impl Dmabuf {
         let mut fd: Option<OwnedFd> = None;
         for k in 0..plan.calls() {
             let mut params = plan.call(k, fd.as_ref().map_or(-1, OwnedFd::num), mapping_type);
-            let made = match rm.export_dmabuf(c, plan.device_instance, &mut params) {
+            let made = match rm.export_dmabuf(c, plan.device_instance, &mut params, fd.as_ref()) {
                 Ok(made) => made,
                 Err(st) => {
                     if let Some(f) = fd.take() {
@@ -176,6 +176,7 @@ impl Dmabuf {
         let fd = rm.hand_out(fd);
         Ok(Export {
             fd,
+            file: None,
             offset: addr - plan.base,
             pieces: plan.spans.len(),
             bytes: plan.total,
@@ -200,11 +201,12 @@ impl Dmabuf {
         if let Some(&id) = self.by_pieces.get(&key) {
             let sh = self.shared.get_mut(&id).expect("indexed buffers exist");
             if let Some(fd) = sh.fd.as_ref().filter(|fd| rm.still_ours(fd)) {
-                let fd = fd.num();
+                let (fd, file) = (fd.num(), fd.file());
                 sh.pending += 1;
                 let (bytes, mems) = (sh.bytes, sh.mems.clone());
                 return Ok(Export {
                     fd,
+                    file: Some(file),
                     offset: addr - plan.base,
                     pieces: plan.spans.len(),
                     bytes,
@@ -222,7 +224,7 @@ impl Dmabuf {
             self.drop_if_unused(rm, id);
         }
         let fd = self.export_new(t, rm, plan, mapping_type)?;
-        let num = fd.num();
+        let (num, file) = (fd.num(), fd.file());
         self.next_id += 1;
         let id = self.next_id;
         self.bar1_before(t, rm, plan, plan.total);
@@ -243,6 +245,7 @@ impl Dmabuf {
         self.exported_peak = self.exported_peak.max(self.exported_bytes);
         Ok(Export {
             fd: num,
+            file: Some(file),
             offset: addr - plan.base,
             pieces: plan.spans.len(),
             bytes: plan.total,

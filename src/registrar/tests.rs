@@ -79,6 +79,7 @@ impl Rm for FakeRm {
         _c: Client,
         _d: u32,
         _p: &mut ExportToDmabufFd,
+        _into: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32> {
         panic!("the NV503C route exports nothing")
     }

@@ -41,6 +41,7 @@ fn a_stale_dmabuf_reference_is_not_taken_for_another_mr() {
     let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
     let e = Export {
         fd: 5,
+        file: None,
         offset: 0,
         pieces: 1,
         bytes: 0x20_0000,
@@ -84,6 +85,7 @@ fn only_a_free_over_the_memory_says_a_dmabuf_mr_still_uses_it() {
     let mut r = Registrar::with_route(false, Ok(Route::Dmabuf));
     let e = Export {
         fd: 5,
+        file: None,
         offset: 0,
         pieces: 1,
         bytes: 0x20_0000,

@@ -41,6 +41,7 @@ impl Rm for ExportRm {
         _: Client,
         _: u32,
         _: &mut ExportToDmabufFd,
+        _: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
         Ok(Some(OwnedFd::new(

@@ -69,6 +69,7 @@ impl Rm for BufRm {
         _: Client,
         _: u32,
         p: &mut ExportToDmabufFd,
+        _: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32> {
         self.exports += 1;
         let n = p.num_objects as usize;

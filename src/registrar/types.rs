@@ -5,7 +5,7 @@
 use super::bar1;
 use super::miss::RegMiss;
 use crate::abi::dmabuf::ExportToDmabufFd;
-use crate::fd::OwnedFd;
+use crate::fd::{FileId, OwnedFd};
 use crate::route::Route;
 use crate::tracker::VidmemTuple;
 use crate::vamap::MemRef;
@@ -31,12 +31,14 @@ pub trait Rm {
     fn gpu_dmabuf_capable(&mut self, c: Client, subdevice: u32) -> Result<bool, u32>;
     /// One NV_ESC_EXPORT_TO_DMABUF_FD on a /dev/nvidiaN fd of the GPU with RM device instance
     /// `device_instance`. The first call of a buffer (`params.fd` -1) makes it: its fd, ours
-    /// (`Some`); a later one adds pieces to `params.fd`, an fd of ours (`None`).
+    /// (`Some`); a later one adds pieces to `params.fd`, `into`'s number (`None`), checked to be
+    /// still that buffer where the call cannot meet a program close.
     fn export_dmabuf(
         &mut self,
         c: Client,
         device_instance: u32,
         params: &mut ExportToDmabufFd,
+        into: Option<&OwnedFd>,
     ) -> Result<Option<OwnedFd>, u32>;
     /// Closes an fd of ours where its number is still that file; one the program closed (the
     /// number is another file now, or none) is let go unclosed, and said.
@@ -120,6 +122,9 @@ pub struct Export {
     /// The buffer's fd for the call: a kept fd of ours (`buf` is `Some`), or for CUDA's callers
     /// the caller's own (`buf` is `None`).
     pub fd: i32,
+    /// For a kept fd of ours, the file it was made as: the hook checks the number again within
+    /// the call's protected section (a program may have closed it since the decision).
+    pub file: Option<FileId>,
     /// Offset of the MR's first byte in the buffer (the buffer starts at the page below it).
     pub offset: u64,
     pub pieces: usize,

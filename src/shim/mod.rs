@@ -201,6 +201,8 @@ impl Shim {
             } else {
                 BACKLOG
             };
+        #[cfg(feature = "knobs")]
+        crate::fdtable::closegate::set_use_delay_us(cfg.knobs.fd_use_delay_us);
         let rm = crate::rm::RealRm::new(
             table.unwrap_or(abi::table_for(DriverVersion(580, 0, 0)).expect("a known branch")),
             cfg.knobs.dev_dir.as_deref(),

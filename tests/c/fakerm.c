@@ -26,6 +26,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -432,10 +433,18 @@ int ioctl(int fd, unsigned long req, void *arg) {
   if (rc == 0) errno = e;
   return rc;
 }
+// NVIDIA escapes ('F') issued on an fd that is no node of the fake's (a program's own file at a
+// number gdrshim had checked and no longer held), and exports asked on a GPU node the program
+// opened itself (the rigs mark their own opens of one with O_NONBLOCK; gdrshim never opens so)
+unsigned long fakenv_escapes_elsewhere, fakenv_exports_on_program_nodes;
 static int fake_ioctl(int fd, unsigned long req, void *arg) {
   int (*real)(int, unsigned long, void *) = REAL(ioctl);
   int node = node_of(fd);
-  if (node < 0) return real(fd, req, arg);
+  if (node < 0) {
+    if (((req >> 8) & 0xff) == 0x46) __atomic_add_fetch(&fakenv_escapes_elsewhere, 1, __ATOMIC_RELAXED);
+    return real(fd, req, arg);
+  }
+  if (node >= 2 && (req & 0xff) == 0xd9 && (syscall(SYS_fcntl, fd, F_GETFL) & O_NONBLOCK)) __atomic_add_fetch(&fakenv_exports_on_program_nodes, 1, __ATOMIC_RELAXED);
   thrash();
   if (!arg) { errno = EFAULT; return -1; }
   uint8_t *a = arg; uint32_t *w = arg; unsigned nr = req & 0xff, size = (req >> 16) & 0x3fff;

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +27,9 @@ struct ibv_mr { void *context, *pd, *addr; size_t length; uint32_t handle, lkey,
 // verbs_mr (rigprovider.c: rdma-core's ibv_dereg_mr reads them)
 struct mr_held { struct ibv_mr mr; uint32_t mr_type; int access; int buf_fd; };
 unsigned long fakeverbs_dmabuf, fakeverbs_dmabuf_wrong, fakeverbs_reg_calls;
+// dma-buf registrations handed an fd that is no buffer of the fake driver (a program's own file
+// at a number gdrshim had checked and no longer held): the kernel would pin whatever it names
+unsigned long fakeverbs_dmabuf_foreign;
 int fakeverbs_exit_in_reg; // a thread that ends inside the provider's registration (pthread_exit)
 int fakeverbs_cancel_point_in_reg; // registrations pass a cancellation point, as rdma-core's write() does
 static void cancel_point(void) { if (__atomic_load_n(&fakeverbs_cancel_point_in_reg, __ATOMIC_ACQUIRE)) pthread_testcancel(); }
@@ -54,6 +58,9 @@ static struct ibv_mr *dmabuf_reg(uint64_t off, size_t len, uint64_t iova, int fd
   const char *fail = getenv("FAKEVERBS_DMABUF_FAIL");
   if (fail) { errno = atoi(fail); return NULL; }
   if (fd < 0) { errno = EBADF; return NULL; }
+  char link[64], target[256]; snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(link, target, sizeof target - 1);
+  if (k <= 0 || (target[k] = 0, strncmp(target, "/memfd:nv_dmabuf", 16))) __atomic_add_fetch(&fakeverbs_dmabuf_foreign, 1, __ATOMIC_RELAXED);
   if ((access & 0x40) || (off & 0xfff) != (iova & 0xfff)) { errno = EINVAL; return NULL; }
   int (*check)(int, uint64_t, uint64_t, uint64_t) = (int (*)(int, uint64_t, uint64_t, uint64_t))dlsym(RTLD_DEFAULT, "fakenv_dmabuf_check");
   int r = check ? check(fd, off, len, iova) : -2;

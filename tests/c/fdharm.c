@@ -11,6 +11,12 @@
 //   fdharm window      one thread closes every number from the first free one up
 //                      (close_range(lo, 511)) and opens a file of its own, while others register:
 //                      gdrshim never takes, uses or closes the program's file
+//   fdharm use         one thread closes gdrshim's numbers (close_range(lo, 511), dup2 of
+//                      /dev/null onto each) and makes files of its own (memfds, its own opens
+//                      of nvidia0) while others register, some over a buffer an MR keeps (the
+//                      reuse of a kept dma-buf): the NIC is only ever handed the fake driver's
+//                      buffers of the right memory, and no export is asked on a file of the
+//                      program's
 #include "rig.h"
 #include <linux/close_range.h>
 
@@ -151,6 +157,68 @@ static int race(const char *mode, int range, int seconds) {
   return failures != 0;
 }
 
+static int nul; // the program's /dev/null, below lo
+static long mrs_made;
+static void *reg_many(void *arg) {
+  uint64_t at = BASE + (uint64_t)(uintptr_t)arg * 16 * K64;
+  while (!stop) {
+    struct ibv_mr *m = vreg(rig_pd, (void *)(uintptr_t)at, K64, 0xf);
+    if (m) { __atomic_add_fetch(&mrs_made, m->lkey == 9, __ATOMIC_RELAXED); vdereg(m); }
+  }
+  return NULL;
+}
+static void *takes_numbers(void *arg) {
+  (void)arg;
+  char node[4096]; snprintf(node, sizeof node, "%s/nvidia0", getenv("GDRSHIM_TEST_DEV_DIR"));
+  for (long round = 0; !stop; round++) {
+    // gdrshim's kept dma-bufs and its nvidia0 fd among them
+    if (round % 2 == 0) close_range(lo, 511, 0);
+    else for (int n = lo; n < lo + 24; n++) dup2(nul, n);
+    for (int i = 0; i < 8; i++) {
+      // the program's own files take the numbers freed (its own node marked O_NONBLOCK)
+      if (i % 4 == 3) open(node, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+      else memfd_create("program-file", MFD_CLOEXEC);
+    }
+    for (int i = 0; i < 50; i++) sched_yield();
+  }
+  return NULL;
+}
+
+static unsigned long count_of(const char *name) {
+  unsigned long *c = (unsigned long *)dlsym(RTLD_DEFAULT, name);
+  if (!c) { fprintf(stderr, "no %s in the fakes\n", name); exit(2); }
+  return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+static int use_race(int seconds) {
+  for (int i = 1; i <= 3; i++) gpu_alloc(0, BASE + (uint64_t)i * 16 * K64, K64);
+  nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  lo = open("/dev/null", O_RDONLY); close(lo);
+  // MRs that keep the buffers of two of the ranges (the others' registrations reuse them); they
+  // and gdrshim's nvidia0 fd take numbers from lo up
+  struct ibv_mr *kept[2];
+  for (int i = 0; i < 2; i++) kept[i] = must_reg(vreg, BASE + (uint64_t)(i + 1) * 16 * K64, K64, "a kept MR");
+  pthread_t t[4];
+  pthread_create(&t[0], NULL, takes_numbers, NULL);
+  for (int i = 1; i <= 3; i++) pthread_create(&t[i], NULL, reg_many, (void *)(uintptr_t)i);
+  sleep(seconds);
+  stop = 1;
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) if (kept[i] && vdereg(kept[i])) fail("dereg", i, errno);
+  unsigned long foreign = count_of("fakeverbs_dmabuf_foreign"), wrong = count_of("fakeverbs_dmabuf_wrong");
+  unsigned long elsewhere = count_of("fakenv_escapes_elsewhere"), on_program = count_of("fakenv_exports_on_program_nodes");
+  if (foreign) fail("the NIC was handed a file of the program's for gdrshim's buffer", (long)foreign, 0);
+  if (wrong) fail("the NIC was handed a buffer of other memory", (long)wrong, 0);
+  if (elsewhere) fail("an NVIDIA escape was issued on a file of the program's", (long)elsewhere, 0);
+  if (on_program) fail("an export was asked on the program's own GPU node", (long)on_program, 0);
+  if (mrs_made < 100) fail("too few dma-buf MRs to judge", mrs_made, 0);
+  int left = dmabufs_below_512();
+  if (left) fail("dma-bufs left open with no MR", left, 0);
+  printf("fdharm use %s mrs=%ld foreign=%lu wrong=%lu elsewhere=%lu on_program_nodes=%lu left=%d\n",
+         failures ? "FAILED" : "ok", mrs_made, foreign, wrong, elsewhere, on_program, left);
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: fdharm MODE [SECONDS]\n"); return 2; }
   setup();
@@ -161,6 +229,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "failed")) return kept_across(mode, failing_calls);
   if (!strcmp(mode, "range-race")) return race(mode, 0, seconds);
   if (!strcmp(mode, "window")) return race(mode, 1, seconds);
+  if (!strcmp(mode, "use")) return use_race(seconds);
   fprintf(stderr, "fdharm: unknown mode %s\n", mode);
   return 2;
 }

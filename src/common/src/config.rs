@@ -123,10 +123,14 @@ pub struct Knobs {
     /// `GDRSHIM_TEST_DEREG_QUEUED=1`: every deregistration begins by a queued outcome, as when
     /// the core's lock is not had within the hooks' wait.
     pub dereg_queued: bool,
+    /// `GDRSHIM_TEST_FD_USE_DELAY_US=N`: N µs between gdrshim's check that an fd number is
+    /// still its own and the call that uses it (the NIC's registration of a kept dma-buf, an
+    /// export's ioctl on a GPU node), as a thread preempted there would spend.
+    pub fd_use_delay_us: u32,
 }
 
 /// The knobs' variables.
-pub const KNOB_VARS: [&str; 10] = [
+pub const KNOB_VARS: [&str; 11] = [
     ENV_TIMING,
     ENV_BENCH_PAUSE,
     ENV_APPLY_THREAD,
@@ -137,6 +141,7 @@ pub const KNOB_VARS: [&str; 10] = [
     ENV_TEST_PANIC,
     ENV_TEST_SETTLE_LATE,
     ENV_TEST_DEREG_QUEUED,
+    ENV_TEST_FD_USE_DELAY_US,
 ];
 
 impl Knobs {
@@ -156,6 +161,9 @@ impl Knobs {
             panic: get(ENV_TEST_PANIC).filter(|s| !s.is_empty()),
             settle_late: flag(get, ENV_TEST_SETTLE_LATE, false, warnings),
             dereg_queued: flag(get, ENV_TEST_DEREG_QUEUED, false, warnings),
+            fd_use_delay_us: get(ENV_TEST_FD_USE_DELAY_US)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0),
         };
         if k.bench_pause && mode != Mode::Shadow {
             warnings.push(format!(
@@ -187,6 +195,7 @@ pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 pub const ENV_TEST_SETTLE_LATE: &str = "GDRSHIM_TEST_SETTLE_LATE";
 pub const ENV_TEST_DEREG_QUEUED: &str = "GDRSHIM_TEST_DEREG_QUEUED";
+pub const ENV_TEST_FD_USE_DELAY_US: &str = "GDRSHIM_TEST_FD_USE_DELAY_US";
 
 impl Default for Config {
     fn default() -> Self {
