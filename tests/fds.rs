@@ -87,3 +87,18 @@ fn gdrshim_never_uses_a_number_the_program_took_back() {
         assert!(line.contains(zero), "{zero}: {line}");
     }
 }
+
+/// A fork's prepare handlers run while gdrshim holds its fd lock (from its own prepare handler
+/// to its parent handler); a thread that logs meanwhile may be inside libcuda, holding a lock that
+/// a later handler (libcuda's own) waits for. The log's line is dropped then, never waited for:
+/// the program's later handler sees the line logged (before: the logger waited for the fork and
+/// the fork for the logger, 5 s here, for ever with libcuda).
+#[test]
+fn a_log_line_never_waits_for_a_fork() {
+    let dir = std::env::temp_dir().join(format!("gdrshim-forklog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log");
+    let line = fdharm(&["forklog"], &[("GDRSHIM_LOG_FILE", log.to_str().unwrap())]);
+    assert!(line.contains("logged_in_prepare=1"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

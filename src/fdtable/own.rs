@@ -86,12 +86,21 @@ fn tid() -> i32 {
 struct Held(bool);
 
 fn lock() -> Held {
+    // never gives up: a lock is always got
+    lock_or_give_up(|| false).unwrap_or(Held(false))
+}
+
+/// The lock, or `None` as soon as `give_up()` says so while another thread holds it.
+fn lock_or_give_up(give_up: impl Fn() -> bool) -> Option<Held> {
     let me = tid();
     if HOLDER.load(Relaxed) == me {
-        return Held(false);
+        return Some(Held(false));
     }
     let mut spins = 0u32;
     while HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err() {
+        if give_up() {
+            return None;
+        }
         spins += 1;
         if spins < 64 {
             core::hint::spin_loop();
@@ -101,7 +110,15 @@ fn lock() -> Held {
             unsafe { libc::sched_yield() };
         }
     }
-    Held(true)
+    Some(Held(true))
+}
+
+/// The lock, unless a fork holds it (from its prepare handler to its parent handler): `None`
+/// then, at once. For the log's lines: a thread that writes one may be inside libcuda holding a
+/// lock of libcuda's that another fork handler, run while ours holds this lock, waits for; a
+/// line is worth less than that wait.
+fn lock_unless_forking() -> Option<Held> {
+    lock_or_give_up(|| HELD_FOR_FORK.load(Relaxed))
 }
 
 impl Drop for Held {
@@ -326,13 +343,22 @@ impl Kept {
 
     /// Writes all of `bytes` while the number is still our file (under the lock: the program
     /// cannot close it and open its own file at the number halfway); `false`: none is kept any
-    /// more (the program closed it: it is let go from now on). No cancellation point.
+    /// more (the program closed it: it is let go from now on). No cancellation point. While a
+    /// fork holds the lock the line is dropped, never waited for ([`lock_unless_forking`]).
     pub fn write_all(&self, bytes: &[u8]) -> bool {
         let Some(n) = self.num() else { return false };
         let file = (self.dev.load(Relaxed), self.ino.load(Relaxed));
         let foreign = foreign_table();
         // (a vfork child has one thread, and no thread of ours closes in its table: no lock)
-        let _l = (!foreign).then(lock);
+        let _l = if foreign {
+            None
+        } else {
+            match lock_unless_forking() {
+                Some(held) => Some(held),
+                // a fork is being made: the line is dropped, the file stays kept
+                None => return true,
+            }
+        };
         if !pages::is_own(n) || file_of(n).map(|f| (f.dev, f.ino)) != Some(file) {
             if foreign {
                 // the child's table, not the parent's: the line is dropped, the file stays kept

@@ -17,6 +17,11 @@
 //                      reuse of a kept dma-buf): the NIC is only ever handed the fake driver's
 //                      buffers of the right memory, and no export is asked on a file of the
 //                      program's
+//   fdharm forklog     a prepare handler of the program's, installed before gdrshim's (so run
+//                      after it, while gdrshim holds its fd lock for the fork), waits for another
+//                      thread to have gdrshim log a line (a registration that misses): the line
+//                      must not wait for the fork (a thread inside libcuda may hold what another
+//                      fork handler waits for)
 #include "rig.h"
 #include <linux/close_range.h>
 
@@ -219,8 +224,46 @@ static int use_race(int seconds) {
   return failures != 0;
 }
 
+static volatile int forklog_armed, forklog_in_prepare, forklog_logged, forklog_logged_in_prepare;
+static void forklog_prepare(void) {
+  if (!forklog_armed) return;
+  forklog_in_prepare = 1;
+  for (int i = 0; i < 5000 && !forklog_logged; i++) usleep(1000);
+  forklog_logged_in_prepare = forklog_logged;
+}
+static void *forklog_logger(void *arg) {
+  (void)arg;
+  while (!forklog_in_prepare) usleep(100);
+  must_miss(BASE, 2 * 64 * K64, 0xf, "a registration past its allocation");
+  forklog_logged = 1;
+  return NULL;
+}
+static int forklog(void) {
+  uint32_t h = gpu_alloc(0, BASE, 64 * K64);
+  pthread_t t;
+  pthread_create(&t, NULL, forklog_logger, NULL);
+  forklog_armed = 1;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) fail("fork", pid, errno);
+  forklog_armed = 0;
+  pthread_join(t, NULL);
+  if (!forklog_logged_in_prepare) fail("the logging thread waited for the fork", 0, 0);
+  gpu_free(0, BASE, 64 * K64, h);
+  double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+  printf("fdharm forklog %s logged_in_prepare=%d fork_ms=%.0f\n", failures ? "FAILED" : "ok",
+         forklog_logged_in_prepare, ms);
+  return failures != 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) { fprintf(stderr, "usage: fdharm MODE [SECONDS]\n"); return 2; }
+  // before gdrshim starts (setup's first driver call): the program's handler runs after gdrshim's
+  if (!strcmp(argv[1], "forklog")) pthread_atfork(forklog_prepare, NULL, NULL);
   setup();
   const char *mode = argv[1];
   int seconds = argc > 2 ? atoi(argv[2]) : 2;
@@ -230,6 +273,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "range-race")) return race(mode, 0, seconds);
   if (!strcmp(mode, "window")) return race(mode, 1, seconds);
   if (!strcmp(mode, "use")) return use_race(seconds);
+  if (!strcmp(mode, "forklog")) return forklog();
   fprintf(stderr, "fdharm: unknown mode %s\n", mode);
   return 2;
 }
