@@ -131,12 +131,12 @@ int fw_copier_register(uint64_t a, uint64_t n) {
   int (*export)(void *, uint64_t, int, unsigned long long) =
       (int (*)(void *, uint64_t, int, unsigned long long))dlsym(h, "cuMemExportToShareableHandle");
   int (*release)(uint64_t) = (int (*)(uint64_t))dlsym(h, "cuMemRelease");
-  pthread_mutex_lock(&copier_mu);
-  if (!copier_state) copier_state = copier_start() ? 1 : -1;
+  // The CUDA calls first, outside copier_mu: a registration that waits in libcuda (another
+  // thread of the program blocked there) must not hold up the copies of memory already handed over
   fwc_req q = {0};
   int fd = -1, ok = 0, ordinal = 0;
   // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (11), _RANGE_SIZE (12), _DEVICE_ORDINAL (9)
-  if (copier_state > 0 && attr && !attr(&q.base, 11, a) && !attr(&q.size, 12, a)) {
+  if (attr && !attr(&q.base, 11, a) && !attr(&q.size, 12, a)) {
     if (!attr(&ordinal, 9, a)) q.device = ordinal;
     uint64_t vmm = 0;
     if (ipc_get && !ipc_get(q.ipc, q.base)) {
@@ -150,9 +150,11 @@ int fw_copier_register(uint64_t a, uint64_t n) {
       else fd = -1;
       release(vmm);
     }
-    ok = q.op && a >= q.base && n <= q.size && a - q.base <= q.size - n && !ask(&q, fd);
   }
-  if (fd >= 0) close(fd); // ours: the export just made it
+  dlclose(h);
+  pthread_mutex_lock(&copier_mu);
+  if (!copier_state) copier_state = copier_start() ? 1 : -1;
+  ok = copier_state > 0 && q.op && a >= q.base && n <= q.size && a - q.base <= q.size - n && !ask(&q, fd);
   if (ok) {
     int i, free_at = -1;
     for (i = 0; i < MAXSENT && !(sent[i].size && sent[i].base == q.base); i++)
@@ -163,7 +165,7 @@ int fw_copier_register(uint64_t a, uint64_t n) {
   }
   if (!ok) fw_copier_fallbacks++;
   pthread_mutex_unlock(&copier_mu);
-  dlclose(h);
+  if (fd >= 0) close(fd); // ours: the export just made it
   return ok;
 }
 static int held(const void *p, uint64_t n) { // under copier_mu
