@@ -38,6 +38,7 @@ struct Net {
     shim: Shim,
     /// FAKEWIRE_TRACE's prefix where the wire's trace is asked for
     trace: Option<PathBuf>,
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Net {
@@ -49,7 +50,7 @@ impl Net {
         let rdv = state.join("rdv");
         std::fs::create_dir_all(&rdv).unwrap();
         std::fs::write(state.join("faults"), faults).unwrap();
-        Net { state, rdv, shim, trace: None }
+        Net { state, rdv, shim, trace: None, env: Vec::new() }
     }
 
     /// `DIR/host N ARGS...` in this lab.
@@ -64,6 +65,7 @@ impl Net {
         if let Some(t) = &self.trace {
             c.env("FAKEWIRE_TRACE", t);
         }
+        c.env_remove("FAKEWIRE_COPIER").envs(self.env.iter().copied());
         if self.shim == Shim::With {
             let (lib, dev) = shim();
             c.env("LD_PRELOAD", lib).env("GDRSHIM_TEST_DEV_DIR", dev);
@@ -263,6 +265,9 @@ fn mesh(n: usize, gpu: bool, shim: Shim) {
         );
         assert_eq!(field(w, "wire_errors") + field(w, "dropped") + field(w, "timeouts"), 0, "{w}");
         assert_eq!(field(w, "gdrshim"), (shim == Shim::With) as u64, "{w}");
+        // every GPU copy (WRITE, READ, SEND in and out) by the host's copier, none in the program
+        assert_eq!(field(w, "copier_fallbacks"), 0, "{w}");
+        assert_eq!(field(w, "copier_copies") > 0, gpu, "{w}");
         if shim == Shim::With && gpu {
             // gdrshim (started by the program's first CUDA call) saw its dma-buf MR on the way
             let g = o
@@ -300,7 +305,28 @@ fn the_wire_writes_gpu_memory_while_the_program_is_blocked_in_libcuda() {
         assert_eq!(field(l, "wrong_bytes"), 0, "{l}");
         let w = outs[0].wire();
         assert_eq!((field(w, "bytes_g2g"), field(w, "timeouts")), (65540, 0), "{w}");
+        // host 0's GPU memory was written by its copier, in a process and a context of its own
+        assert_eq!((field(w, "copier_copies"), field(w, "copier_fallbacks")), (2, 0), "{w}");
     }
+}
+
+/// The stand-in libcuda holds a process as the GPU does while a thread of it is blocked in a
+/// copy behind a wait (tests/gpu/blocked_copy.cu): with the copier off (`FAKEWIRE_COPIER=0`) the
+/// wire copies in the program's process, through its pinned buffer on its own stream, and that
+/// copy waits for the blocked one, which times out: the stall NCCL met on the GPU.
+#[test]
+fn without_its_copier_the_wire_stalls_while_the_program_is_blocked_in_libcuda() {
+    let mut net = Net::new("blocked-in-process", "", Shim::Without);
+    net.env.push(("FAKEWIRE_COPIER", "0"));
+    let outs = net.labpair("blocked", 2, true);
+    let o = &outs[0];
+    let text = format!("{}{}", o.stdout, o.stderr);
+    assert!(
+        !o.ok && text.contains("the pageable copy never got its bytes (CUDA error 702"),
+        "{text}"
+    );
+    let w = o.wire();
+    assert_eq!((field(w, "copier_copies"), field(w, "copier_fallbacks")), (0, 1), "{w}");
 }
 
 /// The wire's trace (FAKEWIRE_TRACE, what a stalled run on the GPU machine is read by): each

@@ -3,9 +3,9 @@
 # own libibverbs (DIR/provider/libfwroce-rdmav34.so, which DIR/host names in RDMAV_DRIVERS),
 # stand-in libmlx5.so.1 and libefa.so.1 in DIR/lib, fakesys.so, the stand-in libcuda in
 # DIR/labcuda (only programs that ask for it load it), the fake NVIDIA driver DIR/fakerm.so
-# (preloaded after gdrshim where gdrshim is to meet a GeForce), the lab's own verbs programs in
-# DIR/bin, and DIR/host, which runs any program as a lab host. Needs rdma-core's libibverbs1 and
-# libibverbs-dev (scripts/dev/test.sh --missing-packages names them).
+# (preloaded after gdrshim where gdrshim is to meet a GeForce), the lab's own verbs programs and
+# the wire's copier (fwcopier) in DIR/bin, and DIR/host, which runs any program as a lab host.
+# Needs rdma-core's libibverbs1 and libibverbs-dev (scripts/dev/test.sh --missing-packages names them).
 #   bash tests/lab/build.sh DIR        then   DIR/host N CMD ARGS...
 # C compiler: $CC (default cc), with -Wall -Wextra -Werror.
 set -euo pipefail
@@ -22,7 +22,7 @@ if ! printf '#include <infiniband/verbs.h>\nint main(void) { return !ibv_get_dev
 fi
 pids=()
 build() { "$cc" "${flags[@]}" "$@" & pids+=($!); }
-wire=("$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakelab.c")
+wire=("$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakewire_copier.c" "$src/fakelab.c")
 # The provider: the fake wire's ibv_* definitions hidden inside it, rdma-core's in front. -z nodelete:
 # the wire's thread runs its code until the process ends, so a program that dlcloses libibverbs
 # (the fleet check, through libloading) must not unmap it.
@@ -43,6 +43,8 @@ ln -sf libmlx5.so.1 "$dir/lib/libmlx5.so"
 build -I"$src" -o "$dir/bin/wireclient" "$src/wireclient.c" -l:libibverbs.so.1
 build -I"$src" -o "$dir/bin/wireclient-gpu" "$src/wireclient.c" -Wl,--no-as-needed -l:libibverbs.so.1 \
   -L"$dir/labcuda" -l:libcuda.so.1 -Wl,-rpath,"$dir/labcuda"
+# the wire's copier (fakewire_copier.c starts it; it loads the program's libcuda by path)
+build -o "$dir/bin/fwcopier" "$src/fwcopier.c" -ldl
 build -o "$dir/bin/labpair" "$src/labpair.c" "$src/labpair_cases.c" -libverbs
 # a stand-in NCCL (the fleet check's --nccl in CI): DIR/fakenccl/libnccl.so.2
 mkdir -p "$dir/fakenccl"

@@ -8,7 +8,7 @@
 // ibv_reg_mr_iova2 and ibv_reg_dmabuf_mr. fakewire_data.c and fakewire_resp.c are what a work
 // request does at each end, fakewire_net.c the wire between processes (FAKEWIRE_LAB): RDMA WRITE
 // / READ and SEND / RECV move bytes between registered ranges of two processes, each touching only
-// its own memory (cuMemcpy for GPU memory).
+// its own memory (GPU memory through a copier process of its own: fakewire_copier.c).
 //
 // GDR is judged as a real inbox kernel without nvidia-peermem judges it: GPU memory registers only
 // as a dma-buf MR (an nv_dmabuf fd whose size covers offset + length, iova = the GPU address); a
@@ -97,11 +97,11 @@ __attribute__((destructor)) static void fw_report(void) {
            "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
            "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
            "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu dropped=%lu "
-           "corrupted=%lu timeouts=%lu\n",
+           "corrupted=%lu timeouts=%lu copier_copies=%lu copier_fallbacks=%lu\n",
            fw_me()->n, getpid(), shim != NULL, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
            fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
            fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors,
-           fw_n.wire[0], fw_n.wire[1], fw_n.wire[2]);
+           fw_n.wire[0], fw_n.wire[1], fw_n.wire[2], fw_copier_copies, fw_copier_fallbacks);
   fputs(b, stderr);
   const char *p = getenv("FAKEWIRE_REPORT");
   FILE *f = p && *p ? fopen(p, "a") : NULL;
@@ -158,11 +158,15 @@ int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
   const char *dir = dst_gpu && src_gpu ? "g2g" : dst_gpu ? "h2g" : "g2h";
   fw_trace("copy begin %s dst=%p src=%p n=%zu", dir, dst, (void *)src, n);
   int64_t t0 = fw_now_ms();
-  int rc = gpu_copy(dst, src, n, dst_gpu, src_gpu);
+  int rc;
+  if (!fw_copier_copy(dst, src, n, dst_gpu, src_gpu, &rc)) rc = gpu_copy(dst, src, n, dst_gpu, src_gpu);
   fw_trace("copy end %s n=%zu rc=%d ms=%lld", dir, n, rc, (long long)(fw_now_ms() - t0));
   return rc;
 }
-// The GPU copies go through a pinned bounce buffer of the wire's own, on a stream of its own:
+// The GPU copies are the copier's (fakewire_copier.c). Where it holds no handle to the memory the
+// wire copies here, as it did before the GPU showed that no copy of a process finishes while one
+// of its threads is blocked in a pageable copy (tests/gpu/blocked_copy.cu), counted as
+// copier_fallbacks. That in-process way goes through a pinned bounce buffer, on a stream of its own:
 // a copy from or to pageable memory is staged by libcuda through its own pinned buffers under a
 // lock that a program thread holds for the whole of its blocking pageable copy (`t.cpu()` after a
 // collective waits there for NCCL's kernel, which waits for the very bytes the wire must write:
@@ -276,7 +280,7 @@ static struct ibv_mr *reg_plain(struct ibv_pd *pd, void *addr, size_t len, uint6
       errno = EFAULT; return NULL;
     }
     if (!whole) { fw_n.bad_args++; errno = EFAULT; return NULL; }
-    fw_gpu_copy_prepare();
+    if (!fw_copier_register((uint64_t)(uintptr_t)addr, len)) fw_gpu_copy_prepare();
   }
   return mr_new(pd, addr, iova, (uint8_t *)addr, len, access, -1, gpu ? FW_GPU_PEERMEM : FW_HOST);
 }
@@ -334,7 +338,7 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, ui
     if (k < 4) fw_say("ibv_reg_dmabuf_mr(off=%#lx len=%#zx iova=%#lx fd=%d) refused: %s", (unsigned long)off, len, (unsigned long)iova, fd, why);
     return NULL;
   }
-  fw_gpu_copy_prepare();
+  if (!fw_copier_register(iova, len)) fw_gpu_copy_prepare();
   // the MR holds a reference to the buffer (the RDMA core does), until ibv_dereg_mr
   return mr_new(pd, (void *)(uintptr_t)off, iova, (uint8_t *)(uintptr_t)iova, len, access, fcntl(fd, F_DUPFD_CLOEXEC, 0), FW_GPU_DMABUF);
 }

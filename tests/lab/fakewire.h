@@ -174,6 +174,10 @@ int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu);  //
 void fw_count_bytes(int dst_gpu, int src_gpu, uint64_t n, int op); // op: 0 write, 1 read, 2 send
 void fw_count_error(const char *why);
 void fw_count_wire(int what); // 0 dropped (link down, no peer), 1 corrupted, 2 timed out
+// fakewire_copier.c: the GPU copies by a copier process in a CUDA context of its own
+int fw_copier_register(uint64_t a, uint64_t n); // at a GPU MR: 1 if the copier holds its allocation
+int fw_copier_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu, int *rc); // 1: done there
+extern unsigned long fw_copier_copies, fw_copier_fallbacks;
 // fakewire_qp.c
 fw_qp *fw_qp_by_num(uint32_t qpn); // under fw_mu
 fw_qp *fw_qp_at(int i);            // under fw_mu: the i-th live QP, or NULL past the end

@@ -3,7 +3,11 @@
 // size), as GPU memory does through UVA; the fake wire moves bytes into it through cuMemcpy.
 // - labcuda_gpu(p, n) marks memory the program made itself (the lab's own verbs programs);
 //   cuMemAlloc_v2 / cuMemFree_v2 make and free allocations of their own, 2 MiB-aligned, as many
-//   as a program needs (the fleet check, the self-test). The copies (cuMemcpy*, HtoD, DtoH, DtoD,
+//   as a program needs (the fleet check, the self-test): pages of a memfd, mapped shared, so that
+//   cuIpcGetMemHandle / cuIpcOpenMemHandle_v2 give another process (the wire's copier) the same
+//   pages (the handle names the memfd as /proc/PID/fd/FD). No VMM (cuMemCreate) here.
+// - While a thread is blocked in a synchronous copy behind a legacy stream's wait
+//   (cuStreamWaitValue32_v2), every other CUDA call of the process waits for it, as on the GPU. The copies (cuMemcpy*, HtoD, DtoH, DtoD,
 //   cuMemcpyAsync on a stream of cuStreamCreate) are memcpy, counted in labcuda_copies, and need
 //   a current context, as libcuda's do.
 // - Its dma-buf: a memfd named "labcuda-dmabuf:<GPU address at offset 0>" whose size is the
@@ -36,6 +40,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 typedef struct {
   uint64_t va, size;
   uint32_t h; // the RM memory's handle, with the driver
+  int fd, ipc; // its memfd; ipc: another process's, mapped by cuIpcOpenMemHandle
 } alloc_t;
 static alloc_t allocs[MAXA];
 static uint64_t marked_lo, marked_hi; // labcuda_gpu's range
@@ -61,6 +66,42 @@ static uint64_t range_of(uint64_t p, uint64_t *size) {
     }
   pthread_mutex_unlock(&mu);
   return base;
+}
+
+// While a thread is blocked in a synchronous copy whose legacy stream waits, every other CUDA call
+// of the process waits too, as on the GPU (tests/gpu/blocked_copy.cu: no copy of the process, on
+// a stream or a context of its own, finished; one from another process did). The synchronous
+// copies hold the gate for their whole length; every other entry point passes through it.
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static void pass_gate(void) {
+  pthread_mutex_lock(&gate);
+  pthread_mutex_unlock(&gate);
+}
+#define GATE pass_gate()
+// size bytes of the memfd fd, shared (another process may map the same pages: CUDA IPC), at a
+// 2 MiB-aligned address; 0 if not
+static uint64_t map_aligned(int fd, uint64_t size) {
+  const uint64_t g = 2 << 20;
+  uint8_t *m = mmap(NULL, size + g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  uint64_t va = ((uintptr_t)m + g - 1) & ~(g - 1);
+  if (mmap((void *)(uintptr_t)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+      MAP_FAILED) {
+    munmap(m, size + g);
+    return 0;
+  }
+  if (va > (uintptr_t)m) munmap(m, va - (uintptr_t)m);
+  if ((uintptr_t)m + g > va) munmap((void *)(uintptr_t)(va + size), (uintptr_t)m + g - va);
+  return va;
+}
+static int add_alloc(alloc_t a) {
+  pthread_mutex_lock(&mu);
+  int i;
+  for (i = 0; i < MAXA && allocs[i].size; i++) {
+  }
+  if (i < MAXA) allocs[i] = a;
+  pthread_mutex_unlock(&mu);
+  return i < MAXA;
 }
 
 // ---- the fake NVIDIA driver (fakerm.c), where it answers ----
@@ -143,6 +184,7 @@ static CUresult open_driver(void) {
   return 0;
 }
 CUresult cuInit(unsigned flags) {
+  GATE;
   if (flags) return 1; // CUDA_ERROR_INVALID_VALUE
   pthread_mutex_lock(&mu);
   CUresult r = inited ? 0 : open_driver();
@@ -151,26 +193,31 @@ CUresult cuInit(unsigned flags) {
   return r;
 }
 CUresult cuDriverGetVersion(int *v) {
+  GATE;
   *v = 12080;
   return 0;
 }
 CUresult cuDeviceGetCount(int *n) {
+  GATE;
   if (!inited) return 3; // CUDA_ERROR_NOT_INITIALIZED
   *n = 1;
   return 0;
 }
 CUresult cuDeviceGet(int *d, int ordinal) {
+  GATE;
   if (!inited) return 3;
   if (ordinal) return 101; // CUDA_ERROR_INVALID_DEVICE
   *d = 0;
   return 0;
 }
 CUresult cuDeviceGetName(char *name, int len, int d) {
+  GATE;
   if (d) return 101;
   snprintf(name, (size_t)len, "Lab GeForce (labcuda)");
   return 0;
 }
 CUresult cuDeviceGetUuid_v2(void *out, int d) {
+  GATE;
   if (d || !uuid) return d ? 101 : 999;
   memcpy(out, uuid[0], 16);
   return 0;
@@ -178,38 +225,43 @@ CUresult cuDeviceGetUuid_v2(void *out, int d) {
 // Compute capability 8.9 (75, 76). GPUDirect RDMA (116) and dma-buf (124) as libcuda says them:
 // off on a GeForce (the driver), on where this libcuda exports its own dma-bufs.
 CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
+  GATE;
   if (d) return 101;
   *v = attr == 75 ? 8 : attr == 76 ? 9 : (attr == 116 || attr == 124) ? !driver() : 0;
   return 0;
 }
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) {
+  GATE;
   if (d) return 101;
   *c = &primary;
   return 0;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(int d) { return d ? 101 : 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { GATE; return d ? 101 : 0; }
 CUresult cuCtxGetCurrent(void **c) {
+  GATE;
   *c = ctx;
   return 0;
 }
 CUresult cuCtxSetCurrent(void *c) {
+  GATE;
   ctx = c;
   return 0;
 }
-CUresult cuCtxSynchronize(void) { return ctx ? 0 : 201; } // CUDA_ERROR_INVALID_CONTEXT
+CUresult cuCtxSynchronize(void) { GATE; return ctx ? 0 : 201; } // CUDA_ERROR_INVALID_CONTEXT
 
 CUresult cuMemAlloc_v2(uint64_t *dptr, size_t n) {
+  GATE;
   if (!inited) return 3;
   if (!ctx) return 201;
   if (!n) return 1;
   const uint64_t g = 2 << 20, size = (n + g - 1) & ~(g - 1);
-  // 2 MiB-aligned: map one granule more and give back what is outside
-  uint8_t *m = mmap(NULL, size + g, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return 2; // CUDA_ERROR_OUT_OF_MEMORY
-  uint64_t va = ((uintptr_t)m + g - 1) & ~(g - 1);
-  if (va > (uintptr_t)m) munmap(m, va - (uintptr_t)m);
-  if ((uintptr_t)m + size + g > va + size)
-    munmap((void *)(uintptr_t)(va + size), (uintptr_t)m + g - va);
+  // host pages of a memfd, shared, so that cuIpcOpenMemHandle in another process maps them too
+  int fd = memfd_create("labcuda-mem", MFD_CLOEXEC);
+  uint64_t va = fd < 0 || ftruncate(fd, (off_t)size) ? 0 : map_aligned(fd, size);
+  if (!va) {
+    if (fd >= 0) close(fd);
+    return 2; // CUDA_ERROR_OUT_OF_MEMORY
+  }
   uint32_t h = 0;
   if (driver()) {
     uint8_t p[128] = {0};
@@ -219,27 +271,24 @@ CUresult cuMemAlloc_v2(uint64_t *dptr, size_t n) {
     if (!h || uvm_call(73, r, 16) || uvm_map(va, size, h)) {
       if (h) rm_free(h);
       munmap((void *)(uintptr_t)va, size);
+      close(fd);
       return 999;
     }
   }
-  pthread_mutex_lock(&mu);
-  int i;
-  for (i = 0; i < MAXA && allocs[i].size; i++) {
-  }
-  if (i < MAXA) allocs[i] = (alloc_t){va, size, h};
-  pthread_mutex_unlock(&mu);
-  if (i == MAXA) {
+  if (!add_alloc((alloc_t){va, size, h, fd, 0})) {
     munmap((void *)(uintptr_t)va, size);
+    close(fd);
     return 2;
   }
   *dptr = va;
   return 0;
 }
 CUresult cuMemFree_v2(uint64_t p) {
-  alloc_t a = {0, 0, 0};
+  GATE;
+  alloc_t a = {0};
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAXA; i++)
-    if (allocs[i].size && allocs[i].va == p) {
+    if (allocs[i].size && allocs[i].va == p && !allocs[i].ipc) {
       a = allocs[i];
       allocs[i].size = 0;
     }
@@ -251,11 +300,63 @@ CUresult cuMemFree_v2(uint64_t p) {
     rm_free(a.h);
   }
   munmap((void *)(uintptr_t)a.va, a.size);
+  close(a.fd);
+  return 0;
+}
+// CUDA IPC: the handle names the allocation's memfd by this process's pid and fd; another
+// process of the user opens it (/proc/PID/fd/FD) and maps the same pages.
+typedef struct {
+  char magic[8];
+  int32_t pid, fd;
+  uint64_t va, size;
+  char pad[32];
+} ipc_handle; // CUipcMemHandle: 64 bytes, passed by value to cuIpcOpenMemHandle
+_Static_assert(sizeof(ipc_handle) == 64, "CUipcMemHandle is 64 bytes");
+CUresult cuIpcGetMemHandle(ipc_handle *h, uint64_t p) {
+  GATE;
+  alloc_t a = {0};
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXA; i++)
+    if (allocs[i].size && allocs[i].va == p && !allocs[i].ipc) a = allocs[i];
+  pthread_mutex_unlock(&mu);
+  if (!a.size) return 1; // not the start of an allocation of cuMemAlloc: CUDA_ERROR_INVALID_VALUE
+  *h = (ipc_handle){"labcuda", getpid(), a.fd, a.va, a.size, {0}};
+  return 0;
+}
+CUresult cuIpcOpenMemHandle_v2(uint64_t *p, ipc_handle h, unsigned flags) {
+  GATE;
+  (void)flags;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+  int fd = memcmp(h.magic, "labcuda", 8) || h.pid == getpid() ? -1 : open(path, O_RDWR | O_CLOEXEC);
+  uint64_t va = fd < 0 ? 0 : map_aligned(fd, h.size);
+  if (!va || !add_alloc((alloc_t){va, h.size, 0, fd, 1})) {
+    if (va) munmap((void *)(uintptr_t)va, h.size);
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  *p = va;
+  return 0;
+}
+CUresult cuIpcCloseMemHandle(uint64_t p) {
+  GATE;
+  alloc_t a = {0};
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXA; i++)
+    if (allocs[i].size && allocs[i].va == p && allocs[i].ipc) {
+      a = allocs[i];
+      allocs[i].size = 0;
+    }
+  pthread_mutex_unlock(&mu);
+  if (!a.size) return 1;
+  munmap((void *)(uintptr_t)a.va, a.size);
+  close(a.fd);
   return 0;
 }
 // The copies. CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): DEVICE (2) in this libcuda's memory, else an
 // error (pageable host memory is unknown to CUDA); RANGE_START_ADDR (11), RANGE_SIZE (12).
 CUresult cuPointerGetAttribute(void *out, int attr, uint64_t p) {
+  GATE;
   uint64_t size = 0, base = range_of(p, &size);
   if (!size || (attr != 2 && attr != 11 && attr != 12)) return 1;
   if (attr == 2) *(unsigned *)out = 2;
@@ -264,6 +365,7 @@ CUresult cuPointerGetAttribute(void *out, int attr, uint64_t p) {
   return 0;
 }
 CUresult cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p) {
+  GATE;
   uint64_t n = 0, b = range_of(p, &n);
   if (!n) return 1;
   if (base) *base = b;
@@ -295,11 +397,7 @@ static int pageable(uint64_t p) {
   range_of(p, &n);
   return !n && !is_pinned(p);
 }
-CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
-  (void)flags;
-  if (!ctx) return 201;
-  void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return 2;
+static int pin(void *m, size_t n) {
   pthread_mutex_lock(&mu);
   int i;
   for (i = 0; i < MAXP && pinned[i].n; i++) {
@@ -309,14 +407,28 @@ CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
     pinned[i].n = n;
   }
   pthread_mutex_unlock(&mu);
-  if (i == MAXP) {
+  return i < MAXP;
+}
+CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
+  GATE;
+  (void)flags;
+  if (!ctx) return 201;
+  void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 2;
+  if (!pin(m, n)) {
     munmap(m, n);
     return 2;
   }
   *pp = m;
   return 0;
 }
-CUresult cuMemFreeHost(void *p) {
+// host memory of the caller's, pinned (the copier's staging area)
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+  GATE;
+  (void)flags;
+  return !ctx ? 201 : pin(p, n) ? 0 : 2;
+}
+static uint64_t unpin(void *p) {
   uint64_t n = 0;
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAXP; i++)
@@ -325,6 +437,15 @@ CUresult cuMemFreeHost(void *p) {
       pinned[i].n = 0;
     }
   pthread_mutex_unlock(&mu);
+  return n;
+}
+CUresult cuMemHostUnregister(void *p) {
+  GATE;
+  return unpin(p) ? 0 : 1;
+}
+CUresult cuMemFreeHost(void *p) {
+  GATE;
+  uint64_t n = unpin(p);
   if (!n) return 1;
   munmap(p, n);
   return 0;
@@ -332,6 +453,7 @@ CUresult cuMemFreeHost(void *p) {
 // CU_STREAM_WAIT_VALUE_GEQ (0) and _EQ (1) on the legacy stream (NULL): the stream's later work
 // waits until the 32-bit word at addr, in this libcuda's memory, meets value.
 CUresult cuStreamWaitValue32_v2(void *s, uint64_t addr, uint32_t value, unsigned flags) {
+  GATE;
   uint64_t n = 0;
   if (s || flags > 1 || (addr & 3) || !range_of(addr, &n)) return 1;
   pthread_mutex_lock(&mu);
@@ -362,15 +484,18 @@ static CUresult legacy_sync(void) {
   return 0;
 }
 static CUresult copy(uint64_t dst, uint64_t src, size_t n, int legacy) {
-  if (!ctx) return 201; // a context must be current
-  int staged = pageable(dst) || pageable(src);
+  if (legacy) pthread_mutex_lock(&gate);
+  else pass_gate();
+  CUresult r = ctx ? 0 : 201; // a context must be current
+  int staged = !r && (pageable(dst) || pageable(src));
   if (staged) pthread_mutex_lock(&staging);
-  CUresult r = legacy ? legacy_sync() : 0;
+  if (!r && legacy) r = legacy_sync();
   if (!r) {
     memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     __atomic_fetch_add(&labcuda_copies, 1, __ATOMIC_RELAXED);
   }
   if (staged) pthread_mutex_unlock(&staging);
+  if (legacy) pthread_mutex_unlock(&gate);
   return r;
 }
 CUresult cuMemcpy(uint64_t dst, uint64_t src, size_t n) { return copy(dst, src, n, 1); }
@@ -380,6 +505,7 @@ CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) {
 CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { return copy((uintptr_t)d, s, n, 1); }
 CUresult cuMemcpyDtoD_v2(uint64_t d, uint64_t s, size_t n) { return copy(d, s, n, 1); }
 CUresult cuStreamCreate(void **s, unsigned flags) {
+  GATE;
   (void)flags;
   if (!ctx) return 201;
   *s = &stream;
@@ -389,10 +515,11 @@ CUresult cuStreamCreate(void **s, unsigned flags) {
 CUresult cuMemcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
   return s == &stream ? copy(dst, src, n, 0) : 400;
 }
-CUresult cuStreamSynchronize(void *s) { return s == &stream ? 0 : 400; } // INVALID_HANDLE
+CUresult cuStreamSynchronize(void *s) { GATE; return s == &stream ? 0 : 400; } // INVALID_HANDLE
 // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1; a page-aligned range of one range of its memory
 CUresult cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size, int type,
                                        unsigned long long flags) {
+  GATE;
   if (driver()) return 801; // a GeForce: CUDA_ERROR_NOT_SUPPORTED
   uint64_t n = 0, base = range_of(dptr, &n);
   if (type != 1 || flags || !n || size > base + n - dptr || (dptr | size) & 0xfff) return 1;
@@ -402,6 +529,7 @@ CUresult cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size,
   return 0;
 }
 CUresult cuGetErrorName(CUresult r, const char **s) {
+  GATE;
   static const struct {
     CUresult r;
     const char *name;
@@ -420,6 +548,7 @@ CUresult cuGetErrorName(CUresult r, const char **s) {
   return 0;
 }
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
+  GATE;
   (void)ver;
   (void)flags;
   static const struct {

@@ -27,7 +27,10 @@
 #include <unistd.h>
 
 #ifdef LAB_GPU
-void labcuda_gpu(void *p, size_t n);
+int cuInit(unsigned flags);
+int cuDevicePrimaryCtxRetain(void **c, int d);
+int cuCtxSetCurrent(void *c);
+int cuMemAlloc_v2(uint64_t *p, size_t n);
 int cuMemGetHandleForAddressRange(void *handle, uint64_t dptr, size_t size, int type,
                                   unsigned long long flags);
 #endif
@@ -90,15 +93,24 @@ static void open_hca(void) {
   CHECK(ch && (cq = ibv_create_cq(ctx, 4096, NULL, ch, 0)), "channel, CQ");
   ibv_free_device_list(l);
 }
-// Memory of the kind asked, registered: host memory by ibv_reg_mr, GPU memory as a dma-buf MR.
+// Memory of the kind asked, registered: host memory by ibv_reg_mr, GPU memory (cuMemAlloc's, in
+// the primary context) as a dma-buf MR.
 struct ibv_mr *memory(size_t n, int access, uint8_t **out) {
-  uint8_t *p = aligned_alloc(65536, n);
-  CHECK(p, "memory");
-  memset(p, 0, n);
-  *out = p;
-  if (!gpu) return ibv_reg_mr(pd, p, n, access);
+  uint8_t *p = NULL;
+  if (!gpu) {
+    CHECK(p = aligned_alloc(65536, n), "memory");
+    memset(p, 0, n);
+    *out = p;
+    return ibv_reg_mr(pd, p, n, access);
+  }
 #ifdef LAB_GPU
-  labcuda_gpu(p, n);
+  void *primary;
+  uint64_t g = 0;
+  CHECK(!cuInit(0) && !cuDevicePrimaryCtxRetain(&primary, 0) && !cuCtxSetCurrent(primary) &&
+            !cuMemAlloc_v2(&g, n),
+        "GPU memory");
+  *out = p = (uint8_t *)(uintptr_t)g;
+  memset(p, 0, n); // the stand-in's GPU memory is host pages
   int fd = -1;
   CHECK(!cuMemGetHandleForAddressRange(&fd, (uint64_t)(uintptr_t)p, n, 1, 0), "dma-buf export");
   struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, n, (uint64_t)(uintptr_t)p, fd, access);

@@ -91,6 +91,8 @@ fn clean_fleets_of_2_4_and_8_hosts_name_no_culprit_in_n_minus_1_rounds() {
             );
             // each peer's WRITE into this host and this host's READ of it: 4 passes of 1 MiB each
             assert!(field(w, "bytes_g2g") >= ((n as u64 - 1) * 8) << 20, "{w}");
+            // every GPU copy by the host's copier (its own process and context), none in the program
+            assert!(field(w, "copier_copies") > 0 && field(w, "copier_fallbacks") == 0, "{w}");
             let g = summary(e, "gdrshim");
             assert!(
                 g.contains(&format!(" host=labhost{k} ")) && g.contains(" route=dmabuf "),
