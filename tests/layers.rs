@@ -124,7 +124,7 @@ fn arrows_only_go_down() {
 const SRC_SUBLAYERS: &[(&str, &[&[&str]])] = &[
     ("abi", &[&["pod", "status", "verbs", "mlx5dv"], &["structs", "cuda", "dmabuf"]]),
     ("decode", &[&["types"], &["display", "uvm_calls"]]),
-    ("fdtable", &[&["closegate", "forkgate"], &["own"]]),
+    ("fdtable", &[&["spin"], &["closegate", "forkgate"], &["own"]]),
     (
         "hooks",
         &[

@@ -22,6 +22,7 @@
 //! inside our own making or use, or our making inside a handler that interrupted a close, does
 //! not wait for itself.
 
+use super::spin::wait_while;
 use core::cell::Cell;
 use core::ffi::c_int;
 use core::sync::atomic::{
@@ -217,20 +218,6 @@ pub fn after_fork_in_child() {
         slot.store(0, SeqCst);
     }
     IN_USE.store(0, SeqCst);
-}
-
-/// A short wait: the other side is inside one system call.
-fn wait_while(mut busy: impl FnMut() -> bool) {
-    let mut spins = 0u32;
-    while busy() {
-        spins = spins.saturating_add(1);
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! (a signal handler's fork inside our own call does not wait for itself), and a thread that
 //! finds a fork under way steps back before it begins.
 
+use super::spin::wait_while;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
@@ -64,20 +65,6 @@ pub fn after_fork_in_parent() {
 pub fn after_fork_in_child() {
     FORKING.store(0, SeqCst);
     MAKING.store(MAKING_HERE.with(Cell::get), SeqCst);
-}
-
-/// A short wait: the other side is inside one system call.
-fn wait_while(busy: impl Fn() -> bool) {
-    let mut spins = 0u32;
-    while busy() {
-        spins = spins.saturating_add(1);
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use once_cell::sync::OnceCell;
 pub mod closegate;
 pub mod forkgate;
 pub mod own;
+mod spin;
 use gdrshim_common::{fdpages as pages, names};
 pub use names::nvidia_path;
 use pages::forget_if_mapped;

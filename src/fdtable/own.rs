@@ -96,21 +96,16 @@ fn lock_or_give_up(give_up: impl Fn() -> bool) -> Option<Held> {
     if HOLDER.load(Relaxed) == me {
         return Some(Held(false));
     }
-    let mut spins = 0u32;
-    while HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err() {
-        if give_up() {
-            return None;
+    let mut gave_up = false;
+    // the holder is inside one close or fstat: a short wait
+    super::spin::wait_while(|| {
+        if HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
+            return false;
         }
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // the holder is inside one close or fstat: a short wait
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
-    }
-    Some(Held(true))
+        gave_up = give_up();
+        !gave_up
+    });
+    (!gave_up).then_some(Held(true))
 }
 
 /// The lock, unless a fork holds it (from its prepare handler to its parent handler): `None`
