@@ -318,6 +318,8 @@ fn the_wire_writes_gpu_memory_while_the_program_is_blocked_in_libcuda() {
 fn without_its_copier_the_wire_stalls_while_the_program_is_blocked_in_libcuda() {
     let mut net = Net::new("blocked-in-process", "", Shim::Without);
     net.env.push(("FAKEWIRE_COPIER", "0"));
+    // the stall shows in 3 s as well as in the stand-in's default 20
+    net.env.push(("LABCUDA_SYNC_TIMEOUT_MS", "3000"));
     let outs = net.labpair("blocked", 2, true);
     let o = &outs[0];
     let text = format!("{}{}", o.stdout, o.stderr);

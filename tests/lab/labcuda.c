@@ -471,11 +471,14 @@ static int legacy_wait_met(void) {
   uint32_t now = __atomic_load_n(at, __ATOMIC_ACQUIRE);
   return eq ? now == v : (int32_t)(now - v) >= 0;
 }
-// The legacy stream's work before a synchronous copy: 20 s at most, then CUDA_ERROR_LAUNCH_TIMEOUT
+// The legacy stream's work before a synchronous copy: LABCUDA_SYNC_TIMEOUT_MS (20 s) at most,
+// then CUDA_ERROR_LAUNCH_TIMEOUT
 static CUresult legacy_sync(void) {
-  for (int i = 0; !legacy_wait_met(); i++) {
+  const char *t = getenv("LABCUDA_SYNC_TIMEOUT_MS");
+  long limit = t && atol(t) > 0 ? atol(t) : 20000;
+  for (long i = 0; !legacy_wait_met(); i++) {
     if (i == 0) __atomic_fetch_add(&labcuda_waited, 1, __ATOMIC_RELAXED);
-    if (i == 20000) return 702;
+    if (i == limit) return 702;
     usleep(1000);
   }
   pthread_mutex_lock(&mu);
