@@ -166,14 +166,11 @@ int fw_copy(void *dst, const void *src, size_t n, int dst_gpu, int src_gpu) {
 // The GPU copies are the copier's (fakewire_copier.c). Where it holds no handle to the memory the
 // wire copies here, as it did before the GPU showed that no copy of a process finishes while one
 // of its threads is blocked in a pageable copy (tests/gpu/blocked_copy.cu), counted as
-// copier_fallbacks. That in-process way goes through a pinned bounce buffer, on a stream of its own:
-// a copy from or to pageable memory is staged by libcuda through its own pinned buffers under a
-// lock that a program thread holds for the whole of its blocking pageable copy (`t.cpu()` after a
-// collective waits there for NCCL's kernel, which waits for the very bytes the wire must write:
-// docs/results/h200-run30-hosts). A real NIC writes GPU memory without CUDA; this keeps the wire
-// off every lock a blocked program thread can hold. The buffer and the stream are made when the
-// first GPU MR is registered (fw_gpu_copy_prepare), never inside a copy: by then the program may
-// be blocked in libcuda, and no CUDA call the wire makes may wait for it.
+// copier_fallbacks. That in-process way goes through a pinned bounce buffer, on a stream of its own,
+// which keeps it off libcuda's pageable staging buffer but not off what a thread blocked in a
+// pageable copy holds: on the GPU it still stalls then (docs/results/h200-run30-hosts), so it is
+// only the fallback. The buffer and the stream are made when the first GPU MR is registered
+// (fw_gpu_copy_prepare), never inside a copy.
 #define FW_BOUNCE (4u << 20)
 static pthread_mutex_t copy_mu = PTHREAD_MUTEX_INITIALIZER; // one copy at a time through the buffer
 static uint8_t *bounce;
