@@ -6,6 +6,10 @@
 use std::fmt;
 
 pub use crate::mode_word;
+// NCCL's flush variables and how NCCL reads their values: ncclconf's, named here too
+pub use crate::ncclconf::{
+    disables_flush, forces_flush, ENV_NCCL_FLUSH_DISABLE, ENV_NCCL_FORCE_FLUSH,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -190,8 +194,6 @@ pub const ENV_TEST_HIDE_GDR: &str = "GDRSHIM_TEST_HIDE_GDR";
 pub const ENV_ROUTE: &str = "GDRSHIM_ROUTE";
 pub const ENV_TEST_HIDE_DMABUF: &str = "GDRSHIM_TEST_HIDE_DMABUF";
 pub const ENV_TEST_ASSUME_PEERMEM: &str = "GDRSHIM_TEST_ASSUME_PEERMEM";
-pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
-pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
 pub const ENV_TEST_PANIC: &str = "GDRSHIM_TEST_PANIC";
 pub const ENV_TEST_SETTLE_LATE: &str = "GDRSHIM_TEST_SETTLE_LATE";
 pub const ENV_TEST_DEREG_QUEUED: &str = "GDRSHIM_TEST_DEREG_QUEUED";
@@ -297,18 +299,6 @@ impl Config {
         self.nccl_force_flush = nccl.force_flush;
         self.nccl_flush_disabled = nccl.flush_disabled;
     }
-}
-
-/// `NCCL_GDR_FLUSH_DISABLE`'s value disables NCCL's flush: NCCL reads it as an integer, and
-/// anything but a clean 0 counts as set (the safe side).
-pub fn disables_flush(value: &str) -> bool {
-    value.trim().parse::<i64>() != Ok(0)
-}
-
-/// `NCCL_NET_FORCE_FLUSH`'s value forces NCCL's flush: the other way round, only a clean non-zero
-/// integer counts (else GDR is not advertised where it would need that flush).
-pub fn forces_flush(value: &str) -> bool {
-    value.trim().parse::<i64>().is_ok_and(|n| n != 0)
 }
 
 /// A 0/1 variable: a bad value warns and keeps the default.

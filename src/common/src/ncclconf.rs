@@ -15,7 +15,22 @@
 //! flush counts as disabled if any reading disables it.
 #![forbid(unsafe_code)]
 
-use crate::config::{disables_flush, forces_flush, ENV_NCCL_FLUSH_DISABLE, ENV_NCCL_FORCE_FLUSH};
+/// NCCL's variable that turns its GDR flush off.
+pub const ENV_NCCL_FLUSH_DISABLE: &str = "NCCL_GDR_FLUSH_DISABLE";
+/// NCCL's variable that keeps its GDR flush on from sm_90 on.
+pub const ENV_NCCL_FORCE_FLUSH: &str = "NCCL_NET_FORCE_FLUSH";
+
+/// `NCCL_GDR_FLUSH_DISABLE`'s value disables NCCL's flush: NCCL reads it as an integer, and
+/// anything but a clean 0 counts as set (the safe side).
+pub fn disables_flush(value: &str) -> bool {
+    value.trim().parse::<i64>() != Ok(0)
+}
+
+/// `NCCL_NET_FORCE_FLUSH`'s value forces NCCL's flush: the other way round, only a clean non-zero
+/// integer counts (else GDR is not advertised where it would need that flush).
+pub fn forces_flush(value: &str) -> bool {
+    value.trim().parse::<i64>().is_ok_and(|n| n != 0)
+}
 
 /// The file every NCCL version reads last.
 pub const ETC_FILE: &str = "/etc/nccl.conf";
