@@ -3,9 +3,10 @@
 //! The CI machine has no GPU: the GPU side is played by a stand-in libcuda (fake-libcuda.c,
 //! built here with cc), passed with --libcuda.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
 fn probe(args: &[&str], envs: &[(&str, &str)]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
@@ -28,26 +29,6 @@ fn line_of<'a>(out: &'a str, id: &str) -> &'a str {
             .any(|w| l.strip_prefix(w).is_some_and(|r| r.split_whitespace().next() == Some(id)))
     };
     out.lines().find(|l| is(l)).unwrap_or_else(|| panic!("no {id} line: {out}"))
-}
-
-/// The stand-in libcuda, built once per test process.
-fn fake_libcuda() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-fakecuda", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let lib = d.join("libcuda.so.1");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-libcuda.c");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .status()
-            .unwrap_or_else(|e| panic!("{cc}: {e}"));
-        assert!(st.success(), "building {}", src.display());
-        lib
-    })
 }
 
 /// Whether this machine has an RDMA device, which would make step 3 run for real.
@@ -78,7 +59,7 @@ fn no_libcuda_is_could_not_check_exit_2() {
 
 #[test]
 fn no_gpu_or_no_such_device_is_could_not_check() {
-    let lib = fake_libcuda().to_str().unwrap();
+    let lib = common::fake_libcuda("fakecuda").to_str().unwrap();
     let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "nodevice")]);
     assert_eq!(rc, 2, "{out}");
     assert!(
@@ -93,7 +74,7 @@ fn no_gpu_or_no_such_device_is_could_not_check() {
 
 #[test]
 fn a_failing_step_is_exit_1() {
-    let lib = fake_libcuda().to_str().unwrap();
+    let lib = common::fake_libcuda("fakecuda").to_str().unwrap();
     // a GeForce: the driver will not export a dma-buf
     let (rc, out) = probe(&["--libcuda", lib], &[("FAKE_CUDA", "geforce")]);
     assert_eq!(rc, 1, "{out}");
@@ -115,7 +96,7 @@ fn a_failing_step_is_exit_1() {
 
 #[test]
 fn the_gpu_steps_pass_and_step_3_needs_an_hca() {
-    let lib = fake_libcuda().to_str().unwrap();
+    let lib = common::fake_libcuda("fakecuda").to_str().unwrap();
     // step 3 must never hand the stand-in's /dev/null "dma-buf" to a real HCA: where there is
     // one, the verbs library is one that cannot be loaded
     let mut args = vec!["--libcuda", lib, "--size", "4096"];

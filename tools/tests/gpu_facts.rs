@@ -3,28 +3,10 @@
 //! forced flush. The CI machine has no GPU: a stand-in libcuda (fake-libcuda.c, built here with
 //! cc) answers the attributes FAKE_CUDA_ATTRS names, passed with --libcuda.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+mod common;
 
-fn fake_libcuda() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-factscuda", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let lib = d.join("libcuda.so.1");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-libcuda.c");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building {}", src.display());
-        lib
-    })
-}
+use std::path::Path;
+use std::process::Command;
 
 fn facts(attrs: Option<&str>, libcuda: &Path) -> (i32, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"));
@@ -41,7 +23,7 @@ fn facts(attrs: Option<&str>, libcuda: &Path) -> (i32, String) {
 
 #[test]
 fn an_sm_120_gpu_below_owner_needs_the_forced_flush_and_says_so() {
-    let (rc, out) = facts(Some("75=12,76=0,118=0"), fake_libcuda());
+    let (rc, out) = facts(Some("75=12,76=0,118=0"), common::fake_libcuda("factscuda"));
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("| sm=120 writes_ordering=0 needs_forced_flush=1"), "{out}");
     assert!(out.lines().any(|l| l.starts_with("WARN") && l.contains("gpu.forced-flush")), "{out}");
@@ -54,7 +36,7 @@ fn below_sm_90_or_at_owner_nothing_is_needed() {
         ("75=8,76=9,118=0", "sm=89 writes_ordering=0 needs_forced_flush=0"),
         ("75=9,76=0,118=100", "sm=90 writes_ordering=100 needs_forced_flush=0"),
     ] {
-        let (rc, out) = facts(Some(attrs), fake_libcuda());
+        let (rc, out) = facts(Some(attrs), common::fake_libcuda("factscuda"));
         assert_eq!(rc, 0, "{out}");
         assert!(out.contains(line), "{out}");
         assert!(
@@ -67,7 +49,7 @@ fn below_sm_90_or_at_owner_nothing_is_needed() {
 #[test]
 fn facts_that_cannot_be_read_are_could_not_check() {
     // libcuda does not answer 118: nothing is taken as needed
-    let (rc, out) = facts(Some("75=12,76=0"), fake_libcuda());
+    let (rc, out) = facts(Some("75=12,76=0"), common::fake_libcuda("factscuda"));
     assert_eq!(rc, 2, "{out}");
     assert!(
         out.contains("needs_forced_flush=unknown") && !out.contains("needs_forced_flush=1"),

@@ -5,16 +5,10 @@
 
 mod common;
 
-use common::J;
+use common::{tool, J};
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// serde's view of the shape tests' value: objects keep their keys in order.
 impl<'de> Deserialize<'de> for J {
@@ -94,17 +88,6 @@ fn reads_and_round_trips(what: &str, text: &str, shape_view: &J) {
     serde_json::from_str::<serde_json::Value>(text).unwrap();
     let again = serde_json::to_string(&strict).unwrap();
     assert_eq!(serde_json::from_str::<J>(&again).unwrap(), strict, "{what}: {again}");
-}
-
-fn tool(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
-        .current_dir(root())
-        .args(args)
-        .env_remove("GDRSHIM_TOOL_AS")
-        .output()
-        .unwrap();
-    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (o.status.code().unwrap_or(-1), s(&o.stdout), s(&o.stderr))
 }
 
 #[test]

@@ -3,19 +3,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-fn tool(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .args(args)
-        .env_remove("GDRSHIM_TOOL_AS")
-        .output()
-        .unwrap();
-    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (o.status.code().unwrap_or(-1), s(&o.stdout), s(&o.stderr))
-}
+use common::tool;
 
 #[test]
 fn every_size_takes_k_m_g_suffixes() {

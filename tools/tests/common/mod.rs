@@ -227,3 +227,37 @@ pub fn counts(j: &J) -> BTreeMap<String, usize> {
     }
     m
 }
+
+/// `gdrshim-tool ARGS` from the repository's root, as a user runs it: (exit code, stdout, stderr).
+pub fn tool(args: &[&str]) -> (i32, String, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gdrshim-tool"))
+        .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .args(args)
+        .env_remove("GDRSHIM_TOOL_AS")
+        .output()
+        .unwrap();
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (o.status.code().unwrap_or(-1), s(&o.stdout), s(&o.stderr))
+}
+
+/// The stand-in libcuda (tests/fake-libcuda.c), built once per test process into a folder named
+/// by `tag`.
+pub fn fake_libcuda(tag: &str) -> &'static std::path::Path {
+    use std::path::{Path, PathBuf};
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("gdrshim-tool-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let lib = d.join("libcuda.so.1");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-libcuda.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let st = std::process::Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("{cc}: {e}"));
+        assert!(st.success(), "building {}", src.display());
+        lib
+    })
+}
