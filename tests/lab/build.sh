@@ -22,7 +22,7 @@ if ! printf '#include <infiniband/verbs.h>\nint main(void) { return !ibv_get_dev
 fi
 pids=()
 build() { "$cc" "${flags[@]}" "$@" & pids+=($!); }
-wire=("$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakewire_copier.c" "$src/fakelab.c")
+wire=("$src/fakewire.c" "$src/fakewire_qp.c" "$src/fakewire_data.c" "$src/fakewire_resp.c" "$src/fakewire_net.c" "$src/fakewire_copier.c" "$src/fakewire_gate.c" "$src/fakelab.c")
 # The provider: the fake wire's ibv_* definitions hidden inside it, rdma-core's in front. -z nodelete:
 # the wire's thread runs its code until the process ends, so a program that dlcloses libibverbs
 # (the fleet check, through libloading) must not unmap it.

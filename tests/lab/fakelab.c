@@ -94,11 +94,13 @@ static struct {
   off_t size;
   struct timespec mtime;
   int seen;
+  int gate, gate_ms; // "gate N [MS]": the lab's whole wire, no host or link
 } ft;
 static pthread_mutex_t ft_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void parse(char *text) {
   ft.n = 0;
+  ft.gate = 0;
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     char *hash = strchr(line, '#');
     if (hash) *hash = 0;
@@ -106,6 +108,11 @@ static void parse(char *text) {
     double mbps = 0;
     int k = sscanf(line, "%31s %31s %lf", word, target, &mbps);
     if (k < 2) continue;
+    if (!strcmp(word, "gate")) { // not a host's or a link's: the whole lab
+      ft.gate = atoi(target);
+      ft.gate_ms = k == 3 ? (int)mbps : 0;
+      continue;
+    }
     fault x = {.b = -1};
     if (sscanf(target, "%d-%d", &x.a, &x.b) < 1 || x.a < 0 || x.a >= FW_MAXHOSTS ||
         x.b >= FW_MAXHOSTS) {
@@ -132,11 +139,13 @@ static void refresh(void) {
   else if (lab) snprintf(path, sizeof path, "%s/faults", lab);
   else {
     ft.n = 0;
+    ft.gate = 0;
     return;
   }
   struct stat st;
   if (syscall(SYS_newfstatat, AT_FDCWD, path, &st, 0)) {
     ft.n = 0;
+    ft.gate = 0;
     ft.seen = 0;
     return;
   }
@@ -146,6 +155,7 @@ static void refresh(void) {
   int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     ft.n = 0;
+    ft.gate = 0;
     ft.seen = 0;
     return;
   }
@@ -201,4 +211,12 @@ double fw_fault_cap(int a, int b) {
       cap = ft.f[i].cap;
   pthread_mutex_unlock(&ft_mu);
   return cap;
+}
+int fw_fault_gate(int *ms) {
+  pthread_mutex_lock(&ft_mu);
+  refresh();
+  int n = ft.gate;
+  *ms = ft.gate_ms > 0 ? ft.gate_ms : 20000;
+  pthread_mutex_unlock(&ft_mu);
+  return n;
 }

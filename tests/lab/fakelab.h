@@ -37,5 +37,9 @@ double fw_fault_cap(int a, int b); // bytes per second, 0 = none ("cap H MBPS", 
 int fw_fault_corrupt(int a, int b); // "corrupt H", "corrupt A-B"
 int fw_fault_no_dmabuf(int h); // "no-dmabuf H"
 int fw_fault_peermem(int h); // "peermem H" (or FAKEWIRE_PEERMEM=1 in the process)
+// "gate N [MS]": the first request of each connected QP waits until N QPs of the whole lab have
+// made theirs, at most MS (20 000) milliseconds (fakewire_gate.c): work that should run at once is
+// proven to, by a count. 0 = no gate
+int fw_fault_gate(int *ms);
 #pragma GCC visibility pop
 #endif

@@ -97,11 +97,11 @@ __attribute__((destructor)) static void fw_report(void) {
            "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
            "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
            "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu dropped=%lu "
-           "corrupted=%lu timeouts=%lu copier_copies=%lu copier_fallbacks=%lu\n",
+           "corrupted=%lu timeouts=%lu copier_copies=%lu copier_fallbacks=%lu gate_passed=%lu gate_timeouts=%lu\n",
            fw_me()->n, getpid(), shim != NULL, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
            fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
            fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors,
-           fw_n.wire[0], fw_n.wire[1], fw_n.wire[2], fw_copier_copies, fw_copier_fallbacks);
+           fw_n.wire[0], fw_n.wire[1], fw_n.wire[2], fw_copier_copies, fw_copier_fallbacks, fw_gate_passed, fw_gate_timeouts);
   fputs(b, stderr);
   const char *p = getenv("FAKEWIRE_REPORT");
   FILE *f = p && *p ? fopen(p, "a") : NULL;

@@ -163,6 +163,7 @@ typedef struct fw_qp {
   fw_req *pend, **pend_tail; // requester: sent, unanswered
   fw_in *in, **in_tail;      // responder: held requests, in arrival order
   uint64_t next_seq;
+  int gated; // its first request passed the lab's gate (fakewire_gate.c)
 } fw_qp;
 typedef struct fw_ah { struct ibv_ah ah; struct ibv_ah_attr attr; } fw_ah;
 typedef struct fw_channel { struct ibv_comp_channel ch; struct ibv_cq *q[4096]; unsigned head, tail; } fw_channel;
@@ -210,6 +211,9 @@ int64_t fw_expire(int64_t now); // under fw_mu: answers overdue time out; the ne
 void fw_req_sent(uint32_t qpn, uint64_t seq, struct fw_conn *conn, int arm);
 void fw_conn_lost(struct fw_conn *c); // under fw_mu: what awaits an answer over c times out
 void fw_qp_gone(fw_qp *q);                             // under fw_mu: frees what the QP holds
+// fakewire_gate.c: under no lock of ours, before a QP's first request
+void fw_gate(fw_qp *q);
+extern unsigned long fw_gate_passed, fw_gate_timeouts;
 // fakewire_net.c
 int64_t fw_now_ms(void);
 void fw_wire_start(void); // the wire's thread, once per process

@@ -304,6 +304,7 @@ static int post_one(fw_qp *q, const struct ibv_send_wr *wr) {
 int fw_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
   fw_qp *q = (fw_qp *)qp;
   int rc = 0;
+  if (qp->qp_type == 2 && qp->state == 3) fw_gate(q); // RC, RTS: the lab's "gate N"
   pthread_mutex_lock(&fw_mu);
   for (; wr; wr = wr->next) {
     int op = (int)wr->opcode, ud = qp->qp_type == 4;

@@ -5,6 +5,9 @@
 //! for both and no link can run. The links themselves need the lab's wire across processes
 //! (issue 37): those tests come with it.
 
+mod common;
+
+use common::listen_ports;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -15,10 +18,6 @@ fn state() -> String {
         .join("../tests/fixtures/state/rig-4090-ok")
         .display()
         .to_string()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// One task: `env` its launcher's variables, `node` its node's name.
@@ -129,8 +128,8 @@ fn check_fleet(out: &[(i32, String, String)], n: usize, launcher: &str) {
 #[test]
 fn torchrun_tasks_meet_after_the_agents_store_and_report_once() {
     for n in [2, 4, 8] {
-        let port = free_port();
-        // torchrun's agent holds MASTER_PORT with its own store: the fleet must not need it
+        // torchrun's agent holds MASTER_PORT with its own store: the fleet serves on the next
+        let port = listen_ports(2);
         let agent = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let t0 = Instant::now();
         let kids =
@@ -145,7 +144,7 @@ fn torchrun_tasks_meet_after_the_agents_store_and_report_once() {
 #[test]
 fn open_mpi_tasks_meet_at_the_flag_and_json_says_the_same() {
     for n in [2, 4, 8] {
-        let rdv = format!("127.0.0.1:{}", free_port());
+        let rdv = format!("127.0.0.1:{}", listen_ports(1));
         let t0 = Instant::now();
         let kids = (0..n)
             .map(|r| task(&ompi_env(r, n), &format!("host{r}"), &["--rendezvous", &rdv, "--json"]))
@@ -169,7 +168,7 @@ fn open_mpi_tasks_meet_at_the_flag_and_json_says_the_same() {
 
 #[test]
 fn a_task_that_never_comes_ends_the_run_in_bounded_time() {
-    let rdv = format!("127.0.0.1:{}", free_port());
+    let rdv = format!("127.0.0.1:{}", listen_ports(1));
     let t0 = Instant::now();
     // three tasks announced, two started
     let kids = (0..2)

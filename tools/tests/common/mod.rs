@@ -261,3 +261,32 @@ pub fn fake_libcuda(tag: &str) -> &'static std::path::Path {
         lib
     })
 }
+
+/// `span` consecutive free TCP ports on 127.0.0.1 for a test's listeners, the first returned.
+/// In 10000..20000: below Linux's ephemeral range (`ip_local_port_range`) and below the ports the
+/// fleet derives for a Slurm step (20000..32000). A port the kernel hands out (bind to 0)
+/// and the test then gives up may be taken by any outgoing connection before the program under
+/// test listens on it (CI once saw "Address already in use" so); a port below the range is only
+/// ever taken by another listener, and the bind below checks there is none now. Each call starts
+/// past the last one (tests of one binary run at once) from an offset of this process's id.
+pub fn listen_ports(span: u16) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10000u32, ephemeral_low.min(20000).saturating_sub(span as u32 + 1));
+    assert!(high > low + 1000, "ip_local_port_range starts at {ephemeral_low}: no room below it");
+    let width = high - low;
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..width {
+        let at = low + start.wrapping_add(NEXT.fetch_add(span as u32, Ordering::Relaxed)) % width;
+        let free = (0..span as u32)
+            .all(|k| std::net::TcpListener::bind(("127.0.0.1", (at + k) as u16)).is_ok());
+        if free {
+            return at as u16;
+        }
+    }
+    panic!("no {span} free ports in {low}..{high}");
+}

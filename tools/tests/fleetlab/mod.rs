@@ -2,10 +2,11 @@
 //! build of gdrshim and a copy of it that says another version, a fake driver folder), each
 //! host's saved state, one fleet started by mpirun or by srun, and the reading of its report.
 
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../../../tests/common/fakedev.rs"]
 mod fakedev;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -203,8 +204,7 @@ fn task(h: Host, host: &str, dir: &Path, state: &Path, extra: &[&str]) -> Vec<St
 /// `faults`.
 pub fn fleet(tag: &str, hosts: &[Host], faults: &str, extra: &[&str]) -> Out {
     let (dir, state) = prepare(tag, hosts, faults);
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let rdv = format!("127.0.0.1:{port}");
+    let rdv = format!("127.0.0.1:{}", common::listen_ports(1));
     let mut mpi = Command::new("mpirun");
     mpi.args(["--allow-run-as-root", "--oversubscribe", "--output-filename"]).arg(dir.join("out"));
     for (r, h) in hosts.iter().enumerate() {
@@ -356,7 +356,7 @@ impl Slurm {
         for d in ["state", "spool", "log"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
-        let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = || common::listen_ports(1);
         let host = String::from_utf8(Command::new("hostname").output().unwrap().stdout)
             .unwrap()
             .trim()
