@@ -20,7 +20,14 @@
 //!
 //! Counters, slots and a thread's own count, no lock (as `forkgate`): a signal handler's close
 //! inside our own making or use, or our making inside a handler that interrupted a close, does
-//! not wait for itself.
+//! not wait for itself. Nor for another thread that waits for it: a thread that holds closes
+//! and must wait (its handler makes an fd or closes while another thread makes one, or while a
+//! number in its range is in use) parks those closes ([`PARKED`]) for the wait, and a maker does
+//! not wait for parked closes. That is safe: a parked close's real call either ended before the
+//! handler ran (its numbers were free before the fd being made took one) or runs after the
+//! handler returns, and so after the fd being made is adopted; a close then forgets only what it
+//! closed (`own`). Left: a handler that runs in the few instructions where its close holds the fd
+//! table's lock (right after the real call) still waits for a maker that waits for that lock.
 
 use super::spin::wait_while;
 use core::cell::Cell;
@@ -34,6 +41,9 @@ use core::sync::atomic::{
 static CLOSING: AtomicU32 = AtomicU32::new(0);
 /// The thread (its tid) making an fd of ours, 0 when none.
 static CREATING: AtomicI32 = AtomicI32::new(0);
+/// Of [`CLOSING`], those whose threads wait (to make an fd, or to close) and so cannot end
+/// before the maker does: it does not wait for them.
+static PARKED: AtomicU32 = AtomicU32::new(0);
 /// Slots taken in [`USES`]: while 0, a program close looks no further.
 static IN_USE: AtomicU32 = AtomicU32::new(0);
 /// The numbers of ours in use, one a slot: the using thread's tid in the high half, the number
@@ -66,7 +76,7 @@ pub fn closing(first: c_int, last: c_int, foreign: impl Fn() -> bool) -> Closing
         if maker != 0 && maker != tid() {
             // gdrshim is making an fd: it waits for this count, so step back until it is adopted
             CLOSING.fetch_sub(1, SeqCst);
-            wait_while(|| CREATING.load(SeqCst) != 0);
+            parked_while(|| CREATING.load(SeqCst) != 0);
             continue;
         }
         if IN_USE.load(SeqCst) != 0 {
@@ -75,7 +85,7 @@ pub fn closing(first: c_int, last: c_int, foreign: impl Fn() -> bool) -> Closing
                 // a number of the range is in a call of ours: step back (a use that begins
                 // meanwhile waits for this count) until that call returns
                 CLOSING.fetch_sub(1, SeqCst);
-                wait_while(|| used_by_others(first, last, me));
+                parked_while(|| used_by_others(first, last, me));
                 continue;
             }
         }
@@ -114,13 +124,13 @@ pub fn using(fds: &[c_int]) -> InUse {
         IN_USE.fetch_add(1, SeqCst);
         let mut i = 0;
         // (a use is one call: a slot frees soon)
-        while USES[i].compare_exchange(0, v, SeqCst, Relaxed).is_err() {
-            i = (i + 1) % USE_SLOTS;
-            if i == 0 {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
+        parked_while(|| {
+            let taken = USES[i].compare_exchange(0, v, SeqCst, Relaxed).is_ok();
+            if !taken {
+                i = (i + 1) % USE_SLOTS;
             }
-        }
+            !taken
+        });
         u.taken[u.count] = (i, v);
         u.count += 1;
     }
@@ -162,10 +172,26 @@ pub fn creating() -> Creating {
     if CREATING.load(Relaxed) == me {
         return Creating(false);
     }
-    wait_while(|| CREATING.compare_exchange(0, me, SeqCst, Relaxed).is_err());
+    parked_while(|| CREATING.compare_exchange(0, me, SeqCst, Relaxed).is_err());
     let mine = CLOSING_HERE.with(Cell::get);
-    wait_while(|| CLOSING.load(SeqCst) > mine);
+    // (while this thread holds CREATING, PARKED only grows: a parked thread leaves it only once
+    // it has waited for this one)
+    wait_while(|| CLOSING.load(SeqCst) > mine + PARKED.load(SeqCst));
     Creating(true)
+}
+
+/// Waits while `busy()`, with this thread's closes (a signal handler's wait inside a close)
+/// parked: a maker that waits for closes to end does not wait for these, which cannot end
+/// before this wait does.
+fn parked_while(busy: impl FnMut() -> bool) {
+    let mine = CLOSING_HERE.with(Cell::get);
+    if mine > 0 {
+        PARKED.fetch_add(mine, SeqCst);
+    }
+    wait_while(busy);
+    if mine > 0 {
+        PARKED.fetch_sub(mine, SeqCst);
+    }
 }
 
 impl Drop for Creating {
@@ -214,6 +240,7 @@ pub fn widen_use_window() {
 pub fn after_fork_in_child() {
     CREATING.store(0, SeqCst);
     CLOSING.store(CLOSING_HERE.with(Cell::get), SeqCst);
+    PARKED.store(0, SeqCst);
     for slot in &USES {
         slot.store(0, SeqCst);
     }
@@ -265,6 +292,69 @@ mod tests {
         u.join().unwrap();
         t.join().unwrap();
         assert!(began.load(SeqCst));
+    }
+
+    /// What a signal handler does inside a program close on thread A (holding it) while thread B
+    /// makes an fd and so waits for A's close: `then` (a making, another close) must not wait for
+    /// B, which cannot go on until it returns. Other tests of this binary make fds too: while
+    /// another thread's making holds B back, A parks its close (that maker may wait for it), and
+    /// where B got through meanwhile, A tries again.
+    fn inside_a_close_while_another_thread_makes(then: fn()) {
+        use std::sync::mpsc::channel;
+        let (done, finished) = channel();
+        std::thread::spawn(move || loop {
+            let outer = closing(0, c_int::MAX, || false);
+            let made = Arc::new(AtomicBool::new(false));
+            let (tell, told) = channel();
+            let b = {
+                let made = made.clone();
+                std::thread::spawn(move || {
+                    tell.send(tid()).unwrap();
+                    let m = creating();
+                    made.store(true, SeqCst);
+                    std::thread::sleep(Duration::from_millis(20));
+                    drop(m);
+                })
+            };
+            let maker = told.recv().unwrap();
+            let waiting = loop {
+                let holder = CREATING.load(SeqCst);
+                if made.load(SeqCst) {
+                    break false;
+                }
+                if holder == maker {
+                    // B holds CREATING and has not returned: it waits for `outer`
+                    break true;
+                }
+                if holder != 0 {
+                    parked_while(|| CREATING.load(SeqCst) == holder);
+                }
+                std::thread::yield_now();
+            };
+            if waiting {
+                then();
+            }
+            drop(outer);
+            b.join().unwrap();
+            if waiting {
+                done.send(()).unwrap();
+                return;
+            }
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "deadlock: a wait inside a close waited for a maker that waited for that close"
+        );
+    }
+
+    #[test]
+    fn a_making_inside_a_close_does_not_wait_for_a_maker_that_waits_for_the_close() {
+        inside_a_close_while_another_thread_makes(|| drop(creating()));
+    }
+
+    #[test]
+    fn a_close_inside_a_close_does_not_wait_for_a_maker_that_waits_for_the_outer_one() {
+        inside_a_close_while_another_thread_makes(|| drop(closing(0, c_int::MAX, || false)));
     }
 
     /// A close whose range covers a number in another thread's use waits for that use to end;
