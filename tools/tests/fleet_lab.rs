@@ -272,7 +272,7 @@ fn the_pairs_of_a_round_run_at_once_as_the_lab_gate_counts() {
     }
     // the gate can fail: one QP more than the loopbacks open is not there until they end, so
     // each of them waits it out (its 300 ms), though the fleet itself still passes
-    let o = fleet("gate-unfilled", &vec![Host::Good; 4], "gate 5 300\n", &[]);
+    let o = fleet("gate-unfilled", &[Host::Good; 4], "gate 5 300\n", &[]);
     assert_eq!(o.code, 0, "{}{}", o.report, o.mpirun);
     let gate = gate_counts(&o);
     let waited: u64 = gate.iter().map(|g| g.1).sum();
