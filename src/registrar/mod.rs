@@ -160,8 +160,11 @@ impl Registrar {
         if t.map.only_sysmem_in(r.addr, r.addr.saturating_add(r.len)) {
             return Decision::Host;
         }
-        if let Err(m) = t.map.lookup(r.addr, r.len) {
-            return Decision::Miss(RegMiss::Lookup(m));
+        // (the common case without `lookup`'s Vec)
+        if t.map.lookup_one(r.addr, r.len).is_none() {
+            if let Err(m) = t.map.lookup(r.addr, r.len) {
+                return Decision::Miss(RegMiss::Lookup(m));
+            }
         }
         if t.native_p2p_present() || t.native_seen {
             return Decision::StandAside;

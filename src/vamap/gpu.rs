@@ -413,9 +413,11 @@ impl<'a> Iterator for Entries<'a> {
             self.done = true;
             return None;
         };
-        match s.checked_add(1).filter(|&n| n <= self.hi) {
-            Some(n) => self.lo = n,
-            None => self.done = true,
+        // entries never overlap: the next starts at or past this one's end, and one that ends
+        // past the range ends the walk without a read of the bits that find the next
+        match e.end.max(s + 1) {
+            n if n <= self.hi => self.lo = n,
+            _ => self.done = true,
         }
         Some((s, e))
     }

@@ -103,6 +103,10 @@ impl VaMap {
 
     /// Like [`lookup`](Self::lookup) but the range must lie in one memory object.
     pub fn lookup_single(&self, addr: u64, len: u64) -> Result<Piece, Miss> {
+        // (what `lookup` answers first, without its Vec: a registration asks this twice)
+        if let Some(p) = self.lookup_one(addr, len) {
+            return Ok(p);
+        }
         let p = self.lookup(addr, len)?;
         if p.len() == 1 {
             Ok(p[0])
