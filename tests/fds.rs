@@ -14,13 +14,14 @@ fn env() -> &'static Env {
     E.get_or_init(|| rig::build("fds", &["fdharm"]))
 }
 
-/// `fdharm ARGS` on a fresh fake machine (DMA-BUF route): its "fdharm …" line.
+/// `fdharm ARGS` on a fresh fake machine (DMA-BUF route, rdma-core's own libibverbs): its
+/// "fdharm …" line.
 fn fdharm(args: &[&str], extra: &[(&str, &str)]) -> String {
     let e = env();
     let dev = rig::dev_dir(e, &args.join("-"), &rig::DMABUF);
     let mut env = vec![("GDRSHIM_LOG_LEVEL", "warn")];
     env.extend_from_slice(extra);
-    let (code, out, err) = rig::run(e, "fdharm", &dev, &rig::DMABUF, args, &env);
+    let (code, out, err) = rig::run_as_deployed(e, "fdharm", &dev, &rig::DMABUF, args, &env);
     let line = out.lines().find(|l| l.starts_with("fdharm ")).unwrap_or_default().to_string();
     assert!(code == 0 && line.contains(" ok"), "fdharm {args:?} exited {code}: {out}\n{err}");
     line

@@ -72,11 +72,7 @@ fn env() -> &'static Env {
 fn harm(tag: &str, rig: &Rig, args: &[&str], extra: &[(&str, &str)]) -> (String, String) {
     let e = env();
     let dev = rig::dev_dir(e, tag, rig);
-    let (code, out, err) = if rig.new_verbs {
-        rig::run_on_rdma_core(e, "harm", &dev, rig, args, extra)
-    } else {
-        rig::run(e, "harm", &dev, rig, args, extra)
-    };
+    let (code, out, err) = rig::run_as_deployed(e, "harm", &dev, rig, args, extra);
     let line = out.lines().find(|l| l.starts_with("harm ")).unwrap_or_default().to_string();
     assert!(code == 0 && line.contains(" ok"), "harm {args:?} exited {code}: {out}\n{err}");
     (line, err)

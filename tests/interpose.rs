@@ -58,21 +58,33 @@ int main(void){ char p[4096]; snprintf(p,sizeof p,"%s/nvidiactl",getenv("GDRSHIM
 
 #[test]
 fn a_program_linked_against_libibverbs_binds_its_versioned_references_to_the_shim() {
+    // linked as users' programs are: against rdma-core's own libibverbs (the machine's)
     let e = env();
-    let out = Command::new(e.dir.join("player"))
-        .arg("/dev/null")
-        .arg(e.dir.join("libcuda.so.1"))
+    let bin = e.dir.join("binds");
+    let src = e.dir.join("binds.c");
+    std::fs::write(
+        &src,
+        "extern void *ibv_reg_mr(void *, void *, unsigned long, int);\n\
+         int main(int argc, char **argv) { (void)argv; return argc > 9 && ibv_reg_mr(0, 0, 0, 0); }\n",
+    )
+    .unwrap();
+    sh(Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .args(["-Wl,--no-as-needed", "-l:libibverbs.so.1"]));
+    let out = Command::new(&bin)
         .env("LD_PRELOAD", &e.shim)
         .env("LD_DEBUG", "bindings")
         .env("LD_BIND_NOW", "1")
-        .env("GDRSHIM_TEST_DEV_DIR", e.dir.join("dev"))
+        .env_remove("LD_LIBRARY_PATH")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let bound = |sym: &str| {
         err.lines().any(|l| {
             l.contains("binding file")
-                && l.contains("player")
+                && l.contains("binds")
                 && l.contains("libgdrshim.so")
                 && l.contains(sym)
         })
@@ -128,15 +140,21 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
         .args(["-O1", "-Wall", "-o"])
         .arg(&bin)
         .arg(c.join("errno_all.c"))
-        .args(["-ldl", "-Wl,--no-as-needed", "-L"])
-        .arg(&e.dir)
-        .args(["-l:libibverbs.so.1", "-Wl,-rpath,$ORIGIN"]));
+        .arg(format!("-I{}", c.display()))
+        // rdma-core's own libibverbs (the machine's), the rig's fake NIC its provider
+        .args(["-ldl", "-Wl,--no-as-needed", "-l:libibverbs.so.1"]));
+    common::fakes::Fakes::in_dir(&e.dir).rdma_core_nic();
     let dev = e.dir.join("dev-errno");
     common::fakedev::fake_dev(&dev, &["nvidiactl"], false);
+    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
     let run = |preload: String, extra: &[(&str, &str)]| {
         let out = Command::new(&bin)
             .arg(e.dir.join("libcuda.so.1"))
-            .env("LD_PRELOAD", preload)
+            .env("LD_PRELOAD", format!("{}:{preload}", rc.join("fakesys.so").display()))
+            .env("RDMAV_DRIVERS", rc.join("librignic"))
+            .env("FAKEWIRE_SYSFS", &sysfs)
+            .env("SYSFS_PATH", sysfs.join("sys"))
+            .env_remove("LD_LIBRARY_PATH")
             .env("GDRSHIM_TEST_DEV_DIR", &dev)
             .env("FAKENV_CAPTURE", "/nonexistent")
             .env("GDRSHIM_MODE", "register")

@@ -1,5 +1,6 @@
 //! The concurrency stress with a ground-truth oracle (issue 42 item 3): tests/c/stress.c under the
-//! real libgdrshim.so on the fake machine, on both routes (the suite runs it with the core
+//! real libgdrshim.so on the fake machine (the DMA-BUF route's on rdma-core's own libibverbs, the
+//! fake NIC its provider; the NV503C route's on an rdma-core older than 34), on both routes (the suite runs it with the core
 //! preloaded and again through the front: tests/common, GDRSHIM_TEST_VIA_FRONT). Threads race
 //! allocation, free (in CUDA's orders and odd ones), every registration entry point, dereg,
 //! rereg, export, fork, children started as CPython's `subprocess` and `posix_spawn` start them
@@ -75,7 +76,7 @@ fn stress(
     let mut argv = vec![s.as_str(), t.as_str(), secs.as_str(), route];
     argv.extend_from_slice(args);
     let knobs = [("GDRSHIM_LOG_LEVEL", "warn"), ("FAKERM_FD_CACHE", "0")];
-    let (code, out, err) = rig::run(e, "stress", &dev, rig, &argv, &knobs);
+    let (code, out, err) = rig::run_as_deployed(e, "stress", &dev, rig, &argv, &knobs);
     let _ = std::fs::remove_dir_all(&dev);
     let last = out
         .lines()

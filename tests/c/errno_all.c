@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include "rignic.h"
 extern void *ibv_reg_mr(void *pd, void *addr, size_t len, int access);
 extern int ibv_dereg_mr(void *mr);
 #define MARK 12345
@@ -49,10 +50,12 @@ int main(int argc, char **argv) {
   int v = -1;
   CALL("cuDeviceGetAttribute", ((int (*)(int *, int, int))fn)(&v, 116, 0));
   static char host[4096] __attribute__((aligned(4096)));
-  void *mr;
-  CALL("ibv_reg_mr host", (mr = ibv_reg_mr(0, host, sizeof host, 0xf)) != NULL);
+  void *mr, *nic = NULL;
+  // the PD of the rig's NIC, through rdma-core's libibverbs (the one this program is linked to)
+  void *pd = rig_nic_pd(dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD), &nic, NULL);
+  CALL("ibv_reg_mr host", (mr = ibv_reg_mr(pd, host, sizeof host, 0xf)) != NULL);
   CALL("ibv_dereg_mr", ibv_dereg_mr(mr));
-  CALL("ibv_reg_mr gpu miss", ibv_reg_mr(0, (void *)0x7f0000000000ull, 4096, 0xf) != NULL);
+  CALL("ibv_reg_mr gpu miss", ibv_reg_mr(pd, (void *)0x7f0000000000ull, 4096, 0xf) != NULL);
   CALL("close ok", close(c2));
   CALL("close ctl", close(ctl));
   return 0;

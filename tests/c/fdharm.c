@@ -115,7 +115,7 @@ static volatile int stop;
 static void *reg_loop(void *arg) {
   uint64_t at = BASE + (uint64_t)(uintptr_t)arg * 16 * K64;
   while (!stop) {
-    struct ibv_mr *m = vreg((void *)0x1, (void *)(uintptr_t)at, K64, 0xf);
+    struct ibv_mr *m = vreg(rig_pd, (void *)(uintptr_t)at, K64, 0xf);
     if (m) vdereg(m);
   }
   return NULL;

@@ -164,7 +164,7 @@ static void export_range(lay_t *l, uint64_t va, uint64_t len, int expect) {
     if (rnd(2) && l && l->nh < 12) {
       op_begin("ibv_reg_dmabuf_mr (the program's)", va, len);
       errno = SENT;
-      struct ibv_mr *m = e_dmabuf((void *)0x1, 0, len, va, fd, 0xf);
+      struct ibv_mr *m = e_dmabuf(rig_pd, 0, len, va, fd, 0xf);
       op_end(m ? 0 : errno);
       if (m) {
         errno_kept("errno changed by ibv_reg_dmabuf_mr", (long)va);
@@ -194,7 +194,7 @@ static void rereg(lay_t *l, uint64_t va, uint64_t len) {
     pthread_rwlock_rdlock(&fdlock);
     op_begin("ibv_rereg_mr", va, len);
     errno = SENT;
-    int r = e_rereg(l->held[i].obj, 1, (void *)0x1, (void *)(uintptr_t)va, len, 0xf);
+    int r = e_rereg(l->held[i].obj, 1, rig_pd, (void *)(uintptr_t)va, len, 0xf);
     op_end(r);
     pthread_rwlock_unlock(&fdlock);
     if (!r) {

@@ -254,7 +254,8 @@ static void verbs_setup(void) {
   e_rereg = must(dlsym(RTLD_DEFAULT, "ibv_rereg_mr"), "ibv_rereg_mr");
   e_regex = dlvsym(vh, "ibv_reg_mr_ex", "IBVERBS_1.15");
   e_dmabuf = dlvsym(vh, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
-  new_verbs = e_regex && e_dmabuf;
+  // rdma-core 34 and later (ibv_reg_mr_ex is a later one's, 1.15: rdma-core 44 has none)
+  new_verbs = e_dmabuf != NULL;
   void *mh = must(dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL), "libmlx5.so.1");
   u_reg = must(dlvsym(mh, "mlx5dv_devx_umem_reg", "MLX5_1.7"), "mlx5dv_devx_umem_reg");
   u_dereg = must(dlvsym(mh, "mlx5dv_devx_umem_dereg", "MLX5_1.7"), "mlx5dv_devx_umem_dereg");
@@ -269,7 +270,7 @@ typedef struct {
 } held_t;
 // Registers [va, va+len) by entry point `how`: NULL where it failed.
 static void *reg_by(int how, uint64_t va, uint64_t len, int *umem) {
-  void *pd = (void *)0x1, *a = (void *)(uintptr_t)va;
+  void *pd = rig_pd, *a = (void *)(uintptr_t)va;
   struct mr_attr at;
   *umem = how >= 5;
   switch (how) {
@@ -286,11 +287,11 @@ static void *reg_by(int how, uint64_t va, uint64_t len, int *umem) {
                           .addr = a,
                           .fd = -1};
     return e_regex(pd, &at);
-  case 5: u_va(va); return u_reg(pd, a, len, 7);
+  case 5: u_va(va); return u_reg(rig_ctx, a, len, 7);
   default: {
     struct umem_in in = {a, len, 7, ~0xfffull, 0, -1};
     u_va(va);
-    return u_regex(pd, &in);
+    return u_regex(rig_ctx, &in);
   }
   }
 }

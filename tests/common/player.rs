@@ -1,6 +1,9 @@
 //! The player rig of tests/integration.rs and tests/interpose.rs: tests/c/player.c replays a
 //! capture of the H200 under the real libgdrshim.so, against the fake driver that answers from the
-//! same capture (fakenv.c), a fake libcuda and the fake NIC; built once per test binary.
+//! same capture (fakenv.c), a fake libcuda and the fake NIC; built once per test binary. Its NIC
+//! is still fakeverbs.c as the libibverbs (its few verbs lines probe a registration with a null
+//! PD): the registration tests proper (routes, harm, stress, fds, life, consumers, the lab, and
+//! interpose.rs's errno and binding checks) run on rdma-core's own.
 
 use super::{fakes, Env};
 use std::collections::HashMap;

@@ -111,6 +111,24 @@ pub fn rdma_core_preload(e: &Env, libs: &[&Path]) -> String {
     all.join(":")
 }
 
+/// `program ARGS` as users' processes run it: on rdma-core's libibverbs where `rig` has
+/// `ibv_reg_dmabuf_mr` ([`run_on_rdma_core`]), else on the fake NIC as an rdma-core older than 34
+/// ([`run`]).
+pub fn run_as_deployed(
+    e: &Env,
+    program: &str,
+    dev: &Path,
+    rig: &Rig,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> (i32, String, String) {
+    if rig.new_verbs {
+        run_on_rdma_core(e, program, dev, rig, args, extra)
+    } else {
+        run(e, program, dev, rig, args, extra)
+    }
+}
+
 /// [`run`] on the fake NIC as the libibverbs itself, whatever `rig` says: for what rdma-core 44
 /// cannot be: `ibv_reg_mr_ex` (IBVERBS_1.15, a later rdma-core's; 44 stops at IBVERBS_1.14).
 pub fn run_on_fake_verbs(
@@ -170,11 +188,7 @@ pub fn routes(
         std::fs::create_dir_all(&pci).unwrap();
         std::fs::write(pci.join("resource"), resource).unwrap();
     }
-    if rig.new_verbs {
-        run_on_rdma_core(e, "routes", &dev, rig, args, extra)
-    } else {
-        run(e, "routes", &dev, rig, args, extra)
-    }
+    run_as_deployed(e, "routes", &dev, rig, args, extra)
 }
 
 /// [`routes`] on the fake NIC as the libibverbs itself ([`run_on_fake_verbs`]).
