@@ -155,13 +155,19 @@ impl Registrar {
         if t.incomplete {
             return Decision::Miss(RegMiss::MapIncomplete);
         }
+        // The common case in one read of the map: one entry, on the one GPU that maps any of the
+        // range, covers all of it. The checks below then ask that entry instead of the map.
+        let whole = t.map.lookup_one_owned(r.addr, r.len);
         // pinned host memory CUDA also mapped for the GPU (its own, cudaHostAlloc's,
         // cudaHostRegister's), whole or with plain host memory beside it: host memory to the NIC
-        if t.map.only_sysmem_in(r.addr, r.addr.saturating_add(r.len)) {
+        let sysmem = match &whole {
+            Some((p, _)) => p.alloc.class().is_some_and(crate::abi::class::is_sysmem),
+            None => t.map.only_sysmem_in(r.addr, r.addr.saturating_add(r.len)),
+        };
+        if sysmem {
             return Decision::Host;
         }
-        // (the common case without `lookup`'s Vec)
-        if t.map.lookup_one(r.addr, r.len).is_none() {
+        if whole.is_none() {
             if let Err(m) = t.map.lookup(r.addr, r.len) {
                 return Decision::Miss(RegMiss::Lookup(m));
             }
@@ -170,16 +176,21 @@ impl Registrar {
             return Decision::StandAside;
         }
         // (the lookup above took the range, so its end does not wrap)
-        if let Some(at) = t.map.first_unowned(r.addr, r.addr + r.len) {
+        let unowned = match &whole {
+            Some((_, true)) => None,
+            _ => t.map.first_unowned(r.addr, r.addr + r.len),
+        };
+        if let Some(at) = unowned {
             return Decision::Miss(RegMiss::NotProgramMemory { at });
         }
+        let whole = whole.map(|(p, _)| p);
         match self.route.clone() {
             Some(Ok(Route::Nv503c)) => {
                 let next_id = &mut self.next_id;
                 self.nv.decide(
                     t,
                     rm,
-                    (r.addr, r.len),
+                    (r.addr, r.len, whole),
                     self.dry_run,
                     nv503c::Book { counts: &mut self.counts, next_id },
                 )

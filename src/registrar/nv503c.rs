@@ -19,7 +19,7 @@ use crate::fresh::Fresh;
 use crate::route::Route;
 use crate::tracker::{ObjKind, Tracker, VidmemTuple};
 use crate::vamap::touch;
-use crate::vamap::{granule, MemRef, Miss};
+use crate::vamap::{granule, MemRef, Miss, Piece};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 
@@ -90,12 +90,13 @@ impl Nv503c {
         &mut self,
         t: &Tracker,
         rm: &mut dyn Rm,
-        (addr, len): (u64, u64),
+        (addr, len, whole): (u64, u64, Option<Piece>),
         dry_run: bool,
         book: Book<'_>,
     ) -> Decision {
         let Book { counts, next_id } = book;
-        let piece = match t.map.lookup_single(addr, len) {
+        // `whole`: the map's `lookup_one` of the range, already made by the caller
+        let piece = match whole.map_or_else(|| t.map.lookup_single(addr, len), Ok) {
             Ok(p) => p,
             Err(m) => return Decision::Miss(RegMiss::Lookup(m)),
         };

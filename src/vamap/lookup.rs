@@ -118,6 +118,16 @@ pub fn lookup(
 /// The common case of [`lookup`] without an allocation: one GPU maps any of the range, and one
 /// entry there covers all of it. `None`: not that case (ask `lookup`).
 pub fn lookup_one(gpus: &Gpus, mems: &MemTable, addr: u64, len: u64) -> Option<Piece> {
+    lookup_one_owned(gpus, mems, addr, len).map(|(p, _)| p)
+}
+
+/// [`lookup_one`], and whether the program owns the entry's bytes (the entry's own mark).
+pub fn lookup_one_owned(
+    gpus: &Gpus,
+    mems: &MemTable,
+    addr: u64,
+    len: u64,
+) -> Option<(Piece, bool)> {
     let end = addr.checked_add(len).filter(|_| len > 0)?;
     let mut found = None;
     for m in gpus.values() {
@@ -134,14 +144,15 @@ pub fn lookup_one(gpus: &Gpus, mems: &MemTable, addr: u64, len: u64) -> Option<P
         if found.is_some() || e.end < end {
             return None;
         }
-        found = Some(Piece {
+        let piece = Piece {
             va: addr,
             len,
             mem: e.mem,
             offset: e.offset() + (addr - s),
             origin: m.origin(s, e),
             alloc: mems.allocation(e.alloc(), e.mem),
-        });
+        };
+        found = Some((piece, e.owned()));
     }
     found
 }

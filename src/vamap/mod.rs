@@ -101,6 +101,13 @@ impl VaMap {
         lookup::lookup_one(&self.per_gpu, &self.mems, addr, len)
     }
 
+    /// [`lookup_one`](Self::lookup_one), and whether the program owns all of the range: where
+    /// the entry is marked so, [`first_unowned`](Self::first_unowned) of the range is `None`
+    /// (a mark is only ever on a whole allocation of the program's or the rest of one).
+    pub fn lookup_one_owned(&self, addr: u64, len: u64) -> Option<(Piece, bool)> {
+        lookup::lookup_one_owned(&self.per_gpu, &self.mems, addr, len)
+    }
+
     /// Like [`lookup`](Self::lookup) but the range must lie in one memory object.
     pub fn lookup_single(&self, addr: u64, len: u64) -> Result<Piece, Miss> {
         // (what `lookup` answers first, without its Vec: a registration asks this twice)
