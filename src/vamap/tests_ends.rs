@@ -188,3 +188,49 @@ fn another_gpus_memory_freed_under_an_allocation_keeps_its_context() {
     assert!(!lives(&m, 0, 2 * M), "the library context's allocation ended with it");
     assert!(lives(&m, 8 * M, 2 * M));
 }
+
+/// The registration decision's shortcut (src/registrar): where `lookup_one_owned` finds one entry
+/// covering a range and says the program owns it, `first_unowned` of that range is `None`; and
+/// its piece is `lookup_one`'s. Through maps, unmaps, allocations carved or whole, frees, memory
+/// freed under them and context ends, in any order, on two GPUs.
+#[test]
+fn an_entry_marked_the_programs_holds_no_unowned_byte() {
+    use crate::testkit::{model_ops, Rng};
+    let mut rng = Rng(0x0dd_ba11_5eed);
+    let mut m = VaMap::default();
+    let (gpus, page) = ([A, B], 0x1000u64);
+    let (mut marked, mut checked) = (0u64, 0u64);
+    for _ in 0..model_ops(100_000) {
+        let g = gpus[rng.below(2) as usize];
+        let base = rng.below(48) * 64 * page;
+        let len = (1 + rng.below(4 * 64)) * page;
+        let mem = MemRef { client: 1, memory: 0x10 + rng.below(6) as u32 };
+        match rng.below(12) {
+            0..=2 => m.map(g, base, len, mem, rng.below(8) * page),
+            3 => drop(m.unmap(g, base, len)),
+            4 => m.own_in(base, len, ContextTag::Of(0xc0 + rng.below(2))),
+            5 => {
+                // an allocation as cuMemAlloc makes one: mapped, then the program's, exactly
+                m.map(g, base, len, mem, 0);
+                m.own_in(base, len, ContextTag::Of(0xc0 + rng.below(2)));
+            }
+            6 => m.own(base, page),
+            7 => drop(m.disown_at(base)),
+            8 => m.disown(base, base + len),
+            9 => drop(m.remove_memory(mem)),
+            10 => m.end_owned(&|c| c == 0xc0, if rng.below(2) == 0 { Some(g) } else { None }),
+            _ => {
+                // a registration's range: a few pages somewhere in the first 64 of `base`
+                let (at, n) = (base + rng.below(64) * page, (1 + rng.below(8)) * page);
+                let got = m.lookup_one_owned(at, n);
+                assert_eq!(got.map(|(p, _)| p), m.lookup_one(at, n));
+                if let Some((_, true)) = got {
+                    marked += 1;
+                    assert_eq!(m.first_unowned(at, at + n), None, "{at:#x}+{n:#x}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(marked > checked / 50, "the case was met: {marked} of {checked}");
+}
