@@ -153,8 +153,9 @@ impl Fact {
     }
 }
 
-/// One rail of one task: its GPU, its NIC port and what the self-test found there.
-#[derive(Clone, Debug, PartialEq)]
+/// One rail of one task: its GPU, its NIC port and what the self-test found there. The fleet's
+/// JSON prints it as it is (render.rs, `NodeJson`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rail {
     pub rail: usize,
     pub gpu: String,

@@ -3,7 +3,7 @@
 //! object (the tools' one report, [`Fleet::checks`]: each culprit a FAIL check, then the fleet's own
 //! keys).
 
-use super::model::{Culprit, Leg, Op, Outcome, Task};
+use super::model::{Culprit, Leg, Op, Outcome, Rail, Task};
 use crate::json::Ordered;
 use crate::report::{result_word, Check, JsonReport, Report, Status};
 use serde::{Deserialize, Serialize};
@@ -195,18 +195,7 @@ impl Fleet {
             .iter()
             .map(|t| NodeJson {
                 name: t.node.clone(),
-                rails: t
-                    .rails
-                    .iter()
-                    .map(|r| RailJson {
-                        rail: r.rail,
-                        gpu: r.gpu.clone(),
-                        nic: r.nic.clone(),
-                        port_gbps: r.port_gbps,
-                        path: r.path.clone(),
-                        loopback: r.loopback.clone(),
-                    })
-                    .collect(),
+                rails: t.rails.clone(),
                 versions: Ordered(t.versions.clone()),
             })
             .collect();
@@ -275,19 +264,10 @@ pub struct FleetKeys {
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeJson {
     pub name: String,
-    pub rails: Vec<RailJson>,
+    /// each as the task gave it ([`Rail`]'s fields are the JSON's keys)
+    pub rails: Vec<Rail>,
     /// gdrshim, driver, rdma-core, nccl, in the order the task gave them.
     pub versions: Ordered<String>,
-}
-
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-pub struct RailJson {
-    pub rail: usize,
-    pub gpu: String,
-    pub nic: String,
-    pub port_gbps: Option<f64>,
-    pub path: String,
-    pub loopback: String,
 }
 
 /// One N×N matrix: row = where the bytes come from, column = where they land; null where no leg
