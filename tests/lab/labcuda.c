@@ -103,6 +103,19 @@ static int add_alloc(alloc_t a) {
   pthread_mutex_unlock(&mu);
   return i < MAXA;
 }
+// The record that starts at p, of an IPC import or not (`ipc`); `take`: the record goes. A
+// zero size: none.
+static alloc_t find_alloc(uint64_t p, int ipc, int take) {
+  alloc_t a = {0};
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAXA; i++)
+    if (allocs[i].size && allocs[i].va == p && allocs[i].ipc == ipc) {
+      a = allocs[i];
+      if (take) allocs[i].size = 0;
+    }
+  pthread_mutex_unlock(&mu);
+  return a;
+}
 
 // ---- the fake NVIDIA driver (fakerm.c), where it answers ----
 #define NV_IOCTL(nr, size) (0xC0000000u | ((size) << 16) | (0x46u << 8) | (nr))
@@ -285,14 +298,7 @@ CUresult cuMemAlloc_v2(uint64_t *dptr, size_t n) {
 }
 CUresult cuMemFree_v2(uint64_t p) {
   GATE;
-  alloc_t a = {0};
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < MAXA; i++)
-    if (allocs[i].size && allocs[i].va == p && !allocs[i].ipc) {
-      a = allocs[i];
-      allocs[i].size = 0;
-    }
-  pthread_mutex_unlock(&mu);
+  alloc_t a = find_alloc(p, 0, 1);
   if (!a.size) return 1;
   if (driver()) {
     uint64_t f[3] = {a.va, a.size, 0};
@@ -314,11 +320,7 @@ typedef struct {
 _Static_assert(sizeof(ipc_handle) == 64, "CUipcMemHandle is 64 bytes");
 CUresult cuIpcGetMemHandle(ipc_handle *h, uint64_t p) {
   GATE;
-  alloc_t a = {0};
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < MAXA; i++)
-    if (allocs[i].size && allocs[i].va == p && !allocs[i].ipc) a = allocs[i];
-  pthread_mutex_unlock(&mu);
+  alloc_t a = find_alloc(p, 0, 0);
   if (!a.size) return 1; // not the start of an allocation of cuMemAlloc: CUDA_ERROR_INVALID_VALUE
   *h = (ipc_handle){"labcuda", getpid(), a.fd, a.va, a.size, {0}};
   return 0;
@@ -340,14 +342,7 @@ CUresult cuIpcOpenMemHandle_v2(uint64_t *p, ipc_handle h, unsigned flags) {
 }
 CUresult cuIpcCloseMemHandle(uint64_t p) {
   GATE;
-  alloc_t a = {0};
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < MAXA; i++)
-    if (allocs[i].size && allocs[i].va == p && allocs[i].ipc) {
-      a = allocs[i];
-      allocs[i].size = 0;
-    }
-  pthread_mutex_unlock(&mu);
+  alloc_t a = find_alloc(p, 1, 1);
   if (!a.size) return 1;
   munmap((void *)(uintptr_t)a.va, a.size);
   close(a.fd);
