@@ -12,10 +12,13 @@ OUT=${1:?outdir}
 t0=$(date +%s)
 STALL_CAP_S=${STALL_CAP_S:-75} bash tests/gpu/run-h200-hosts-stall.sh "$OUT/stall" >/dev/null 2>&1
 grep -E '^### stall|ok$|a GPU copy never returned' "$OUT/stall/run-h200-hosts-stall.txt"
-bash tests/gpu/run-h200-ctx.sh "$OUT/ctx" >/dev/null 2>&1
-# at most 8 files come back from a call: the captures as one
-(cd "$OUT/ctx" && tar czf ctx-captures.tgz ctx-*.cap.gz && rm -f ctx-*.cap.gz)
-grep -cE '^ask ' "$OUT/ctx/ctx.txt" | sed 's/^/ctx: answers recorded: /'
+# the context ends (issue 46) were measured in h200-run30-ctx: WIRE_FIX_CTX=0 leaves them out
+if [ "${WIRE_FIX_CTX:-1}" = 1 ]; then
+  bash tests/gpu/run-h200-ctx.sh "$OUT/ctx" >/dev/null 2>&1
+  # at most 8 files come back from a call: the captures as one
+  (cd "$OUT/ctx" && tar czf ctx-captures.tgz ctx-*.cap.gz && rm -f ctx-*.cap.gz)
+  grep -cE '^ask ' "$OUT/ctx/ctx.txt" | sed 's/^/ctx: answers recorded: /'
+fi
 stalled=$(grep -E '^### stall-' "$OUT/stall/run-h200-hosts-stall.txt" | grep -cvE 'exits 0 0 $')
 if [ "$stalled" != 0 ]; then
   echo "wire-fix: $stalled stall row(s) did not exit 0 0: the collectives not run"
