@@ -458,7 +458,8 @@ fn a_link_capped_or_corrupting_is_seen_on_that_link_only() {
 }
 
 /// (labpair regs of host i: its line) with `faults`, in the stand-in libcuda's memory.
-fn regs(faults: &str, hosts: usize) -> Vec<String> {
+/// Each host's `labpair regs` line, and its wire's summary.
+fn regs(faults: &str, hosts: usize) -> Vec<(String, String)> {
     let net = Net::new("regs", faults, Shim::Without);
     let bin = lab().join("bin/labpair-gpu");
     (0..hosts)
@@ -467,14 +468,21 @@ fn regs(faults: &str, hosts: usize) -> Vec<String> {
                 net.host(i, &[bin.to_str().unwrap(), "regs", "-", &i.to_string(), "1", "gpu"]),
             ));
             assert!(o.ok, "{}{}", o.stdout, o.stderr);
-            o.line(&format!("labpair regs host {i}:")).to_string()
+            (o.line(&format!("labpair regs host {i}:")).to_string(), o.wire().to_string())
         })
         .collect()
 }
 
 #[test]
 fn a_host_without_dmabuf_and_a_host_with_peermem() {
-    let r = regs("no-dmabuf 0\npeermem 1\n", 3);
+    let (r, wire): (Vec<String>, Vec<String>) =
+        regs("no-dmabuf 0\npeermem 1\n", 3).into_iter().unzip();
+    // the wire counts host 0's refusals as its kernel's answer, not as wrong registrations
+    // (the GPU runs' verdict reads dmabuf_refused as "wrong_regs")
+    let (unsupported, refused) =
+        (field(&wire[0], "dmabuf_unsupported"), field(&wire[0], "dmabuf_refused"));
+    assert_eq!((unsupported, refused), (2, 0), "{}", wire[0]);
+    assert!(wire[1..].iter().all(|w| field(w, "dmabuf_unsupported") == 0), "{wire:?}");
     // host 0: a kernel without dma-buf MRs (NCCL's probe reads EOPNOTSUPP as "no"), no peermem
     assert!(
         r[0].contains("dmabuf_probe=Operation not supported dmabuf_mr=Operation not supported plain_gpu_mr=Bad address peermem_sysfs=0"),

@@ -107,6 +107,7 @@ hosts_verdict() {
     g+=" pass0_misses=$(num "$B/logs/$row.sum.$r" pass0_misses) rm_errors=$(num "$B/logs/$row.sum.$r" rm_errors)"
     g+=" export_oracle_disagree=$(num "$B/logs/$row.sum.$r" export_oracle_disagree)"
     fw="gpu_dmabuf_mr=$(num "$B/logs/$row.fw.$r" gpu_dmabuf_mr) wrong_regs=$(num "$B/logs/$row.fw.$r" dmabuf_refused)"
+    fw+=" no_dmabuf_answers=$(num "$B/logs/$row.fw.$r" dmabuf_unsupported)"
     fw+=" wire_errors=$(num "$B/logs/$row.fw.$r" wire_errors) flush_reads_g2h=$(num "$B/logs/$row.fw.$r" bytes_g2h)"
     fw+=" g2g=$(num "$B/logs/$row.fw.$r" bytes_g2g) h2h=$(num "$B/logs/$row.fw.$r" bytes_h2h)"
     log "$(printf '%-22s %-7s rank %d | NET/IB channels %3s GDRDMA %3s forbidden %s | %s | %s' "$row" "$w" "$r" "$net" "$gdr" "$bad" "$g" "$fw")"

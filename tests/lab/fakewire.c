@@ -41,7 +41,9 @@ pthread_mutex_t fw_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
   unsigned long reg_mr, reg_mr_iova2, reg_dmabuf_mr, dereg;
   unsigned long host, gpu_dmabuf, gpu_peermem;            // accepted, by kind
-  unsigned long gpu_plain_refused, dmabuf_probe, dmabuf_refused, bad_args; // refused
+  // refused: dmabuf_unsupported by a host whose kernel has no dma-buf MRs (the fault), as asked;
+  // dmabuf_refused for what the call named (a wrong registration)
+  unsigned long gpu_plain_refused, dmabuf_probe, dmabuf_refused, dmabuf_unsupported, bad_args;
   unsigned long ops[3];                                   // write, read, send
   unsigned long long bytes_g2g, bytes_g2h, bytes_h2g, bytes_h2h;
   unsigned long wire_errors, wire[3]; // dropped, corrupted, timed out
@@ -95,11 +97,11 @@ __attribute__((destructor)) static void fw_report(void) {
   void *shim = dlsym(RTLD_DEFAULT, "gdrshim_version"); // gdrshim is in the process
   snprintf(b, sizeof b,
            "fakewire: summary host=%d pid=%d gdrshim=%d reg_mr=%lu reg_mr_iova2=%lu reg_dmabuf_mr=%lu dereg=%lu host_mr=%lu gpu_dmabuf_mr=%lu gpu_peermem_mr=%lu "
-           "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
+           "gpu_plain_refused=%lu dmabuf_probe=%lu dmabuf_refused=%lu dmabuf_unsupported=%lu bad_args=%lu writes=%lu reads=%lu sends=%lu "
            "bytes_g2g=%llu bytes_g2h=%llu bytes_h2g=%llu bytes_h2h=%llu wire_errors=%lu dropped=%lu "
            "corrupted=%lu timeouts=%lu copier_copies=%lu copier_fallbacks=%lu gate_passed=%lu gate_timeouts=%lu\n",
            fw_me()->n, getpid(), shim != NULL, fw_n.reg_mr, fw_n.reg_mr_iova2, fw_n.reg_dmabuf_mr, fw_n.dereg, fw_n.host, fw_n.gpu_dmabuf, fw_n.gpu_peermem,
-           fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
+           fw_n.gpu_plain_refused, fw_n.dmabuf_probe, fw_n.dmabuf_refused, fw_n.dmabuf_unsupported, fw_n.bad_args, fw_n.ops[0], fw_n.ops[1], fw_n.ops[2],
            fw_n.bytes_g2g, fw_n.bytes_g2h, fw_n.bytes_h2g, fw_n.bytes_h2h, fw_n.wire_errors,
            fw_n.wire[0], fw_n.wire[1], fw_n.wire[2], fw_copier_copies, fw_copier_fallbacks, fw_gate_passed, fw_gate_timeouts);
   fputs(b, stderr);
@@ -315,7 +317,7 @@ static void exporter(int fd, char exp[64], long *size, uint64_t *base) {
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova, int fd, int access) {
   __atomic_fetch_add(&fw_n.reg_dmabuf_mr, 1, __ATOMIC_RELAXED);
   if (fw_fault_no_dmabuf(fw_me()->n)) { // a kernel without dma-buf MRs answers every call so
-    __atomic_fetch_add(&fw_n.dmabuf_refused, 1, __ATOMIC_RELAXED); errno = EOPNOTSUPP; return NULL;
+    __atomic_fetch_add(&fw_n.dmabuf_unsupported, 1, __ATOMIC_RELAXED); errno = EOPNOTSUPP; return NULL;
   }
   if (fd < 0) { __atomic_fetch_add(&fw_n.dmabuf_probe, 1, __ATOMIC_RELAXED); errno = EBADF; return NULL; } // consumers' support probe
   if (bad_access(pd, len, access)) return NULL;
