@@ -53,6 +53,61 @@ impl Drop for NoCancel {
     }
 }
 
+/// This thread's signals blocked while it lives (all but those a fault raises: blocked, the
+/// kernel would kill the process at the fault instead), the old mask back after. Taken around
+/// the fd table's lock (`fdtable::own`): a handler that ran while its thread holds that lock and
+/// then made or used an fd of ours would wait for a maker on another thread that waits for the
+/// lock. Blocked, the signal waits the few instructions the lock is held and is handled as the
+/// lock is given back. A raw `rt_sigprocmask`: no libc lock, no cancellation point, errno kept.
+pub struct SignalsBlocked(u64);
+/// The signals a fault raises (the kernel's mask: bit `n - 1` for signal `n`).
+const FAULT_SIGNALS: u64 = signal_bit(libc::SIGSEGV)
+    | signal_bit(libc::SIGBUS)
+    | signal_bit(libc::SIGFPE)
+    | signal_bit(libc::SIGILL)
+    | signal_bit(libc::SIGTRAP);
+const fn signal_bit(sig: libc::c_int) -> u64 {
+    1 << (sig - 1)
+}
+// the kernel's sigset on x86-64 and arm64: 64 signals, 8 bytes
+const KERNEL_SIGSET_BYTES: usize = 8;
+impl SignalsBlocked {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> SignalsBlocked {
+        let (set, mut old) = (!FAULT_SIGNALS, 0u64);
+        let e = errno();
+        // SAFETY: reads `set` and writes `old`, both 8-byte kernel sigsets; changes only this
+        // thread's mask.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &set as *const u64,
+                &mut old as *mut u64,
+                KERNEL_SIGSET_BYTES,
+            )
+        };
+        set_errno(e);
+        SignalsBlocked(old)
+    }
+}
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        let e = errno();
+        // SAFETY: reads the mask saved by `new`; sets this thread's mask back to it.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &self.0 as *const u64,
+                core::ptr::null_mut::<u64>(),
+                KERNEL_SIGSET_BYTES,
+            )
+        };
+        set_errno(e);
+    }
+}
+
 /// Why a hook's own work gave no answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contained {

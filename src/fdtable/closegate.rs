@@ -26,8 +26,8 @@
 //! not wait for parked closes. That is safe: a parked close's real call either ended before the
 //! handler ran (its numbers were free before the fd being made took one) or runs after the
 //! handler returns, and so after the fd being made is adopted; a close then forgets only what it
-//! closed (`own`). Left: a handler that runs in the few instructions where its close holds the fd
-//! table's lock (right after the real call) still waits for a maker that waits for that lock.
+//! closed (`own`). And no handler runs where its thread holds the fd table's lock (`own` blocks
+//! the thread's signals for it): there it would wait for a maker that waits for that lock.
 
 use super::spin::wait_while;
 use core::cell::Cell;
@@ -234,6 +234,12 @@ pub fn widen_use_window() {
             crate::sys::set_errno(e);
         }
     }
+}
+
+/// The thread making an fd of ours now (0: none), for the tests of `own`.
+#[cfg(test)]
+pub fn maker_now() -> i32 {
+    CREATING.load(SeqCst)
 }
 
 /// In a forked child: it has only this thread, and none of the parent's uses.

@@ -13,6 +13,7 @@
 
 use super::{closegate, forkgate};
 use crate::fd::{FileId, OwnedFd};
+use crate::sys::SignalsBlocked;
 use core::ffi::c_int;
 use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU64,
@@ -81,21 +82,30 @@ fn tid() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// The lock, held while it lives. Taken again by the thread that holds it (a signal handler that
-/// interrupted our own close), it is simply not taken: that thread cannot wait for itself.
-struct Held(bool);
+/// The lock, held while it lives, with the thread's signals blocked from before it is taken to
+/// after it is given back ([`SignalsBlocked`]): no signal handler runs on a thread that holds
+/// it, so none can make or use an fd of ours there and wait for a maker that waits for this lock
+/// (`closegate`). Taken again by the thread that holds it (a fork's prepare handler holds it
+/// with signals as they were, and a handler may run in the fork), it is simply not taken: that
+/// thread cannot wait for itself.
+struct Held {
+    taken: bool,
+    _signals: Option<SignalsBlocked>,
+}
 
 fn lock() -> Held {
     // never gives up: a lock is always got
-    lock_or_give_up(|| false).unwrap_or(Held(false))
+    lock_or_give_up(|| false).unwrap_or(Held { taken: false, _signals: None })
 }
 
 /// The lock, or `None` as soon as `give_up()` says so while another thread holds it.
 fn lock_or_give_up(give_up: impl Fn() -> bool) -> Option<Held> {
     let me = tid();
     if HOLDER.load(Relaxed) == me {
-        return Some(Held(false));
+        return Some(Held { taken: false, _signals: None });
     }
+    // blocked first: a handler between the taking and the blocking would hold the lock too
+    let signals = SignalsBlocked::new();
     let mut gave_up = false;
     // the holder is inside one close or fstat: a short wait
     super::spin::wait_while(|| {
@@ -105,7 +115,7 @@ fn lock_or_give_up(give_up: impl Fn() -> bool) -> Option<Held> {
         gave_up = give_up();
         !gave_up
     });
-    (!gave_up).then_some(Held(true))
+    (!gave_up).then_some(Held { taken: true, _signals: Some(signals) })
 }
 
 /// The lock, unless a fork holds it (from its prepare handler to its parent handler): `None`
@@ -118,7 +128,8 @@ fn lock_unless_forking() -> Option<Held> {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.0 {
+        // given back, then the signals (the field's drop, after this)
+        if self.taken {
             HOLDER.store(0, Release);
         }
     }
@@ -393,9 +404,14 @@ static HELD_FOR_FORK: AtomicBool = AtomicBool::new(false);
 pub fn before_fork() {
     // first the calls that make an fd of ours (they take the lock to adopt it)
     forkgate::before_fork();
-    let held = lock();
-    HELD_FOR_FORK.store(held.0, Relaxed);
-    core::mem::forget(held);
+    // taken with the signals as they are: the child and the parent each go on with the
+    // program's mask, and the lock is given back by the fork handlers, not by a drop
+    let me = tid();
+    if HOLDER.load(Relaxed) == me {
+        return;
+    }
+    super::spin::wait_while(|| HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err());
+    HELD_FOR_FORK.store(true, Relaxed);
 }
 
 /// After a fork, in the parent: the lock [`before_fork`] took is given back.
@@ -499,95 +515,4 @@ mod idents {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn memfd() -> c_int {
-        // SAFETY: a name and flags; memfd_create has no other preconditions.
-        unsafe { libc::memfd_create(c"gdrshim-own-test".as_ptr(), libc::MFD_CLOEXEC) }
-    }
-
-    /// An fd of ours the program closed, and whose number now names the program's own file, is
-    /// never closed by us; one still ours is.
-    #[test]
-    fn only_a_number_that_is_still_our_file_is_closed() {
-        let dup2 = |from: c_int, to: c_int| {
-            // SAFETY: dup2 of two numbers of this test's own.
-            unsafe { libc::dup2(from, to) }
-        };
-        // the program makes a dup over our number through the hook: its file there now
-        let ours = adopt(memfd()).expect("a fresh fd");
-        let (n, theirs) = (ours.num(), memfd());
-        let (was, r) = program_closes(n, || dup2(theirs, n), |&r| r == n);
-        assert!(was && r == n, "the number was ours");
-        assert!(!is_ours(&ours), "the number is the program's file now");
-        assert!(!close(ours), "not closed");
-        assert!(file_of(n).is_some(), "the program's file is open");
-        raw_close(n);
-        // the same behind every hook (a raw dup2): the file check tells
-        let ours = adopt(memfd()).expect("a fresh fd");
-        let n = ours.num();
-        assert_eq!(dup2(theirs, n), n);
-        assert!(!is_ours(&ours) && !close(ours), "another file at our number");
-        assert!(file_of(n).is_some());
-        raw_close(n);
-        raw_close(theirs);
-        // still ours: closed, and the mark gone
-        let ours = adopt(memfd()).expect("a fresh fd");
-        let n = ours.num();
-        assert!(close(ours));
-        assert!(!pages::is_own(n));
-    }
-
-    /// A fork holds the lock from its prepare handler to its parent handler; where the forking
-    /// thread holds it already (a signal handler's fork inside our close), it is left to that
-    /// close.
-    #[test]
-    fn a_fork_holds_the_lock_and_gives_it_back() {
-        before_fork();
-        assert_eq!(HOLDER.load(Relaxed), tid(), "held across the fork");
-        after_fork_in_parent();
-        assert_ne!(HOLDER.load(Relaxed), tid(), "given back in the parent");
-        let close = lock();
-        before_fork();
-        after_fork_in_parent();
-        assert_eq!(HOLDER.load(Relaxed), tid(), "still the close's");
-        drop(close);
-        assert_ne!(HOLDER.load(Relaxed), tid());
-    }
-
-    /// A use is granted only while the number is still ours and its file; one the program made
-    /// a dup over is refused, and a program close of a number in use waits for the use.
-    #[test]
-    fn a_number_is_used_only_while_it_is_ours_and_closes_of_it_wait() {
-        let ours = adopt(memfd()).expect("a fresh fd");
-        let (n, file) = (ours.num(), ours.file());
-        let in_use = using(&[(n, file)]).expect("ours");
-        let closer = std::thread::spawn(move || {
-            let theirs = memfd();
-            // SAFETY: a dup2 of two numbers of this test's own.
-            let (was, r) = program_closes(n, || unsafe { libc::dup2(theirs, n) }, |&r| r == n);
-            raw_close(theirs);
-            (was, r)
-        });
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!closer.is_finished(), "a dup over a number in use went on during the use");
-        assert_eq!(file_of(n), Some(file));
-        drop(in_use);
-        assert_eq!(closer.join().unwrap(), (true, n));
-        assert!(using(&[(n, file)]).is_none(), "the program's file now");
-        assert!(!close(ours));
-        raw_close(n);
-    }
-
-    #[test]
-    fn a_number_handed_out_is_the_callers() {
-        let ours = adopt(memfd()).expect("a fresh fd");
-        let n = hand_out(ours);
-        assert!(!pages::is_own(n) && file_of(n).is_some());
-        assert!(
-            !program_closes(n, || raw_close(n), |_| true).0,
-            "not ours when the caller closes it"
-        );
-    }
-}
+mod tests;
