@@ -4,7 +4,7 @@
 # answers labhostN), with gdrshim and without, or what NVSHMEM says when it refuses.
 # tests/gpu/hosts_nvshmem.cu (host-initiated puts, unique-id bootstrap) is built here against the
 # NVSHMEM wheel (`pip download nvidia-nvshmem-cu12` or -cu13 to match PyTorch's CUDA, carried).
-#   tests/gpu/run-h200-hosts-nvshmem.sh OUTDIR NVSHMEM_WHEEL   (carry target/knobs/release/libgdrshim.so)
+#   tests/gpu/run-h200-hosts-nvshmem.sh OUTDIR NVSHMEM_WHEEL_OR_SLIM_TAR_XZ   (carry target/knobs/release/libgdrshim.so)
 set -u
 OUT=${1:?outdir}
 WHL=$(readlink -f "${2:?the nvidia-nvshmem wheel}")
@@ -14,7 +14,12 @@ mkdir -p "$B"
 # shellcheck source=tests/gpu/hosts-lab.sh
 source tests/gpu/hosts-lab.sh
 hosts_build
-python3 -m pip install -q --no-index --no-deps --target "$B/whl" "$WHL" || { log "the NVSHMEM wheel did not install"; exit 1; }
+# the wheel (182 MB for 3.8.0), or a slim copy of the files used here, its libnvshmem_host pruned to
+# sm_90 (tests/gpu/prune-fatbin.py), under nvidia/nvshmem/ in a .tar.xz: what one call can carry
+case $WHL in
+  *.tar.xz) mkdir -p "$B/whl" && tar xJf "$WHL" -C "$B/whl" || { log "the NVSHMEM copy did not unpack"; exit 1; } ;;
+  *) python3 -m pip install -q --no-index --no-deps --target "$B/whl" "$WHL" || { log "the NVSHMEM wheel did not install"; exit 1; } ;;
+esac
 NV=$(find "$B/whl" -path '*nvshmem/include/nvshmem.h' | head -1)
 NV=${NV%/include/nvshmem.h}
 [ -n "$NV" ] || { log "no nvshmem.h in the wheel: $(find "$B/whl" -maxdepth 3 | head -20 | tr '\n' ' ')"; hosts_pack; exit 1; }
