@@ -53,19 +53,23 @@ impl Drop for NoCancel {
     }
 }
 
-/// This thread's signals blocked while it lives (all but those a fault raises: blocked, the
-/// kernel would kill the process at the fault instead), the old mask back after. Taken around
-/// the fd table's lock (`fdtable::own`): a handler that ran while its thread holds that lock and
-/// then made or used an fd of ours would wait for a maker on another thread that waits for the
-/// lock. Blocked, the signal waits the few instructions the lock is held and is handled as the
-/// lock is given back. A raw `rt_sigprocmask`: no libc lock, no cancellation point, errno kept.
-pub struct SignalsBlocked(u64);
-/// The signals a fault raises (the kernel's mask: bit `n - 1` for signal `n`).
-const FAULT_SIGNALS: u64 = signal_bit(libc::SIGSEGV)
+/// This thread's signals blocked while it lives (all but those the kernel forces on the thread
+/// that raised them: blocked, it would kill the process instead), the old mask back after.
+/// Taken around the fd table's lock (`fdtable::own`): a handler that ran while its thread holds
+/// that lock and then made or used an fd of ours would wait for a maker on another thread that
+/// waits for the lock. Blocked, the signal waits while the lock is held (a close, an fstat, a
+/// log line) and is handled as it is given back. A raw `rt_sigprocmask`: no libc lock, no
+/// cancellation point, errno kept. `None` inside: the call failed, and nothing is restored.
+pub struct SignalsBlocked(Option<u64>);
+/// The signals the kernel forces on the thread that raised them: faults, and SIGSYS of a
+/// seccomp filter that traps a system call (a sandbox emulating our `fstat`'s `newfstatat`).
+/// The kernel's mask: bit `n - 1` for signal `n`.
+const FORCED_SIGNALS: u64 = signal_bit(libc::SIGSEGV)
     | signal_bit(libc::SIGBUS)
     | signal_bit(libc::SIGFPE)
     | signal_bit(libc::SIGILL)
-    | signal_bit(libc::SIGTRAP);
+    | signal_bit(libc::SIGTRAP)
+    | signal_bit(libc::SIGSYS);
 const fn signal_bit(sig: libc::c_int) -> u64 {
     1 << (sig - 1)
 }
@@ -74,11 +78,11 @@ const KERNEL_SIGSET_BYTES: usize = 8;
 impl SignalsBlocked {
     #[allow(clippy::new_without_default)]
     pub fn new() -> SignalsBlocked {
-        let (set, mut old) = (!FAULT_SIGNALS, 0u64);
+        let (set, mut old) = (!FORCED_SIGNALS, 0u64);
         let e = errno();
         // SAFETY: reads `set` and writes `old`, both 8-byte kernel sigsets; changes only this
         // thread's mask.
-        unsafe {
+        let rc = unsafe {
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
                 libc::SIG_BLOCK,
@@ -88,18 +92,19 @@ impl SignalsBlocked {
             )
         };
         set_errno(e);
-        SignalsBlocked(old)
+        SignalsBlocked((rc == 0).then_some(old))
     }
 }
 impl Drop for SignalsBlocked {
     fn drop(&mut self) {
+        let Some(old) = self.0 else { return };
         let e = errno();
         // SAFETY: reads the mask saved by `new`; sets this thread's mask back to it.
         unsafe {
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
                 libc::SIG_SETMASK,
-                &self.0 as *const u64,
+                &old as *const u64,
                 core::ptr::null_mut::<u64>(),
                 KERNEL_SIGSET_BYTES,
             )

@@ -83,11 +83,14 @@ fn tid() -> i32 {
 }
 
 /// The lock, held while it lives, with the thread's signals blocked from before it is taken to
-/// after it is given back ([`SignalsBlocked`]): no signal handler runs on a thread that holds
-/// it, so none can make or use an fd of ours there and wait for a maker that waits for this lock
-/// (`closegate`). Taken again by the thread that holds it (a fork's prepare handler holds it
-/// with signals as they were, and a handler may run in the fork), it is simply not taken: that
-/// thread cannot wait for itself.
+/// after it is given back ([`SignalsBlocked`]; not while waiting for it): no signal handler runs
+/// on a thread that holds it, so none can make or use an fd of ours there and wait for a maker
+/// that waits for this lock (`closegate`). A signal waits as long as the lock is held: a close
+/// or fstat of ours, a log line, or the program's own close of a number of ours (or its
+/// `closefrom` over one: the program's files in the range are closed under it too). Taken
+/// again by the thread that holds it (a fork's prepare handler holds it with signals as they
+/// were, and a handler may run in the fork), it is simply not taken: that thread cannot wait for
+/// itself.
 struct Held {
     taken: bool,
     _signals: Option<SignalsBlocked>,
@@ -104,18 +107,25 @@ fn lock_or_give_up(give_up: impl Fn() -> bool) -> Option<Held> {
     if HOLDER.load(Relaxed) == me {
         return Some(Held { taken: false, _signals: None });
     }
-    // blocked first: a handler between the taking and the blocking would hold the lock too
-    let signals = SignalsBlocked::new();
-    let mut gave_up = false;
-    // the holder is inside one close or fstat: a short wait
-    super::spin::wait_while(|| {
-        if HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_ok() {
-            return false;
+    loop {
+        // blocked first: a handler between the taking and the blocking would hold the lock too
+        let signals = SignalsBlocked::new();
+        if HOLDER.compare_exchange(0, me, Acquire, Relaxed).is_ok() {
+            return Some(Held { taken: true, _signals: Some(signals) });
         }
-        gave_up = give_up();
-        !gave_up
-    });
-    (!gave_up).then_some(Held { taken: true, _signals: Some(signals) })
+        // taken: wait with the signals as they were, until it is free or we give up
+        drop(signals);
+        let mut gave_up = false;
+        super::spin::wait_while(|| {
+            let busy = HOLDER.load(Relaxed) != 0;
+            gave_up = busy && give_up();
+            busy && !gave_up
+        });
+        if gave_up {
+            // (nothing was taken: no `Held` is made, whose drop would free the holder's lock)
+            return None;
+        }
+    }
 }
 
 /// The lock, unless a fork holds it (from its prepare handler to its parent handler): `None`

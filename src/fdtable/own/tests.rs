@@ -82,7 +82,7 @@ fn a_number_is_used_only_while_it_is_ours_and_closes_of_it_wait() {
 /// A signal that comes while its thread holds the lock is handled once the lock is given
 /// back. Its handler's making (an export in a handler) waits for another thread's making,
 /// which waits for this lock to adopt its fd: run while the lock was held, the two would wait
-/// for each other for ever.
+/// for each other for ever. Run in a forked child, so that a deadlock fails this test alone.
 #[test]
 fn a_signal_handler_never_runs_while_its_thread_holds_the_lock() {
     use core::sync::atomic::Ordering::SeqCst;
@@ -94,16 +94,19 @@ fn a_signal_handler_never_runs_while_its_thread_holds_the_lock() {
         drop(making());
         HANDLED.store(true, SeqCst);
     }
-    // SAFETY: a zeroed sigaction with a handler that is async-signal-safe (atomics, gettid
-    // and the gates' spin), installed for a signal no other test of this binary uses.
-    unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = handler as extern "C" fn(c_int) as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()), 0);
-    }
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    fn in_child() -> i32 {
+        // the gates as a fork handler leaves them: this thread alone, nothing held
+        close_all_in_child();
+        // SAFETY: a zeroed sigaction with a handler that is async-signal-safe (atomics,
+        // gettid and the gates' spin), in this child only.
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = handler as extern "C" fn(c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            if libc::sigaction(libc::SIGUSR2, &sa, core::ptr::null_mut()) != 0 {
+                return 10;
+            }
+        }
         let held = lock();
         let maker = std::thread::spawn(|| {
             let m = making();
@@ -121,15 +124,112 @@ fn a_signal_handler_never_runs_while_its_thread_holds_the_lock() {
         std::thread::sleep(Duration::from_millis(20));
         let early = HANDLED.load(SeqCst);
         drop(held);
-        let closed = maker.join().unwrap();
-        done.send((early, closed)).unwrap();
+        let closed = maker.join().ok().flatten();
+        match (early || HANDLED_WHILE_HELD.load(SeqCst), HANDLED.load(SeqCst), closed) {
+            (true, _, _) => 1,
+            (_, false, _) => 2,
+            (_, _, Some(true)) => 0,
+            _ => 3,
+        }
+    }
+    // SAFETY: fork; the child runs `in_child` and leaves by _exit, never returning here.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let rc = std::panic::catch_unwind(in_child).unwrap_or(100);
+        // SAFETY: ends the child at once (no test harness, no atexit of the parent's).
+        unsafe { libc::_exit(rc) };
+    }
+    let t0 = Instant::now();
+    let mut status = 0;
+    // SAFETY: waits for our own child, without blocking.
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if t0.elapsed() > Duration::from_secs(20) {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: as above, now that it is killed.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            panic!("deadlock: a handler ran while its thread held the lock");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rc = libc::WEXITSTATUS(status);
+    assert!(libc::WIFEXITED(status), "the child: status {status:#x}");
+    let why = [
+        "",
+        "handled while the lock was held",
+        "not handled once it was given back",
+        "the other thread's fd was not adopted and closed",
+    ];
+    assert_eq!(rc, 0, "{}", why.get(rc as usize).copied().unwrap_or("the child panicked"));
+}
+
+/// The thread's signals are blocked while it holds the lock, but those the kernel forces on it
+/// (faults, a seccomp filter's SIGSYS), and its mask is exactly what it was once the lock is
+/// given back.
+#[test]
+fn the_lock_blocks_signals_while_held_and_restores_the_mask() {
+    fn mask() -> libc::sigset_t {
+        // SAFETY: reads this thread's mask into a zeroed set.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set);
+            set
+        }
+    }
+    let blocked = |set: &libc::sigset_t, sig| {
+        // SAFETY: a query of a valid set.
+        unsafe { libc::sigismember(set, sig) == 1 }
+    };
+    std::thread::spawn(move || {
+        // the program's own mask: SIGUSR2 blocked, SIGUSR1 not
+        // SAFETY: a set built here; changes this thread's mask only.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, core::ptr::null_mut());
+        }
+        let before = mask();
+        let held = lock();
+        let during = mask();
+        for sig in [libc::SIGUSR1, libc::SIGUSR2, libc::SIGINT, libc::SIGTERM, libc::SIGCHLD] {
+            assert!(blocked(&during, sig), "signal {sig} blocked while the lock is held");
+        }
+        for sig in
+            [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS]
+        {
+            assert!(!blocked(&during, sig), "signal {sig} is forced by the kernel: left as it was");
+        }
+        drop(held);
+        let after = mask();
+        for sig in 1..=64 {
+            assert_eq!(blocked(&before, sig), blocked(&after, sig), "signal {sig} as it was");
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// A thread that gives up waiting for the lock (a log line while a fork holds it) takes
+/// nothing, and so gives nothing back: the holder keeps it.
+#[test]
+fn giving_up_on_the_lock_leaves_it_to_its_holder() {
+    use std::sync::mpsc::channel;
+    let (tell, told) = channel();
+    let (release, released) = channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let held = lock();
+        tell.send(tid()).unwrap();
+        released.recv().unwrap();
+        drop(held);
     });
-    let (early, closed) = finished
-        .recv_timeout(Duration::from_secs(20))
-        .expect("deadlock: a handler ran while its thread held the lock");
-    assert!(!early && !HANDLED_WHILE_HELD.load(SeqCst), "handled while the lock was held");
-    assert!(HANDLED.load(SeqCst), "handled once it was given back");
-    assert_eq!(closed, Some(true), "the other thread's fd was adopted and closed");
+    let holder_tid = told.recv().unwrap();
+    assert!(lock_or_give_up(|| true).is_none(), "given up while another thread holds it");
+    assert_eq!(HOLDER.load(Relaxed), holder_tid, "still the holder's");
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(lock_or_give_up(|| true).is_some(), "free: taken at once");
 }
 
 #[test]
