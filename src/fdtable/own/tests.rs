@@ -136,7 +136,7 @@ fn a_signal_handler_never_runs_while_its_thread_holds_the_lock() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
-        let rc = std::panic::catch_unwind(in_child).unwrap_or(100);
+        let rc = crate::sys::contained(in_child).unwrap_or(100);
         // SAFETY: ends the child at once (no test harness, no atexit of the parent's).
         unsafe { libc::_exit(rc) };
     }
