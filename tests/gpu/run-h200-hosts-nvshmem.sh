@@ -17,7 +17,10 @@ hosts_build
 # the wheel (182 MB for 3.8.0), or a slim copy of the files used here, its libnvshmem_host pruned to
 # sm_90 (tests/gpu/prune-fatbin.py), under nvidia/nvshmem/ in a .tar.xz: what one call can carry
 case $WHL in
-  *.tar.xz) mkdir -p "$B/whl" && tar xJf "$WHL" -C "$B/whl" || { log "the NVSHMEM copy did not unpack"; exit 1; } ;;
+  *.tar.xz)
+    mkdir -p "$B/whl"
+    tar xJf "$WHL" -C "$B/whl" || { log "the NVSHMEM copy did not unpack"; exit 1; }
+    ;;
   *) python3 -m pip install -q --no-index --no-deps --target "$B/whl" "$WHL" || { log "the NVSHMEM wheel did not install"; exit 1; } ;;
 esac
 NV=$(find "$B/whl" -path '*nvshmem/include/nvshmem.h' | head -1)
