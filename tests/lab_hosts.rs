@@ -457,8 +457,8 @@ fn a_link_capped_or_corrupting_is_seen_on_that_link_only() {
     assert_eq!((wrong, first), (8, 0), "a corrupting link");
 }
 
-/// (labpair regs of host i: its line) with `faults`, in the stand-in libcuda's memory.
-/// Each host's `labpair regs` line, and its wire's summary.
+/// Each host's `labpair regs` line with `faults`, in the stand-in libcuda's memory, and its
+/// wire's summary.
 fn regs(faults: &str, hosts: usize) -> Vec<(String, String)> {
     let net = Net::new("regs", faults, Shim::Without);
     let bin = lab().join("bin/labpair-gpu");
