@@ -28,6 +28,14 @@
 //! handler returns, and so after the fd being made is adopted; a close then forgets only what it
 //! closed (`own`). And no handler runs where its thread holds the fd table's lock (`own` blocks
 //! the thread's signals for it): there it would wait for a maker that waits for that lock.
+//!
+//! Left (a review of 2026-12-07; each needs a signal handler that exports or forks at a given
+//! instruction): a handler between a gate's global and its thread's count (`closing`, the
+//! `Closing` drop, `forkgate::making`) waits for its own thread; a handler that interrupts
+//! `creating` after it took [`CREATING`] skips the wait for closes; the fork gate's waits are
+//! not parked, so a handler's export inside a close can close a cycle with a maker and a fork;
+//! a close parked in a handler is not waited for by a use. Blocking signals across each pair of
+//! updates (as `own` does for its lock) would close them, at a system call pair per close.
 
 use super::spin::wait_while;
 use core::cell::Cell;

@@ -20,6 +20,9 @@ static FORKING: AtomicU32 = AtomicU32::new(0);
 thread_local! {
     /// Of [`MAKING`], this thread's (more than one only in a signal handler inside our call).
     static MAKING_HERE: Cell<u32> = const { Cell::new(0) };
+    /// Of [`FORKING`], this thread's: a signal handler's making inside its own fork's prepare
+    /// handler does not wait for that fork (it ends, its fd adopted, before the fork goes on).
+    static FORKING_HERE: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Held from before the call that makes an fd of ours until that fd is adopted (or the call
@@ -29,10 +32,11 @@ pub struct Making(());
 
 /// Waits while a fork is being made, then marks a call that makes an fd of ours as under way.
 pub fn making() -> Making {
+    let mine = FORKING_HERE.with(Cell::get);
     loop {
-        wait_while(|| FORKING.load(SeqCst) != 0);
+        wait_while(|| FORKING.load(SeqCst) > mine);
         MAKING.fetch_add(1, SeqCst);
-        if FORKING.load(SeqCst) == 0 {
+        if FORKING.load(SeqCst) <= mine {
             break;
         }
         // a fork began in between: it waits for this count, so step back until it is made
@@ -51,6 +55,7 @@ impl Drop for Making {
 
 /// The prepare handler's part: no new call starts, and the other threads' finish first.
 pub fn before_fork() {
+    FORKING_HERE.with(|f| f.set(f.get() + 1));
     FORKING.fetch_add(1, SeqCst);
     let mine = MAKING_HERE.with(Cell::get);
     wait_while(|| MAKING.load(SeqCst) > mine);
@@ -59,11 +64,13 @@ pub fn before_fork() {
 /// In the parent after the fork (made or failed): calls may start again.
 pub fn after_fork_in_parent() {
     FORKING.fetch_sub(1, SeqCst);
+    FORKING_HERE.with(|f| f.set(f.get().saturating_sub(1)));
 }
 
 /// In the child: it has only this thread, and no fork under way.
 pub fn after_fork_in_child() {
     FORKING.store(0, SeqCst);
+    FORKING_HERE.with(|f| f.set(0));
     MAKING.store(MAKING_HERE.with(Cell::get), SeqCst);
 }
 
@@ -118,5 +125,23 @@ mod tests {
         u.join().unwrap();
         t.join().unwrap();
         assert!(began.load(SeqCst));
+    }
+
+    /// A signal handler's making while its own thread is inside its fork's prepare handler
+    /// (after this gate, while another library's prepare handler runs) does not wait for that
+    /// fork, which cannot go on until the handler returns.
+    #[test]
+    fn a_making_inside_its_own_threads_fork_does_not_wait_for_it() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            before_fork();
+            drop(making());
+            after_fork_in_parent();
+            done.send(()).unwrap();
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "deadlock: a making waited for its own thread's fork"
+        );
     }
 }

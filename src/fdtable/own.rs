@@ -16,7 +16,7 @@ use crate::fd::{FileId, OwnedFd};
 use crate::sys::SignalsBlocked;
 use core::ffi::c_int;
 use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU64,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 use gdrshim_common::fdpages as pages;
@@ -418,15 +418,25 @@ pub fn before_fork() {
     // program's mask, and the lock is given back by the fork handlers, not by a drop
     let me = tid();
     if HOLDER.load(Relaxed) == me {
+        // held already: by this thread's own fork, whose prepare handler a signal handler's
+        // fork interrupted (the outer fork gives it back, not this one), or left to its holder
+        if HELD_FOR_FORK.load(Relaxed) {
+            NESTED_FORKS.fetch_add(1, Relaxed);
+        }
         return;
     }
     super::spin::wait_while(|| HOLDER.compare_exchange_weak(0, me, Acquire, Relaxed).is_err());
     HELD_FOR_FORK.store(true, Relaxed);
 }
 
+/// Forks made by a signal handler inside the forking thread's own fork (while it holds the lock
+/// for it): their parent handlers leave the lock to the outer fork.
+static NESTED_FORKS: AtomicU32 = AtomicU32::new(0);
+
 /// After a fork, in the parent: the lock [`before_fork`] took is given back.
 pub fn after_fork_in_parent() {
-    if HELD_FOR_FORK.swap(false, Relaxed) {
+    let nested = NESTED_FORKS.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok();
+    if !nested && HELD_FOR_FORK.swap(false, Relaxed) {
         HOLDER.store(0, Release);
     }
     forkgate::after_fork_in_parent();
@@ -437,6 +447,7 @@ pub fn after_fork_in_parent() {
 /// not have). Only numbers that are still the file we made are closed. No lock, no allocation.
 pub fn close_all_in_child() {
     HELD_FOR_FORK.store(false, Relaxed);
+    NESTED_FORKS.store(0, Relaxed);
     HOLDER.store(0, Relaxed);
     TABLE_PID.store(raw_getpid(), Relaxed);
     UNSHARED.with(|u| u.set(false));

@@ -55,6 +55,23 @@ fn a_fork_holds_the_lock_and_gives_it_back() {
     assert_ne!(HOLDER.load(Relaxed), tid());
 }
 
+/// A signal handler's fork inside its thread's own fork (between the prepare and the parent
+/// handler) leaves the lock to the outer fork: given back by the outer parent handler only.
+#[test]
+fn a_fork_inside_a_fork_leaves_the_lock_to_the_outer_one() {
+    std::thread::spawn(|| {
+        before_fork();
+        // the handler's fork
+        before_fork();
+        after_fork_in_parent();
+        assert_eq!(HOLDER.load(Relaxed), tid(), "still held for the outer fork");
+        after_fork_in_parent();
+        assert_ne!(HOLDER.load(Relaxed), tid(), "given back by the outer fork");
+    })
+    .join()
+    .unwrap();
+}
+
 /// A use is granted only while the number is still ours and its file; one the program made
 /// a dup over is refused, and a program close of a number in use waits for the use.
 #[test]
