@@ -146,15 +146,11 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
     common::fakes::Fakes::in_dir(&e.dir).rdma_core_nic();
     let dev = e.dir.join("dev-errno");
     common::fakedev::fake_dev(&dev, &["nvidiactl"], false);
-    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
-    let run = |preload: String, extra: &[(&str, &str)]| {
-        let out = Command::new(&bin)
+    let run = |preload: &[&Path], extra: &[(&str, &str)]| {
+        let mut c = Command::new(&bin);
+        let out = common::rig::rdma_core_env(&mut c, &e, &dev)
             .arg(e.dir.join("libcuda.so.1"))
-            .env("LD_PRELOAD", format!("{}:{preload}", rc.join("fakesys.so").display()))
-            .env("RDMAV_DRIVERS", rc.join("librignic"))
-            .env("FAKEWIRE_SYSFS", &sysfs)
-            .env("SYSFS_PATH", sysfs.join("sys"))
-            .env_remove("LD_LIBRARY_PATH")
+            .env("LD_PRELOAD", common::rig::rdma_core_preload(&e, preload))
             .env("GDRSHIM_TEST_DEV_DIR", &dev)
             .env("FAKENV_CAPTURE", "/nonexistent")
             .env("GDRSHIM_MODE", "register")
@@ -168,20 +164,19 @@ fn errno_and_results_are_the_real_ones_even_when_a_hook_panics() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let fakenv = e.dir.join("libfakenv.so").display().to_string();
-    let with = format!("{}:{fakenv}", e.shim.display());
-    let (want, _) = run(fakenv.clone(), &[]);
+    let fakenv = e.dir.join("libfakenv.so");
+    let with: [&Path; 2] = [&e.shim, &fakenv];
+    let (want, _) = run(&[&fakenv], &[]);
     assert_eq!(want.lines().count(), 27, "{want}");
     assert!(
         want.contains(&format!("close bad              rc=-1 errno={}", libc::EBADF)),
         "{want}"
     );
     assert!(want.contains("access ok              rc=0 errno=12345"), "{want}");
-    let (got, err) = run(with.clone(), &[]);
+    let (got, err) = run(&with, &[]);
     assert_eq!(got, want, "with the shim\n{err}");
     for site in ["ioctl", "hook", "dlsym"] {
-        let (got, err) =
-            run(with.clone(), &[("GDRSHIM_TEST_PANIC", site), ("GDRSHIM_LOG_LEVEL", "warn")]);
+        let (got, err) = run(&with, &[("GDRSHIM_TEST_PANIC", site), ("GDRSHIM_LOG_LEVEL", "warn")]);
         assert_eq!(got, want, "panics injected at {site}\n{err}");
         assert!(
             err.contains("GDRSHIM_TEST_PANIC") || site == "dlsym",

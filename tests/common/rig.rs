@@ -91,16 +91,23 @@ pub fn run_on_rdma_core(
     extra: &[(&str, &str)],
 ) -> (i32, String, String) {
     assert!(rig.new_verbs, "rdma-core 44 has ibv_reg_dmabuf_mr: an older one is fakeverbs.c's");
-    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
     let mut c = Command::new(e.dir.join(program));
-    c.env("LD_PRELOAD", rdma_core_preload(e, &[&e.shim, &e.dir.join("libfakerm.so")]))
-        .env("RDMAV_DRIVERS", rc.join("librignic"))
+    rdma_core_env(&mut c, e, dev)
+        .env("LD_PRELOAD", rdma_core_preload(e, &[&e.shim, &e.dir.join("libfakerm.so")]));
+    finish(e, c, dev, rig, args, extra)
+}
+
+/// `c`'s environment for rdma-core's own libibverbs with the fake NIC as its provider
+/// (`Fakes::rdma_core_nic`, built into `e`'s folder), its sysfs tree in `dev`, and the stand-in
+/// libmlx5; its LD_PRELOAD is the caller's, led by [`rdma_core_preload`]'s first entry.
+pub fn rdma_core_env<'c>(c: &'c mut Command, e: &Env, dev: &Path) -> &'c mut Command {
+    let (rc, sysfs) = (e.dir.join("rdma-core"), dev.join("sysfs"));
+    c.env("RDMAV_DRIVERS", rc.join("librignic"))
         .env("FAKEWIRE_SYSFS", &sysfs)
         .env("SYSFS_PATH", sysfs.join("sys"))
         .env_remove("FAKEWIRE_HOST")
         .env_remove("FAKEWIRE_LAB")
-        .env("LD_LIBRARY_PATH", rc.join("mlx5"));
-    finish(e, c, dev, rig, args, extra)
+        .env("LD_LIBRARY_PATH", rc.join("mlx5"))
 }
 
 /// LD_PRELOAD for [`run_on_rdma_core`]: the lab's fakesys (the NIC's sysfs tree and device file)
