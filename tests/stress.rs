@@ -1,7 +1,8 @@
 //! The concurrency stress with a ground-truth oracle (issue 42 item 3): tests/c/stress.c under the
 //! real libgdrshim.so on the fake machine (the DMA-BUF route's on rdma-core's own libibverbs, the
-//! fake NIC its provider; the NV503C route's on an rdma-core older than 34), on both routes (the suite runs it with the core
-//! preloaded and again through the front: tests/common, GDRSHIM_TEST_VIA_FRONT). Threads race
+//! fake NIC its provider; the NV503C route's on an rdma-core older than 34), on both routes (the
+//! suite runs it with the core preloaded and again through the front: tests/common,
+//! GDRSHIM_TEST_VIA_FRONT). Threads race
 //! allocation, free (in CUDA's orders and odd ones), every registration entry point, dereg,
 //! rereg, export, fork, children started as CPython's `subprocess` and `posix_spawn` start them
 //! (vfork, the child's closes before its exec), the program's own `close_range` and `closefrom`,
